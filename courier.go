@@ -1,0 +1,50 @@
+// Package courier is the root of Courier, a toolkit for reliable messaging
+// between services: a business change and the message that announces it commit
+// together (the transactional outbox), a relay moves committed messages to a
+// broker at least once and in per-key order, and consumers apply each message
+// exactly once (the inbox).
+//
+// The root package holds the types every other package shares: [Message], its
+// constructors and options, the well-known header names and the validation
+// errors. Writing messages happens in package outbox, moving them in package
+// relay, storing them in the store packages and sending them in the broker
+// packages.
+//
+// A message is built from a Go value and written in the caller's transaction:
+//
+//	msg, err := courier.NewJSON("orders", order.ID, OrderPlaced{ID: order.ID})
+//	if err != nil { ... }
+//	err = writer.Write(ctx, tx, msg) // same transaction as the order row
+package courier
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidMessage is returned (wrapped in a [*ValidationError]) when a
+// message cannot be written because one of its fields is empty, too large or
+// malformed. Callers can test for it with errors.Is.
+var ErrInvalidMessage = errors.New("courier: invalid message")
+
+// ValidationError describes one bad field of a message and how to fix it.
+type ValidationError struct {
+	// Field is the name of the offending field, for example "Topic" or
+	// "Headers[traceparent]".
+	Field string
+	// Problem says what is wrong with the field.
+	Problem string
+	// Fix says what to do about it.
+	Fix string
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string {
+	if e.Fix == "" {
+		return fmt.Sprintf("courier: message.%s %s", e.Field, e.Problem)
+	}
+	return fmt.Sprintf("courier: message.%s %s: %s", e.Field, e.Problem, e.Fix)
+}
+
+// Is reports whether target is [ErrInvalidMessage].
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidMessage }
