@@ -1,0 +1,126 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/store"
+)
+
+const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at"
+
+const insertOne = "INSERT INTO courier_outbox (" + insertColumns + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+
+// insertMany takes one array per column, so the statement text (and its
+// cached plan) is the same whatever the number of messages.
+const insertMany = "INSERT INTO courier_outbox (" + insertColumns + ") " +
+	"SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[], $9::timestamptz[])"
+
+// Pgx returns the outbox inserter for pgx transactions (pgx.Tx), to pass to
+// outbox.New.
+func Pgx() store.Inserter[pgx.Tx] { return pgxInserter{} }
+
+type pgxInserter struct{}
+
+func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message) error {
+	if len(msgs) == 1 {
+		m := &msgs[0]
+		h, err := headersJSON(m.Headers)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, insertOne, m.ID, m.Topic, m.Key, m.Type, m.Version, m.ContentType, m.Payload, h, m.OccurredAt)
+		if err != nil {
+			return fmt.Errorf("postgres: insert outbox message: %w", err)
+		}
+		return nil
+	}
+	var (
+		ids      = make([]string, len(msgs))
+		topics   = make([]string, len(msgs))
+		keys     = make([]string, len(msgs))
+		types    = make([]string, len(msgs))
+		versions = make([]int32, len(msgs))
+		cts      = make([]string, len(msgs))
+		payloads = make([][]byte, len(msgs))
+		headers  = make([]*string, len(msgs))
+		times    = make([]time.Time, len(msgs))
+	)
+	for i := range msgs {
+		m := &msgs[i]
+		h, err := headersJSON(m.Headers)
+		if err != nil {
+			return err
+		}
+		if h != nil {
+			s := string(h)
+			headers[i] = &s
+		}
+		ids[i], topics[i], keys[i], types[i] = m.ID.String(), m.Topic, m.Key, m.Type
+		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, m.Payload, m.OccurredAt
+	}
+	_, err := tx.Exec(ctx, insertMany, ids, topics, keys, types, versions, cts, payloads, headers, times)
+	if err != nil {
+		return fmt.Errorf("postgres: insert %d outbox messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+// DatabaseSQL returns the outbox inserter for database/sql transactions on
+// PostgreSQL (*sql.Tx from pgx's stdlib driver, lib/pq, or the transaction
+// GORM, sqlx, bun or ent hand you), to pass to outbox.New.
+func DatabaseSQL() store.Inserter[*sql.Tx] { return sqlInserter{} }
+
+type sqlInserter struct{}
+
+// sqlChunk keeps each statement well under PostgreSQL's 65535 parameters.
+const sqlChunk = 1000
+
+func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Message) error {
+	for start := 0; start < len(msgs); start += sqlChunk {
+		chunk := msgs[start:min(start+sqlChunk, len(msgs))]
+		var q strings.Builder
+		q.WriteString("INSERT INTO courier_outbox (" + insertColumns + ") VALUES ")
+		args := make([]any, 0, len(chunk)*9)
+		for i := range chunk {
+			m := &chunk[i]
+			h, err := headersJSON(m.Headers)
+			if err != nil {
+				return err
+			}
+			var hv any
+			if h != nil {
+				hv = string(h)
+			}
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			n := len(args)
+			fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
+			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, m.Payload, hv, m.OccurredAt)
+		}
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			return fmt.Errorf("postgres: insert %d outbox messages: %w", len(chunk), err)
+		}
+	}
+	return nil
+}
+
+// headersJSON encodes headers for the jsonb column; nil when there are none.
+func headersJSON(h map[string]string) ([]byte, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: encode headers: %w", err)
+	}
+	return b, nil
+}

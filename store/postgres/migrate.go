@@ -1,0 +1,151 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/courier-go/courier/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migrations returns the schema's migrations in version order.
+func Migrations() []store.Migration {
+	ms, err := store.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		panic(err) // the embedded files are fixed at build time; tests cover them
+	}
+	return ms
+}
+
+const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
+    version     integer     PRIMARY KEY,
+    name        text        NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);`
+
+// migrateLock serialises concurrent Migrate calls on one database.
+const migrateLock = int64(0x636f7572_6d696772) // "courmigr"
+
+// Beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx are
+// Beginners.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Migrate applies the migrations the database lacks, each in order, all in
+// one transaction, and returns the versions it applied (none when the schema
+// is current, so running it again is a no-op). Concurrent calls wait for one
+// another. It returns an error wrapping [store.ErrSchemaNewer] when the
+// database was migrated by a newer Courier.
+//
+// Tables are created in the first schema of the connection's search_path.
+func Migrate(ctx context.Context, db Beginner) ([]int, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLock); err != nil {
+		return nil, fmt.Errorf("postgres: migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, versionTable); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "3F000" { // invalid_schema_name
+			return nil, fmt.Errorf("postgres: migrate: the schema in the connection's search_path does not exist; create it first (CREATE SCHEMA …): %w", err)
+		}
+		return nil, fmt.Errorf("postgres: migrate: create version table: %w", err)
+	}
+	current, err := schemaVersion(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	ms := Migrations()
+	if current > store.Latest(ms) {
+		return nil, fmt.Errorf("postgres: migrate: database is at version %d, this binary knows up to %d: %w",
+			current, store.Latest(ms), store.ErrSchemaNewer)
+	}
+	var applied []int
+	for _, m := range ms[current:] {
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return nil, fmt.Errorf("postgres: migrate: apply %04d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO courier_schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+			return nil, fmt.Errorf("postgres: migrate: record %04d_%s: %w", m.Version, m.Name, err)
+		}
+		applied = append(applied, m.Version)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: migrate: commit: %w", err)
+	}
+	return applied, nil
+}
+
+// Querier runs a query; pools, connections and transactions are Queriers.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// SchemaVersion returns the highest migration version applied to the
+// database, 0 when Courier's schema is absent.
+func SchemaVersion(ctx context.Context, q Querier) (int, error) {
+	return schemaVersion(ctx, q)
+}
+
+func schemaVersion(ctx context.Context, q Querier) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM courier_schema_migrations").Scan(&v)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// CheckSchema returns nil when the database's schema is exactly the one this
+// binary knows, an error wrapping [store.ErrSchemaOutdated] when migrations
+// are missing, and one wrapping [store.ErrSchemaNewer] when the database is
+// ahead of the binary.
+func CheckSchema(ctx context.Context, q Querier) error {
+	v, err := schemaVersion(ctx, q)
+	if err != nil {
+		return err
+	}
+	latest := store.Latest(Migrations())
+	switch {
+	case v < latest:
+		return fmt.Errorf("%w: the database is at version %d, courier needs %d; run `courier migrate` (or postgres.Migrate)", store.ErrSchemaOutdated, v, latest)
+	case v > latest:
+		return fmt.Errorf("%w: the database is at version %d, this courier knows up to %d; upgrade courier", store.ErrSchemaNewer, v, latest)
+	}
+	return nil
+}
+
+// ExportSQL returns each migration as a standalone script for an external
+// migration tool (goose, golang-migrate, Atlas, Flyway…): the migration's DDL
+// followed by the statements that record it in courier_schema_migrations, so
+// Courier's own schema check agrees afterwards.
+func ExportSQL() []store.Migration {
+	ms := Migrations()
+	out := make([]store.Migration, len(ms))
+	for i, m := range ms {
+		var b strings.Builder
+		fmt.Fprintf(&b, "-- courier migration %04d_%s (PostgreSQL)\n", m.Version, m.Name)
+		b.WriteString(versionTable)
+		b.WriteString("\n\n")
+		b.WriteString(strings.TrimSpace(m.SQL))
+		fmt.Fprintf(&b, "\n\nINSERT INTO courier_schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;\n", m.Version, m.Name)
+		out[i] = store.Migration{Version: m.Version, Name: m.Name, SQL: b.String()}
+	}
+	return out
+}

@@ -1,0 +1,140 @@
+// Package store defines what Courier needs from a database, one small
+// interface per job, and the types that cross them. Each SQL dialect lives in
+// a sub-package (store/postgres, …) and implements these interfaces; the
+// packages that write messages (outbox) and move them (relay) depend only on
+// this package, never on a dialect.
+//
+// The dialect packages own the schema: embedded, versioned migrations applied
+// by their Migrate function or by `courier migrate`.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/courier-go/courier"
+)
+
+// Inserter writes messages into the outbox table inside the caller's
+// transaction. TTx is the transaction type of the caller's driver, for
+// example pgx.Tx or *sql.Tx, so the compiler rejects a mismatched driver.
+type Inserter[TTx any] interface {
+	// Insert adds msgs to the outbox in tx. Messages are already validated.
+	Insert(ctx context.Context, tx TTx, msgs []courier.Message) error
+}
+
+// Record is a claimed outbox row.
+type Record struct {
+	// Seq is the row's outbox sequence number. Messages of one key are
+	// published in Seq order.
+	Seq int64
+	// Attempts counts the failed publish attempts so far.
+	Attempts int
+	// Message is the stored message.
+	Message courier.Message
+}
+
+// Failure is a claimed row whose publication failed.
+type Failure struct {
+	// Seq identifies the row.
+	Seq int64
+	// Error is the broker's error text, kept as last_error and in the row's
+	// attempt history.
+	Error string
+	// Delay is how long the row waits before it may be claimed again.
+	Delay time.Duration
+	// Counted says whether this failure counts as a publish attempt.
+	// Failures that are not the message's fault (broker unreachable) are not
+	// counted, so an outage never turns messages into dead letters.
+	Counted bool
+}
+
+// Outcome tells the store what became of a claimed batch.
+type Outcome struct {
+	// Published rows were acknowledged by the broker.
+	Published []int64
+	// Retry rows failed and wait for another attempt.
+	Retry []Failure
+	// Dead rows failed for the last time and become dead letters.
+	Dead []Failure
+	// Release rows were not attempted (shutdown, or an earlier message of
+	// their key failed); they become claimable again at once, attempts
+	// unchanged.
+	Release []int64
+}
+
+// Empty reports whether the outcome has nothing to record.
+func (o *Outcome) Empty() bool {
+	return len(o.Published)+len(o.Retry)+len(o.Dead)+len(o.Release) == 0
+}
+
+// RelayStore is what the relay needs from a database. Implementations must
+// make Claim safe for any number of concurrent relays: a row is leased to one
+// owner at a time, and a row is only claimable when no earlier unpublished
+// row of its key is leased to someone else or waiting for a retry.
+type RelayStore interface {
+	// Claim leases up to limit due, unpublished rows to owner for lease and
+	// returns them in Seq order. Several rows of one key may be returned
+	// together, in order.
+	Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Record, error)
+	// Complete records an outcome for rows leased to owner. Rows whose lease
+	// was taken over by another owner are left alone.
+	Complete(ctx context.Context, owner string, o Outcome) error
+	// Stats reports the outbox's state.
+	Stats(ctx context.Context) (Stats, error)
+}
+
+// Notifier wakes a relay soon after messages are committed, so it need not
+// poll often. The protocol avoids lost wake-ups: a relay that finds no work
+// calls Arm, and once Arm reports true it claims once more before it waits
+// on Wake; writers that commit after Arm signal Wake. Disarm stops the
+// signals while the relay is busy, so busy writers pay nothing for them.
+type Notifier interface {
+	// Run delivers wake-ups until ctx is done. It returns ctx's error, or an
+	// error if the notifier cannot start at all.
+	Run(ctx context.Context) error
+	// Wake receives a value when messages may have been committed.
+	Wake() <-chan struct{}
+	// Arm asks writers to signal from now on. It returns false when it could
+	// not arm right now (for example a writer's transaction is open); the
+	// relay then polls again shortly.
+	Arm(ctx context.Context) (bool, error)
+	// Disarm withdraws Arm.
+	Disarm(ctx context.Context) error
+}
+
+// Stats is a snapshot of the outbox.
+type Stats struct {
+	// Pending counts unpublished rows (including leased and backing off).
+	Pending int64 `json:"pending"`
+	// Leased counts pending rows currently leased to a relay.
+	Leased int64 `json:"leased"`
+	// InBackoff counts pending rows waiting for a retry after a failure.
+	InBackoff int64 `json:"in_backoff"`
+	// DeadLetters counts parked messages.
+	DeadLetters int64 `json:"dead_letters"`
+	// OldestPending is the creation time of the oldest pending row, zero if
+	// there is none.
+	OldestPending time.Time `json:"oldest_pending,omitzero"`
+	// Now is the database's clock when the snapshot was taken.
+	Now time.Time `json:"now"`
+}
+
+// OldestPendingAge is how long the oldest pending row has waited, or 0.
+func (s Stats) OldestPendingAge() time.Duration {
+	if s.OldestPending.IsZero() {
+		return 0
+	}
+	return s.Now.Sub(s.OldestPending)
+}
+
+// Errors about the schema version, returned by Migrate and by CheckSchema.
+var (
+	// ErrSchemaNewer means the database's schema was migrated by a newer
+	// Courier than this binary; upgrade the binary.
+	ErrSchemaNewer = errors.New("courier's schema in this database is newer than this binary")
+	// ErrSchemaOutdated means the database lacks migrations this binary
+	// needs; run `courier migrate` (or the dialect's Migrate).
+	ErrSchemaOutdated = errors.New("courier's schema in this database is missing migrations")
+)
