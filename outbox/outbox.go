@@ -1,0 +1,123 @@
+// Package outbox writes messages into the outbox table inside the caller's
+// own database transaction, so a business change and the messages announcing
+// it commit or roll back together. A relay (package relay) later moves the
+// committed messages to the broker.
+//
+// A Writer is generic over the caller's transaction type; pick the inserter
+// of your database and driver:
+//
+//	w := outbox.New(postgres.Pgx(), outbox.Config{})         // pgx.Tx
+//	w := outbox.New(postgres.DatabaseSQL(), outbox.Config{}) // *sql.Tx
+//
+//	tx, _ := pool.Begin(ctx)
+//	_, _ = tx.Exec(ctx, "INSERT INTO orders …")
+//	msg, _ := courier.NewJSON("orders", orderID, OrderPlaced{…})
+//	_ = w.Write(ctx, tx, msg)
+//	_ = tx.Commit(ctx) // the order and its message, or neither
+//
+// Aggregates can record domain events while a use case runs (embed
+// [Events]) and have them written, then cleared, with one call to
+// [Writer.WriteEvents].
+package outbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/store"
+)
+
+// Config tunes a Writer. The zero value is ready to use.
+type Config struct {
+	// Limits caps payload and header sizes; zero fields take Courier's
+	// defaults (1 MiB payload, 64 KiB headers). Keep them under the broker's
+	// own limit, or oversized messages end as dead letters.
+	Limits courier.Limits
+}
+
+// Writer adds messages to the outbox in a caller's transaction of type TTx.
+// It is safe for concurrent use and holds no state between calls.
+type Writer[TTx any] struct {
+	ins    store.Inserter[TTx]
+	limits courier.Limits
+}
+
+// New returns a Writer that inserts with ins.
+func New[TTx any](ins store.Inserter[TTx], cfg Config) *Writer[TTx] {
+	return &Writer[TTx]{ins: ins, limits: cfg.Limits}
+}
+
+// Write validates msgs and inserts them into the outbox in tx, in the order
+// given. Nothing is written when any message is invalid: the error wraps
+// courier.ErrInvalidMessage and names the message's index and field. Writing
+// no messages is a no-op.
+func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...courier.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	for i := range msgs {
+		if err := msgs[i].Validate(w.limits); err != nil {
+			if len(msgs) == 1 {
+				return fmt.Errorf("outbox: %w", err)
+			}
+			return fmt.Errorf("outbox: message %d of %d: %w", i+1, len(msgs), err)
+		}
+	}
+	return w.ins.Insert(ctx, tx, msgs)
+}
+
+// EventSource is anything that records messages while a use case runs,
+// typically an aggregate that embeds [Events].
+type EventSource interface {
+	// PendingEvents returns the messages recorded and not yet written.
+	PendingEvents() []courier.Message
+	// ClearEvents forgets them.
+	ClearEvents()
+}
+
+// WriteEvents writes the pending events of every source into the outbox in
+// tx, in order, then clears them, so a second call (or a retried save) cannot
+// write them twice. If writing fails nothing is cleared and the error is
+// returned. Sources are cleared once the insert succeeds, not at commit: if tx
+// later rolls back, discard or reload the aggregates, whose state rolled back
+// with it.
+func (w *Writer[TTx]) WriteEvents(ctx context.Context, tx TTx, sources ...EventSource) error {
+	var msgs []courier.Message
+	for _, s := range sources {
+		msgs = append(msgs, s.PendingEvents()...)
+	}
+	if err := w.Write(ctx, tx, msgs...); err != nil {
+		return err
+	}
+	for _, s := range sources {
+		s.ClearEvents()
+	}
+	return nil
+}
+
+// Events records domain events on an aggregate. Embed it and call Record from
+// the aggregate's methods; it implements [EventSource]. The zero value is
+// ready to use. It is not safe for concurrent use, like the aggregate itself.
+type Events struct {
+	pending []courier.Message
+}
+
+// Record adds a message to the pending events.
+func (e *Events) Record(msg courier.Message) { e.pending = append(e.pending, msg) }
+
+// RecordJSON builds a JSON message with courier.NewJSON and records it.
+func (e *Events) RecordJSON(topic, key string, v any, opts ...courier.Option) error {
+	msg, err := courier.NewJSON(topic, key, v, opts...)
+	if err != nil {
+		return err
+	}
+	e.Record(msg)
+	return nil
+}
+
+// PendingEvents implements EventSource.
+func (e *Events) PendingEvents() []courier.Message { return e.pending }
+
+// ClearEvents implements EventSource.
+func (e *Events) ClearEvents() { e.pending = nil }
