@@ -1,0 +1,81 @@
+// Package embedded runs a NATS server with JetStream inside the current
+// process: the broker of Courier's embedded default (no server to install)
+// and of tests. Its store syncs every write to disk before acknowledging it.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config describes an embedded server.
+type Config struct {
+	// Dir holds the JetStream store. Required: the store must survive a
+	// restart for the outbox's guarantee to mean anything.
+	Dir string
+	// Host to listen on. Default 127.0.0.1.
+	Host string
+	// Port to listen on; 0 picks a free port. Default 0.
+	Port int
+	// NoSync turns off fsync-before-ack. Faster, but a power loss can lose
+	// messages the server acknowledged. Tests may use it; production should
+	// not.
+	NoSync bool
+	// Debug logs the server's protocol traffic to stderr.
+	Debug bool
+}
+
+// Server is a running embedded NATS server.
+type Server struct {
+	srv *server.Server
+}
+
+// Start starts a server and waits until it accepts connections.
+func Start(cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("embedded nats: Config.Dir is empty: give a directory for the JetStream store")
+	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: "courier-embedded",
+		Host:       cfg.Host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.Dir,
+		SyncAlways: !cfg.NoSync,
+		NoSigs:     true,
+		NoLog:      !cfg.Debug,
+		Debug:      cfg.Debug,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	if cfg.Debug {
+		srv.ConfigureLogger()
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("embedded nats: not ready after 10s on %s:%d", cfg.Host, cfg.Port)
+	}
+	return &Server{srv: srv}, nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (s *Server) ClientURL() string { return s.srv.ClientURL() }
+
+// Shutdown stops the server and waits until it has stopped.
+func (s *Server) Shutdown() {
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+}

@@ -1,0 +1,93 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Connect dials a NATS server with the options a relay wants: a name, retries
+// for ever after the first connection, and no reconnect buffer, so publishes
+// fail fast while the server is away (the relay retries them later) instead of
+// piling up in memory. More options may be added; later ones win. The first
+// connection attempt fails at once when nothing answers at url.
+func Connect(url string, opts ...natsgo.Option) (*natsgo.Conn, error) {
+	base := []natsgo.Option{
+		natsgo.Name("courier"),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectWait(250 * time.Millisecond),
+		natsgo.ReconnectBufSize(-1),
+		natsgo.Timeout(5 * time.Second),
+	}
+	nc, err := natsgo.Connect(url, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("nats: connect to %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// DefaultStream is the stream EnsureStream creates unless told otherwise.
+const DefaultStream = "COURIER"
+
+// StreamConfig describes the stream EnsureStream creates.
+type StreamConfig struct {
+	// Name of the stream. Default DefaultStream.
+	Name string
+	// Subjects the stream captures. Default: Config.Subjects() of the
+	// publisher's subject mapping ("courier.>").
+	Subjects []string
+	// Duplicates is JetStream's deduplication window for Nats-Msg-Id.
+	// Default 2 minutes; make it longer than a relay's lease so that a
+	// message re-published after a relay crash is dropped as a duplicate.
+	Duplicates time.Duration
+	// MaxAge discards messages older than this; 0 keeps them until other
+	// limits apply.
+	MaxAge time.Duration
+	// Memory stores the stream in memory instead of files.
+	Memory bool
+}
+
+// EnsureStream creates the stream if no stream of that name exists. An
+// existing stream is left as it is (its settings are the operator's), and so
+// is a stream that another process creates at the same moment.
+func EnsureStream(ctx context.Context, nc *natsgo.Conn, mapping Config, cfg StreamConfig) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("nats: jetstream: %w", err)
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultStream
+	}
+	if len(cfg.Subjects) == 0 {
+		cfg.Subjects = []string{mapping.Subjects()}
+	}
+	if cfg.Duplicates == 0 {
+		cfg.Duplicates = 2 * time.Minute
+	}
+	_, err = js.Stream(ctx, cfg.Name)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("nats: look up stream %s: %w", cfg.Name, err)
+	}
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:       cfg.Name,
+		Subjects:   cfg.Subjects,
+		Storage:    storage,
+		Duplicates: cfg.Duplicates,
+		MaxAge:     cfg.MaxAge,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("nats: create stream %s on %v: %w", cfg.Name, cfg.Subjects, err)
+	}
+	return nil
+}
