@@ -1,0 +1,181 @@
+// Package testenv gives tests the real services they run against: a fresh
+// PostgreSQL schema per test, the machine's NATS server, or an embedded one.
+//
+// A test that needs an external service reads its URL from an environment
+// variable (COURIER_TEST_POSTGRES_URL, COURIER_TEST_NATS_URL). When the
+// variable is unset the test is skipped, so `go test ./...` passes on a laptop
+// with nothing installed. When COURIER_TEST_REQUIRE_SERVICES=1 (CI sets it) a
+// missing variable fails the test instead.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/courier-go/courier/broker/nats/embedded"
+	"github.com/courier-go/courier/store/postgres"
+)
+
+// Environment variables read by this package.
+const (
+	EnvPostgres = "COURIER_TEST_POSTGRES_URL"
+	EnvNATS     = "COURIER_TEST_NATS_URL"
+	EnvRequire  = "COURIER_TEST_REQUIRE_SERVICES"
+)
+
+// Need returns the value of the environment variable env, skipping the test
+// when it is unset (failing it when services are required).
+func Need(t testing.TB, env string) string {
+	t.Helper()
+	v := os.Getenv(env)
+	if v != "" {
+		return v
+	}
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("%s is not set and %s=1: this test needs the service", env, EnvRequire)
+	}
+	t.Skipf("needs a service: set %s", env)
+	return ""
+}
+
+// Name returns a short random identifier usable as a schema, stream or
+// subject token.
+func Name(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// PG is a PostgreSQL schema of its own for one test.
+type PG struct {
+	// URL connects with search_path set to the test's schema.
+	URL string
+	// Schema is the schema's name.
+	Schema string
+	// Pool is a pool on URL.
+	Pool *pgxpool.Pool
+	// Admin is a pool on the base URL, for things like pg_terminate_backend.
+	Admin *pgxpool.Pool
+}
+
+// Postgres creates a fresh schema, dropped when the test ends, and returns
+// pools on it. With migrate, Courier's migrations are applied.
+func Postgres(t testing.TB, migrate bool) *PG {
+	t.Helper()
+	base := Need(t, EnvPostgres)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgxpool.New(ctx, base)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", EnvPostgres, err)
+	}
+	t.Cleanup(admin.Close)
+	schema := Name("t_")
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+		}
+	})
+	u := WithSearchPath(t, base, schema)
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatalf("parse url: %v", err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if migrate {
+		if _, err := postgres.Migrate(ctx, pool); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+	}
+	return &PG{URL: u, Schema: schema, Pool: pool, Admin: admin}
+}
+
+// WithSearchPath returns the connection URL base with search_path set.
+func WithSearchPath(t testing.TB, base, schema string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil || !strings.HasPrefix(u.Scheme, "postgres") {
+		t.Fatalf("%s must be a postgres:// URL, got %q", EnvPostgres, base)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// NATS returns the URL of the machine's NATS server (COURIER_TEST_NATS_URL).
+func NATS(t testing.TB) string {
+	t.Helper()
+	return Need(t, EnvNATS)
+}
+
+// EmbeddedNATS starts an in-process NATS server with JetStream in a
+// temporary directory, stopped when the test ends. Fsync is off: tests do not
+// pull the power.
+func EmbeddedNATS(t testing.TB) *embedded.Server {
+	t.Helper()
+	return EmbeddedNATSAt(t, t.TempDir(), 0)
+}
+
+// EmbeddedNATSAt starts an embedded server on dir and port (0: any), for
+// tests that stop a server and start it again where it was.
+func EmbeddedNATSAt(t testing.TB, dir string, port int) *embedded.Server {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{Dir: dir, Port: port, NoSync: true})
+	if err != nil {
+		t.Fatalf("start embedded nats: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+// Connect connects to a NATS server for the test's duration.
+func Connect(t testing.TB, url string, opts ...natsgo.Option) *natsgo.Conn {
+	t.Helper()
+	nc, err := natsgo.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect to nats %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Eventually polls cond every 10ms until it is true or timeout passes, then
+// fails the test with msg.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Must fails the test on a non-nil error.
+func Must(t testing.TB, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}

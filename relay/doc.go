@@ -1,0 +1,51 @@
+// Package relay moves committed outbox messages to a broker: it claims a
+// batch of due rows with a short lease, publishes them and waits for the
+// broker's acknowledgements, then marks the acknowledged rows published in one
+// statement. A row is never marked before the broker acknowledged it, so a
+// crash at any point loses nothing: the lease expires and another relay (or
+// the same one, restarted) publishes the row again. The broker sees a
+// duplicate at most, which JetStream drops by message id.
+//
+// # Ordering
+//
+// Messages with the same key are published in outbox order. Three rules
+// together guarantee it, even with several relays and retries:
+//
+//  1. A claim never returns a row while an earlier unpublished row of its key
+//     is leased to someone else or waiting for a retry (the store enforces
+//     this, see store.RelayStore).
+//  2. Within a batch, the rows of one key are published one after another:
+//     each round sends the next message of every key at once, so a batch
+//     spread over many keys is one round, and a burst on one key is published
+//     at the speed of a broker round trip per message, still claimed and
+//     marked a whole batch at a time.
+//  3. When a message fails, the later messages of its key in the batch are not
+//     sent; they are released, and rule 1 holds them back until the failed
+//     message is published or becomes a dead letter. Other keys never wait.
+//
+// # Failures
+//
+// A failed publish counts as an attempt unless the broker itself was at fault
+// (broker.ErrUnavailable: unreachable, timed out, no stream). Counted failures
+// are retried after a capped exponential backoff with jitter; after
+// MaxAttempts the message becomes a dead letter with its error history, and
+// its key moves on. Uncounted failures are retried without limit: an outage
+// never produces dead letters, it produces a backlog that drains when the
+// broker returns. While every publish of a batch fails that way, the relay
+// pauses claiming for the same backoff.
+//
+// # Wake-ups
+//
+// With a store.Notifier, an idle relay is woken within milliseconds of a
+// commit; without one, or while it is disconnected, the relay polls every
+// PollInterval. See store/postgres.Notifier for how wake-ups avoid costing
+// busy writers anything.
+//
+// # Shutdown
+//
+// When Run's context ends the relay stops claiming, finishes the publishing
+// round in progress, records every outcome and releases the rows it did not
+// get to, so another relay can take them at once; ShutdownTimeout bounds all
+// of that. A relay killed outright loses nothing either: its leases expire
+// after LeaseDuration.
+package relay

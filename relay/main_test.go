@@ -1,0 +1,13 @@
+package relay_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a relay starts must be gone when Run returns and the test
+// has cleaned up.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
