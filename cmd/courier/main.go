@@ -1,0 +1,95 @@
+// Command courier runs and inspects Courier: it migrates the database schema,
+// relays outbox messages to the broker and reports the outbox's state.
+//
+//	courier migrate --database-url postgres://localhost/app
+//	courier relay   --database-url postgres://localhost/app --broker-url nats://localhost:4222
+//	courier status  --database-url postgres://localhost/app
+//
+// Every flag can also be set through the environment variable named in
+// `courier <command> --help` (COURIER_DATABASE_URL, COURIER_BROKER_URL, …).
+package main
+
+import (
+	"context"
+
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// cli is the command line grammar.
+type cli struct {
+	LogFormat string `help:"Log format: text or json." enum:"text,json" default:"text" env:"COURIER_LOG_FORMAT"`
+	LogLevel  string `help:"Log level: debug, info, warn or error." enum:"debug,info,warn,error" default:"info" env:"COURIER_LOG_LEVEL"`
+
+	Migrate migrateCmd `cmd:"" help:"Create or upgrade Courier's tables, or print their SQL."`
+	Relay   relayCmd   `cmd:"" help:"Move committed outbox messages to the broker until stopped (SIGINT/SIGTERM)."`
+	Status  statusCmd  `cmd:"" help:"Show pending messages, their age, retries and dead letters."`
+	Version versionCmd `cmd:"" help:"Print the version."`
+}
+
+// env is what a command runs with.
+type env struct {
+	ctx    context.Context
+	stdout io.Writer
+	log    *slog.Logger
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitCode carries kong's request to exit (after --help) out of Parse.
+type exitCode int
+
+// run executes one command line and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) (code int) {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("courier"),
+		kong.Description("Courier: transactional outbox, relay and inbox for reliable messaging."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { panic(exitCode(code)) }),
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "courier:", err)
+		return 2
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			ec, ok := r.(exitCode)
+			if !ok {
+				panic(r)
+			}
+			code = int(ec)
+		}
+	}()
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "courier: %v (see courier --help)\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{ctx: ctx, stdout: stdout, log: newLogger(stderr, c.LogFormat, c.LogLevel)}
+	if err := kctx.Run(e); err != nil {
+		fmt.Fprintln(stderr, "courier:", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

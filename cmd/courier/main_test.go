@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store/postgres"
+)
+
+// The test binary doubles as the courier binary for subprocess tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("COURIER_TEST_BE_CLI") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
+	for _, v := range []string{"COURIER_DATABASE_URL", "COURIER_BROKER_URL"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"relay", "--bogus"}, 2, "unknown flag --bogus"},
+		{[]string{"relay"}, 1, "no broker given: set --broker-url or COURIER_BROKER_URL"},
+		{[]string{"status"}, 1, "no database given: set --database-url or COURIER_DATABASE_URL"},
+		{[]string{"status", "--database-url", "mysql://localhost/x"}, 1, "is not a PostgreSQL URL"},
+		{[]string{"status", "--database-url", "postgres://nobody@127.0.0.1:1/x"}, 1, "cannot reach the database at postgres://nobody@127.0.0.1:1/x"},
+		{[]string{"status", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}, 1, "postgres://u:xxxxx@127.0.0.1:1/x"},
+		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "http://x"}, 1, "is not a NATS URL"},
+		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "nats://x:1", "--batch-size", "0"}, 1, "--batch-size is 0"},
+		{[]string{"frobnicate"}, 2, "unexpected argument frobnicate"},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCLI(t, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || strings.Contains(stderr, "secret") {
+			t.Errorf("courier %v: exit %d, stderr %q; want exit %d and one line containing %q", c.args, code, stderr, c.code, c.want)
+		}
+	}
+	if code, out, _ := runCLI(t, "version"); code != 0 || !strings.HasPrefix(out, "courier ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+	if code, out, _ := runCLI(t, "--help"); code != 0 || !strings.Contains(out, "relay") {
+		t.Errorf("--help: %d %q", code, out)
+	}
+}
+
+func TestMigrateExport(t *testing.T) {
+	code, out, _ := runCLI(t, "migrate", "--print")
+	if code != 0 || !strings.Contains(out, "CREATE TABLE courier_outbox") || !strings.Contains(out, "INSERT INTO courier_schema_migrations") {
+		t.Fatalf("migrate --print: %d\n%s", code, out)
+	}
+	dir := t.TempDir()
+	code, out, _ = runCLI(t, "migrate", "--dir", dir)
+	files, _ := filepath.Glob(filepath.Join(dir, "*.up.sql"))
+	if code != 0 || len(files) != len(postgres.Migrations()) {
+		t.Fatalf("migrate --dir: %d %q, files %v", code, out, files)
+	}
+}
+
+func TestMigrateRelayStatus(t *testing.T) {
+	pg := testenv.Postgres(t, false)
+	natsURL := testenv.NATS(t)
+	stream := testenv.Name("CLI")
+	ctx := context.Background()
+
+	code, out, errOut := runCLI(t, "migrate", "--database-url", pg.URL)
+	if code != 0 || !strings.Contains(out, "applied 1 migration") {
+		t.Fatalf("migrate: %d %q %q", code, out, errOut)
+	}
+	if code, out, _ = runCLI(t, "migrate", "--database-url", pg.URL); code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("migrate again: %d %q", code, out)
+	}
+
+	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	tx, err := pg.Pool.Begin(ctx)
+	testenv.Must(t, err, "begin")
+	for i := range 100 {
+		testenv.Must(t, w.Write(ctx, tx, courier.NewMessage("orders", "k", "T", []byte{byte(i)})), "write")
+	}
+	testenv.Must(t, tx.Commit(ctx), "commit")
+
+	status := func() map[string]float64 {
+		code, out, errOut := runCLI(t, "status", "--json", "--database-url", pg.URL)
+		if code != 0 {
+			t.Fatalf("status: %d %s", code, errOut)
+		}
+		var m map[string]float64
+		testenv.Must(t, json.Unmarshal([]byte(out), &m), "status json")
+		return m
+	}
+	if s := status(); s["pending"] != 100 || s["oldest_pending_age_seconds"] <= 0 {
+		t.Fatalf("status before relaying: %v", s)
+	}
+	if code, out, _ := runCLI(t, "status", "--database-url", pg.URL); code != 0 || !strings.Contains(out, "pending") {
+		t.Fatalf("status table: %q", out)
+	}
+
+	cmd := exec.Command(os.Args[0], "relay", "--log-format", "json")
+	cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL="+pg.URL, "COURIER_BROKER_URL="+natsURL,
+		"COURIER_STREAM="+stream, "COURIER_SUBJECT_PREFIX="+strings.ToLower(stream)+".")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	testenv.Must(t, cmd.Start(), "start relay")
+	testenv.Eventually(t, 20*time.Second, func() bool { return status()["pending"] == 0 }, "relay did not drain the outbox; logs:\n%s", &logs)
+	testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "sigterm")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("relay exit after SIGTERM: %v\n%s", err, logs.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+	}
+	if !strings.Contains(logs.String(), "relay stopped") {
+		t.Fatalf("no clean stop in logs:\n%s", logs.String())
+	}
+}

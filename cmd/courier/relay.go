@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store/postgres"
+)
+
+type relayCmd struct {
+	dbFlags
+	BrokerURL     string        `name:"broker-url" help:"NATS URL, e.g. nats://localhost:4222." env:"COURIER_BROKER_URL"`
+	ListenURL     string        `name:"listen-url" help:"PostgreSQL URL for LISTEN wake-ups; must be a direct session connection, not PgBouncer in transaction mode (default: --database-url)." env:"COURIER_LISTEN_URL"`
+	NoListen      bool          `help:"Do not LISTEN for wake-ups; poll only."`
+	Stream        string        `help:"JetStream stream to publish into." default:"COURIER" env:"COURIER_STREAM"`
+	SubjectPrefix string        `help:"Prefix that turns a topic into a subject." default:"courier." env:"COURIER_SUBJECT_PREFIX"`
+	NoStream      bool          `name:"no-create-stream" help:"Do not create the stream when it is missing (it is managed elsewhere)."`
+	BatchSize     int           `help:"Messages claimed per batch." default:"1000"`
+	Concurrency   int           `help:"Batches publishing at once." default:"2"`
+	Lease         time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s"`
+	MaxAttempts   int           `help:"Failed attempts before a message becomes a dead letter." default:"10"`
+	PollInterval  time.Duration `help:"How often to look for work without a wake-up." default:"1s"`
+}
+
+func (c *relayCmd) Run(e *env) error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--batch-size", c.BatchSize}, {"--concurrency", c.Concurrency}, {"--max-attempts", c.MaxAttempts}} {
+		if f.v < 1 {
+			return fmt.Errorf("%s is %d: use 1 or more", f.name, f.v)
+		}
+	}
+	if c.BrokerURL == "" {
+		return fmt.Errorf("no broker given: set --broker-url or COURIER_BROKER_URL, e.g. nats://localhost:4222")
+	}
+	if !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
+		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222", redact(c.BrokerURL))
+	}
+	pool, err := c.connect(e.ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := postgres.NewStore(e.ctx, pool)
+	if err != nil {
+		return err
+	}
+	nc, err := couriernats.Connect(c.BrokerURL,
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				e.log.Warn("broker disconnected", "error", err)
+			}
+		}),
+		natsgo.ReconnectHandler(func(*natsgo.Conn) { e.log.Info("broker reconnected") }))
+	if err != nil {
+		return fmt.Errorf("cannot reach NATS at %s: %v; check --broker-url (COURIER_BROKER_URL) and that nats-server runs with JetStream (-js)",
+			redact(c.BrokerURL), oneLine(err))
+	}
+	defer nc.Close()
+	mapping := couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""}
+	if !c.NoStream {
+		if err := couriernats.EnsureStream(e.ctx, nc, mapping, couriernats.StreamConfig{Name: c.Stream}); err != nil {
+			return fmt.Errorf("%v; is JetStream enabled on the server (nats-server -js)?", err)
+		}
+	}
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
+	if err != nil {
+		return err
+	}
+	cfg := relay.Config{
+		BatchSize:     c.BatchSize,
+		Concurrency:   c.Concurrency,
+		LeaseDuration: c.Lease,
+		MaxAttempts:   c.MaxAttempts,
+		PollInterval:  c.PollInterval,
+		Logger:        e.log,
+	}
+	if !c.NoListen {
+		listen := c.ListenURL
+		if listen == "" {
+			listen = c.DatabaseURL
+		}
+		n, err := postgres.NewNotifier(listen, e.log)
+		if err != nil {
+			return fmt.Errorf("--listen-url: %w", err)
+		}
+		cfg.Notifier = n
+	}
+	r, err := relay.New(st, pub, cfg)
+	if err != nil {
+		return flagError(err)
+	}
+	e.log.Info("relaying", "database", redact(c.DatabaseURL), "broker", redact(c.BrokerURL), "stream", c.Stream, "subject_prefix", c.SubjectPrefix)
+	return r.Run(e.ctx)
+}
+
+// flagError rewrites "Config.BatchSize" in relay errors as the flag users set.
+func flagError(err error) error {
+	r := strings.NewReplacer(
+		"relay: Config.BatchSize", "--batch-size",
+		"relay: Config.Concurrency", "--concurrency",
+		"relay: Config.LeaseDuration", "--lease",
+		"relay: Config.MaxAttempts", "--max-attempts",
+		"relay: Config.PollInterval", "--poll-interval",
+		"relay: Config.PublishTimeout", "the publish timeout (half of --lease, at most 10s)",
+	)
+	return errors.New(r.Replace(err.Error()))
+}
