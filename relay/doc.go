@@ -36,10 +36,14 @@
 //
 // # Wake-ups
 //
-// With a store.Notifier, an idle relay is woken within milliseconds of a
-// commit; without one, or while it is disconnected, the relay polls every
-// PollInterval. See store/postgres.Notifier for how wake-ups avoid costing
-// busy writers anything.
+// A relay that finds work keeps polling while it stays busy, starting at 1ms
+// and doubling while claims come back empty, so a steady stream is picked up
+// within a millisecond or two and writers pay nothing. After a few empty polls
+// (8ms) it arms its store.Notifier and waits for a signal: the first commit
+// after that wakes it within milliseconds, and an idle relay costs the
+// database one claim per PollInterval. Without a notifier, or while it is
+// disconnected, polling backs off to PollInterval. See
+// store/postgres.Notifier for how the signal avoids serialising writers.
 //
 // # Shutdown
 //

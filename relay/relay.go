@@ -242,8 +242,12 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 const (
+	// minIdleDelay is the first poll interval after work ran out.
 	minIdleDelay = time.Millisecond
-	maxErrDelay  = 5 * time.Second
+	// armAfter: once polls have backed off this far without finding work,
+	// the relay arms the notifier and waits for a signal instead.
+	armAfter    = 8 * time.Millisecond
+	maxErrDelay = 5 * time.Second
 )
 
 func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
@@ -284,32 +288,40 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 			<-slots
 		} else {
 			r.batches.Add(1)
-			idleDelay = minIdleDelay
 			wg.Go(func() {
 				defer func() { <-slots; r.signalKick() }()
 				r.process(ctx, work, recs)
 			})
 		}
-		if len(recs) == r.cfg.BatchSize {
-			// Busy: writers need not wake us, and should not pay for it.
+
+		// Busy: poll, and let writers commit without signalling. Quiet for
+		// a few polls: arm the notifier and wait for a signal.
+		var wait time.Duration
+		switch {
+		case len(recs) > 0:
+			idleDelay = minIdleDelay
 			if armed {
 				armed = false
 				if err := n.Disarm(ctx); err != nil {
 					r.log.Debug("disarm wake-ups", "error", err)
 				}
 			}
-			continue
-		}
-		// Out of claimable work for now.
-		wait := r.cfg.PollInterval
-		if n != nil && !armed {
+			if len(recs) == r.cfg.BatchSize {
+				continue
+			}
+			wait = idleDelay
+		case armed:
+			wait = r.cfg.PollInterval
+		case n == nil || idleDelay < armAfter:
+			wait, idleDelay = idleDelay, min(idleDelay*2, r.cfg.PollInterval)
+		default:
 			ok, err := n.Arm(ctx)
 			if err != nil {
 				r.log.Debug("arm wake-ups", "error", err)
 			}
 			if ok {
 				// Rows committed before arming sent no signal: look once more.
-				armed, idleDelay = true, minIdleDelay
+				armed = true
 				continue
 			}
 			// A writer is mid-transaction (or the listener is down): its
