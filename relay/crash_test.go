@@ -47,7 +47,7 @@ func TestRelayChildProcess(t *testing.T) {
 	if err != nil {
 		fatalChild(err)
 	}
-	st, err := postgres.NewStore(ctx, pool)
+	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
 	if err != nil {
 		fatalChild(err)
 	}

@@ -72,7 +72,7 @@ func TestRelayRecoversFromKilledDatabaseConnections(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), relayURL)
 	testenv.Must(t, err, "relay pool")
 	t.Cleanup(pool.Close)
-	st, err := postgres.NewStore(context.Background(), pool)
+	st, err := postgres.NewStore(context.Background(), pool, postgres.StoreConfig{})
 	testenv.Must(t, err, "store")
 	h.store = st
 	cfg := h.relayConfig()

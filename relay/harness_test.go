@@ -52,7 +52,7 @@ func newHarness(t testing.TB, natsURL string) *harness {
 			_ = js.DeleteStream(context.Background(), h.stream)
 		}
 	})
-	st, err := postgres.NewStore(ctx, pg.Pool)
+	st, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{})
 	testenv.Must(t, err, "new store")
 	h.store = st
 	h.writer = outbox.New(postgres.Pgx(), outbox.Config{})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/postgres"
 )
 
 // The stream refuses messages over 1 KiB, so a 2 KiB message is rejected by
@@ -22,6 +23,10 @@ func TestPoisonMessageBecomesDeadLetterWithoutHoldingOtherKeys(t *testing.T) {
 	testenv.Must(t, err, "jetstream")
 	_, err = js.UpdateStream(ctx, jetstream.StreamConfig{Name: h.stream, Subjects: []string{h.mapping.Subjects()}, MaxMsgSize: 1024, Duplicates: 2 * time.Minute})
 	testenv.Must(t, err, "limit stream message size")
+
+	st, err := postgres.NewStore(ctx, h.pg.Pool, postgres.StoreConfig{KeepPublished: true})
+	testenv.Must(t, err, "store")
+	h.store = st
 
 	const maxAttempts = 3
 	cfg := h.relayConfig()
@@ -54,14 +59,14 @@ func TestPoisonMessageBecomesDeadLetterWithoutHoldingOtherKeys(t *testing.T) {
 	// Other keys flow while the poison message is still retrying.
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		var n int
-		_ = h.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox WHERE ordering_key LIKE 'other-%' AND published_at IS NOT NULL`).Scan(&n)
+		_ = h.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox_published WHERE ordering_key LIKE 'other-%'`).Scan(&n)
 		return n == len(others)
 	}, "other keys were not published")
 	if st := h.stats(); st.DeadLetters != 0 {
 		t.Fatalf("other keys were only published after the poison message gave up: %+v", st)
 	}
 	var pending int
-	testenv.Must(t, h.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox WHERE ordering_key = 'poisoned' AND published_at IS NULL`).Scan(&pending), "count")
+	testenv.Must(t, h.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox WHERE ordering_key = 'poisoned'`).Scan(&pending), "count")
 	if pending != 3 {
 		t.Fatalf("%d messages of the poisoned key pending while it retries, want 3 (the poison and the two after it)", pending)
 	}
@@ -80,7 +85,7 @@ func TestPoisonMessageBecomesDeadLetterWithoutHoldingOtherKeys(t *testing.T) {
 	}
 	for _, m := range []courier.Message{after1, after2} {
 		var publishedAt time.Time
-		testenv.Must(t, h.pg.Pool.QueryRow(ctx, `SELECT published_at FROM courier_outbox WHERE message_id = $1`, m.ID).Scan(&publishedAt), "published_at")
+		testenv.Must(t, h.pg.Pool.QueryRow(ctx, `SELECT published_at FROM courier_outbox_published WHERE message_id = $1`, m.ID).Scan(&publishedAt), "published_at")
 		if publishedAt.Before(deadAt) {
 			t.Fatalf("message %s after the poison was published at %s, before the poison was dead-lettered at %s", m.Payload, publishedAt, deadAt)
 		}

@@ -122,7 +122,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("relay: Config.Concurrency is %d: use 1 or more", c.Concurrency)
 	case c.LeaseDuration < time.Second:
 		return fmt.Errorf("relay: Config.LeaseDuration is %s: use at least 1s", c.LeaseDuration)
-	case c.PublishTimeout <= 0 || c.PublishTimeout >= c.LeaseDuration:
+	case c.PublishTimeout <= 0 || c.PublishTimeout >= c.LeaseDuration-leaseMargin:
 		return fmt.Errorf("relay: Config.PublishTimeout is %s: use more than 0 and less than LeaseDuration (%s)", c.PublishTimeout, c.LeaseDuration)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("relay: Config.MaxAttempts is %d: use 1 or more", c.MaxAttempts)
@@ -242,6 +242,9 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 const (
+	// leaseMargin is kept between the last write of a batch and its lease's
+	// end, against clock drift between relay and database.
+	leaseMargin = 500 * time.Millisecond
 	// minIdleDelay is the first poll interval after work ran out.
 	minIdleDelay = time.Millisecond
 	// armAfter: once polls have backed off this far without finding work,
@@ -270,7 +273,9 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 		case <-ctx.Done():
 			return
 		}
-		recs, err := r.store.Claim(ctx, r.cfg.Owner, r.cfg.BatchSize, r.cfg.LeaseDuration)
+		claimed := time.Now()
+		batch, err := r.store.Claim(ctx, r.cfg.Owner, r.cfg.BatchSize, r.cfg.LeaseDuration)
+		recs := batch.Records
 		if err != nil {
 			<-slots
 			if ctx.Err() != nil {
@@ -290,7 +295,7 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 			r.batches.Add(1)
 			wg.Go(func() {
 				defer func() { <-slots; r.signalKick() }()
-				r.process(ctx, work, recs)
+				r.process(ctx, work, claimed, batch)
 			})
 		}
 
@@ -391,11 +396,18 @@ func (r *Relay) nextRetry() time.Time {
 
 // process publishes one claimed batch key by key (see the package
 // documentation) and records the outcome. Rounds stop when ctx ends; work
-// bounds the whole of it.
-func (r *Relay) process(ctx, work context.Context, recs []store.Record) {
-	leaseEnd := time.Now().Add(r.cfg.LeaseDuration)
-	pubCtx, cancel := context.WithTimeout(work, r.cfg.PublishTimeout)
+// bounds the whole of it. claimed is when the claim started: the lease ends
+// LeaseDuration after it at the latest.
+func (r *Relay) process(ctx, work context.Context, claimed time.Time, batch store.Batch) {
+	recs := batch.Records
+	leaseEnd := claimed.Add(r.cfg.LeaseDuration - leaseMargin)
+	pubDeadline := time.Now().Add(r.cfg.PublishTimeout)
+	if leaseEnd.Before(pubDeadline) {
+		pubDeadline = leaseEnd
+	}
+	pubCtx, cancel := context.WithDeadline(work, pubDeadline)
 	defer cancel()
+	released := 0
 
 	chains := chainsByKey(recs)
 	var out store.Outcome
@@ -421,9 +433,7 @@ func (r *Relay) process(ctx, work context.Context, recs []store.Record) {
 				if !errors.Is(err, broker.ErrUnavailable) {
 					allDown = false
 				}
-				for _, k := range c[1:] { // later messages of the key wait
-					out.Release = append(out.Release, recs[k].Seq)
-				}
+				released += len(c) - 1 // later messages of the key wait
 				continue
 			}
 			anyOK, allDown = true, false
@@ -435,12 +445,12 @@ func (r *Relay) process(ctx, work context.Context, recs []store.Record) {
 		chains = next
 	}
 	for _, c := range chains { // shutdown or timeout: hand back the rest
-		for _, k := range c {
-			out.Release = append(out.Release, recs[k].Seq)
-		}
+		released += len(c)
 	}
 	r.noteBroker(anyOK, allDown && (len(out.Retry) > 0 || len(out.Dead) > 0))
-	r.complete(work, leaseEnd, out)
+	if r.complete(work, leaseEnd, batch.Lease, out) {
+		r.released.Add(int64(released))
+	}
 }
 
 // chainsByKey groups record indexes by key, keeping Seq order within a key
@@ -508,12 +518,13 @@ func (r *Relay) noteBroker(anyOK, allDown bool) {
 
 // complete records the outcome, retrying until it succeeds or the lease is
 // about to end (the rows are then claimed again and re-published: a
-// duplicate, never a loss).
-func (r *Relay) complete(work context.Context, leaseEnd time.Time, out store.Outcome) {
+// duplicate, never a loss). No attempt outlives the lease, so a relay never
+// writes to rows another relay may have taken over.
+func (r *Relay) complete(work context.Context, leaseEnd time.Time, lease int64, out store.Outcome) bool {
 	delay := 50 * time.Millisecond
 	for {
-		cctx, cancel := context.WithTimeout(work, 10*time.Second)
-		err := r.store.Complete(cctx, r.cfg.Owner, out)
+		cctx, cancel := context.WithDeadline(work, leaseEnd)
+		err := r.store.Complete(cctx, r.cfg.Owner, lease, out)
 		cancel()
 		if err == nil {
 			break
@@ -521,16 +532,16 @@ func (r *Relay) complete(work context.Context, leaseEnd time.Time, out store.Out
 		if work.Err() != nil || time.Now().Add(delay).After(leaseEnd) {
 			r.log.Error("could not record batch outcome; its messages will be published again after the lease",
 				"error", err, "published", len(out.Published))
-			return
+			return false
 		}
 		r.log.Warn("record batch outcome failed; retrying", "error", err, "retry_in", delay)
 		if !r.sleep(work, delay) {
-			return
+			return false
 		}
 		delay = min(delay*2, 2*time.Second)
 	}
 	r.published.Add(int64(len(out.Published)))
 	r.retried.Add(int64(len(out.Retry)))
 	r.dead.Add(int64(len(out.Dead)))
-	r.released.Add(int64(len(out.Release)))
+	return true
 }

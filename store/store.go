@@ -50,37 +50,39 @@ type Failure struct {
 	Counted bool
 }
 
-// Outcome tells the store what became of a claimed batch.
+// Batch is a claimed set of rows and the lease that holds them.
+type Batch struct {
+	// Lease identifies the claim; pass it to Complete.
+	Lease int64
+	// Records are the claimed rows in Seq order.
+	Records []Record
+}
+
+// Outcome tells the store what became of a claimed batch. Rows of the batch
+// it does not mention are released: claimable again at once, attempts
+// unchanged (shutdown, or an earlier message of their key failed).
 type Outcome struct {
 	// Published rows were acknowledged by the broker.
 	Published []int64
-	// Retry rows failed and wait for another attempt.
+	// Retry rows failed and wait for another attempt; their key waits too.
 	Retry []Failure
 	// Dead rows failed for the last time and become dead letters.
 	Dead []Failure
-	// Release rows were not attempted (shutdown, or an earlier message of
-	// their key failed); they become claimable again at once, attempts
-	// unchanged.
-	Release []int64
-}
-
-// Empty reports whether the outcome has nothing to record.
-func (o *Outcome) Empty() bool {
-	return len(o.Published)+len(o.Retry)+len(o.Dead)+len(o.Release) == 0
 }
 
 // RelayStore is what the relay needs from a database. Implementations must
 // make Claim safe for any number of concurrent relays: a row is leased to one
-// owner at a time, and a row is only claimable when no earlier unpublished
-// row of its key is leased to someone else or waiting for a retry.
+// owner at a time, and a row is only claimable when no other row of its key
+// is leased to someone else or waiting for a retry.
 type RelayStore interface {
-	// Claim leases up to limit due, unpublished rows to owner for lease and
-	// returns them in Seq order. Several rows of one key may be returned
-	// together, in order.
-	Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Record, error)
-	// Complete records an outcome for rows leased to owner. Rows whose lease
-	// was taken over by another owner are left alone.
-	Complete(ctx context.Context, owner string, o Outcome) error
+	// Claim leases up to limit claimable rows to owner for lease and returns
+	// them in Seq order. Several rows of one key may be returned together,
+	// in order. An empty batch means there is nothing to do right now.
+	Claim(ctx context.Context, owner string, limit int, lease time.Duration) (Batch, error)
+	// Complete records the outcome of a batch and ends its lease. It does
+	// nothing once the lease has expired: the rows may belong to another
+	// relay by then.
+	Complete(ctx context.Context, owner string, lease int64, o Outcome) error
 	// Stats reports the outbox's state.
 	Stats(ctx context.Context) (Stats, error)
 }
@@ -106,11 +108,12 @@ type Notifier interface {
 
 // Stats is a snapshot of the outbox.
 type Stats struct {
-	// Pending counts unpublished rows (including leased and backing off).
+	// Pending counts unpublished messages (including leased and backing
+	// off).
 	Pending int64 `json:"pending"`
-	// Leased counts pending rows currently leased to a relay.
+	// Leased counts pending messages currently leased to a relay.
 	Leased int64 `json:"leased"`
-	// InBackoff counts pending rows waiting for a retry after a failure.
+	// InBackoff counts pending messages waiting for a retry after a failure.
 	InBackoff int64 `json:"in_backoff"`
 	// DeadLetters counts parked messages.
 	DeadLetters int64 `json:"dead_letters"`

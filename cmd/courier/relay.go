@@ -26,6 +26,7 @@ type relayCmd struct {
 	Lease         time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s"`
 	MaxAttempts   int           `help:"Failed attempts before a message becomes a dead letter." default:"10"`
 	PollInterval  time.Duration `help:"How often to look for work without a wake-up." default:"1s"`
+	KeepPublished bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it yourself)." env:"COURIER_KEEP_PUBLISHED"`
 }
 
 func (c *relayCmd) Run(e *env) error {
@@ -48,7 +49,7 @@ func (c *relayCmd) Run(e *env) error {
 		return err
 	}
 	defer pool.Close()
-	st, err := postgres.NewStore(e.ctx, pool)
+	st, err := postgres.NewStore(e.ctx, pool, postgres.StoreConfig{KeepPublished: c.KeepPublished})
 	if err != nil {
 		return err
 	}

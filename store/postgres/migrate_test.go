@@ -17,7 +17,7 @@ func TestMigrateFreshThenAgain(t *testing.T) {
 	if err := postgres.CheckSchema(ctx, pg.Pool); !errors.Is(err, store.ErrSchemaOutdated) {
 		t.Fatalf("CheckSchema on an empty schema = %v, want ErrSchemaOutdated", err)
 	}
-	if _, err := postgres.NewStore(ctx, pg.Pool); !errors.Is(err, store.ErrSchemaOutdated) {
+	if _, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{}); !errors.Is(err, store.ErrSchemaOutdated) {
 		t.Fatalf("NewStore on an empty schema = %v, want ErrSchemaOutdated", err)
 	}
 	applied, err := postgres.Migrate(ctx, pg.Pool)
@@ -76,7 +76,7 @@ func TestSchemaNewerThanBinary(t *testing.T) {
 	if err := postgres.CheckSchema(ctx, pg.Pool); !errors.Is(err, store.ErrSchemaNewer) {
 		t.Fatalf("CheckSchema = %v, want ErrSchemaNewer", err)
 	}
-	if _, err := postgres.NewStore(ctx, pg.Pool); !errors.Is(err, store.ErrSchemaNewer) {
+	if _, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{}); !errors.Is(err, store.ErrSchemaNewer) {
 		t.Fatalf("NewStore = %v, want ErrSchemaNewer", err)
 	}
 }

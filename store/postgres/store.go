@@ -5,33 +5,38 @@
 //
 // # Claiming
 //
-// A claim is one round trip: a pgx batch (one implicit transaction) that first
-// takes a transaction-scoped advisory lock and then runs one statement that
-// selects due rows in id order, drops every row that has an earlier pending
-// row of its key which is leased or backing off, and leases the rest by moving
-// available_at forward. The advisory lock serialises claims, and the claim
-// statement takes its snapshot after the lock is granted, so it sees every
-// lease committed before it: two relays can never lease overlapping runs of
-// one key. Claims take a few milliseconds, so serialising them costs little;
-// publishing and marking, the slow parts, run in parallel.
+// courier_outbox holds only pending messages: publishing deletes a row (or
+// moves it to courier_outbox_published). A claim runs in one transaction that
+// first takes a transaction-scoped advisory lock, so claims are serialised,
+// and then, in two round trips:
 //
-// FOR UPDATE SKIP LOCKED, the usual queue idiom, is not enough here: a
-// claimer that skips rows another claimer has locked but not yet committed
-// cannot tell that they belong to a key it is about to claim later rows of,
-// and two relays would publish one key's messages side by side. Serialised
-// claims leave no such window, and since a relay only writes to rows while
-// its lease lasts, a claim never waits on a row lock either.
+//  1. reads the ids and keys of the oldest rows that are neither leased nor
+//     waiting for a retry (a primary-key range scan; leased ids are filtered
+//     through a hashed subplan), the keys of all active leases, and the keys
+//     of rows waiting for a retry (a small partial index);
+//  2. keeps, in id order, the rows whose key is in none of those sets (so a
+//     key's claimed rows are always the oldest of its pending rows, and no
+//     key is in two leases), records one lease row holding their ids and
+//     keys, reads their contents and commits.
 //
-// Leases are rows, not open transactions: a relay holds no connection while it
-// publishes, and the rows of a relay that died become claimable when
-// available_at passes.
+// A claim thus writes one row, whatever the batch size, and publishing costs
+// one delete per message: no per-message lease updates, no index on
+// anything that changes. Leases live in rows, not in open transactions, so a
+// relay holds no connection while it publishes, and the rows of a relay that
+// died become claimable when its lease's until passes.
+//
+// FOR UPDATE SKIP LOCKED, the usual queue idiom, is not enough for per-key
+// order: a claimer that skips rows another claimer has locked but not yet
+// committed cannot tell that they belong to a key it is about to claim later
+// rows of, and two relays would publish one key's messages side by side.
+// Serialised claims that see every committed lease leave no such window. A
+// claim takes a few milliseconds, so serialising them costs little; publishing
+// and completing, the slow parts, run in parallel.
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,10 +45,20 @@ import (
 	"github.com/courier-go/courier/store"
 )
 
+// StoreConfig tunes a Store. The zero value is ready to use.
+type StoreConfig struct {
+	// KeepPublished copies each published message into
+	// courier_outbox_published (with published_at) instead of only deleting
+	// it. It costs about as much as the delete itself; trim the table with a
+	// retention job.
+	KeepPublished bool
+}
+
 // Store is the relay's view of a PostgreSQL outbox. It is safe for concurrent
 // use by any number of relays in any number of processes.
 type Store struct {
 	pool      *pgxpool.Pool
+	cfg       StoreConfig
 	claimLock int64
 }
 
@@ -57,9 +72,9 @@ const (
 )
 
 // NewStore checks that the database's schema is the one this binary knows
-// and returns a Store on pool. The outbox table is resolved through the
-// pool's search_path.
-func NewStore(ctx context.Context, pool *pgxpool.Pool) (*Store, error) {
+// and returns a Store on pool. The tables are resolved through the pool's
+// search_path.
+func NewStore(ctx context.Context, pool *pgxpool.Pool, cfg StoreConfig) (*Store, error) {
 	if err := CheckSchema(ctx, pool); err != nil {
 		return nil, err
 	}
@@ -67,11 +82,8 @@ func NewStore(ctx context.Context, pool *pgxpool.Pool) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, claimLock: claimLockClass<<32 | oid}, nil
+	return &Store{pool: pool, cfg: cfg, claimLock: claimLockClass<<32 | oid}, nil
 }
-
-// Pool returns the pool the store uses.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 func outboxOID(ctx context.Context, q Querier) (int64, error) {
 	var oid int64
@@ -81,86 +93,171 @@ func outboxOID(ctx context.Context, q Querier) (int64, error) {
 	return oid, nil
 }
 
-// claimSQL: see the package documentation.
-//
-// The window w is the oldest due rows in id order, at most $4 of them; rows
-// that are leased or backing off are skipped by the index scan's filter and do
-// not count. A candidate is claimable unless its key has an earlier pending
-// row that is not due (leased elsewhere or backing off); every earlier due row
-// of its key is in the window, before it, so the claimed rows of each key
-// are a prefix of its pending rows. The probe runs on
-// courier_outbox_pending_key and visits only the key's rows with available_at
-// > now(). OFFSET 0 keeps it a per-candidate probe: flattened into an
-// anti-join, the planner (which expects almost no blocked rows) may compare
-// every candidate with every blocked row. The window bounds the work of a
-// claim that finds every key busy. Leasing goes through ANY(ARRAY(…)) so the
-// update is a primary-key lookup per row.
-const claimSQL = `
-WITH candidates AS (
-    SELECT w.id FROM (
-        SELECT id, ordering_key FROM courier_outbox
-        WHERE published_at IS NULL AND available_at <= now()
-        ORDER BY id
-        LIMIT $4) w
-    WHERE NOT EXISTS (
-        SELECT 1 FROM courier_outbox b
-        WHERE b.ordering_key = w.ordering_key
-          AND b.published_at IS NULL
-          AND b.available_at > now()
-          AND b.id < w.id
-        OFFSET 0)
-    ORDER BY w.id
-    LIMIT $1
-)
-UPDATE courier_outbox o
-SET lease_owner = $2, available_at = now() + $3::interval
-WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
-  AND o.published_at IS NULL AND o.available_at <= now()
-RETURNING o.id, o.attempts, o.message_id, o.topic, o.ordering_key, o.type, o.version,
-          o.content_type, o.payload, o.headers, o.occurred_at`
+// windowSQL reads the oldest rows that are not leased and not waiting for a
+// retry, at most $1.
+const windowSQL = `SELECT id, ordering_key FROM courier_outbox
+WHERE (retry_at IS NULL OR retry_at <= now())
+  AND id NOT IN (SELECT unnest(ids) FROM courier_outbox_leases WHERE until > now())
+ORDER BY id
+LIMIT $1`
 
-// claimWindow is how many due rows a claim of limit rows looks at.
+// blockedSQL lists the keys held by active leases or by a row waiting for a
+// retry; expired leases are dropped on the way.
+const blockedSQL = `WITH expired AS (DELETE FROM courier_outbox_leases WHERE until <= now())
+SELECT DISTINCT k FROM courier_outbox_leases, unnest(keys) AS k WHERE until > now()
+UNION
+SELECT ordering_key FROM courier_outbox WHERE retry_at > now()`
+
+const leaseSQL = `INSERT INTO courier_outbox_leases (owner, until, ids, keys)
+VALUES ($1, now() + $2::interval, $3, $4) RETURNING id`
+
+const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version,
+       content_type, payload, headers, occurred_at
+FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
+
+// claimWindow is how many candidate rows a claim of limit rows looks at.
 func claimWindow(limit int) int { return max(4*limit, 1000) }
 
 // Claim implements store.RelayStore.
-func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]store.Record, error) {
+func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
+	}
+	defer conn.Release()
+	batch, err := s.claim(ctx, conn.Conn(), owner, limit, lease)
+	if err != nil {
+		// Leave no transaction open on a connection going back to the pool.
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+				conn.Conn().Close(rctx) //nolint:errcheck // the pool drops a closed connection
+			}
+			cancel()
+		}
+		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
+	}
+	return batch, nil
+}
+
+// claim runs the claim transaction in two round trips: BEGIN, lock and reads;
+// then lease, rows and COMMIT.
+func (s *Store) claim(ctx context.Context, conn *pgx.Conn, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	var batch store.Batch
 	var b pgx.Batch
+	b.Queue("BEGIN")
 	b.Queue("SELECT pg_advisory_xact_lock($1)", s.claimLock)
-	b.Queue(claimSQL, limit, owner, lease, claimWindow(limit))
-	br := s.pool.SendBatch(ctx, &b)
+	b.Queue(windowSQL, claimWindow(limit))
+	b.Queue(blockedSQL)
+	br := conn.SendBatch(ctx, &b)
+	type cand struct {
+		id  int64
+		key string
+	}
+	var cands []cand
+	blocked := make(map[string]struct{})
+	err := func() error {
+		defer br.Close()
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("lock: %w", err)
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("scan pending: %w", err)
+		}
+		var c cand
+		if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key}, func() error {
+			cands = append(cands, c)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("scan pending: %w", err)
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return fmt.Errorf("read blocked keys: %w", err)
+		}
+		var k string
+		if _, err := pgx.ForEachRow(rows, []any{&k}, func() error {
+			blocked[k] = struct{}{}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("read blocked keys: %w", err)
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		return batch, err
+	}
+
+	// In id order, the rows of keys nobody holds: each key's claimed rows are
+	// its oldest pending rows.
+	ids := make([]int64, 0, limit)
+	keys := make([]string, 0, limit)
+	taken := make(map[string]struct{}, limit)
+	for _, c := range cands {
+		if len(ids) == limit {
+			break
+		}
+		if _, ok := blocked[c.key]; ok {
+			continue
+		}
+		ids = append(ids, c.id)
+		if _, ok := taken[c.key]; !ok {
+			taken[c.key] = struct{}{}
+			keys = append(keys, c.key)
+		}
+	}
+	if len(ids) == 0 {
+		_, err := conn.Exec(ctx, "COMMIT") // keeps the deletion of expired leases
+		return batch, err
+	}
+
+	b = pgx.Batch{}
+	b.Queue(leaseSQL, owner, lease, ids, keys)
+	b.Queue(rowsSQL, ids)
+	b.Queue("COMMIT")
+	br = conn.SendBatch(ctx, &b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("postgres: claim: lock: %w", err)
+	if err := br.QueryRow().Scan(&batch.Lease); err != nil {
+		return batch, fmt.Errorf("record lease: %w", err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
+		return batch, fmt.Errorf("read rows: %w", err)
 	}
-	recs := make([]store.Record, 0, limit)
-	for rows.Next() {
-		var r store.Record
-		m := &r.Message
-		if err := rows.Scan(&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
-			&m.ContentType, &m.Payload, &m.Headers, &m.OccurredAt); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("postgres: claim: scan: %w", err)
-		}
+	batch.Records = make([]store.Record, 0, len(ids))
+	var r store.Record
+	m := &r.Message
+	if _, err := pgx.ForEachRow(rows, []any{&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
+		&m.ContentType, &m.Payload, &m.Headers, &m.OccurredAt}, func() error {
 		m.OccurredAt = m.OccurredAt.UTC()
-		recs = append(recs, r)
+		batch.Records = append(batch.Records, r)
+		r = store.Record{}
+		return nil
+	}); err != nil {
+		return batch, fmt.Errorf("read rows: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
+	if _, err := br.Exec(); err != nil {
+		return batch, fmt.Errorf("commit: %w", err)
 	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("postgres: claim: commit: %w", err)
-	}
-	// RETURNING has no defined order.
-	slices.SortFunc(recs, func(a, b store.Record) int { return cmp.Compare(a.Seq, b.Seq) })
-	return recs, nil
+	return batch, br.Close()
 }
 
-const markSQL = `UPDATE courier_outbox SET published_at = now()
-WHERE id = ANY($1) AND lease_owner = $2 AND published_at IS NULL`
+// leaseLive guards every write of Complete: a relay whose lease has ended
+// changes nothing, since the rows may belong to another relay by then.
+const leaseLive = `EXISTS (SELECT 1 FROM courier_outbox_leases WHERE id = $2 AND owner = $3 AND until > now())`
+
+const deleteSQL = `DELETE FROM courier_outbox WHERE id = ANY($1) AND ` + leaseLive
+
+const archiveSQL = `WITH published AS (
+    DELETE FROM courier_outbox WHERE id = ANY($1) AND ` + leaseLive + `
+    RETURNING id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
+              occurred_at, created_at, attempts)
+INSERT INTO courier_outbox_published
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)
+SELECT * FROM published`
 
 // historyEntry appends one failure to history, keeping the latest 20.
 const historyEntry = `CASE WHEN jsonb_array_length(coalesce(o.history, '[]')) >= 20 THEN o.history - 0
@@ -170,17 +267,16 @@ const historyEntry = `CASE WHEN jsonb_array_length(coalesce(o.history, '[]')) >=
 const retrySQL = `UPDATE courier_outbox o
 SET attempts = o.attempts + f.counted::int,
     last_error = f.err,
-    available_at = now() + f.delay_us * interval '1 microsecond',
-    lease_owner = NULL,
+    retry_at = now() + f.delay_us * interval '1 microsecond',
     history = ` + historyEntry + `
-FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bool[]) AS f(id, err, delay_us, counted)
-WHERE o.id = f.id AND o.lease_owner = $5 AND o.published_at IS NULL`
+FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::bool[]) AS f(id, err, delay_us, counted)
+WHERE o.id = f.id AND ` + leaseLive
 
 const deadSQL = `WITH f AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, err, counted)
+    SELECT * FROM unnest($1::bigint[], $4::text[], $5::bool[]) AS f(id, err, counted)
 ), dead AS (
     DELETE FROM courier_outbox o USING f
-    WHERE o.id = f.id AND o.lease_owner = $4 AND o.published_at IS NULL
+    WHERE o.id = f.id AND ` + leaseLive + `
     RETURNING o.*, f.err, f.counted
 )
 INSERT INTO courier_outbox_dead_letters
@@ -190,41 +286,30 @@ SELECT o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content
        o.occurred_at, o.created_at, o.attempts + f.counted::int, f.err, ` + historyEntry + `
 FROM dead o CROSS JOIN LATERAL (SELECT o.err, o.counted) AS f(err, counted)`
 
-// parkSQL moves the later pending rows of each failed row's key to its retry
-// time. They could not be claimed before it anyway; parked, they drop out of
-// the claim's range scan instead of being probed and rejected on every claim
-// while a poison message backs off.
-const parkSQL = `UPDATE courier_outbox o SET available_at = f.retry_at
-FROM (SELECT ordering_key, min(id) AS id, max(available_at) AS retry_at
-      FROM courier_outbox WHERE id = ANY($1) GROUP BY ordering_key) f
-WHERE o.ordering_key = f.ordering_key AND o.id > f.id
-  AND o.published_at IS NULL AND o.available_at < f.retry_at`
+const endLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = $1 AND owner = $2`
 
-const releaseSQL = `UPDATE courier_outbox SET lease_owner = NULL, available_at = now()
-WHERE id = ANY($1) AND lease_owner = $2 AND published_at IS NULL`
-
-// Complete implements store.RelayStore. All parts of the outcome are written
-// in one round trip and one transaction.
-func (s *Store) Complete(ctx context.Context, owner string, o store.Outcome) error {
-	if o.Empty() {
-		return nil
-	}
+// Complete implements store.RelayStore. The whole outcome is written in one
+// round trip and one transaction; ending the lease releases the rows it does
+// not mention.
+func (s *Store) Complete(ctx context.Context, owner string, lease int64, o store.Outcome) error {
 	var b pgx.Batch
 	if len(o.Published) > 0 {
-		b.Queue(markSQL, o.Published, owner)
-	}
-	if len(o.Release) > 0 {
-		b.Queue(releaseSQL, o.Release, owner)
+		q := deleteSQL
+		if s.cfg.KeepPublished {
+			q = archiveSQL
+		}
+		b.Queue(q, o.Published, lease, owner)
 	}
 	if len(o.Retry) > 0 {
 		ids, errs, delays, counted := failureColumns(o.Retry)
-		b.Queue(retrySQL, ids, errs, delays, counted, owner)
-		b.Queue(parkSQL, ids)
+		b.Queue(retrySQL, ids, lease, owner, errs, delays, counted)
 	}
 	if len(o.Dead) > 0 {
 		ids, errs, _, counted := failureColumns(o.Dead)
-		b.Queue(deadSQL, ids, errs, counted, owner)
+		b.Queue(deadSQL, ids, lease, owner, errs, counted)
 	}
+	b.Queue(endLeaseSQL, lease, owner)
+	// A batch runs as one implicit transaction: all of it or none.
 	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("postgres: complete batch: %w", err)
 	}
@@ -242,13 +327,13 @@ func failureColumns(fs []store.Failure) (ids []int64, errs []string, delays []in
 	return ids, errs, delays, counted
 }
 
-const statsSQL = `SELECT count(*),
-       count(*) FILTER (WHERE lease_owner IS NOT NULL AND available_at > now()),
-       count(*) FILTER (WHERE lease_owner IS NULL AND available_at > now()),
-       min(created_at),
-       now(),
-       (SELECT count(*) FROM courier_outbox_dead_letters)
-FROM courier_outbox WHERE published_at IS NULL`
+const statsSQL = `SELECT
+    (SELECT count(*) FROM courier_outbox),
+    (SELECT coalesce(sum(cardinality(ids)), 0) FROM courier_outbox_leases WHERE until > now()),
+    (SELECT count(*) FROM courier_outbox WHERE retry_at > now()),
+    (SELECT created_at FROM courier_outbox ORDER BY id LIMIT 1),
+    now(),
+    (SELECT count(*) FROM courier_outbox_dead_letters)`
 
 // Stats implements store.RelayStore.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {

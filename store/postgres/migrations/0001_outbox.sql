@@ -1,4 +1,7 @@
--- The outbox: one row per message, written in the producer's transaction.
+-- The outbox: one row per message not yet published, written in the
+-- producer's transaction. Publishing removes the row (keeping a copy in
+-- courier_outbox_published when the relay is asked to), so the table holds
+-- only pending work and its primary key is the relay's scan order.
 CREATE TABLE courier_outbox (
     -- Allocation order; messages of one key are published in this order.
     id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -12,28 +15,50 @@ CREATE TABLE courier_outbox (
     headers       jsonb,
     occurred_at   timestamptz NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
-    -- The row may be claimed once available_at has passed. While a relay
-    -- holds the row it is the lease's end; after a failure, the next attempt.
-    available_at  timestamptz NOT NULL DEFAULT now(),
-    lease_owner   text,
     attempts      integer     NOT NULL DEFAULT 0,
+    -- Set after a failed attempt: neither this row nor any later row of its
+    -- key is published before then.
+    retry_at      timestamptz,
     last_error    text,
     -- The latest failures, oldest first: [{"at":…, "error":…, "counted":…}].
-    history       jsonb,
-    published_at  timestamptz
+    history       jsonb
 );
 
-CREATE UNIQUE INDEX courier_outbox_message_id ON courier_outbox (message_id);
+-- Rows waiting for a retry, and so the keys they hold back. Partial: rows
+-- that never failed (nearly all) are not in it, and writers never touch it.
+CREATE INDEX courier_outbox_retry ON courier_outbox (retry_at) WHERE retry_at IS NOT NULL;
 
--- The relay scans pending rows in id order. Partial, so millions of
--- published rows kept for retention cost the scan nothing.
-CREATE INDEX courier_outbox_pending ON courier_outbox (id) WHERE published_at IS NULL;
+-- A relay's claim: which rows (and so which keys) it holds until when. One
+-- row per claimed batch instead of a write to every claimed message.
+CREATE TABLE courier_outbox_leases (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    owner       text        NOT NULL,
+    until       timestamptz NOT NULL,
+    ids         bigint[]    NOT NULL,
+    keys        text[]      NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
 
--- "Is an earlier row of this key leased or backing off?" is a range scan over
--- (ordering_key, available_at > now()): it visits only the key's blocked rows,
--- never its long tail of claimable ones, so a burst on one key is claimed in
--- whole batches.
-CREATE INDEX courier_outbox_pending_key ON courier_outbox (ordering_key, available_at) WHERE published_at IS NULL;
+-- Published messages, kept only when the relay runs with KeepPublished
+-- (`courier relay --keep-published`), for audits; trim it by published_at.
+CREATE TABLE courier_outbox_published (
+    id            bigint      NOT NULL,
+    message_id    uuid        NOT NULL,
+    topic         text        NOT NULL,
+    ordering_key  text        NOT NULL,
+    type          text        NOT NULL,
+    version       integer     NOT NULL,
+    content_type  text        NOT NULL,
+    payload       bytea       NOT NULL,
+    headers       jsonb,
+    occurred_at   timestamptz NOT NULL,
+    created_at    timestamptz NOT NULL,
+    attempts      integer     NOT NULL,
+    published_at  timestamptz NOT NULL DEFAULT now()
+);
+-- BRIN: rows arrive in published_at order; the index costs almost nothing to
+-- maintain and serves retention deletes.
+CREATE INDEX courier_outbox_published_at ON courier_outbox_published USING brin (published_at);
 
 -- Messages that failed MaxAttempts times, with their history. Replaying one
 -- moves it back into courier_outbox.
