@@ -73,6 +73,39 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 	return nil
 }
 
+// QueueMessages validates msgs against limits (zero fields: Courier's
+// defaults) and queues their insertion into b, a batch the caller sends in its
+// own transaction together with its business statements, so the change and
+// its messages travel to the database in one round trip:
+//
+//	var b pgx.Batch
+//	b.Queue("INSERT INTO orders (id, total) VALUES ($1, $2)", id, total)
+//	if err := postgres.QueueMessages(&b, courier.Limits{}, msg); err != nil { … }
+//	if err := tx.SendBatch(ctx, &b).Close(); err != nil { … }
+//	err = tx.Commit(ctx)
+//
+// The outbox.Writer costs one more round trip per transaction; this is for
+// the write paths where that matters. Nothing is queued when a message is
+// invalid.
+func QueueMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message) error {
+	args := make([][]any, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		if err := m.Validate(limits); err != nil {
+			return fmt.Errorf("postgres: message %d of %d: %w", i+1, len(msgs), err)
+		}
+		h, err := headersJSON(m.Headers)
+		if err != nil {
+			return err
+		}
+		args[i] = []any{m.ID, m.Topic, m.Key, m.Type, m.Version, m.ContentType, m.Payload, h, m.OccurredAt}
+	}
+	for _, a := range args {
+		b.Queue(insertOne, a...)
+	}
+	return nil
+}
+
 // DatabaseSQL returns the outbox inserter for database/sql transactions on
 // PostgreSQL (*sql.Tx from pgx's stdlib driver, lib/pq, or the transaction
 // GORM, sqlx, bun or ent hand you), to pass to outbox.New.

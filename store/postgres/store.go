@@ -6,18 +6,18 @@
 // # Claiming
 //
 // courier_outbox holds only pending messages: publishing deletes a row (or
-// moves it to courier_outbox_published). A claim runs in one transaction that
-// first takes a transaction-scoped advisory lock, so claims are serialised,
-// and then, in two round trips:
+// moves it to courier_outbox_published). A claim is one call of the SQL
+// function courier_claim, one round trip, which
 //
-//  1. reads the ids and keys of the oldest rows that are neither leased nor
-//     waiting for a retry (a primary-key range scan; leased ids are filtered
-//     through a hashed subplan), the keys of all active leases, and the keys
-//     of rows waiting for a retry (a small partial index);
-//  2. keeps, in id order, the rows whose key is in none of those sets (so a
-//     key's claimed rows are always the oldest of its pending rows, and no
-//     key is in two leases), records one lease row holding their ids and
-//     keys, reads their contents and commits.
+//  1. takes a transaction-scoped advisory lock, so claims are serialised, and
+//     drops expired leases;
+//  2. looks at the oldest rows that are neither leased nor waiting for a
+//     retry (a primary-key range scan; leased ids are filtered through a
+//     hashed subplan);
+//  3. keeps, in id order, the rows whose key is held neither by a live lease
+//     nor by a row waiting for a retry (so a key's claimed rows are always the
+//     oldest of its pending rows, and no key is in two leases);
+//  4. records one lease row holding their ids and keys and returns the rows.
 //
 // A claim thus writes one row, whatever the batch size, and publishing costs
 // one delete per message: no per-message lease updates, no index on
@@ -57,19 +57,17 @@ type StoreConfig struct {
 // Store is the relay's view of a PostgreSQL outbox. It is safe for concurrent
 // use by any number of relays in any number of processes.
 type Store struct {
-	pool      *pgxpool.Pool
-	cfg       StoreConfig
-	claimLock int64
+	pool *pgxpool.Pool
+	cfg  StoreConfig
 }
 
 var _ store.RelayStore = (*Store)(nil)
 
-// Advisory lock namespaces (high 32 bits); the low 32 bits are the outbox
-// table's oid, so schemas in one database do not share locks.
-const (
-	claimLockClass = int64(0x636c6169) // "clai"
-	wakeLockClass  = int64(0x636f7572) // "cour", as in the trigger function
-)
+// wakeLockClass is the high half of the wake-up advisory lock ("cour", as in
+// the trigger function); the low half is the outbox table's oid, so schemas in
+// one database do not share locks. Claims lock "clai" the same way (see
+// courier_claim).
+const wakeLockClass = int64(0x636f7572)
 
 // NewStore checks that the database's schema is the one this binary knows
 // and returns a Store on pool. The tables are resolved through the pool's
@@ -78,11 +76,7 @@ func NewStore(ctx context.Context, pool *pgxpool.Pool, cfg StoreConfig) (*Store,
 	if err := CheckSchema(ctx, pool); err != nil {
 		return nil, err
 	}
-	oid, err := outboxOID(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
-	return &Store{pool: pool, cfg: cfg, claimLock: claimLockClass<<32 | oid}, nil
+	return &Store{pool: pool, cfg: cfg}, nil
 }
 
 func outboxOID(ctx context.Context, q Querier) (int64, error) {
@@ -93,156 +87,30 @@ func outboxOID(ctx context.Context, q Querier) (int64, error) {
 	return oid, nil
 }
 
-// windowSQL reads the oldest rows that are not leased and not waiting for a
-// retry, at most $1.
-const windowSQL = `SELECT id, ordering_key FROM courier_outbox
-WHERE (retry_at IS NULL OR retry_at <= now())
-  AND id NOT IN (SELECT unnest(ids) FROM courier_outbox_leases WHERE until > now())
-ORDER BY id
-LIMIT $1`
-
-// blockedSQL lists the keys held by active leases or by a row waiting for a
-// retry; expired leases are dropped on the way.
-const blockedSQL = `WITH expired AS (DELETE FROM courier_outbox_leases WHERE until <= now())
-SELECT DISTINCT k FROM courier_outbox_leases, unnest(keys) AS k WHERE until > now()
-UNION
-SELECT ordering_key FROM courier_outbox WHERE retry_at > now()`
-
-const leaseSQL = `INSERT INTO courier_outbox_leases (owner, until, ids, keys)
-VALUES ($1, now() + $2::interval, $3, $4) RETURNING id`
-
-const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version,
-       content_type, payload, headers, occurred_at
-FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
-
 // claimWindow is how many candidate rows a claim of limit rows looks at.
 func claimWindow(limit int) int { return max(4*limit, 1000) }
 
-// Claim implements store.RelayStore.
+// Claim implements store.RelayStore with one call of courier_claim (see the
+// first migration).
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
-	conn, err := s.pool.Acquire(ctx)
+	rows, err := s.pool.Query(ctx, "SELECT * FROM courier_claim($1, $2, $3, $4)", owner, limit, lease, claimWindow(limit))
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
 	}
-	defer conn.Release()
-	batch, err := s.claim(ctx, conn.Conn(), owner, limit, lease)
-	if err != nil {
-		// Leave no transaction open on a connection going back to the pool.
-		if conn.Conn().PgConn().TxStatus() != 'I' {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
-				conn.Conn().Close(rctx) //nolint:errcheck // the pool drops a closed connection
-			}
-			cancel()
-		}
-		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
-	}
-	return batch, nil
-}
-
-// claim runs the claim transaction in two round trips: BEGIN, lock and reads;
-// then lease, rows and COMMIT.
-func (s *Store) claim(ctx context.Context, conn *pgx.Conn, owner string, limit int, lease time.Duration) (store.Batch, error) {
-	var batch store.Batch
-	var b pgx.Batch
-	b.Queue("BEGIN")
-	b.Queue("SELECT pg_advisory_xact_lock($1)", s.claimLock)
-	b.Queue(windowSQL, claimWindow(limit))
-	b.Queue(blockedSQL)
-	br := conn.SendBatch(ctx, &b)
-	type cand struct {
-		id  int64
-		key string
-	}
-	var cands []cand
-	blocked := make(map[string]struct{})
-	err := func() error {
-		defer br.Close()
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("lock: %w", err)
-			}
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return fmt.Errorf("scan pending: %w", err)
-		}
-		var c cand
-		if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key}, func() error {
-			cands = append(cands, c)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("scan pending: %w", err)
-		}
-		rows, err = br.Query()
-		if err != nil {
-			return fmt.Errorf("read blocked keys: %w", err)
-		}
-		var k string
-		if _, err := pgx.ForEachRow(rows, []any{&k}, func() error {
-			blocked[k] = struct{}{}
-			return nil
-		}); err != nil {
-			return fmt.Errorf("read blocked keys: %w", err)
-		}
-		return br.Close()
-	}()
-	if err != nil {
-		return batch, err
-	}
-
-	// In id order, the rows of keys nobody holds: each key's claimed rows are
-	// its oldest pending rows.
-	ids := make([]int64, 0, limit)
-	keys := make([]string, 0, limit)
-	taken := make(map[string]struct{}, limit)
-	for _, c := range cands {
-		if len(ids) == limit {
-			break
-		}
-		if _, ok := blocked[c.key]; ok {
-			continue
-		}
-		ids = append(ids, c.id)
-		if _, ok := taken[c.key]; !ok {
-			taken[c.key] = struct{}{}
-			keys = append(keys, c.key)
-		}
-	}
-	if len(ids) == 0 {
-		_, err := conn.Exec(ctx, "COMMIT") // keeps the deletion of expired leases
-		return batch, err
-	}
-
-	b = pgx.Batch{}
-	b.Queue(leaseSQL, owner, lease, ids, keys)
-	b.Queue(rowsSQL, ids)
-	b.Queue("COMMIT")
-	br = conn.SendBatch(ctx, &b)
-	defer br.Close()
-	if err := br.QueryRow().Scan(&batch.Lease); err != nil {
-		return batch, fmt.Errorf("record lease: %w", err)
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return batch, fmt.Errorf("read rows: %w", err)
-	}
-	batch.Records = make([]store.Record, 0, len(ids))
+	batch := store.Batch{Records: make([]store.Record, 0, limit)}
 	var r store.Record
 	m := &r.Message
-	if _, err := pgx.ForEachRow(rows, []any{&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
+	_, err = pgx.ForEachRow(rows, []any{&batch.Lease, &r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
 		&m.ContentType, &m.Payload, &m.Headers, &m.OccurredAt}, func() error {
 		m.OccurredAt = m.OccurredAt.UTC()
 		batch.Records = append(batch.Records, r)
-		r = store.Record{}
+		r = store.Record{} // fresh payload and headers for the next row
 		return nil
-	}); err != nil {
-		return batch, fmt.Errorf("read rows: %w", err)
+	})
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
 	}
-	if _, err := br.Exec(); err != nil {
-		return batch, fmt.Errorf("commit: %w", err)
-	}
-	return batch, br.Close()
+	return batch, nil
 }
 
 // leaseLive guards every write of Complete: a relay whose lease has ended

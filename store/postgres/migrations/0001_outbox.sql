@@ -80,6 +80,56 @@ CREATE TABLE courier_outbox_dead_letters (
     dead_at       timestamptz NOT NULL DEFAULT now()
 );
 
+-- courier_claim leases up to p_limit claimable rows to p_owner for p_lease and
+-- returns them with the lease's id, in one round trip. See the package
+-- documentation of store/postgres for why claims are serialised. Claimable:
+-- among the oldest rows that are neither leased nor waiting for a retry (at
+-- most p_window of them), in id order, those whose key is held neither by a
+-- live lease nor by a row waiting for a retry. Both exclusions are hashed
+-- subplans; work_mem is raised for the call so they stay hashed however many
+-- keys are held.
+CREATE FUNCTION courier_claim(p_owner text, p_limit integer, p_lease interval, p_window integer)
+RETURNS TABLE (lease bigint, id bigint, attempts integer, message_id uuid, topic text, ordering_key text,
+               type text, version integer, content_type text, payload bytea, headers jsonb, occurred_at timestamptz)
+LANGUAGE plpgsql SET work_mem = '64MB' AS $$
+DECLARE
+    v_ids   bigint[];
+    v_keys  text[];
+    v_lease bigint;
+BEGIN
+    -- "clai" << 32 | the table's oid: one claim at a time per outbox.
+    PERFORM pg_advisory_xact_lock((1668047209::bigint << 32) | 'courier_outbox'::regclass::oid::bigint);
+    DELETE FROM courier_outbox_leases l WHERE l.until <= now();
+    WITH held AS MATERIALIZED (
+        SELECT unnest(l.keys) AS k FROM courier_outbox_leases l
+        UNION ALL
+        SELECT o.ordering_key FROM courier_outbox o WHERE o.retry_at > now()
+    ), candidates AS (
+        SELECT o.id, o.ordering_key FROM courier_outbox o
+        WHERE (o.retry_at IS NULL OR o.retry_at <= now())
+          AND o.id NOT IN (SELECT unnest(l.ids) FROM courier_outbox_leases l)
+        ORDER BY o.id
+        LIMIT p_window
+    ), picked AS (
+        SELECT c.id, c.ordering_key FROM candidates c
+        WHERE c.ordering_key NOT IN (SELECT h.k FROM held h)
+        ORDER BY c.id
+        LIMIT p_limit
+    )
+    SELECT array_agg(p.id ORDER BY p.id), array_agg(DISTINCT p.ordering_key) INTO v_ids, v_keys FROM picked p;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO courier_outbox_leases AS l (owner, until, ids, keys)
+    VALUES (p_owner, now() + p_lease, v_ids, v_keys)
+    RETURNING l.id INTO v_lease;
+    RETURN QUERY
+        SELECT v_lease, o.id, o.attempts, o.message_id, o.topic, o.ordering_key, o.type, o.version,
+               o.content_type, o.payload, o.headers, o.occurred_at
+        FROM courier_outbox o WHERE o.id = ANY(v_ids) ORDER BY o.id;
+END
+$$;
+
 -- Wake-ups without serialising writers. NOTIFY in every transaction would
 -- make all committing writers queue on one global lock. Instead a relay that
 -- has run out of work holds an advisory lock exclusively; a writer's insert
