@@ -20,12 +20,19 @@ package courier
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 )
 
 // ErrInvalidMessage is returned (wrapped in a [*ValidationError]) when a
 // message cannot be written because one of its fields is empty, too large or
 // malformed. Callers can test for it with errors.Is.
 var ErrInvalidMessage = errors.New("courier: invalid message")
+
+// ErrMalformed marks a received message that can never be processed as it
+// is: missing or invalid headers, an unknown type, a payload that does not
+// decode. Consumers park such messages at once instead of retrying them.
+var ErrMalformed = errors.New("courier: malformed message")
 
 // ValidationError describes one bad field of a message and how to fix it.
 type ValidationError struct {
@@ -48,3 +55,28 @@ func (e *ValidationError) Error() string {
 
 // Is reports whether target is [ErrInvalidMessage].
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalidMessage }
+
+// Backoff is a capped exponential backoff with jitter: retry n waits
+// Initial·2ⁿ⁻¹, at most Max, less a random fraction up to Jitter. The relay
+// uses it between publish attempts, consumers between deliveries.
+type Backoff struct {
+	// Initial is the first delay.
+	Initial time.Duration
+	// Max caps the delay.
+	Max time.Duration
+	// Jitter is the largest fraction taken off at random, 0 to 1.
+	Jitter float64
+}
+
+// Delay returns the wait before retry n (n ≥ 1).
+func (b Backoff) Delay(n int) time.Duration {
+	d := b.Initial
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	if b.Jitter > 0 {
+		d -= time.Duration(rand.Float64() * b.Jitter * float64(d))
+	}
+	return d
+}

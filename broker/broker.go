@@ -1,11 +1,13 @@
-// Package broker defines how Courier talks to a message broker. Each broker
-// has a sub-package (broker/nats for NATS JetStream, …) that implements these
-// interfaces; the relay depends only on this package.
+// Package broker defines how Courier talks to a message broker: a Publisher
+// for the relay, a Subscriber for consumers. Each broker has a sub-package
+// (broker/nats for NATS JetStream, …) that implements these interfaces; the
+// relay and the inbox depend only on this package.
 package broker
 
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/courier-go/courier"
 )
@@ -42,4 +44,48 @@ type unavailableError struct{ err error }
 func (e *unavailableError) Error() string { return "broker unavailable: " + e.err.Error() }
 func (e *unavailableError) Unwrap() []error {
 	return []error{ErrUnavailable, e.err}
+}
+
+// Subscriber hands a consumer the messages of its subscription, one
+// delivery at a time, until they are acknowledged. Brokers redeliver a
+// message that is neither acknowledged nor dropped.
+type Subscriber interface {
+	// Next waits for the next delivery, or for ctx to end.
+	Next(ctx context.Context) (Delivery, error)
+	// Decode turns a delivery's raw form back into a message; an error
+	// wrapping courier.ErrMalformed means it never will be (bad or missing
+	// headers). Consumers use it again when they replay a parked delivery.
+	Decode(raw Raw) (courier.Message, error)
+	// Close stops the subscription. Deliveries not yet acknowledged are
+	// redelivered later, to this consumer or another.
+	Close() error
+}
+
+// Delivery is one delivery of one message.
+type Delivery interface {
+	// Raw is the delivery as received.
+	Raw() Raw
+	// Attempt counts deliveries of this message to this consumer: 1 the
+	// first time.
+	Attempt() int
+	// Ack confirms the message; it is not delivered again.
+	Ack(ctx context.Context) error
+	// Retry asks for redelivery after delay.
+	Retry(ctx context.Context, delay time.Duration) error
+	// Extend tells the broker the message is still being worked on, so it is
+	// not redelivered meanwhile.
+	Extend(ctx context.Context) error
+	// Drop stops redelivery without processing (the message was parked).
+	Drop(ctx context.Context) error
+}
+
+// Raw is a delivery as the broker handed it over.
+type Raw struct {
+	// Subject is the broker's address of the message (subject, topic,
+	// routing key).
+	Subject string `json:"subject"`
+	// Headers are the delivery's headers.
+	Headers map[string][]string `json:"headers,omitempty"`
+	// Data is the body.
+	Data []byte `json:"-"`
 }

@@ -7,8 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"os"
+		"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,30 +49,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Backoff is a capped exponential backoff with jitter: the n-th retry waits
-// Initial·2ⁿ⁻¹, at most Max, less a random fraction up to Jitter.
-type Backoff struct {
-	// Initial is the first delay. Default 500ms.
-	Initial time.Duration
-	// Max caps the delay. Default 1m.
-	Max time.Duration
-	// Jitter is the largest fraction taken off at random, 0 to 1.
-	// Default 0.2; set a negative value for none.
-	Jitter float64
-}
-
-// Delay returns the wait before retry n (n ≥ 1).
-func (b Backoff) Delay(n int) time.Duration {
-	d := b.Initial
-	for i := 1; i < n && d < b.Max; i++ {
-		d *= 2
-	}
-	d = min(d, b.Max)
-	if b.Jitter > 0 {
-		d -= time.Duration(rand.Float64() * b.Jitter * float64(d))
-	}
-	return d
-}
+// Backoff is courier.Backoff, kept here so relay configurations read
+// naturally.
+type Backoff = courier.Backoff
 
 func (c *Config) setDefaults() {
 	if c.BatchSize == 0 {

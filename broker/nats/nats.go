@@ -103,9 +103,9 @@ func (c Config) ToNATS(m *courier.Message) *natsgo.Msg {
 	return &natsgo.Msg{Subject: c.Subject(m.Topic), Header: h, Data: m.Payload}
 }
 
-// ErrMalformed is returned by FromNATS for a message that lacks Courier's
-// headers or carries invalid ones.
-var ErrMalformed = errors.New("nats: malformed courier message")
+// ErrMalformed is returned (wrapped) by FromNATS for a message that lacks
+// Courier's headers or carries invalid ones. It is courier.ErrMalformed.
+var ErrMalformed = courier.ErrMalformed
 
 // FromNATS converts a JetStream message back to a Courier message. It fails
 // with an error wrapping ErrMalformed when a required header is missing or

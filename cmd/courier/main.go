@@ -30,6 +30,7 @@ type cli struct {
 	Migrate migrateCmd `cmd:"" help:"Create or upgrade Courier's tables, or print their SQL."`
 	Relay   relayCmd   `cmd:"" help:"Move committed outbox messages to the broker until stopped (SIGINT/SIGTERM)."`
 	Status  statusCmd  `cmd:"" help:"Show pending messages, their age, retries and dead letters."`
+	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"List, show, replay or discard dead letters."`
 	Version versionCmd `cmd:"" help:"Print the version."`
 }
 

@@ -1,16 +1,20 @@
 // Package testenv gives tests the real services they run against: a fresh
-// PostgreSQL schema per test, the machine's NATS server, or an embedded one.
+// PostgreSQL schema or MySQL/MariaDB database per test, the machine's NATS
+// server, or an embedded one.
 //
 // A test that needs an external service reads its URL from an environment
-// variable (COURIER_TEST_POSTGRES_URL, COURIER_TEST_NATS_URL). When the
-// variable is unset the test is skipped, so `go test ./...` passes on a laptop
-// with nothing installed. When COURIER_TEST_REQUIRE_SERVICES=1 (CI sets it) a
-// missing variable fails the test instead.
+// variable (COURIER_TEST_POSTGRES_URL, COURIER_TEST_MYSQL_URL,
+// COURIER_TEST_NATS_URL). When the variable is unset the test is skipped, so
+// `go test ./...` passes on a laptop with nothing installed. When
+// COURIER_TEST_REQUIRE_SERVICES=1 (CI sets it) a missing variable fails the
+// test instead.
 package testenv
 
 import (
 	"context"
+	"fmt"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"net/url"
 	"os"
@@ -18,18 +22,25 @@ import (
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/courier-go/courier/broker/nats/embedded"
+	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/postgres"
 )
 
 // Environment variables read by this package.
 const (
 	EnvPostgres = "COURIER_TEST_POSTGRES_URL"
-	EnvNATS     = "COURIER_TEST_NATS_URL"
-	EnvRequire  = "COURIER_TEST_REQUIRE_SERVICES"
+	// EnvMySQL is a DSN of github.com/go-sql-driver/mysql for a user that
+	// may create and drop databases, such as
+	// root@tcp(127.0.0.1:3306)/test (the database named in it is only
+	// connected to; parseTime and loc may be set or not).
+	EnvMySQL   = "COURIER_TEST_MYSQL_URL"
+	EnvNATS    = "COURIER_TEST_NATS_URL"
+	EnvRequire = "COURIER_TEST_REQUIRE_SERVICES"
 )
 
 // Need returns the value of the environment variable env, skipping the test
@@ -122,6 +133,62 @@ func WithSearchPath(t testing.TB, base, schema string) string {
 	return u.String()
 }
 
+// MySQLDB is a MySQL or MariaDB database of its own for one test.
+type MySQLDB struct {
+	// DSN connects to the test's database (the base DSN with its database
+	// name replaced).
+	DSN string
+	// Name is the database's name.
+	Name string
+	// DB is a pool on DSN.
+	DB *sql.DB
+	// Admin is a pool on the base DSN.
+	Admin *sql.DB
+}
+
+// MySQL creates a fresh database, dropped when the test ends, and returns
+// pools on it. With migrate, Courier's migrations are applied.
+func MySQL(t testing.TB, migrate bool) *MySQLDB {
+	t.Helper()
+	base := Need(t, EnvMySQL)
+	cfg, err := gomysql.ParseDSN(base)
+	if err != nil {
+		t.Fatalf("%s must be a go-sql-driver DSN such as root@tcp(127.0.0.1:3306)/test: %v", EnvMySQL, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := sql.Open("mysql", base)
+	if err != nil {
+		t.Fatalf("open %s: %v", EnvMySQL, err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	name := Name("courier_t_")
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database (is the server at %s up?): %v", cfg.Addr, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	cfg.DBName = name
+	dsn := cfg.FormatDSN()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	db.SetMaxOpenConns(20)
+	t.Cleanup(func() { db.Close() })
+	if migrate {
+		if _, err := mysql.Migrate(ctx, db); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+	}
+	return &MySQLDB{DSN: dsn, Name: name, DB: db, Admin: admin}
+}
+
 // NATS returns the URL of the machine's NATS server (COURIER_TEST_NATS_URL).
 func NATS(t testing.TB) string {
 	t.Helper()
@@ -179,3 +246,10 @@ func Must(t testing.TB, err error, what string) {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
+
+// Lazy formats the value fn returns when it is printed, so a failure message
+// shows the state at the time of failure, not when the check began.
+type Lazy func() any
+
+// String implements fmt.Stringer.
+func (l Lazy) String() string { return fmt.Sprintf("%+v", l()) }

@@ -36,7 +36,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, insertOne, m.ID, m.Topic, m.Key, m.Type, m.Version, m.ContentType, m.Payload, h, m.OccurredAt)
+		_, err = tx.Exec(ctx, insertOne, m.ID, m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), h, m.OccurredAt)
 		if err != nil {
 			return fmt.Errorf("postgres: insert outbox message: %w", err)
 		}
@@ -64,7 +64,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 			headers[i] = &s
 		}
 		ids[i], topics[i], keys[i], types[i] = m.ID.String(), m.Topic, m.Key, m.Type
-		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, m.Payload, m.OccurredAt
+		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, payload(m), m.OccurredAt
 	}
 	_, err := tx.Exec(ctx, insertMany, ids, topics, keys, types, versions, cts, payloads, headers, times)
 	if err != nil {
@@ -98,7 +98,7 @@ func QueueMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message)
 		if err != nil {
 			return err
 		}
-		args[i] = []any{m.ID, m.Topic, m.Key, m.Type, m.Version, m.ContentType, m.Payload, h, m.OccurredAt}
+		args[i] = []any{m.ID, m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), h, m.OccurredAt}
 	}
 	for _, a := range args {
 		b.Queue(insertOne, a...)
@@ -137,13 +137,21 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 			}
 			n := len(args)
 			fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
-			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, m.Payload, hv, m.OccurredAt)
+			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), hv, m.OccurredAt)
 		}
 		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
 			return fmt.Errorf("postgres: insert %d outbox messages: %w", len(chunk), err)
 		}
 	}
 	return nil
+}
+
+// payload is the message's payload, empty rather than NULL when it has none.
+func payload(m *courier.Message) []byte {
+	if m.Payload == nil {
+		return []byte{}
+	}
+	return m.Payload
 }
 
 // headersJSON encodes headers for the jsonb column; nil when there are none.

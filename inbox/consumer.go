@@ -1,0 +1,456 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/store"
+)
+
+// ConsumerConfig tunes a Consumer. Zero fields take the defaults given.
+type ConsumerConfig struct {
+	// Concurrency is how many messages are handled at once. Default 4.
+	Concurrency int
+	// KeepOrder handles the messages of one key one at a time, in the order
+	// this instance receives them, and retries a failing message in place
+	// (later messages of its key, and of keys sharing its worker, wait).
+	// Across several instances of one consumer, order holds per instance.
+	KeepOrder bool
+	// MaxDeliveries is how many failed deliveries park a message. Default 5.
+	MaxDeliveries int
+	// Backoff spaces retries. Default 200ms doubling to 30s, jitter 0.2.
+	Backoff courier.Backoff
+	// ExtendEvery tells the broker a long handler is still working, so the
+	// message is not redelivered meanwhile. Keep it under the subscription's
+	// ack wait. Default 10s.
+	ExtendEvery time.Duration
+	// Retention is how long inbox markers are kept; older ones are deleted
+	// every CleanupEvery. A message redelivered after its marker was deleted
+	// is applied again, so keep it longer than the longest a message can
+	// take to come back (broker redelivery, relay republishing after an
+	// outage, an operator's replay). Default 7 days; negative disables
+	// cleanup.
+	Retention time.Duration
+	// CleanupEvery is how often old markers are deleted. Default 1h.
+	CleanupEvery time.Duration
+	// ReplayEvery is how often the consumer looks for parked messages an
+	// operator asked to replay (courier dlq replay). Default 5s.
+	ReplayEvery time.Duration
+	// ShutdownTimeout bounds how long handlers in flight may finish after
+	// Run's context ends. Default 10s.
+	ShutdownTimeout time.Duration
+	// Logger receives the consumer's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *ConsumerConfig) setDefaults() {
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = 5
+	}
+	if c.Backoff == (courier.Backoff{}) {
+		c.Backoff = courier.Backoff{Initial: 200 * time.Millisecond, Max: 30 * time.Second, Jitter: 0.2}
+	}
+	if c.ExtendEvery == 0 {
+		c.ExtendEvery = 10 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.CleanupEvery == 0 {
+		c.CleanupEvery = time.Hour
+	}
+	if c.ReplayEvery == 0 {
+		c.ReplayEvery = 5 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *ConsumerConfig) validate() error {
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("inbox: ConsumerConfig.Concurrency is %d: use 1 or more", c.Concurrency)
+	case c.MaxDeliveries < 1:
+		return fmt.Errorf("inbox: ConsumerConfig.MaxDeliveries is %d: use 1 or more", c.MaxDeliveries)
+	case c.Backoff.Initial < 0 || c.Backoff.Max < c.Backoff.Initial:
+		return fmt.Errorf("inbox: ConsumerConfig.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial", c.Backoff.Initial, c.Backoff.Max)
+	case c.ExtendEvery <= 0 || c.CleanupEvery <= 0 || c.ReplayEvery <= 0 || c.ShutdownTimeout <= 0:
+		return errors.New("inbox: ConsumerConfig: ExtendEvery, CleanupEvery, ReplayEvery and ShutdownTimeout must be positive")
+	}
+	return nil
+}
+
+// ConsumerMetrics are a consumer's running totals.
+type ConsumerMetrics struct {
+	// Applied counts messages whose handler committed.
+	Applied int64
+	// Duplicates counts deliveries skipped because their marker existed.
+	Duplicates int64
+	// Retried counts failed deliveries that will be tried again.
+	Retried int64
+	// Parked counts messages parked as consume-side dead letters.
+	Parked int64
+	// Replayed counts parked messages applied on an operator's request.
+	Replayed int64
+}
+
+// Consumer handles a subscription's messages through an Inbox: each
+// message's effects commit exactly once, and the delivery is acknowledged
+// only after they committed (or after it was parked). Create it with
+// NewConsumer and start it with Run.
+type Consumer[TTx any] struct {
+	ib   *Inbox[TTx]
+	sub  broker.Subscriber
+	cs   store.ConsumerStore
+	h    Handler[TTx]
+	cfg  ConsumerConfig
+	log  *slog.Logger
+	seed maphash.Seed
+
+	histMu sync.Mutex
+	hist   map[uuid.UUID][]store.Attempt // failures seen by this instance
+
+	applied, duplicates, retried, parked, replayed atomic.Int64
+}
+
+// NewConsumer returns a consumer that receives from sub and applies messages
+// with h through ib, parking into cs.
+func NewConsumer[TTx any](ib *Inbox[TTx], sub broker.Subscriber, cs store.ConsumerStore, h Handler[TTx], cfg ConsumerConfig) (*Consumer[TTx], error) {
+	if ib == nil || sub == nil || cs == nil || h == nil {
+		return nil, errors.New("inbox: NewConsumer needs an inbox, a subscriber, a consumer store and a handler")
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Consumer[TTx]{
+		ib: ib, sub: sub, cs: cs, h: h, cfg: cfg, seed: maphash.MakeSeed(),
+		log:  cfg.Logger.With("consumer", ib.consumer),
+		hist: map[uuid.UUID][]store.Attempt{},
+	}, nil
+}
+
+// Metrics returns the consumer's running totals.
+func (c *Consumer[TTx]) Metrics() ConsumerMetrics {
+	return ConsumerMetrics{
+		Applied: c.applied.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
+		Parked: c.parked.Load(), Replayed: c.replayed.Load(),
+	}
+}
+
+type job struct {
+	d   broker.Delivery
+	msg courier.Message
+	err error // decoding failed
+}
+
+// Run consumes until ctx ends, then lets handlers in flight finish (at most
+// ShutdownTimeout) and returns nil. Messages received but not acknowledged
+// are redelivered later. Errors are logged and retried, not returned.
+func (c *Consumer[TTx]) Run(ctx context.Context) error {
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(c.cfg.ShutdownTimeout, cancelWork)
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	defer stop()
+
+	lanes := make([]chan job, c.cfg.Concurrency)
+	shared := make(chan job)
+	var wg sync.WaitGroup
+	for i := range lanes {
+		lane := shared
+		if c.cfg.KeepOrder {
+			lane = make(chan job, 8)
+			lanes[i] = lane
+		}
+		wg.Go(func() {
+			for j := range lane {
+				c.process(ctx, work, j)
+			}
+		})
+	}
+	wg.Go(func() { c.maintain(ctx, work) })
+
+	c.log.Info("consumer started", "concurrency", c.cfg.Concurrency, "keep_order", c.cfg.KeepOrder)
+	errDelay := 100 * time.Millisecond
+	for {
+		d, err := c.sub.Next(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			c.log.Warn("receive failed; retrying", "error", err, "retry_in", errDelay)
+			if !sleep(ctx, errDelay) {
+				break
+			}
+			errDelay = min(errDelay*2, 5*time.Second)
+			continue
+		}
+		errDelay = 100 * time.Millisecond
+		msg, derr := c.sub.Decode(d.Raw())
+		j := job{d: d, msg: msg, err: derr}
+		lane := shared
+		if c.cfg.KeepOrder {
+			lane = lanes[maphash.String(c.seed, msg.Key)%uint64(len(lanes))]
+		}
+		select {
+		case lane <- j:
+		case <-ctx.Done():
+		}
+	}
+	if c.cfg.KeepOrder {
+		for _, l := range lanes {
+			close(l)
+		}
+	} else {
+		close(shared)
+	}
+	wg.Wait()
+	c.log.Info("consumer stopped")
+	return nil
+}
+
+// process handles one delivery to the end: acknowledged, scheduled for
+// redelivery or parked.
+func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
+	d := j.d
+	if j.err != nil {
+		c.park(work, j, store.ReasonMalformed, j.err, d.Attempt())
+		return
+	}
+	attempt := d.Attempt()
+	for {
+		res, err := c.handle(work, d, j.msg)
+		if err == nil {
+			c.forget(j.msg.ID)
+			if res == Duplicate {
+				c.duplicates.Add(1)
+				c.log.Info("duplicate delivery skipped", "message_id", j.msg.ID, "type", j.msg.Type, "attempt", attempt)
+			} else {
+				c.applied.Add(1)
+			}
+			if err := d.Ack(work); err != nil {
+				c.log.Warn("ack failed; the message will come again and be skipped", "message_id", j.msg.ID, "error", err)
+			}
+			return
+		}
+		if errors.Is(err, courier.ErrMalformed) {
+			c.park(work, j, store.ReasonMalformed, err, attempt)
+			return
+		}
+		c.remember(j.msg.ID, err)
+		if attempt >= c.cfg.MaxDeliveries {
+			c.park(work, j, store.ReasonFailed, err, attempt)
+			return
+		}
+		delay := c.cfg.Backoff.Delay(attempt)
+		c.retried.Add(1)
+		c.log.Warn("handler failed; will retry", "message_id", j.msg.ID, "type", j.msg.Type, "key", j.msg.Key,
+			"attempt", attempt, "retry_in", delay, "error", err)
+		if !c.cfg.KeepOrder {
+			if err := d.Retry(work, delay); err != nil {
+				c.log.Warn("could not schedule redelivery; the broker redelivers after its ack wait", "message_id", j.msg.ID, "error", err)
+			}
+			return
+		}
+		// In place, so the key's later messages keep waiting behind it.
+		if !c.wait(ctx, d, delay) {
+			return // shutting down: the broker redelivers it
+		}
+		attempt++
+	}
+}
+
+// handle runs the handler through the inbox, telling the broker every
+// ExtendEvery that the message is still in progress.
+func (c *Consumer[TTx]) handle(ctx context.Context, d broker.Delivery, msg courier.Message) (Result, error) {
+	var t *time.Timer
+	var mu sync.Mutex
+	var extend func()
+	extend = func() {
+		_ = d.Extend(ctx)
+		mu.Lock()
+		t.Reset(c.cfg.ExtendEvery)
+		mu.Unlock()
+	}
+	mu.Lock()
+	t = time.AfterFunc(c.cfg.ExtendEvery, extend)
+	mu.Unlock()
+	defer func() {
+		mu.Lock()
+		t.Stop()
+		mu.Unlock()
+	}()
+	return c.ib.Handle(ctx, msg, c.h)
+}
+
+// wait sleeps d while keeping the delivery alive; false when ctx ended.
+func (c *Consumer[TTx]) wait(ctx context.Context, del broker.Delivery, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return true
+		}
+		if !sleep(ctx, min(left, c.cfg.ExtendEvery)) {
+			return false
+		}
+		_ = del.Extend(ctx)
+	}
+}
+
+// park stores the delivery as a consume-side dead letter and stops its
+// redelivery. If the store is unreachable, the delivery is left for the
+// broker to bring back: nothing is dropped unparked.
+func (c *Consumer[TTx]) park(ctx context.Context, j job, reason string, cause error, attempts int) {
+	raw := j.d.Raw()
+	p := store.Parked{
+		Consumer: c.ib.consumer, Subject: raw.Subject, Headers: raw.Headers, Payload: raw.Data,
+		Reason: reason, Error: cause.Error(), Attempts: attempts,
+	}
+	if j.err == nil {
+		p.MessageID = j.msg.ID.String()
+		p.History = c.history(j.msg.ID, cause)
+	} else {
+		p.History = []store.Attempt{{At: time.Now().UTC(), Error: cause.Error()}}
+	}
+	if err := c.cs.Park(ctx, p); err != nil {
+		c.log.Error("could not park message; leaving it for redelivery", "message_id", p.MessageID, "error", err)
+		_ = j.d.Retry(ctx, c.cfg.Backoff.Max)
+		return
+	}
+	c.forget(j.msg.ID)
+	c.parked.Add(1)
+	c.log.Error("message parked", "message_id", p.MessageID, "subject", raw.Subject, "reason", reason,
+		"attempts", attempts, "error", cause)
+	if err := j.d.Drop(ctx); err != nil {
+		c.log.Warn("could not stop redelivery of a parked message; it will be parked again or skipped", "message_id", p.MessageID, "error", err)
+	}
+}
+
+// maxHistory bounds the failures remembered per instance.
+const maxHistory = 10000
+
+func (c *Consumer[TTx]) remember(id uuid.UUID, err error) {
+	c.histMu.Lock()
+	defer c.histMu.Unlock()
+	if len(c.hist) >= maxHistory {
+		clear(c.hist) // messages that went to other instances; start afresh
+	}
+	c.hist[id] = append(c.hist[id], store.Attempt{At: time.Now().UTC(), Error: err.Error()})
+}
+
+func (c *Consumer[TTx]) history(id uuid.UUID, last error) []store.Attempt {
+	c.histMu.Lock()
+	defer c.histMu.Unlock()
+	h := c.hist[id]
+	if len(h) == 0 || h[len(h)-1].Error != last.Error() {
+		h = append(h, store.Attempt{At: time.Now().UTC(), Error: last.Error()})
+	}
+	return h
+}
+
+func (c *Consumer[TTx]) forget(id uuid.UUID) {
+	c.histMu.Lock()
+	delete(c.hist, id)
+	c.histMu.Unlock()
+}
+
+// maintain deletes old markers and replays parked messages on request.
+func (c *Consumer[TTx]) maintain(ctx, work context.Context) {
+	cleanup := time.NewTicker(c.cfg.CleanupEvery)
+	defer cleanup.Stop()
+	replay := time.NewTicker(c.cfg.ReplayEvery)
+	defer replay.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cleanup.C:
+			if c.cfg.Retention > 0 {
+				c.cleanup(ctx)
+			}
+		case <-replay.C:
+			c.replay(ctx, work)
+		}
+	}
+}
+
+// Cleanup deletes inbox markers older than the retention window now,
+// in chunks, and returns how many it deleted.
+func (c *Consumer[TTx]) cleanup(ctx context.Context) int64 {
+	var total int64
+	before := time.Now().Add(-c.cfg.Retention)
+	for {
+		n, err := c.cs.DeleteMarkers(ctx, before, 10000)
+		total += n
+		if err != nil {
+			c.log.Warn("inbox cleanup failed", "error", err)
+			return total
+		}
+		if n < 10000 {
+			if total > 0 {
+				c.log.Info("inbox markers deleted", "count", total, "older_than", c.cfg.Retention)
+			}
+			return total
+		}
+	}
+}
+
+func (c *Consumer[TTx]) replay(ctx, work context.Context) {
+	ps, err := c.cs.ReplayRequested(ctx, c.ib.consumer, 100)
+	if err != nil {
+		c.log.Warn("could not read replay requests", "error", err)
+		return
+	}
+	for _, p := range ps {
+		msg, err := c.sub.Decode(broker.Raw{Subject: p.Subject, Headers: p.Headers, Data: p.Payload})
+		if err == nil {
+			_, err = c.ib.Handle(work, msg, c.h)
+		}
+		if err != nil {
+			c.log.Warn("replay failed; the message stays parked", "parked_id", p.ID, "error", err)
+			if err := c.cs.ReplayFailed(work, p.ID, err.Error()); err != nil {
+				c.log.Warn("could not record the failed replay", "parked_id", p.ID, "error", err)
+			}
+			continue
+		}
+		if err := c.cs.Unpark(work, p.ID); err != nil {
+			// Applied but still parked: a second replay is a duplicate.
+			c.log.Warn("replayed message could not be unparked", "parked_id", p.ID, "error", err)
+			continue
+		}
+		c.replayed.Add(1)
+		c.log.Info("parked message replayed", "parked_id", p.ID, "message_id", msg.ID)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,104 @@
+package inbox_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/inbox"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/postgres"
+)
+
+const (
+	envChild       = "COURIER_TEST_INBOX_CHILD"
+	envChildPG     = "COURIER_TEST_INBOX_PG"
+	envChildNATS   = "COURIER_TEST_INBOX_NATS"
+	envChildPrefix = "COURIER_TEST_INBOX_PREFIX"
+	envChildStream = "COURIER_TEST_INBOX_STREAM"
+)
+
+// TestConsumerChildProcess is not a test: it is the consumer process that
+// TestKilledBetweenCommitAndAck starts. It applies one message, commits, and
+// kills itself instead of acknowledging.
+func TestConsumerChildProcess(t *testing.T) {
+	if os.Getenv(envChild) != "1" {
+		return
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv(envChildPG))
+	if err != nil {
+		panic(err)
+	}
+	nc, err := couriernats.Connect(os.Getenv(envChildNATS))
+	if err != nil {
+		panic(err)
+	}
+	sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
+		Config: couriernats.Config{SubjectPrefix: os.Getenv(envChildPrefix)}, Stream: os.Getenv(envChildStream),
+		Consumer: "ledger", AckWait: time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ib, err := inbox.New(postgres.PgxInbox(pool), "ledger")
+	if err != nil {
+		panic(err)
+	}
+	c, err := inbox.NewConsumer(ib, dieOnAck{sub}, postgres.ConsumerStore(pool), recordEffect("ledger"), inbox.ConsumerConfig{})
+	if err != nil {
+		panic(err)
+	}
+	_ = c.Run(ctx) // never returns: the first ack kills the process
+}
+
+// dieOnAck's deliveries kill the process when acknowledged: after the
+// consumer's transaction committed, before the broker hears of it.
+type dieOnAck struct{ broker.Subscriber }
+
+func (s dieOnAck) Next(ctx context.Context) (broker.Delivery, error) {
+	d, err := s.Subscriber.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return dyingDelivery{d}, nil
+}
+
+type dyingDelivery struct{ broker.Delivery }
+
+func (dyingDelivery) Ack(context.Context) error {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+func TestKilledBetweenCommitAndAck(t *testing.T) {
+	e := newEnv(t)
+	m := courier.NewMessage("ledger", "acct-1", "Credit", []byte("+100"))
+	e.publish(m)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerChildProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envChild+"=1", envChildPG+"="+e.pg.URL, envChildNATS+"="+e.natsURL,
+		envChildPrefix+"="+e.mapping.SubjectPrefix, envChildStream+"="+e.stream)
+	cmd.Stderr = os.Stderr
+	testenv.Must(t, cmd.Start(), "start consumer")
+	err := cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("consumer did not die at the ack: %v", err)
+	}
+	if n := e.effects(m.ID); n != 1 {
+		t.Fatalf("%d effects after the commit, want 1", n)
+	}
+	// The broker never got the ack: it redelivers, and the inbox skips it.
+	c := e.run("ledger", recordEffect("ledger"), inbox.ConsumerConfig{})
+	testenv.Eventually(t, 15*time.Second, func() bool { return c.Metrics().Duplicates == 1 }, "redelivery not skipped: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	if n := e.effects(m.ID); n != 1 || c.Metrics().Applied != 0 {
+		t.Fatalf("%d effects, metrics %+v: want the one effect from before the crash", n, c.Metrics())
+	}
+}

@@ -1,0 +1,99 @@
+// Package inbox applies each received message exactly once. A message may
+// arrive more than once (brokers deliver at least once, relays republish
+// after crashes); the inbox records a marker (consumer name + message id) in
+// the same transaction as the handler's effects, including any outbox
+// messages the handler writes, so either all of them commit or none do, and a
+// message whose marker exists is acknowledged and skipped.
+//
+//	ib := inbox.New(postgres.PgxInbox(pool), "billing")
+//	res, err := ib.Handle(ctx, msg, func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+//		_, err := tx.Exec(ctx, "INSERT INTO charges …")
+//		return err
+//	})
+//	// res == inbox.Duplicate: the charge was made by an earlier delivery.
+//
+// [Consumer] runs handlers on a broker subscription: bounded concurrency,
+// optional per-key order, retries with backoff, and parking (consume-side dead
+// letters) for messages that fail every delivery or can never be processed.
+// [Router] dispatches by message type to typed handlers.
+package inbox
+
+import (
+	"context"
+	"errors"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/store"
+)
+
+// Handler applies one message inside tx, the transaction that also records
+// the message's inbox marker. Returning an error rolls both back; an error
+// wrapping courier.ErrMalformed says the message can never be applied (the
+// Consumer parks it at once instead of retrying).
+type Handler[TTx any] func(ctx context.Context, tx TTx, msg courier.Message) error
+
+// Result says what Handle did with a message.
+type Result int
+
+const (
+	// Applied: the handler ran and its effects committed with the marker.
+	Applied Result = iota + 1
+	// Duplicate: an earlier delivery was applied; the handler did not run.
+	Duplicate
+)
+
+// String returns "applied" or "duplicate".
+func (r Result) String() string {
+	switch r {
+	case Applied:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	}
+	return "unknown"
+}
+
+// Inbox applies messages once for one consumer.
+type Inbox[TTx any] struct {
+	st       store.Inbox[TTx]
+	consumer string
+}
+
+// New returns the inbox of consumer (the name every instance of one
+// consuming service shares, e.g. "billing") on st.
+func New[TTx any](st store.Inbox[TTx], consumer string) (*Inbox[TTx], error) {
+	if consumer == "" {
+		return nil, errors.New("inbox: consumer name is empty: name the consuming service, e.g. \"billing\"")
+	}
+	if st == nil {
+		return nil, errors.New("inbox: store is nil: pass the dialect's inbox, e.g. postgres.PgxInbox(pool)")
+	}
+	return &Inbox[TTx]{st: st, consumer: consumer}, nil
+}
+
+// Consumer returns the consumer name.
+func (ib *Inbox[TTx]) Consumer() string { return ib.consumer }
+
+// Handle applies msg with h unless this consumer applied it before. It opens
+// a transaction, inserts the marker and runs h in it, and commits; if h fails
+// nothing is kept and the error is returned, so a later delivery tries again.
+// Two concurrent deliveries of one message run h once: the second waits for
+// the first's marker and returns Duplicate if it committed.
+func (ib *Inbox[TTx]) Handle(ctx context.Context, msg courier.Message, h Handler[TTx]) (Result, error) {
+	res := Applied
+	err := ib.st.InTx(ctx, func(tx TTx) error {
+		fresh, err := ib.st.Mark(ctx, tx, ib.consumer, msg.ID)
+		if err != nil {
+			return err
+		}
+		if !fresh {
+			res = Duplicate
+			return nil
+		}
+		return h(ctx, tx, msg)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return res, nil
+}

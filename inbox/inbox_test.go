@@ -1,0 +1,373 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+
+	"github.com/courier-go/courier"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/inbox"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/postgres"
+)
+
+// env is one test's database schema and stream.
+type env struct {
+	t       *testing.T
+	pg      *testenv.PG
+	natsURL string
+	mapping couriernats.Config
+	stream  string
+	pub     *couriernats.Publisher
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, pg: testenv.Postgres(t, true), natsURL: testenv.NATS(t)}
+	ctx := context.Background()
+	_, err := e.pg.Pool.Exec(ctx, `CREATE TABLE effects (message_id uuid NOT NULL, consumer text NOT NULL, note text)`)
+	testenv.Must(t, err, "effects table")
+	nc := testenv.Connect(t, e.natsURL)
+	e.stream = testenv.Name("IB")
+	e.mapping = couriernats.Config{SubjectPrefix: e.stream + "."}
+	// A short duplicate window, so tests can put copies of a message on the
+	// wire, as a relay does when it republishes after the window.
+	testenv.Must(t, couriernats.EnsureStream(ctx, nc, e.mapping, couriernats.StreamConfig{Name: e.stream, Duplicates: 100 * time.Millisecond}), "stream")
+	t.Cleanup(func() {
+		js, _ := jetstream.New(nc)
+		_ = js.DeleteStream(context.Background(), e.stream)
+	})
+	e.pub, err = couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: e.mapping})
+	testenv.Must(t, err, "publisher")
+	return e
+}
+
+// publish sends msgs straight to the stream (as a relay would).
+func (e *env) publish(msgs ...courier.Message) {
+	e.t.Helper()
+	for i, err := range e.pub.Publish(context.Background(), msgs) {
+		testenv.Must(e.t, err, fmt.Sprintf("publish %d", i))
+	}
+}
+
+// publishAgain sends copies after the stream's duplicate window, as a relay
+// that republishes after a crash does: JetStream stores each one.
+func (e *env) publishAgain(t *testing.T, m courier.Message, times int) {
+	t.Helper()
+	for range times {
+		time.Sleep(120 * time.Millisecond)
+		e.publish(m)
+	}
+}
+
+func (e *env) subscriber(consumer string) *couriernats.Subscriber {
+	e.t.Helper()
+	nc := testenv.Connect(e.t, e.natsURL)
+	sub, err := couriernats.NewSubscriber(context.Background(), nc, couriernats.SubscriberConfig{
+		Config: e.mapping, Stream: e.stream, Consumer: consumer, AckWait: 2 * time.Second,
+	})
+	testenv.Must(e.t, err, "subscriber")
+	e.t.Cleanup(func() { _ = sub.Close() })
+	return sub
+}
+
+// recordEffect is the handler most tests use: one row per application.
+func recordEffect(consumer string) inbox.Handler[pgx.Tx] {
+	return func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+		_, err := tx.Exec(ctx, "INSERT INTO effects (message_id, consumer, note) VALUES ($1, $2, $3)", msg.ID, consumer, string(msg.Payload))
+		return err
+	}
+}
+
+func (e *env) effects(id any) (n int) {
+	e.t.Helper()
+	testenv.Must(e.t, e.pg.Pool.QueryRow(context.Background(), "SELECT count(*) FROM effects WHERE message_id = $1", id).Scan(&n), "count effects")
+	return n
+}
+
+func (e *env) totalEffects() (n, distinct int) {
+	e.t.Helper()
+	testenv.Must(e.t, e.pg.Pool.QueryRow(context.Background(), "SELECT count(*), count(DISTINCT message_id) FROM effects").Scan(&n, &distinct), "count effects")
+	return n, distinct
+}
+
+// run starts a consumer until the test ends.
+func (e *env) run(consumer string, h inbox.Handler[pgx.Tx], cfg inbox.ConsumerConfig) *inbox.Consumer[pgx.Tx] {
+	e.t.Helper()
+	ib, err := inbox.New(postgres.PgxInbox(e.pg.Pool), consumer)
+	testenv.Must(e.t, err, "inbox")
+	if cfg.Backoff == (courier.Backoff{}) {
+		cfg.Backoff = courier.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+	}
+	if cfg.ReplayEvery == 0 {
+		cfg.ReplayEvery = 50 * time.Millisecond
+	}
+	if os.Getenv("COURIER_TEST_LOG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	c, err := inbox.NewConsumer(ib, e.subscriber(consumer), postgres.ConsumerStore(e.pg.Pool), h, cfg)
+	testenv.Must(e.t, err, "consumer")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func TestSameMessageFiveTimesOneEffect(t *testing.T) {
+	e := newEnv(t)
+	m := courier.NewMessage("payments", "order-1", "ChargeRequested", []byte("charge 42"))
+	e.publish(m)
+	e.publishAgain(t, m, 4)
+	c := e.run("billing", recordEffect("billing"), inbox.ConsumerConfig{})
+	testenv.Eventually(t, 10*time.Second, func() bool { mm := c.Metrics(); return mm.Applied+mm.Duplicates == 5 }, "not all deliveries handled: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	if n := e.effects(m.ID); n != 1 {
+		t.Fatalf("%d effects for one message delivered 5 times", n)
+	}
+	if mm := c.Metrics(); mm.Applied != 1 || mm.Duplicates != 4 {
+		t.Fatalf("metrics %+v: want 1 applied, 4 duplicates", mm)
+	}
+	// The lower-level call says so too.
+	ib, _ := inbox.New(postgres.PgxInbox(e.pg.Pool), "billing")
+	res, err := ib.Handle(context.Background(), m, recordEffect("billing"))
+	if err != nil || res != inbox.Duplicate {
+		t.Fatalf("Handle = %v, %v; want Duplicate", res, err)
+	}
+}
+
+func TestFailTwiceThenSucceed(t *testing.T) {
+	var calls atomic.Int32
+	h := func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+		if err := recordEffect("flaky")(ctx, tx, msg); err != nil { // rolled back below
+			return err
+		}
+		if calls.Add(1) <= 2 {
+			return errors.New("payment provider timed out")
+		}
+		return nil
+	}
+	for _, keepOrder := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep-order=%v", keepOrder), func(t *testing.T) {
+			e := newEnv(t)
+			calls.Store(0)
+			m := courier.NewMessage("payments", "order-2", "ChargeRequested", nil)
+			e.publish(m)
+			c := e.run(fmt.Sprintf("flaky-%v", keepOrder), h, inbox.ConsumerConfig{KeepOrder: keepOrder})
+			testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Applied == 1 }, "never applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
+			if n := e.effects(m.ID); n != 1 || calls.Load() != 3 {
+				t.Fatalf("%d effects after %d calls; want 1 effect after 3 calls", n, calls.Load())
+			}
+			if mm := c.Metrics(); mm.Retried != 2 {
+				t.Fatalf("metrics %+v: want 2 retries", mm)
+			}
+		})
+	}
+}
+
+func TestAlwaysFailingIsParkedThenReplayedAfterFix(t *testing.T) {
+	e := newEnv(t)
+	var fixed atomic.Bool
+	h := func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+		if !fixed.Load() {
+			return errors.New("inventory service rejects SKU-7")
+		}
+		return recordEffect("inventory")(ctx, tx, msg)
+	}
+	m := courier.NewMessage("inventory", "order-3", "ReserveStock", []byte("SKU-7"))
+	e.publish(m)
+	c := e.run("inventory", h, inbox.ConsumerConfig{MaxDeliveries: 3})
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Parked == 1 }, "not parked: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	ctx := context.Background()
+	var reason, lastErr string
+	var attempts, history int
+	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT reason, last_error, attempts, jsonb_array_length(history) FROM courier_inbox_dead_letters WHERE message_id = $1`, m.ID.String()).
+		Scan(&reason, &lastErr, &attempts, &history), "read parked")
+	if reason != store.ReasonFailed || attempts != 3 || history != 3 || lastErr != "inventory service rejects SKU-7" {
+		t.Fatalf("parked: reason %q attempts %d history %d error %q", reason, attempts, history, lastErr)
+	}
+	if e.effects(m.ID) != 0 {
+		t.Fatal("effect recorded for a failing message")
+	}
+	// Fix the handler, ask for a replay.
+	fixed.Store(true)
+	_, err := e.pg.Pool.Exec(ctx, `UPDATE courier_inbox_dead_letters SET replay_requested = now()`)
+	testenv.Must(t, err, "request replay")
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Replayed == 1 }, "not replayed: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	if n := e.effects(m.ID); n != 1 {
+		t.Fatalf("%d effects after the replay, want 1", n)
+	}
+	var left int
+	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_inbox_dead_letters`).Scan(&left), "count parked")
+	if left != 0 {
+		t.Fatalf("%d parked rows left after a successful replay", left)
+	}
+}
+
+func TestHandlerThatWritesOutboxThenFailsLeavesNothing(t *testing.T) {
+	e := newEnv(t)
+	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	var failing atomic.Bool
+	failing.Store(true)
+	h := func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+		if err := recordEffect("orders")(ctx, tx, msg); err != nil {
+			return err
+		}
+		next := courier.NewMessage("shipping", msg.Key, "PrepareShipment", nil, courier.CausedBy(msg))
+		if err := w.Write(ctx, tx, next); err != nil {
+			return err
+		}
+		if failing.Load() {
+			return errors.New("crashed after writing")
+		}
+		return nil
+	}
+	m := courier.NewMessage("orders", "order-4", "PaymentSucceeded", nil)
+	e.publish(m)
+	c := e.run("orders", h, inbox.ConsumerConfig{MaxDeliveries: 2})
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Parked == 1 }, "not parked: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	var outboxRows, markers int
+	ctx := context.Background()
+	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox`).Scan(&outboxRows), "outbox")
+	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_inbox`).Scan(&markers), "inbox")
+	if e.effects(m.ID) != 0 || outboxRows != 0 || markers != 0 {
+		t.Fatalf("after failures: %d effects, %d outbox rows, %d markers; want none", e.effects(m.ID), outboxRows, markers)
+	}
+	failing.Store(false)
+	_, err := e.pg.Pool.Exec(ctx, `UPDATE courier_inbox_dead_letters SET replay_requested = now()`)
+	testenv.Must(t, err, "request replay")
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Replayed == 1 }, "not replayed")
+	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox`).Scan(&outboxRows), "outbox")
+	if e.effects(m.ID) != 1 || outboxRows != 1 {
+		t.Fatalf("after the replay: %d effects, %d outbox rows; want one of each", e.effects(m.ID), outboxRows)
+	}
+}
+
+func TestMalformedAndUnknownAreParkedAtOnce(t *testing.T) {
+	e := newEnv(t)
+	r := inbox.NewRouter[pgx.Tx]()
+	type ChargeRequested struct {
+		Amount int `json:"amount"`
+	}
+	var charged atomic.Int64
+	inbox.On(r, func(ctx context.Context, tx pgx.Tx, msg courier.Message, v ChargeRequested) error {
+		charged.Add(int64(v.Amount))
+		return recordEffect("typed")(ctx, tx, msg)
+	})
+	good, err := courier.NewJSON("payments", "o-1", ChargeRequested{Amount: 42})
+	testenv.Must(t, err, "json")
+	badJSON := courier.NewMessage("payments", "o-2", "ChargeRequested", []byte("{not json"), courier.WithContentType(courier.ContentTypeJSON))
+	unknown := courier.NewMessage("payments", "o-3", "RefundRequested", []byte("{}"))
+	e.publish(good, badJSON, unknown)
+	// And one without Courier's headers at all.
+	nc := testenv.Connect(t, e.natsURL)
+	testenv.Must(t, nc.Publish(e.mapping.Subject("payments"), []byte("raw bytes")), "raw publish")
+
+	c := e.run("typed", r.Handler(), inbox.ConsumerConfig{MaxDeliveries: 10})
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Parked == 3 && c.Metrics().Applied == 1 }, "metrics %v", testenv.Lazy(func() any { return c.Metrics() }))
+	if c.Metrics().Retried != 0 {
+		t.Fatalf("malformed messages were retried: %+v", c.Metrics())
+	}
+	if charged.Load() != 42 {
+		t.Fatalf("typed handler saw amount %d", charged.Load())
+	}
+	rows, err := e.pg.Pool.Query(context.Background(), `SELECT reason, attempts, last_error FROM courier_inbox_dead_letters ORDER BY id`)
+	testenv.Must(t, err, "parked")
+	for rows.Next() {
+		var reason, lastErr string
+		var attempts int
+		testenv.Must(t, rows.Scan(&reason, &attempts, &lastErr), "scan")
+		if reason != store.ReasonMalformed || attempts != 1 || lastErr == "" {
+			t.Errorf("parked %q after %d attempts: %s", reason, attempts, lastErr)
+		}
+	}
+}
+
+// Four instances of one consumer share a durable subscription; every one of
+// 10,000 messages must be applied exactly once.
+func TestFourInstancesExactlyOnce(t *testing.T) {
+	e := newEnv(t)
+	n := 10000
+	if testing.Short() {
+		n = 2000
+	}
+	msgs := make([]courier.Message, n)
+	for i := range msgs {
+		msgs[i] = courier.NewMessage("orders", fmt.Sprintf("o-%d", i%300), "OrderPlaced", []byte(fmt.Sprint(i)))
+	}
+	var consumers []*inbox.Consumer[pgx.Tx]
+	start := time.Now()
+	for range 4 {
+		consumers = append(consumers, e.run("warehouse", recordEffect("warehouse"), inbox.ConsumerConfig{Concurrency: 8}))
+	}
+	for i := 0; i < n; i += 1000 {
+		e.publish(msgs[i:min(i+1000, n)]...)
+	}
+	// Some duplicates on the wire too.
+	for i := 0; i < 10; i++ {
+		e.publishAgain(t, msgs[i*7], 1)
+	}
+	testenv.Eventually(t, 2*time.Minute, func() bool { total, _ := e.totalEffects(); return total >= n }, "effects missing")
+	elapsed := time.Since(start)
+	time.Sleep(500 * time.Millisecond) // duplicates still in flight would show now
+	total, distinct := e.totalEffects()
+	if total != n || distinct != n {
+		t.Fatalf("%d effects for %d distinct messages, want exactly %d", total, distinct, n)
+	}
+	var per []int64
+	var dups int64
+	for _, c := range consumers {
+		per = append(per, c.Metrics().Applied)
+		dups += c.Metrics().Duplicates
+	}
+	t.Logf("%d messages through 4 instances in %s (%.0f msg/s); applied per instance %v; %d duplicates skipped",
+		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), per, dups)
+}
+
+// Messages of one key are applied in publish order when KeepOrder is set,
+// even when one of them needs retries.
+func TestKeepOrderPerKey(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	var failedOnce atomic.Bool
+	h := func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+		var i int
+		_, _ = fmt.Sscan(string(msg.Payload), &i)
+		if i == 3 && !failedOnce.Swap(true) {
+			return errors.New("transient")
+		}
+		mu.Lock()
+		seen[msg.Key] = append(seen[msg.Key], i)
+		mu.Unlock()
+		return nil
+	}
+	var msgs []courier.Message
+	for i := range 200 {
+		msgs = append(msgs, courier.NewMessage("orders", fmt.Sprintf("k-%d", i%5), "Step", []byte(fmt.Sprint(i))))
+	}
+	e.publish(msgs...)
+	c := e.run("ordered", h, inbox.ConsumerConfig{KeepOrder: true, Concurrency: 3})
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Applied == 200 }, "metrics %v", testenv.Lazy(func() any { return c.Metrics() }))
+	mu.Lock()
+	defer mu.Unlock()
+	for k, xs := range seen {
+		for i := 1; i < len(xs); i++ {
+			if xs[i] < xs[i-1] {
+				t.Fatalf("key %s applied out of order: %v", k, xs)
+			}
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Inbox is what package inbox needs from a database to apply each message
+// once: a transaction of the caller's type TTx, and a dedup marker inserted
+// in it. The marker and the handler's effects commit together, so a message
+// whose handler failed leaves no marker and is applied when it comes again.
+type Inbox[TTx any] interface {
+	// InTx runs fn in a new transaction and commits it when fn returns nil;
+	// otherwise it rolls back and returns fn's error.
+	InTx(ctx context.Context, fn func(tx TTx) error) error
+	// Mark records in tx that consumer processed message id. It returns false
+	// when the marker exists already: the message is a duplicate. A
+	// concurrent transaction marking the same message makes Mark wait for
+	// it; if that one commits, Mark returns false.
+	Mark(ctx context.Context, tx TTx, consumer string, id uuid.UUID) (bool, error)
+}
+
+// ConsumerStore keeps what a consumer parks and cleans up, independently of
+// the transaction type.
+type ConsumerStore interface {
+	// Park stores a delivery that will not be processed as it is.
+	Park(ctx context.Context, p Parked) error
+	// ReplayRequested returns up to limit parked deliveries of consumer that
+	// an operator asked to replay, oldest first.
+	ReplayRequested(ctx context.Context, consumer string, limit int) ([]Parked, error)
+	// Unpark deletes a parked delivery (after its replay succeeded).
+	Unpark(ctx context.Context, id int64) error
+	// ReplayFailed withdraws the replay request of a parked delivery whose
+	// replay failed, recording the error as another attempt.
+	ReplayFailed(ctx context.Context, id int64, err string) error
+	// DeleteMarkers removes up to limit dedup markers older than before and
+	// returns how many it removed.
+	DeleteMarkers(ctx context.Context, before time.Time, limit int) (int64, error)
+}
+
+// Parked is a consume-side dead letter: a delivery its consumer gave up on,
+// with the reason, the last error and the attempts seen.
+type Parked struct {
+	// ID identifies the parked delivery (set by the store).
+	ID int64 `json:"id"`
+	// Consumer that parked it.
+	Consumer string `json:"consumer"`
+	// MessageID as received; empty when the delivery had none.
+	MessageID string `json:"message_id,omitempty"`
+	// Subject, Headers and Payload are the delivery as received, so a
+	// replay decodes it afresh.
+	Subject string              `json:"subject"`
+	Headers map[string][]string `json:"headers,omitempty"`
+	Payload []byte              `json:"payload"`
+	// Reason is ReasonMalformed or ReasonFailed.
+	Reason string `json:"reason"`
+	// Error is the last error.
+	Error string `json:"error"`
+	// Attempts is how many deliveries were tried.
+	Attempts int `json:"attempts"`
+	// History lists the errors seen, oldest first.
+	History []Attempt `json:"history,omitempty"`
+	// ParkedAt is when it was parked.
+	ParkedAt time.Time `json:"parked_at"`
+	// ReplayRequested is when an operator asked for a replay, if they did.
+	ReplayRequested *time.Time `json:"replay_requested,omitempty"`
+}
+
+// Attempt is one failed try.
+type Attempt struct {
+	At    time.Time `json:"at"`
+	Error string    `json:"error"`
+}
+
+// Reasons a delivery is parked.
+const (
+	// ReasonMalformed: the delivery could not be decoded, its type has no
+	// handler, or its payload did not decode. It is parked at once.
+	ReasonMalformed = "malformed"
+	// ReasonFailed: the handler failed on every allowed delivery.
+	ReasonFailed = "failed"
+)

@@ -1,0 +1,154 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courier-go/courier/store"
+)
+
+const markSQL = `INSERT INTO courier_inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+
+// PgxInbox returns the inbox for handlers that work in pgx transactions on
+// pool.
+func PgxInbox(pool *pgxpool.Pool) store.Inbox[pgx.Tx] { return pgxInbox{pool} }
+
+type pgxInbox struct{ pool *pgxpool.Pool }
+
+func (i pgxInbox) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, i.pool, fn)
+}
+
+func (pgxInbox) Mark(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID) (bool, error) {
+	tag, err := tx.Exec(ctx, markSQL, consumer, id)
+	if err != nil {
+		return false, fmt.Errorf("postgres: inbox marker: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// SQLInbox returns the inbox for handlers that work in database/sql
+// transactions on db (PostgreSQL through pgx's stdlib driver or lib/pq).
+func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return sqlInbox{db} }
+
+type sqlInbox struct{ db *sql.DB }
+
+func (i sqlInbox) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return inSQLTx(ctx, i.db, fn)
+}
+
+func (sqlInbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UUID) (bool, error) {
+	res, err := tx.ExecContext(ctx, markSQL, consumer, id.String())
+	if err != nil {
+		return false, fmt.Errorf("postgres: inbox marker: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// inSQLTx runs fn in a database/sql transaction.
+func inSQLTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, ignoreDone(tx.Rollback()))
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
+// ConsumerStore returns the store of parked deliveries and inbox markers on
+// pool.
+func ConsumerStore(pool *pgxpool.Pool) store.ConsumerStore { return consumerStore{pool} }
+
+type consumerStore struct{ pool *pgxpool.Pool }
+
+func (c consumerStore) Park(ctx context.Context, p store.Parked) error {
+	hist, err := json.Marshal(p.History)
+	if err != nil {
+		return err
+	}
+	_, err = c.pool.Exec(ctx, `INSERT INTO courier_inbox_dead_letters
+    (consumer, message_id, subject, headers, payload, reason, last_error, attempts, history)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		p.Consumer, p.MessageID, p.Subject, p.Headers, p.Payload, p.Reason, p.Error, p.Attempts, hist)
+	if err != nil {
+		return fmt.Errorf("postgres: park delivery: %w", err)
+	}
+	return nil
+}
+
+const parkedColumns = `id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at, replay_requested`
+
+func scanParked(row pgx.Row) (store.Parked, error) {
+	var p store.Parked
+	var hist []byte
+	err := row.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &p.Headers, &p.Payload, &p.Reason, &p.Error,
+		&p.Attempts, &hist, &p.ParkedAt, &p.ReplayRequested)
+	if err != nil {
+		return p, err
+	}
+	if len(hist) > 0 {
+		if err := json.Unmarshal(hist, &p.History); err != nil {
+			return p, fmt.Errorf("history of parked delivery %d: %w", p.ID, err)
+		}
+	}
+	return p, nil
+}
+
+func (c consumerStore) ReplayRequested(ctx context.Context, consumer string, limit int) ([]store.Parked, error) {
+	rows, err := c.pool.Query(ctx, `SELECT `+parkedColumns+` FROM courier_inbox_dead_letters
+WHERE consumer = $1 AND replay_requested IS NOT NULL ORDER BY id LIMIT $2`, consumer, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parked deliveries to replay: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Parked, error) { return scanParked(r) })
+}
+
+func (c consumerStore) Unpark(ctx context.Context, id int64) error {
+	if _, err := c.pool.Exec(ctx, `DELETE FROM courier_inbox_dead_letters WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("postgres: unpark delivery %d: %w", id, err)
+	}
+	return nil
+}
+
+func (c consumerStore) ReplayFailed(ctx context.Context, id int64, msg string) error {
+	_, err := c.pool.Exec(ctx, `UPDATE courier_inbox_dead_letters
+SET replay_requested = NULL, last_error = $2, attempts = attempts + 1,
+    history = coalesce(history, '[]') || jsonb_build_array(jsonb_build_object('at', now(), 'error', $2::text))
+WHERE id = $1`, id, msg)
+	if err != nil {
+		return fmt.Errorf("postgres: record failed replay of %d: %w", id, err)
+	}
+	return nil
+}
+
+func (c consumerStore) DeleteMarkers(ctx context.Context, before time.Time, limit int) (int64, error) {
+	tag, err := c.pool.Exec(ctx, `DELETE FROM courier_inbox WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM courier_inbox WHERE processed_at < $1 LIMIT $2))`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: delete inbox markers: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
