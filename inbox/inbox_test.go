@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
-
 	"github.com/courier-go/courier"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-		"os"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"

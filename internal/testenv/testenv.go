@@ -12,10 +12,10 @@ package testenv
 
 import (
 	"context"
-	"fmt"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
