@@ -7,7 +7,9 @@
 // of your database and driver:
 //
 //	w := outbox.New(postgres.Pgx(), outbox.Config{})         // pgx.Tx
-//	w := outbox.New(postgres.DatabaseSQL(), outbox.Config{}) // *sql.Tx
+//	w := outbox.New(postgres.DatabaseSQL(), outbox.Config{}) // *sql.Tx on PostgreSQL
+//	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{})   // *sql.Tx on SQLite
+//	w := outbox.New(mysql.DatabaseSQL(), outbox.Config{})    // *sql.Tx on MySQL, MariaDB
 //
 //	tx, _ := pool.Begin(ctx)
 //	_, _ = tx.Exec(ctx, "INSERT INTO orders …")
@@ -18,6 +20,10 @@
 // Aggregates can record domain events while a use case runs (embed
 // [Events]) and have them written, then cleared, with one call to
 // [Writer.WriteEvents].
+//
+// When the relay runs in the same process, Config.Notify wakes it right
+// after a write (see store.LocalNotifier): the way to low latency on
+// databases without notifications of their own, such as SQLite and MySQL.
 package outbox
 
 import (
@@ -34,6 +40,15 @@ type Config struct {
 	// defaults (1 MiB payload, 64 KiB headers). Keep them under the broker's
 	// own limit, or oversized messages end as dead letters.
 	Limits courier.Limits
+	// Notify, if set, is called after every Write (and WriteEvents) that
+	// inserted messages: after the insert, before the caller commits. Set it
+	// to the Signal method of the store.LocalNotifier that a relay in this
+	// process uses, so the relay wakes within milliseconds of the commit
+	// instead of at its next poll (the notifier wakes it again shortly after
+	// each signal, since the first claim may come before the commit). A
+	// rolled-back transaction costs the relay an empty claim. It must return
+	// quickly; Signal never blocks. Nil: no wake-ups from writers.
+	Notify func()
 }
 
 // Writer adds messages to the outbox in a caller's transaction of type TTx.
@@ -41,17 +56,18 @@ type Config struct {
 type Writer[TTx any] struct {
 	ins    store.Inserter[TTx]
 	limits courier.Limits
+	notify func()
 }
 
 // New returns a Writer that inserts with ins.
 func New[TTx any](ins store.Inserter[TTx], cfg Config) *Writer[TTx] {
-	return &Writer[TTx]{ins: ins, limits: cfg.Limits}
+	return &Writer[TTx]{ins: ins, limits: cfg.Limits, notify: cfg.Notify}
 }
 
 // Write validates msgs and inserts them into the outbox in tx, in the order
 // given. Nothing is written when any message is invalid: the error wraps
 // courier.ErrInvalidMessage and names the message's index and field. Writing
-// no messages is a no-op.
+// no messages is a no-op. After a successful insert it calls Config.Notify.
 func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...courier.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -64,7 +80,13 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...courier.Message
 			return fmt.Errorf("outbox: message %d of %d: %w", i+1, len(msgs), err)
 		}
 	}
-	return w.ins.Insert(ctx, tx, msgs)
+	if err := w.ins.Insert(ctx, tx, msgs); err != nil {
+		return err
+	}
+	if w.notify != nil {
+		w.notify()
+	}
+	return nil
 }
 
 // EventSource is anything that records messages while a use case runs,

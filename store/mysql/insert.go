@@ -1,0 +1,143 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/store"
+)
+
+const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at"
+
+// DatabaseSQL returns the outbox inserter for database/sql transactions on
+// MySQL or MariaDB (*sql.Tx from github.com/go-sql-driver/mysql, also the one
+// GORM, sqlx, bun or ent hand you), to pass to outbox.New. created_at is the
+// server's UTC_TIMESTAMP(6).
+func DatabaseSQL() store.Inserter[*sql.Tx] { return sqlInserter{} }
+
+type sqlInserter struct{}
+
+// A statement carries at most chunkRows messages and, beyond its first
+// message, at most chunkBytes of payloads and headers, so it stays within
+// the smallest max_allowed_packet in use (4 MiB on old servers) even when
+// the DSN sets interpolateParams.
+const (
+	chunkRows  = 500
+	chunkBytes = 1 << 20
+)
+
+func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Message) error {
+	for start := 0; start < len(msgs); {
+		end, size := start, 0
+		for end < len(msgs) && end-start < chunkRows {
+			m := &msgs[end]
+			n := len(m.Payload)
+			for k, v := range m.Headers {
+				n += len(k) + len(v)
+			}
+			if end > start && size+n > chunkBytes {
+				break
+			}
+			size += n
+			end++
+		}
+		if err := insertChunk(ctx, tx, msgs[start:end]); err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+func insertChunk(ctx context.Context, tx *sql.Tx, chunk []courier.Message) error {
+	var q strings.Builder
+	q.WriteString("INSERT INTO courier_outbox (" + insertColumns + ") VALUES ")
+	args := make([]any, 0, len(chunk)*9)
+	for i := range chunk {
+		m := &chunk[i]
+		h, err := headersJSON(m.Headers)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
+		args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payloadBytes(m.Payload), h,
+			formatTime(m.OccurredAt))
+	}
+	if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+		return fmt.Errorf("mysql: insert %d outbox messages: %w", len(chunk), err)
+	}
+	return nil
+}
+
+// payloadBytes never returns nil: the payload column is NOT NULL, and an
+// empty payload is a payload.
+func payloadBytes(p []byte) []byte {
+	if p == nil {
+		return []byte{}
+	}
+	return p
+}
+
+// headersJSON encodes headers for the headers column; nil (NULL) when there
+// are none.
+func headersJSON(h map[string]string) (any, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: encode headers: %w", err)
+	}
+	return string(b), nil
+}
+
+// datetimeLayout is DATETIME(6) as text.
+const datetimeLayout = "2006-01-02 15:04:05.000000"
+
+// formatTime renders t in UTC for a DATETIME(6) column. Passing text rather
+// than a time.Time keeps the value independent of the DSN's loc.
+func formatTime(t time.Time) string { return t.UTC().Format(datetimeLayout) }
+
+// utcTime scans a DATETIME(6) column holding UTC into a time.Time, with or
+// without parseTime in the DSN: the driver returns text, or a time.Time
+// whose wall clock is the stored text read in the DSN's loc, which is
+// re-read as UTC.
+type utcTime struct {
+	t     *time.Time
+	valid bool
+}
+
+func (u *utcTime) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		u.valid = false
+		return nil
+	case time.Time:
+		*u.t = time.Date(x.Year(), x.Month(), x.Day(), x.Hour(), x.Minute(), x.Second(), x.Nanosecond(), time.UTC)
+	case []byte:
+		return u.parse(string(x))
+	case string:
+		return u.parse(x)
+	default:
+		return fmt.Errorf("mysql: cannot read %T as a DATETIME", v)
+	}
+	u.valid = true
+	return nil
+}
+
+func (u *utcTime) parse(s string) error {
+	t, err := time.ParseInLocation("2006-01-02 15:04:05.999999", s, time.UTC)
+	if err != nil {
+		return fmt.Errorf("mysql: read DATETIME %q: %w", s, err)
+	}
+	*u.t, u.valid = t, true
+	return nil
+}

@@ -1,0 +1,225 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/courier-go/courier/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migrations returns the schema's migrations in version order.
+func Migrations() []store.Migration {
+	ms, err := store.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		panic(err) // the embedded files are fixed at build time; tests cover them
+	}
+	return ms
+}
+
+// versionTable records applied migrations; applied_at is UTC.
+const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
+    version     INT          NOT NULL,
+    name        VARCHAR(255) NOT NULL,
+    applied_at  DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;`
+
+// migrateLockTimeout bounds the wait for another Migrate.
+const migrateLockTimeout = 60 * time.Second
+
+// Migrate applies the migrations the database lacks, each in order, and
+// returns the versions it applied (none when the schema is current, so
+// running it again is a no-op). Concurrent calls, from any process, wait for
+// one another on a named lock (GET_LOCK) scoped to the database. It returns
+// an error wrapping [store.ErrSchemaNewer] when the database was migrated by
+// a newer Courier.
+//
+// MySQL commits DDL at once, so unlike on PostgreSQL or SQLite a migration
+// that fails halfway leaves its first statements applied. They are all
+// idempotent: fix the cause (the error names the statement) and run Migrate
+// again. Tables are created in the database of db's DSN.
+func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
+	applied, err := migrate(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: migrate: %w", err)
+	}
+	return applied, nil
+}
+
+func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if err := checkServer(ctx, conn); err != nil {
+		return nil, err
+	}
+	var locked sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(CONCAT('courier_migrate_', SHA1(DATABASE())), ?)",
+		int(migrateLockTimeout.Seconds())).Scan(&locked); err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	if locked.Int64 != 1 {
+		return nil, fmt.Errorf("lock: another Migrate has held the migration lock for %s; wait for it to finish, then run Migrate again", migrateLockTimeout)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.ExecContext(rctx, "DO RELEASE_LOCK(CONCAT('courier_migrate_', SHA1(DATABASE())))"); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // closing the session releases the lock
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, versionTable); err != nil {
+		return nil, fmt.Errorf("create version table: %w", err)
+	}
+	current, err := schemaVersion(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	ms := Migrations()
+	if current > store.Latest(ms) {
+		return nil, fmt.Errorf("database is at version %d, this binary knows up to %d: %w", current, store.Latest(ms), store.ErrSchemaNewer)
+	}
+	var applied []int
+	for _, m := range ms[current:] {
+		for i, stmt := range statements(m.SQL) {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return applied, fmt.Errorf("apply %04d_%s, statement %d (%s): %w; MySQL commits DDL at once, so the statements before it stay applied: fix the cause and run Migrate again",
+					m.Version, m.Name, i+1, firstLine(stmt), err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, "INSERT INTO courier_schema_migrations (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(6))",
+			m.Version, m.Name); err != nil {
+			return applied, fmt.Errorf("record %04d_%s: %w", m.Version, m.Name, err)
+		}
+		applied = append(applied, m.Version)
+	}
+	return applied, nil
+}
+
+// statements splits a migration into its statements: each ends with a
+// semicolon at the end of a line, and lines that start with -- are
+// comments.
+func statements(script string) []string {
+	var out []string
+	var cur strings.Builder
+	for line := range strings.Lines(script) {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		if strings.HasSuffix(trimmed, ";") {
+			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
+			cur.Reset()
+		}
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+func firstLine(stmt string) string {
+	line, _, _ := strings.Cut(stmt, "\n")
+	return strings.TrimSpace(line)
+}
+
+// checkServer fails with an explanation when the connection has no database
+// selected or the server lacks JSON_TABLE (MySQL before 8.0.4, MariaDB
+// before 10.6), which claims need.
+func checkServer(ctx context.Context, q Querier) error {
+	var name sql.NullString
+	if err := q.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&name); err != nil {
+		return err
+	}
+	if !name.Valid {
+		return errors.New("the connection has no database selected: name it in the DSN, e.g. user:password@tcp(host:3306)/app")
+	}
+	var n int
+	if err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM JSON_TABLE('[1]', '$[*]' COLUMNS (x INT PATH '$')) AS t").Scan(&n); err != nil {
+		var version string
+		_ = q.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version)
+		return fmt.Errorf("the server (version %s) lacks JSON_TABLE: courier needs MySQL 8.0 or MariaDB 10.6 or newer: %w", version, err)
+	}
+	return nil
+}
+
+// Querier runs a query; *sql.DB, *sql.Conn and *sql.Tx are Queriers.
+type Querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// SchemaVersion returns the highest migration version applied to the
+// database, 0 when Courier's schema is absent.
+func SchemaVersion(ctx context.Context, q Querier) (int, error) {
+	return schemaVersion(ctx, q)
+}
+
+// errNoSuchTable is MySQL's ER_NO_SUCH_TABLE.
+const errNoSuchTable = 1146
+
+func schemaVersion(ctx context.Context, q Querier) (int, error) {
+	var v int
+	err := q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM courier_schema_migrations").Scan(&v)
+	var myErr *gomysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == errNoSuchTable {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("mysql: read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// CheckSchema returns nil when the database's schema is exactly the one this
+// binary knows, an error wrapping [store.ErrSchemaOutdated] when migrations
+// are missing, and one wrapping [store.ErrSchemaNewer] when the database is
+// ahead of the binary.
+func CheckSchema(ctx context.Context, q Querier) error {
+	v, err := schemaVersion(ctx, q)
+	if err != nil {
+		return err
+	}
+	latest := store.Latest(Migrations())
+	switch {
+	case v < latest:
+		return fmt.Errorf("%w: the database is at version %d, courier needs %d; run `courier migrate` (or mysql.Migrate)", store.ErrSchemaOutdated, v, latest)
+	case v > latest:
+		return fmt.Errorf("%w: the database is at version %d, this courier knows up to %d; upgrade courier", store.ErrSchemaNewer, v, latest)
+	}
+	return nil
+}
+
+// ExportSQL returns each migration as a standalone script for an external
+// migration tool (goose, golang-migrate, Atlas, Flyway…): the migration's DDL
+// followed by the statements that record it in courier_schema_migrations, so
+// Courier's own schema check agrees afterwards. A script holds several
+// statements: run it with the mysql client or a tool that splits
+// statements, or on a connection with multiStatements=true.
+func ExportSQL() []store.Migration {
+	ms := Migrations()
+	out := make([]store.Migration, len(ms))
+	for i, m := range ms {
+		var b strings.Builder
+		fmt.Fprintf(&b, "-- courier migration %04d_%s (MySQL 8.0, MariaDB 10.6+)\n", m.Version, m.Name)
+		b.WriteString(versionTable)
+		b.WriteString("\n\n")
+		b.WriteString(strings.TrimSpace(m.SQL))
+		fmt.Fprintf(&b, "\n\nINSERT IGNORE INTO courier_schema_migrations (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));\n", m.Version, m.Name)
+		out[i] = store.Migration{Version: m.Version, Name: m.Name, SQL: b.String()}
+	}
+	return out
+}

@@ -1,0 +1,64 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/storetest"
+)
+
+// harness gives the conformance suite a fresh schema per test, written to
+// through both inserters (pgx.Tx and *sql.Tx).
+func harness() storetest.Harness {
+	return storetest.Harness{Open: func(t testing.TB) *storetest.DB {
+		pg := testenv.Postgres(t, false)
+		db := stdlib.OpenDBFromPool(pg.Pool)
+		t.Cleanup(func() { db.Close() })
+		pgxWriter := storetest.Writer{
+			Name: "pgx",
+			Write: func(ctx context.Context, cfg outbox.Config, msgs []courier.Message, commit bool) error {
+				tx, err := pg.Pool.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+				if err := outbox.New(postgres.Pgx(), cfg).Write(ctx, tx, msgs...); err != nil {
+					return err
+				}
+				if !commit {
+					return tx.Rollback(ctx)
+				}
+				return tx.Commit(ctx)
+			},
+		}
+		return &storetest.DB{
+			SQL:     db,
+			Rebind:  storetest.DollarPlaceholders,
+			Writers: []storetest.Writer{pgxWriter, storetest.SQLWriter(db, postgres.DatabaseSQL())},
+			NewStore: func(ctx context.Context, keep bool) (store.RelayStore, error) {
+				return postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{KeepPublished: keep})
+			},
+			Migrate:       func(ctx context.Context) ([]int, error) { return postgres.Migrate(ctx, pg.Pool) },
+			SchemaVersion: func(ctx context.Context) (int, error) { return postgres.SchemaVersion(ctx, pg.Pool) },
+			CheckSchema:   func(ctx context.Context) error { return postgres.CheckSchema(ctx, pg.Pool) },
+			Migrations:    postgres.Migrations,
+			ExportSQL:     postgres.ExportSQL,
+			ExecScript: func(ctx context.Context, script string) error {
+				_, err := pg.Pool.Exec(ctx, script, pgx.QueryExecModeSimpleProtocol)
+				return err
+			},
+		}
+	}}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, harness())
+}

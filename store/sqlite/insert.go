@@ -1,0 +1,75 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/store"
+)
+
+const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at"
+
+// DatabaseSQL returns the outbox inserter for database/sql transactions on
+// SQLite (*sql.Tx, also the one GORM, sqlx, bun or ent hand you), to pass to
+// outbox.New. created_at is the writing process's clock.
+func DatabaseSQL() store.Inserter[*sql.Tx] { return sqlInserter{} }
+
+type sqlInserter struct{}
+
+// sqlChunk rows per statement keeps its parameters (10 a row) well under
+// SQLite's limit of 32766.
+const sqlChunk = 1000
+
+func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Message) error {
+	now := time.Now().UnixMicro()
+	for start := 0; start < len(msgs); start += sqlChunk {
+		chunk := msgs[start:min(start+sqlChunk, len(msgs))]
+		var q strings.Builder
+		q.WriteString("INSERT INTO courier_outbox (" + insertColumns + ") VALUES ")
+		args := make([]any, 0, len(chunk)*10)
+		for i := range chunk {
+			m := &chunk[i]
+			h, err := headersJSON(m.Headers)
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payloadBytes(m.Payload), h,
+				m.OccurredAt.UnixMicro(), now)
+		}
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			return fmt.Errorf("sqlite: insert %d outbox messages: %w", len(chunk), err)
+		}
+	}
+	return nil
+}
+
+// payloadBytes never returns nil: the payload column is NOT NULL, and an
+// empty payload is a payload.
+func payloadBytes(p []byte) []byte {
+	if p == nil {
+		return []byte{}
+	}
+	return p
+}
+
+// headersJSON encodes headers for the headers column; nil (NULL) when there
+// are none.
+func headersJSON(h map[string]string) (any, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: encode headers: %w", err)
+	}
+	return string(b), nil
+}

@@ -1,0 +1,141 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/courier-go/courier/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migrations returns the schema's migrations in version order.
+func Migrations() []store.Migration {
+	ms, err := store.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		panic(err) // the embedded files are fixed at build time; tests cover them
+	}
+	return ms
+}
+
+// versionTable records applied migrations. applied_at is informational; its
+// default (SQLite's clock, in microseconds like every other time Courier
+// keeps) serves the exported scripts, Migrate writes Go's clock.
+const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
+    version     INTEGER PRIMARY KEY,
+    name        TEXT    NOT NULL,
+    applied_at  INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+);`
+
+// Migrate applies the migrations the database lacks, each in order, all in
+// one transaction, and returns the versions it applied (none when the schema
+// is current, so running it again is a no-op). The transaction starts with
+// BEGIN IMMEDIATE, so concurrent calls, in this process or another on the
+// same file, wait for one another (up to the connection's busy timeout). It
+// returns an error wrapping [store.ErrSchemaNewer] when the database was
+// migrated by a newer Courier.
+//
+// Tables are created in the main database of db's connections.
+func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
+	var applied []int
+	err := immediate(ctx, db, func(conn *sql.Conn) error {
+		if _, err := conn.ExecContext(ctx, versionTable); err != nil {
+			return fmt.Errorf("create version table: %w", err)
+		}
+		current, err := schemaVersion(ctx, conn)
+		if err != nil {
+			return err
+		}
+		ms := Migrations()
+		if current > store.Latest(ms) {
+			return fmt.Errorf("database is at version %d, this binary knows up to %d: %w",
+				current, store.Latest(ms), store.ErrSchemaNewer)
+		}
+		for _, m := range ms[current:] {
+			if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("apply %04d_%s: %w", m.Version, m.Name, err)
+			}
+			if _, err := conn.ExecContext(ctx, "INSERT INTO courier_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+				m.Version, m.Name, time.Now().UnixMicro()); err != nil {
+				return fmt.Errorf("record %04d_%s: %w", m.Version, m.Name, err)
+			}
+			applied = append(applied, m.Version)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	return applied, nil
+}
+
+// Querier runs a query; *sql.DB, *sql.Conn and *sql.Tx are Queriers.
+type Querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// SchemaVersion returns the highest migration version applied to the
+// database, 0 when Courier's schema is absent.
+func SchemaVersion(ctx context.Context, q Querier) (int, error) {
+	return schemaVersion(ctx, q)
+}
+
+func schemaVersion(ctx context.Context, q Querier) (int, error) {
+	var tables int
+	if err := q.QueryRowContext(ctx,
+		"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'courier_schema_migrations'").Scan(&tables); err != nil {
+		return 0, fmt.Errorf("sqlite: read schema version: %w", err)
+	}
+	if tables == 0 {
+		return 0, nil
+	}
+	var v int
+	if err := q.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM courier_schema_migrations").Scan(&v); err != nil {
+		return 0, fmt.Errorf("sqlite: read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// CheckSchema returns nil when the database's schema is exactly the one this
+// binary knows, an error wrapping [store.ErrSchemaOutdated] when migrations
+// are missing, and one wrapping [store.ErrSchemaNewer] when the database is
+// ahead of the binary.
+func CheckSchema(ctx context.Context, q Querier) error {
+	v, err := schemaVersion(ctx, q)
+	if err != nil {
+		return err
+	}
+	latest := store.Latest(Migrations())
+	switch {
+	case v < latest:
+		return fmt.Errorf("%w: the database is at version %d, courier needs %d; run `courier migrate` (or sqlite.Migrate)", store.ErrSchemaOutdated, v, latest)
+	case v > latest:
+		return fmt.Errorf("%w: the database is at version %d, this courier knows up to %d; upgrade courier", store.ErrSchemaNewer, v, latest)
+	}
+	return nil
+}
+
+// ExportSQL returns each migration as a standalone script for an external
+// migration tool (goose, golang-migrate, Atlas, Flyway…): the migration's DDL
+// followed by the statements that record it in courier_schema_migrations, so
+// Courier's own schema check agrees afterwards. Run each script once, in one
+// transaction, as those tools do.
+func ExportSQL() []store.Migration {
+	ms := Migrations()
+	out := make([]store.Migration, len(ms))
+	for i, m := range ms {
+		var b strings.Builder
+		fmt.Fprintf(&b, "-- courier migration %04d_%s (SQLite)\n", m.Version, m.Name)
+		b.WriteString(versionTable)
+		b.WriteString("\n\n")
+		b.WriteString(strings.TrimSpace(m.SQL))
+		fmt.Fprintf(&b, "\n\nINSERT OR IGNORE INTO courier_schema_migrations (version, name) VALUES (%d, '%s');\n", m.Version, m.Name)
+		out[i] = store.Migration{Version: m.Version, Name: m.Name, SQL: b.String()}
+	}
+	return out
+}

@@ -1,0 +1,468 @@
+// Package sqlite is Courier's SQLite dialect, on the pure-Go driver
+// modernc.org/sqlite (no cgo): the schema and its migrations, the outbox
+// inserter for *sql.Tx ([DatabaseSQL]) and the relay's store ([Store]). It
+// is the embedded default: one file, nothing to install. [Open] opens a file
+// the way Courier needs it (WAL, a busy timeout, immediate transactions).
+//
+//	db, _ := sqlite.Open("app.db")
+//	_, _ = sqlite.Migrate(ctx, db)
+//	n := store.NewLocalNotifier()
+//	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{Notify: n.Signal})
+//	st, _ := sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
+//	r, _ := relay.New(st, publisher, relay.Config{Notifier: n})
+//
+// The semantics are PostgreSQL's (see store/postgres): publishing deletes a
+// row, a claim records one lease row per batch, a key is blocked while a
+// live lease holds it or one of its rows waits for a retry, and every write
+// of Complete is guarded by "this lease is still live and mine".
+//
+// # Claiming
+//
+// SQLite has one writer at a time and no SKIP LOCKED, and needs neither
+// trick: a claim is a transaction begun with BEGIN IMMEDIATE, which takes
+// the database's write lock before reading anything. Claims (and Completes,
+// and the applications' writes) therefore run one after another, across
+// every connection and every process that opened the file, and each sees
+// all that was committed before it. Inside that transaction a claim
+//
+//  1. deletes the expired leases;
+//  2. reads the keys that are blocked: those of the remaining leases
+//     (unpacked from their JSON arrays with json_each) and those of rows
+//     waiting for a retry (a small partial index);
+//  3. scans, oldest first, the rows that are neither leased nor waiting for a
+//     retry (a rowid range scan; the leased ids are a materialised NOT IN
+//     list), keeps those whose key is not blocked and stops when the batch is
+//     full, so a key's claimed rows are always the oldest of its pending
+//     rows, no key is in two leases, and a claim reads about as many rows as
+//     it takes (at most max(4×limit, 1000));
+//  4. inserts one lease row holding the kept ids and keys as JSON arrays,
+//     reads their contents and commits.
+//
+// Nobody can slip a lease in between the reads and the lease row, which is
+// what FOR UPDATE SKIP LOCKED cannot promise on PostgreSQL either (see
+// there). A claim holds the write lock for a few milliseconds; publishing,
+// the slow part, runs without any lock.
+//
+// # Several relays
+//
+// SQLite has one writer, so a second relay adds no claiming throughput: run
+// one relay per database file, and more only as standbys. Relays of one
+// process should share one [Store], which queues their transactions in the
+// process. Relays in several processes (or with separate Stores) queue for
+// the write lock through SQLite's busy handler, which is not fair: a
+// connection that has waited a while polls every 100 ms while a newcomer
+// polls every millisecond, so under sustained contention one of them can
+// wait for seconds, up to its busy timeout (then its claim fails and the
+// relay retries). Applications writing to the file queue the same way, which
+// is why [Open] sets a generous busy timeout.
+//
+// # Time
+//
+// SQLite has no clock that all processes share, so Courier uses the Go clock
+// of the process doing the work, consistently: created_at, the lease's
+// until, retry_at, published_at, dead_at and [store.Stats].Now are the
+// writing process's time.Now(), stored as INTEGER microseconds since the
+// Unix epoch (UTC), as is occurred_at. The processes sharing a file run on
+// one machine (WAL needs a local file system) and so share its clock.
+//
+// # Wake-ups
+//
+// SQLite cannot notify other connections of a commit. Inside one process
+// use a [store.LocalNotifier]: set outbox.Config.Notify to its Signal and
+// give it to the relay. Relays in other processes fall back to the relay's
+// adaptive polling (relay.Config.Notifier nil): 1 ms doubling to 8 ms after
+// work, then every PollInterval.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/courier-go/courier/store"
+)
+
+// StoreConfig tunes a Store. The zero value is ready to use.
+type StoreConfig struct {
+	// KeepPublished copies each published message into
+	// courier_outbox_published (with published_at) instead of only deleting
+	// it. Trim the table with a retention job.
+	KeepPublished bool
+}
+
+// Store is the relay's view of a SQLite outbox. It is safe for concurrent
+// use by any number of relays in any number of processes that share the
+// database file.
+//
+// Relays in one process should share one Store: it queues their claims and
+// completions in the process, where the next one starts as soon as the
+// previous one commits. Separate Stores (like separate processes) queue
+// through SQLite's busy handler instead, which polls the lock with sleeps of
+// 1 to 100 ms.
+type Store struct {
+	db   *sql.DB
+	cfg  StoreConfig
+	turn chan struct{} // one transaction of this Store at a time
+}
+
+var _ store.RelayStore = (*Store)(nil)
+
+// NewStore checks that the database's schema is the one this binary knows
+// and that db's connections wait for the write lock (a busy timeout, as
+// [Open] sets), and returns a Store on db.
+func NewStore(ctx context.Context, db *sql.DB, cfg StoreConfig) (*Store, error) {
+	if err := CheckSchema(ctx, db); err != nil {
+		return nil, err
+	}
+	var busy int64
+	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil {
+		return nil, fmt.Errorf("sqlite: read busy_timeout: %w", err)
+	}
+	if busy <= 0 {
+		return nil, errors.New("sqlite: the database's connections have no busy_timeout, so concurrent claims and writes fail with SQLITE_BUSY: " +
+			"open it with sqlite.Open, or add _pragma=busy_timeout(10000) to the DSN")
+	}
+	return &Store{db: db, cfg: cfg, turn: make(chan struct{}, 1)}, nil
+}
+
+// Every statement below takes the current time (Go's clock, unix
+// microseconds) as a parameter; see the package documentation.
+
+// expiredSQL drops the leases that ended.
+const expiredSQL = `DELETE FROM courier_outbox_leases WHERE until <= ?`
+
+// windowSQL reads the oldest rows that are not leased and not waiting for a
+// retry, at most ?2. Expired leases are gone by now: every lease is live.
+const windowSQL = `SELECT id, ordering_key FROM courier_outbox
+WHERE (retry_at IS NULL OR retry_at <= ?1)
+  AND id NOT IN (SELECT j.value FROM courier_outbox_leases AS l, json_each(l.ids) AS j)
+ORDER BY id
+LIMIT ?2`
+
+// blockedSQL lists the keys held by leases or by a row waiting for a retry.
+const blockedSQL = `SELECT j.value FROM courier_outbox_leases AS l, json_each(l.keys) AS j
+UNION
+SELECT ordering_key FROM courier_outbox WHERE retry_at > ?`
+
+const leaseSQL = `INSERT INTO courier_outbox_leases (owner, until, ids, keys, created_at) VALUES (?, ?, ?, ?, ?)`
+
+const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version,
+       content_type, payload, headers, occurred_at
+FROM courier_outbox WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id`
+
+// write runs fn in an immediate transaction, after the Store's previous
+// one has ended.
+func (s *Store) write(ctx context.Context, fn func(conn *sql.Conn) error) error {
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.turn }()
+	return immediate(ctx, s.db, fn)
+}
+
+// claimWindow is how many candidate rows a claim of limit rows looks at.
+func claimWindow(limit int) int { return max(4*limit, 1000) }
+
+// Claim implements store.RelayStore.
+func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	if limit < 1 {
+		return store.Batch{}, fmt.Errorf("sqlite: claim: limit is %d: use 1 or more", limit)
+	}
+	var batch store.Batch
+	err := s.write(ctx, func(conn *sql.Conn) error {
+		var err error
+		batch, err = claim(ctx, conn, owner, limit, lease)
+		return err
+	})
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("sqlite: claim: %w", err)
+	}
+	return batch, nil
+}
+
+func claim(ctx context.Context, conn *sql.Conn, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	var batch store.Batch
+	now := time.Now()
+	nowUS := now.UnixMicro()
+	if _, err := conn.ExecContext(ctx, expiredSQL, nowUS); err != nil {
+		return batch, fmt.Errorf("drop expired leases: %w", err)
+	}
+	blocked := make(map[string]struct{})
+	err := queryEach(ctx, conn, blockedSQL, []any{nowUS}, func(rows *sql.Rows) error {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return err
+		}
+		blocked[k] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return batch, fmt.Errorf("read blocked keys: %w", err)
+	}
+
+	// In id order, the rows of keys nobody holds: each key's claimed rows are
+	// its oldest pending rows.
+	ids := make([]int64, 0, limit)
+	keys := make([]string, 0, limit)
+	taken := make(map[string]struct{}, limit)
+	errFull := errors.New("batch full") // stops the scan
+	err = queryEach(ctx, conn, windowSQL, []any{nowUS, claimWindow(limit)}, func(rows *sql.Rows) error {
+		var id int64
+		var key string
+		if err := rows.Scan(&id, &key); err != nil {
+			return err
+		}
+		if _, ok := blocked[key]; ok {
+			return nil
+		}
+		ids = append(ids, id)
+		if _, ok := taken[key]; !ok {
+			taken[key] = struct{}{}
+			keys = append(keys, key)
+		}
+		if len(ids) == limit {
+			return errFull
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFull) {
+		return batch, fmt.Errorf("scan pending: %w", err)
+	}
+	if len(ids) == 0 {
+		return batch, nil
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return batch, err
+	}
+	keysJSON, err := json.Marshal(keys)
+	if err != nil {
+		return batch, err
+	}
+	res, err := conn.ExecContext(ctx, leaseSQL, owner, now.Add(lease).UnixMicro(), string(idsJSON), string(keysJSON), nowUS)
+	if err != nil {
+		return batch, fmt.Errorf("record lease: %w", err)
+	}
+	if batch.Lease, err = res.LastInsertId(); err != nil {
+		return batch, fmt.Errorf("record lease: %w", err)
+	}
+	batch.Records = make([]store.Record, 0, len(ids))
+	err = queryEach(ctx, conn, rowsSQL, []any{string(idsJSON)}, func(rows *sql.Rows) error {
+		var (
+			r        store.Record
+			m        = &r.Message
+			headers  []byte
+			occurred int64
+		)
+		if err := rows.Scan(&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
+			&m.ContentType, &m.Payload, &headers, &occurred); err != nil {
+			return err
+		}
+		if headers != nil {
+			if err := json.Unmarshal(headers, &m.Headers); err != nil {
+				return fmt.Errorf("row %d: decode headers: %w", r.Seq, err)
+			}
+		}
+		m.OccurredAt = time.UnixMicro(occurred).UTC()
+		batch.Records = append(batch.Records, r)
+		return nil
+	})
+	if err != nil {
+		return batch, fmt.Errorf("read rows: %w", err)
+	}
+	return batch, nil
+}
+
+// queryEach runs a query and calls fn for each row, until fn returns an
+// error.
+func queryEach(ctx context.Context, conn *sql.Conn, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := conn.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// leaseLiveSQL guards Complete: a relay whose lease has ended changes
+// nothing, since the rows may belong to another relay by then. Complete
+// holds the write lock from this check to its commit, so the answer cannot
+// change in between.
+const leaseLiveSQL = `SELECT EXISTS (SELECT 1 FROM courier_outbox_leases WHERE id = ? AND owner = ? AND until > ?)`
+
+// idsParam lists the ids of a JSON array parameter.
+const idsParam = `(SELECT value FROM json_each(?1))`
+
+const deleteSQL = `DELETE FROM courier_outbox WHERE id IN ` + idsParam
+
+const archiveSQL = `INSERT INTO courier_outbox_published
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, published_at)
+SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, ?2
+FROM courier_outbox WHERE id IN ` + idsParam
+
+// failuresParam unpacks a JSON array of failures (see failureJSON).
+const failuresParam = `(SELECT json_extract(value, '$.id') AS id,
+        json_extract(value, '$.error') AS error,
+        json_extract(value, '$.retry_at') AS retry_at,
+        json_extract(value, '$.counted') AS counted,
+        json_extract(value, '$.entry') AS entry
+ FROM json_each(?1))`
+
+// historyAppend appends f.entry to o.history, keeping the latest 20.
+// json() restores the entry's JSON type, which a subquery column loses.
+const historyAppend = `json_insert(
+    CASE WHEN json_array_length(coalesce(o.history, '[]')) >= 20 THEN json_remove(o.history, '$[0]')
+         ELSE coalesce(o.history, '[]') END,
+    '$[#]', json(f.entry))`
+
+const retrySQL = `UPDATE courier_outbox AS o
+SET attempts = o.attempts + f.counted,
+    last_error = f.error,
+    retry_at = f.retry_at,
+    history = ` + historyAppend + `
+FROM ` + failuresParam + ` AS f
+WHERE o.id = f.id`
+
+const deadSQL = `INSERT INTO courier_outbox_dead_letters
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
+     occurred_at, created_at, attempts, last_error, history, dead_at)
+SELECT o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers,
+       o.occurred_at, o.created_at, o.attempts + f.counted, f.error, ` + historyAppend + `, ?2
+FROM courier_outbox AS o JOIN ` + failuresParam + ` AS f ON o.id = f.id`
+
+const deleteFailedSQL = `DELETE FROM courier_outbox WHERE id IN (SELECT json_extract(value, '$.id') FROM json_each(?1))`
+
+const endLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ? AND owner = ?`
+
+// failureJSON is one failure as the statements above read it.
+type failureJSON struct {
+	ID      int64        `json:"id"`
+	Error   string       `json:"error"`
+	RetryAt int64        `json:"retry_at"`
+	Counted int          `json:"counted"`
+	Entry   historyEntry `json:"entry"`
+}
+
+// historyEntry is one element of a row's history.
+type historyEntry struct {
+	At      time.Time `json:"at"`
+	Error   string    `json:"error"`
+	Counted bool      `json:"counted"`
+}
+
+func failuresJSON(fs []store.Failure, now time.Time) (string, error) {
+	out := make([]failureJSON, len(fs))
+	for i, f := range fs {
+		counted := 0
+		if f.Counted {
+			counted = 1
+		}
+		out[i] = failureJSON{ID: f.Seq, Error: f.Error, RetryAt: now.Add(f.Delay).UnixMicro(), Counted: counted,
+			Entry: historyEntry{At: now.UTC(), Error: f.Error, Counted: f.Counted}}
+	}
+	b, err := json.Marshal(out)
+	return string(b), err
+}
+
+// Complete implements store.RelayStore. The whole outcome is written in one
+// transaction; ending the lease releases the rows it does not mention.
+func (s *Store) Complete(ctx context.Context, owner string, lease int64, o store.Outcome) error {
+	err := s.write(ctx, func(conn *sql.Conn) error {
+		now := time.Now()
+		var live bool
+		if err := conn.QueryRowContext(ctx, leaseLiveSQL, lease, owner, now.UnixMicro()).Scan(&live); err != nil {
+			return fmt.Errorf("check lease: %w", err)
+		}
+		if live {
+			if err := s.complete(ctx, conn, now, o); err != nil {
+				return err
+			}
+		}
+		if _, err := conn.ExecContext(ctx, endLeaseSQL, lease, owner); err != nil {
+			return fmt.Errorf("end lease: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: complete batch: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) complete(ctx context.Context, conn *sql.Conn, now time.Time, o store.Outcome) error {
+	nowUS := now.UnixMicro()
+	if len(o.Published) > 0 {
+		ids, err := json.Marshal(o.Published)
+		if err != nil {
+			return err
+		}
+		if s.cfg.KeepPublished {
+			if _, err := conn.ExecContext(ctx, archiveSQL, string(ids), nowUS); err != nil {
+				return fmt.Errorf("archive published: %w", err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, deleteSQL, string(ids)); err != nil {
+			return fmt.Errorf("delete published: %w", err)
+		}
+	}
+	if len(o.Retry) > 0 {
+		fs, err := failuresJSON(o.Retry, now)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, retrySQL, fs); err != nil {
+			return fmt.Errorf("record retries: %w", err)
+		}
+	}
+	if len(o.Dead) > 0 {
+		fs, err := failuresJSON(o.Dead, now)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, deadSQL, fs, nowUS); err != nil {
+			return fmt.Errorf("record dead letters: %w", err)
+		}
+		if _, err := conn.ExecContext(ctx, deleteFailedSQL, fs); err != nil {
+			return fmt.Errorf("delete dead letters: %w", err)
+		}
+	}
+	return nil
+}
+
+const statsSQL = `SELECT
+    (SELECT count(*) FROM courier_outbox),
+    (SELECT coalesce(sum(json_array_length(ids)), 0) FROM courier_outbox_leases WHERE until > ?1),
+    (SELECT count(*) FROM courier_outbox WHERE retry_at > ?1),
+    (SELECT created_at FROM courier_outbox ORDER BY id LIMIT 1),
+    (SELECT count(*) FROM courier_outbox_dead_letters)`
+
+// Stats implements store.RelayStore. Now is this process's clock.
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	return Stats(ctx, s.db)
+}
+
+// Stats reports the state of the outbox reachable through q, for tools that
+// have a connection but no Store. Now is this process's clock.
+func Stats(ctx context.Context, q Querier) (store.Stats, error) {
+	var st store.Stats
+	now := time.Now()
+	var oldest sql.NullInt64
+	if err := q.QueryRowContext(ctx, statsSQL, now.UnixMicro()).Scan(&st.Pending, &st.Leased, &st.InBackoff, &oldest, &st.DeadLetters); err != nil {
+		return st, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	if oldest.Valid {
+		st.OldestPending = time.UnixMicro(oldest.Int64).UTC()
+	}
+	st.Now = now.UTC().Truncate(time.Microsecond)
+	return st, nil
+}

@@ -1,0 +1,243 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/courier-go/courier"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store"
+)
+
+// broker is an embedded NATS server with a stream of the test's own.
+type broker struct {
+	t       *testing.T
+	url     string
+	nc      *natsgo.Conn
+	stream  string
+	mapping couriernats.Config
+}
+
+func newBroker(t *testing.T) *broker {
+	t.Helper()
+	srv := testenv.EmbeddedNATS(t)
+	b := &broker{t: t, url: srv.ClientURL(), stream: testenv.Name("S")}
+	b.nc = testenv.Connect(t, b.url)
+	b.mapping = couriernats.Config{SubjectPrefix: b.stream + "."}
+	testenv.Must(t, couriernats.EnsureStream(context.Background(), b.nc, b.mapping, couriernats.StreamConfig{Name: b.stream}), "ensure stream")
+	return b
+}
+
+// startRelay runs a relay on st, with a publisher on its own connection,
+// until the test ends.
+func (b *broker) startRelay(st store.RelayStore, cfg relay.Config) *relay.Relay {
+	b.t.Helper()
+	nc, err := couriernats.Connect(b.url)
+	testenv.Must(b.t, err, "connect publisher")
+	b.t.Cleanup(nc.Close)
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: b.mapping, AckTimeout: 2 * time.Second})
+	testenv.Must(b.t, err, "publisher")
+	r, err := relay.New(st, pub, cfg)
+	testenv.Must(b.t, err, "new relay")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	b.t.Cleanup(func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					b.t.Errorf("relay.Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				b.t.Errorf("relay did not stop within 30s")
+			}
+		})
+	})
+	return r
+}
+
+// count returns the number of messages in the stream.
+func (b *broker) count() int {
+	b.t.Helper()
+	js, err := jetstream.New(b.nc)
+	testenv.Must(b.t, err, "jetstream")
+	s, err := js.Stream(context.Background(), b.stream)
+	testenv.Must(b.t, err, "stream")
+	info, err := s.Info(context.Background())
+	testenv.Must(b.t, err, "stream info")
+	return int(info.State.Msgs)
+}
+
+// received reads the whole stream in order.
+func (b *broker) received() []courier.Message {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	total := b.count()
+	if total == 0 {
+		return nil
+	}
+	js, err := jetstream.New(b.nc)
+	testenv.Must(b.t, err, "jetstream")
+	s, err := js.Stream(ctx, b.stream)
+	testenv.Must(b.t, err, "stream")
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	testenv.Must(b.t, err, "ordered consumer")
+	out := make([]courier.Message, 0, total)
+	for len(out) < total {
+		batch, err := c.FetchNoWait(min(1000, total-len(out)))
+		testenv.Must(b.t, err, "fetch")
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			msg, err := b.mapping.FromNATS(&natsgo.Msg{Subject: m.Subject(), Header: natsgo.Header(m.Headers()), Data: m.Data()})
+			testenv.Must(b.t, err, "decode")
+			out = append(out, msg)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			b.t.Fatalf("fetch: %v", err)
+		}
+		if got == 0 {
+			if ctx.Err() != nil {
+				b.t.Fatalf("read %d of %d stream messages", len(out), total)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+// relayConfig is a fast-moving relay configuration for tests.
+func relayConfig(n store.Notifier) relay.Config {
+	return relay.Config{
+		Notifier:       n,
+		BatchSize:      100,
+		LeaseDuration:  5 * time.Second,
+		PublishTimeout: 2 * time.Second,
+		PollInterval:   200 * time.Millisecond,
+		Backoff:        relay.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+	}
+}
+
+// A relay that has gone idle, with a poll interval of a minute, publishes a
+// message within moments of its commit: the writer's Notify reaches the
+// relay's store.LocalNotifier, whose follow-up wake-ups catch the commit.
+func testWakeUp(t *testing.T, h Harness) {
+	db := open(t, h, true)
+	b := newBroker(t)
+	n := store.NewLocalNotifier()
+	cfg := relayConfig(n)
+	cfg.PollInterval = time.Minute
+	b.startRelay(db.newStore(t, false), cfg)
+	time.Sleep(100 * time.Millisecond) // the relay finds nothing, arms and waits
+	for i, w := range db.Writers {
+		msg := courier.NewMessage("events", "wake", "Woken", []byte(w.Name))
+		committed := time.Now()
+		if err := w.Write(context.Background(), outbox.Config{Notify: n.Signal}, []courier.Message{msg}, true); err != nil {
+			t.Fatalf("%s: write: %v", w.Name, err)
+		}
+		testenv.Eventually(t, 20*time.Second, func() bool { return b.count() == i+1 },
+			"%s: the message committed after the relay went idle was not published: the wake-up was lost (poll interval 1m)", w.Name)
+		t.Logf("%s: published %s after the commit", w.Name, time.Since(committed).Round(time.Millisecond))
+	}
+}
+
+// Three relays move a few thousand messages on a few hundred keys through an
+// embedded NATS server: every message arrives, and each key's messages
+// arrive in the order they were written.
+func testEndToEnd(t *testing.T, h Harness) {
+	db := open(t, h, true)
+	b := newBroker(t)
+	n, keys, per := 3000, 300, 50
+	if testing.Short() {
+		n = 1000
+	}
+	// One store for the three relays, as in one process (a dialect may
+	// queue its relays' claims in the process); relays in several processes
+	// are the business of the dialects' own tests.
+	st := db.newStore(t, false)
+	var notifiers []*store.LocalNotifier
+	var relays []*relay.Relay
+	for range 3 {
+		ln := store.NewLocalNotifier()
+		notifiers = append(notifiers, ln)
+		relays = append(relays, b.startRelay(st, relayConfig(ln)))
+	}
+	cfg := outbox.Config{Notify: func() {
+		for _, ln := range notifiers {
+			ln.Signal()
+		}
+	}}
+	start := time.Now()
+	var written []courier.Message
+	for done := 0; done < n; done += per {
+		msgs := make([]courier.Message, min(per, n-done))
+		for i := range msgs {
+			seq := done + i
+			msgs[i] = courier.NewMessage("events", fmt.Sprintf("key-%d", seq%keys), "Numbered",
+				fmt.Appendf(nil, `{"seq":%d}`, seq), courier.WithContentType(courier.ContentTypeJSON))
+		}
+		w := db.Writers[(done/per)%len(db.Writers)]
+		if err := w.Write(context.Background(), cfg, msgs, true); err != nil {
+			t.Fatalf("%s: write: %v", w.Name, err)
+		}
+		written = append(written, msgs...)
+	}
+	testenv.Eventually(t, 60*time.Second, func() bool { return stats(t, st).Pending == 0 }, "outbox not drained: %+v", stats(t, st))
+	elapsed := time.Since(start)
+	got := b.received()
+	dups := checkDelivery(t, written, got)
+	var perRelay []int64
+	for _, r := range relays {
+		perRelay = append(perRelay, r.Metrics().Published)
+	}
+	t.Logf("%d messages on %d keys through 3 relays in %s; published per relay %v; %d duplicates", n, keys, elapsed.Round(time.Millisecond), perRelay, dups)
+}
+
+// checkDelivery verifies that every written message is in the stream and
+// that each key's messages first appear in write order. It returns the
+// number of duplicates.
+func checkDelivery(t *testing.T, written, got []courier.Message) (dups int) {
+	t.Helper()
+	firstSeen := make(map[[16]byte]int, len(got))
+	for i, m := range got {
+		if _, ok := firstSeen[m.ID]; ok {
+			dups++
+			continue
+		}
+		firstSeen[m.ID] = i
+	}
+	lastPos := map[string]int{}
+	lost := 0
+	for _, m := range written {
+		pos, ok := firstSeen[m.ID]
+		if !ok {
+			lost++
+			if lost <= 5 {
+				t.Errorf("message %s (key %s) never reached the broker", m.ID, m.Key)
+			}
+			continue
+		}
+		if prev, ok := lastPos[m.Key]; ok && pos < prev {
+			t.Errorf("key %s out of order: message %s at stream position %d after position %d", m.Key, m.ID, pos, prev)
+		}
+		lastPos[m.Key] = pos
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d messages lost", lost, len(written))
+	}
+	return dups
+}

@@ -1,0 +1,152 @@
+// Package storetest is the conformance suite of Courier's store dialects:
+// the behaviour store.RelayStore, store.Inserter and the dialects' migrations
+// promise, written once and run against every dialect and every driver kind
+// a dialect supports. A dialect's test file builds a [Harness] and calls
+// [Run]:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{Open: func(t testing.TB) *storetest.DB { … }})
+//	}
+//
+// The suite covers atomic writes, claim order and per-key order, leases and
+// their takeover, retries with backoff, dead letters, concurrent claimers,
+// KeepPublished, stats, migrations (fresh, re-run, newer, missing, exported
+// SQL), large payloads, unicode keys, the in-process wake-ups of
+// store.LocalNotifier, and an end-to-end run of three relays through an
+// embedded NATS server. Every test gets a fresh database from the harness and
+// talks to it for real; nothing is mocked.
+package storetest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store"
+)
+
+// Harness connects the suite to one dialect.
+type Harness struct {
+	// Open creates a fresh, empty database (no Courier schema yet) for one
+	// test, and removes it when the test ends (t.Cleanup). The suite applies
+	// the migrations itself, through DB.Migrate, where it needs them.
+	Open func(t testing.TB) *DB
+}
+
+// DB is one test's database, as the dialect under test exposes it. Every
+// field but Rebind is required.
+type DB struct {
+	// SQL is a database/sql handle on the database, for assertions with raw
+	// SQL (the suite only uses portable SQL with ? placeholders, passed
+	// through Rebind).
+	SQL *sql.DB
+	// Rebind rewrites a query written with ? placeholders into the form
+	// SQL's driver takes; nil when the driver takes ? itself.
+	Rebind func(query string) string
+	// Writers write messages with each outbox inserter the dialect
+	// supports (pgx.Tx and *sql.Tx for PostgreSQL, …); at least one.
+	Writers []Writer
+	// NewStore returns the dialect's store.RelayStore on the database (the
+	// dialect's NewStore with StoreConfig{KeepPublished: keepPublished}).
+	NewStore func(ctx context.Context, keepPublished bool) (store.RelayStore, error)
+	// Migrate, SchemaVersion and CheckSchema are the dialect's functions of
+	// those names, applied to the database.
+	Migrate       func(ctx context.Context) ([]int, error)
+	SchemaVersion func(ctx context.Context) (int, error)
+	CheckSchema   func(ctx context.Context) error
+	// Migrations and ExportSQL are the dialect's functions of those names.
+	Migrations func() []store.Migration
+	ExportSQL  func() []store.Migration
+	// ExecScript runs a script of several statements (an exported
+	// migration) the way an external migration tool would.
+	ExecScript func(ctx context.Context, script string) error
+}
+
+// Writer writes messages with one of the dialect's outbox inserters.
+type Writer struct {
+	// Name identifies the inserter in test names, such as "database/sql".
+	Name string
+	// Write writes msgs through an outbox.Writer built with cfg, in a
+	// transaction of its own, and commits it (or rolls it back when commit
+	// is false). An error from the outbox writer is returned as is.
+	Write func(ctx context.Context, cfg outbox.Config, msgs []courier.Message, commit bool) error
+}
+
+// SQLWriter returns the Writer of an inserter for *sql.Tx on db.
+func SQLWriter(db *sql.DB, ins store.Inserter[*sql.Tx]) Writer {
+	return Writer{
+		Name: "database/sql",
+		Write: func(ctx context.Context, cfg outbox.Config, msgs []courier.Message, commit bool) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return fmt.Errorf("begin: %w", err)
+			}
+			defer tx.Rollback() //nolint:errcheck // no-op after Commit
+			if err := outbox.New(ins, cfg).Write(ctx, tx, msgs...); err != nil {
+				return err
+			}
+			if !commit {
+				return tx.Rollback()
+			}
+			return tx.Commit()
+		},
+	}
+}
+
+// DollarPlaceholders is a Rebind for drivers that number their
+// placeholders ($1, $2, … as PostgreSQL does).
+func DollarPlaceholders(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Run runs the whole suite, one subtest per behaviour.
+func Run(t *testing.T, h Harness) {
+	if h.Open == nil {
+		t.Fatal("storetest: Harness.Open is nil: give a function that creates a fresh database")
+	}
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Harness)
+	}{
+		{"AtomicWrite", testAtomicWrite},
+		{"EmptyPayload", testEmptyPayload},
+		{"ClaimOrder", testClaimOrder},
+		{"HotKeyClaimedInWholeRuns", testHotKey},
+		{"Leases", testLeases},
+		{"Retries", testRetries},
+		{"HistoryKeepsLatest20", testHistoryLimit},
+		{"DeadLetters", testDeadLetters},
+		{"ConcurrentClaimers", testConcurrentClaimers},
+		{"KeepPublished", testKeepPublished},
+		{"Stats", testStats},
+		{"Migrations", testMigrations},
+		{"MigrateConcurrently", testMigrateConcurrently},
+		{"SchemaNewer", testSchemaNewer},
+		{"SchemaOutdated", testSchemaOutdated},
+		{"ExportedSQL", testExportedSQL},
+		{"LargePayload", testLargePayload},
+		{"UnicodeKeys", testUnicodeKeys},
+		{"LocalNotifierWakesRelay", testWakeUp},
+		{"EndToEnd", testEndToEnd},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, h)
+		})
+	}
+}
