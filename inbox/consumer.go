@@ -285,8 +285,7 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 func (c *Consumer[TTx]) handle(ctx context.Context, d broker.Delivery, msg courier.Message) (Result, error) {
 	var t *time.Timer
 	var mu sync.Mutex
-	var extend func()
-	extend = func() {
+	extend := func() {
 		_ = d.Extend(ctx)
 		mu.Lock()
 		t.Reset(c.cfg.ExtendEvery)
