@@ -1,0 +1,270 @@
+// Package idempotency makes HTTP entry points safe to retry with the
+// Idempotency-Key header (IETF draft-ietf-httpapi-idempotency-key-header):
+// a request with a key takes effect once, and a retry gets the first
+// response back.
+//
+// A request with a new key claims it in a short transaction of its own
+// (state in flight), then runs the handler in a transaction that also stores
+// the response and marks the key done, so the business change, its outbox
+// messages and the stored response commit together or not at all. Then:
+//
+//   - same key, same request (method, path and query, body), done: the stored
+//     status, chosen headers and body are replayed byte for byte with
+//     Idempotent-Replayed: true, and the handler does not run;
+//   - same key, different request: 422;
+//   - same key while the first is in flight: 409 with Retry-After;
+//   - a key whose first request's owner crashed is taken over once its lock
+//     (Config.LockTimeout) expires, if the request is the same;
+//   - keys expire after Config.Retention; a request after that runs anew.
+//
+// What is stored: every response the handler completes with a status below
+// 500, including 4xx (the request was processed; retrying it cannot succeed
+// differently). What is not: requests rejected before the handler (missing or
+// invalid key: 400; body too large: 413; the 409 and 422 above), a 5xx
+// response or a handler error (the transaction rolls back and the key is
+// released, so the client may retry at once), and a panic (likewise,
+// then the panic continues). Put authentication and rate limiting before the
+// middleware: what they reject stores nothing.
+//
+//	keys, _ := idempotency.New(postgres.PgxIdempotency(pool), idempotency.Config{
+//		Scope: func(r *http.Request) (string, error) { return userID(r), nil },
+//	})
+//	mux.Handle("POST /orders", keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+//		tx, _ := idempotency.Tx[pgx.Tx](r.Context()) // the key's transaction
+//		// insert the order and its outbox message in tx …
+//	})))
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/courier-go/courier/store"
+)
+
+// Config tunes Keys. Zero fields take the defaults given.
+type Config struct {
+	// Methods that require a key. Default POST and PATCH.
+	Methods []string
+	// Optional makes the key optional on those methods: requests without
+	// one run without protection. Default: required (400 without).
+	Optional bool
+	// MaxKeyLength caps the key, in bytes. Default 255.
+	MaxKeyLength int
+	// MaxBodyBytes caps the request body; larger ones get 413 before
+	// anything is stored. Default 1 MiB.
+	MaxBodyBytes int64
+	// LockTimeout is how long a request holds its key; a request still
+	// running after it loses the key to a retry (and its transaction is
+	// rolled back). Default 1 minute.
+	LockTimeout time.Duration
+	// Retention is how long a key is remembered. Default 24 hours.
+	Retention time.Duration
+	// Scope returns the part of the key the server knows, usually the
+	// authenticated principal, so one client can never read another's
+	// response. Default: one scope for everyone.
+	Scope func(*http.Request) (string, error)
+	// ReplayHeaders are the response headers stored and replayed. Default
+	// Content-Type, Content-Language, Location, ETag, Link.
+	ReplayHeaders []string
+	// Logger receives the middleware's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if len(c.Methods) == 0 {
+		c.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if c.MaxKeyLength == 0 {
+		c.MaxKeyLength = MaxKeyLength
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = time.Minute
+	}
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.Scope == nil {
+		c.Scope = func(*http.Request) (string, error) { return "", nil }
+	}
+	if c.ReplayHeaders == nil {
+		c.ReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "ETag", "Link"}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.MaxKeyLength < 1:
+		return fmt.Errorf("idempotency: Config.MaxKeyLength is %d: use 1 or more", c.MaxKeyLength)
+	case c.MaxBodyBytes < 1:
+		return fmt.Errorf("idempotency: Config.MaxBodyBytes is %d: use 1 or more", c.MaxBodyBytes)
+	case c.LockTimeout < time.Second:
+		return fmt.Errorf("idempotency: Config.LockTimeout is %s: use at least 1s", c.LockTimeout)
+	case c.Retention < c.LockTimeout:
+		return fmt.Errorf("idempotency: Config.Retention (%s) is shorter than LockTimeout (%s)", c.Retention, c.LockTimeout)
+	}
+	return nil
+}
+
+// Keys handles idempotency keys on one database. It is safe for concurrent
+// use.
+type Keys[TTx any] struct {
+	st  store.Idempotency[TTx]
+	cfg Config
+}
+
+// New returns Keys on st.
+func New[TTx any](st store.Idempotency[TTx], cfg Config) (*Keys[TTx], error) {
+	if st == nil {
+		return nil, errors.New("idempotency: store is nil: pass the dialect's, e.g. postgres.PgxIdempotency(pool)")
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Keys[TTx]{st: st, cfg: cfg}, nil
+}
+
+// Request identifies one attempt at an operation.
+type Request struct {
+	// Scope is the server-side part of the key (the principal).
+	Scope string
+	// Key is the client's key.
+	Key string
+	// Fingerprint identifies the request's content (see Fingerprint).
+	Fingerprint []byte
+}
+
+// Response is what an operation produced; Do stores it for replay.
+type Response = store.StoredResponse
+
+// ErrMismatch: the key was used before for a different request.
+var ErrMismatch = errors.New("idempotency: key reused for a different request")
+
+// ErrLostKey: the operation outlived its lock and another attempt took the
+// key over; this attempt's transaction was rolled back.
+var ErrLostKey = errors.New("idempotency: the request took longer than the lock timeout and another attempt took over its key")
+
+// InFlightError: another attempt with the same key is still running.
+type InFlightError struct {
+	// RetryAfter is when the other attempt's lock ends at the latest.
+	RetryAfter time.Duration
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("idempotency: a request with this key is in progress; retry after %s", e.RetryAfter.Round(time.Second))
+}
+
+// Outcome is Do's result.
+type Outcome struct {
+	// Response is the operation's response, fresh or stored.
+	Response Response
+	// Replayed is true when the operation ran before and Response is the
+	// stored one.
+	Replayed bool
+}
+
+// Do runs fn once per (scope, key). The first call claims the key and runs fn
+// in a new transaction that also stores fn's response; it commits when fn
+// succeeds with a status below 500. Later calls with the same request get
+// that response back with Replayed set. It returns ErrMismatch, an
+// *InFlightError or ErrLostKey as described on each; when fn fails (an
+// error, a 5xx or a panic) nothing is stored and the key is released.
+func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) (Response, error)) (Outcome, error) {
+	owner := uuid.New()
+	rec, mine, err := k.st.Claim(ctx, store.KeyClaim{
+		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint, Owner: owner,
+		LockFor: k.cfg.LockTimeout, Retain: k.cfg.Retention,
+	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	if !mine {
+		switch {
+		case !bytes.Equal(rec.Fingerprint, req.Fingerprint):
+			return Outcome{}, ErrMismatch
+		case rec.Done:
+			return Outcome{Response: rec.Response, Replayed: true}, nil
+		default:
+			return Outcome{}, &InFlightError{RetryAfter: max(time.Until(rec.LockedUntil), time.Second)}
+		}
+	}
+	released := false
+	release := func() {
+		if released {
+			return
+		}
+		released = true
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := k.st.Release(rctx, req.Scope, req.Key, owner); err != nil {
+			k.cfg.Logger.Warn("could not release idempotency key; it frees itself after the lock timeout", "key", req.Key, "error", err)
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			release()
+			panic(p)
+		}
+	}()
+	var resp Response
+	err = k.st.InTx(ctx, func(tx TTx) error {
+		var err error
+		if resp, err = fn(ctx, tx); err != nil {
+			return err
+		}
+		if resp.Status >= 500 {
+			return errServerError
+		}
+		ok, err := k.st.Complete(ctx, tx, req.Scope, req.Key, owner, resp)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ErrLostKey
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return Outcome{Response: resp}, nil
+	case errors.Is(err, errServerError):
+		release()
+		return Outcome{Response: resp}, nil // not stored, but it is the answer
+	case errors.Is(err, ErrLostKey):
+		return Outcome{}, err
+	default:
+		release()
+		return Outcome{}, err
+	}
+}
+
+var errServerError = errors.New("5xx response")
+
+// Cleanup deletes expired keys and returns how many.
+func (k *Keys[TTx]) Cleanup(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		n, err := k.st.DeleteExpired(ctx, 10000)
+		total += n
+		if err != nil || n < 10000 {
+			return total, err
+		}
+	}
+}
+
+func (k *Keys[TTx]) required(method string) bool { return slices.Contains(k.cfg.Methods, method) }

@@ -1,0 +1,317 @@
+package idempotency_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/idempotency"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store/postgres"
+)
+
+// shop is the entry point of seed exercise A: POST /orders creates an order
+// and its OrderPlaced message in the key's transaction.
+type shop struct {
+	t      *testing.T
+	pg     *testenv.PG
+	runs   atomic.Int32
+	server *httptest.Server
+	hold   chan struct{} // when set, handlers wait on it
+	fail   atomic.Int32  // next handlers answer 503 this many times
+}
+
+func newShop(t *testing.T, cfg idempotency.Config) *shop {
+	s := &shop{t: t, pg: testenv.Postgres(t, true)}
+	_, err := s.pg.Pool.Exec(context.Background(), `CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, item text NOT NULL)`)
+	testenv.Must(t, err, "orders table")
+	if cfg.Scope == nil {
+		cfg.Scope = func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
+	}
+	keys, err := idempotency.New(postgres.PgxIdempotency(s.pg.Pool), cfg)
+	testenv.Must(t, err, "keys")
+	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", keys.Middleware(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		s.runs.Add(1)
+		if s.hold != nil {
+			<-s.hold
+		}
+		tx, ok := idempotency.Tx[pgx.Tx](r.Context())
+		if !ok {
+			http.Error(rw, "no transaction", 500)
+			return
+		}
+		var in struct{ Item string }
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Item == "" {
+			rw.Header().Set("Content-Type", "text/plain")
+			rw.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(rw, "item required")
+			return
+		}
+		var id int64
+		if err := tx.QueryRow(r.Context(), "INSERT INTO orders (item) VALUES ($1) RETURNING id", in.Item).Scan(&id); err != nil {
+			http.Error(rw, err.Error(), 500)
+			return
+		}
+		msg, _ := courier.NewJSON("orders", fmt.Sprint(id), map[string]any{"id": id, "item": in.Item}, courier.WithType("OrderPlaced"))
+		if err := w.Write(r.Context(), tx, msg); err != nil {
+			http.Error(rw, err.Error(), 500)
+			return
+		}
+		if s.fail.Load() > 0 {
+			s.fail.Add(-1)
+			http.Error(rw, "payment gateway down", http.StatusServiceUnavailable)
+			return
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		rw.Header().Set("Location", fmt.Sprintf("/orders/%d", id))
+		rw.Header().Set("X-Request-Only", "not replayed")
+		rw.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(rw, `{"id":%d,"item":%q,"at":%q}`, id, in.Item, time.Now().Format(time.RFC3339Nano))
+	})))
+	s.server = httptest.NewServer(mux)
+	t.Cleanup(s.server.Close)
+	return s
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (s *shop) post(key, user, body string) reply {
+	s.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/orders", strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	req.Header.Set("X-User", user)
+	resp, err := http.DefaultClient.Do(req)
+	testenv.Must(s.t, err, "post")
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+func (s *shop) count(table string) (n int) {
+	s.t.Helper()
+	testenv.Must(s.t, s.pg.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n), "count")
+	return n
+}
+
+func TestSameKeyTwiceOneOrder(t *testing.T) {
+	s := newShop(t, idempotency.Config{})
+	first := s.post(`"order-a-1"`, "alice", `{"item":"coffee"}`)
+	second := s.post(`order-a-1`, "alice", `{"item":"coffee"}`) // bare form: the same key
+	if first.status != 201 || second.status != 201 {
+		t.Fatalf("statuses %d, %d: %s %s", first.status, second.status, first.body, second.body)
+	}
+	if second.body != first.body || second.header.Get("Location") != first.header.Get("Location") ||
+		second.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("replay differs:\n%+v\n%+v", first, second)
+	}
+	if second.header.Get("Idempotent-Replayed") != "true" || first.header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("Idempotent-Replayed header wrong")
+	}
+	if second.header.Get("X-Request-Only") != "" || first.header.Get("X-Request-Only") == "" {
+		t.Fatal("only the chosen headers are replayed; the first response has them all")
+	}
+	if s.runs.Load() != 1 || s.count("orders") != 1 || s.count("courier_outbox") != 1 {
+		t.Fatalf("handler ran %d times; %d orders, %d messages; want one of each", s.runs.Load(), s.count("orders"), s.count("courier_outbox"))
+	}
+	// Another user's identical key is another operation.
+	if r := s.post(`"order-a-1"`, "bob", `{"item":"coffee"}`); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" || s.count("orders") != 2 {
+		t.Fatalf("scoped key: %+v, %d orders", r, s.count("orders"))
+	}
+}
+
+func TestFiftyConcurrentRequestsOneExecution(t *testing.T) {
+	s := newShop(t, idempotency.Config{})
+	s.hold = make(chan struct{})
+	var wg sync.WaitGroup
+	replies := make([]reply, 50)
+	for i := range replies {
+		wg.Go(func() { replies[i] = s.post("same-key", "carol", `{"item":"tea"}`) })
+	}
+	time.Sleep(300 * time.Millisecond) // the others arrive while the first is held
+	close(s.hold)
+	wg.Wait()
+	created, replayed, conflicts := 0, 0, 0
+	var body string
+	for _, r := range replies {
+		switch {
+		case r.status == 201 && r.header.Get("Idempotent-Replayed") == "true":
+			replayed++
+			if body != "" && r.body != body {
+				t.Fatal("replays differ")
+			}
+			body = r.body
+		case r.status == 201:
+			created++
+		case r.status == 409 && r.header.Get("Retry-After") != "" && r.header.Get("Content-Type") == "application/problem+json":
+			conflicts++
+		default:
+			t.Fatalf("unexpected reply %+v", r)
+		}
+	}
+	if created != 1 || s.runs.Load() != 1 || s.count("orders") != 1 {
+		t.Fatalf("%d created, handler ran %d times, %d orders; want exactly one", created, s.runs.Load(), s.count("orders"))
+	}
+	t.Logf("50 concurrent requests: 1 executed, %d conflicts (409), %d replays", conflicts, replayed)
+}
+
+func TestRejectionsStoreNothing(t *testing.T) {
+	s := newShop(t, idempotency.Config{MaxBodyBytes: 64})
+	cases := []struct {
+		key, body string
+		status    int
+		problem   string
+	}{
+		{"", `{"item":"x"}`, 400, "idempotency-key-missing"},
+		{`"unterminated`, `{"item":"x"}`, 400, "idempotency-key-invalid"},
+		{strings.Repeat("k", 256), `{"item":"x"}`, 400, "idempotency-key-invalid"},
+		{"big", `{"item":"` + strings.Repeat("x", 100) + `"}`, 413, "body-too-large"},
+	}
+	for _, c := range cases {
+		r := s.post(c.key, "dave", c.body)
+		var p map[string]any
+		_ = json.Unmarshal([]byte(r.body), &p)
+		if r.status != c.status || r.header.Get("Content-Type") != "application/problem+json" ||
+			!strings.HasSuffix(fmt.Sprint(p["type"]), c.problem) || p["detail"] == "" || int(p["status"].(float64)) != c.status {
+			t.Errorf("key %.20q: %d %s", c.key, r.status, r.body)
+		}
+	}
+	if s.runs.Load() != 0 || s.count("courier_idempotency_keys") != 0 {
+		t.Fatalf("rejected requests ran the handler %d times and stored %d keys", s.runs.Load(), s.count("courier_idempotency_keys"))
+	}
+}
+
+func TestMismatchIs422(t *testing.T) {
+	s := newShop(t, idempotency.Config{})
+	if r := s.post("k1", "erin", `{"item":"cake"}`); r.status != 201 {
+		t.Fatal(r)
+	}
+	r := s.post("k1", "erin", `{"item":"pie"}`)
+	if r.status != 422 || !strings.Contains(r.body, "idempotency-key-reused") || s.runs.Load() != 1 {
+		t.Fatalf("reused key: %d %s, handler ran %d times", r.status, r.body, s.runs.Load())
+	}
+}
+
+func TestStoredAndUnstoredOutcomes(t *testing.T) {
+	s := newShop(t, idempotency.Config{})
+	// A 4xx from the handler is an answer: stored and replayed.
+	if r := s.post("k4", "fay", `{}`); r.status != 400 {
+		t.Fatal(r)
+	}
+	if r := s.post("k4", "fay", `{}`); r.status != 400 || r.header.Get("Idempotent-Replayed") != "true" || r.body != "item required" {
+		t.Fatalf("4xx not replayed: %+v", r)
+	}
+	// A 5xx is not: its transaction rolls back, the key is released, a retry runs.
+	s.fail.Store(1)
+	if r := s.post("k5", "fay", `{"item":"bread"}`); r.status != 503 {
+		t.Fatal(r)
+	}
+	if s.count("orders") != 0 || s.count("courier_outbox") != 0 {
+		t.Fatal("a 503 left its business change behind")
+	}
+	if r := s.post("k5", "fay", `{"item":"bread"}`); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" || s.count("orders") != 1 {
+		t.Fatalf("retry after 503: %+v, %d orders", r, s.count("orders"))
+	}
+}
+
+func TestPanicReleasesKey(t *testing.T) {
+	pg := testenv.Postgres(t, true)
+	keys, err := idempotency.New(postgres.PgxIdempotency(pg.Pool), idempotency.Config{})
+	testenv.Must(t, err, "keys")
+	req := idempotency.Request{Key: "p", Fingerprint: idempotency.Fingerprint("POST", "/x", nil)}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("panic swallowed")
+			}
+		}()
+		_, _ = keys.Do(context.Background(), req, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+			panic("boom")
+		})
+	}()
+	out, err := keys.Do(context.Background(), req, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+		return idempotency.Response{Status: 200, Body: []byte("ok")}, nil
+	})
+	if err != nil || out.Replayed || string(out.Response.Body) != "ok" {
+		t.Fatalf("after a panic: %+v, %v", out, err)
+	}
+}
+
+// The first attempt's process dies mid-handler: its key stays in flight until
+// the lock times out, then the retry runs and succeeds, once.
+func TestCrashedOwnerIsTakenOver(t *testing.T) {
+	pg := testenv.Postgres(t, true)
+	keys, err := idempotency.New(postgres.PgxIdempotency(pg.Pool), idempotency.Config{LockTimeout: time.Second})
+	testenv.Must(t, err, "keys")
+	ctx := context.Background()
+	req := idempotency.Request{Key: "crash", Fingerprint: idempotency.Fingerprint("POST", "/orders", []byte("x"))}
+	// A crash leaves exactly this behind: a claimed, uncompleted key (the
+	// business transaction died with the process).
+	rec, mine, err := postgres.PgxIdempotency(pg.Pool).Claim(ctx, claimFor(req, time.Second))
+	if err != nil || !mine || rec.Done {
+		t.Fatalf("claim: %+v %v %v", rec, mine, err)
+	}
+	ran := 0
+	run := func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+		ran++
+		return idempotency.Response{Status: 201, Body: []byte("created")}, nil
+	}
+	if _, err := keys.Do(ctx, req, run); err == nil {
+		t.Fatal("a retry during the dead owner's lock ran")
+	} else if _, ok := err.(*idempotency.InFlightError); !ok {
+		t.Fatalf("retry during the lock: %v, want InFlightError", err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	out, err := keys.Do(ctx, req, run)
+	if err != nil || out.Replayed || ran != 1 {
+		t.Fatalf("after the lock: %+v %v, ran %d", out, err, ran)
+	}
+	out, err = keys.Do(ctx, req, run)
+	if err != nil || !out.Replayed || ran != 1 {
+		t.Fatalf("then: %+v %v, ran %d", out, err, ran)
+	}
+}
+
+func TestExpiredKeyRunsAgain(t *testing.T) {
+	pg := testenv.Postgres(t, true)
+	keys, err := idempotency.New(postgres.PgxIdempotency(pg.Pool), idempotency.Config{LockTimeout: time.Second, Retention: time.Second})
+	testenv.Must(t, err, "keys")
+	ctx := context.Background()
+	req := idempotency.Request{Key: "old", Fingerprint: idempotency.Fingerprint("POST", "/orders", nil)}
+	ran := 0
+	run := func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+		ran++
+		return idempotency.Response{Status: 200}, nil
+	}
+	_, _ = keys.Do(ctx, req, run)
+	if out, _ := keys.Do(ctx, req, run); !out.Replayed {
+		t.Fatal("not replayed within retention")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if out, err := keys.Do(ctx, req, run); err != nil || out.Replayed || ran != 2 {
+		t.Fatalf("after expiry: %+v %v, ran %d; want a new execution", out, err, ran)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if n, err := keys.Cleanup(ctx); err != nil || n != 1 {
+		t.Fatalf("cleanup removed %d, %v; want the expired key", n, err)
+	}
+}

@@ -1,0 +1,165 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// HeaderKey is the request header carrying the key.
+const HeaderKey = "Idempotency-Key"
+
+// HeaderReplayed marks a replayed response.
+const HeaderReplayed = "Idempotent-Replayed"
+
+type txKey struct{}
+
+// Tx returns the transaction the middleware opened for the request: the
+// handler's business change and outbox messages go in it, and commit with
+// the stored response. It reports false for requests the middleware does not
+// cover (other methods, or no key when keys are optional).
+func Tx[TTx any](ctx context.Context) (TTx, bool) {
+	tx, ok := ctx.Value(txKey{}).(TTx)
+	return tx, ok
+}
+
+// Middleware enforces idempotency keys on the configured methods (see the
+// package documentation for what is stored and what each status means).
+// The handler finds its transaction with Tx.
+func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !k.required(r.Method) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		values := r.Header.Values(HeaderKey)
+		switch {
+		case len(values) == 0 && k.cfg.Optional:
+			next.ServeHTTP(w, r)
+			return
+		case len(values) == 0:
+			problem(w, http.StatusBadRequest, "idempotency-key-missing", "Idempotency-Key is missing",
+				"This operation requires an Idempotency-Key header: send a unique value per operation, such as a UUID, and the same value when you retry it.")
+			return
+		case len(values) > 1:
+			problem(w, http.StatusBadRequest, "idempotency-key-invalid", "Idempotency-Key is invalid",
+				"Send exactly one Idempotency-Key header.")
+			return
+		}
+		key, err := ParseKey(values[0], k.cfg.MaxKeyLength)
+		if err != nil {
+			problem(w, http.StatusBadRequest, "idempotency-key-invalid", "Idempotency-Key is invalid", err.Error())
+			return
+		}
+		scope, err := k.cfg.Scope(r)
+		if err != nil {
+			k.cfg.Logger.Error("idempotency scope", "error", err)
+			problem(w, http.StatusInternalServerError, "idempotency-scope", "Idempotency scope unavailable",
+				"The server could not tell whose key this is; try again.")
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, k.cfg.MaxBodyBytes+1))
+		if err != nil {
+			problem(w, http.StatusBadRequest, "body-unreadable", "Request body unreadable", err.Error())
+			return
+		}
+		if int64(len(body)) > k.cfg.MaxBodyBytes {
+			problem(w, http.StatusRequestEntityTooLarge, "body-too-large", "Request body too large",
+				"The body exceeds "+strconv.FormatInt(k.cfg.MaxBodyBytes, 10)+" bytes.")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+
+		var rec *recorder
+		out, err := k.Do(r.Context(), Request{Scope: scope, Key: key, Fingerprint: Fingerprint(r.Method, r.URL.RequestURI(), body)},
+			func(ctx context.Context, tx TTx) (Response, error) {
+				rec = &recorder{header: http.Header{}}
+				next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
+				return rec.response(k.cfg.ReplayHeaders), nil
+			})
+		var inFlight *InFlightError
+		switch {
+		case errors.As(err, &inFlight):
+			w.Header().Set("Retry-After", strconv.Itoa(int(inFlight.RetryAfter.Seconds()+0.999)))
+			problem(w, http.StatusConflict, "idempotency-key-in-use", "A request with this Idempotency-Key is in progress",
+				"Retry after the time in Retry-After to get its response.")
+			return
+		case errors.Is(err, ErrMismatch):
+			problem(w, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused",
+				"This key was used for a different request (method, path or body). Use a new key for a new operation.")
+			return
+		case errors.Is(err, ErrLostKey):
+			w.Header().Set("Retry-After", "1")
+			problem(w, http.StatusConflict, "idempotency-key-in-use", "Request timed out",
+				"The request took longer than the server allows and was undone; retry it with the same key.")
+			return
+		case err != nil:
+			k.cfg.Logger.Error("idempotent request failed", "key", key, "error", err)
+			problem(w, http.StatusInternalServerError, "internal", "Internal error", "The request was not applied; retry it with the same key.")
+			return
+		}
+		if out.Replayed {
+			for name, vs := range out.Response.Headers {
+				w.Header()[name] = vs
+			}
+			w.Header().Set(HeaderReplayed, "true")
+		} else {
+			for name, vs := range rec.header {
+				w.Header()[name] = vs
+			}
+		}
+		w.WriteHeader(out.Response.Status)
+		_, _ = w.Write(out.Response.Body)
+	})
+}
+
+// recorder captures a handler's response so it can be stored and then sent.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+
+func (r *recorder) response(keep []string) Response {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	h := http.Header{}
+	for _, name := range keep {
+		if vs := r.header.Values(name); len(vs) > 0 {
+			h[http.CanonicalHeaderKey(name)] = vs
+		}
+	}
+	return Response{Status: r.status, Headers: h, Body: bytes.Clone(r.body.Bytes())}
+}
+
+// problem writes an RFC 9457 problem detail.
+func problem(w http.ResponseWriter, status int, kind, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"type":   "https://github.com/courier-go/courier/blob/main/docs/idempotency.md#" + kind,
+		"title":  title,
+		"status": status,
+		"detail": detail,
+	})
+}

@@ -1,0 +1,152 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courier-go/courier/store"
+)
+
+// claimKeySQL inserts the record, or takes over an in-flight one whose lock
+// expired, or replaces one past its expiry; it returns the record as it
+// stands afterwards and whether this request owns it.
+const claimKeySQL = `WITH ins AS (
+    INSERT INTO courier_idempotency_keys AS k (scope, idem_key, fingerprint, state, owner, locked_until, expires_at)
+    VALUES ($1, $2, $3, 'in_flight', $4, now() + $5::interval, now() + $6::interval)
+    ON CONFLICT (scope, idem_key) DO UPDATE
+        SET fingerprint = EXCLUDED.fingerprint, state = 'in_flight', owner = EXCLUDED.owner,
+            locked_until = EXCLUDED.locked_until, status = NULL, headers = NULL, body = NULL,
+            created_at = now(), expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= now()
+           OR (k.state = 'in_flight' AND k.locked_until <= now() AND k.fingerprint = EXCLUDED.fingerprint)
+    RETURNING k.fingerprint, k.state, k.locked_until, k.status, k.headers, k.body, true AS mine
+)
+SELECT * FROM ins
+UNION ALL
+SELECT fingerprint, state, locked_until, status, headers, body, false
+FROM courier_idempotency_keys WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`
+
+// PgxIdempotency returns the idempotency-key store for handlers that work in
+// pgx transactions on pool.
+func PgxIdempotency(pool *pgxpool.Pool) store.Idempotency[pgx.Tx] { return pgxIdem{pool} }
+
+type pgxIdem struct{ pool *pgxpool.Pool }
+
+func (p pgxIdem) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, p.pool, fn)
+}
+
+func (p pgxIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
+	return claimKey(p.pool.QueryRow(ctx, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner, c.LockFor, c.Retain), c)
+}
+
+func claimKey(row pgx.Row, c store.KeyClaim) (store.KeyRecord, bool, error) {
+	rec := store.KeyRecord{Scope: c.Scope, Key: c.Key}
+	var state string
+	var status *int
+	var headers []byte
+	var mine bool
+	if err := row.Scan(&rec.Fingerprint, &state, &rec.LockedUntil, &status, &headers, &rec.Response.Body, &mine); err != nil {
+		return rec, false, fmt.Errorf("postgres: claim idempotency key: %w", err)
+	}
+	rec.Done = state == "done"
+	if status != nil {
+		rec.Response.Status = *status
+	}
+	if len(headers) > 0 {
+		if err := json.Unmarshal(headers, &rec.Response.Headers); err != nil {
+			return rec, false, fmt.Errorf("postgres: stored response headers: %w", err)
+		}
+	}
+	return rec, mine, nil
+}
+
+const completeKeySQL = `UPDATE courier_idempotency_keys
+SET state = 'done', status = $4, headers = $5, body = $6
+WHERE scope = $1 AND idem_key = $2 AND owner = $3 AND state = 'in_flight'`
+
+func (pgxIdem) Complete(ctx context.Context, tx pgx.Tx, scope, key string, owner uuid.UUID, resp store.StoredResponse) (bool, error) {
+	h, err := json.Marshal(resp.Headers)
+	if err != nil {
+		return false, err
+	}
+	tag, err := tx.Exec(ctx, completeKeySQL, scope, key, owner, resp.Status, h, bodyOrEmpty(resp.Body))
+	if err != nil {
+		return false, fmt.Errorf("postgres: complete idempotency key: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+const releaseKeySQL = `DELETE FROM courier_idempotency_keys WHERE scope = $1 AND idem_key = $2 AND owner = $3 AND state = 'in_flight'`
+
+func (p pgxIdem) Release(ctx context.Context, scope, key string, owner uuid.UUID) error {
+	if _, err := p.pool.Exec(ctx, releaseKeySQL, scope, key, owner); err != nil {
+		return fmt.Errorf("postgres: release idempotency key: %w", err)
+	}
+	return nil
+}
+
+const deleteExpiredKeysSQL = `DELETE FROM courier_idempotency_keys WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM courier_idempotency_keys WHERE expires_at <= now() LIMIT $1))`
+
+func (p pgxIdem) DeleteExpired(ctx context.Context, limit int) (int64, error) {
+	tag, err := p.pool.Exec(ctx, deleteExpiredKeysSQL, limit)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: delete expired idempotency keys: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// SQLIdempotency returns the idempotency-key store for handlers that work in
+// database/sql transactions on db.
+func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdem{db} }
+
+type sqlIdem struct{ db *sql.DB }
+
+func (s sqlIdem) InTx(ctx context.Context, fn func(*sql.Tx) error) error { return inSQLTx(ctx, s.db, fn) }
+
+func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
+	return claimKey(s.db.QueryRowContext(ctx, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner.String(),
+		c.LockFor.String(), c.Retain.String()), c)
+}
+
+func (sqlIdem) Complete(ctx context.Context, tx *sql.Tx, scope, key string, owner uuid.UUID, resp store.StoredResponse) (bool, error) {
+	h, err := json.Marshal(resp.Headers)
+	if err != nil {
+		return false, err
+	}
+	res, err := tx.ExecContext(ctx, completeKeySQL, scope, key, owner.String(), resp.Status, string(h), bodyOrEmpty(resp.Body))
+	if err != nil {
+		return false, fmt.Errorf("postgres: complete idempotency key: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+func (s sqlIdem) Release(ctx context.Context, scope, key string, owner uuid.UUID) error {
+	if _, err := s.db.ExecContext(ctx, releaseKeySQL, scope, key, owner.String()); err != nil {
+		return fmt.Errorf("postgres: release idempotency key: %w", err)
+	}
+	return nil
+}
+
+func (s sqlIdem) DeleteExpired(ctx context.Context, limit int) (int64, error) {
+	res, err := s.db.ExecContext(ctx, deleteExpiredKeysSQL, limit)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: delete expired idempotency keys: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+func bodyOrEmpty(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
