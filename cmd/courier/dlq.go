@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/postgres"
 )
 
 // dlqCmd groups the dead-letter commands. Dead letters are named
@@ -44,15 +43,20 @@ type dlqReplayCmd struct{ dlqRef }
 type dlqDiscardCmd struct{ dlqRef }
 
 func (c *dbFlags) admin(e *env) (store.Admin, func(), error) {
-	pool, err := c.connect(e.ctx)
+	d, err := c.open(e.ctx, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := postgres.CheckSchema(e.ctx, pool); err != nil {
-		pool.Close()
+	if err := d.checkSchema(e.ctx); err != nil {
+		d.close()
 		return nil, nil, err
 	}
-	return postgres.Admin(pool), pool.Close, nil
+	a, err := d.admin()
+	if err != nil {
+		d.close()
+		return nil, nil, err
+	}
+	return a, d.close, nil
 }
 
 func (c *dlqListCmd) Run(e *env) error {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -36,6 +38,11 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
+	t.Chdir(t.TempDir()) // no ./courier.db here
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "listen")
+	defer l.Close()
+	taken := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	for _, v := range []string{"COURIER_DATABASE_URL", "COURIER_BROKER_URL"} {
 		t.Setenv(v, "")
 		os.Unsetenv(v)
@@ -46,13 +53,15 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 		want string
 	}{
 		{[]string{"relay", "--bogus"}, 2, "unknown flag --bogus"},
-		{[]string{"relay"}, 1, "no broker given: set --broker-url or COURIER_BROKER_URL"},
-		{[]string{"status"}, 1, "no database given: set --database-url or COURIER_DATABASE_URL"},
-		{[]string{"status", "--database-url", "mysql://localhost/x"}, 1, "is not a PostgreSQL URL"},
+		{[]string{"status"}, 1, "no database given and ./courier.db does not exist"},
+		{[]string{"status", "--database-url", "redis://localhost/x"}, 1, "use postgres://user:password@host:5432/db, mysql://"},
+		{[]string{"status", "--database-url", "mysql://nohost"}, 1, "is not a MySQL URL"},
+		{[]string{"status", "--database-url", "sqlite:///no/such/dir/x.db"}, 1, "no SQLite database at /no/such/dir/x.db"},
 		{[]string{"status", "--database-url", "postgres://nobody@127.0.0.1:1/x"}, 1, "cannot reach the database at postgres://nobody@127.0.0.1:1/x"},
 		{[]string{"status", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}, 1, "postgres://u:xxxxx@127.0.0.1:1/x"},
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "http://x"}, 1, "is not a NATS URL"},
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "nats://x:1", "--batch-size", "0"}, 1, "--batch-size is 0"},
+		{[]string{"relay", "--embedded-port", taken}, 1, "embedded nats: cannot listen on 127.0.0.1:" + taken},
 		{[]string{"frobnicate"}, 2, "unexpected argument frobnicate"},
 	}
 	for _, c := range cases {

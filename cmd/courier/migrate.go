@@ -4,43 +4,52 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"github.com/courier-go/courier/store/postgres"
 )
 
 type migrateCmd struct {
 	dbFlags
-	Print bool   `help:"Print the SQL of every migration instead of applying it (for your own migration tool)." xor:"out"`
-	Dir   string `help:"Write each migration as NNNN_name.up.sql into this directory instead of applying it." type:"path" xor:"out"`
+	Print   bool   `help:"Print the SQL of every migration instead of applying it (for your own migration tool)." xor:"out"`
+	Dir     string `help:"Write each migration as NNNN_courier_name.up.sql into this directory instead of applying it." type:"path" xor:"out"`
+	Dialect string `help:"Dialect to export with --print or --dir when no --database-url says: postgres, mysql or sqlite." enum:"postgres,mysql,sqlite," default:""`
 }
 
 func (c *migrateCmd) Run(e *env) error {
 	if c.Print || c.Dir != "" {
 		return c.export(e)
 	}
-	pool, err := c.connect(e.ctx)
+	d, err := c.open(e.ctx, true)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	applied, err := postgres.Migrate(e.ctx, pool)
+	defer d.close()
+	applied, err := d.migrate(e.ctx)
 	if err != nil {
 		return err
 	}
-	v, err := postgres.SchemaVersion(e.ctx, pool)
+	v, err := d.schemaVersion(e.ctx)
 	if err != nil {
 		return err
 	}
 	if len(applied) == 0 {
-		fmt.Fprintf(e.stdout, "schema is up to date (version %d)\n", v)
+		fmt.Fprintf(e.stdout, "schema is up to date (version %d) in %s\n", v, d.where)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "applied %d migration(s); schema is at version %d\n", len(applied), v)
+	fmt.Fprintf(e.stdout, "applied %d migration(s); schema is at version %d in %s\n", len(applied), v, d.where)
 	return nil
 }
 
 func (c *migrateCmd) export(e *env) error {
-	for _, m := range postgres.ExportSQL() {
+	dialect := c.Dialect
+	if c.DatabaseURL != "" {
+		var err error
+		if dialect, _, err = parseDatabaseURL(c.DatabaseURL); err != nil {
+			return err
+		}
+	}
+	if dialect == "" {
+		dialect = "postgres"
+	}
+	for _, m := range exportSQL(dialect) {
 		if c.Print {
 			fmt.Fprintln(e.stdout, m.SQL)
 			continue

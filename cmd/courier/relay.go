@@ -3,21 +3,24 @@ package main
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 
 	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/broker/nats/embedded"
 	"github.com/courier-go/courier/relay"
-	"github.com/courier-go/courier/store/postgres"
 )
 
 type relayCmd struct {
 	dbFlags
-	BrokerURL     string        `name:"broker-url" help:"NATS URL, e.g. nats://localhost:4222." env:"COURIER_BROKER_URL"`
+	BrokerURL     string        `name:"broker-url" help:"NATS URL, e.g. nats://localhost:4222. Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
+	DataDir       string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
+	EmbeddedPort  int           `help:"Port of the embedded NATS server (0: any free port)." default:"4222" env:"COURIER_EMBEDDED_PORT"`
 	ListenURL     string        `name:"listen-url" help:"PostgreSQL URL for LISTEN wake-ups; must be a direct session connection, not PgBouncer in transaction mode (default: --database-url)." env:"COURIER_LISTEN_URL"`
-	NoListen      bool          `help:"Do not LISTEN for wake-ups; poll only."`
+	NoListen      bool          `help:"Do not LISTEN for wake-ups (PostgreSQL); poll only."`
 	Stream        string        `help:"JetStream stream to publish into." default:"COURIER" env:"COURIER_STREAM"`
 	SubjectPrefix string        `help:"Prefix that turns a topic into a subject." default:"courier." env:"COURIER_SUBJECT_PREFIX"`
 	NoStream      bool          `name:"no-create-stream" help:"Do not create the stream when it is missing (it is managed elsewhere)."`
@@ -25,7 +28,7 @@ type relayCmd struct {
 	Concurrency   int           `help:"Batches publishing at once." default:"2"`
 	Lease         time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s"`
 	MaxAttempts   int           `help:"Failed attempts before a message becomes a dead letter." default:"10"`
-	PollInterval  time.Duration `help:"How often to look for work without a wake-up." default:"1s"`
+	PollInterval  time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)."`
 	KeepPublished bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it yourself)." env:"COURIER_KEEP_PUBLISHED"`
 }
 
@@ -38,22 +41,47 @@ func (c *relayCmd) Run(e *env) error {
 			return fmt.Errorf("%s is %d: use 1 or more", f.name, f.v)
 		}
 	}
-	if c.BrokerURL == "" {
-		return fmt.Errorf("no broker given: set --broker-url or COURIER_BROKER_URL, e.g. nats://localhost:4222")
+	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
+		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for the embedded server", redact(c.BrokerURL))
 	}
-	if !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
-		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222", redact(c.BrokerURL))
-	}
-	pool, err := c.connect(e.ctx)
+	embeddedDB := c.DatabaseURL == ""
+	d, err := c.open(e.ctx, embeddedDB)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	st, err := postgres.NewStore(e.ctx, pool, postgres.StoreConfig{KeepPublished: c.KeepPublished})
+	defer d.close()
+	if embeddedDB {
+		if _, err := d.migrate(e.ctx); err != nil {
+			return err
+		}
+	}
+	st, err := d.relayStore(e.ctx, c.KeepPublished)
 	if err != nil {
 		return err
 	}
-	nc, err := couriernats.Connect(c.BrokerURL,
+
+	var announce []func() // where things are, once all is ready
+	if embeddedDB {
+		announce = append(announce, func() {
+			e.log.Info("database: embedded SQLite file (the default; set --database-url for another)", "path", d.where)
+		})
+	}
+	brokerURL := c.BrokerURL
+	if brokerURL == "" {
+		dir, _ := filepath.Abs(c.DataDir)
+		srv, err := embedded.Start(embedded.Config{Dir: dir, Port: c.EmbeddedPort})
+		if err != nil {
+			return fmt.Errorf("%w; pass --embedded-port 0 for any free port, or --broker-url to use a running NATS", err)
+		}
+		defer srv.Shutdown()
+		brokerURL = srv.ClientURL()
+		defer e.log.Info("embedded NATS stopped")
+		announce = append(announce, func() {
+			e.log.Info("broker: embedded NATS JetStream (the default; set --broker-url for another); consumers connect here",
+				"url", brokerURL, "data", dir)
+		})
+	}
+	nc, err := couriernats.Connect(brokerURL,
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
 			if err != nil {
 				e.log.Warn("broker disconnected", "error", err)
@@ -62,7 +90,7 @@ func (c *relayCmd) Run(e *env) error {
 		natsgo.ReconnectHandler(func(*natsgo.Conn) { e.log.Info("broker reconnected") }))
 	if err != nil {
 		return fmt.Errorf("cannot reach NATS at %s: %v; check --broker-url (COURIER_BROKER_URL) and that nats-server runs with JetStream (-js)",
-			redact(c.BrokerURL), oneLine(err))
+			redact(brokerURL), oneLine(err))
 	}
 	defer nc.Close()
 	mapping := couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""}
@@ -83,22 +111,31 @@ func (c *relayCmd) Run(e *env) error {
 		PollInterval:  c.PollInterval,
 		Logger:        e.log,
 	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = d.pollInterval()
+	}
 	if !c.NoListen {
 		listen := c.ListenURL
 		if listen == "" {
 			listen = c.DatabaseURL
 		}
-		n, err := postgres.NewNotifier(listen, e.log)
+		n, err := d.notifier(listen, e.log)
 		if err != nil {
 			return fmt.Errorf("--listen-url: %w", err)
 		}
-		cfg.Notifier = n
+		if n != nil {
+			cfg.Notifier = n
+		}
 	}
 	r, err := relay.New(st, pub, cfg)
 	if err != nil {
 		return flagError(err)
 	}
-	e.log.Info("relaying", "database", redact(c.DatabaseURL), "broker", redact(c.BrokerURL), "stream", c.Stream, "subject_prefix", c.SubjectPrefix)
+	for _, a := range announce {
+		a()
+	}
+	e.log.Info("relaying", "database", d.where, "dialect", d.dialect, "broker", redact(brokerURL), "stream", c.Stream,
+		"subject_prefix", c.SubjectPrefix, "poll_interval", cfg.PollInterval)
 	return r.Run(e.ctx)
 }
 

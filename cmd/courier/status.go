@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/courier-go/courier/store/postgres"
 )
 
 type statusCmd struct {
@@ -14,15 +12,15 @@ type statusCmd struct {
 }
 
 func (c *statusCmd) Run(e *env) error {
-	pool, err := c.connect(e.ctx)
+	d, err := c.open(e.ctx, false)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := postgres.CheckSchema(e.ctx, pool); err != nil {
+	defer d.close()
+	if err := d.checkSchema(e.ctx); err != nil {
 		return err
 	}
-	st, err := postgres.Stats(e.ctx, pool)
+	st, err := d.stats(e.ctx)
 	if err != nil {
 		return err
 	}

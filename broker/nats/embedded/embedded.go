@@ -6,6 +6,8 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -44,6 +46,13 @@ func Start(cfg Config) (*Server, error) {
 	port := cfg.Port
 	if port == 0 {
 		port = server.RANDOM_PORT
+	} else {
+		// nats-server only logs a failed listen; find out at once.
+		l, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: cannot listen on %s:%d: %w", cfg.Host, port, err)
+		}
+		l.Close()
 	}
 	opts := &server.Options{
 		ServerName: "courier-embedded",
