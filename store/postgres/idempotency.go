@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -43,17 +44,37 @@ func (p pgxIdem) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 func (p pgxIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
-	return claimKey(p.pool.QueryRow(ctx, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner, c.LockFor, c.Retain), c)
+	return claimKey(c, func() pgx.Row {
+		return p.pool.QueryRow(ctx, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner, c.LockFor, c.Retain)
+	})
 }
 
-func claimKey(row pgx.Row, c store.KeyClaim) (store.KeyRecord, bool, error) {
+// claimAttempts bounds how often Claim runs claimKeySQL. The statement
+// returns no row when a concurrent claim inserted the key after the
+// statement's snapshot was taken: ON CONFLICT waits for that claim's commit
+// and sees its row, but the SELECT, reading the snapshot, does not. The next
+// statement's snapshot sees it (or, if it was released meanwhile, inserts).
+const claimAttempts = 5
+
+// claimKey runs the claim query until it returns a row.
+func claimKey(c store.KeyClaim, query func() pgx.Row) (store.KeyRecord, bool, error) {
 	rec := store.KeyRecord{Scope: c.Scope, Key: c.Key}
 	var state string
 	var status *int
 	var headers []byte
 	var mine bool
-	if err := row.Scan(&rec.Fingerprint, &state, &rec.LockedUntil, &status, &headers, &rec.Response.Body, &mine); err != nil {
-		return rec, false, fmt.Errorf("postgres: claim idempotency key: %w", err)
+	for attempt := 1; ; attempt++ {
+		err := query().Scan(&rec.Fingerprint, &state, &rec.LockedUntil, &status, &headers, &rec.Response.Body, &mine)
+		if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
+			if attempt < claimAttempts {
+				continue
+			}
+			return rec, false, fmt.Errorf("postgres: claim idempotency key: the record changed under %d claims in a row; try again: %w", claimAttempts, err)
+		}
+		if err != nil {
+			return rec, false, fmt.Errorf("postgres: claim idempotency key: %w", err)
+		}
+		break
 	}
 	rec.Done = state == "done"
 	if status != nil {
@@ -109,11 +130,15 @@ func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdem{db} 
 
 type sqlIdem struct{ db *sql.DB }
 
-func (s sqlIdem) InTx(ctx context.Context, fn func(*sql.Tx) error) error { return inSQLTx(ctx, s.db, fn) }
+func (s sqlIdem) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return inSQLTx(ctx, s.db, fn)
+}
 
 func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
-	return claimKey(s.db.QueryRowContext(ctx, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner.String(),
-		c.LockFor.String(), c.Retain.String()), c)
+	return claimKey(c, func() pgx.Row {
+		return s.db.QueryRowContext(ctx, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner.String(),
+			c.LockFor.String(), c.Retain.String())
+	})
 }
 
 func (sqlIdem) Complete(ctx context.Context, tx *sql.Tx, scope, key string, owner uuid.UUID, resp store.StoredResponse) (bool, error) {
