@@ -1,0 +1,222 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courier-go/courier/store"
+)
+
+const (
+	sagaColumns    = `saga_type, id, state, phase, step, pending, data, reason, deadline, attempts, version, created_at, updated_at`
+	createSagaSQL  = `INSERT INTO courier_sagas (` + sagaColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+	loadSagaSQL    = `SELECT ` + sagaColumns + ` FROM courier_sagas WHERE saga_type = $1 AND id = $2`
+	updateSagaSQL  = `UPDATE courier_sagas SET state = $3, phase = $4, step = $5, pending = $6, data = $7, reason = $8, deadline = $9, attempts = $10, version = $11, updated_at = $12 WHERE saga_type = $1 AND id = $2 AND version = $13`
+	recordSagaSQL  = `INSERT INTO courier_saga_history (saga_type, saga_id, at, event_id, event_type, from_state, to_state, outcome, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	historySagaSQL = `SELECT at, event_id, event_type, from_state, to_state, outcome, reason FROM courier_saga_history WHERE saga_type = $1 AND saga_id = $2 ORDER BY seq`
+	dueSagaSQL     = `SELECT id FROM courier_sagas WHERE saga_type = $1 AND deadline IS NOT NULL AND deadline <= $2 AND phase IN ('running', 'compensating') ORDER BY deadline LIMIT $3`
+)
+
+func sagaArgs(r store.SagaRecord) ([]any, error) {
+	pending, err := json.Marshal(r.Pending)
+	if err != nil {
+		return nil, err
+	}
+	var data any
+	if len(r.Data) > 0 {
+		data = string(r.Data)
+	}
+	return []any{r.Type, r.ID, r.State, r.Phase, r.Step, string(pending), data, r.Reason, r.Deadline, r.Attempts, r.Version, r.CreatedAt, r.UpdatedAt}, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSaga(row scanner) (store.SagaRecord, error) {
+	var r store.SagaRecord
+	var pending, data []byte
+	if err := row.Scan(&r.Type, &r.ID, &r.State, &r.Phase, &r.Step, &pending, &data, &r.Reason, &r.Deadline, &r.Attempts,
+		&r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
+			return r, store.ErrNotFound
+		}
+		return r, fmt.Errorf("postgres: load saga: %w", err)
+	}
+	if err := json.Unmarshal(pending, &r.Pending); err != nil {
+		return r, fmt.Errorf("postgres: saga %s pending compensations: %w", r.ID, err)
+	}
+	r.Data = data
+	return r, nil
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+func historyRows(rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+	Close() error
+}, typ, id string) ([]store.SagaEvent, error) {
+	defer rows.Close()
+	var out []store.SagaEvent
+	for rows.Next() {
+		e := store.SagaEvent{Type: typ, SagaID: id}
+		if err := rows.Scan(&e.At, &e.EventID, &e.EventType, &e.From, &e.To, &e.Outcome, &e.Reason); err != nil {
+			return nil, fmt.Errorf("postgres: saga history: %w", err)
+		}
+		e.At = e.At.UTC()
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// SQLSagas returns the saga store for database/sql transactions on db.
+func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] { return sqlSagas{db} }
+
+type sqlSagas struct{ db *sql.DB }
+
+func (s sqlSagas) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return inSQLTx(ctx, s.db, fn)
+}
+
+func (sqlSagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error {
+	args, err := sagaArgs(r)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, createSagaSQL, args...); err != nil {
+		if isUniqueViolation(err) {
+			return store.ErrSagaExists
+		}
+		return fmt.Errorf("postgres: create saga: %w", err)
+	}
+	return nil
+}
+
+func (sqlSagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.SagaRecord, error) {
+	return scanSaga(tx.QueryRowContext(ctx, loadSagaSQL, typ, id))
+}
+
+func (sqlSagas) Update(ctx context.Context, tx *sql.Tx, r store.SagaRecord, expect int) (bool, error) {
+	args, err := sagaArgs(r)
+	if err != nil {
+		return false, err
+	}
+	res, err := tx.ExecContext(ctx, updateSagaSQL, r.Type, r.ID, r.State, r.Phase, r.Step, args[5], args[6], r.Reason, r.Deadline, r.Attempts, r.Version, r.UpdatedAt, expect)
+	if err != nil {
+		return false, fmt.Errorf("postgres: update saga: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+func (sqlSagas) Record(ctx context.Context, tx *sql.Tx, e store.SagaEvent) error {
+	_, err := tx.ExecContext(ctx, recordSagaSQL, e.Type, e.SagaID, e.At, e.EventID, e.EventType, e.From, e.To, e.Outcome, e.Reason)
+	if err != nil {
+		return fmt.Errorf("postgres: record saga event: %w", err)
+	}
+	return nil
+}
+
+func (s sqlSagas) History(ctx context.Context, typ, id string) ([]store.SagaEvent, error) {
+	rows, err := s.db.QueryContext(ctx, historySagaSQL, typ, id)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: saga history: %w", err)
+	}
+	return historyRows(rows, typ, id)
+}
+
+func (s sqlSagas) Due(ctx context.Context, typ string, now time.Time, limit int) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, dueSagaSQL, typ, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: due sagas: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// PgxSagas returns the saga store for pgx transactions on pool.
+func PgxSagas(pool *pgxpool.Pool) store.Sagas[pgx.Tx] { return pgxSagas{pool} }
+
+type pgxSagas struct{ pool *pgxpool.Pool }
+
+func (s pgxSagas) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+func (pgxSagas) Create(ctx context.Context, tx pgx.Tx, r store.SagaRecord) error {
+	args, err := sagaArgs(r)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, createSagaSQL, args...); err != nil {
+		if isUniqueViolation(err) {
+			return store.ErrSagaExists
+		}
+		return fmt.Errorf("postgres: create saga: %w", err)
+	}
+	return nil
+}
+
+func (pgxSagas) Load(ctx context.Context, tx pgx.Tx, typ, id string) (store.SagaRecord, error) {
+	return scanSaga(tx.QueryRow(ctx, loadSagaSQL, typ, id))
+}
+
+func (pgxSagas) Update(ctx context.Context, tx pgx.Tx, r store.SagaRecord, expect int) (bool, error) {
+	args, err := sagaArgs(r)
+	if err != nil {
+		return false, err
+	}
+	tag, err := tx.Exec(ctx, updateSagaSQL, r.Type, r.ID, r.State, r.Phase, r.Step, args[5], args[6], r.Reason, r.Deadline, r.Attempts, r.Version, r.UpdatedAt, expect)
+	if err != nil {
+		return false, fmt.Errorf("postgres: update saga: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (pgxSagas) Record(ctx context.Context, tx pgx.Tx, e store.SagaEvent) error {
+	_, err := tx.Exec(ctx, recordSagaSQL, e.Type, e.SagaID, e.At, e.EventID, e.EventType, e.From, e.To, e.Outcome, e.Reason)
+	if err != nil {
+		return fmt.Errorf("postgres: record saga event: %w", err)
+	}
+	return nil
+}
+
+func (s pgxSagas) History(ctx context.Context, typ, id string) ([]store.SagaEvent, error) {
+	rows, err := s.pool.Query(ctx, historySagaSQL, typ, id)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: saga history: %w", err)
+	}
+	return historyRows(pgxRows{rows}, typ, id)
+}
+
+func (s pgxSagas) Due(ctx context.Context, typ string, now time.Time, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, dueSagaSQL, typ, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: due sagas: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// pgxRows gives pgx.Rows database/sql's Close signature.
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Close() error { r.Rows.Close(); return nil }
