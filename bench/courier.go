@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/courier-go/courier"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store/postgres"
+)
+
+// courierSystem is Courier: outbox.Writer in the business transaction, one
+// relay (relay.New with default settings and the LISTEN/NOTIFY notifier)
+// publishing to JetStream with Courier's asynchronous publisher.
+type courierSystem struct{}
+
+// Name implements System.
+func (*courierSystem) Name() string { return "courier" }
+
+// Prepare implements System.
+func (*courierSystem) Prepare(ctx context.Context, env *Env) error {
+	_, err := postgres.Migrate(ctx, env.Pool)
+	return err
+}
+
+// courierMessage builds the benchmark message seq.
+func courierMessage(key string, payload []byte) courier.Message {
+	return courier.NewMessage(Topic, key, messageType, payload, courier.WithContentType(contentType))
+}
+
+// Fill implements System.
+func (*courierSystem) Fill(ctx context.Context, env *Env, n, keys int) error {
+	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	for done := 0; done < n; {
+		k := min(1000, n-done)
+		msgs := make([]courier.Message, k)
+		for i := range msgs {
+			msgs[i] = courierMessage(keyFor(done+i, keys), payloadFor(done+i))
+		}
+		err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+		if err != nil {
+			return fmt.Errorf("courier fill: %w", err)
+		}
+		done += k
+	}
+	return nil
+}
+
+type courierWriter struct{ w *outbox.Writer[pgx.Tx] }
+
+// NewWriter implements System.
+func (*courierSystem) NewWriter(context.Context, *Env) (Writer, error) {
+	return courierWriter{w: outbox.New(postgres.Pgx(), outbox.Config{})}, nil
+}
+
+// Write implements Writer.
+func (c courierWriter) Write(ctx context.Context, tx pgx.Tx, key string, payload []byte) (string, error) {
+	m := courierMessage(key, payload)
+	return m.ID.String(), c.w.Write(ctx, tx, m)
+}
+
+// courierRelay is a running relay.Relay with its resources.
+type courierRelay struct {
+	r      *relay.Relay
+	pool   *pgxpool.Pool
+	nc     *natsgo.Conn
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// StartRelay implements System.
+func (*courierSystem) StartRelay(ctx context.Context, env *Env) (Relay, error) {
+	pool, err := newPool(ctx, env.RelayURL, 10)
+	if err != nil {
+		return nil, err
+	}
+	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	nc, err := couriernats.Connect(env.NATSURL)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: couriernats.Config{SubjectPrefix: env.Prefix}})
+	if err != nil {
+		nc.Close()
+		pool.Close()
+		return nil, err
+	}
+	n, err := postgres.NewNotifier(env.RelayURL, nil)
+	if err != nil {
+		nc.Close()
+		pool.Close()
+		return nil, err
+	}
+	r, err := relay.New(st, pub, relay.Config{Notifier: n})
+	if err != nil {
+		nc.Close()
+		pool.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	cr := &courierRelay{r: r, pool: pool, nc: nc, cancel: cancel, done: make(chan error, 1)}
+	go func() { cr.done <- r.Run(rctx) }()
+	return cr, nil
+}
+
+// Published implements Relay.
+func (c *courierRelay) Published() int64 { return c.r.Metrics().Published }
+
+// Settle returns at once: Courier counts a message as published only after
+// its batch was marked in the database.
+func (c *courierRelay) Settle(context.Context, int64) error { return nil }
+
+// Stop implements Relay.
+func (c *courierRelay) Stop() error {
+	c.once.Do(func() {
+		c.cancel()
+		err := <-c.done
+		if err != nil && !errors.Is(err, context.Canceled) {
+			c.err = err
+		}
+		c.nc.Close()
+		c.pool.Close()
+	})
+	return c.err
+}

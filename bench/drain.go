@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+)
+
+// drainSpec is what the parent tells a drain child.
+type drainSpec struct {
+	// Env locates the system's data and stream.
+	Env Env `json:"env"`
+	// N is the number of messages to drain.
+	N int `json:"n"`
+}
+
+// drainResult is what a drain child reports.
+type drainResult struct {
+	// Elapsed is from starting the relay to the last message published and
+	// recorded.
+	Elapsed time.Duration `json:"elapsed"`
+	// Published is the relay's count at the end.
+	Published int64 `json:"published"`
+	// CPU is the child's user+sys time during the drain.
+	CPU time.Duration `json:"cpu"`
+	// PeakRSS is the child's peak resident set size in bytes (VmHWM).
+	PeakRSS int64 `json:"peak_rss"`
+	// Error is set when the drain failed.
+	Error string `json:"error,omitempty"`
+}
+
+// Child protocol lines on the child's stdout / stdin.
+const (
+	lineReady = "READY"
+	lineGo    = "GO"
+)
+
+// runDrain measures one drain of system: n pre-filled messages over keys
+// keys, relayed by a child process. With cpu, it also records the CPU and
+// memory figures.
+func (b *Bench) runDrain(ctx context.Context, system string, keys int, cpu bool) error {
+	sys, err := systemByName(system)
+	if err != nil {
+		return err
+	}
+	env, err := newEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, system)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if err := sys.Prepare(ctx, env); err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	n := b.cfg.drainN
+	if err := sys.Fill(ctx, env, n, keys); err != nil {
+		return err
+	}
+	spec, err := json.Marshal(drainSpec{Env: *env, N: n})
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, exe, "-role", "drain", "-spec", string(spec))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	waited := false
+	defer func() {
+		if waited {
+			return
+		}
+		_ = stdin.Close()
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	next := func(timeout time.Duration) (string, error) {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return "", errors.New("drain child exited early")
+			}
+			return l, nil
+		case <-time.After(timeout):
+			return "", fmt.Errorf("drain child silent for %s", timeout)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	if l, err := next(time.Minute); err != nil || l != lineReady {
+		return fmt.Errorf("drain child not ready: %q %v", l, err)
+	}
+	pgStart, errPG := backendsCPU(ctx, b.admin, env.AppName)
+	natsStart, errNATS := procCPU(b.natsPID)
+	if _, err := io.WriteString(stdin, lineGo+"\n"); err != nil {
+		return err
+	}
+	l, err := next(15 * time.Minute)
+	if err != nil {
+		return err
+	}
+	pgEnd, errPG2 := backendsCPU(ctx, b.admin, env.AppName)
+	natsEnd, errNATS2 := procCPU(b.natsPID)
+	var res drainResult
+	if err := json.Unmarshal([]byte(l), &res); err != nil {
+		return fmt.Errorf("drain child said %q: %w", l, err)
+	}
+	if res.Error != "" {
+		return fmt.Errorf("drain child: %s", res.Error)
+	}
+	_ = stdin.Close() // the child stops its relay and exits
+	waitErr := cmd.Wait()
+	waited = true
+	if waitErr != nil {
+		return fmt.Errorf("drain child: %w", waitErr)
+	}
+	if err := b.checkStream(ctx, env, n); err != nil {
+		b.results.Flag(drainFigure(keys), system, err.Error())
+	}
+	b.results.Add(drainFigure(keys), system, float64(n)/res.Elapsed.Seconds())
+	if !cpu {
+		return nil
+	}
+	per := 100000 / float64(n)
+	b.results.Add("cpu_relay", system, res.CPU.Seconds()*per)
+	if res.PeakRSS > 0 {
+		b.results.Add("rss_relay", system, float64(res.PeakRSS)/(1<<20))
+	}
+	if errPG == nil && errPG2 == nil && len(pgEnd) > 0 {
+		b.results.Add("cpu_pg", system, cpuDelta(pgStart, pgEnd).Seconds()*per)
+	}
+	if b.natsPID != 0 && errNATS == nil && errNATS2 == nil {
+		b.results.Add("cpu_nats", system, (natsEnd-natsStart).Seconds()*per)
+	}
+	return nil
+}
+
+func drainFigure(keys int) string { return fmt.Sprintf("drain_keys%d", keys) }
+
+// checkStream verifies that the stream holds exactly n messages.
+func (b *Bench) checkStream(ctx context.Context, env *Env, n int) error {
+	nc, err := natsgo.Connect(env.NATSURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	got, err := streamCount(ctx, nc, env.Stream)
+	if err != nil {
+		return err
+	}
+	if got != uint64(n) {
+		return fmt.Errorf("stream holds %d messages, want %d", got, n)
+	}
+	return nil
+}
+
+// childDrain is the drain child's main: it waits for GO, starts the relay,
+// waits until spec.N messages are published and recorded, reports, and
+// exits when its stdin closes.
+func childDrain(spec string) error {
+	var s drainSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		return err
+	}
+	sys, err := systemByName(s.Env.System)
+	if err != nil {
+		return err
+	}
+	in := bufio.NewReader(os.Stdin)
+	fmt.Println(lineReady)
+	l, err := in.ReadString('\n')
+	if err != nil || strings.TrimSpace(l) != lineGo {
+		return fmt.Errorf("expected %s, got %q (%v)", lineGo, l, err)
+	}
+	res, r := drainOnce(sys, &s)
+	out, _ := json.Marshal(res)
+	fmt.Println(string(out))
+	_, _ = io.Copy(io.Discard, in) // until the parent closes stdin
+	if r != nil {
+		return r.Stop()
+	}
+	return nil
+}
+
+// drainOnce runs the relay until spec.N messages are through.
+func drainOnce(sys System, s *drainSpec) (drainResult, Relay) {
+	ctx := context.Background()
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	start := time.Now()
+	r, err := sys.StartRelay(ctx, &s.Env)
+	if err != nil {
+		return drainResult{Error: err.Error()}, nil
+	}
+	n := int64(s.N)
+	err = waitFor(ctx, 10*time.Minute, time.Millisecond, func() (bool, error) { return r.Published() >= n, nil })
+	if err == nil {
+		err = r.Settle(ctx, n)
+	}
+	elapsed := time.Since(start)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	res := drainResult{Elapsed: elapsed, Published: r.Published(), CPU: rusageCPU(&ru1) - rusageCPU(&ru0), PeakRSS: peakRSS()}
+	if err != nil {
+		res.Error = fmt.Sprintf("after %d of %d messages: %v", r.Published(), n, err)
+	}
+	return res, r
+}
+
+// rusageCPU is user+sys time.
+func rusageCPU(ru *syscall.Rusage) time.Duration {
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// peakRSS returns this process's peak resident set size in bytes from
+// /proc/self/status (VmHWM), or 0. getrusage's ru_maxrss cannot serve here:
+// Go starts children with vfork, so when the child execs, the kernel records
+// the parent's peak RSS as the child's maxrss.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb int64
+			if _, err := fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,305 @@
+// Command bench measures Courier side by side with two peer projects that
+// solve the same problem, in one run, on this machine's PostgreSQL and NATS
+// JetStream:
+//
+//   - Watermill's forwarder (components/forwarder over watermill-sql, to
+//     JetStream through watermill-nats);
+//   - River used as a relay: one "publish this" job per message, inserted
+//     with InsertTx in the business transaction and worked by a worker that
+//     publishes to JetStream and waits for the ack.
+//
+// It measures drain throughput, commit→publish latency under a steady
+// offered load, the write path's cost, the physical limits of the database
+// and the broker, and each relay's CPU and memory, then writes a Markdown
+// report and a PNG chart. Every system gets its own PostgreSQL schema and
+// JetStream stream, removed afterwards, and systems run one after another.
+//
+// Usage:
+//
+//	cd bench && go run . -out RESULTS.md
+//
+// See README.md for the flags.
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// sections are the parts of the benchmark, in the order they run.
+var sections = []string{"drain", "latency", "write", "limits"}
+
+// config is the command line.
+type config struct {
+	pgURL, natsURL string
+	out, chart     string
+	jsonOut        string
+	runs           int
+	quick          bool
+	only           []string
+	systems        []string
+
+	drainN              int
+	limitsN             int
+	syncN               int
+	rates               []int
+	latencyWarmup       time.Duration
+	latencyWindow       time.Duration
+	latencyDrainTimeout time.Duration
+	writeWarmup         time.Duration
+	writeDuration       time.Duration
+}
+
+// Bench is one invocation: its configuration, connections and results.
+type Bench struct {
+	cfg     config
+	admin   *pgxpool.Pool
+	natsPID int
+	results *Results
+	failed  []string
+}
+
+func main() {
+	role := flag.String("role", "", "internal: run as a child process (drain)")
+	spec := flag.String("spec", "", "internal: the child's task, JSON")
+	var cfg config
+	var only, systems string
+	flag.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL (sslmode=disable is enforced)")
+	flag.StringVar(&cfg.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (JetStream enabled)")
+	flag.StringVar(&cfg.out, "out", "RESULTS.md", "Markdown report to write")
+	flag.StringVar(&cfg.chart, "chart", "results.png", "PNG chart to write")
+	flag.StringVar(&cfg.jsonOut, "json", "results.json", "raw samples to write (empty: none)")
+	flag.IntVar(&cfg.runs, "runs", 3, "runs per figure (the median is reported)")
+	flag.BoolVar(&cfg.quick, "quick", false, "development mode: fewer messages, shorter windows, 1 run")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sections, ", ")+" (default all)")
+	flag.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to measure")
+	flag.IntVar(&latencyWriters, "latency-writers", latencyWriters, "writer goroutines sharing the offered load in the latency section")
+	flag.StringVar(&latencySyncCommit, "latency-sync-commit", latencySyncCommit, "synchronous_commit of the latency section's writer sessions (on holds commits until the WAL is flushed)")
+	flag.IntVar(&cfg.drainN, "n", 0, "messages per drain (default 100000, 10000 with -quick)")
+	flag.Parse()
+
+	if *role != "" {
+		if *role != "drain" {
+			fmt.Fprintf(os.Stderr, "unknown role %q\n", *role)
+			os.Exit(2)
+		}
+		if err := childDrain(*spec); err != nil {
+			fmt.Fprintln(os.Stderr, "drain child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+
+	cfg.rates = []int{1000, 5000}
+	if cfg.quick {
+		if !flagSet("runs") {
+			cfg.runs = 1
+		}
+		cfg.drainN = cmp.Or(cfg.drainN, 10000)
+		cfg.limitsN, cfg.syncN = 10000, 5000
+		cfg.latencyWarmup, cfg.latencyWindow, cfg.latencyDrainTimeout = 500*time.Millisecond, 3*time.Second, 30*time.Second
+		cfg.writeWarmup, cfg.writeDuration = 300*time.Millisecond, 2*time.Second
+	} else {
+		cfg.drainN = cmp.Or(cfg.drainN, 100000)
+		cfg.limitsN, cfg.syncN = 100000, 20000
+		cfg.latencyWarmup, cfg.latencyWindow, cfg.latencyDrainTimeout = time.Second, 10*time.Second, 90*time.Second
+		cfg.writeWarmup, cfg.writeDuration = 500*time.Millisecond, 5*time.Second
+	}
+	cfg.only = splitList(only)
+	for _, s := range cfg.only {
+		if !slices.Contains(sections, s) {
+			fatalf("unknown section %q (want %s)", s, strings.Join(sections, ", "))
+		}
+	}
+	if len(cfg.only) == 0 {
+		cfg.only = sections
+	}
+	cfg.systems = splitList(systems)
+	for _, s := range cfg.systems {
+		if _, err := systemByName(s); err != nil {
+			fatalf("%v", err)
+		}
+	}
+	if cfg.runs < 1 {
+		fatalf("-runs must be at least 1")
+	}
+	if !cfg.quick && cfg.runs < 3 {
+		logf("warning: fewer than 3 runs per figure")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fatalf("%v", err)
+	}
+}
+
+// run measures everything cfg asks for and writes the outputs.
+func run(ctx context.Context, cfg config) error {
+	var err error
+	if cfg.pgURL, err = withParams(cfg.pgURL); err != nil {
+		return err
+	}
+	admin, err := newPool(ctx, cfg.pgURL, 4)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer admin.Close()
+	if err := admin.Ping(ctx); err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	b := &Bench{cfg: cfg, admin: admin, natsPID: findProcess("nats-server"), results: NewResults()}
+	if b.natsPID == 0 {
+		logf("warning: nats-server's process not found: its CPU is not measured")
+	}
+	info, err := collectMachineInfo(ctx, b)
+	if err != nil {
+		return err
+	}
+	info.Start = time.Now()
+	logf("bench: %d run(s) of %s for %s", cfg.runs, strings.Join(cfg.only, ", "), strings.Join(cfg.systems, ", "))
+	for run := range cfg.runs {
+		// Rotate the systems' order from run to run so that slow drifts of
+		// the machine do not always hit the same system.
+		order := rotate(cfg.systems, run)
+		for _, section := range cfg.only {
+			logf("run %d/%d: %s", run+1, cfg.runs, section)
+			b.runSection(ctx, section, order, run+1)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	info.End = time.Now()
+	logf("bench: done in %s", info.End.Sub(info.Start).Round(time.Second))
+	b.warnSpread()
+	if cfg.jsonOut != "" {
+		if err := b.results.WriteJSON(cfg.jsonOut); err != nil {
+			return err
+		}
+	}
+	if cfg.chart != "" {
+		if err := writeChart(cfg.chart, b.results, cfg.systems); err != nil {
+			return fmt.Errorf("chart: %w", err)
+		}
+	}
+	report := renderReport(info, cfg, b.results, b.failed)
+	if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(renderTables(b.results, cfg.systems, cfg.runs))
+	logf("wrote %s, %s", cfg.out, cfg.chart)
+	return nil
+}
+
+// runSection runs one section for every system once.
+func (b *Bench) runSection(ctx context.Context, section string, order []string, run int) {
+	try := func(what string, f func() error) {
+		if ctx.Err() != nil {
+			return
+		}
+		start := time.Now()
+		logf(" %s", what)
+		if err := f(); err != nil {
+			msg := fmt.Sprintf("run %d: %s: %v", run, what, err)
+			logf("  FAILED: %v", err)
+			b.failed = append(b.failed, msg)
+			return
+		}
+		logf("  (%s)", time.Since(start).Round(100*time.Millisecond))
+	}
+	switch section {
+	case "drain":
+		for _, keys := range []int{10000, 1} {
+			for _, s := range order {
+				try(fmt.Sprintf("drain %s, %d keys", s, keys), func() error { return b.runDrain(ctx, s, keys, keys == 10000) })
+			}
+		}
+	case "latency":
+		for _, rate := range b.cfg.rates {
+			for _, s := range order {
+				try(fmt.Sprintf("latency %s @ %d msg/s", s, rate), func() error { return b.runLatency(ctx, s, rate) })
+			}
+		}
+	case "write":
+		try("write plain insert", func() error { return b.runWrite(ctx, "") })
+		for _, s := range order {
+			try("write "+s, func() error { return b.runWrite(ctx, s) })
+		}
+	case "limits":
+		try("limit PostgreSQL SKIP LOCKED queue", func() error { return b.runRefPGQueue(ctx) })
+		try("limit JetStream raw async publish", func() error { return b.runRefJSAsync(ctx) })
+		for _, s := range order {
+			try("limit database side "+s, func() error { return b.runLimitDB(ctx, s) })
+			try("limit broker side "+s, func() error { return b.runLimitBroker(ctx, s) })
+		}
+	}
+}
+
+// warnSpread prints a warning for every cell whose spread exceeds
+// maxSpread or that has fewer samples than runs (the report marks them too).
+func (b *Bench) warnSpread() {
+	for _, f := range append(slices.Clone(figures), referenceFigures...) {
+		for _, s := range append(slices.Clone(b.cfg.systems), reference) {
+			st, ok := b.results.Stat(f.ID, s)
+			if !ok {
+				continue
+			}
+			if st.N > 1 && st.Spread() > maxSpread {
+				logf("warning: %s / %s: spread %.0f%% > %.0f%% (median %s, range %s–%s)", f.ID, s, 100*st.Spread(), 100*maxSpread,
+					formatValue(f, st.Median), formatValue(f, st.Min), formatValue(f, st.Max))
+			}
+			if st.N < b.cfg.runs {
+				logf("warning: %s / %s: only %d of %d runs succeeded", f.ID, s, st.N, b.cfg.runs)
+			}
+		}
+	}
+}
+
+// rotate returns s rotated left by k.
+func rotate(s []string, k int) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	k %= len(s)
+	return append(slices.Clone(s[k:]), s[:k]...)
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// flagSet reports whether flag name was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// logf prints a progress line on stderr.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
+}
+
+// fatalf prints an error and exits.
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	os.Exit(1)
+}
