@@ -24,7 +24,13 @@ type ConsumerConfig struct {
 	// KeepOrder handles the messages of one key one at a time, in the order
 	// this instance receives them, and retries a failing message in place
 	// (later messages of its key, and of keys sharing its worker, wait).
-	// Across several instances of one consumer, order holds per instance.
+	// Across several instances of one consumer, order holds per instance:
+	// partition the keys over subjects, one consumer each. A delivery the
+	// broker loses in flight (a server crash) comes back only after its ack
+	// wait, possibly behind later messages of its key; for order that
+	// survives that, keep one delivery in flight per subscription
+	// (broker/nats SubscriberConfig.MaxAckPending = 1) and scale with more
+	// partitions.
 	KeepOrder bool
 	// MaxDeliveries is how many failed deliveries park a message. Default 5.
 	MaxDeliveries int

@@ -28,7 +28,10 @@ type SubscriberConfig struct {
 	// Extend) before redelivering. Default 30s.
 	AckWait time.Duration
 	// MaxAckPending caps unacknowledged deliveries across all instances.
-	// Default 1000.
+	// Default 1000. 1 keeps a subscription's messages strictly in stream
+	// order even when the server crashes with deliveries in flight (they
+	// are redelivered before anything newer), at the cost of one message at
+	// a time.
 	MaxAckPending int
 	// Prefetch is how many messages each instance pulls ahead. Default 100.
 	Prefetch int
