@@ -235,7 +235,8 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	})
-	defer func() { close(sampling); sampler.Wait() }()
+	stopSampling := sync.OnceFunc(func() { close(sampling); sampler.Wait() })
+	defer stopSampling()
 	for round := 0; time.Now().Before(deadline); round++ {
 		action := rand.IntN(6)
 		if round < 5 {
@@ -285,6 +286,7 @@ WHERE application_name LIKE 'chaos_%' AND (application_name LIKE '%'||$1||'%' OR
 	check(t, ctx, producer, consumer, msgs, s)
 	close(stop)
 	wg.Wait()
+	stopSampling()
 	for _, p := range all {
 		t.Logf("%-12s %2d runs, peak RSS %6.1f MiB", p.name, p.runs, float64(p.peak)/1024)
 	}
