@@ -13,43 +13,38 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/idempotency"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
-	"github.com/courier-go/courier/store/postgres"
 )
 
 // shop is the entry point of seed exercise A: POST /orders creates an order
 // and its OrderPlaced message in the key's transaction.
-type shop struct {
+type shop[TTx any] struct {
 	t      *testing.T
-	pg     *testenv.PG
+	db     *database[TTx]
 	runs   atomic.Int32
 	server *httptest.Server
 	hold   chan struct{} // when set, handlers wait on it
 	fail   atomic.Int32  // next handlers answer 503 this many times
 }
 
-func newShop(t *testing.T, cfg idempotency.Config) *shop {
-	s := &shop{t: t, pg: testenv.Postgres(t, true)}
-	_, err := s.pg.Pool.Exec(context.Background(), `CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, item text NOT NULL)`)
-	testenv.Must(t, err, "orders table")
+func newShop[TTx any](t *testing.T, d dialect[TTx], cfg idempotency.Config) *shop[TTx] {
+	s := &shop[TTx]{t: t, db: d.open(t)}
 	if cfg.Scope == nil {
 		cfg.Scope = func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
 	}
-	keys, err := idempotency.New(postgres.PgxIdempotency(s.pg.Pool), cfg)
+	keys, err := idempotency.New(s.db.keys, cfg)
 	testenv.Must(t, err, "keys")
-	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	w := outbox.New(s.db.outbox, outbox.Config{})
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", keys.Middleware(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		s.runs.Add(1)
 		if s.hold != nil {
 			<-s.hold
 		}
-		tx, ok := idempotency.Tx[pgx.Tx](r.Context())
+		tx, ok := idempotency.Tx[TTx](r.Context())
 		if !ok {
 			http.Error(rw, "no transaction", 500)
 			return
@@ -61,8 +56,8 @@ func newShop(t *testing.T, cfg idempotency.Config) *shop {
 			fmt.Fprint(rw, "item required")
 			return
 		}
-		var id int64
-		if err := tx.QueryRow(r.Context(), "INSERT INTO orders (item) VALUES ($1) RETURNING id", in.Item).Scan(&id); err != nil {
+		id, err := s.db.insertOrder(r.Context(), tx, in.Item)
+		if err != nil {
 			http.Error(rw, err.Error(), 500)
 			return
 		}
@@ -93,7 +88,7 @@ type reply struct {
 	body   string
 }
 
-func (s *shop) post(key, user, body string) reply {
+func (s *shop[TTx]) post(key, user, body string) reply {
 	s.t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/orders", strings.NewReader(body))
 	if key != "" {
@@ -107,14 +102,17 @@ func (s *shop) post(key, user, body string) reply {
 	return reply{resp.StatusCode, resp.Header, string(b)}
 }
 
-func (s *shop) count(table string) (n int) {
+func (s *shop[TTx]) count(table string) int {
 	s.t.Helper()
-	testenv.Must(s.t, s.pg.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n), "count")
-	return n
+	return s.db.count(s.t, table)
 }
 
 func TestSameKeyTwiceOneOrder(t *testing.T) {
-	s := newShop(t, idempotency.Config{})
+	onEachDialect(t, testSameKeyTwiceOneOrder, testSameKeyTwiceOneOrder)
+}
+
+func testSameKeyTwiceOneOrder[TTx any](t *testing.T, d dialect[TTx]) {
+	s := newShop(t, d, idempotency.Config{})
 	first := s.post(`"order-a-1"`, "alice", `{"item":"coffee"}`)
 	second := s.post(`order-a-1`, "alice", `{"item":"coffee"}`) // bare form: the same key
 	if first.status != 201 || second.status != 201 {
@@ -140,7 +138,11 @@ func TestSameKeyTwiceOneOrder(t *testing.T) {
 }
 
 func TestFiftyConcurrentRequestsOneExecution(t *testing.T) {
-	s := newShop(t, idempotency.Config{})
+	onEachDialect(t, testFiftyConcurrentRequestsOneExecution, testFiftyConcurrentRequestsOneExecution)
+}
+
+func testFiftyConcurrentRequestsOneExecution[TTx any](t *testing.T, d dialect[TTx]) {
+	s := newShop(t, d, idempotency.Config{})
 	s.hold = make(chan struct{})
 	var wg sync.WaitGroup
 	replies := make([]reply, 50)
@@ -175,7 +177,11 @@ func TestFiftyConcurrentRequestsOneExecution(t *testing.T) {
 }
 
 func TestRejectionsStoreNothing(t *testing.T) {
-	s := newShop(t, idempotency.Config{MaxBodyBytes: 64})
+	onEachDialect(t, testRejectionsStoreNothing, testRejectionsStoreNothing)
+}
+
+func testRejectionsStoreNothing[TTx any](t *testing.T, d dialect[TTx]) {
+	s := newShop(t, d, idempotency.Config{MaxBodyBytes: 64})
 	cases := []struct {
 		key, body string
 		status    int
@@ -201,7 +207,11 @@ func TestRejectionsStoreNothing(t *testing.T) {
 }
 
 func TestMismatchIs422(t *testing.T) {
-	s := newShop(t, idempotency.Config{})
+	onEachDialect(t, testMismatchIs422, testMismatchIs422)
+}
+
+func testMismatchIs422[TTx any](t *testing.T, d dialect[TTx]) {
+	s := newShop(t, d, idempotency.Config{})
 	if r := s.post("k1", "erin", `{"item":"cake"}`); r.status != 201 {
 		t.Fatal(r)
 	}
@@ -212,7 +222,11 @@ func TestMismatchIs422(t *testing.T) {
 }
 
 func TestStoredAndUnstoredOutcomes(t *testing.T) {
-	s := newShop(t, idempotency.Config{})
+	onEachDialect(t, testStoredAndUnstoredOutcomes, testStoredAndUnstoredOutcomes)
+}
+
+func testStoredAndUnstoredOutcomes[TTx any](t *testing.T, d dialect[TTx]) {
+	s := newShop(t, d, idempotency.Config{})
 	// A 4xx from the handler is an answer: stored and replayed.
 	if r := s.post("k4", "fay", `{}`); r.status != 400 {
 		t.Fatal(r)
@@ -234,8 +248,11 @@ func TestStoredAndUnstoredOutcomes(t *testing.T) {
 }
 
 func TestPanicReleasesKey(t *testing.T) {
-	pg := testenv.Postgres(t, true)
-	keys, err := idempotency.New(postgres.PgxIdempotency(pg.Pool), idempotency.Config{})
+	onEachDialect(t, testPanicReleasesKey, testPanicReleasesKey)
+}
+
+func testPanicReleasesKey[TTx any](t *testing.T, d dialect[TTx]) {
+	keys, err := idempotency.New(d.open(t).keys, idempotency.Config{})
 	testenv.Must(t, err, "keys")
 	req := idempotency.Request{Key: "p", Fingerprint: idempotency.Fingerprint("POST", "/x", nil)}
 	func() {
@@ -244,11 +261,11 @@ func TestPanicReleasesKey(t *testing.T) {
 				t.Fatal("panic swallowed")
 			}
 		}()
-		_, _ = keys.Do(context.Background(), req, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+		_, _ = keys.Do(context.Background(), req, func(ctx context.Context, tx TTx) (idempotency.Response, error) {
 			panic("boom")
 		})
 	}()
-	out, err := keys.Do(context.Background(), req, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+	out, err := keys.Do(context.Background(), req, func(ctx context.Context, tx TTx) (idempotency.Response, error) {
 		return idempotency.Response{Status: 200, Body: []byte("ok")}, nil
 	})
 	if err != nil || out.Replayed || string(out.Response.Body) != "ok" {
@@ -259,19 +276,23 @@ func TestPanicReleasesKey(t *testing.T) {
 // The first attempt's process dies mid-handler: its key stays in flight until
 // the lock times out, then the retry runs and succeeds, once.
 func TestCrashedOwnerIsTakenOver(t *testing.T) {
-	pg := testenv.Postgres(t, true)
-	keys, err := idempotency.New(postgres.PgxIdempotency(pg.Pool), idempotency.Config{LockTimeout: time.Second})
+	onEachDialect(t, testCrashedOwnerIsTakenOver, testCrashedOwnerIsTakenOver)
+}
+
+func testCrashedOwnerIsTakenOver[TTx any](t *testing.T, d dialect[TTx]) {
+	db := d.open(t)
+	keys, err := idempotency.New(db.keys, idempotency.Config{LockTimeout: time.Second})
 	testenv.Must(t, err, "keys")
 	ctx := context.Background()
 	req := idempotency.Request{Key: "crash", Fingerprint: idempotency.Fingerprint("POST", "/orders", []byte("x"))}
 	// A crash leaves exactly this behind: a claimed, uncompleted key (the
 	// business transaction died with the process).
-	rec, mine, err := postgres.PgxIdempotency(pg.Pool).Claim(ctx, claimFor(req, time.Second))
+	rec, mine, err := db.keys.Claim(ctx, claimFor(req, time.Second))
 	if err != nil || !mine || rec.Done {
 		t.Fatalf("claim: %+v %v %v", rec, mine, err)
 	}
 	ran := 0
-	run := func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+	run := func(ctx context.Context, tx TTx) (idempotency.Response, error) {
 		ran++
 		return idempotency.Response{Status: 201, Body: []byte("created")}, nil
 	}
@@ -292,13 +313,16 @@ func TestCrashedOwnerIsTakenOver(t *testing.T) {
 }
 
 func TestExpiredKeyRunsAgain(t *testing.T) {
-	pg := testenv.Postgres(t, true)
-	keys, err := idempotency.New(postgres.PgxIdempotency(pg.Pool), idempotency.Config{LockTimeout: time.Second, Retention: time.Second})
+	onEachDialect(t, testExpiredKeyRunsAgain, testExpiredKeyRunsAgain)
+}
+
+func testExpiredKeyRunsAgain[TTx any](t *testing.T, d dialect[TTx]) {
+	keys, err := idempotency.New(d.open(t).keys, idempotency.Config{LockTimeout: time.Second, Retention: time.Second})
 	testenv.Must(t, err, "keys")
 	ctx := context.Background()
 	req := idempotency.Request{Key: "old", Fingerprint: idempotency.Fingerprint("POST", "/orders", nil)}
 	ran := 0
-	run := func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+	run := func(ctx context.Context, tx TTx) (idempotency.Response, error) {
 		ran++
 		return idempotency.Response{Status: 200}, nil
 	}

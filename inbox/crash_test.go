@@ -8,22 +8,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
-	"github.com/courier-go/courier/store/postgres"
 )
 
 const (
-	envChild       = "COURIER_TEST_INBOX_CHILD"
-	envChildPG     = "COURIER_TEST_INBOX_PG"
-	envChildNATS   = "COURIER_TEST_INBOX_NATS"
-	envChildPrefix = "COURIER_TEST_INBOX_PREFIX"
-	envChildStream = "COURIER_TEST_INBOX_STREAM"
+	envChild        = "COURIER_TEST_INBOX_CHILD"
+	envChildDialect = "COURIER_TEST_INBOX_DIALECT"
+	envChildDSN     = "COURIER_TEST_INBOX_DSN"
+	envChildNATS    = "COURIER_TEST_INBOX_NATS"
+	envChildPrefix  = "COURIER_TEST_INBOX_PREFIX"
+	envChildStream  = "COURIER_TEST_INBOX_STREAM"
 )
 
 // TestConsumerChildProcess is not a test: it is the consumer process that
@@ -33,11 +31,20 @@ func TestConsumerChildProcess(t *testing.T) {
 	if os.Getenv(envChild) != "1" {
 		return
 	}
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv(envChildPG))
-	if err != nil {
-		panic(err)
+	pg, std := dialectNamed(os.Getenv(envChildDialect))
+	switch {
+	case pg.connect != nil:
+		consumeAndDie(t, pg)
+	case std.connect != nil:
+		consumeAndDie(t, std)
+	default:
+		t.Fatalf("%s names no dialect", envChildDialect)
 	}
+}
+
+func consumeAndDie[TTx any](t *testing.T, d dialect[TTx]) {
+	ctx := context.Background()
+	db := d.connect(t, os.Getenv(envChildDSN))
 	nc, err := couriernats.Connect(os.Getenv(envChildNATS))
 	if err != nil {
 		panic(err)
@@ -49,11 +56,11 @@ func TestConsumerChildProcess(t *testing.T) {
 	if err != nil {
 		panic(err)
 	}
-	ib, err := inbox.New(postgres.PgxInbox(pool), "ledger")
+	ib, err := inbox.New(db.inbox, "ledger")
 	if err != nil {
 		panic(err)
 	}
-	c, err := inbox.NewConsumer(ib, dieOnAck{sub}, postgres.ConsumerStore(pool), recordEffect("ledger"), inbox.ConsumerConfig{})
+	c, err := inbox.NewConsumer(ib, dieOnAck{sub}, db.cs, recordEffect(db, "ledger"), inbox.ConsumerConfig{})
 	if err != nil {
 		panic(err)
 	}
@@ -80,11 +87,15 @@ func (dyingDelivery) Ack(context.Context) error {
 }
 
 func TestKilledBetweenCommitAndAck(t *testing.T) {
-	e := newEnv(t)
+	onEachDialect(t, testKilledBetweenCommitAndAck, testKilledBetweenCommitAndAck)
+}
+
+func testKilledBetweenCommitAndAck[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
 	m := courier.NewMessage("ledger", "acct-1", "Credit", []byte("+100"))
 	e.publish(m)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envChild+"=1", envChildPG+"="+e.pg.URL, envChildNATS+"="+e.natsURL,
+	cmd.Env = append(os.Environ(), envChild+"=1", envChildDialect+"="+d.name, envChildDSN+"="+e.db.dsn, envChildNATS+"="+e.natsURL,
 		envChildPrefix+"="+e.mapping.SubjectPrefix, envChildStream+"="+e.stream)
 	cmd.Stderr = os.Stderr
 	testenv.Must(t, cmd.Start(), "start consumer")
@@ -92,13 +103,13 @@ func TestKilledBetweenCommitAndAck(t *testing.T) {
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("consumer did not die at the ack: %v", err)
 	}
-	if n := e.effects(m.ID); n != 1 {
+	if n := e.effects(m); n != 1 {
 		t.Fatalf("%d effects after the commit, want 1", n)
 	}
 	// The broker never got the ack: it redelivers, and the inbox skips it.
-	c := e.run("ledger", recordEffect("ledger"), inbox.ConsumerConfig{})
+	c := e.run("ledger", recordEffect(e.db, "ledger"), inbox.ConsumerConfig{})
 	testenv.Eventually(t, 15*time.Second, func() bool { return c.Metrics().Duplicates == 1 }, "redelivery not skipped: %v", testenv.Lazy(func() any { return c.Metrics() }))
-	if n := e.effects(m.ID); n != 1 || c.Metrics().Applied != 0 {
+	if n := e.effects(m); n != 1 || c.Metrics().Applied != 0 {
 		t.Fatalf("%d effects, metrics %+v: want the one effect from before the crash", n, c.Metrics())
 	}
 }

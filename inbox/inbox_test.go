@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/courier-go/courier"
@@ -20,25 +19,23 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/postgres"
 )
 
-// env is one test's database schema and stream.
-type env struct {
+// env is one test's database and stream.
+type env[TTx any] struct {
 	t       *testing.T
-	pg      *testenv.PG
+	db      *database[TTx]
 	natsURL string
 	mapping couriernats.Config
 	stream  string
 	pub     *couriernats.Publisher
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv[TTx any](t *testing.T, d dialect[TTx]) *env[TTx] {
 	t.Helper()
-	e := &env{t: t, pg: testenv.Postgres(t, true), natsURL: testenv.NATS(t)}
+	e := &env[TTx]{t: t, natsURL: testenv.NATS(t)}
+	e.db = d.open(t)
 	ctx := context.Background()
-	_, err := e.pg.Pool.Exec(ctx, `CREATE TABLE effects (message_id uuid NOT NULL, consumer text NOT NULL, note text)`)
-	testenv.Must(t, err, "effects table")
 	nc := testenv.Connect(t, e.natsURL)
 	e.stream = testenv.Name("IB")
 	e.mapping = couriernats.Config{SubjectPrefix: e.stream + "."}
@@ -49,13 +46,14 @@ func newEnv(t *testing.T) *env {
 		js, _ := jetstream.New(nc)
 		_ = js.DeleteStream(context.Background(), e.stream)
 	})
+	var err error
 	e.pub, err = couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: e.mapping})
 	testenv.Must(t, err, "publisher")
 	return e
 }
 
 // publish sends msgs straight to the stream (as a relay would).
-func (e *env) publish(msgs ...courier.Message) {
+func (e *env[TTx]) publish(msgs ...courier.Message) {
 	e.t.Helper()
 	for i, err := range e.pub.Publish(context.Background(), msgs) {
 		testenv.Must(e.t, err, fmt.Sprintf("publish %d", i))
@@ -64,7 +62,7 @@ func (e *env) publish(msgs ...courier.Message) {
 
 // publishAgain sends copies after the stream's duplicate window, as a relay
 // that republishes after a crash does: JetStream stores each one.
-func (e *env) publishAgain(t *testing.T, m courier.Message, times int) {
+func (e *env[TTx]) publishAgain(t *testing.T, m courier.Message, times int) {
 	t.Helper()
 	for range times {
 		time.Sleep(120 * time.Millisecond)
@@ -72,7 +70,7 @@ func (e *env) publishAgain(t *testing.T, m courier.Message, times int) {
 	}
 }
 
-func (e *env) subscriber(consumer string) *couriernats.Subscriber {
+func (e *env[TTx]) subscriber(consumer string) *couriernats.Subscriber {
 	e.t.Helper()
 	nc := testenv.Connect(e.t, e.natsURL)
 	sub, err := couriernats.NewSubscriber(context.Background(), nc, couriernats.SubscriberConfig{
@@ -84,29 +82,44 @@ func (e *env) subscriber(consumer string) *couriernats.Subscriber {
 }
 
 // recordEffect is the handler most tests use: one row per application.
-func recordEffect(consumer string) inbox.Handler[pgx.Tx] {
-	return func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
-		_, err := tx.Exec(ctx, "INSERT INTO effects (message_id, consumer, note) VALUES ($1, $2, $3)", msg.ID, consumer, string(msg.Payload))
-		return err
+func recordEffect[TTx any](db *database[TTx], consumer string) inbox.Handler[TTx] {
+	return func(ctx context.Context, tx TTx, msg courier.Message) error {
+		return db.insertEffect(ctx, tx, consumer, msg)
 	}
 }
 
-func (e *env) effects(id any) (n int) {
+func (e *env[TTx]) effects(m courier.Message) int {
 	e.t.Helper()
-	testenv.Must(e.t, e.pg.Pool.QueryRow(context.Background(), "SELECT count(*) FROM effects WHERE message_id = $1", id).Scan(&n), "count effects")
-	return n
+	return e.db.count(e.t, "SELECT count(*) FROM effects WHERE message_id = ?", m.ID.String())
 }
 
-func (e *env) totalEffects() (n, distinct int) {
+func (e *env[TTx]) totalEffects() (n, distinct int) {
 	e.t.Helper()
-	testenv.Must(e.t, e.pg.Pool.QueryRow(context.Background(), "SELECT count(*), count(DISTINCT message_id) FROM effects").Scan(&n, &distinct), "count effects")
+	testenv.Must(e.t, e.db.sql.QueryRowContext(context.Background(), "SELECT count(*), count(DISTINCT message_id) FROM effects").Scan(&n, &distinct), "count effects")
 	return n, distinct
 }
 
-// run starts a consumer until the test ends.
-func (e *env) run(consumer string, h inbox.Handler[pgx.Tx], cfg inbox.ConsumerConfig) *inbox.Consumer[pgx.Tx] {
+// parked lists what consumer parked, oldest first.
+func (e *env[TTx]) parked(consumer string) []store.Parked {
 	e.t.Helper()
-	ib, err := inbox.New(postgres.PgxInbox(e.pg.Pool), consumer)
+	ps, err := e.db.admin.Parked(context.Background(), consumer, 100)
+	testenv.Must(e.t, err, "list parked")
+	return ps
+}
+
+// requestReplays asks for the replay of everything consumer parked, as
+// `courier dlq replay` does.
+func (e *env[TTx]) requestReplays(consumer string) {
+	e.t.Helper()
+	for _, p := range e.parked(consumer) {
+		testenv.Must(e.t, e.db.admin.RequestReplay(context.Background(), p.ID), "request replay")
+	}
+}
+
+// run starts a consumer until the test ends.
+func (e *env[TTx]) run(consumer string, h inbox.Handler[TTx], cfg inbox.ConsumerConfig) *inbox.Consumer[TTx] {
+	e.t.Helper()
+	ib, err := inbox.New(e.db.inbox, consumer)
 	testenv.Must(e.t, err, "inbox")
 	if cfg.Backoff == (courier.Backoff{}) {
 		cfg.Backoff = courier.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
@@ -117,7 +130,7 @@ func (e *env) run(consumer string, h inbox.Handler[pgx.Tx], cfg inbox.ConsumerCo
 	if os.Getenv("COURIER_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	c, err := inbox.NewConsumer(ib, e.subscriber(consumer), postgres.ConsumerStore(e.pg.Pool), h, cfg)
+	c, err := inbox.NewConsumer(ib, e.subscriber(consumer), e.db.cs, h, cfg)
 	testenv.Must(e.t, err, "consumer")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -127,46 +140,53 @@ func (e *env) run(consumer string, h inbox.Handler[pgx.Tx], cfg inbox.ConsumerCo
 }
 
 func TestSameMessageFiveTimesOneEffect(t *testing.T) {
-	e := newEnv(t)
+	onEachDialect(t, testSameMessageFiveTimesOneEffect, testSameMessageFiveTimesOneEffect)
+}
+
+func testSameMessageFiveTimesOneEffect[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
 	m := courier.NewMessage("payments", "order-1", "ChargeRequested", []byte("charge 42"))
 	e.publish(m)
 	e.publishAgain(t, m, 4)
-	c := e.run("billing", recordEffect("billing"), inbox.ConsumerConfig{})
+	c := e.run("billing", recordEffect(e.db, "billing"), inbox.ConsumerConfig{})
 	testenv.Eventually(t, 10*time.Second, func() bool { mm := c.Metrics(); return mm.Applied+mm.Duplicates == 5 }, "not all deliveries handled: %v", testenv.Lazy(func() any { return c.Metrics() }))
-	if n := e.effects(m.ID); n != 1 {
+	if n := e.effects(m); n != 1 {
 		t.Fatalf("%d effects for one message delivered 5 times", n)
 	}
 	if mm := c.Metrics(); mm.Applied != 1 || mm.Duplicates != 4 {
 		t.Fatalf("metrics %+v: want 1 applied, 4 duplicates", mm)
 	}
 	// The lower-level call says so too.
-	ib, _ := inbox.New(postgres.PgxInbox(e.pg.Pool), "billing")
-	res, err := ib.Handle(context.Background(), m, recordEffect("billing"))
+	ib, _ := inbox.New(e.db.inbox, "billing")
+	res, err := ib.Handle(context.Background(), m, recordEffect(e.db, "billing"))
 	if err != nil || res != inbox.Duplicate {
 		t.Fatalf("Handle = %v, %v; want Duplicate", res, err)
 	}
 }
 
 func TestFailTwiceThenSucceed(t *testing.T) {
-	var calls atomic.Int32
-	h := func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
-		if err := recordEffect("flaky")(ctx, tx, msg); err != nil { // rolled back below
-			return err
-		}
-		if calls.Add(1) <= 2 {
-			return errors.New("payment provider timed out")
-		}
-		return nil
-	}
+	onEachDialect(t, testFailTwiceThenSucceed, testFailTwiceThenSucceed)
+}
+
+func testFailTwiceThenSucceed[TTx any](t *testing.T, d dialect[TTx]) {
 	for _, keepOrder := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep-order=%v", keepOrder), func(t *testing.T) {
-			e := newEnv(t)
-			calls.Store(0)
+			e := newEnv(t, d)
+			var calls atomic.Int32
+			h := func(ctx context.Context, tx TTx, msg courier.Message) error {
+				if err := recordEffect(e.db, "flaky")(ctx, tx, msg); err != nil { // rolled back below
+					return err
+				}
+				if calls.Add(1) <= 2 {
+					return errors.New("payment provider timed out")
+				}
+				return nil
+			}
 			m := courier.NewMessage("payments", "order-2", "ChargeRequested", nil)
 			e.publish(m)
 			c := e.run(fmt.Sprintf("flaky-%v", keepOrder), h, inbox.ConsumerConfig{KeepOrder: keepOrder})
 			testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Applied == 1 }, "never applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
-			if n := e.effects(m.ID); n != 1 || calls.Load() != 3 {
+			if n := e.effects(m); n != 1 || calls.Load() != 3 {
 				t.Fatalf("%d effects after %d calls; want 1 effect after 3 calls", n, calls.Load())
 			}
 			if mm := c.Metrics(); mm.Retried != 2 {
@@ -177,51 +197,55 @@ func TestFailTwiceThenSucceed(t *testing.T) {
 }
 
 func TestAlwaysFailingIsParkedThenReplayedAfterFix(t *testing.T) {
-	e := newEnv(t)
+	onEachDialect(t, testAlwaysFailingIsParkedThenReplayedAfterFix, testAlwaysFailingIsParkedThenReplayedAfterFix)
+}
+
+func testAlwaysFailingIsParkedThenReplayedAfterFix[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
 	var fixed atomic.Bool
-	h := func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+	h := func(ctx context.Context, tx TTx, msg courier.Message) error {
 		if !fixed.Load() {
 			return errors.New("inventory service rejects SKU-7")
 		}
-		return recordEffect("inventory")(ctx, tx, msg)
+		return recordEffect(e.db, "inventory")(ctx, tx, msg)
 	}
 	m := courier.NewMessage("inventory", "order-3", "ReserveStock", []byte("SKU-7"))
 	e.publish(m)
 	c := e.run("inventory", h, inbox.ConsumerConfig{MaxDeliveries: 3})
 	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Parked == 1 }, "not parked: %v", testenv.Lazy(func() any { return c.Metrics() }))
-	ctx := context.Background()
-	var reason, lastErr string
-	var attempts, history int
-	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT reason, last_error, attempts, jsonb_array_length(history) FROM courier_inbox_dead_letters WHERE message_id = $1`, m.ID.String()).
-		Scan(&reason, &lastErr, &attempts, &history), "read parked")
-	if reason != store.ReasonFailed || attempts != 3 || history != 3 || lastErr != "inventory service rejects SKU-7" {
-		t.Fatalf("parked: reason %q attempts %d history %d error %q", reason, attempts, history, lastErr)
+	ps := e.parked("inventory")
+	if len(ps) != 1 || ps[0].MessageID != m.ID.String() {
+		t.Fatalf("parked %+v, want message %s", ps, m.ID)
 	}
-	if e.effects(m.ID) != 0 {
+	if p := ps[0]; p.Reason != store.ReasonFailed || p.Attempts != 3 || len(p.History) != 3 || p.Error != "inventory service rejects SKU-7" {
+		t.Fatalf("parked: reason %q attempts %d history %d error %q", p.Reason, p.Attempts, len(p.History), p.Error)
+	}
+	if e.effects(m) != 0 {
 		t.Fatal("effect recorded for a failing message")
 	}
 	// Fix the handler, ask for a replay.
 	fixed.Store(true)
-	_, err := e.pg.Pool.Exec(ctx, `UPDATE courier_inbox_dead_letters SET replay_requested = now()`)
-	testenv.Must(t, err, "request replay")
+	e.requestReplays("inventory")
 	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Replayed == 1 }, "not replayed: %v", testenv.Lazy(func() any { return c.Metrics() }))
-	if n := e.effects(m.ID); n != 1 {
+	if n := e.effects(m); n != 1 {
 		t.Fatalf("%d effects after the replay, want 1", n)
 	}
-	var left int
-	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_inbox_dead_letters`).Scan(&left), "count parked")
-	if left != 0 {
+	if left := e.db.count(t, "SELECT count(*) FROM courier_inbox_dead_letters"); left != 0 {
 		t.Fatalf("%d parked rows left after a successful replay", left)
 	}
 }
 
 func TestHandlerThatWritesOutboxThenFailsLeavesNothing(t *testing.T) {
-	e := newEnv(t)
-	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	onEachDialect(t, testHandlerThatWritesOutboxThenFailsLeavesNothing, testHandlerThatWritesOutboxThenFailsLeavesNothing)
+}
+
+func testHandlerThatWritesOutboxThenFailsLeavesNothing[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
+	w := outbox.New(e.db.outbox, outbox.Config{})
 	var failing atomic.Bool
 	failing.Store(true)
-	h := func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
-		if err := recordEffect("orders")(ctx, tx, msg); err != nil {
+	h := func(ctx context.Context, tx TTx, msg courier.Message) error {
+		if err := recordEffect(e.db, "orders")(ctx, tx, msg); err != nil {
 			return err
 		}
 		next := courier.NewMessage("shipping", msg.Key, "PrepareShipment", nil, courier.CausedBy(msg))
@@ -237,33 +261,36 @@ func TestHandlerThatWritesOutboxThenFailsLeavesNothing(t *testing.T) {
 	e.publish(m)
 	c := e.run("orders", h, inbox.ConsumerConfig{MaxDeliveries: 2})
 	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Parked == 1 }, "not parked: %v", testenv.Lazy(func() any { return c.Metrics() }))
-	var outboxRows, markers int
-	ctx := context.Background()
-	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox`).Scan(&outboxRows), "outbox")
-	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_inbox`).Scan(&markers), "inbox")
-	if e.effects(m.ID) != 0 || outboxRows != 0 || markers != 0 {
-		t.Fatalf("after failures: %d effects, %d outbox rows, %d markers; want none", e.effects(m.ID), outboxRows, markers)
+	outboxRows := e.db.count(t, "SELECT count(*) FROM courier_outbox")
+	markers := e.db.count(t, "SELECT count(*) FROM courier_inbox")
+	if e.effects(m) != 0 || outboxRows != 0 || markers != 0 {
+		t.Fatalf("after failures: %d effects, %d outbox rows, %d markers; want none", e.effects(m), outboxRows, markers)
 	}
 	failing.Store(false)
-	_, err := e.pg.Pool.Exec(ctx, `UPDATE courier_inbox_dead_letters SET replay_requested = now()`)
-	testenv.Must(t, err, "request replay")
+	e.requestReplays("orders")
 	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Replayed == 1 }, "not replayed")
-	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox`).Scan(&outboxRows), "outbox")
-	if e.effects(m.ID) != 1 || outboxRows != 1 {
-		t.Fatalf("after the replay: %d effects, %d outbox rows; want one of each", e.effects(m.ID), outboxRows)
+	outboxRows = e.db.count(t, "SELECT count(*) FROM courier_outbox")
+	if e.effects(m) != 1 || outboxRows != 1 {
+		t.Fatalf("after the replay: %d effects, %d outbox rows; want one of each", e.effects(m), outboxRows)
 	}
 }
 
+// ChargeRequested is the typed message of TestMalformedAndUnknownAreParkedAtOnce.
+type ChargeRequested struct {
+	Amount int `json:"amount"`
+}
+
 func TestMalformedAndUnknownAreParkedAtOnce(t *testing.T) {
-	e := newEnv(t)
-	r := inbox.NewRouter[pgx.Tx]()
-	type ChargeRequested struct {
-		Amount int `json:"amount"`
-	}
+	onEachDialect(t, testMalformedAndUnknownAreParkedAtOnce, testMalformedAndUnknownAreParkedAtOnce)
+}
+
+func testMalformedAndUnknownAreParkedAtOnce[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
+	r := inbox.NewRouter[TTx]()
 	var charged atomic.Int64
-	inbox.On(r, func(ctx context.Context, tx pgx.Tx, msg courier.Message, v ChargeRequested) error {
+	inbox.On(r, func(ctx context.Context, tx TTx, msg courier.Message, v ChargeRequested) error {
 		charged.Add(int64(v.Amount))
-		return recordEffect("typed")(ctx, tx, msg)
+		return recordEffect(e.db, "typed")(ctx, tx, msg)
 	})
 	good, err := courier.NewJSON("payments", "o-1", ChargeRequested{Amount: 42})
 	testenv.Must(t, err, "json")
@@ -282,34 +309,37 @@ func TestMalformedAndUnknownAreParkedAtOnce(t *testing.T) {
 	if charged.Load() != 42 {
 		t.Fatalf("typed handler saw amount %d", charged.Load())
 	}
-	rows, err := e.pg.Pool.Query(context.Background(), `SELECT reason, attempts, last_error FROM courier_inbox_dead_letters ORDER BY id`)
-	testenv.Must(t, err, "parked")
-	for rows.Next() {
-		var reason, lastErr string
-		var attempts int
-		testenv.Must(t, rows.Scan(&reason, &attempts, &lastErr), "scan")
-		if reason != store.ReasonMalformed || attempts != 1 || lastErr == "" {
-			t.Errorf("parked %q after %d attempts: %s", reason, attempts, lastErr)
+	for _, p := range e.parked("typed") {
+		if p.Reason != store.ReasonMalformed || p.Attempts != 1 || p.Error == "" {
+			t.Errorf("parked %q after %d attempts: %s", p.Reason, p.Attempts, p.Error)
 		}
 	}
 }
 
 // Four instances of one consumer share a durable subscription; every one of
-// 10,000 messages must be applied exactly once.
+// 10,000 messages (2,000 with -short, 1,000 on SQLite under the race
+// detector) must be applied exactly once.
 func TestFourInstancesExactlyOnce(t *testing.T) {
-	e := newEnv(t)
+	onEachDialect(t, testFourInstancesExactlyOnce, testFourInstancesExactlyOnce)
+}
+
+func testFourInstancesExactlyOnce[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
 	n := 10000
-	if testing.Short() {
+	switch {
+	case raceEnabled && d.name == "sqlite":
+		n = 1000
+	case testing.Short():
 		n = 2000
 	}
 	msgs := make([]courier.Message, n)
 	for i := range msgs {
 		msgs[i] = courier.NewMessage("orders", fmt.Sprintf("o-%d", i%300), "OrderPlaced", []byte(fmt.Sprint(i)))
 	}
-	var consumers []*inbox.Consumer[pgx.Tx]
+	var consumers []*inbox.Consumer[TTx]
 	start := time.Now()
 	for range 4 {
-		consumers = append(consumers, e.run("warehouse", recordEffect("warehouse"), inbox.ConsumerConfig{Concurrency: 8}))
+		consumers = append(consumers, e.run("warehouse", recordEffect(e.db, "warehouse"), inbox.ConsumerConfig{Concurrency: 8}))
 	}
 	for i := 0; i < n; i += 1000 {
 		e.publish(msgs[i:min(i+1000, n)]...)
@@ -331,18 +361,22 @@ func TestFourInstancesExactlyOnce(t *testing.T) {
 		per = append(per, c.Metrics().Applied)
 		dups += c.Metrics().Duplicates
 	}
-	t.Logf("%d messages through 4 instances in %s (%.0f msg/s); applied per instance %v; %d duplicates skipped",
-		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), per, dups)
+	t.Logf("%s: %d messages through 4 instances in %s (%.0f msg/s); applied per instance %v; %d duplicates skipped",
+		d.name, n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), per, dups)
 }
 
 // Messages of one key are applied in publish order when KeepOrder is set,
 // even when one of them needs retries.
 func TestKeepOrderPerKey(t *testing.T) {
-	e := newEnv(t)
+	onEachDialect(t, testKeepOrderPerKey, testKeepOrderPerKey)
+}
+
+func testKeepOrderPerKey[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
 	var mu sync.Mutex
 	seen := map[string][]int{}
 	var failedOnce atomic.Bool
-	h := func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+	h := func(ctx context.Context, tx TTx, msg courier.Message) error {
 		var i int
 		_, _ = fmt.Sscan(string(msg.Payload), &i)
 		if i == 3 && !failedOnce.Swap(true) {

@@ -1,7 +1,9 @@
 // Package mysql is Courier's MySQL and MariaDB dialect (MySQL 8.0, MariaDB
 // 10.6 or newer, InnoDB), on github.com/go-sql-driver/mysql: the schema and
-// its migrations, the outbox inserter for *sql.Tx ([DatabaseSQL]) and the
-// relay's store ([Store]).
+// its migrations, the outbox inserter for *sql.Tx ([DatabaseSQL]), the
+// relay's store ([Store]), the consuming side's inbox ([SQLInbox],
+// [ConsumerStore]), the operators' view ([Admin]) and Idempotency-Key
+// records ([SQLIdempotency]).
 //
 //	db, _ := sql.Open("mysql", "courier:secret@tcp(127.0.0.1:3306)/app")
 //	_, _ = mysql.Migrate(ctx, db)
@@ -53,11 +55,31 @@
 // for the outcome instead of racing it. Migrate, which must also work before
 // the lock table exists, uses GET_LOCK.
 //
+// # Inbox and idempotency keys
+//
+// The semantics are PostgreSQL's, built from InnoDB's locks. An inbox
+// marker is an INSERT IGNORE: a second delivery of a message waits for the
+// row lock of the first one's uncommitted marker, then finds it, or inserts
+// its own when the first rolled back (it waits at most
+// innodb_lock_wait_timeout, then fails and is retried). A claim of an
+// idempotency key is one READ COMMITTED transaction that inserts the record
+// or locks the existing one (INSERT … ON DUPLICATE KEY UPDATE takes an
+// exclusive row lock, so concurrent claims of one key queue), takes it over
+// if its lock or its record expired, and reads it back; exactly one claim
+// owns it. Affected-row counts, which depend on the DSN's clientFoundRows,
+// decide nothing. Consumer names, scopes and keys are VARBINARY, compared
+// byte for byte like PostgreSQL's text ("billing " is not "billing" under
+// any collation), and checked against their columns' lengths before they
+// are written. Replaying a dead letter moves it back into the outbox under
+// its old id.
+//
 // # Time
 //
 // Times are the server's clock, UTC_TIMESTAMP(6), stored in DATETIME(6)
 // columns as UTC, so relays on different machines agree on lease ends and
-// retry times (as on PostgreSQL). [store.Stats].Now is the server's clock.
+// retry times (as on PostgreSQL), and so do the inbox's processed_at and
+// the idempotency keys' lock and expiry times. [store.Stats].Now is the
+// server's clock.
 //
 // # Wake-ups
 //

@@ -29,6 +29,10 @@ func harness() storetest.Harness {
 			CheckSchema:   func(ctx context.Context) error { return mysql.CheckSchema(ctx, db) },
 			Migrations:    mysql.Migrations,
 			ExportSQL:     mysql.ExportSQL,
+			Inboxes:       []storetest.Inbox{storetest.InboxOf("database/sql", mysql.SQLInbox(db))},
+			ConsumerStore: mysql.ConsumerStore(db),
+			Admin:         mysql.Admin(db),
+			Idempotency:   []storetest.Idempotency{storetest.IdempotencyOf("database/sql", mysql.SQLIdempotency(db))},
 			// As the mysql client runs a script: on a connection that
 			// accepts several statements at once.
 			ExecScript: func(ctx context.Context, script string) error {

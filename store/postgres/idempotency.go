@@ -16,7 +16,8 @@ import (
 
 // claimKeySQL inserts the record, or takes over an in-flight one whose lock
 // expired, or replaces one past its expiry; it returns the record as it
-// stands afterwards and whether this request owns it.
+// stands afterwards, whether this request owns it, and whether the record it
+// read is stale (see claimAttempts).
 const claimKeySQL = `WITH ins AS (
     INSERT INTO courier_idempotency_keys AS k (scope, idem_key, fingerprint, state, owner, locked_until, expires_at)
     VALUES ($1, $2, $3, 'in_flight', $4, now() + $5::interval, now() + $6::interval)
@@ -26,11 +27,12 @@ const claimKeySQL = `WITH ins AS (
             created_at = now(), expires_at = EXCLUDED.expires_at
         WHERE k.expires_at <= now()
            OR (k.state = 'in_flight' AND k.locked_until <= now() AND k.fingerprint = EXCLUDED.fingerprint)
-    RETURNING k.fingerprint, k.state, k.locked_until, k.status, k.headers, k.body, true AS mine
+    RETURNING k.fingerprint, k.state, k.locked_until, k.status, k.headers, k.body, true AS mine, false AS stale
 )
 SELECT * FROM ins
 UNION ALL
-SELECT fingerprint, state, locked_until, status, headers, body, false
+SELECT fingerprint, state, locked_until, status, headers, body, false,
+       expires_at <= now() OR (state = 'in_flight' AND locked_until <= now() AND fingerprint = $3)
 FROM courier_idempotency_keys WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`
 
 // PgxIdempotency returns the idempotency-key store for handlers that work in
@@ -49,11 +51,14 @@ func (p pgxIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, 
 	})
 }
 
-// claimAttempts bounds how often Claim runs claimKeySQL. The statement
-// returns no row when a concurrent claim inserted the key after the
-// statement's snapshot was taken: ON CONFLICT waits for that claim's commit
-// and sees its row, but the SELECT, reading the snapshot, does not. The next
-// statement's snapshot sees it (or, if it was released meanwhile, inserts).
+// claimAttempts bounds how often Claim runs claimKeySQL. ON CONFLICT waits
+// for a concurrent claim of the key to commit and then sees its row, but the
+// SELECT that reports a record this claim did not take reads the
+// statement's snapshot, taken before that commit. So the statement returns
+// no row when the concurrent claim inserted the key, and a stale record (one
+// this claim should have taken, by the statement's own clock) when it took
+// the key over. The next statement's snapshot sees the winner's record (or,
+// if it was released meanwhile, inserts).
 const claimAttempts = 5
 
 // claimKey runs the claim query until it returns a row.
@@ -62,14 +67,15 @@ func claimKey(c store.KeyClaim, query func() pgx.Row) (store.KeyRecord, bool, er
 	var state string
 	var status *int
 	var headers []byte
-	var mine bool
+	var mine, stale bool
 	for attempt := 1; ; attempt++ {
-		err := query().Scan(&rec.Fingerprint, &state, &rec.LockedUntil, &status, &headers, &rec.Response.Body, &mine)
-		if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
-			if attempt < claimAttempts {
-				continue
-			}
-			return rec, false, fmt.Errorf("postgres: claim idempotency key: the record changed under %d claims in a row; try again: %w", claimAttempts, err)
+		err := query().Scan(&rec.Fingerprint, &state, &rec.LockedUntil, &status, &headers, &rec.Response.Body, &mine, &stale)
+		noRow := errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows)
+		if (noRow || (err == nil && stale)) && attempt < claimAttempts {
+			continue
+		}
+		if noRow || stale {
+			return rec, false, fmt.Errorf("postgres: claim idempotency key: concurrent claims changed the record %d times in a row; try again", claimAttempts)
 		}
 		if err != nil {
 			return rec, false, fmt.Errorf("postgres: claim idempotency key: %w", err)

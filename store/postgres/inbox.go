@@ -54,15 +54,17 @@ func (sqlInbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.U
 	return n == 1, err
 }
 
-// inSQLTx runs fn in a database/sql transaction.
+// inSQLTx runs fn in a database/sql transaction. It rolls the transaction
+// back whenever it is not committed, also when fn panics (as pgx.BeginFunc
+// does): left open, it would keep its locks and its connection.
 func inSQLTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) (err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if err != nil {
-			err = errors.Join(err, ignoreDone(tx.Rollback()))
+		if rerr := ignoreDone(tx.Rollback()); rerr != nil && err != nil {
+			err = errors.Join(err, rerr)
 		}
 	}()
 	if err := fn(tx); err != nil {
@@ -85,11 +87,16 @@ func ConsumerStore(pool *pgxpool.Pool) store.ConsumerStore { return consumerStor
 type consumerStore struct{ pool *pgxpool.Pool }
 
 func (c consumerStore) Park(ctx context.Context, p store.Parked) error {
-	hist, err := json.Marshal(p.History)
-	if err != nil {
-		return err
+	// NULL without a history: JSON null would become an entry of its own
+	// when ReplayFailed appends to it.
+	var hist []byte
+	if len(p.History) > 0 {
+		var err error
+		if hist, err = json.Marshal(p.History); err != nil {
+			return fmt.Errorf("postgres: park delivery: encode history: %w", err)
+		}
 	}
-	_, err = c.pool.Exec(ctx, `INSERT INTO courier_inbox_dead_letters
+	_, err := c.pool.Exec(ctx, `INSERT INTO courier_inbox_dead_letters
     (consumer, message_id, subject, headers, payload, reason, last_error, attempts, history)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		p.Consumer, p.MessageID, p.Subject, p.Headers, p.Payload, p.Reason, p.Error, p.Attempts, hist)

@@ -51,6 +51,16 @@ func harness() storetest.Harness {
 			CheckSchema:   func(ctx context.Context) error { return postgres.CheckSchema(ctx, pg.Pool) },
 			Migrations:    postgres.Migrations,
 			ExportSQL:     postgres.ExportSQL,
+			Inboxes: []storetest.Inbox{
+				storetest.InboxOf("pgx", postgres.PgxInbox(pg.Pool)),
+				storetest.InboxOf("database/sql", postgres.SQLInbox(db)),
+			},
+			ConsumerStore: postgres.ConsumerStore(pg.Pool),
+			Admin:         postgres.Admin(pg.Pool),
+			Idempotency: []storetest.Idempotency{
+				storetest.IdempotencyOf("pgx", postgres.PgxIdempotency(pg.Pool)),
+				storetest.IdempotencyOf("database/sql", postgres.SQLIdempotency(db)),
+			},
 			ExecScript: func(ctx context.Context, script string) error {
 				_, err := pg.Pool.Exec(ctx, script, pgx.QueryExecModeSimpleProtocol)
 				return err

@@ -1,8 +1,10 @@
 // Package sqlite is Courier's SQLite dialect, on the pure-Go driver
 // modernc.org/sqlite (no cgo): the schema and its migrations, the outbox
-// inserter for *sql.Tx ([DatabaseSQL]) and the relay's store ([Store]). It
-// is the embedded default: one file, nothing to install. [Open] opens a file
-// the way Courier needs it (WAL, a busy timeout, immediate transactions).
+// inserter for *sql.Tx ([DatabaseSQL]), the relay's store ([Store]), the
+// consuming side's inbox ([SQLInbox], [ConsumerStore]), the operators' view
+// ([Admin]) and Idempotency-Key records ([SQLIdempotency]). It is the
+// embedded default: one file, nothing to install. [Open] opens a file the
+// way Courier needs it (WAL, a busy timeout, immediate transactions).
 //
 //	db, _ := sqlite.Open("app.db")
 //	_, _ = sqlite.Migrate(ctx, db)
@@ -56,14 +58,33 @@
 // relay retries). Applications writing to the file queue the same way, which
 // is why [Open] sets a generous busy timeout.
 //
+// # Inbox and idempotency keys
+//
+// The semantics are again PostgreSQL's; SQLite's single writer provides
+// what row locks provide there. The transactions of [SQLInbox] and
+// [SQLIdempotency] (their InTx) begin with BEGIN IMMEDIATE when the pool
+// comes from [Open], so they hold the write lock from their first statement
+// to their commit, the handler's work included: a second delivery of a
+// message waits for the first one's transaction and then finds its marker,
+// or applies the message when the first rolled back. Every writer of the
+// file waits meanwhile, so keep handlers short; a transaction is rolled back
+// whenever it is not committed, also when its function panics. A claim of an
+// idempotency key is an immediate transaction of its own (an upsert and a
+// read of the record), so concurrent claims of one key, from any process,
+// make exactly one owner. Replaying a dead letter moves it back into the
+// outbox under its old id, which AUTOINCREMENT never gives to another
+// message.
+//
 // # Time
 //
 // SQLite has no clock that all processes share, so Courier uses the Go clock
 // of the process doing the work, consistently: created_at, the lease's
-// until, retry_at, published_at, dead_at and [store.Stats].Now are the
-// writing process's time.Now(), stored as INTEGER microseconds since the
-// Unix epoch (UTC), as is occurred_at. The processes sharing a file run on
-// one machine (WAL needs a local file system) and so share its clock.
+// until, retry_at, published_at, dead_at, the inbox's processed_at, parked_at
+// and replay_requested, the idempotency keys' locked_until, created_at and
+// expires_at, and [store.Stats].Now are the writing process's time.Now(),
+// stored as INTEGER microseconds since the Unix epoch (UTC), as is
+// occurred_at. The processes sharing a file run on one machine (WAL needs a
+// local file system) and so share its clock.
 //
 // # Wake-ups
 //

@@ -38,6 +38,10 @@ func harness() storetest.Harness {
 			CheckSchema:   func(ctx context.Context) error { return sqlite.CheckSchema(ctx, db) },
 			Migrations:    sqlite.Migrations,
 			ExportSQL:     sqlite.ExportSQL,
+			Inboxes:       []storetest.Inbox{storetest.InboxOf("database/sql", sqlite.SQLInbox(db))},
+			ConsumerStore: sqlite.ConsumerStore(db),
+			Admin:         sqlite.Admin(db),
+			Idempotency:   []storetest.Idempotency{storetest.IdempotencyOf("database/sql", sqlite.SQLIdempotency(db))},
 			ExecScript: func(ctx context.Context, script string) error {
 				tx, err := db.BeginTx(ctx, nil)
 				if err != nil {

@@ -24,10 +24,15 @@ func open(t *testing.T, h Harness, migrate bool) *DB {
 	if len(db.Writers) == 0 {
 		t.Fatal("storetest: DB.Writers is empty: give at least the database/sql inserter (storetest.SQLWriter)")
 	}
+	if len(db.Inboxes) == 0 || len(db.Idempotency) == 0 {
+		t.Fatal("storetest: DB.Inboxes or DB.Idempotency is empty: give at least the database/sql implementations " +
+			"(storetest.InboxOf(\"database/sql\", dialect.SQLInbox(db)), storetest.IdempotencyOf(…))")
+	}
 	for name, missing := range map[string]bool{
 		"SQL": db.SQL == nil, "NewStore": db.NewStore == nil, "Migrate": db.Migrate == nil,
 		"SchemaVersion": db.SchemaVersion == nil, "CheckSchema": db.CheckSchema == nil,
 		"Migrations": db.Migrations == nil, "ExportSQL": db.ExportSQL == nil, "ExecScript": db.ExecScript == nil,
+		"ConsumerStore": db.ConsumerStore == nil, "Admin": db.Admin == nil,
 	} {
 		if missing {
 			t.Fatalf("storetest: DB.%s is nil: set it to the dialect's function (see storetest.DB)", name)

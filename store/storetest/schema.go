@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/courier-go/courier/store"
 )
 
@@ -53,7 +55,8 @@ func testMigrations(t *testing.T, h Harness) {
 	if err := db.CheckSchema(ctx); err != nil {
 		t.Fatalf("CheckSchema after Migrate: %v", err)
 	}
-	for _, table := range []string{"courier_outbox", "courier_outbox_leases", "courier_outbox_published", "courier_outbox_dead_letters", "courier_schema_migrations"} {
+	for _, table := range []string{"courier_outbox", "courier_outbox_leases", "courier_outbox_published", "courier_outbox_dead_letters",
+		"courier_inbox", "courier_inbox_dead_letters", "courier_idempotency_keys", "courier_schema_migrations"} {
 		db.count(t, table) // fails the test when the table is missing
 	}
 	again, err := db.Migrate(ctx)
@@ -160,5 +163,12 @@ func testExportedSQL(t *testing.T, h Harness) {
 	})
 	if s := stats(t, st); s.Pending != 1 || s.InBackoff != 1 || s.DeadLetters != 1 || db.count(t, "courier_outbox_published") != 1 {
 		t.Fatalf("on the exported schema: %+v, %d archived", s, db.count(t, "courier_outbox_published"))
+	}
+	if !mark(t, db.Inboxes[0], "exported", uuid.New(), true) {
+		t.Fatal("on the exported schema: a fresh inbox marker was reported as a duplicate")
+	}
+	c := keyClaim("exported", "k", []byte("fp"), time.Minute, time.Hour)
+	if _, mine, err := db.Idempotency[0].Store.Claim(ctx, c); err != nil || !mine {
+		t.Fatalf("on the exported schema: claim of a fresh idempotency key = %v, %v; want it owned", mine, err)
 	}
 }

@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite of Courier's store dialects:
-// the behaviour store.RelayStore, store.Inserter and the dialects' migrations
-// promise, written once and run against every dialect and every driver kind
-// a dialect supports. A dialect's test file builds a [Harness] and calls
+// the behaviour store.RelayStore, store.Inserter, store.Inbox,
+// store.ConsumerStore, store.Admin, store.Idempotency and the dialects'
+// migrations promise, written once and run against every dialect and every
+// driver kind a dialect supports. A dialect's test file builds a [Harness] and calls
 // [Run]:
 //
 //	func TestConformance(t *testing.T) {
@@ -12,8 +13,13 @@
 // their takeover, retries with backoff, dead letters, concurrent claimers,
 // KeepPublished, stats, migrations (fresh, re-run, newer, missing, exported
 // SQL), large payloads, unicode keys, the in-process wake-ups of
-// store.LocalNotifier, and an end-to-end run of three relays through an
-// embedded NATS server. Every test gets a fresh database from the harness and
+// store.LocalNotifier, an end-to-end run of three relays through an
+// embedded NATS server; on the consuming side inbox markers (duplicates,
+// rollbacks, a duplicate waiting for the first delivery's transaction,
+// retention), parked deliveries and their replays; the operators' Admin
+// view of both kinds of dead letters; and Idempotency-Key records (claim,
+// completion, release, lock takeover, expiry, 50 concurrent claims of one
+// key). Every test gets a fresh database from the harness and
 // talks to it for real; nothing is mocked.
 package storetest
 
@@ -23,6 +29,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/outbox"
@@ -64,6 +72,18 @@ type DB struct {
 	// ExecScript runs a script of several statements (an exported
 	// migration) the way an external migration tool would.
 	ExecScript func(ctx context.Context, script string) error
+	// Inboxes are the dialect's store.Inbox implementations on the
+	// database, one per transaction type it supports, each adapted with
+	// InboxOf; at least one.
+	Inboxes []Inbox
+	// ConsumerStore and Admin are the dialect's implementations of those
+	// interfaces on the database.
+	ConsumerStore store.ConsumerStore
+	Admin         store.Admin
+	// Idempotency lists the dialect's store.Idempotency implementations on
+	// the database, one per transaction type, each adapted with
+	// IdempotencyOf; at least one.
+	Idempotency []Idempotency
 }
 
 // Writer writes messages with one of the dialect's outbox inserters.
@@ -95,6 +115,64 @@ func SQLWriter(db *sql.DB, ins store.Inserter[*sql.Tx]) Writer {
 			return tx.Commit()
 		},
 	}
+}
+
+// Inbox is one of a dialect's store.Inbox implementations with its
+// transaction type hidden, so the suite runs each one alike.
+type Inbox struct {
+	// Name identifies the implementation in test names, such as "pgx".
+	Name  string
+	Inbox store.Inbox[any]
+}
+
+// InboxOf adapts ib for the suite.
+func InboxOf[TTx any](name string, ib store.Inbox[TTx]) Inbox {
+	return Inbox{Name: name, Inbox: anyInbox[TTx]{ib}}
+}
+
+type anyInbox[TTx any] struct{ ib store.Inbox[TTx] }
+
+func (a anyInbox[TTx]) InTx(ctx context.Context, fn func(tx any) error) error {
+	return a.ib.InTx(ctx, func(tx TTx) error { return fn(tx) })
+}
+
+func (a anyInbox[TTx]) Mark(ctx context.Context, tx any, consumer string, id uuid.UUID) (bool, error) {
+	return a.ib.Mark(ctx, tx.(TTx), consumer, id)
+}
+
+// Idempotency is one of a dialect's store.Idempotency implementations with
+// its transaction type hidden, so the suite runs each one alike.
+type Idempotency struct {
+	// Name identifies the implementation in test names, such as "pgx".
+	Name  string
+	Store store.Idempotency[any]
+}
+
+// IdempotencyOf adapts st for the suite.
+func IdempotencyOf[TTx any](name string, st store.Idempotency[TTx]) Idempotency {
+	return Idempotency{Name: name, Store: anyIdempotency[TTx]{st}}
+}
+
+type anyIdempotency[TTx any] struct{ st store.Idempotency[TTx] }
+
+func (a anyIdempotency[TTx]) InTx(ctx context.Context, fn func(tx any) error) error {
+	return a.st.InTx(ctx, func(tx TTx) error { return fn(tx) })
+}
+
+func (a anyIdempotency[TTx]) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
+	return a.st.Claim(ctx, c)
+}
+
+func (a anyIdempotency[TTx]) Complete(ctx context.Context, tx any, scope, key string, owner uuid.UUID, resp store.StoredResponse) (bool, error) {
+	return a.st.Complete(ctx, tx.(TTx), scope, key, owner, resp)
+}
+
+func (a anyIdempotency[TTx]) Release(ctx context.Context, scope, key string, owner uuid.UUID) error {
+	return a.st.Release(ctx, scope, key, owner)
+}
+
+func (a anyIdempotency[TTx]) DeleteExpired(ctx context.Context, limit int) (int64, error) {
+	return a.st.DeleteExpired(ctx, limit)
 }
 
 // DollarPlaceholders is a Rebind for drivers that number their
@@ -142,6 +220,14 @@ func Run(t *testing.T, h Harness) {
 		{"UnicodeKeys", testUnicodeKeys},
 		{"LocalNotifierWakesRelay", testWakeUp},
 		{"EndToEnd", testEndToEnd},
+		{"InboxMarkers", testInboxMarkers},
+		{"InboxDuplicateWaitsForFirst", testInboxConcurrent},
+		{"InboxMarkerRetention", testMarkerRetention},
+		{"ParkAndReplay", testParkAndReplay},
+		{"AdminDeadLetters", testAdminDeadLetters},
+		{"IdempotencyClaimAndComplete", testIdempotencyClaim},
+		{"IdempotencyTakeoverAndExpiry", testIdempotencyExpiry},
+		{"IdempotencyConcurrentClaims", testIdempotencyConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

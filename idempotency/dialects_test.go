@@ -1,0 +1,113 @@
+package idempotency_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/mysql"
+	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/sqlite"
+)
+
+// dialect is a database the tests run on, with the transaction type TTx its
+// handlers work in.
+type dialect[TTx any] struct {
+	name string
+	// open returns a fresh database for the test, migrated, with an orders
+	// table.
+	open func(t *testing.T) *database[TTx]
+}
+
+// database is one test's database.
+type database[TTx any] struct {
+	// sql is for assertions.
+	sql    *sql.DB
+	keys   store.Idempotency[TTx]
+	outbox store.Inserter[TTx]
+	// insertOrder inserts an order in tx and returns its id.
+	insertOrder func(ctx context.Context, tx TTx, item string) (int64, error)
+}
+
+// onEachDialect runs a test on PostgreSQL (with pgx.Tx), SQLite and MySQL
+// (with *sql.Tx), as parallel subtests; each skips when its database is not
+// configured. Pass the generic test body twice: Go instantiates it once per
+// transaction type.
+func onEachDialect(t *testing.T, pg func(*testing.T, dialect[pgx.Tx]), std func(*testing.T, dialect[*sql.Tx])) {
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); pg(t, postgresDialect()) })
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); std(t, sqliteDialect()) })
+	t.Run("mysql", func(t *testing.T) { t.Parallel(); std(t, mysqlDialect()) })
+}
+
+func postgresDialect() dialect[pgx.Tx] {
+	return dialect[pgx.Tx]{
+		name: "postgres",
+		open: func(t *testing.T) *database[pgx.Tx] {
+			pg := testenv.Postgres(t, true)
+			_, err := pg.Pool.Exec(context.Background(), `CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, item text NOT NULL)`)
+			testenv.Must(t, err, "orders table")
+			db := stdlib.OpenDBFromPool(pg.Pool)
+			t.Cleanup(func() { db.Close() })
+			return &database[pgx.Tx]{
+				sql: db, keys: postgres.PgxIdempotency(pg.Pool), outbox: postgres.Pgx(),
+				insertOrder: func(ctx context.Context, tx pgx.Tx, item string) (id int64, err error) {
+					err = tx.QueryRow(ctx, "INSERT INTO orders (item) VALUES ($1) RETURNING id", item).Scan(&id)
+					return id, err
+				},
+			}
+		},
+	}
+}
+
+// insertOrder inserts an order through database/sql, where RETURNING is not
+// portable.
+func insertOrder(ctx context.Context, tx *sql.Tx, item string) (int64, error) {
+	res, err := tx.ExecContext(ctx, "INSERT INTO orders (item) VALUES (?)", item)
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
+}
+
+func sqliteDialect() dialect[*sql.Tx] {
+	return dialect[*sql.Tx]{
+		name: "sqlite",
+		open: func(t *testing.T) *database[*sql.Tx] {
+			db, err := sqlite.Open(filepath.Join(t.TempDir(), "shop.db"))
+			testenv.Must(t, err, "open")
+			t.Cleanup(func() { db.Close() })
+			ctx := context.Background()
+			_, err = sqlite.Migrate(ctx, db)
+			testenv.Must(t, err, "migrate")
+			_, err = db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY AUTOINCREMENT, item TEXT NOT NULL)`)
+			testenv.Must(t, err, "orders table")
+			return &database[*sql.Tx]{sql: db, keys: sqlite.SQLIdempotency(db), outbox: sqlite.DatabaseSQL(), insertOrder: insertOrder}
+		},
+	}
+}
+
+func mysqlDialect() dialect[*sql.Tx] {
+	return dialect[*sql.Tx]{
+		name: "mysql",
+		open: func(t *testing.T) *database[*sql.Tx] {
+			my := testenv.MySQL(t, true)
+			_, err := my.DB.ExecContext(context.Background(),
+				`CREATE TABLE orders (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, item TEXT NOT NULL) DEFAULT CHARSET=utf8mb4`)
+			testenv.Must(t, err, "orders table")
+			return &database[*sql.Tx]{sql: my.DB, keys: mysql.SQLIdempotency(my.DB), outbox: mysql.DatabaseSQL(), insertOrder: insertOrder}
+		},
+	}
+}
+
+// count returns the number of rows of table.
+func (db *database[TTx]) count(t testing.TB, table string) (n int) {
+	t.Helper()
+	testenv.Must(t, db.sql.QueryRowContext(context.Background(), "SELECT count(*) FROM "+table).Scan(&n), "count "+table)
+	return n
+}
