@@ -67,7 +67,12 @@ func (w *world) serve(id, typ string) courier.Message {
 // in a terminal state, no step runs twice, every compensation at most once,
 // and the end state matches the effects.
 func TestPropertySagaConverges(t *testing.T) {
-	f := newFixture(t)
+	for _, d := range []string{"sqlite", "postgres"} {
+		t.Run(d, func(t *testing.T) { propertySagaConverges(t, newFixture(t, d)) })
+	}
+}
+
+func propertySagaConverges(t *testing.T, f *fixture) {
 	n := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		n++

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,9 @@ import (
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/saga"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
 // Order is the data of the test saga, the shop's order in small.
@@ -56,25 +59,76 @@ func orderSaga() saga.Definition[Order] {
 	}
 }
 
-// fixture is an orchestrator on a fresh schema with a clock the test moves.
+// fixture is an orchestrator on a fresh database of one dialect, with a
+// clock the test moves.
 type fixture struct {
-	t    testing.TB
-	db   *sql.DB
-	orch *saga.Orchestrator[Order, *sql.Tx]
-	mu   sync.Mutex
-	now  time.Time
+	t       testing.TB
+	dialect string
+	db      *sql.DB
+	sagas   store.Sagas[*sql.Tx]
+	orch    *saga.Orchestrator[Order, *sql.Tx]
+	mu      sync.Mutex
+	now     time.Time
 }
 
-func newFixture(t testing.TB) *fixture {
-	pg := testenv.Postgres(t, true)
-	db, err := sql.Open("pgx", pg.URL)
-	testenv.Must(t, err, "open")
-	t.Cleanup(func() { db.Close() })
-	f := &fixture{t: t, db: db, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	f.orch, err = saga.New(orderSaga(), postgres.SQLSagas(db), outbox.New(postgres.DatabaseSQL(), outbox.Config{}),
-		saga.Config{Now: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }})
-	testenv.Must(t, err, "orchestrator")
+// dialects opens a fresh, migrated database of each dialect whose service
+// is available (SQLite always).
+var dialects = []struct {
+	name string
+	open func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx])
+}{
+	{"postgres", func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx]) {
+		pg := testenv.Postgres(t, true)
+		db, err := sql.Open("pgx", pg.URL)
+		testenv.Must(t, err, "open")
+		t.Cleanup(func() { db.Close() })
+		return db, postgres.SQLSagas(db), postgres.DatabaseSQL()
+	}},
+	{"sqlite", func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx]) {
+		db, err := sqlite.Open(filepath.Join(t.TempDir(), "saga.db"))
+		testenv.Must(t, err, "open")
+		t.Cleanup(func() { db.Close() })
+		_, err = sqlite.Migrate(context.Background(), db)
+		testenv.Must(t, err, "migrate")
+		return db, sqlite.SQLSagas(db), sqlite.DatabaseSQL()
+	}},
+	{"mysql", func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx]) {
+		my := testenv.MySQL(t, true)
+		return my.DB, mysql.SQLSagas(my.DB), mysql.DatabaseSQL()
+	}},
+}
+
+// each runs fn against every dialect.
+func each(t *testing.T, fn func(t *testing.T, f *fixture)) {
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) { fn(t, newFixture(t, d.name)) })
+	}
+}
+
+func newFixture(t testing.TB, dialect string) *fixture {
+	f := &fixture{t: t, dialect: dialect, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	for _, d := range dialects {
+		if d.name == dialect {
+			var ins store.Inserter[*sql.Tx]
+			f.db, f.sagas, ins = d.open(t)
+			var err error
+			f.orch, err = saga.New(orderSaga(), f.sagas, outbox.New(ins, outbox.Config{}),
+				saga.Config{Now: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }})
+			testenv.Must(t, err, "orchestrator")
+		}
+	}
 	return f
+}
+
+// q rewrites $n placeholders for the dialect.
+func (f *fixture) q(query string) string {
+	if f.dialect == "postgres" {
+		return query
+	}
+	for i := 9; i >= 1; i-- {
+		query = strings.ReplaceAll(query, fmt.Sprintf("$%d", i), "?")
+	}
+	return query
 }
 
 func (f *fixture) advance(d time.Duration) {
@@ -85,7 +139,7 @@ func (f *fixture) advance(d time.Duration) {
 
 func (f *fixture) start(id string, amount int) {
 	f.t.Helper()
-	err := postgres.SQLSagas(f.db).InTx(context.Background(), func(tx *sql.Tx) error {
+	err := f.sagas.InTx(context.Background(), func(tx *sql.Tx) error {
 		_, err := f.orch.Start(context.Background(), tx, id, Order{Amount: amount})
 		return err
 	})
@@ -103,7 +157,7 @@ func reply(id, typ string, payload string, headers ...string) courier.Message {
 func (f *fixture) handle(m courier.Message) saga.Outcome {
 	f.t.Helper()
 	var out saga.Outcome
-	err := postgres.SQLSagas(f.db).InTx(context.Background(), func(tx *sql.Tx) error {
+	err := f.sagas.InTx(context.Background(), func(tx *sql.Tx) error {
 		var err error
 		out, err = f.orch.Handle(context.Background(), tx, m)
 		return err
@@ -115,28 +169,19 @@ func (f *fixture) handle(m courier.Message) saga.Outcome {
 // commands takes the saga's commands for id out of the outbox, in order.
 func (f *fixture) commands(id string) []string {
 	f.t.Helper()
-	rows, err := f.db.Query("DELETE FROM courier_outbox WHERE ordering_key = $1 RETURNING id, type", id)
-	testenv.Must(f.t, err, "take commands")
-	defer rows.Close()
-	type c struct {
-		seq int64
-		typ string
-	}
-	var cs []c
-	for rows.Next() {
-		var x c
-		testenv.Must(f.t, rows.Scan(&x.seq, &x.typ), "scan")
-		cs = append(cs, x)
-	}
-	for i := 1; i < len(cs); i++ { // RETURNING has no order
-		for j := i; j > 0 && cs[j].seq < cs[j-1].seq; j-- {
-			cs[j], cs[j-1] = cs[j-1], cs[j]
-		}
-	}
+	rows, err := f.db.Query(f.q("SELECT id, type FROM courier_outbox WHERE ordering_key = $1 ORDER BY id"), id)
+	testenv.Must(f.t, err, "read commands")
 	var out []string
-	for _, x := range cs {
-		out = append(out, x.typ)
+	var last int64
+	for rows.Next() {
+		var typ string
+		testenv.Must(f.t, rows.Scan(&last, &typ), "scan")
+		out = append(out, typ)
 	}
+	testenv.Must(f.t, rows.Err(), "rows")
+	rows.Close()
+	_, err = f.db.Exec(f.q("DELETE FROM courier_outbox WHERE ordering_key = $1 AND id <= $2"), id, last)
+	testenv.Must(f.t, err, "take commands")
 	return out
 }
 
@@ -155,136 +200,141 @@ func expect(t *testing.T, got []string, want ...string) {
 }
 
 func TestHappyPath(t *testing.T) {
-	f := newFixture(t)
-	f.start("o1", 1200)
-	expect(t, f.commands("o1"), "ChargeRequested")
-	if in := f.get("o1"); in.State != "PaymentPending" || in.Phase != saga.Running {
-		t.Fatalf("after start: %s %s", in.State, in.Phase)
-	}
-	f.handle(reply("o1", "PaymentSucceeded", "ch_1"))
-	expect(t, f.commands("o1"), "ReserveStock")
-	f.handle(reply("o1", "StockReserved", ""))
-	expect(t, f.commands("o1"), "PrepareShipment")
-	f.handle(reply("o1", "ShipmentPrepared", ""))
-	in := f.get("o1")
-	if in.State != "ShippingReady" || in.Phase != saga.Completed || in.Data.ChargeID != "ch_1" || in.Deadline != nil {
-		t.Fatalf("end: %+v", in)
-	}
-	var states []string
-	for _, h := range in.History {
-		states = append(states, h.To)
-	}
-	if strings.Join(states, ">") != "Placed>PaymentPending>Paid>InventoryReserved>ShippingReady" {
-		t.Fatalf("history %v", states)
-	}
+	each(t, func(t *testing.T, f *fixture) {
+		f.start("o1", 1200)
+		expect(t, f.commands("o1"), "ChargeRequested")
+		if in := f.get("o1"); in.State != "PaymentPending" || in.Phase != saga.Running {
+			t.Fatalf("after start: %s %s", in.State, in.Phase)
+		}
+		f.handle(reply("o1", "PaymentSucceeded", "ch_1"))
+		expect(t, f.commands("o1"), "ReserveStock")
+		f.handle(reply("o1", "StockReserved", ""))
+		expect(t, f.commands("o1"), "PrepareShipment")
+		f.handle(reply("o1", "ShipmentPrepared", ""))
+		in := f.get("o1")
+		if in.State != "ShippingReady" || in.Phase != saga.Completed || in.Data.ChargeID != "ch_1" || in.Deadline != nil {
+			t.Fatalf("end: %+v", in)
+		}
+		var states []string
+		for _, h := range in.History {
+			states = append(states, h.To)
+		}
+		if strings.Join(states, ">") != "Placed>PaymentPending>Paid>InventoryReserved>ShippingReady" {
+			t.Fatalf("history %v", states)
+		}
+	})
 }
 
 // Seed exercise C: the same PaymentSucceeded twice, and StockReserved before
 // payment: both ignored, with reasons, and nothing sent twice.
 func TestDuplicateAndOutOfOrderEventsAreIgnored(t *testing.T) {
-	f := newFixture(t)
-	f.start("o2", 100)
-	f.commands("o2")
-	if out := f.handle(reply("o2", "StockReserved", "")); out.Applied || !strings.Contains(out.Reason, "out of order") {
-		t.Fatalf("early StockReserved: %+v", out)
-	}
-	f.handle(reply("o2", "PaymentSucceeded", "ch"))
-	if out := f.handle(reply("o2", "PaymentSucceeded", "ch")); out.Applied || !strings.Contains(out.Reason, "duplicate") {
-		t.Fatalf("second PaymentSucceeded: %+v", out)
-	}
-	expect(t, f.commands("o2"), "ReserveStock")
-	in := f.get("o2")
-	ignored := 0
-	for _, h := range in.History {
-		if h.Outcome == "ignored" {
-			ignored++
-			if h.Reason == "" || h.EventID == "" {
-				t.Fatalf("ignored event recorded without reason or id: %+v", h)
+	each(t, func(t *testing.T, f *fixture) {
+		f.start("o2", 100)
+		f.commands("o2")
+		if out := f.handle(reply("o2", "StockReserved", "")); out.Applied || !strings.Contains(out.Reason, "out of order") {
+			t.Fatalf("early StockReserved: %+v", out)
+		}
+		f.handle(reply("o2", "PaymentSucceeded", "ch"))
+		if out := f.handle(reply("o2", "PaymentSucceeded", "ch")); out.Applied || !strings.Contains(out.Reason, "duplicate") {
+			t.Fatalf("second PaymentSucceeded: %+v", out)
+		}
+		expect(t, f.commands("o2"), "ReserveStock")
+		in := f.get("o2")
+		ignored := 0
+		for _, h := range in.History {
+			if h.Outcome == "ignored" {
+				ignored++
+				if h.Reason == "" || h.EventID == "" {
+					t.Fatalf("ignored event recorded without reason or id: %+v", h)
+				}
 			}
 		}
-	}
-	if in.State != "Paid" || ignored != 2 {
-		t.Fatalf("state %s, %d ignored events recorded", in.State, ignored)
-	}
+		if in.State != "Paid" || ignored != 2 {
+			t.Fatalf("state %s, %d ignored events recorded", in.State, ignored)
+		}
+	})
 }
 
 // A late failure compensates in reverse order, each compensation once.
 func TestCompensationRunsInReverseOnce(t *testing.T) {
-	f := newFixture(t)
-	f.start("o3", 100)
-	f.handle(reply("o3", "PaymentSucceeded", "ch"))
-	f.handle(reply("o3", "StockReserved", ""))
-	f.commands("o3")
-	f.handle(reply("o3", "ShipmentFailed", "", saga.HeaderReason, "no courier available"))
-	// Shipping failed outright: only inventory and payment took effect.
-	expect(t, f.commands("o3"), "ReleaseStock")
-	if in := f.get("o3"); in.State != "Compensating" || in.Reason != "shipping: no courier available" {
-		t.Fatalf("compensating: %+v", in)
-	}
-	if out := f.handle(reply("o3", "PaymentRefunded", "")); out.Applied {
-		t.Fatal("refund confirmed before the release was: must wait its turn")
-	}
-	f.handle(reply("o3", "StockReleased", ""))
-	if out := f.handle(reply("o3", "StockReleased", "")); out.Applied {
-		t.Fatal("duplicate StockReleased applied")
-	}
-	expect(t, f.commands("o3"), "RefundRequested")
-	f.handle(reply("o3", "PaymentRefunded", ""))
-	expect(t, f.commands("o3"))
-	in := f.get("o3")
-	if in.State != "Cancelled" || in.Phase != saga.Cancelled || in.Reason != "shipping: no courier available" {
-		t.Fatalf("end: %+v", in)
-	}
-	if out := f.handle(reply("o3", "PaymentRefunded", "")); out.Applied || !strings.Contains(out.Reason, "after the saga ended") {
-		t.Fatalf("refund after the end: %+v", out)
-	}
+	each(t, func(t *testing.T, f *fixture) {
+		f.start("o3", 100)
+		f.handle(reply("o3", "PaymentSucceeded", "ch"))
+		f.handle(reply("o3", "StockReserved", ""))
+		f.commands("o3")
+		f.handle(reply("o3", "ShipmentFailed", "", saga.HeaderReason, "no courier available"))
+		// Shipping failed outright: only inventory and payment took effect.
+		expect(t, f.commands("o3"), "ReleaseStock")
+		if in := f.get("o3"); in.State != "Compensating" || in.Reason != "shipping: no courier available" {
+			t.Fatalf("compensating: %+v", in)
+		}
+		if out := f.handle(reply("o3", "PaymentRefunded", "")); out.Applied {
+			t.Fatal("refund confirmed before the release was: must wait its turn")
+		}
+		f.handle(reply("o3", "StockReleased", ""))
+		if out := f.handle(reply("o3", "StockReleased", "")); out.Applied {
+			t.Fatal("duplicate StockReleased applied")
+		}
+		expect(t, f.commands("o3"), "RefundRequested")
+		f.handle(reply("o3", "PaymentRefunded", ""))
+		expect(t, f.commands("o3"))
+		in := f.get("o3")
+		if in.State != "Cancelled" || in.Phase != saga.Cancelled || in.Reason != "shipping: no courier available" {
+			t.Fatalf("end: %+v", in)
+		}
+		if out := f.handle(reply("o3", "PaymentRefunded", "")); out.Applied || !strings.Contains(out.Reason, "after the saga ended") {
+			t.Fatalf("refund after the end: %+v", out)
+		}
+	})
 }
 
 func TestDeclinedPaymentCancelsAtOnce(t *testing.T) {
-	f := newFixture(t)
-	f.start("o4", 100)
-	f.commands("o4")
-	f.handle(reply("o4", "PaymentDeclined", "", saga.HeaderReason, "card declined"))
-	expect(t, f.commands("o4"))
-	if in := f.get("o4"); in.State != "Cancelled" || in.Reason != "payment: card declined" {
-		t.Fatalf("%+v", in)
-	}
+	each(t, func(t *testing.T, f *fixture) {
+		f.start("o4", 100)
+		f.commands("o4")
+		f.handle(reply("o4", "PaymentDeclined", "", saga.HeaderReason, "card declined"))
+		expect(t, f.commands("o4"))
+		if in := f.get("o4"); in.State != "Cancelled" || in.Reason != "payment: card declined" {
+			t.Fatalf("%+v", in)
+		}
+	})
 }
 
 // A step that times out is compensated (it may have happened), its late
 // reply is ignored, and an unconfirmed compensation is sent again until it
 // is confirmed.
 func TestTimeoutCompensatesAndRetries(t *testing.T) {
-	f := newFixture(t)
-	f.start("o5", 100)
-	f.commands("o5")
-	f.advance(5 * time.Second)
-	if n, err := f.orch.Expire(context.Background()); err != nil || n != 0 {
-		t.Fatalf("expired %d before the deadline: %v", n, err)
-	}
-	f.advance(6 * time.Second)
-	if n, err := f.orch.Expire(context.Background()); err != nil || n != 1 {
-		t.Fatalf("expired %d: %v", n, err)
-	}
-	expect(t, f.commands("o5"), "RefundRequested")
-	if out := f.handle(reply("o5", "PaymentSucceeded", "ch")); out.Applied || !strings.Contains(out.Reason, "late") {
-		t.Fatalf("late reply: %+v", out)
-	}
-	f.advance(11 * time.Second) // the refund is not confirmed in time: send it again
-	if n, _ := f.orch.Expire(context.Background()); n != 1 {
-		t.Fatal("compensation not retried")
-	}
-	expect(t, f.commands("o5"), "RefundRequested")
-	f.handle(reply("o5", "PaymentRefunded", ""))
-	if in := f.get("o5"); in.State != "Cancelled" || in.Reason != "payment timed out" {
-		t.Fatalf("%+v", in)
-	}
+	each(t, func(t *testing.T, f *fixture) {
+		f.start("o5", 100)
+		f.commands("o5")
+		f.advance(5 * time.Second)
+		if n, err := f.orch.Expire(context.Background()); err != nil || n != 0 {
+			t.Fatalf("expired %d before the deadline: %v", n, err)
+		}
+		f.advance(6 * time.Second)
+		if n, err := f.orch.Expire(context.Background()); err != nil || n != 1 {
+			t.Fatalf("expired %d: %v", n, err)
+		}
+		expect(t, f.commands("o5"), "RefundRequested")
+		if out := f.handle(reply("o5", "PaymentSucceeded", "ch")); out.Applied || !strings.Contains(out.Reason, "late") {
+			t.Fatalf("late reply: %+v", out)
+		}
+		f.advance(11 * time.Second) // the refund is not confirmed in time: send it again
+		if n, _ := f.orch.Expire(context.Background()); n != 1 {
+			t.Fatal("compensation not retried")
+		}
+		expect(t, f.commands("o5"), "RefundRequested")
+		f.handle(reply("o5", "PaymentRefunded", ""))
+		if in := f.get("o5"); in.State != "Cancelled" || in.Reason != "payment timed out" {
+			t.Fatalf("%+v", in)
+		}
+	})
 }
 
 // Two transitions of one instance at once: one wins, the other gets
 // ErrConflict and, retried, sees the new state.
 func TestConcurrentTransitionsConflict(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, "postgres") // row locks; SQLite serialises whole transactions instead
 	f.start("o6", 100)
 	ctx := context.Background()
 	tx1, err := f.db.BeginTx(ctx, nil)
@@ -294,7 +344,7 @@ func TestConcurrentTransitionsConflict(t *testing.T) {
 	testenv.Must(t, err, "first")
 	done := make(chan error, 1)
 	go func() {
-		done <- postgres.SQLSagas(f.db).InTx(ctx, func(tx *sql.Tx) error {
+		done <- f.sagas.InTx(ctx, func(tx *sql.Tx) error {
 			_, err := f.orch.Handle(ctx, tx, reply("o6", "PaymentDeclined", ""))
 			return err
 		})
@@ -325,6 +375,4 @@ func TestDefinitionErrorsNameTheField(t *testing.T) {
 	if _, err := saga.New(bad, st, w, saga.Config{}); err == nil || !strings.Contains(err.Error(), "Definition.Type") {
 		t.Fatalf("no type: %v", err)
 	}
-	_ = store.ErrNotFound
-	_ = fmt.Sprint
 }
