@@ -125,3 +125,21 @@ func TestValidateNamesFieldAndFix(t *testing.T) {
 		t.Fatalf("unicode key with spaces rejected: %v", err)
 	}
 }
+
+// Validate never panics and names a field whenever it refuses.
+func FuzzValidate(f *testing.F) {
+	f.Add("orders", "order-1", "OrderPlaced", []byte("{}"), "traceparent", "00-abc")
+	f.Add("", "\xff", "a b", []byte(nil), "bad name", "a\r\nb")
+	f.Add("orders';DROP TABLE courier_outbox;--", "k' OR '1'='1", "T", []byte("'; DELETE"), "X-Sql", "1; DROP")
+	f.Fuzz(func(t *testing.T, topic, key, typ string, payload []byte, hname, hvalue string) {
+		m := courier.NewMessage(topic, key, typ, payload, courier.WithHeader(hname, hvalue))
+		err := m.Validate(courier.Limits{})
+		if err == nil {
+			return
+		}
+		var ve *courier.ValidationError
+		if !errors.As(err, &ve) || ve.Field == "" || ve.Problem == "" {
+			t.Fatalf("Validate(%q, %q, %q) = %v: want a ValidationError naming the field", topic, key, typ, err)
+		}
+	})
+}

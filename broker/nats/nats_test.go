@@ -99,3 +99,31 @@ func TestEmbeddedNeedsDir(t *testing.T) {
 		t.Fatalf("Start without Dir: %v", err)
 	}
 }
+
+// FromNATS never panics, and whatever it accepts is a message the outbox
+// would accept too (so a consumer can pass it on).
+func FuzzFromNATS(f *testing.F) {
+	good := couriernats.Config{}.ToNATS(&[]courier.Message{courier.NewMessage("orders", "k", "T", []byte("x"))}[0])
+	f.Add("courier.orders", good.Header.Get("Nats-Msg-Id"), "k", "T", "1", good.Header.Get(couriernats.HeaderOccurredAt), []byte("x"))
+	f.Add("courier.", "", "", "", "", "", []byte(nil))
+	f.Add("courier.o", "not-a-uuid", "\x00", "T\r\nX: y", "-1", "yesterday", []byte("{"))
+	f.Fuzz(func(t *testing.T, subject, id, key, typ, version, occurred string, data []byte) {
+		h := natsgo.Header{}
+		for name, v := range map[string]string{"Nats-Msg-Id": id, couriernats.HeaderKey: key, couriernats.HeaderType: typ,
+			couriernats.HeaderVersion: version, couriernats.HeaderOccurredAt: occurred} {
+			if v != "" {
+				h.Set(name, v)
+			}
+		}
+		m, err := couriernats.Config{}.FromNATS(&natsgo.Msg{Subject: subject, Header: h, Data: data})
+		if err != nil {
+			if !errors.Is(err, courier.ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if m.Key != key || m.Type != typ || string(m.Payload) != string(data) {
+			t.Fatalf("decoded %+v from key %q type %q", m, key, typ)
+		}
+	})
+}
