@@ -31,6 +31,8 @@ type cli struct {
 	Relay   relayCmd   `cmd:"" help:"Move committed outbox messages to the broker until stopped (SIGINT/SIGTERM)."`
 	Status  statusCmd  `cmd:"" help:"Show pending messages, their age, retries and dead letters."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"List, show, replay or discard dead letters."`
+	Demo    demoCmd    `cmd:"" help:"Run the reference shop under load and faults, then check its invariants (nothing to install)."`
+	Shop    shopCmd    `cmd:"" help:"Run one service of the reference shop as a process of its own."`
 	Version versionCmd `cmd:"" help:"Print the version."`
 }
 
@@ -38,6 +40,7 @@ type cli struct {
 type env struct {
 	ctx    context.Context
 	stdout io.Writer
+	stderr io.Writer
 	log    *slog.Logger
 }
 
@@ -77,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e := &env{ctx: ctx, stdout: stdout, log: newLogger(stderr, c.LogFormat, c.LogLevel)}
+	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, log: newLogger(stderr, c.LogFormat, c.LogLevel)}
 	if err := kctx.Run(e); err != nil {
 		fmt.Fprintln(stderr, "courier:", err)
 		return 1

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/broker/nats/embedded"
+	"github.com/courier-go/courier/examples/shop"
+)
+
+// demoCmd runs the reference shop (examples/shop) in-process under load
+// and faults, then audits it.
+type demoCmd struct {
+	Orders      int           `help:"Orders to place." default:"1000"`
+	Concurrency int           `help:"POSTs in flight at once." default:"16"`
+	InFlight    int           `help:"Most orders placed and not yet ended at once (0: no bound), so that latency measures the saga rather than a queue." default:"50"`
+	DataDir     string        `help:"Where the SQLite files, the embedded NATS server's stream and the log go; wiped at start unless --keep." default:"courier-demo" type:"path"`
+	Keep        bool          `help:"Keep what an earlier run left (data directory, PostgreSQL schemas, stream) and leave this run's behind."`
+	DatabaseURL string        `name:"database-url" help:"Run on PostgreSQL instead of SQLite files: postgres://… (one schema per service, courier_demo_orders and so on, created and dropped)." env:"COURIER_DEMO_DATABASE_URL"`
+	BrokerURL   string        `name:"broker-url" help:"Use this NATS server (with JetStream) instead of one in this process." env:"COURIER_DEMO_BROKER_URL"`
+	Timeout     time.Duration `help:"How long to wait for every saga to end." default:"3m"`
+
+	DeclineRate         float64        `help:"Probability that payment declines a charge." default:"0.05"`
+	FailureRate         float64        `help:"Probability that a message handler fails (transient error; the inbox retries)." default:"0.05"`
+	Latency             time.Duration  `help:"Latency added to every message handler." default:"0s"`
+	DuplicateRate       float64        `help:"Probability that a delivery is duplicated." default:"0.05"`
+	ReorderRate         float64        `help:"Probability that a delivery is reordered." default:"0.05"`
+	ShipmentFailureRate float64        `help:"Probability that shipping cannot prepare a shipment." default:"0.02"`
+	ReplayRate          float64        `help:"Probability that a placed order is POSTed again with the same Idempotency-Key." default:"0.05"`
+	Stock               map[string]int `help:"Initial stock per SKU, sku=qty,… (default: mug, tee, cap and poster with plenty, vinyl with too little)." mapsep:","`
+	Crash               string         `help:"Service crashed and restarted when half the orders are placed: orders, payment, inventory, shipping or none." default:"orders" enum:"orders,payment,inventory,shipping,none"`
+	StepTimeout         time.Duration  `help:"How long each saga step waits for its reply before it is compensated." default:"30s"`
+	Stream              string         `help:"JetStream stream of the demo." default:"COURIER_DEMO"`
+}
+
+const demoSubjectPrefix = "courier-demo."
+
+func (c *demoCmd) Run(e *env) error {
+	if c.Orders < 1 || c.Concurrency < 1 || c.InFlight < 0 {
+		return errors.New("--orders and --concurrency must be 1 or more, --in-flight 0 or more")
+	}
+	for name, v := range map[string]float64{"--decline-rate": c.DeclineRate, "--failure-rate": c.FailureRate, "--duplicate-rate": c.DuplicateRate,
+		"--reorder-rate": c.ReorderRate, "--shipment-failure-rate": c.ShipmentFailureRate, "--replay-rate": c.ReplayRate} {
+		if v < 0 || v > 1 {
+			return fmt.Errorf("%s is %g: use a probability from 0 to 1", name, v)
+		}
+	}
+	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
+		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for a NATS server in this process", redact(c.BrokerURL))
+	}
+	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		return fmt.Errorf("--database-url %q: the demo runs on PostgreSQL (postgres://…), or without the flag on SQLite files", redact(c.DatabaseURL))
+	}
+	dir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return err
+	}
+	if !c.Keep {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("wipe --data-dir %s: %w", dir, err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	logPath := filepath.Join(dir, "demo.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	defer logFile.Close()
+	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	dbs := shop.SQLiteDatabases(dir)
+	where := fmt.Sprintf("SQLite files in %s (orders.db, payment.db, inventory.db, shipping.db)", dir)
+	if c.DatabaseURL != "" {
+		if dbs, err = shop.PostgresDatabases(c.DatabaseURL, "courier_demo"); err != nil {
+			return fmt.Errorf("--database-url: %w", err)
+		}
+		where = fmt.Sprintf("PostgreSQL %s, schemas courier_demo_orders, _payment, _inventory, _shipping", redact(c.DatabaseURL))
+		if !c.Keep {
+			if err := dbs.Drop(e.ctx); err != nil {
+				return fmt.Errorf("--database-url: %v", oneLine(err))
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), 30*time.Second)
+				defer cancel()
+				if err := dbs.Drop(ctx); err != nil {
+					e.log.Warn("could not drop the demo's schemas", "error", err)
+				}
+			}()
+		}
+	}
+
+	brokerURL := c.BrokerURL
+	brokerWhere := fmt.Sprintf("NATS JetStream %s, stream %s", redact(brokerURL), c.Stream)
+	if brokerURL == "" {
+		srv, err := embedded.Start(embedded.Config{Dir: filepath.Join(dir, "nats")})
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		brokerURL = srv.ClientURL()
+		brokerWhere = fmt.Sprintf("NATS JetStream in this process (%s), its stream in %s", brokerURL, filepath.Join(dir, "nats"))
+	} else if !c.Keep {
+		if err := deleteStream(e.ctx, brokerURL, c.Stream); err != nil {
+			return err
+		}
+		defer func() { _ = deleteStream(context.WithoutCancel(e.ctx), brokerURL, c.Stream) }()
+	}
+
+	faults := shop.Faults{FailureRate: c.FailureRate, Latency: c.Latency, DuplicateRate: c.DuplicateRate, ReorderRate: c.ReorderRate}
+	perService := map[string]shop.Faults{}
+	for _, s := range shop.Services {
+		f := faults
+		switch s {
+		case shop.Payment:
+			f.DeclineRate = c.DeclineRate
+		case shop.Shipping:
+			f.ShipmentFailureRate = c.ShipmentFailureRate
+		}
+		perService[s] = f
+	}
+	crash := c.Crash
+	if crash == "none" {
+		crash = ""
+	}
+	stock := c.Stock
+	if len(stock) == 0 {
+		stock = shop.DemoStock(c.Orders)
+	}
+	inFlight := c.InFlight
+	if inFlight == 0 {
+		inFlight = -1
+	}
+	c.header(e.stdout, where, brokerWhere, logPath, stock, crash)
+
+	rep, err := shop.RunDemo(e.ctx, shop.DemoConfig{
+		Databases: dbs, BrokerURL: brokerURL, Stream: c.Stream, SubjectPrefix: demoSubjectPrefix,
+		Orders: c.Orders, Concurrency: c.Concurrency, InFlight: inFlight, Stock: stock, Faults: perService, ReplayRate: c.ReplayRate,
+		Crash: crash, Timeout: c.Timeout, Timeouts: shop.Timeouts{Step: c.StepTimeout},
+		Progress: e.stderr, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("%w (logs: %s)", err, logPath)
+	}
+	if _, err := rep.WriteTo(e.stdout); err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("an invariant failed; see the report above and the logs in %s", logPath)
+	}
+	return nil
+}
+
+// header says what is about to run.
+func (c *demoCmd) header(w io.Writer, where, broker, logPath string, stock map[string]int, crash string) {
+	skus := make([]string, 0, len(stock))
+	for sku, q := range stock {
+		skus = append(skus, fmt.Sprintf("%s %d", sku, q))
+	}
+	slices.Sort(skus)
+	faults := fmt.Sprintf("payments declined %g%%, handler failures %g%%, deliveries duplicated %g%% and reordered %g%%, shipments failed %g%%, POSTs replayed %g%%",
+		100*c.DeclineRate, 100*c.FailureRate, 100*c.DuplicateRate, 100*c.ReorderRate, 100*c.ShipmentFailureRate, 100*c.ReplayRate)
+	if crash != "" {
+		faults += ", " + crash + " crashed and restarted halfway"
+	}
+	fmt.Fprintf(w, "Courier demo: %d orders through the reference shop (examples/shop)\n", c.Orders)
+	fmt.Fprintf(w, "  services   orders (saga orchestrator, HTTP API), payment, inventory, shipping: each its own database, outbox, relay and inbox\n")
+	fmt.Fprintf(w, "  databases  %s\n", where)
+	fmt.Fprintf(w, "  broker     %s\n", broker)
+	fmt.Fprintf(w, "  stock      %s\n", strings.Join(skus, ", "))
+	fmt.Fprintf(w, "  faults     %s\n", faults)
+	fmt.Fprintf(w, "  logs       %s\n\n", logPath)
+}
+
+// deleteStream deletes the demo's stream on an external NATS server, so a
+// run starts without an earlier run's messages.
+func deleteStream(ctx context.Context, url, stream string) error {
+	nc, err := couriernats.Connect(url)
+	if err != nil {
+		return fmt.Errorf("cannot reach NATS at %s: %v; check --broker-url", redact(url), oneLine(err))
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := js.DeleteStream(ctx, stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("delete the demo's stream %s: %w", stream, err)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/courier-go/courier/examples/shop"
+)
+
+// shopCmd runs one service of the reference shop as a process of its own.
+type shopCmd struct {
+	Orders    shopOrdersCmd    `cmd:"" help:"The saga orchestrator and the HTTP API (POST /orders, GET /orders/{id})."`
+	Payment   shopPaymentCmd   `cmd:"" help:"Charges orders and refunds them."`
+	Inventory shopInventoryCmd `cmd:"" help:"Reserves stock and releases it."`
+	Shipping  shopShippingCmd  `cmd:"" help:"Prepares shipments and cancels them."`
+}
+
+// shopFlags are every service's flags.
+type shopFlags struct {
+	DatabaseURL   string        `name:"database-url" help:"The service's own database: a SQLite file, postgres://…?search_path=SCHEMA (created if missing) or mysql://… (default: ./shop-SERVICE.db)." env:"COURIER_SHOP_DATABASE_URL"`
+	BrokerURL     string        `name:"broker-url" help:"NATS server with JetStream, shared by the four services (courier relay serves one on this address)." default:"nats://127.0.0.1:4222" env:"COURIER_BROKER_URL"`
+	Stream        string        `help:"JetStream stream of the shop." default:"SHOP" env:"COURIER_SHOP_STREAM"`
+	SubjectPrefix string        `help:"Prefix that turns a topic into a subject." default:"shop." env:"COURIER_SHOP_SUBJECT_PREFIX"`
+	FailureRate   float64       `help:"Probability that a message handler fails (transient error; the inbox retries)."`
+	Latency       time.Duration `help:"Latency added to every message handler."`
+	DuplicateRate float64       `help:"Probability that a delivery is duplicated."`
+	ReorderRate   float64       `help:"Probability that a delivery is reordered."`
+	CrashAfter    time.Duration `help:"Exit abruptly (status 3, nothing drained) this long after starting, for a supervisor to restart the service."`
+}
+
+func (f shopFlags) config(service string, e *env) shop.Config {
+	url := f.DatabaseURL
+	if url == "" {
+		url = "shop-" + service + ".db"
+	}
+	return shop.Config{
+		DatabaseURL: url, BrokerURL: f.BrokerURL, Stream: f.Stream, SubjectPrefix: f.SubjectPrefix, Logger: e.log,
+		Faults: shop.Faults{FailureRate: f.FailureRate, Latency: f.Latency, DuplicateRate: f.DuplicateRate, ReorderRate: f.ReorderRate, CrashAfter: f.CrashAfter},
+	}
+}
+
+type shopOrdersCmd struct {
+	shopFlags
+	HTTPAddr    string        `name:"http-addr" help:"Where the HTTP API listens." default:"127.0.0.1:8080" env:"COURIER_SHOP_HTTP_ADDR"`
+	StepTimeout time.Duration `help:"How long each saga step waits for its reply before it is compensated." default:"30s"`
+}
+
+func (c *shopOrdersCmd) Run(e *env) error {
+	svc, err := shop.NewOrders(shop.OrdersConfig{Config: c.config(shop.Orders, e), HTTPAddr: c.HTTPAddr, Timeouts: shop.Timeouts{Step: c.StepTimeout}})
+	if err != nil {
+		return err
+	}
+	return runService(e, svc)
+}
+
+type shopPaymentCmd struct {
+	shopFlags
+	DeclineRate float64 `help:"Probability that a charge is declined."`
+}
+
+func (c *shopPaymentCmd) Run(e *env) error {
+	cfg := c.config(shop.Payment, e)
+	cfg.Faults.DeclineRate = c.DeclineRate
+	svc, err := shop.NewPayment(cfg)
+	if err != nil {
+		return err
+	}
+	return runService(e, svc)
+}
+
+type shopInventoryCmd struct {
+	shopFlags
+	Stock map[string]int `help:"Initial stock per SKU, sku=qty,… (stored for SKUs the database does not know yet)." default:"mug=1000,tee=1000,cap=1000,poster=1000,vinyl=100" mapsep:","`
+}
+
+func (c *shopInventoryCmd) Run(e *env) error {
+	svc, err := shop.NewInventory(shop.InventoryConfig{Config: c.config(shop.Inventory, e), Stock: c.Stock})
+	if err != nil {
+		return err
+	}
+	return runService(e, svc)
+}
+
+type shopShippingCmd struct {
+	shopFlags
+	ShipmentFailureRate float64 `help:"Probability that a shipment cannot be prepared."`
+}
+
+func (c *shopShippingCmd) Run(e *env) error {
+	cfg := c.config(shop.Shipping, e)
+	cfg.Faults.ShipmentFailureRate = c.ShipmentFailureRate
+	svc, err := shop.NewShipping(cfg)
+	if err != nil {
+		return err
+	}
+	return runService(e, svc)
+}
+
+// crashExit is the exit status of a service that crashed on purpose
+// (--crash-after).
+const crashExit = 3
+
+// runService runs svc until SIGINT or SIGTERM (then it drains and returns).
+// A crash (--crash-after) exits the process at once, skipping every
+// deferred clean-up, as a killed process would.
+func runService(e *env, svc shop.Service) error {
+	err := svc.Run(e.ctx)
+	if errors.Is(err, shop.ErrCrashed) {
+		e.log.Error("crashing on purpose (--crash-after); restart me", "service", svc.Name(), "exit_status", crashExit)
+		os.Exit(crashExit)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", svc.Name(), err)
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package shop
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Defaults of [Config].
+const (
+	DefaultStream        = "SHOP"
+	DefaultSubjectPrefix = "shop."
+	DefaultBrokerURL     = "nats://127.0.0.1:4222"
+	DefaultDrain         = 5 * time.Second
+)
+
+// Config is what every service needs: its own database, the broker, the
+// faults to inject and a logger. Zero fields take the defaults given.
+type Config struct {
+	// DatabaseURL is the service's own database: a SQLite file (a path,
+	// sqlite:PATH, sqlite:///ABSOLUTE or file:PATH), postgres://… (add
+	// search_path=SCHEMA to give the service a schema of its own, created if
+	// missing) or mysql://user:password@host:3306/database. Required.
+	DatabaseURL string
+	// BrokerURL is the NATS server with JetStream. Default
+	// nats://127.0.0.1:4222.
+	BrokerURL string
+	// Stream is the JetStream stream every service publishes into; it is
+	// created when missing. Default "SHOP".
+	Stream string
+	// SubjectPrefix turns a topic into a subject: "shop.payment". Default
+	// "shop.".
+	SubjectPrefix string
+	// Faults are injected into the service's message handling; change them
+	// while it runs with the service's SetFaults.
+	Faults Faults
+	// Drain bounds how long the relay and the inbox consumer may finish the
+	// work in flight once Run's context ends. Default 5s. A tiny value makes
+	// every stop a crash: the in-process shop (Start) uses a millisecond.
+	Drain time.Duration
+	// Logger receives the service's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults(service string) error {
+	if c.DatabaseURL == "" {
+		return fmt.Errorf("shop %s: Config.DatabaseURL is empty: give the service a database of its own, e.g. sqlite:%s.db", service, service)
+	}
+	if c.BrokerURL == "" {
+		c.BrokerURL = DefaultBrokerURL
+	}
+	if !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
+		return fmt.Errorf("shop %s: broker URL %q is not a NATS URL: use nats://host:4222", service, c.BrokerURL)
+	}
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if c.Drain <= 0 {
+		c.Drain = DefaultDrain
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Logger = c.Logger.With("service", service)
+	return c.Faults.validate()
+}
+
+// Faults are the failures a service injects into its own work. Rates are
+// probabilities from 0 to 1. The zero value injects nothing.
+type Faults struct {
+	// FailureRate is the probability that a message handler fails after
+	// doing its work: the transaction rolls back (effects, replies and inbox
+	// marker alike) and the inbox retries the delivery later. Transient
+	// errors, in short.
+	FailureRate float64
+	// Latency is added to every message handler, between half and one and a
+	// half times this, inside its transaction.
+	Latency time.Duration
+	// DuplicateRate and ReorderRate make the service's subscription deliver
+	// some messages twice and some out of order (see [Chaos]).
+	DuplicateRate float64
+	ReorderRate   float64
+	// DeclineRate is the probability that payment declines a charge.
+	// Payment only.
+	DeclineRate float64
+	// ShipmentFailureRate is the probability that shipping cannot prepare a
+	// shipment. Shipping only.
+	ShipmentFailureRate float64
+	// CrashAfter, if set, crashes the service this long after Run started:
+	// its contexts are cancelled, nothing is drained, and Run returns
+	// ErrCrashed. The in-process shop restarts it on the same database; a
+	// process (courier shop) exits, for its supervisor to restart it.
+	CrashAfter time.Duration
+}
+
+func (f Faults) validate() error {
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"FailureRate", f.FailureRate}, {"DuplicateRate", f.DuplicateRate}, {"ReorderRate", f.ReorderRate},
+		{"DeclineRate", f.DeclineRate}, {"ShipmentFailureRate", f.ShipmentFailureRate}} {
+		if r.v < 0 || r.v > 1 {
+			return fmt.Errorf("shop: Faults.%s is %g: use a probability from 0 to 1", r.name, r.v)
+		}
+	}
+	if f.Latency < 0 || f.CrashAfter < 0 {
+		return errors.New("shop: Faults.Latency and Faults.CrashAfter must not be negative")
+	}
+	return nil
+}
+
+// ErrCrashed is returned by a service's Run when Faults.CrashAfter made it
+// crash.
+var ErrCrashed = errors.New("shop: service crashed (Faults.CrashAfter); restart it on the same database")

@@ -1,0 +1,315 @@
+package shop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// DemoConfig describes a demo run: the shop in one process, orders placed
+// through its HTTP API with faults injected, then an audit. Zero fields take
+// the defaults given.
+type DemoConfig struct {
+	// Databases, BrokerURL, Stream, SubjectPrefix: see Options. Databases
+	// and BrokerURL are required.
+	Databases     Databases
+	BrokerURL     string
+	Stream        string
+	SubjectPrefix string
+	// Orders is how many orders to place. Default 1000.
+	Orders int
+	// Concurrency is how many POSTs are in flight at once. Default 16.
+	Concurrency int
+	// InFlight bounds the orders placed whose saga has not ended yet, so
+	// that latency measures the saga rather than a queue. Default 50;
+	// negative: no bound.
+	InFlight int
+	// Stock is the inventory's initial stock. Default DemoStock(Orders).
+	Stock map[string]int
+	// Faults are each service's faults, by service name.
+	Faults map[string]Faults
+	// ReplayRate is the probability that a placed order is POSTed again
+	// with the same Idempotency-Key.
+	ReplayRate float64
+	// Crash names the service crashed and restarted once half the orders
+	// are placed; empty for none.
+	Crash string
+	// Timeout bounds the wait for every saga to end. Default 3 minutes.
+	Timeout time.Duration
+	// Timeouts bound the saga's waits.
+	Timeouts Timeouts
+	// Progress, if set, receives a progress bar (carriage returns, one
+	// line).
+	Progress io.Writer
+	// Logger receives the services' logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// DemoStock is the demo's default stock for n orders: four SKUs with
+// plenty, and "vinyl" with about half of what its orders ask for, so that
+// stock runs out during the run.
+func DemoStock(n int) map[string]int {
+	return map[string]int{"mug": 2 * n, "tee": 2 * n, "cap": 2 * n, "poster": 2 * n, "vinyl": max(n/5, 1)}
+}
+
+// Report is the outcome of a demo run.
+type Report struct {
+	// Config is the run's configuration, with defaults filled in.
+	Config DemoConfig
+	// Load is what the client did.
+	Load LoadResult
+	// Audit is what the databases say.
+	Audit *Audit
+	// Invariants are the audit's, with the entry's idempotency first.
+	Invariants []Invariant
+	// Metrics are each service's totals.
+	Metrics map[string]Metrics
+	// Crashes counts each service's crashes.
+	Crashes map[string]int
+	// Ignored counts saga events ignored as duplicate, late or out of
+	// order; -1 when it could not be read.
+	Ignored int
+	// TimedOut is true when some sagas had not ended after Timeout.
+	TimedOut bool
+}
+
+// OK reports whether every invariant holds.
+func (r *Report) OK() bool {
+	for _, inv := range r.Invariants {
+		if !inv.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// RunDemo runs the demo and returns its report. It fails only when the shop
+// cannot run at all; broken invariants are in the report.
+func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
+	if cfg.Orders <= 0 {
+		cfg.Orders = 1000
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.InFlight == 0 {
+		cfg.InFlight = 50
+	}
+	if cfg.Stock == nil {
+		cfg.Stock = DemoStock(cfg.Orders)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 3 * time.Minute
+	}
+	if cfg.Crash != "" && !slices.Contains(Services, cfg.Crash) {
+		return nil, fmt.Errorf("demo: cannot crash %q: name one of %v, or none", cfg.Crash, Services)
+	}
+	s, err := Start(ctx, Options{
+		Databases: cfg.Databases, BrokerURL: cfg.BrokerURL, Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix,
+		Faults: cfg.Faults, Stock: cfg.Stock, Timeouts: cfg.Timeouts, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Stop()
+	ordersDB, err := OpenDB(ctx, cfg.Databases.Orders)
+	if err != nil {
+		return nil, err
+	}
+	defer ordersDB.Close()
+
+	skus := make([]string, 0, len(cfg.Stock))
+	for sku := range cfg.Stock {
+		skus = append(skus, sku)
+	}
+	slices.Sort(skus)
+	var placed, ended atomic.Int64
+	load, err := NewLoad(LoadConfig{URL: s.URL(), Orders: cfg.Orders, Concurrency: cfg.Concurrency, SKUs: skus,
+		ReplayRate: cfg.ReplayRate, Placed: func(n int) { placed.Store(int64(n)) },
+		MaxInFlight: max(cfg.InFlight, 0), Ended: func() int { return int(ended.Load()) }})
+	if err != nil {
+		return nil, err
+	}
+	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Timeout)
+	defer stopLoad()
+	type loadOut struct {
+		res LoadResult
+		err error
+	}
+	loaded := make(chan loadOut, 1)
+	go func() {
+		res, err := load.Run(loadCtx)
+		loaded <- loadOut{res, err}
+	}()
+
+	bar := newProgress(cfg.Progress, cfg.Orders)
+	rep := &Report{Config: cfg, Ignored: -1}
+	crashed := cfg.Crash == ""
+	deadline := time.Now().Add(cfg.Timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var loadDone *loadOut
+	for {
+		n, err := countEnded(ctx, ordersDB)
+		if err != nil && ctx.Err() == nil {
+			cfg.Logger.Warn("count ended orders", "error", err)
+		}
+		ended.Store(int64(n))
+		bar.draw(int(placed.Load()), n)
+		if !crashed && placed.Load() >= int64(cfg.Orders/2) {
+			crashed = true
+			if err := s.Restart(cfg.Crash); err != nil {
+				return nil, err
+			}
+		}
+		if loadDone != nil && n >= len(loadDone.res.Orders) {
+			break
+		}
+		if time.Now().After(deadline) {
+			rep.TimedOut = true
+			break
+		}
+		select {
+		case <-ctx.Done():
+			bar.done()
+			stopLoad()
+			<-loaded
+			return nil, ctx.Err()
+		case out := <-loaded:
+			loadDone = &out
+			if out.err != nil && !errors.Is(out.err, context.DeadlineExceeded) {
+				bar.done()
+				return nil, fmt.Errorf("demo: placing orders: %w", out.err)
+			}
+		case <-tick.C:
+		}
+	}
+	bar.done()
+	if loadDone == nil {
+		stopLoad()
+		out := <-loaded
+		loadDone = &out
+	}
+	rep.Load = loadDone.res
+
+	for _, svc := range s.Services() {
+		if rep.Metrics == nil {
+			rep.Metrics = map[string]Metrics{}
+		}
+		rep.Metrics[svc.Name()] = svc.Metrics()
+	}
+	rep.Crashes = s.Crashes()
+	s.Stop()
+	if rep.Audit, err = AuditShop(ctx, cfg.Databases); err != nil {
+		return nil, err
+	}
+	if n, err := countIgnored(ctx, ordersDB); err == nil {
+		rep.Ignored = n
+	}
+	rep.Invariants = append([]Invariant{entryInvariant(rep.Load, rep.Audit)}, rep.Audit.Invariants...)
+	return rep, nil
+}
+
+// entryInvariant checks the entry point's idempotency: one order per key,
+// and every replay answered with the first response.
+func entryInvariant(l LoadResult, a *Audit) Invariant {
+	ids := map[string]bool{}
+	for _, o := range l.Orders {
+		ids[o.ID] = true
+	}
+	ok := len(ids) == len(l.Orders) && a.Orders == len(l.Orders) && l.ReplayMismatches == 0
+	return Invariant{Name: "one order per Idempotency-Key", OK: ok,
+		Detail: fmt.Sprintf("%d keys, %d distinct order ids, %d orders stored; %d replayed responses, %d of them for another order",
+			len(l.Orders), len(ids), a.Orders, l.Replays, l.ReplayMismatches)}
+}
+
+func countEnded(ctx context.Context, db *DB) (int, error) {
+	var n int
+	err := db.sql.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM shop_orders WHERE status <> ?`), StatusOpen).Scan(&n)
+	return n, err
+}
+
+// countIgnored counts the saga events recorded as ignored, from Courier's
+// saga history table.
+func countIgnored(ctx context.Context, db *DB) (int, error) {
+	var n int
+	err := db.sql.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM courier_saga_history WHERE outcome = ?`), "ignored").Scan(&n)
+	return n, err
+}
+
+// progress draws a progress bar: redrawn in place on a terminal, a line
+// every few seconds elsewhere (a log, a CI run).
+type progress struct {
+	w        io.Writer
+	total    int
+	start    time.Time
+	terminal bool
+	drawn    time.Time
+	last     string
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	p := &progress{w: w, total: total, start: time.Now()}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.terminal = true
+		}
+	}
+	return p
+}
+
+func (p *progress) draw(placed, ended int) {
+	if p.w == nil {
+		return
+	}
+	if !p.terminal && time.Since(p.drawn) < 2*time.Second && ended < p.total {
+		return
+	}
+	const width = 30
+	filled := 0
+	if p.total > 0 {
+		filled = min(width, ended*width/p.total)
+	}
+	bar := make([]byte, width)
+	for i := range bar {
+		switch {
+		case i < filled:
+			bar[i] = '#'
+		case p.total > 0 && i < placed*width/p.total:
+			bar[i] = '-'
+		default:
+			bar[i] = '.'
+		}
+	}
+	line := fmt.Sprintf("[%s] %s/%d placed, %s ended  %5.1fs", bar, pad(placed, p.total), p.total, pad(ended, p.total),
+		time.Since(p.start).Seconds())
+	if line[:len(line)-8] == p.last { // nothing moved but the clock
+		if !p.terminal {
+			return
+		}
+	}
+	p.last = line[:len(line)-8]
+	if p.terminal {
+		fmt.Fprintf(p.w, "\r%s ", line)
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+	p.drawn = time.Now()
+}
+
+func (p *progress) done() {
+	if p.w != nil && p.terminal && !p.drawn.IsZero() {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func pad(n, total int) string {
+	return fmt.Sprintf("%*d", len(strconv.Itoa(total)), n)
+}

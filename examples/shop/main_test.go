@@ -1,0 +1,13 @@
+package shop_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a service, the shop or a load starts must be gone when
+// they stopped.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

@@ -1,0 +1,185 @@
+package shop
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/idempotency"
+	"github.com/courier-go/courier/saga"
+	"github.com/courier-go/courier/store"
+)
+
+// OrdersConfig configures the orders service.
+type OrdersConfig struct {
+	Config
+	// HTTPAddr is where the HTTP API listens. Default 127.0.0.1:8080; with
+	// port 0 the first Run picks a free port and later Runs reuse it.
+	HTTPAddr string
+	// Timeouts bound the saga's waits.
+	Timeouts Timeouts
+	// DeadlineEvery is how often passed deadlines are fired. Default 500ms.
+	DeadlineEvery time.Duration
+	// KeyLockTimeout is how long a POST holds its Idempotency-Key: a retry
+	// of a request whose server crashed gets 409 until then. Default 5s.
+	KeyLockTimeout time.Duration
+}
+
+// OrdersService is the saga orchestrator and the shop's HTTP API:
+//
+//	POST /orders      {"customer","sku","qty","amount"} with an Idempotency-Key → 201 {"id","state"}
+//	GET  /orders/{id} the order, its saga state, phase, reason and history
+//
+// A POST creates the order row and starts its saga in the transaction of the
+// request's Idempotency-Key. Replies from the other services arrive through
+// the inbox and move the saga in the inbox's transaction.
+type OrdersService struct {
+	*base
+	cfg OrdersConfig
+	def saga.Definition[OrderData]
+
+	addrMu sync.Mutex
+	addr   string
+}
+
+var _ Service = (*OrdersService)(nil)
+
+// NewOrders returns the orders service.
+func NewOrders(cfg OrdersConfig) (*OrdersService, error) {
+	b, err := newBase(Orders, cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:8080"
+	}
+	if cfg.DeadlineEvery <= 0 {
+		cfg.DeadlineEvery = 500 * time.Millisecond
+	}
+	if cfg.KeyLockTimeout <= 0 {
+		cfg.KeyLockTimeout = 5 * time.Second
+	}
+	return &OrdersService{base: b, cfg: cfg, def: OrderSaga(cfg.Timeouts), addr: cfg.HTTPAddr}, nil
+}
+
+// Addr returns the address the HTTP API listens on (the one it will listen
+// on again after a restart).
+func (o *OrdersService) Addr() string {
+	o.addrMu.Lock()
+	defer o.addrMu.Unlock()
+	return o.addr
+}
+
+// URL returns the HTTP API's base URL, http://host:port.
+func (o *OrdersService) URL() string { return "http://" + o.Addr() }
+
+// Run implements Service.
+func (o *OrdersService) Run(ctx context.Context) error {
+	return o.run(ctx, ordersTables, TopicOrders, o.setup)
+}
+
+// ordersNode is one incarnation of the orders service.
+type ordersNode struct {
+	*node
+	orch   *saga.Orchestrator[OrderData, *sql.Tx]
+	sagas  store.Sagas[*sql.Tx]
+	status map[string]string // terminal saga state → order status
+}
+
+func (o *OrdersService) setup(_ context.Context, n *node, drain time.Duration) (incarnation, error) {
+	sagas := n.db.sagas()
+	orch, err := saga.New(o.def, sagas, n.w, saga.Config{Logger: n.log})
+	if err != nil {
+		return incarnation{}, err
+	}
+	keys, err := idempotency.New(n.db.idempotency(), idempotency.Config{LockTimeout: o.cfg.KeyLockTimeout, Logger: n.log})
+	if err != nil {
+		return incarnation{}, err
+	}
+	on := &ordersNode{node: n, orch: orch, sagas: sagas,
+		status: map[string]string{StateShippingReady: StatusCompleted, StateCancelled: StatusCancelled}}
+	ln, err := net.Listen("tcp", o.Addr())
+	if err != nil {
+		return incarnation{}, err
+	}
+	o.addrMu.Lock()
+	o.addr = ln.Addr().String()
+	o.addrMu.Unlock()
+	n.log.Info("orders API listening", "url", o.URL())
+	return incarnation{
+		handler: on.apply,
+		extra: []func(context.Context) error{
+			func(ctx context.Context) error { return orch.Run(ctx, o.cfg.DeadlineEvery) },
+			func(ctx context.Context) error { return serve(ctx, ln, on.routes(keys), drain) },
+		},
+	}, nil
+}
+
+// Order statuses in the orders table: the saga's outcome, for queries that
+// need no saga store.
+const (
+	StatusOpen      = "open"
+	StatusCompleted = "completed"
+	StatusCancelled = "cancelled"
+)
+
+// apply moves the saga with a reply, in the inbox's transaction. When the
+// saga ends, the order row records how. saga.ErrConflict (another
+// transition won) is returned, so the inbox delivers the reply again.
+func (on *ordersNode) apply(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
+	out, err := on.orch.Handle(ctx, tx, msg)
+	if err != nil {
+		return err
+	}
+	status, ended := on.status[out.To]
+	if !out.Applied || !ended {
+		return nil
+	}
+	rec, err := on.sagas.Load(ctx, tx, SagaType, msg.Key)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, on.db.q(`UPDATE shop_orders SET status = ?, reason = ?, finished_at = ? WHERE id = ?`),
+		status, rec.Reason, time.Now().UnixMicro(), msg.Key)
+	return err
+}
+
+// serve runs an HTTP server on ln until ctx ends. With a drain of more than
+// crashDrain it shuts down gracefully; otherwise it drops every connection
+// at once, as a crashing process would. It returns once every handler
+// returned.
+func serve(ctx context.Context, ln net.Listener, h http.Handler, drain time.Duration) error {
+	var inflight sync.WaitGroup
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inflight.Add(1)
+			defer inflight.Done()
+			h.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		inflight.Wait()
+		return err
+	case <-ctx.Done():
+	}
+	if drain > crashDrain {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	_ = srv.Close()
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	inflight.Wait()
+	return nil
+}

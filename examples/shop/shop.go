@@ -1,0 +1,271 @@
+package shop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Databases names each service's database (see Config.DatabaseURL).
+type Databases struct {
+	Orders, Payment, Inventory, Shipping string
+}
+
+// URL returns the database URL of service.
+func (d Databases) URL(service string) string {
+	switch service {
+	case Orders:
+		return d.Orders
+	case Payment:
+		return d.Payment
+	case Inventory:
+		return d.Inventory
+	case Shipping:
+		return d.Shipping
+	}
+	return ""
+}
+
+// SQLiteDatabases puts each service's database in a SQLite file of its own
+// in dir: orders.db, payment.db, inventory.db, shipping.db.
+func SQLiteDatabases(dir string) Databases {
+	f := func(s string) string { return filepath.Join(dir, s+".db") }
+	return Databases{Orders: f(Orders), Payment: f(Payment), Inventory: f(Inventory), Shipping: f(Shipping)}
+}
+
+// PostgresDatabases gives each service a schema of its own, prefix_orders
+// and so on, in the database of the postgres:// URL base.
+func PostgresDatabases(base, prefix string) (Databases, error) {
+	var d Databases
+	for _, s := range []struct {
+		name string
+		dst  *string
+	}{{Orders, &d.Orders}, {Payment, &d.Payment}, {Inventory, &d.Inventory}, {Shipping, &d.Shipping}} {
+		u, err := WithSchema(base, prefix+"_"+s.name)
+		if err != nil {
+			return Databases{}, err
+		}
+		*s.dst = u
+	}
+	return d, nil
+}
+
+// Drop drops the PostgreSQL schemas of d; it leaves SQLite files alone.
+func (d Databases) Drop(ctx context.Context) error {
+	var errs []error
+	for _, s := range Services {
+		errs = append(errs, DropSchema(ctx, d.URL(s)))
+	}
+	return errors.Join(errs...)
+}
+
+// Options configure the whole shop run in one process by Start.
+type Options struct {
+	// Databases are the services' databases. Required.
+	Databases Databases
+	// BrokerURL, Stream and SubjectPrefix: see Config.
+	BrokerURL     string
+	Stream        string
+	SubjectPrefix string
+	// Faults are each service's faults, by service name.
+	Faults map[string]Faults
+	// Stock is the inventory's initial stock.
+	Stock map[string]int
+	// Timeouts bound the saga's waits.
+	Timeouts Timeouts
+	// DeadlineEvery: see OrdersConfig. Default 500ms.
+	DeadlineEvery time.Duration
+	// HTTPAddr is where the orders API listens. Default 127.0.0.1:0, a free
+	// port (see Shop.URL).
+	HTTPAddr string
+	// RestartDelay is how long a crashed service stays down before it is
+	// started again. Default 200ms.
+	RestartDelay time.Duration
+	// Logger receives every service's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Shop is the four services running in one process, each on its own
+// database and talking to the others only through the broker. A service
+// stops as a killed process would: its contexts are cancelled and nothing is
+// drained, so Restart is a crash and a restart on the same database.
+type Shop struct {
+	Orders    *OrdersService
+	Payment   *PaymentService
+	Inventory *InventoryService
+	Shipping  *ShippingService
+
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]*run
+	crashes map[string]int
+}
+
+// run is one service's restart loop.
+type run struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start starts the four services and returns once all of them serve. Stop
+// them with Stop.
+func Start(ctx context.Context, opts Options) (*Shop, error) {
+	if opts.HTTPAddr == "" {
+		opts.HTTPAddr = "127.0.0.1:0"
+	}
+	if opts.RestartDelay <= 0 {
+		opts.RestartDelay = 200 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg := func(service string) Config {
+		return Config{
+			DatabaseURL: opts.Databases.URL(service), BrokerURL: opts.BrokerURL, Stream: opts.Stream, SubjectPrefix: opts.SubjectPrefix,
+			Faults: opts.Faults[service], Drain: crashDrain, Logger: opts.Logger,
+		}
+	}
+	s := &Shop{opts: opts, log: opts.Logger, running: map[string]*run{}, crashes: map[string]int{}}
+	var err error
+	if s.Orders, err = NewOrders(OrdersConfig{Config: cfg(Orders), HTTPAddr: opts.HTTPAddr, Timeouts: opts.Timeouts, DeadlineEvery: opts.DeadlineEvery}); err != nil {
+		return nil, err
+	}
+	if s.Payment, err = NewPayment(cfg(Payment)); err != nil {
+		return nil, err
+	}
+	if s.Inventory, err = NewInventory(InventoryConfig{Config: cfg(Inventory), Stock: opts.Stock}); err != nil {
+		return nil, err
+	}
+	if s.Shipping, err = NewShipping(cfg(Shipping)); err != nil {
+		return nil, err
+	}
+	failed := make(chan error, len(Services))
+	for _, svc := range s.Services() {
+		s.start(svc, failed)
+	}
+	for _, svc := range s.Services() {
+		select {
+		case <-svc.Started():
+		case err := <-failed:
+			s.Stop()
+			return nil, err
+		case <-ctx.Done():
+			s.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	return s, nil
+}
+
+// Services returns the four services, in the order the saga visits them.
+func (s *Shop) Services() []Service {
+	return []Service{s.Orders, s.Payment, s.Inventory, s.Shipping}
+}
+
+// Service returns the service called name, or nil.
+func (s *Shop) Service(name string) Service {
+	for _, svc := range s.Services() {
+		if svc.Name() == name {
+			return svc
+		}
+	}
+	return nil
+}
+
+// URL returns the orders API's base URL.
+func (s *Shop) URL() string { return s.Orders.URL() }
+
+// start runs svc until Stop or Restart: a service that crashes
+// (Faults.CrashAfter) is started again after RestartDelay, without the
+// crash; one that fails before it served once reports to failed.
+func (s *Shop) start(svc Service, failed chan<- error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{cancel: cancel, done: make(chan struct{})}
+	s.mu.Lock()
+	s.running[svc.Name()] = r
+	s.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		for {
+			err := svc.Run(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			select {
+			case <-svc.Started():
+			default:
+				failed <- err
+				return
+			}
+			if errors.Is(err, ErrCrashed) {
+				s.mu.Lock()
+				s.crashes[svc.Name()]++
+				s.mu.Unlock()
+				faults := svc.Faults()
+				faults.CrashAfter = 0
+				svc.SetFaults(faults)
+			}
+			s.log.Warn("service down; restarting it", "service", svc.Name(), "error", err, "in", s.opts.RestartDelay)
+			if !sleep(ctx, s.opts.RestartDelay) {
+				return
+			}
+		}
+	}()
+}
+
+// Restart crashes the service called name (its contexts are cancelled,
+// nothing is drained) and starts it again on the same database.
+func (s *Shop) Restart(name string) error {
+	svc := s.Service(name)
+	if svc == nil {
+		return fmt.Errorf("shop: no service %q: use one of %v", name, Services)
+	}
+	s.mu.Lock()
+	r := s.running[name]
+	s.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		<-r.done
+	}
+	s.mu.Lock()
+	s.crashes[name]++
+	s.mu.Unlock()
+	s.log.Warn("service crashed on purpose; restarting it", "service", name, "in", s.opts.RestartDelay)
+	time.Sleep(s.opts.RestartDelay)
+	s.start(svc, make(chan error, 1))
+	return nil
+}
+
+// Crashes returns how many times each service crashed and was restarted.
+func (s *Shop) Crashes() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.crashes))
+	for k, v := range s.crashes {
+		out[k] = v
+	}
+	return out
+}
+
+// Stop stops every service and waits until they stopped.
+func (s *Shop) Stop() {
+	s.mu.Lock()
+	runs := make([]*run, 0, len(s.running))
+	for _, r := range s.running {
+		runs = append(runs, r)
+	}
+	s.running = map[string]*run{}
+	s.mu.Unlock()
+	for _, r := range runs {
+		r.cancel()
+	}
+	for _, r := range runs {
+		<-r.done
+	}
+}
