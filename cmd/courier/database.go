@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -209,11 +208,14 @@ func (d *database) pollInterval() time.Duration {
 	return 100 * time.Millisecond
 }
 
-func (d *database) admin() (store.Admin, error) {
-	if d.dialect == "postgres" {
-		return postgres.Admin(d.pg), nil
+func (d *database) admin() store.Admin {
+	switch d.dialect {
+	case "postgres":
+		return postgres.Admin(d.pg)
+	case "mysql":
+		return mysql.Admin(d.sql)
 	}
-	return nil, errors.New("dead letters on " + d.dialect + " are not supported by this version")
+	return sqlite.Admin(d.sql)
 }
 
 func exportSQL(dialect string) []store.Migration {

@@ -94,12 +94,7 @@ func TestEmbeddedDefault(t *testing.T) {
 // The database URL picks the dialect: the same commands on MySQL/MariaDB.
 func TestMySQLURL(t *testing.T) {
 	my := testenv.MySQL(t, false)
-	cfg, err := gomysql.ParseDSN(my.DSN)
-	testenv.Must(t, err, "parse dsn")
-	u := fmt.Sprintf("mysql://%s@%s/%s", cfg.User, cfg.Addr, cfg.DBName)
-	if cfg.Passwd != "" {
-		u = fmt.Sprintf("mysql://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
-	}
+	u := mysqlURL(t, my.DSN)
 	code, out, errOut := runCLI(t, "migrate", "--database-url", u)
 	if code != 0 || !strings.Contains(out, "applied") {
 		t.Fatalf("migrate: %d %s %s", code, out, errOut)
@@ -109,6 +104,16 @@ func TestMySQLURL(t *testing.T) {
 	if code, out, errOut = runCLI(t, "status", "--database-url", u); code != 0 || !strings.Contains(out, "pending") {
 		t.Fatalf("status: %d %s %s", code, out, errOut)
 	}
+}
+
+// mysqlURL turns a go-sql-driver DSN into the mysql:// URL the CLI takes.
+func mysqlURL(t *testing.T, dsn string) string {
+	cfg, err := gomysql.ParseDSN(dsn)
+	testenv.Must(t, err, "parse dsn")
+	if cfg.Passwd != "" {
+		return fmt.Sprintf("mysql://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
+	}
+	return fmt.Sprintf("mysql://%s@%s/%s", cfg.User, cfg.Addr, cfg.DBName)
 }
 
 func TestSQLiteURLForms(t *testing.T) {

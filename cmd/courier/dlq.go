@@ -51,12 +51,7 @@ func (c *dbFlags) admin(e *env) (store.Admin, func(), error) {
 		d.close()
 		return nil, nil, err
 	}
-	a, err := d.admin()
-	if err != nil {
-		d.close()
-		return nil, nil, err
-	}
-	return a, d.close, nil
+	return d.admin(), d.close, nil
 }
 
 func (c *dlqListCmd) Run(e *env) error {

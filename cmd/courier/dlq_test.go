@@ -2,25 +2,82 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
+// dlqDatabase is a migrated database of one dialect for the dead-letter
+// commands: its URL, a handle for checks, and the statements that seed one
+// relay dead letter (id 41) and one parked delivery (id 1).
+type dlqDatabase struct {
+	url  string
+	db   *sql.DB
+	seed []string
+}
+
+const (
+	seedRelayColumns = `INSERT INTO courier_outbox_dead_letters
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, last_error, history, dead_at)
+VALUES (41, '01939f3a-0000-7000-8000-000000000001', 'orders', 'order-9', 'OrderPlaced', 1, 'application/json', '{"x":1}', NULL, `
+	seedRelayRest     = `, 10, 'nats: message size exceeds maximum allowed', '[{"at":"2026-11-29T10:00:00Z","error":"too big"}]', `
+	seedParkedColumns = `INSERT INTO courier_inbox_dead_letters (consumer, message_id, subject, headers, payload, reason, last_error, attempts, parked_at)
+VALUES ('billing', '01939f3a-0000-7000-8000-000000000002', 'courier.payments', '{"Courier-Type":["ChargeRequested"]}', 'x', 'failed', 'card declined', 5, `
+)
+
+// seedDeadLetters returns the seeding statements with now written as the
+// dialect stores times.
+func seedDeadLetters(now string) []string {
+	return []string{seedRelayColumns + now + ", " + now + seedRelayRest + now + ")", seedParkedColumns + now + ")"}
+}
+
+func dlqDatabases(t *testing.T) map[string]func(t *testing.T) dlqDatabase {
+	return map[string]func(t *testing.T) dlqDatabase{
+		"postgres": func(t *testing.T) dlqDatabase {
+			pg := testenv.Postgres(t, true)
+			db := stdlib.OpenDBFromPool(pg.Pool)
+			t.Cleanup(func() { db.Close() })
+			return dlqDatabase{url: pg.URL, db: db, seed: seedDeadLetters("now()")}
+		},
+		"sqlite": func(t *testing.T) dlqDatabase {
+			path := filepath.Join(t.TempDir(), "dlq.db")
+			db, err := sqlite.Open(path)
+			testenv.Must(t, err, "open")
+			t.Cleanup(func() { db.Close() })
+			_, err = sqlite.Migrate(context.Background(), db)
+			testenv.Must(t, err, "migrate")
+			return dlqDatabase{url: "sqlite://" + path, db: db, seed: seedDeadLetters(fmt.Sprint(time.Now().UnixMicro()))}
+		},
+		"mysql": func(t *testing.T) dlqDatabase {
+			my := testenv.MySQL(t, true)
+			return dlqDatabase{url: mysqlURL(t, my.DSN), db: my.DB, seed: seedDeadLetters("NOW(6)")}
+		},
+	}
+}
+
+// The dead-letter commands list, show, replay and discard relay-side and
+// consume-side dead letters on every dialect.
 func TestDLQCommands(t *testing.T) {
-	pg := testenv.Postgres(t, true)
-	ctx := context.Background()
-	_, err := pg.Pool.Exec(ctx, `INSERT INTO courier_outbox_dead_letters
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, last_error, history)
-VALUES (41, '01939f3a-0000-7000-8000-000000000001', 'orders', 'order-9', 'OrderPlaced', 1, 'application/json', '{"x":1}', NULL,
-        now(), now(), 10, 'nats: message size exceeds maximum allowed', '[{"at":"2026-11-29T10:00:00Z","error":"too big"}]')`)
-	testenv.Must(t, err, "insert dead letter")
-	_, err = pg.Pool.Exec(ctx, `INSERT INTO courier_inbox_dead_letters (consumer, message_id, subject, headers, payload, reason, last_error, attempts)
-VALUES ('billing', '01939f3a-0000-7000-8000-000000000002', 'courier.payments', '{"Courier-Type":["ChargeRequested"]}', 'x', 'failed', 'card declined', 5)`)
-	testenv.Must(t, err, "insert parked")
-	db := []string{"--database-url", pg.URL}
+	for name, open := range dlqDatabases(t) {
+		t.Run(name, func(t *testing.T) { testDLQCommands(t, open(t)) })
+	}
+}
+
+func testDLQCommands(t *testing.T, d dlqDatabase) {
+	for _, q := range d.seed {
+		_, err := d.db.Exec(q)
+		testenv.Must(t, err, "seed dead letters")
+	}
+	db := []string{"--database-url", d.url}
 
 	code, out, errOut := runCLI(t, append([]string{"dlq", "list"}, db...)...)
 	if code != 0 || !strings.Contains(out, "relay:41") || !strings.Contains(out, "consumer:1") || !strings.Contains(out, "card declined") {
@@ -45,7 +102,7 @@ VALUES ('billing', '01939f3a-0000-7000-8000-000000000002', 'courier.payments', '
 	}
 	var id int64
 	var attempts int
-	testenv.Must(t, pg.Pool.QueryRow(ctx, `SELECT id, attempts FROM courier_outbox WHERE message_id = '01939f3a-0000-7000-8000-000000000001'`).Scan(&id, &attempts), "replayed row")
+	testenv.Must(t, d.db.QueryRow(`SELECT id, attempts FROM courier_outbox WHERE message_id = '01939f3a-0000-7000-8000-000000000001'`).Scan(&id, &attempts), "replayed row")
 	if id != 41 || attempts != 0 {
 		t.Fatalf("replayed row has id %d, attempts %d; want its old place (41) and a fresh count", id, attempts)
 	}
@@ -53,7 +110,7 @@ VALUES ('billing', '01939f3a-0000-7000-8000-000000000002', 'courier.payments', '
 		t.Fatal("replay consumer:1 failed")
 	}
 	var asked bool
-	testenv.Must(t, pg.Pool.QueryRow(ctx, `SELECT replay_requested IS NOT NULL FROM courier_inbox_dead_letters WHERE id = 1`).Scan(&asked), "replay flag")
+	testenv.Must(t, d.db.QueryRow(`SELECT replay_requested IS NOT NULL FROM courier_inbox_dead_letters WHERE id = 1`).Scan(&asked), "replay flag")
 	if !asked {
 		t.Fatal("consume-side replay not requested")
 	}
