@@ -142,7 +142,11 @@ const expiredSQL = `DELETE FROM courier_outbox_leases WHERE until <= UTC_TIMESTA
 
 // windowSQL reads the oldest rows that are not leased and not waiting for a
 // retry, at most ?. Expired leases are gone by now: every lease is live.
-const windowSQL = `SELECT o.id, o.ordering_key FROM courier_outbox AS o
+// FORCE INDEX keeps the scan in id order, stopping at the limit: once rows
+// are being deleted MariaDB's optimizer otherwise reads every pending row
+// through courier_outbox_retry and sorts them, 10–30 ms per claim at 50,000
+// pending rows instead of 2.
+const windowSQL = `SELECT o.id, o.ordering_key FROM courier_outbox AS o FORCE INDEX (PRIMARY)
 WHERE (o.retry_at IS NULL OR o.retry_at <= UTC_TIMESTAMP(6))
   AND o.id NOT IN (
     SELECT j.id FROM courier_outbox_leases AS l,
