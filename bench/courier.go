@@ -7,13 +7,13 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/courier-go/courier"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
 )
 
@@ -69,13 +69,13 @@ func (c courierWriter) Write(ctx context.Context, tx pgx.Tx, key string, payload
 
 // courierRelay is a running relay.Relay with its resources.
 type courierRelay struct {
-	r      *relay.Relay
-	pool   *pgxpool.Pool
-	nc     *natsgo.Conn
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-	err    error
+	r       *relay.Relay
+	closeDB func()
+	nc      *natsgo.Conn
+	cancel  context.CancelFunc
+	done    chan error
+	once    sync.Once
+	err     error
 }
 
 // StartRelay implements System.
@@ -89,31 +89,38 @@ func (*courierSystem) StartRelay(ctx context.Context, env *Env) (Relay, error) {
 		pool.Close()
 		return nil, err
 	}
-	nc, err := couriernats.Connect(env.NATSURL)
+	n, err := postgres.NewNotifier(env.RelayURL, nil)
 	if err != nil {
 		pool.Close()
+		return nil, err
+	}
+	return startCourierRelay(env, st, n, pool.Close)
+}
+
+// startCourierRelay runs relay.New(st, …) with default settings and
+// notifier n (nil: polling) publishing to env's stream with Courier's
+// JetStream publisher. closeDB releases the store's database when the relay
+// stops, or at once when it cannot start.
+func startCourierRelay(env *Env, st store.RelayStore, n store.Notifier, closeDB func()) (Relay, error) {
+	nc, err := couriernats.Connect(env.NATSURL)
+	if err != nil {
+		closeDB()
 		return nil, err
 	}
 	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: couriernats.Config{SubjectPrefix: env.Prefix}})
 	if err != nil {
 		nc.Close()
-		pool.Close()
-		return nil, err
-	}
-	n, err := postgres.NewNotifier(env.RelayURL, nil)
-	if err != nil {
-		nc.Close()
-		pool.Close()
+		closeDB()
 		return nil, err
 	}
 	r, err := relay.New(st, pub, relay.Config{Notifier: n})
 	if err != nil {
 		nc.Close()
-		pool.Close()
+		closeDB()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	cr := &courierRelay{r: r, pool: pool, nc: nc, cancel: cancel, done: make(chan error, 1)}
+	cr := &courierRelay{r: r, closeDB: closeDB, nc: nc, cancel: cancel, done: make(chan error, 1)}
 	go func() { cr.done <- r.Run(rctx) }()
 	return cr, nil
 }
@@ -134,7 +141,7 @@ func (c *courierRelay) Stop() error {
 			c.err = err
 		}
 		c.nc.Close()
-		c.pool.Close()
+		c.closeDB()
 	})
 	return c.err
 }

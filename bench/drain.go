@@ -22,6 +22,12 @@ type drainSpec struct {
 	Env Env `json:"env"`
 	// N is the number of messages to drain.
 	N int `json:"n"`
+	// Dialect is the store dialect of a Courier relay in the dialects
+	// section ("sqlite", "mysql"); empty: Env.System's own relay.
+	Dialect string `json:"dialect,omitempty"`
+	// DSN locates the dialect's database: the SQLite file's path or the
+	// MySQL DSN.
+	DSN string `json:"dsn,omitempty"`
 }
 
 // drainResult is what a drain child reports.
@@ -65,26 +71,71 @@ func (b *Bench) runDrain(ctx context.Context, system string, keys int, cpu bool)
 	if err := sys.Fill(ctx, env, n, keys); err != nil {
 		return err
 	}
-	spec, err := json.Marshal(drainSpec{Env: *env, N: n})
+	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n}, func(ctx context.Context) (cpuSnapshot, error) {
+		return backendsCPU(ctx, b.admin, env.AppName)
+	})
 	if err != nil {
 		return err
+	}
+	if err := b.checkStream(ctx, env, n); err != nil {
+		b.results.Flag(drainFigure(keys), system, err.Error())
+	}
+	b.results.Add(drainFigure(keys), system, float64(n)/rd.Elapsed.Seconds())
+	if !cpu {
+		return nil
+	}
+	per := 100000 / float64(n)
+	b.results.Add("cpu_relay", system, rd.CPU.Seconds()*per)
+	if rd.PeakRSS > 0 {
+		b.results.Add("rss_relay", system, float64(rd.PeakRSS)/(1<<20))
+	}
+	if rd.dbOK {
+		b.results.Add("cpu_pg", system, rd.dbCPU.Seconds()*per)
+	}
+	if rd.natsOK {
+		b.results.Add("cpu_nats", system, rd.natsCPU.Seconds()*per)
+	}
+	return nil
+}
+
+// drainReading is a drain child's report with the CPU that the processes
+// serving it used meanwhile.
+type drainReading struct {
+	drainResult
+	// dbCPU is the database processes' CPU (dbOK: it was read).
+	dbCPU time.Duration
+	dbOK  bool
+	// natsCPU is nats-server's CPU (natsOK: it was read).
+	natsCPU time.Duration
+	natsOK  bool
+}
+
+// drainInChild runs one drain in a child process (the binary re-executed
+// with -role drain) and returns its report. dbCPU, when not nil, snapshots
+// the CPU of the database processes serving the relay; it is read right
+// before the child is told to start and right after it reported.
+func (b *Bench) drainInChild(ctx context.Context, spec drainSpec, dbCPU func(context.Context) (cpuSnapshot, error)) (drainReading, error) {
+	var rd drainReading
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return rd, err
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return err
+		return rd, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "-role", "drain", "-spec", string(spec))
+	cmd := exec.CommandContext(ctx, exe, "-role", "drain", "-spec", string(specJSON))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return err
+		return rd, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return rd, err
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return rd, err
 	}
 	waited := false
 	defer func() {
@@ -124,51 +175,44 @@ func (b *Bench) runDrain(ctx context.Context, system string, keys int, cpu bool)
 		}
 	}
 	if l, err := next(time.Minute); err != nil || l != lineReady {
-		return fmt.Errorf("drain child not ready: %q %v", l, err)
+		return rd, fmt.Errorf("drain child not ready: %q %v", l, err)
 	}
-	pgStart, errPG := backendsCPU(ctx, b.admin, env.AppName)
+	var dbStart, dbEnd cpuSnapshot
+	var errDB, errDB2 error
+	if dbCPU != nil {
+		dbStart, errDB = dbCPU(ctx)
+	}
 	natsStart, errNATS := procCPU(b.natsPID)
 	if _, err := io.WriteString(stdin, lineGo+"\n"); err != nil {
-		return err
+		return rd, err
 	}
 	l, err := next(15 * time.Minute)
 	if err != nil {
-		return err
+		return rd, err
 	}
-	pgEnd, errPG2 := backendsCPU(ctx, b.admin, env.AppName)
+	if dbCPU != nil {
+		dbEnd, errDB2 = dbCPU(ctx)
+	}
 	natsEnd, errNATS2 := procCPU(b.natsPID)
-	var res drainResult
-	if err := json.Unmarshal([]byte(l), &res); err != nil {
-		return fmt.Errorf("drain child said %q: %w", l, err)
+	if err := json.Unmarshal([]byte(l), &rd.drainResult); err != nil {
+		return rd, fmt.Errorf("drain child said %q: %w", l, err)
 	}
-	if res.Error != "" {
-		return fmt.Errorf("drain child: %s", res.Error)
+	if rd.Error != "" {
+		return rd, fmt.Errorf("drain child: %s", rd.Error)
 	}
 	_ = stdin.Close() // the child stops its relay and exits
 	waitErr := cmd.Wait()
 	waited = true
 	if waitErr != nil {
-		return fmt.Errorf("drain child: %w", waitErr)
+		return rd, fmt.Errorf("drain child: %w", waitErr)
 	}
-	if err := b.checkStream(ctx, env, n); err != nil {
-		b.results.Flag(drainFigure(keys), system, err.Error())
-	}
-	b.results.Add(drainFigure(keys), system, float64(n)/res.Elapsed.Seconds())
-	if !cpu {
-		return nil
-	}
-	per := 100000 / float64(n)
-	b.results.Add("cpu_relay", system, res.CPU.Seconds()*per)
-	if res.PeakRSS > 0 {
-		b.results.Add("rss_relay", system, float64(res.PeakRSS)/(1<<20))
-	}
-	if errPG == nil && errPG2 == nil && len(pgEnd) > 0 {
-		b.results.Add("cpu_pg", system, cpuDelta(pgStart, pgEnd).Seconds()*per)
+	if dbCPU != nil && errDB == nil && errDB2 == nil && len(dbEnd) > 0 {
+		rd.dbCPU, rd.dbOK = cpuDelta(dbStart, dbEnd), true
 	}
 	if b.natsPID != 0 && errNATS == nil && errNATS2 == nil {
-		b.results.Add("cpu_nats", system, (natsEnd-natsStart).Seconds()*per)
+		rd.natsCPU, rd.natsOK = natsEnd-natsStart, true
 	}
-	return nil
+	return rd, nil
 }
 
 func drainFigure(keys int) string { return fmt.Sprintf("drain_keys%d", keys) }
@@ -198,7 +242,7 @@ func childDrain(spec string) error {
 	if err := json.Unmarshal([]byte(spec), &s); err != nil {
 		return err
 	}
-	sys, err := systemByName(s.Env.System)
+	start, err := relayStarter(&s)
 	if err != nil {
 		return err
 	}
@@ -208,7 +252,7 @@ func childDrain(spec string) error {
 	if err != nil || strings.TrimSpace(l) != lineGo {
 		return fmt.Errorf("expected %s, got %q (%v)", lineGo, l, err)
 	}
-	res, r := drainOnce(sys, &s)
+	res, r := drainWith(start, &s)
 	out, _ := json.Marshal(res)
 	fmt.Println(string(out))
 	_, _ = io.Copy(io.Discard, in) // until the parent closes stdin
@@ -218,13 +262,32 @@ func childDrain(spec string) error {
 	return nil
 }
 
+// relayStarter returns what starts the relay of a drain child's spec: a
+// Courier relay on the spec's store dialect, or the relay of Env.System.
+func relayStarter(s *drainSpec) (func(context.Context) (Relay, error), error) {
+	if s.Dialect != "" {
+		return dialectRelayStarter(s)
+	}
+	sys, err := systemByName(s.Env.System)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (Relay, error) { return sys.StartRelay(ctx, &s.Env) }, nil
+}
+
 // drainOnce runs the relay until spec.N messages are through.
 func drainOnce(sys System, s *drainSpec) (drainResult, Relay) {
+	return drainWith(func(ctx context.Context) (Relay, error) { return sys.StartRelay(ctx, &s.Env) }, s)
+}
+
+// drainWith starts a relay with startRelay and runs it until spec.N
+// messages are through.
+func drainWith(startRelay func(context.Context) (Relay, error), s *drainSpec) (drainResult, Relay) {
 	ctx := context.Background()
 	var ru0, ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
-	r, err := sys.StartRelay(ctx, &s.Env)
+	r, err := startRelay(ctx)
 	if err != nil {
 		return drainResult{Error: err.Error()}, nil
 	}

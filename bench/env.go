@@ -121,6 +121,22 @@ func newEnv(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system str
 	return e, nil
 }
 
+// newStreamEnv creates only a stream, no PostgreSQL schema, for a
+// measurement of system whose data lives in another database.
+func newStreamEnv(ctx context.Context, natsURL, system string) (*Env, error) {
+	tok := randomToken(4)
+	e := &Env{
+		System:  system,
+		NATSURL: natsURL,
+		Stream:  strings.ToUpper("BENCH_" + system + "_" + tok),
+		Prefix:  "bench" + system + tok + ".",
+	}
+	if err := createStream(ctx, natsURL, e.Stream, e.Prefix+">"); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
 // createStream creates a file-backed stream with a two-minute duplicate
 // window (the settings Courier's EnsureStream uses), identical for every
 // system.
@@ -146,15 +162,17 @@ func createStream(ctx context.Context, natsURL, name, subjects string) error {
 	return nil
 }
 
-// Close drops the schema and deletes the stream.
+// Close drops the schema (if any) and deletes the stream.
 func (e *Env) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if e.Pool != nil {
 		e.Pool.Close()
 	}
-	if _, err := e.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+e.Schema+" CASCADE"); err != nil {
-		logf("warning: drop schema %s: %v", e.Schema, err)
+	if e.Schema != "" {
+		if _, err := e.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+e.Schema+" CASCADE"); err != nil {
+			logf("warning: drop schema %s: %v", e.Schema, err)
+		}
 	}
 	nc, err := natsgo.Connect(e.NATSURL)
 	if err != nil {

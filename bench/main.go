@@ -10,9 +10,11 @@
 //
 // It measures drain throughput, commit→publish latency under a steady
 // offered load, the write path's cost, the physical limits of the database
-// and the broker, and each relay's CPU and memory, then writes a Markdown
-// report and a PNG chart. Every system gets its own PostgreSQL schema and
-// JetStream stream, removed afterwards, and systems run one after another.
+// and the broker, and each relay's CPU and memory, and Courier's relay drain
+// on each of its store dialects (PostgreSQL, SQLite, MySQL/MariaDB), then
+// writes a Markdown report and a PNG chart. Every system gets its own
+// PostgreSQL schema and JetStream stream, removed afterwards, and systems run
+// one after another.
 //
 // Usage:
 //
@@ -37,11 +39,12 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects"}
 
 // config is the command line.
 type config struct {
 	pgURL, natsURL string
+	mysqlDSN       string
 	out, chart     string
 	jsonOut        string
 	runs           int
@@ -76,6 +79,8 @@ func main() {
 	var only, systems string
 	flag.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL (sslmode=disable is enforced)")
 	flag.StringVar(&cfg.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (JetStream enabled)")
+	flag.StringVar(&cfg.mysqlDSN, "mysql", cmp.Or(os.Getenv("BENCH_MYSQL_URL"), defaultMySQLDSN),
+		"MySQL/MariaDB DSN (go-sql-driver) for the dialects section; $BENCH_MYSQL_URL sets the default; empty: not measured")
 	flag.StringVar(&cfg.out, "out", "RESULTS.md", "Markdown report to write")
 	flag.StringVar(&cfg.chart, "chart", "results.png", "PNG chart to write")
 	flag.StringVar(&cfg.jsonOut, "json", "results.json", "raw samples to write (empty: none)")
@@ -197,7 +202,7 @@ func run(ctx context.Context, cfg config) error {
 	if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
 		return err
 	}
-	fmt.Print(renderTables(b.results, cfg.systems, cfg.runs))
+	fmt.Print(renderTables(b.results, cfg.systems, cfg.runs, cfg.drainN))
 	logf("wrote %s, %s", cfg.out, cfg.chart)
 	return nil
 }
@@ -243,6 +248,10 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 			try("limit database side "+s, func() error { return b.runLimitDB(ctx, s) })
 			try("limit broker side "+s, func() error { return b.runLimitBroker(ctx, s) })
 		}
+	case "dialects":
+		for _, d := range rotate(dialects, run-1) {
+			try("dialect drain courier on "+d, func() error { return b.runDialect(ctx, d) })
+		}
 	}
 }
 
@@ -251,18 +260,28 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 func (b *Bench) warnSpread() {
 	for _, f := range append(slices.Clone(figures), referenceFigures...) {
 		for _, s := range append(slices.Clone(b.cfg.systems), reference) {
-			st, ok := b.results.Stat(f.ID, s)
-			if !ok {
-				continue
-			}
-			if st.N > 1 && st.Spread() > maxSpread {
-				logf("warning: %s / %s: spread %.0f%% > %.0f%% (median %s, range %s–%s)", f.ID, s, 100*st.Spread(), 100*maxSpread,
-					formatValue(f, st.Median), formatValue(f, st.Min), formatValue(f, st.Max))
-			}
-			if st.N < b.cfg.runs {
-				logf("warning: %s / %s: only %d of %d runs succeeded", f.ID, s, st.N, b.cfg.runs)
-			}
+			b.warnCell(f, s)
 		}
+	}
+	for _, f := range dialectFigures {
+		for _, d := range dialects {
+			b.warnCell(f, d)
+		}
+	}
+}
+
+// warnCell warns about one cell (system is a dialect for dialectFigures).
+func (b *Bench) warnCell(f Figure, system string) {
+	st, ok := b.results.Stat(f.ID, system)
+	if !ok {
+		return
+	}
+	if st.N > 1 && st.Spread() > maxSpread {
+		logf("warning: %s / %s: spread %.0f%% > %.0f%% (median %s, range %s–%s)", f.ID, system, 100*st.Spread(), 100*maxSpread,
+			formatValue(f, st.Median), formatValue(f, st.Min), formatValue(f, st.Max))
+	}
+	if st.N < b.cfg.runs {
+		logf("warning: %s / %s: only %d of %d runs succeeded", f.ID, system, st.N, b.cfg.runs)
 	}
 }
 

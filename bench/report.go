@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,9 @@ type MachineInfo struct {
 	PGSettings string
 	// NATS is the server's version.
 	NATS string
+	// SQLite and MySQL describe the dialects section's databases (empty
+	// when it did not run).
+	SQLite, MySQL string
 	// Libraries lists module paths and versions of the systems under test.
 	Libraries [][2]string
 	// CourierRev is the git revision of the Courier checkout measured.
@@ -91,6 +95,8 @@ func collectMachineInfo(ctx context.Context, b *Bench) (*MachineInfo, error) {
 			"github.com/riverqueue/river",
 			"github.com/riverqueue/river/riverdriver/riverpgxv5",
 			"github.com/jackc/pgx/v5",
+			"modernc.org/sqlite",
+			"github.com/go-sql-driver/mysql",
 			"github.com/nats-io/nats.go",
 			"gonum.org/v1/plot",
 		}
@@ -106,6 +112,10 @@ func collectMachineInfo(ctx context.Context, b *Bench) (*MachineInfo, error) {
 				info.Libraries = append(info.Libraries, [2]string{path, v})
 			}
 		}
+	}
+	if slices.Contains(b.cfg.only, "dialects") {
+		info.SQLite = sqliteVersion(ctx)
+		info.MySQL = mysqlServerInfo(ctx, b.cfg.mysqlDSN)
 	}
 	info.CourierRev = courierRevision()
 	return info, nil
@@ -159,7 +169,9 @@ func cell(res *Results, fn *footnotes, f Figure, system string, runs int) (strin
 		s += fmt.Sprintf(" ⚠spread %.0f%%", 100*st.Spread())
 		fn.spread = true
 	}
-	if st.N < runs {
+	if skipped := res.SkippedOf(f.ID, system); len(skipped) > 0 && st.N < runs {
+		remarks = append(remarks, fmt.Sprintf("not measured in %d of %d runs: %s", runs-st.N, runs, strings.Join(skipped, "; ")))
+	} else if st.N < runs {
 		remarks = append(remarks, fmt.Sprintf("only %d of %d runs succeeded (see Failed measurements)", st.N, runs))
 	}
 	for _, r := range remarks {
@@ -171,10 +183,95 @@ func cell(res *Results, fn *footnotes, f Figure, system string, runs int) (strin
 	return s, st, true
 }
 
-// renderTables renders the comparison table and the reference table.
-func renderTables(res *Results, systems []string, runs int) string {
+// renderTables renders the comparison table, the reference table and the
+// table of Courier's relay per store dialect (n messages each), leaving out
+// a table none of whose figures was measured.
+func renderTables(res *Results, systems []string, runs, n int) string {
 	var sb strings.Builder
 	fn := &footnotes{}
+	if measured(res, figures) {
+		renderComparison(&sb, fn, res, systems, runs)
+	}
+	if measured(res, referenceFigures) {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		sb.WriteString("Physical limits and baseline (one figure each, no system):\n\n| Figure | Value |\n|---|---:|\n")
+		for _, f := range referenceFigures {
+			if _, ok := res.Samples[f.ID]; !ok {
+				continue
+			}
+			c, _, _ := cell(res, fn, f, reference, runs)
+			fmt.Fprintf(&sb, "| %s (%s) | %s |\n", f.Label, f.Unit, c)
+		}
+	}
+	if measured(res, dialectFigures) || len(res.Skipped) > 0 {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		renderDialects(&sb, fn, res, runs, n)
+	}
+	if fn.spread || len(fn.list) > 0 {
+		sb.WriteString("\n")
+	}
+	if fn.spread {
+		fmt.Fprintf(&sb, "⚠spread N%%: the runs' spread (max−min)/median is N%%, above %.0f%%: a noisy figure.  \n", 100*maxSpread)
+	}
+	if len(fn.list) > 0 {
+		for i, r := range fn.list {
+			fmt.Fprintf(&sb, "⚠%d: %s  \n", i+1, r)
+		}
+	}
+	return sb.String()
+}
+
+// measured reports whether any of figs has samples.
+func measured(res *Results, figs []Figure) bool {
+	for _, f := range figs {
+		if _, ok := res.Samples[f.ID]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// renderDialects renders the table of Courier's relay drain per store
+// dialect: one row per dialect, one column per dialect figure.
+func renderDialects(sb *strings.Builder, fn *footnotes, res *Results, runs, n int) {
+	fmt.Fprintf(sb, "Courier relay drain per store dialect (%s messages, %s keys):\n\n| Store dialect |", thousands(int64(n)), thousands(dialectKeys))
+	for _, f := range dialectFigures {
+		dir := "↑"
+		if f.LowerIsBetter {
+			dir = "↓"
+		}
+		fmt.Fprintf(sb, " %s (%s, %s better) |", f.Label, f.Unit, dir)
+	}
+	sb.WriteString("\n|---|")
+	for range dialectFigures {
+		sb.WriteString("---:|")
+	}
+	sb.WriteString("\n")
+	for _, d := range dialects {
+		fmt.Fprintf(sb, "| %s |", dialectName(d))
+		for i, f := range dialectFigures {
+			c, _, ok := cell(res, fn, f, d, runs)
+			switch {
+			case ok:
+			case i == 0 && len(res.SkippedOf(f.ID, d)) > 0:
+				c = "not measured (" + strings.Join(res.SkippedOf(f.ID, d), "; ") + ")"
+			case f.ID == "dialect_cpu_db" && d == "sqlite" && measured(res, dialectFigures[:1]):
+				c = "in the relay process"
+			}
+			sb.WriteString(" " + c + " |")
+		}
+		sb.WriteString("\n")
+	}
+	sb.WriteString("\nDatabase server CPU: PostgreSQL, the backends serving the relay's connections; MySQL/MariaDB, the whole server process (all its threads and any other client's load); SQLite runs inside the relay process, so its relay CPU includes the database's work.\n")
+}
+
+// renderComparison renders the comparison table: one row per figure, one
+// column per system, then Courier's ratio to each peer.
+func renderComparison(sb *strings.Builder, fn *footnotes, res *Results, systems []string, runs int) {
 	peers := []string{}
 	for _, s := range systems {
 		if s != "courier" {
@@ -212,7 +309,7 @@ func renderTables(res *Results, systems []string, runs int) string {
 		if f.LowerIsBetter {
 			dir = "↓"
 		}
-		fmt.Fprintf(&sb, "| %s (%s, %s better) |", f.Label, f.Unit, dir)
+		fmt.Fprintf(sb, "| %s (%s, %s better) |", f.Label, f.Unit, dir)
 		medians := map[string]float64{}
 		for _, s := range systems {
 			c, st, ok := cell(res, fn, f, s, runs)
@@ -229,31 +326,11 @@ func renderTables(res *Results, systems []string, runs int) string {
 					sb.WriteString(" — |")
 					continue
 				}
-				fmt.Fprintf(&sb, " %.2f× |", c/v)
+				fmt.Fprintf(sb, " %.2f× |", c/v)
 			}
 		}
 		sb.WriteString("\n")
 	}
-	sb.WriteString("\nPhysical limits and baseline (one figure each, no system):\n\n| Figure | Value |\n|---|---:|\n")
-	for _, f := range referenceFigures {
-		if _, ok := res.Samples[f.ID]; !ok {
-			continue
-		}
-		c, _, _ := cell(res, fn, f, reference, runs)
-		fmt.Fprintf(&sb, "| %s (%s) | %s |\n", f.Label, f.Unit, c)
-	}
-	if fn.spread || len(fn.list) > 0 {
-		sb.WriteString("\n")
-	}
-	if fn.spread {
-		fmt.Fprintf(&sb, "⚠spread N%%: the runs' spread (max−min)/median is N%%, above %.0f%%: a noisy figure.  \n", 100*maxSpread)
-	}
-	if len(fn.list) > 0 {
-		for i, r := range fn.list {
-			fmt.Fprintf(&sb, "⚠%d: %s  \n", i+1, r)
-		}
-	}
-	return sb.String()
 }
 
 // renderReport renders RESULTS.md.
@@ -272,6 +349,12 @@ func renderReport(info *MachineInfo, cfg config, res *Results, failed []string) 
 	w("- Go: %s\n", info.Go)
 	w("- PostgreSQL: %s (%s)\n", info.PostgreSQL, info.PGSettings)
 	w("- NATS server: %s, JetStream file storage, default sync_interval (same stream settings for every system: file storage, 2-minute duplicate window)\n", info.NATS)
+	if info.SQLite != "" {
+		w("- SQLite (dialects table): %s\n", info.SQLite)
+	}
+	if info.MySQL != "" {
+		w("- MySQL/MariaDB (dialects table): %s\n", info.MySQL)
+	}
 	w("- Courier: local checkout, git %s\n", info.CourierRev)
 	w("- Libraries:\n")
 	for _, l := range info.Libraries {
@@ -279,7 +362,7 @@ func renderReport(info *MachineInfo, cfg config, res *Results, failed []string) 
 	}
 	w("\nThe machine has two cores shared by PostgreSQL, NATS, the relay and the load generator, and other work (tests) may have run at the same time: treat single figures with caution, ratios with less.\n\n")
 	w("## Results\n\n")
-	w("%s\n", renderTables(res, cfg.systems, cfg.runs))
+	w("%s\n", renderTables(res, cfg.systems, cfg.runs, cfg.drainN))
 	if cfg.chart != "" {
 		w("![results](%s)\n\n", cfg.chart)
 	}
@@ -388,5 +471,26 @@ All relays use their own pgx pool (at most 10 connections) and their own NATS co
 `,
 		payloadSize, watermillBatch, watermillPoll, riverFetchCooldown, riverFetchPollInterval, riverMaxWorkers,
 		thousands(int64(cfg.drainN)), latencyWriters, cfg.latencyWindow, cfg.latencyWarmup, cfg.latencyDrainTimeout,
-		writeWriters, cfg.writeDuration, cfg.writeWarmup, thousands(int64(cfg.limitsN)), thousands(int64(cfg.limitsN)), thousands(int64(cfg.syncN)), riverMaxWorkers)
+		writeWriters, cfg.writeDuration, cfg.writeWarmup, thousands(int64(cfg.limitsN)), thousands(int64(cfg.limitsN)), thousands(int64(cfg.syncN)), riverMaxWorkers) +
+		dialectSettingsText(cfg)
+}
+
+// dialectSettingsText documents how the table of Courier's relay per store
+// dialect is measured.
+func dialectSettingsText(cfg config) string {
+	return fmt.Sprintf(`- **Courier relay drain per store dialect**: the drain above (%s messages over %d keys, written beforehand with Courier's
+  outbox writer in transactions of 1000, then drained by a child process, the clock stopped when every message is acknowledged by
+  JetStream and marked) for each of Courier's store dialects, into a fresh stream with the same settings as every other drain.
+  PostgreSQL: the comparison table's Courier drain (same schema, writer, store and LISTEN/NOTIFY notifier), measured again in this
+  section, so it differs from the comparison table's 10,000-key cell by the machine's noise only. SQLite: a file in a temporary
+  directory opened with `+"`sqlite.Open`"+` (WAL, synchronous=FULL, 10 s busy timeout), `+"`sqlite.Migrate`"+`, the writer on
+  `+"`sqlite.DatabaseSQL()`"+`, the relay on `+"`sqlite.NewStore(ctx, db, sqlite.StoreConfig{})`"+`. MySQL/MariaDB: a fresh database
+  on the `+"`-mysql`"+` server, `+"`mysql.Migrate`"+`, the writer on `+"`mysql.DatabaseSQL()`"+`, the relay on
+  `+"`mysql.NewStore(ctx, db, mysql.StoreConfig{})`"+`. SQLite and MySQL relays poll (no notifier: neither dialect can wake a relay in
+  another process), which changes nothing while the outbox is full; every relay uses default settings and at most 10 connections.
+  The stream is checked to hold exactly the messages written and the outbox to be empty afterwards. The relay's CPU is the child's
+  user+sys time (for SQLite it includes the database's work); the database server's CPU is that of the PostgreSQL backends serving
+  the relay, or of the whole MariaDB/MySQL server process (when it runs on this machine). Per 100,000 messages. The database, file or
+  schema is removed afterwards; a MySQL server that cannot be reached is reported as not measured.
+`, thousands(int64(cfg.drainN)), dialectKeys)
 }

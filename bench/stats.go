@@ -58,9 +58,18 @@ var referenceFigures = []Figure{
 	{ID: "ref_js_async", Section: "limits", Label: "JetStream: raw PublishMsgAsync, Courier-shaped messages, all acks awaited, no database", Unit: "msg/s", Digits: -1},
 }
 
+// dialectFigures are the columns of the table of Courier's relay per store
+// dialect; their cells are keyed by dialect (see dialects) instead of
+// system.
+var dialectFigures = []Figure{
+	{ID: "dialect_drain", Section: "dialects", Label: "Drain", Unit: "msg/s", Digits: -1},
+	{ID: "dialect_cpu_relay", Section: "dialects", Label: "Relay process CPU per 100k msgs", Unit: "s", LowerIsBetter: true, Digits: 2},
+	{ID: "dialect_cpu_db", Section: "dialects", Label: "Database server CPU per 100k msgs", Unit: "s", LowerIsBetter: true, Digits: 2},
+}
+
 // figureByID returns the figure with id.
 func figureByID(id string) Figure {
-	for _, f := range append(slices.Clone(figures), referenceFigures...) {
+	for _, f := range slices.Concat(figures, referenceFigures, dialectFigures) {
 		if f.ID == id {
 			return f
 		}
@@ -76,11 +85,15 @@ type Results struct {
 	// Flags holds figure ID → system → remarks (e.g. "offered load not
 	// held") for a cell.
 	Flags map[string]map[string][]string `json:"flags"`
+	// Skipped holds figure ID → system → why the cell was not measured
+	// (e.g. its database was unreachable).
+	Skipped map[string]map[string][]string `json:"skipped,omitempty"`
 }
 
 // NewResults returns empty Results.
 func NewResults() *Results {
-	return &Results{Samples: map[string]map[string][]float64{}, Flags: map[string]map[string][]string{}}
+	return &Results{Samples: map[string]map[string][]float64{}, Flags: map[string]map[string][]string{},
+		Skipped: map[string]map[string][]string{}}
 }
 
 // Add records one run's value of figure id for system.
@@ -106,6 +119,26 @@ func (r *Results) Flag(id, system, remark string) {
 		r.Flags[id][system] = append(r.Flags[id][system], remark)
 	}
 	logf("  warning: %s / %s: %s", id, system, remark)
+}
+
+// Skip records why a run did not measure a cell (printed once however
+// often it is recorded).
+func (r *Results) Skip(id, system, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.Skipped[id] == nil {
+		r.Skipped[id] = map[string][]string{}
+	}
+	if !slices.Contains(r.Skipped[id][system], why) {
+		r.Skipped[id][system] = append(r.Skipped[id][system], why)
+	}
+}
+
+// SkippedOf returns why a cell was not measured in some runs.
+func (r *Results) SkippedOf(id, system string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.Skipped[id][system])
 }
 
 // Stat summarises a cell's samples.
