@@ -238,6 +238,9 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		}
 	case "write":
 		try("write plain insert", func() error { return b.runWrite(ctx, "") })
+		if slices.Contains(order, "courier") {
+			try("write courier pipelined", func() error { return b.runWrite(ctx, pipelinedCourier) })
+		}
 		for _, s := range order {
 			try("write "+s, func() error { return b.runWrite(ctx, s) })
 		}

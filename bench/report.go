@@ -373,6 +373,8 @@ func renderReport(info *MachineInfo, cfg config, res *Results, failed []string) 
 		}
 		w("\n")
 	}
+	w("%s", targetsText(res))
+	w("%s", profileText())
 	w("%s", notesText(res, cfg))
 	w("%s", settingsText(cfg))
 	return sb.String()
@@ -493,4 +495,64 @@ func dialectSettingsText(cfg config) string {
   the relay, or of the whole MariaDB/MySQL server process (when it runs on this machine). Per 100,000 messages. The database, file or
   schema is removed afterwards; a MySQL server that cannot be reached is reported as not measured.
 `, thousands(int64(cfg.drainN)), dialectKeys)
+}
+
+// targetsText sets Courier's medians against its targets: drain throughput
+// at least 60,000 msg/s and at least half of the machine's combined limit
+// (claim + mark with no broker, and publish with no database, each taking
+// its share of the same CPUs: 1/(1/db + 1/broker)); commit→publish p99 under
+// 10 ms at 1,000 msg/s; the outbox's write-path overhead within 10% of the
+// plain insert.
+func targetsText(res *Results) string {
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	drain, okDrain := res.Stat("drain_keys10000", "courier")
+	db, okDB := res.Stat("limit_db", "courier")
+	broker, okBroker := res.Stat("ref_js_async", reference)
+	p99, okP99 := res.Stat("lat1000_p99", "courier")
+	write, okWrite := res.Stat("write_tx", "courier")
+	plain, okPlain := res.Stat("ref_plain_insert", reference)
+	if !okDrain && !okP99 && !okWrite {
+		return ""
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**not met**"
+	}
+	w("## Targets\n\n| Target | Courier (median) | |\n|---|---:|---|\n")
+	if okDrain {
+		w("| Drain ≥ 60,000 msg/s (10,000 keys) | %.0f msg/s | %s |\n", drain.Median, verdict(drain.Median >= 60000))
+		if okDB && okBroker && db.Median > 0 && broker.Median > 0 {
+			limit := 1 / (1/db.Median + 1/broker.Median)
+			w("| Drain ≥ half the combined limit 1/(1/claim+mark + 1/publish) = %.0f msg/s | %.0f%% of it | %s |\n",
+				limit, 100*drain.Median/limit, verdict(drain.Median >= limit/2))
+		}
+	}
+	if okP99 {
+		w("| Commit→publish p99 < 10 ms @ 1,000 msg/s | %.2f ms | %s |\n", p99.Median, verdict(p99.Median < 10))
+	}
+	if okWrite && okPlain && plain.Median > 0 {
+		overhead := 100 * (1 - write.Median/plain.Median)
+		w("| Outbox write-path overhead ≤ 10%% of the plain insert | %.0f%% (%.0f vs %.0f tx/s) | %s |\n",
+			overhead, write.Median, plain.Median, verdict(overhead <= 10))
+		if piped, ok := res.Stat("ref_write_pipelined", reference); ok {
+			overhead := 100 * (1 - piped.Median/plain.Median)
+			w("| … with the message pipelined (`postgres.QueueMessages`) | %.0f%% (%.0f vs %.0f tx/s) | %s |\n",
+				overhead, piped.Median, plain.Median, verdict(overhead <= 10))
+		}
+	}
+	w("\n")
+	return sb.String()
+}
+
+// profileText is PROFILE.md, the record of what profiling found and what
+// changed, so that every regenerated report carries it.
+func profileText() string {
+	b, err := os.ReadFile("PROFILE.md")
+	if err != nil {
+		return ""
+	}
+	return string(b) + "\n"
 }

@@ -54,6 +54,7 @@ var figures = []Figure{
 // referenceFigures lists the single-figure rows (physical limits).
 var referenceFigures = []Figure{
 	{ID: "ref_plain_insert", Section: "write", Label: "Plain insert (one `orders` row per tx), 8 writers", Unit: "tx/s", Digits: -1},
+	{ID: "ref_write_pipelined", Section: "write", Label: "Insert + Courier outbox message in one round trip (`postgres.QueueMessages`), 8 writers", Unit: "tx/s", Digits: -1},
 	{ID: "ref_pg_queue", Section: "limits", Label: "PostgreSQL: minimal queue, FOR UPDATE SKIP LOCKED ×1000 + DELETE, no broker", Unit: "msg/s", Digits: -1},
 	{ID: "ref_js_async", Section: "limits", Label: "JetStream: raw PublishMsgAsync, Courier-shaped messages, all acks awaited, no database", Unit: "msg/s", Digits: -1},
 }

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/store/postgres"
 )
 
 // writeWriters is the number of concurrent business writers.
@@ -21,14 +24,23 @@ const ordersTable = `CREATE TABLE orders (
     total integer NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now())`
 
+// pipelinedCourier is the pseudo-system of runWrite that writes Courier's
+// message in the same round trip as the business insert.
+const pipelinedCourier = "courier_pipelined"
+
 // runWrite measures business transactions per second with writeWriters
 // concurrent writers, each transaction inserting one orders row and, unless
-// system is "" (the plain-insert baseline), one message of system. No relay
-// runs.
+// system is "" (the plain-insert baseline), one message of system. With
+// pipelinedCourier, the insert and Courier's message go to PostgreSQL in one
+// pgx batch (postgres.QueueMessages). No relay runs.
 func (b *Bench) runWrite(ctx context.Context, system string) error {
 	name := system
 	if name == "" {
 		name = "plain"
+	}
+	pipelined := system == pipelinedCourier
+	if pipelined {
+		system = "courier"
 	}
 	env, err := newEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, name)
 	if err != nil {
@@ -63,6 +75,14 @@ func (b *Bench) runWrite(ctx context.Context, system string) error {
 			for {
 				i := int(seq.Add(1))
 				err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+					if pipelined {
+						var batch pgx.Batch
+						batch.Queue("INSERT INTO orders (customer, total) VALUES ($1, $2)", keyFor(i, 10000), i)
+						if err := postgres.QueueMessages(&batch, courier.Limits{}, courierMessage(keyFor(i, 10000), payloadFor(i))); err != nil {
+							return err
+						}
+						return tx.SendBatch(ctx, &batch).Close()
+					}
 					if _, err := tx.Exec(ctx, "INSERT INTO orders (customer, total) VALUES ($1, $2)", keyFor(i, 10000), i); err != nil {
 						return err
 					}
@@ -91,9 +111,12 @@ func (b *Bench) runWrite(ctx context.Context, system string) error {
 		return firstErr
 	}
 	v := float64(count.Load()) / b.cfg.writeDuration.Seconds()
-	if system == "" {
+	switch {
+	case system == "":
 		b.results.Add("ref_plain_insert", reference, v)
-	} else {
+	case pipelined:
+		b.results.Add("ref_write_pipelined", reference, v)
+	default:
 		b.results.Add("write_tx", system, v)
 	}
 	return nil
