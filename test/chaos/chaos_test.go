@@ -1,9 +1,11 @@
 // Package chaos drives relays, consumers and a NATS server, each a process
 // of its own, through crashes and outages while a producer writes, then
-// checks that nothing was lost, applied twice or reordered.
+// checks that nothing was lost, applied twice or reordered. It does the same
+// to the reference shop's four services (TestShopUnderProcessKills), then
+// audits the shop's databases.
 //
-//	go test ./test/chaos                  # the short run CI does (about a minute)
-//	go test ./test/chaos -run . -long     # 100,000 messages, five minutes of chaos
+//	go test ./test/chaos                  # the short runs CI does (under a minute each)
+//	go test ./test/chaos -run . -long     # 100,000 messages and 5,000 orders, minutes of chaos
 //
 // It needs PostgreSQL (COURIER_TEST_POSTGRES_URL); NATS runs embedded in a
 // child process it can kill.
@@ -33,7 +35,7 @@ import (
 	"github.com/courier-go/courier/store/postgres"
 )
 
-var long = flag.Bool("long", false, "run the long chaos test: 100,000 messages, 5 minutes of faults")
+var long = flag.Bool("long", false, "run the long chaos tests: 100,000 messages with 5 minutes of faults, 5,000 orders with 4")
 
 func TestMain(m *testing.M) {
 	runRole()
@@ -57,6 +59,7 @@ func (s settings) String() string {
 type proc struct {
 	name    string
 	env     []string
+	stderr  *os.File // where its log goes; default os.Stderr
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	hold    bool // do not restart for now
@@ -69,6 +72,9 @@ func (p *proc) start(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stderr = os.Stderr
+	if p.stderr != nil {
+		cmd.Stderr = p.stderr
+	}
 	if err := cmd.Start(); err != nil {
 		t.Errorf("start %s: %v", p.name, err)
 		return

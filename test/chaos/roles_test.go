@@ -50,6 +50,9 @@ func runRole() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	lv := slog.LevelError
+	if role == "shop" {
+		lv = slog.LevelWarn // its log is kept in a file, shown when the test fails
+	}
 	if os.Getenv(envLogLevel) == "debug" {
 		lv = slog.LevelDebug
 	}
@@ -62,6 +65,8 @@ func runRole() {
 		err = runRelay(ctx, log)
 	case "consumer":
 		err = runConsumer(ctx, log)
+	case "shop":
+		err = runShopService(ctx, log)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
