@@ -28,7 +28,7 @@ func (i pgxInbox) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 func (pgxInbox) Mark(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID) (bool, error) {
-	tag, err := tx.Exec(ctx, markSQL, consumer, id)
+	tag, err := tx.Exec(ctx, markSQL, consumer, [16]byte(id)) // uuid.UUID would be encoded through its string form
 	if err != nil {
 		return false, fmt.Errorf("postgres: inbox marker: %w", err)
 	}

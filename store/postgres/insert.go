@@ -36,14 +36,17 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, insertOne, m.ID, m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), h, m.OccurredAt)
+		_, err = tx.Exec(ctx, insertOne, [16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), h, m.OccurredAt)
 		if err != nil {
 			return fmt.Errorf("postgres: insert outbox message: %w", err)
 		}
 		return nil
 	}
 	var (
-		ids      = make([]string, len(msgs))
+		// [16]byte, not uuid.UUID or string: those reach pgx as strings,
+		// which fail binary encoding (building an error per element)
+		// before the text encoding is tried.
+		ids      = make([][16]byte, len(msgs))
 		topics   = make([]string, len(msgs))
 		keys     = make([]string, len(msgs))
 		types    = make([]string, len(msgs))
@@ -63,7 +66,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 			s := string(h)
 			headers[i] = &s
 		}
-		ids[i], topics[i], keys[i], types[i] = m.ID.String(), m.Topic, m.Key, m.Type
+		ids[i], topics[i], keys[i], types[i] = [16]byte(m.ID), m.Topic, m.Key, m.Type
 		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, payload(m), m.OccurredAt
 	}
 	_, err := tx.Exec(ctx, insertMany, ids, topics, keys, types, versions, cts, payloads, headers, times)
@@ -98,7 +101,7 @@ func QueueMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message)
 		if err != nil {
 			return err
 		}
-		args[i] = []any{m.ID, m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), h, m.OccurredAt}
+		args[i] = []any{[16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), h, m.OccurredAt}
 	}
 	for _, a := range args {
 		b.Queue(insertOne, a...)
