@@ -523,11 +523,12 @@ func targetsText(res *Results) string {
 	}
 	w("## Targets\n\n| Target | Courier (median) | |\n|---|---:|---|\n")
 	if okDrain {
-		w("| Drain ≥ 60,000 msg/s (10,000 keys) | %.0f msg/s | %s |\n", drain.Median, verdict(drain.Median >= 60000))
+		msgs := func(v float64) string { return formatValue(figureByID("drain_keys10000"), v) }
+		w("| Drain ≥ 60,000 msg/s (10,000 keys) | %s msg/s | %s |\n", msgs(drain.Median), verdict(drain.Median >= 60000))
 		if okDB && okBroker && db.Median > 0 && broker.Median > 0 {
 			limit := 1 / (1/db.Median + 1/broker.Median)
-			w("| Drain ≥ half the combined limit 1/(1/claim+mark + 1/publish) = %.0f msg/s | %.0f%% of it | %s |\n",
-				limit, 100*drain.Median/limit, verdict(drain.Median >= limit/2))
+			w("| Drain ≥ half the combined limit 1/(1/claim+mark + 1/publish) = %s msg/s | %.0f%% of it | %s |\n",
+				msgs(limit), 100*drain.Median/limit, verdict(drain.Median >= limit/2))
 		}
 	}
 	if okP99 {
@@ -535,12 +536,13 @@ func targetsText(res *Results) string {
 	}
 	if okWrite && okPlain && plain.Median > 0 {
 		overhead := 100 * (1 - write.Median/plain.Median)
-		w("| Outbox write-path overhead ≤ 10%% of the plain insert | %.0f%% (%.0f vs %.0f tx/s) | %s |\n",
-			overhead, write.Median, plain.Median, verdict(overhead <= 10))
+		txs := func(v float64) string { return formatValue(figureByID("write_tx"), v) }
+		w("| Outbox write-path overhead ≤ 10%% of the plain insert | %.0f%% (%s vs %s tx/s) | %s |\n",
+			overhead, txs(write.Median), txs(plain.Median), verdict(overhead <= 10))
 		if piped, ok := res.Stat("ref_write_pipelined", reference); ok {
 			overhead := 100 * (1 - piped.Median/plain.Median)
-			w("| … with the message pipelined (`postgres.QueueMessages`) | %.0f%% (%.0f vs %.0f tx/s) | %s |\n",
-				overhead, piped.Median, plain.Median, verdict(overhead <= 10))
+			w("| … with the message pipelined (`postgres.QueueMessages`) | %.0f%% (%s vs %s tx/s) | %s |\n",
+				overhead, txs(piped.Median), txs(plain.Median), verdict(overhead <= 10))
 		}
 	}
 	w("\n")
