@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/internal/testenv"
+)
+
+// courier demo runs the whole shop in one process and reports its
+// invariants; bad settings get one line naming the flag.
+func TestDemoCommand(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runCLI(t, "demo", "--orders", "60", "--data-dir", filepath.Join(dir, "demo"), "--crash", "payment")
+	if code != 0 || !strings.Contains(out, "All 7 invariants hold") || !strings.Contains(out, "payment ×1") {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--orders 0", "--orders and --concurrency must be 1 or more"},
+		{"--decline-rate 2", "--decline-rate is 2: use a probability from 0 to 1"},
+		{"--database-url mysql://x/y", "the demo runs on PostgreSQL"},
+		{"--broker-url http://x", "is not a NATS URL"},
+	} {
+		code, _, errOut := runCLI(t, append([]string{"demo", "--data-dir", filepath.Join(dir, "bad")}, strings.Fields(c.args)...)...)
+		if code != 1 || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("demo %s: exit %d, stderr %q; want one line with %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// courier shop SERVICE runs each service as a process of its own: four
+// processes on their own SQLite files and one NATS server take an order
+// from POST /orders to ShippingReady, then stop cleanly on SIGTERM.
+func TestShopCommandProcesses(t *testing.T) {
+	dir := t.TempDir()
+	srv := testenv.EmbeddedNATS(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	testenv.Must(t, err, "free port")
+	addr := l.Addr().String()
+	l.Close()
+
+	var procs []*exec.Cmd
+	var logs []*bytes.Buffer
+	for _, s := range shop.Services {
+		args := []string{"shop", s, "--database-url", "sqlite://" + filepath.Join(dir, s+".db"), "--broker-url", srv.ClientURL()}
+		if s == shop.Orders {
+			args = append(args, "--http-addr", addr)
+		}
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1")
+		var log bytes.Buffer
+		cmd.Stderr = &log
+		testenv.Must(t, cmd.Start(), "start "+s)
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		procs, logs = append(procs, cmd), append(logs, &log)
+	}
+
+	var placed shop.OrderPlaced
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		body := `{"customer":"ann","sku":"mug","qty":1,"amount":1200}`
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/orders", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", `"cli-order-1"`)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false // not listening yet
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusCreated && json.NewDecoder(resp.Body).Decode(&placed) == nil
+	}, "POST /orders never succeeded")
+
+	var view shop.OrderView
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://%s/orders/%s", addr, placed.ID))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&view) == nil && view.State == shop.StateShippingReady
+	}, "order %s did not reach %s: %s", placed.ID, shop.StateShippingReady, testenv.Lazy(func() any { return view }))
+	if view.ChargeID == "" || view.ShipmentID == "" || len(view.History) < 4 {
+		t.Fatalf("completed order without its charge, shipment or history: %+v", view)
+	}
+
+	for i, cmd := range procs {
+		testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "SIGTERM")
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("courier shop %s after SIGTERM: %v\n%s", shop.Services[i], err, logs[i])
+		}
+	}
+}
