@@ -54,7 +54,7 @@ func (o *Orchestrator[D, TTx]) expire(ctx context.Context, tx TTx, id string) er
 		if err := o.send(ctx, tx, in, s.Compensate, nil); err != nil {
 			return err
 		}
-		in.rec.Deadline = o.deadline(s.CompensationTimeout)
+		in.rec.Deadline = o.deadline(resendWait(s.CompensationTimeout, in.rec.Attempts))
 		if err := o.record(ctx, tx, in, ev, rec.State, rec.State, "applied", "compensation of "+s.Name+" sent again"); err != nil {
 			return err
 		}
@@ -70,6 +70,23 @@ func (o *Orchestrator[D, TTx]) expire(ctx context.Context, tx TTx, id string) er
 	}
 	o.log.Warn("deadline passed", "saga_id", id, "step", s.Name, "phase", rec.Phase, "now", in.rec.State)
 	return o.save(ctx, tx, in, version)
+}
+
+// maxResendBackoff caps how many times longer than its timeout a command
+// sent again waits for its reply.
+const maxResendBackoff = 64
+
+// resendWait is how long the attempts-th send of a command waits for its
+// reply: timeout, then twice as long after each send, up to
+// maxResendBackoff times timeout. A receiver that is slow (overloaded,
+// retrying, restarting) is not flooded with copies it would only have to
+// skip.
+func resendWait(timeout time.Duration, attempts int) time.Duration {
+	factor := 1
+	for i := 1; i < attempts && factor < maxResendBackoff; i++ {
+		factor *= 2
+	}
+	return timeout * time.Duration(factor)
 }
 
 // Run fires deadlines every interval until ctx ends; errors are logged.

@@ -70,7 +70,9 @@ type Step[D any] struct {
 	// Compensated is the type of the reply that confirms the compensation.
 	Compensated string
 	// CompensationTimeout is how long to wait for that confirmation before
-	// sending the compensation again. Default: Timeout, or 30s.
+	// sending the compensation again. Default: Timeout, or 30s. Each
+	// compensation (and each retriable step's command) sent again waits
+	// twice as long as the previous send, up to 64 times the timeout.
 	CompensationTimeout time.Duration
 }
 
@@ -347,7 +349,7 @@ func (o *Orchestrator[D, TTx]) resend(ctx context.Context, tx TTx, in *inst[D], 
 	if err := o.send(ctx, tx, in, s.Command, &ev); err != nil {
 		return err
 	}
-	in.rec.Deadline = o.deadline(s.Timeout)
+	in.rec.Deadline = o.deadline(resendWait(s.Timeout, in.rec.Attempts))
 	return o.record(ctx, tx, in, ev, in.rec.State, in.rec.State, "applied", "retried: "+reason)
 }
 

@@ -301,8 +301,8 @@ func TestDeclinedPaymentCancelsAtOnce(t *testing.T) {
 }
 
 // A step that times out is compensated (it may have happened), its late
-// reply is ignored, and an unconfirmed compensation is sent again until it
-// is confirmed.
+// reply is ignored, and an unconfirmed compensation is sent again, each
+// copy waiting twice as long, until it is confirmed.
 func TestTimeoutCompensatesAndRetries(t *testing.T) {
 	each(t, func(t *testing.T, f *fixture) {
 		f.start("o5", 100)
@@ -322,6 +322,16 @@ func TestTimeoutCompensatesAndRetries(t *testing.T) {
 		f.advance(11 * time.Second) // the refund is not confirmed in time: send it again
 		if n, _ := f.orch.Expire(context.Background()); n != 1 {
 			t.Fatal("compensation not retried")
+		}
+		expect(t, f.commands("o5"), "RefundRequested")
+		// Each copy waits twice as long as the one before: 20s now.
+		f.advance(11 * time.Second)
+		if n, _ := f.orch.Expire(context.Background()); n != 0 {
+			t.Fatal("compensation sent again before its doubled wait")
+		}
+		f.advance(10 * time.Second)
+		if n, _ := f.orch.Expire(context.Background()); n != 1 {
+			t.Fatal("compensation not retried after its doubled wait")
 		}
 		expect(t, f.commands("o5"), "RefundRequested")
 		f.handle(reply("o5", "PaymentRefunded", ""))
