@@ -51,6 +51,13 @@ func Open(path string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	// One connection now, so that a new file is switched to WAL before the
+	// pool opens several at once: connections that meet a switch under way
+	// get SQLITE_BUSY at once, without waiting for the busy timeout.
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
 	return db, nil
 }
 
