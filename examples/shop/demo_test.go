@@ -20,6 +20,8 @@ func TestRunDemo(t *testing.T) {
 		rep, err := shop.RunDemo(context.Background(), shop.DemoConfig{
 			Databases: st.dbs, BrokerURL: st.brokerURL, Stream: st.stream, SubjectPrefix: st.prefix,
 			Orders: 100, Faults: map[string]shop.Faults{shop.Orders: f, shop.Payment: payment, shop.Inventory: f, shop.Shipping: shipping},
+			// Five vinyls for some twenty orders of one to three: certainly exhausted.
+			Stock:      map[string]int{"mug": 200, "tee": 200, "cap": 200, "poster": 200, "vinyl": 5},
 			ReplayRate: 0.1, Crash: shop.Payment, Timeout: time.Minute, Logger: testLogger(t),
 		})
 		testenv.Must(t, err, "demo")

@@ -204,7 +204,7 @@ func (st *stack) settle(t *testing.T, timeout time.Duration) *shop.Audit {
 		err := db.SQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM shop_orders WHERE status = 'open'`).Scan(&open)
 		testenv.Must(t, err, "count open orders")
 		return open == 0
-	}, "%d orders still open", testenv.Lazy(func() any { return open }))
+	}, "%v orders still open", testenv.Lazy(func() any { return open }))
 	a, err := shop.AuditShop(ctx, st.dbs)
 	testenv.Must(t, err, "audit")
 	for _, inv := range a.Invariants {
