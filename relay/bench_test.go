@@ -172,8 +172,8 @@ func BenchmarkWriters(b *testing.B) {
 				defer func() { cancel(); <-done }()
 				testenv.Eventually(b, 5*time.Second, func() bool { ok, _ := n.Arm(ctx); return ok }, "could not arm")
 			case "notify-always":
-				exec(`CREATE OR REPLACE FUNCTION courier_outbox_wake() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_notify('courier_outbox_' || TG_RELID::text, ''); RETURN NULL; END $$`)
+				exec("DROP TRIGGER courier_outbox_wake ON courier_outbox")
+				exec("CREATE TRIGGER courier_outbox_wake AFTER INSERT ON courier_outbox FOR EACH STATEMENT EXECUTE FUNCTION courier_outbox_wake()")
 			}
 			var next atomic.Int64
 			start := time.Now()
