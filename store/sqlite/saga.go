@@ -3,13 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
-	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/sqlsagas"
 )
 
 // SQLSagas returns the saga store (package saga) for database/sql
@@ -17,134 +14,10 @@ import (
 // with BEGIN IMMEDIATE, so transitions of one instance queue for the write
 // lock; the version check still guards against a transition whose load
 // happened in an earlier transaction.
-func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] { return sagas{db} }
-
-type sagas struct{ db *sql.DB }
-
-const sagaColumns = `saga_type, id, state, phase, step, pending, data, reason, deadline, attempts, version, created_at, updated_at`
-
-func (s sagas) InTx(ctx context.Context, fn func(*sql.Tx) error) error { return inTx(ctx, s.db, fn) }
-
-func micros(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return t.UnixMicro()
-}
-
-func (sagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error {
-	pending, err := json.Marshal(r.Pending)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO courier_sagas (`+sagaColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.Type, r.ID, r.State, r.Phase, r.Step, string(pending), nullText(r.Data), r.Reason, micros(r.Deadline), r.Attempts,
-		r.Version, r.CreatedAt.UnixMicro(), r.UpdatedAt.UnixMicro())
-	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE constraint failed") {
-			return store.ErrSagaExists
-		}
-		return fmt.Errorf("sqlite: create saga: %w", err)
-	}
-	return nil
-}
-
-func nullText(b []byte) any {
-	if len(b) == 0 {
-		return nil
-	}
-	return string(b)
-}
-
-func (sagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.SagaRecord, error) {
-	var r store.SagaRecord
-	var pending string
-	var data sql.NullString
-	var deadline sql.NullInt64
-	var created, updated int64
-	err := tx.QueryRowContext(ctx, `SELECT `+sagaColumns+` FROM courier_sagas WHERE saga_type = ? AND id = ?`, typ, id).
-		Scan(&r.Type, &r.ID, &r.State, &r.Phase, &r.Step, &pending, &data, &r.Reason, &deadline, &r.Attempts, &r.Version, &created, &updated)
-	if errors.Is(err, sql.ErrNoRows) {
-		return r, store.ErrNotFound
-	}
-	if err != nil {
-		return r, fmt.Errorf("sqlite: load saga: %w", err)
-	}
-	if err := json.Unmarshal([]byte(pending), &r.Pending); err != nil {
-		return r, fmt.Errorf("sqlite: saga %s pending compensations: %w", id, err)
-	}
-	if data.Valid {
-		r.Data = []byte(data.String)
-	}
-	if deadline.Valid {
-		t := time.UnixMicro(deadline.Int64).UTC()
-		r.Deadline = &t
-	}
-	r.CreatedAt, r.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
-	return r, nil
-}
-
-func (sagas) Update(ctx context.Context, tx *sql.Tx, r store.SagaRecord, expect int) (bool, error) {
-	pending, err := json.Marshal(r.Pending)
-	if err != nil {
-		return false, err
-	}
-	res, err := tx.ExecContext(ctx, `UPDATE courier_sagas SET state = ?, phase = ?, step = ?, pending = ?, data = ?, reason = ?,
-    deadline = ?, attempts = ?, version = ?, updated_at = ? WHERE saga_type = ? AND id = ? AND version = ?`,
-		r.State, r.Phase, r.Step, string(pending), nullText(r.Data), r.Reason, micros(r.Deadline), r.Attempts, r.Version,
-		r.UpdatedAt.UnixMicro(), r.Type, r.ID, expect)
-	if err != nil {
-		return false, fmt.Errorf("sqlite: update saga: %w", err)
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
-}
-
-func (sagas) Record(ctx context.Context, tx *sql.Tx, e store.SagaEvent) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO courier_saga_history
-    (saga_type, saga_id, at, event_id, event_type, from_state, to_state, outcome, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.Type, e.SagaID, e.At.UnixMicro(), e.EventID, e.EventType, e.From, e.To, e.Outcome, e.Reason)
-	if err != nil {
-		return fmt.Errorf("sqlite: record saga event: %w", err)
-	}
-	return nil
-}
-
-func (s sagas) History(ctx context.Context, typ, id string) ([]store.SagaEvent, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT at, event_id, event_type, from_state, to_state, outcome, reason
-FROM courier_saga_history WHERE saga_type = ? AND saga_id = ? ORDER BY seq`, typ, id)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: saga history: %w", err)
-	}
-	defer rows.Close()
-	var out []store.SagaEvent
-	for rows.Next() {
-		e := store.SagaEvent{Type: typ, SagaID: id}
-		var at int64
-		if err := rows.Scan(&at, &e.EventID, &e.EventType, &e.From, &e.To, &e.Outcome, &e.Reason); err != nil {
-			return nil, fmt.Errorf("sqlite: saga history: %w", err)
-		}
-		e.At = time.UnixMicro(at).UTC()
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
-func (s sagas) Due(ctx context.Context, typ string, now time.Time, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id FROM courier_sagas
-WHERE saga_type = ? AND deadline IS NOT NULL AND deadline <= ? AND phase IN ('running', 'compensating')
-ORDER BY deadline LIMIT ?`, typ, now.UnixMicro(), limit)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: due sagas: %w", err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] {
+	return sqlsagas.New(db, sqlsagas.Dialect{
+		Name:        "sqlite",
+		InTx:        func(ctx context.Context, fn func(*sql.Tx) error) error { return inTx(ctx, db, fn) },
+		IsDuplicate: func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
+	})
 }
