@@ -61,3 +61,40 @@ func Latest(ms []Migration) int {
 	}
 	return ms[len(ms)-1].Version
 }
+
+// CheckVersion compares a database's schema version v with the latest
+// version ms holds. It returns nil when they are equal, an error wrapping
+// [ErrSchemaOutdated] that says to run `courier migrate` (or migrateCall,
+// the dialect's Go function) when v is behind, and one wrapping
+// [ErrSchemaNewer] when the database is ahead of this binary.
+func CheckVersion(v int, ms []Migration, migrateCall string) error {
+	latest := Latest(ms)
+	switch {
+	case v < latest:
+		return fmt.Errorf("%w: the database is at version %d, courier needs %d; run `courier migrate` (or %s)", ErrSchemaOutdated, v, latest, migrateCall)
+	case v > latest:
+		return fmt.Errorf("%w: the database is at version %d, this courier knows up to %d; upgrade courier", ErrSchemaNewer, v, latest)
+	}
+	return nil
+}
+
+// ExportScripts turns ms into standalone scripts for an external migration
+// tool: a comment naming the migration and the database, versionTable (the
+// DDL that creates courier_schema_migrations if missing), the migration,
+// and the statement record returns, which records the version so that
+// Courier's own schema check agrees afterwards.
+func ExportScripts(ms []Migration, database, versionTable string, record func(m Migration) string) []Migration {
+	out := make([]Migration, len(ms))
+	for i, m := range ms {
+		var b strings.Builder
+		fmt.Fprintf(&b, "-- courier migration %04d_%s (%s)\n", m.Version, m.Name, database)
+		b.WriteString(versionTable)
+		b.WriteString("\n\n")
+		b.WriteString(strings.TrimSpace(m.SQL))
+		b.WriteString("\n\n")
+		b.WriteString(record(m))
+		b.WriteString("\n")
+		out[i] = Migration{Version: m.Version, Name: m.Name, SQL: b.String()}
+	}
+	return out
+}

@@ -193,14 +193,7 @@ func CheckSchema(ctx context.Context, q Querier) error {
 	if err != nil {
 		return err
 	}
-	latest := store.Latest(Migrations())
-	switch {
-	case v < latest:
-		return fmt.Errorf("%w: the database is at version %d, courier needs %d; run `courier migrate` (or mysql.Migrate)", store.ErrSchemaOutdated, v, latest)
-	case v > latest:
-		return fmt.Errorf("%w: the database is at version %d, this courier knows up to %d; upgrade courier", store.ErrSchemaNewer, v, latest)
-	}
-	return nil
+	return store.CheckVersion(v, Migrations(), "mysql.Migrate")
 }
 
 // ExportSQL returns each migration as a standalone script for an external
@@ -210,16 +203,7 @@ func CheckSchema(ctx context.Context, q Querier) error {
 // statements: run it with the mysql client or a tool that splits
 // statements, or on a connection with multiStatements=true.
 func ExportSQL() []store.Migration {
-	ms := Migrations()
-	out := make([]store.Migration, len(ms))
-	for i, m := range ms {
-		var b strings.Builder
-		fmt.Fprintf(&b, "-- courier migration %04d_%s (MySQL 8.0, MariaDB 10.6+)\n", m.Version, m.Name)
-		b.WriteString(versionTable)
-		b.WriteString("\n\n")
-		b.WriteString(strings.TrimSpace(m.SQL))
-		fmt.Fprintf(&b, "\n\nINSERT IGNORE INTO courier_schema_migrations (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));\n", m.Version, m.Name)
-		out[i] = store.Migration{Version: m.Version, Name: m.Name, SQL: b.String()}
-	}
-	return out
+	return store.ExportScripts(Migrations(), "MySQL 8.0, MariaDB 10.6+", versionTable, func(m store.Migration) string {
+		return fmt.Sprintf("INSERT IGNORE INTO courier_schema_migrations (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));", m.Version, m.Name)
+	})
 }

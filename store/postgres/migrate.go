@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -121,14 +120,7 @@ func CheckSchema(ctx context.Context, q Querier) error {
 	if err != nil {
 		return err
 	}
-	latest := store.Latest(Migrations())
-	switch {
-	case v < latest:
-		return fmt.Errorf("%w: the database is at version %d, courier needs %d; run `courier migrate` (or postgres.Migrate)", store.ErrSchemaOutdated, v, latest)
-	case v > latest:
-		return fmt.Errorf("%w: the database is at version %d, this courier knows up to %d; upgrade courier", store.ErrSchemaNewer, v, latest)
-	}
-	return nil
+	return store.CheckVersion(v, Migrations(), "postgres.Migrate")
 }
 
 // ExportSQL returns each migration as a standalone script for an external
@@ -136,16 +128,7 @@ func CheckSchema(ctx context.Context, q Querier) error {
 // followed by the statements that record it in courier_schema_migrations, so
 // Courier's own schema check agrees afterwards.
 func ExportSQL() []store.Migration {
-	ms := Migrations()
-	out := make([]store.Migration, len(ms))
-	for i, m := range ms {
-		var b strings.Builder
-		fmt.Fprintf(&b, "-- courier migration %04d_%s (PostgreSQL)\n", m.Version, m.Name)
-		b.WriteString(versionTable)
-		b.WriteString("\n\n")
-		b.WriteString(strings.TrimSpace(m.SQL))
-		fmt.Fprintf(&b, "\n\nINSERT INTO courier_schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;\n", m.Version, m.Name)
-		out[i] = store.Migration{Version: m.Version, Name: m.Name, SQL: b.String()}
-	}
-	return out
+	return store.ExportScripts(Migrations(), "PostgreSQL", versionTable, func(m store.Migration) string {
+		return fmt.Sprintf("INSERT INTO courier_schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;", m.Version, m.Name)
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/courier-go/courier/store"
@@ -110,14 +109,7 @@ func CheckSchema(ctx context.Context, q Querier) error {
 	if err != nil {
 		return err
 	}
-	latest := store.Latest(Migrations())
-	switch {
-	case v < latest:
-		return fmt.Errorf("%w: the database is at version %d, courier needs %d; run `courier migrate` (or sqlite.Migrate)", store.ErrSchemaOutdated, v, latest)
-	case v > latest:
-		return fmt.Errorf("%w: the database is at version %d, this courier knows up to %d; upgrade courier", store.ErrSchemaNewer, v, latest)
-	}
-	return nil
+	return store.CheckVersion(v, Migrations(), "sqlite.Migrate")
 }
 
 // ExportSQL returns each migration as a standalone script for an external
@@ -126,16 +118,7 @@ func CheckSchema(ctx context.Context, q Querier) error {
 // Courier's own schema check agrees afterwards. Run each script once, in one
 // transaction, as those tools do.
 func ExportSQL() []store.Migration {
-	ms := Migrations()
-	out := make([]store.Migration, len(ms))
-	for i, m := range ms {
-		var b strings.Builder
-		fmt.Fprintf(&b, "-- courier migration %04d_%s (SQLite)\n", m.Version, m.Name)
-		b.WriteString(versionTable)
-		b.WriteString("\n\n")
-		b.WriteString(strings.TrimSpace(m.SQL))
-		fmt.Fprintf(&b, "\n\nINSERT OR IGNORE INTO courier_schema_migrations (version, name) VALUES (%d, '%s');\n", m.Version, m.Name)
-		out[i] = store.Migration{Version: m.Version, Name: m.Name, SQL: b.String()}
-	}
-	return out
+	return store.ExportScripts(Migrations(), "SQLite", versionTable, func(m store.Migration) string {
+		return fmt.Sprintf("INSERT OR IGNORE INTO courier_schema_migrations (version, name) VALUES (%d, '%s');", m.Version, m.Name)
+	})
 }
