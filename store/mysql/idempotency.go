@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // maxKeyPart is the longest scope or key courier_idempotency_keys holds, in
@@ -103,7 +104,7 @@ func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, 
 func (s sqlIdem) claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
 	rec := store.KeyRecord{Scope: c.Scope, Key: c.Key}
 	var mine bool
-	fp, owner := payloadBytes(c.Fingerprint), c.Owner.String()
+	fp, owner := columns.Payload(c.Fingerprint), c.Owner.String()
 	lockUS, retainUS := c.LockFor.Microseconds(), c.Retain.Microseconds()
 	err := inTx(ctx, s.db, readCommitted(), "", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, lockKeySQL, c.Scope, c.Key, fp, owner, lockUS, retainUS); err != nil {
@@ -145,7 +146,7 @@ func (sqlIdem) Complete(ctx context.Context, tx *sql.Tx, scope, key string, owne
 	if err != nil {
 		return false, fmt.Errorf("mysql: complete idempotency key: encode headers: %w", err)
 	}
-	res, err := tx.ExecContext(ctx, completeKeySQL, resp.Status, h, payloadBytes(resp.Body), scope, key, owner.String())
+	res, err := tx.ExecContext(ctx, completeKeySQL, resp.Status, h, columns.Payload(resp.Body), scope, key, owner.String())
 	if err != nil {
 		return false, fmt.Errorf("mysql: complete idempotency key: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // maxConsumer is the longest consumer name courier_inbox holds, in bytes.
@@ -110,7 +111,7 @@ func (c consumerStore) Park(ctx context.Context, p store.Parked) error {
 	if err != nil {
 		return fmt.Errorf("mysql: park delivery: encode history: %w", err)
 	}
-	_, err = c.db.ExecContext(ctx, parkSQL, p.Consumer, p.MessageID, p.Subject, headers, payloadBytes(p.Payload),
+	_, err = c.db.ExecContext(ctx, parkSQL, p.Consumer, p.MessageID, p.Subject, headers, columns.Payload(p.Payload),
 		p.Reason, p.Error, p.Attempts, hist)
 	if err != nil {
 		return fmt.Errorf("mysql: park delivery: %w", err)

@@ -3,13 +3,13 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at"
@@ -60,43 +60,18 @@ func insertChunk(ctx context.Context, tx *sql.Tx, chunk []courier.Message) error
 	args := make([]any, 0, len(chunk)*9)
 	for i := range chunk {
 		m := &chunk[i]
-		h, err := headersJSON(m.Headers)
-		if err != nil {
-			return err
-		}
+		h := columns.HeadersText(m.Headers)
 		if i > 0 {
 			q.WriteString(", ")
 		}
 		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
-		args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payloadBytes(m.Payload), h,
+		args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h,
 			formatTime(m.OccurredAt))
 	}
 	if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
 		return fmt.Errorf("mysql: insert %d outbox messages: %w", len(chunk), err)
 	}
 	return nil
-}
-
-// payloadBytes never returns nil: the payload column is NOT NULL, and an
-// empty payload is a payload.
-func payloadBytes(p []byte) []byte {
-	if p == nil {
-		return []byte{}
-	}
-	return p
-}
-
-// headersJSON encodes headers for the headers column; nil (NULL) when there
-// are none.
-func headersJSON(h map[string]string) (any, error) {
-	if len(h) == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: encode headers: %w", err)
-	}
-	return string(b), nil
 }
 
 // datetimeLayout is DATETIME(6) as text.

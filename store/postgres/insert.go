@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at"
@@ -32,11 +32,8 @@ type pgxInserter struct{}
 func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message) error {
 	if len(msgs) == 1 {
 		m := &msgs[0]
-		h, err := headersJSON(m.Headers)
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, insertOne, [16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), h, m.OccurredAt)
+		h := columns.HeadersJSON(m.Headers)
+		_, err := tx.Exec(ctx, insertOne, [16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt)
 		if err != nil {
 			return fmt.Errorf("postgres: insert outbox message: %w", err)
 		}
@@ -58,16 +55,13 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 	)
 	for i := range msgs {
 		m := &msgs[i]
-		h, err := headersJSON(m.Headers)
-		if err != nil {
-			return err
-		}
+		h := columns.HeadersJSON(m.Headers)
 		if h != nil {
 			s := string(h)
 			headers[i] = &s
 		}
 		ids[i], topics[i], keys[i], types[i] = [16]byte(m.ID), m.Topic, m.Key, m.Type
-		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, payload(m), m.OccurredAt
+		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, columns.Payload(m.Payload), m.OccurredAt
 	}
 	_, err := tx.Exec(ctx, insertMany, ids, topics, keys, types, versions, cts, payloads, headers, times)
 	if err != nil {
@@ -97,11 +91,8 @@ func QueueMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message)
 		if err := m.Validate(limits); err != nil {
 			return fmt.Errorf("postgres: message %d of %d: %w", i+1, len(msgs), err)
 		}
-		h, err := headersJSON(m.Headers)
-		if err != nil {
-			return err
-		}
-		args[i] = []any{[16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), h, m.OccurredAt}
+		h := columns.HeadersJSON(m.Headers)
+		args[i] = []any{[16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt}
 	}
 	for _, a := range args {
 		b.Queue(insertOne, a...)
@@ -127,44 +118,17 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 		args := make([]any, 0, len(chunk)*9)
 		for i := range chunk {
 			m := &chunk[i]
-			h, err := headersJSON(m.Headers)
-			if err != nil {
-				return err
-			}
-			var hv any
-			if h != nil {
-				hv = string(h)
-			}
+			hv := columns.HeadersText(m.Headers)
 			if i > 0 {
 				q.WriteString(", ")
 			}
 			n := len(args)
 			fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
-			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payload(m), hv, m.OccurredAt)
+			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), hv, m.OccurredAt)
 		}
 		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
 			return fmt.Errorf("postgres: insert %d outbox messages: %w", len(chunk), err)
 		}
 	}
 	return nil
-}
-
-// payload is the message's payload, empty rather than NULL when it has none.
-func payload(m *courier.Message) []byte {
-	if m.Payload == nil {
-		return []byte{}
-	}
-	return m.Payload
-}
-
-// headersJSON encodes headers for the jsonb column; nil when there are none.
-func headersJSON(h map[string]string) ([]byte, error) {
-	if len(h) == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: encode headers: %w", err)
-	}
-	return b, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // claimKeySQL inserts the record, or takes over an in-flight one whose lock
@@ -54,7 +55,7 @@ func (s *sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord,
 	err := s.turn.run(ctx, func() error {
 		return immediate(ctx, s.db, func(conn *sql.Conn) error {
 			now := time.Now()
-			if _, err := conn.ExecContext(ctx, claimKeySQL, c.Scope, c.Key, payloadBytes(c.Fingerprint), c.Owner.String(),
+			if _, err := conn.ExecContext(ctx, claimKeySQL, c.Scope, c.Key, columns.Payload(c.Fingerprint), c.Owner.String(),
 				now.Add(c.LockFor).UnixMicro(), now.UnixMicro(), now.Add(c.Retain).UnixMicro()); err != nil {
 				return err
 			}
@@ -95,7 +96,7 @@ func (*sqlIdem) Complete(ctx context.Context, tx *sql.Tx, scope, key string, own
 	if err != nil {
 		return false, fmt.Errorf("sqlite: complete idempotency key: encode headers: %w", err)
 	}
-	res, err := tx.ExecContext(ctx, completeKeySQL, resp.Status, h, payloadBytes(resp.Body), scope, key, owner.String())
+	res, err := tx.ExecContext(ctx, completeKeySQL, resp.Status, h, columns.Payload(resp.Body), scope, key, owner.String())
 	if err != nil {
 		return false, fmt.Errorf("sqlite: complete idempotency key: %w", err)
 	}

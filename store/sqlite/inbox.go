@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // markSQL inserts a dedup marker unless it exists. The transaction it runs
@@ -115,7 +116,7 @@ func (c consumerStore) Park(ctx context.Context, p store.Parked) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: park delivery: encode history: %w", err)
 	}
-	_, err = c.db.ExecContext(ctx, parkSQL, p.Consumer, p.MessageID, p.Subject, headers, payloadBytes(p.Payload),
+	_, err = c.db.ExecContext(ctx, parkSQL, p.Consumer, p.MessageID, p.Subject, headers, columns.Payload(p.Payload),
 		p.Reason, p.Error, p.Attempts, hist, time.Now().UnixMicro())
 	if err != nil {
 		return fmt.Errorf("sqlite: park delivery: %w", err)

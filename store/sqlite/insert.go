@@ -3,13 +3,13 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at"
@@ -34,15 +34,12 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 		args := make([]any, 0, len(chunk)*10)
 		for i := range chunk {
 			m := &chunk[i]
-			h, err := headersJSON(m.Headers)
-			if err != nil {
-				return err
-			}
+			h := columns.HeadersText(m.Headers)
 			if i > 0 {
 				q.WriteString(", ")
 			}
 			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, payloadBytes(m.Payload), h,
+			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h,
 				m.OccurredAt.UnixMicro(), now)
 		}
 		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
@@ -50,26 +47,4 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 		}
 	}
 	return nil
-}
-
-// payloadBytes never returns nil: the payload column is NOT NULL, and an
-// empty payload is a payload.
-func payloadBytes(p []byte) []byte {
-	if p == nil {
-		return []byte{}
-	}
-	return p
-}
-
-// headersJSON encodes headers for the headers column; nil (NULL) when there
-// are none.
-func headersJSON(h map[string]string) (any, error) {
-	if len(h) == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: encode headers: %w", err)
-	}
-	return string(b), nil
 }
