@@ -94,16 +94,16 @@ func TestMigrateNeedsDatabase(t *testing.T) {
 	}
 }
 
-// A lost claim lock row (someone emptied the table) is named, with the fix.
+// A lost claim turn row (someone emptied the table) is named, with the fix.
 func TestClaimLockRowMissing(t *testing.T) {
 	my := testenv.MySQL(t, true)
 	ctx := context.Background()
 	st, err := mysql.NewStore(ctx, my.DB, mysql.StoreConfig{})
 	testenv.Must(t, err, "store")
-	_, err = my.DB.ExecContext(ctx, "DELETE FROM courier_outbox_claim_lock")
-	testenv.Must(t, err, "delete lock row")
+	_, err = my.DB.ExecContext(ctx, "DELETE FROM courier_outbox_claimer")
+	testenv.Must(t, err, "delete turn row")
 	if _, err := st.Claim(ctx, "r", 10, time.Minute); err == nil || !strings.Contains(err.Error(), "run Migrate") {
-		t.Fatalf("Claim without the lock row = %v, want an error saying to run Migrate", err)
+		t.Fatalf("Claim without the turn row = %v, want an error saying to run Migrate", err)
 	}
 	_, err = my.DB.ExecContext(ctx, "DELETE FROM courier_schema_migrations")
 	testenv.Must(t, err, "forget migrations")

@@ -20,40 +20,48 @@
 //
 // # Claiming
 //
-// A claim is one READ COMMITTED transaction that first locks the single row
-// of courier_outbox_claim_lock (SELECT … FOR UPDATE), so claims run one
-// after another, and then
+// Claims take turns. A claim takes the turn with one autocommit UPDATE of
+// the single row of courier_outbox_claimer (holder, until), which succeeds
+// only once the previous turn has ended, and then
 //
-//  1. deletes the expired leases;
-//  2. reads the ids and keys of the oldest rows that are neither leased nor
-//     waiting for a retry (a primary-key range scan; the leased ids, unpacked
-//     from the leases' JSON arrays with JSON_TABLE, are a materialised NOT IN
-//     subquery), the keys of the remaining leases and the keys of rows
-//     waiting for a retry (an index range on retry_at);
-//  3. keeps, in id order, the rows whose key is not blocked (so a key's
-//     claimed rows are always the oldest of its pending rows, and no key is
-//     in two leases), inserts one lease row holding their ids and keys, reads
-//     their contents and commits.
+//  1. reads the server's clock once; every later statement of the claim
+//     uses that reading, so a retry that comes due during the claim is
+//     pending for all of them;
+//  2. reads the held keys, those of live leases and of rows waiting for a
+//     retry (an index range on retry_at), and deletes the expired leases
+//     that no Complete holds locked (FOR UPDATE SKIP LOCKED);
+//  3. scans the free rows (not waiting for a retry) in id order, in chunks
+//     (a primary-key range scan), and keeps those whose key is not held,
+//     skipping held keys' rows as it meets them, so that a held key's
+//     backlog hides no other key's row (up to max(100×limit, 100,000) rows
+//     looked at, stopping once limit rows are kept); a key's claimed rows
+//     are always the oldest of its pending rows, and no key is in two
+//     leases;
+//  4. records one lease row holding their ids and keys with an INSERT …
+//     SELECT that locks the turn's row and inserts only while the turn is
+//     still its own, ends the turn, and reads the rows' contents.
 //
-// READ COMMITTED makes every read after the lock see all that committed
-// before it, whatever MySQL's default isolation; it needs binlog_format ROW
-// or MIXED (the defaults) when binary logging is on. Keys are compared in
-// Go, never in SQL, so no collation can merge two keys.
+// The held keys are read before the free rows: a Complete that commits in
+// between and releases a key's rows leaves the key held for this claim,
+// which so never claims a later row ahead of the released one (each
+// statement sees a fresh snapshot under READ COMMITTED). Keys are compared
+// in Go, never in SQL, so no collation can merge two keys.
 //
-// SKIP LOCKED is available on both servers, and is not enough for per-key
-// order for the reason PostgreSQL's documentation gives: a claimer that
-// skips rows another claimer has locked but not committed cannot tell that
-// they belong to a key it is about to claim later rows of. The lock row is
-// chosen over GET_LOCK because it is transaction-scoped: COMMIT, ROLLBACK or
-// a dropped connection release it, so it can never be left behind on a
-// pooled connection nor be confused by a proxy that multiplexes sessions
-// (ProxySQL), and it lives in the outbox's own database, where GET_LOCK
-// names are server-wide. A claim
-// holds it for a few milliseconds; publishing and completing, the slow
-// parts, run in parallel. Complete locks its lease row (SELECT … FOR UPDATE)
-// before checking it, so a claim that would drop that lease as expired waits
-// for the outcome instead of racing it. Migrate, which must also work before
-// the lock table exists, uses GET_LOCK.
+// No transaction of a claim spans more than one statement, so a relay
+// frozen at any point of its claim (SIGSTOP, a paused VM, a host gone
+// silent) holds up the other relays' claims only until its turn runs out,
+// 3 seconds after it began, and never holds a lock they wait for. A claim
+// that outlives its turn records nothing and is tried again.
+//
+// SKIP LOCKED alone is not enough for per-key order, for the reason
+// PostgreSQL's documentation gives: a claimer that skips rows another
+// claimer has locked but not committed cannot tell that they belong to a
+// key it is about to claim later rows of. Complete locks its lease row
+// (SELECT … FOR UPDATE) before checking it, so the removal of an expired
+// lease skips a lease whose outcome is being recorded. Migrate, which must
+// also work before the tables exist, uses GET_LOCK. Every transaction is
+// READ COMMITTED, whatever MySQL's default isolation; it needs
+// binlog_format ROW or MIXED (the defaults) when binary logging is on.
 //
 // # Inbox and idempotency keys
 //
@@ -92,7 +100,9 @@ package mysql
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,6 +110,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/claims"
 )
 
 // StoreConfig tunes a Store. The zero value is ready to use.
@@ -136,40 +147,59 @@ func NewStore(ctx context.Context, db *sql.DB, cfg StoreConfig) (*Store, error) 
 // latest committed rows.
 func readCommitted() *sql.TxOptions { return &sql.TxOptions{Isolation: sql.LevelReadCommitted} }
 
-const lockSQL = `SELECT id FROM courier_outbox_claim_lock WHERE id = 1 FOR UPDATE`
-
-const expiredSQL = `DELETE FROM courier_outbox_leases WHERE until <= UTC_TIMESTAMP(6)`
-
-// windowSQL reads the oldest rows that are not leased and not waiting for a
-// retry, at most ?. Expired leases are gone by now: every lease is live.
-// FORCE INDEX keeps the scan in id order, stopping at the limit: once rows
-// are being deleted MariaDB's optimizer otherwise reads every pending row
-// through courier_outbox_retry and sorts them, 10–30 ms per claim at 50,000
-// pending rows instead of 2.
-const windowSQL = `SELECT o.id, o.ordering_key FROM courier_outbox AS o FORCE INDEX (PRIMARY)
-WHERE (o.retry_at IS NULL OR o.retry_at <= UTC_TIMESTAMP(6))
-  AND o.id NOT IN (
-    SELECT j.id FROM courier_outbox_leases AS l,
-           JSON_TABLE(l.ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
-    WHERE j.id IS NOT NULL)
-ORDER BY o.id
-LIMIT ?`
-
-// The blocked keys are decoded and compared in Go.
+// A claim's turn: see migration 0005. takeTurnSQL succeeds (one row
+// affected, whatever the DSN's clientFoundRows, since holder always changes)
+// only when the previous turn has ended.
 const (
-	leaseKeysSQL = `SELECT ordering_keys FROM courier_outbox_leases`
-	retryKeysSQL = `SELECT ordering_key FROM courier_outbox WHERE retry_at > UTC_TIMESTAMP(6)`
+	takeTurnSQL = `UPDATE courier_outbox_claimer SET holder = ?, until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE id = 1 AND until <= UTC_TIMESTAMP(6)`
+	endTurnSQL = `UPDATE courier_outbox_claimer SET until = '1970-01-01 00:00:00' WHERE id = 1 AND holder = ?`
+	nowSQL     = `SELECT UTC_TIMESTAMP(6)`
 )
 
+// claimTurn bounds a claim: a claim that has not recorded its lease by then
+// records nothing (the next turn may have begun), and a relay frozen during
+// its turn holds up the other claims at most this long.
+const claimTurn = 3 * time.Second
+
+// The held keys: those of live leases and of rows waiting for a retry.
+// Expired leases are listed too, so the claim can remove them. Keys are
+// decoded and compared in Go, never in SQL, so no collation can merge two
+// keys.
+const (
+	leasesSQL    = `SELECT id, until > ?, ordering_keys FROM courier_outbox_leases`
+	retryKeysSQL = `SELECT ordering_key FROM courier_outbox WHERE retry_at > ?`
+)
+
+// expiredSQL locks the expired leases no one else is removing. Completes
+// lock their own lease, so a frozen relay's Complete is skipped, not waited
+// for.
+const expiredSQL = `SELECT id FROM courier_outbox_leases WHERE until <= ? FOR UPDATE SKIP LOCKED`
+
+// scanSQL reads the free rows (not waiting for a retry) after an id, oldest
+// first. Leased rows are among them; their keys are held, so the claim
+// skips them with the rest of their keys' rows. FORCE INDEX keeps the scan
+// in id order, stopping at the limit: once rows are being deleted MariaDB's
+// optimizer otherwise reads every pending row through courier_outbox_retry
+// and sorts them, 10–30 ms per claim at 50,000 pending rows instead of 2.
+const scanSQL = `SELECT id, ordering_key FROM courier_outbox FORCE INDEX (PRIMARY)
+WHERE id > ? AND (retry_at IS NULL OR retry_at <= ?)
+ORDER BY id
+LIMIT ?`
+
+// leaseSQL records a claim's lease while its turn is still its own: the
+// locking read of the turn's row makes a claimer that takes the next turn
+// wait for this statement, and then see the lease.
 const leaseSQL = `INSERT INTO courier_outbox_leases (owner, until, ids, ordering_keys, created_at)
-VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?, UTC_TIMESTAMP(6))`
+SELECT ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?, UTC_TIMESTAMP(6)
+FROM courier_outbox_claimer WHERE id = 1 AND holder = ? AND until > UTC_TIMESTAMP(6)
+FOR UPDATE`
 
 const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version,
        content_type, payload, headers, occurred_at
 FROM courier_outbox WHERE id IN (%s) ORDER BY id`
 
-// claimWindow is how many candidate rows a claim of limit rows looks at.
-func claimWindow(limit int) int { return max(4*limit, 1000) }
+const dropLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ?`
 
 // Claim implements store.RelayStore.
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
@@ -185,108 +215,211 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 
 func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
 	var batch store.Batch
-	tx, err := s.db.BeginTx(ctx, readCommitted())
+	token, err := s.takeTurn(ctx)
 	if err != nil {
 		return batch, err
 	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	var one int
-	if err := tx.QueryRowContext(ctx, lockSQL).Scan(&one); errors.Is(err, sql.ErrNoRows) {
-		return batch, errors.New("the row of courier_outbox_claim_lock is missing: run Migrate (or `courier migrate`) again to restore it")
-	} else if err != nil {
-		return batch, fmt.Errorf("lock: %w", err)
+	ended := false
+	endTurn := func() {
+		if !ended {
+			ended = true
+			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTurn)
+			defer cancel()
+			_, _ = s.db.ExecContext(ectx, endTurnSQL, token) // else the turn runs out by itself
+		}
 	}
-	if _, err := tx.ExecContext(ctx, expiredSQL); err != nil {
-		return batch, fmt.Errorf("drop expired leases: %w", err)
+	defer endTurn()
+
+	// One clock reading for every statement: a retry that comes due during
+	// the claim is not due for any of them.
+	var now time.Time
+	if err := s.db.QueryRowContext(ctx, nowSQL).Scan(&utcTime{t: &now}); err != nil {
+		return batch, fmt.Errorf("read the clock: %w", err)
 	}
-	type cand struct {
-		id  int64
-		key string
-	}
-	var cands []cand
-	err = queryEach(ctx, tx, windowSQL, []any{claimWindow(limit)}, func(rows *sql.Rows) error {
-		var c cand
-		if err := rows.Scan(&c.id, &c.key); err != nil {
+	nowArg := now.Format(dateTimeLayout)
+
+	// The held keys first, the free rows after (see store/internal/claims).
+	held := make(map[string]struct{})
+	expired := false
+	err = queryEach(ctx, s.db, leasesSQL, []any{nowArg}, func(rows *sql.Rows) error {
+		var (
+			id   int64
+			live bool
+			raw  []byte
+		)
+		if err := rows.Scan(&id, &live, &raw); err != nil {
 			return err
 		}
-		cands = append(cands, c)
-		return nil
-	})
-	if err != nil {
-		return batch, fmt.Errorf("scan pending: %w", err)
-	}
-	if len(cands) == 0 {
-		return batch, tx.Commit() // keeps the deletion of expired leases
-	}
-	blocked := make(map[string]struct{})
-	err = queryEach(ctx, tx, leaseKeysSQL, nil, func(rows *sql.Rows) error {
-		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
-			return err
+		if !live {
+			expired = true
+			return nil
 		}
 		var keys []string
 		if err := json.Unmarshal(raw, &keys); err != nil {
-			return fmt.Errorf("decode lease keys: %w", err)
+			return fmt.Errorf("decode the keys of lease %d: %w", id, err)
 		}
 		for _, k := range keys {
-			blocked[k] = struct{}{}
+			held[k] = struct{}{}
 		}
 		return nil
 	})
 	if err != nil {
 		return batch, fmt.Errorf("read leased keys: %w", err)
 	}
-	err = queryEach(ctx, tx, retryKeysSQL, nil, func(rows *sql.Rows) error {
+	err = queryEach(ctx, s.db, retryKeysSQL, []any{nowArg}, func(rows *sql.Rows) error {
 		var k string
 		if err := rows.Scan(&k); err != nil {
 			return err
 		}
-		blocked[k] = struct{}{}
+		held[k] = struct{}{}
 		return nil
 	})
 	if err != nil {
 		return batch, fmt.Errorf("read keys waiting for a retry: %w", err)
 	}
-
-	// In id order, the rows of keys nobody holds: each key's claimed rows are
-	// its oldest pending rows.
-	ids := make([]int64, 0, limit)
-	keys := make([]string, 0, limit)
-	taken := make(map[string]struct{}, limit)
-	for _, c := range cands {
-		if len(ids) == limit {
-			break
-		}
-		if _, ok := blocked[c.key]; ok {
-			continue
-		}
-		ids = append(ids, c.id)
-		if _, ok := taken[c.key]; !ok {
-			taken[c.key] = struct{}{}
-			keys = append(keys, c.key)
+	if expired {
+		if err := s.dropExpired(ctx, nowArg); err != nil {
+			return batch, fmt.Errorf("drop expired leases: %w", err)
 		}
 	}
+
+	pick := claims.NewPicker(held, limit)
+	window := claims.Window(limit)
+	after, chunk := int64(0), max(2*limit, 500)
+	for pick.Examined < window {
+		n := 0
+		full := false
+		err := queryEach(ctx, s.db, scanSQL, []any{after, nowArg, chunk}, func(rows *sql.Rows) error {
+			var key string
+			if err := rows.Scan(&after, &key); err != nil {
+				return err
+			}
+			n++
+			if !full {
+				full = pick.Offer(after, key)
+			}
+			return nil
+		})
+		if err != nil {
+			return batch, fmt.Errorf("scan pending: %w", err)
+		}
+		if full || n < chunk {
+			break
+		}
+		chunk = min(2*chunk, 16384)
+	}
+	ids := pick.IDs()
 	if len(ids) == 0 {
-		return batch, tx.Commit()
+		return batch, nil
 	}
 	idsJSON, err := json.Marshal(ids)
 	if err != nil {
 		return batch, err
 	}
-	keysJSON, err := json.Marshal(keys)
+	keysJSON, err := json.Marshal(pick.Keys())
 	if err != nil {
 		return batch, err
 	}
-	res, err := tx.ExecContext(ctx, leaseSQL, owner, lease.Microseconds(), string(idsJSON), string(keysJSON))
+	res, err := s.db.ExecContext(ctx, leaseSQL, owner, lease.Microseconds(), string(idsJSON), string(keysJSON), token)
 	if err != nil {
 		return batch, fmt.Errorf("record lease: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return batch, fmt.Errorf("record lease: %w", err)
+	} else if n == 0 {
+		return batch, fmt.Errorf("the claim took longer than its turn (%s) and recorded nothing; it is tried again", claimTurn)
 	}
 	if batch.Lease, err = res.LastInsertId(); err != nil {
 		return batch, fmt.Errorf("record lease: %w", err)
 	}
+	endTurn()
+
+	// The rows are leased to owner now; reading them holds no lock.
+	if batch.Records, err = s.readRows(ctx, ids); err != nil {
+		return batch, err
+	}
+	if len(batch.Records) == 0 { // all published meanwhile by a relay whose lease ran out
+		_, err := s.db.ExecContext(ctx, dropLeaseSQL, batch.Lease)
+		return store.Batch{}, err
+	}
+	return batch, nil
+}
+
+// dateTimeLayout formats a time as a DATETIME(6) literal.
+const dateTimeLayout = "2006-01-02 15:04:05.000000"
+
+// takeTurn waits until the previous claim's turn has ended and takes the
+// next one, returning the token that names it.
+func (s *Store) takeTurn(ctx context.Context) (string, error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	const firstWait = 500 * time.Microsecond
+	wait := firstWait
+	for {
+		res, err := s.db.ExecContext(ctx, takeTurnSQL, token, claimTurn.Microseconds())
+		if err != nil {
+			return "", fmt.Errorf("take a turn: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return "", fmt.Errorf("take a turn: %w", err)
+		}
+		if n == 1 {
+			return token, nil
+		}
+		var exists int
+		if wait == firstWait { // a turn never taken: is the row there at all?
+			err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM courier_outbox_claimer WHERE id = 1").Scan(&exists)
+			if err != nil {
+				return "", fmt.Errorf("take a turn: %w", err)
+			}
+			if exists == 0 {
+				return "", errors.New("the row of courier_outbox_claimer is missing: run Migrate (or `courier migrate`) again to restore it")
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		}
+		wait = min(2*wait, 8*time.Millisecond)
+	}
+}
+
+// dropExpired deletes the expired leases that nobody holds locked.
+func (s *Store) dropExpired(ctx context.Context, now string) error {
+	tx, err := s.db.BeginTx(ctx, readCommitted())
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	var ids []int64
+	err = queryEach(ctx, tx, expiredSQL, []any{now}, func(rows *sql.Rows) error {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		ids = append(ids, id)
+		return nil
+	})
+	if err != nil || len(ids) == 0 {
+		return err
+	}
 	in, args := inList(ids)
-	batch.Records = make([]store.Record, 0, len(ids))
-	err = queryEach(ctx, tx, fmt.Sprintf(rowsSQL, in), args, func(rows *sql.Rows) error {
+	if _, err := tx.ExecContext(ctx, "DELETE FROM courier_outbox_leases WHERE id IN ("+in+")", args...); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// readRows reads the rows with the given ids, in id order.
+func (s *Store) readRows(ctx context.Context, ids []int64) ([]store.Record, error) {
+	in, args := inList(ids)
+	recs := make([]store.Record, 0, len(ids))
+	err := queryEach(ctx, s.db, fmt.Sprintf(rowsSQL, in), args, func(rows *sql.Rows) error {
 		var (
 			r       store.Record
 			m       = &r.Message
@@ -304,16 +437,13 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 		if m.Payload == nil {
 			m.Payload = []byte{}
 		}
-		batch.Records = append(batch.Records, r)
+		recs = append(recs, r)
 		return nil
 	})
 	if err != nil {
-		return batch, fmt.Errorf("read rows: %w", err)
+		return nil, fmt.Errorf("read rows: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
-		return batch, fmt.Errorf("commit: %w", err)
-	}
-	return batch, nil
+	return recs, nil
 }
 
 // inList returns "?, ?, …" for ids and the ids as arguments.
@@ -326,8 +456,10 @@ func inList(ids []int64) (string, []any) {
 }
 
 // queryEach runs a query and calls fn for each row.
-func queryEach(ctx context.Context, tx *sql.Tx, query string, args []any, fn func(*sql.Rows) error) error {
-	rows, err := tx.QueryContext(ctx, query, args...)
+func queryEach(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}

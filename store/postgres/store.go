@@ -11,13 +11,23 @@
 //
 //  1. takes a transaction-scoped advisory lock, so claims are serialised, and
 //     drops expired leases;
-//  2. looks at the oldest rows that are neither leased nor waiting for a
-//     retry (a primary-key range scan; leased ids are filtered through a
-//     hashed subplan);
-//  3. keeps, in id order, the rows whose key is held neither by a live lease
-//     nor by a row waiting for a retry (so a key's claimed rows are always the
-//     oldest of its pending rows, and no key is in two leases);
-//  4. records one lease row holding their ids and keys and returns the rows.
+//  2. reads, in one statement and so against one snapshot and one now(),
+//     the held keys (those of live leases and of rows waiting for a retry)
+//     and the oldest free rows (neither leased nor waiting for a retry; a
+//     primary-key range scan, leased ids filtered through a hashed subplan);
+//  3. keeps, in id order, the free rows whose key is not held, skipping held
+//     keys' rows as the scan meets them, so that a held key's backlog hides
+//     no other key's row (the scan looks at up to max(100×limit, 100,000)
+//     free rows and stops once limit rows are kept), a key's claimed rows
+//     are always the oldest of its pending rows, and no key is in two
+//     leases;
+//  4. records one lease row holding their ids and keys and returns the
+//     lease and the ids: a row small enough for the socket's buffers, so
+//     the transaction, and the lock, end whether or not the relay reads the
+//     answer (a relay frozen mid-claim holds nobody up).
+//
+// The relay then reads the leased rows' contents with a plain query,
+// outside the claim's transaction.
 //
 // A claim thus writes one row, whatever the batch size, and publishing costs
 // one delete per message: no per-message lease updates, no index on
@@ -36,6 +46,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,6 +54,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/claims"
 )
 
 // StoreConfig tunes a Store. The zero value is ready to use.
@@ -87,9 +99,6 @@ func outboxOID(ctx context.Context, q Querier) (int64, error) {
 	return oid, nil
 }
 
-// claimWindow is how many candidate rows a claim of limit rows looks at.
-func claimWindow(limit int) int { return max(4*limit, 1000) }
-
 // asyncCommit makes the rest of a batch's implicit transaction commit without
 // waiting for its WAL to reach the disk. The relay's own bookkeeping can
 // afford it, and it takes a disk flush off every claim and every completion
@@ -100,25 +109,46 @@ func claimWindow(limit int) int { return max(4*limit, 1000) }
 // transactions, under its own settings.
 const asyncCommit = "SELECT set_config('synchronous_commit', 'off', true)"
 
-// Claim implements store.RelayStore with one call of courier_claim (see the
-// first migration).
+// rowsSQL reads claimed rows. It runs after the claim has committed: the
+// rows are leased to the caller by then, and reading them holds no lock.
+const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
+FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
+
+// Claim implements store.RelayStore: one call of courier_claim (see the
+// migrations), which leases the rows and returns their ids, then a plain
+// read of the rows. A row that is gone by then (the lease ran out and
+// another relay published it) is left out.
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	var batch store.Batch
+	var ids []int64
 	var b pgx.Batch
 	b.Queue(asyncCommit)
-	b.Queue("SELECT * FROM courier_claim($1, $2, $3, $4)", owner, limit, lease, claimWindow(limit))
+	b.Queue("SELECT lease, ids FROM courier_claim($1, $2, $3, $4)", owner, limit, lease, claims.Window(limit))
 	br := s.pool.SendBatch(ctx, &b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&batch.Lease, &ids)
 	}
-	rows, err := br.Query()
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
 	}
-	batch := store.Batch{Records: make([]store.Record, 0, limit)}
+	if len(ids) == 0 {
+		return store.Batch{}, nil
+	}
+	rows, err := s.pool.Query(ctx, rowsSQL, ids)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("postgres: claim: read rows: %w", err)
+	}
+	batch.Records = make([]store.Record, 0, len(ids))
 	var r store.Record
 	m := &r.Message
-	_, err = pgx.ForEachRow(rows, []any{&batch.Lease, &r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
+	_, err = pgx.ForEachRow(rows, []any{&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
 		&m.ContentType, &m.Payload, &m.Headers, &m.OccurredAt}, func() error {
 		m.OccurredAt = m.OccurredAt.UTC()
 		batch.Records = append(batch.Records, r)
@@ -126,10 +156,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 		return nil
 	})
 	if err != nil {
-		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
-	}
-	if err := br.Close(); err != nil {
-		return store.Batch{}, fmt.Errorf("postgres: claim: commit: %w", err)
+		return store.Batch{}, fmt.Errorf("postgres: claim: read rows: %w", err)
 	}
 	return batch, nil
 }

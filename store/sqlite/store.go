@@ -21,29 +21,38 @@
 // # Claiming
 //
 // SQLite has one writer at a time and no SKIP LOCKED, and needs neither
-// trick: a claim is a transaction begun with BEGIN IMMEDIATE, which takes
-// the database's write lock before reading anything. Claims (and Completes,
-// and the applications' writes) therefore run one after another, across
-// every connection and every process that opened the file, and each sees
-// all that was committed before it. Inside that transaction a claim
+// trick. A claim
 //
-//  1. deletes the expired leases;
-//  2. reads the keys that are blocked: those of the remaining leases
-//     (unpacked from their JSON arrays with json_each) and those of rows
-//     waiting for a retry (a small partial index);
-//  3. scans, oldest first, the rows that are neither leased nor waiting for a
-//     retry (a rowid range scan; the leased ids are a materialised NOT IN
-//     list), keeps those whose key is not blocked and stops when the batch is
-//     full, so a key's claimed rows are always the oldest of its pending
-//     rows, no key is in two leases, and a claim reads about as many rows as
-//     it takes (at most max(4×limit, 1000));
-//  4. inserts one lease row holding the kept ids and keys as JSON arrays,
-//     reads their contents and commits.
+//  1. reads, without the write lock (WAL readers do not block the writer),
+//     the held keys (those of live leases, unpacked from their JSON arrays
+//     with json_each, and those of rows waiting for a retry, a small partial
+//     index) and then the free rows (not waiting for a retry) oldest first
+//     (a rowid range scan), both against one reading of the clock, keeping
+//     the rows whose key is not held: held keys' rows are skipped as the
+//     scan meets them, so a held key's backlog hides no other key's row (up
+//     to max(100×limit, 100,000) rows looked at, stopping once limit rows
+//     are kept);
+//  2. takes the write lock (BEGIN IMMEDIATE), deletes the expired leases,
+//     reads the held keys again and drops the picks whose key has been
+//     taken since (by another process's claim, or a retry), inserts one
+//     lease row holding the kept ids and keys as JSON arrays, and commits;
+//  3. reads the leased rows' contents, without the write lock.
 //
-// Nobody can slip a lease in between the reads and the lease row, which is
-// what FOR UPDATE SKIP LOCKED cannot promise on PostgreSQL either (see
-// there). A claim holds the write lock for a few milliseconds; publishing,
-// the slow part, runs without any lock.
+// So a key's claimed rows are always the oldest of its pending rows, no key
+// is in two leases, and a claim holds the write lock for a few short
+// statements, not for its scan. Claims of one [Store] take turns in the
+// process; claims from other processes that picked the same rows lose them
+// at step 2 and come back empty.
+//
+// A process frozen while it holds the write lock (SIGSTOP, a paused VM)
+// keeps every other writer of the file waiting, the application's included:
+// SQLite has no server that could end its transaction. They wait up to
+// their busy timeout (10 s with [Open]) and then fail with SQLITE_BUSY.
+// Courier keeps its own write transactions to a few statements (a claim's
+// step 2, a Complete's outcome), so a relay is rarely frozen inside one,
+// but a process that can be frozen (under a debugger, a paused container)
+// may freeze every writer of its file: run relays that must survive that
+// on a server database.
 //
 // # Several relays
 //
@@ -104,6 +113,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/claims"
 )
 
 // StoreConfig tunes a Store. The zero value is ready to use.
@@ -155,24 +165,29 @@ func NewStore(ctx context.Context, db *sql.DB, cfg StoreConfig) (*Store, error) 
 // expiredSQL drops the leases that ended.
 const expiredSQL = `DELETE FROM courier_outbox_leases WHERE until <= ?`
 
-// windowSQL reads the oldest rows that are not leased and not waiting for a
-// retry, at most ?2. Expired leases are gone by now: every lease is live.
-const windowSQL = `SELECT id, ordering_key FROM courier_outbox
-WHERE (retry_at IS NULL OR retry_at <= ?1)
-  AND id NOT IN (SELECT j.value FROM courier_outbox_leases AS l, json_each(l.ids) AS j)
+// heldSQL lists the keys held by live leases or by a row waiting for a
+// retry, and whether any lease has expired (a NULL key).
+const heldSQL = `SELECT j.value FROM courier_outbox_leases AS l, json_each(l.keys) AS j WHERE l.until > ?1
+UNION
+SELECT ordering_key FROM courier_outbox WHERE retry_at > ?1
+UNION ALL
+SELECT NULL WHERE EXISTS (SELECT 1 FROM courier_outbox_leases WHERE until <= ?1)`
+
+// scanSQL reads the free rows (not waiting for a retry), oldest first, at
+// most ?2. Leased rows are among them; their keys are held, so the claim
+// skips them with the rest of their keys' rows.
+const scanSQL = `SELECT id, ordering_key FROM courier_outbox
+WHERE retry_at IS NULL OR retry_at <= ?1
 ORDER BY id
 LIMIT ?2`
-
-// blockedSQL lists the keys held by leases or by a row waiting for a retry.
-const blockedSQL = `SELECT j.value FROM courier_outbox_leases AS l, json_each(l.keys) AS j
-UNION
-SELECT ordering_key FROM courier_outbox WHERE retry_at > ?`
 
 const leaseSQL = `INSERT INTO courier_outbox_leases (owner, until, ids, keys, created_at) VALUES (?, ?, ?, ?, ?)`
 
 const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version,
        content_type, payload, headers, occurred_at
 FROM courier_outbox WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id`
+
+const dropLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ?`
 
 // write runs fn in an immediate transaction, after the Store's previous
 // one has ended.
@@ -186,67 +201,52 @@ func (s *Store) write(ctx context.Context, fn func(conn *sql.Conn) error) error 
 	return immediate(ctx, s.db, fn)
 }
 
-// claimWindow is how many candidate rows a claim of limit rows looks at.
-func claimWindow(limit int) int { return max(4*limit, 1000) }
-
-// Claim implements store.RelayStore.
+// Claim implements store.RelayStore. It reads without the write lock and
+// holds the lock only to check its picks again and record its lease (see
+// the package documentation).
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
 	if limit < 1 {
 		return store.Batch{}, fmt.Errorf("sqlite: claim: limit is %d: use 1 or more", limit)
 	}
-	var batch store.Batch
-	err := s.write(ctx, func(conn *sql.Conn) error {
-		var err error
-		batch, err = claim(ctx, conn, owner, limit, lease)
-		return err
-	})
+	batch, err := s.claim(ctx, owner, limit, lease)
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("sqlite: claim: %w", err)
 	}
 	return batch, nil
 }
 
-func claim(ctx context.Context, conn *sql.Conn, owner string, limit int, lease time.Duration) (store.Batch, error) {
+func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
 	var batch store.Batch
-	now := time.Now()
-	nowUS := now.UnixMicro()
-	if _, err := conn.ExecContext(ctx, expiredSQL, nowUS); err != nil {
-		return batch, fmt.Errorf("drop expired leases: %w", err)
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return batch, ctx.Err()
 	}
-	blocked := make(map[string]struct{})
-	err := queryEach(ctx, conn, blockedSQL, []any{nowUS}, func(rows *sql.Rows) error {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return err
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			<-s.turn
 		}
-		blocked[k] = struct{}{}
-		return nil
-	})
-	if err != nil {
-		return batch, fmt.Errorf("read blocked keys: %w", err)
 	}
+	defer release()
 
-	// In id order, the rows of keys nobody holds: each key's claimed rows are
-	// its oldest pending rows.
-	ids := make([]int64, 0, limit)
-	keys := make([]string, 0, limit)
-	taken := make(map[string]struct{}, limit)
+	// The held keys first, the free rows after, against one clock reading
+	// (see store/internal/claims); no lock is held meanwhile.
+	now := time.Now().UnixMicro()
+	held, expired, err := heldKeys(ctx, s.db, now)
+	if err != nil {
+		return batch, err
+	}
+	pick := claims.NewPicker(held, limit)
 	errFull := errors.New("batch full") // stops the scan
-	err = queryEach(ctx, conn, windowSQL, []any{nowUS, claimWindow(limit)}, func(rows *sql.Rows) error {
+	err = queryEach(ctx, s.db, scanSQL, []any{now, claims.Window(limit)}, func(rows *sql.Rows) error {
 		var id int64
 		var key string
 		if err := rows.Scan(&id, &key); err != nil {
 			return err
 		}
-		if _, ok := blocked[key]; ok {
-			return nil
-		}
-		ids = append(ids, id)
-		if _, ok := taken[key]; !ok {
-			taken[key] = struct{}{}
-			keys = append(keys, key)
-		}
-		if len(ids) == limit {
+		if pick.Offer(id, key) {
 			return errFull
 		}
 		return nil
@@ -254,26 +254,54 @@ func claim(ctx context.Context, conn *sql.Conn, owner string, limit int, lease t
 	if err != nil && !errors.Is(err, errFull) {
 		return batch, fmt.Errorf("scan pending: %w", err)
 	}
-	if len(ids) == 0 {
+	if len(pick.IDs()) == 0 && !expired {
 		return batch, nil
 	}
-	idsJSON, err := json.Marshal(ids)
-	if err != nil {
-		return batch, err
+
+	// The write lock: drop expired leases, drop the picks whose key another
+	// process's claim or a retry has taken since, record the lease.
+	var idsJSON []byte
+	err = immediate(ctx, s.db, func(conn *sql.Conn) error {
+		now := time.Now()
+		nowUS := now.UnixMicro()
+		if _, err := conn.ExecContext(ctx, expiredSQL, nowUS); err != nil {
+			return fmt.Errorf("drop expired leases: %w", err)
+		}
+		if len(pick.IDs()) == 0 {
+			return nil
+		}
+		held, _, err := heldKeys(ctx, conn, nowUS)
+		if err != nil {
+			return err
+		}
+		pick.Drop(held)
+		if len(pick.IDs()) == 0 {
+			return nil
+		}
+		if idsJSON, err = json.Marshal(pick.IDs()); err != nil {
+			return err
+		}
+		keysJSON, err := json.Marshal(pick.Keys())
+		if err != nil {
+			return err
+		}
+		res, err := conn.ExecContext(ctx, leaseSQL, owner, now.Add(lease).UnixMicro(), string(idsJSON), string(keysJSON), nowUS)
+		if err != nil {
+			return fmt.Errorf("record lease: %w", err)
+		}
+		if batch.Lease, err = res.LastInsertId(); err != nil {
+			return fmt.Errorf("record lease: %w", err)
+		}
+		return nil
+	})
+	release()
+	if err != nil || idsJSON == nil {
+		return store.Batch{}, err
 	}
-	keysJSON, err := json.Marshal(keys)
-	if err != nil {
-		return batch, err
-	}
-	res, err := conn.ExecContext(ctx, leaseSQL, owner, now.Add(lease).UnixMicro(), string(idsJSON), string(keysJSON), nowUS)
-	if err != nil {
-		return batch, fmt.Errorf("record lease: %w", err)
-	}
-	if batch.Lease, err = res.LastInsertId(); err != nil {
-		return batch, fmt.Errorf("record lease: %w", err)
-	}
-	batch.Records = make([]store.Record, 0, len(ids))
-	err = queryEach(ctx, conn, rowsSQL, []any{string(idsJSON)}, func(rows *sql.Rows) error {
+
+	// The rows are leased to owner now; reading them holds no lock.
+	batch.Records = make([]store.Record, 0, len(pick.IDs()))
+	err = queryEach(ctx, s.db, rowsSQL, []any{string(idsJSON)}, func(rows *sql.Rows) error {
 		var (
 			r        store.Record
 			m        = &r.Message
@@ -294,15 +322,50 @@ func claim(ctx context.Context, conn *sql.Conn, owner string, limit int, lease t
 		return nil
 	})
 	if err != nil {
-		return batch, fmt.Errorf("read rows: %w", err)
+		return store.Batch{}, fmt.Errorf("read rows: %w", err)
+	}
+	if len(batch.Records) == 0 { // published meanwhile by a relay whose lease ran out
+		err := s.write(ctx, func(conn *sql.Conn) error {
+			_, err := conn.ExecContext(ctx, dropLeaseSQL, batch.Lease)
+			return err
+		})
+		return store.Batch{}, err
 	}
 	return batch, nil
 }
 
+// heldKeys reads the keys held at now (unix microseconds) and whether any
+// lease has expired.
+func heldKeys(ctx context.Context, q querier, now int64) (map[string]struct{}, bool, error) {
+	held := make(map[string]struct{})
+	expired := false
+	err := queryEach(ctx, q, heldSQL, []any{now}, func(rows *sql.Rows) error {
+		var k sql.NullString
+		if err := rows.Scan(&k); err != nil {
+			return err
+		}
+		if !k.Valid {
+			expired = true
+			return nil
+		}
+		held[k.String] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("read held keys: %w", err)
+	}
+	return held, expired, nil
+}
+
+// querier runs queries: *sql.DB and *sql.Conn are queriers.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // queryEach runs a query and calls fn for each row, until fn returns an
 // error.
-func queryEach(ctx context.Context, conn *sql.Conn, query string, args []any, fn func(*sql.Rows) error) error {
-	rows, err := conn.QueryContext(ctx, query, args...)
+func queryEach(ctx context.Context, q querier, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}

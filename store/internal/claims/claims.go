@@ -1,0 +1,78 @@
+// Package claims holds what the store dialects' claims share: how many free
+// rows a claim may look at, and how it picks the claimable ones among them.
+//
+// A claim looks at free rows (neither leased nor waiting for a retry) in id
+// order and takes those whose key is not held (no live lease holds it and
+// none of its rows waits for a retry). The held keys are read first and the
+// free rows after, both against one clock reading: a key released in
+// between (a relay's Complete commits) is skipped by this claim, never
+// claimed ahead of the row it released, and a retry that comes due in
+// between counts as not yet due in both reads.
+package claims
+
+// Window is the most free rows a claim of limit rows looks at. Rows of held
+// keys are skipped as they are met, so a held key's backlog costs a claim a
+// scan over that backlog and no more: other keys' rows behind up to Window
+// free rows of held keys are still claimed. The scan stops as soon as limit
+// rows are picked.
+func Window(limit int) int { return max(100*limit, 100_000) }
+
+// Picker picks, in id order, the rows whose key is not held, up to a limit.
+type Picker struct {
+	held    map[string]struct{}
+	limit   int
+	ids     []int64
+	rowKeys []string
+	// Examined counts the rows offered.
+	Examined int
+}
+
+// NewPicker returns a Picker of at most limit rows that skips the keys in
+// held.
+func NewPicker(held map[string]struct{}, limit int) *Picker {
+	return &Picker{held: held, limit: limit}
+}
+
+// Offer considers the free row id of key, offered in id order, and reports
+// whether the picker is full (the scan can stop).
+func (p *Picker) Offer(id int64, key string) (full bool) {
+	p.Examined++
+	if _, ok := p.held[key]; !ok {
+		p.ids = append(p.ids, id)
+		p.rowKeys = append(p.rowKeys, key)
+	}
+	return len(p.ids) >= p.limit
+}
+
+// Drop removes the picked rows whose key is in held: keys that became held
+// after the rows were picked.
+func (p *Picker) Drop(held map[string]struct{}) {
+	if len(held) == 0 {
+		return
+	}
+	n := 0
+	for i, k := range p.rowKeys {
+		if _, ok := held[k]; ok {
+			continue
+		}
+		p.ids[n], p.rowKeys[n] = p.ids[i], k
+		n++
+	}
+	p.ids, p.rowKeys = p.ids[:n], p.rowKeys[:n]
+}
+
+// IDs returns the picked rows' ids in id order.
+func (p *Picker) IDs() []int64 { return p.ids }
+
+// Keys returns the picked rows' distinct keys in order of first appearance.
+func (p *Picker) Keys() []string {
+	seen := make(map[string]struct{}, len(p.rowKeys))
+	keys := make([]string, 0, len(p.rowKeys))
+	for _, k := range p.rowKeys {
+		if _, ok := seen[k]; !ok {
+			seen[k] = struct{}{}
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}

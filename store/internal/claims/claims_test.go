@@ -1,0 +1,39 @@
+package claims
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestPicker(t *testing.T) {
+	p := NewPicker(map[string]struct{}{"held": {}}, 3)
+	rows := []struct {
+		id  int64
+		key string
+	}{{1, "held"}, {2, "a"}, {3, "held"}, {4, "b"}, {5, "a"}, {6, "c"}}
+	full := false
+	for _, r := range rows {
+		if full = p.Offer(r.id, r.key); full {
+			break
+		}
+	}
+	if !full || p.Examined != 5 {
+		t.Fatalf("full %v after %d rows, want full after 5", full, p.Examined)
+	}
+	if got := p.IDs(); !slices.Equal(got, []int64{2, 4, 5}) {
+		t.Fatalf("picked %v, want [2 4 5]", got)
+	}
+	if got := p.Keys(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("keys %v, want [a b]", got)
+	}
+	p.Drop(map[string]struct{}{"a": {}})
+	if got := p.IDs(); !slices.Equal(got, []int64{4}) || !slices.Equal(p.Keys(), []string{"b"}) {
+		t.Fatalf("after dropping a: %v %v, want [4] [b]", got, p.Keys())
+	}
+}
+
+func TestWindow(t *testing.T) {
+	if Window(1) != 100_000 || Window(1000) != 100_000 || Window(5000) != 500_000 {
+		t.Fatalf("Window = %d, %d, %d", Window(1), Window(1000), Window(5000))
+	}
+}

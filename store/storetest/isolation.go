@@ -1,0 +1,150 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/store"
+)
+
+// A key held by a failed row with a deep backlog behind it, or by a lease
+// over the first run of a bulk write, does not keep other keys' rows from
+// being claimed: the claim skips the held key's rows, however many fill what
+// used to be its window.
+func testHeldKeyBacklog(t *testing.T, h Harness) {
+	db := open(t, h, true)
+	st := db.newStore(t, false)
+	db.write(t, courier.NewMessage("events", "poisoned", "Poison", []byte("poison")))
+	p := claim(t, st, "r", 10, time.Minute)
+	if len(p.Records) != 1 {
+		t.Fatalf("claimed %d rows, want the poison message", len(p.Records))
+	}
+	complete(t, st, "r", p, store.Outcome{Retry: []store.Failure{{Seq: p.Records[0].Seq, Error: "rejected", Delay: time.Hour, Counted: true}}})
+	backlog := make([]courier.Message, 5000)
+	for i := range backlog {
+		backlog[i] = courier.NewMessage("events", "poisoned", "Numbered", fmt.Appendf(nil, "%d", i))
+	}
+	db.write(t, backlog...)
+	other := courier.NewMessage("events", "other", "Other", []byte("other"))
+	db.write(t, other)
+	b := claim(t, st, "r", 10, time.Minute)
+	if len(b.Records) != 1 || b.Records[0].Message.ID != other.ID {
+		t.Fatalf("behind a held key's 5,000 rows claimed keys %v, want just the other key's row", keysOf(b.Records))
+	}
+	complete(t, st, "r", b, store.Outcome{Published: seqs(b.Records)})
+
+	// A bulk write on one key: while its first run is leased, the rest of it
+	// does not hide another key's row.
+	bulk := numbered(20000, 1, "bulk")
+	db.write(t, bulk...)
+	late := courier.NewMessage("events", "late", "Other", []byte("late"))
+	db.write(t, late)
+	run := claim(t, st, "a", 1000, time.Minute)
+	if len(run.Records) != 1000 || run.Records[0].Message.Key != "bulk0" {
+		t.Fatalf("first claim: %d rows of %v, want 1,000 of bulk0", len(run.Records), keysOf(run.Records))
+	}
+	next := claim(t, st, "b", 1000, time.Minute)
+	if len(next.Records) != 1 || next.Records[0].Message.ID != late.ID {
+		t.Fatalf("while bulk0 is leased claimed keys %v, want just the other key's row", keysOf(next.Records))
+	}
+}
+
+// raceRounds is how many times each race below is set up.
+const raceRounds = 40
+
+// A row's retry that comes due while a claim is running either counts as
+// due for the whole claim or as pending for the whole claim: the key's
+// later rows are never claimed ahead of it.
+func testRetryDueDuringClaim(t *testing.T, h Harness) {
+	db := open(t, h, true)
+	st := db.newStore(t, false)
+	slowClaims(t, db, st)
+	ctx := context.Background()
+	for round := range raceRounds {
+		key := fmt.Sprintf("due-%d", round)
+		first, second := courier.NewMessage("events", key, "T", []byte("1")), courier.NewMessage("events", key, "T", []byte("2"))
+		db.write(t, first, second)
+		b := claim(t, st, "r", 1, time.Minute)
+		if len(b.Records) != 1 || b.Records[0].Message.ID != first.ID {
+			t.Fatalf("round %d: claimed %v, want the key's first row", round, keysOf(b.Records))
+		}
+		delay := time.Duration(rand.IntN(15)) * time.Millisecond
+		complete(t, st, "r", b, store.Outcome{Retry: []store.Failure{{Seq: b.Records[0].Seq, Error: "once", Delay: delay, Counted: true}}})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			b, err := st.Claim(ctx, "r", 100, time.Minute)
+			if err != nil {
+				t.Fatalf("round %d: claim: %v", round, err)
+			}
+			if len(b.Records) > 0 {
+				if b.Records[0].Message.ID != first.ID {
+					t.Fatalf("round %d: the retry came due during a claim and the key's second row was claimed without its first (claimed %d rows)", round, len(b.Records))
+				}
+				complete(t, st, "r", b, store.Outcome{Published: seqs(b.Records)})
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the retried row never came back", round)
+			}
+		}
+	}
+}
+
+// A Complete that releases a key's rows while another relay's claim is
+// running: the claim either sees the key as held or claims it from its
+// released first row, never from the row after it.
+func testReleaseDuringClaim(t *testing.T, h Harness) {
+	db := open(t, h, true)
+	st := db.newStore(t, false)
+	slowClaims(t, db, st)
+	ctx := context.Background()
+	for round := range raceRounds {
+		key := fmt.Sprintf("released-%d", round)
+		first, second := courier.NewMessage("events", key, "T", []byte("1")), courier.NewMessage("events", key, "T", []byte("2"))
+		db.write(t, first)
+		a := claim(t, st, "a", 1, time.Minute)
+		if len(a.Records) != 1 || a.Records[0].Message.ID != first.ID {
+			t.Fatalf("round %d: claimed %v, want the key's first row", round, keysOf(a.Records))
+		}
+		db.write(t, second)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+			complete(t, st, "a", a, store.Outcome{}) // releases the first row
+		})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			b, err := st.Claim(ctx, "b", 100, time.Minute)
+			if err != nil {
+				t.Fatalf("round %d: claim: %v", round, err)
+			}
+			if len(b.Records) > 0 {
+				if b.Records[0].Message.ID != first.ID {
+					t.Fatalf("round %d: a release during a claim let the key's second row be claimed without its first (claimed %d rows)", round, len(b.Records))
+				}
+				complete(t, st, "b", b, store.Outcome{Published: seqs(b.Records)})
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the released row never came back", round)
+			}
+		}
+		wg.Wait()
+	}
+}
+
+// slowClaims makes every claim of st take a while, so that the races above
+// have a window to land in: 5,000 rows of other keys held by a long lease,
+// which each claim's scan has to look past.
+func slowClaims(t *testing.T, db *DB, st store.RelayStore) {
+	t.Helper()
+	db.write(t, numbered(5000, 50, "filler")...)
+	if b := claim(t, st, "filler", 5000, time.Hour); len(b.Records) != 5000 {
+		t.Fatalf("filler lease holds %d rows, want 5,000", len(b.Records))
+	}
+}
