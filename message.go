@@ -23,7 +23,10 @@ type Message struct {
 	// "orders". Brokers map it to a subject, topic or routing key.
 	Topic string
 	// Key is the ordering key, usually the aggregate id ("order-42").
-	// Messages with the same key are published in commit order.
+	// Messages with the same key are published in the order they were
+	// written when the transactions writing the key are serialised (lock
+	// or version-check the aggregate); package relay's documentation
+	// (Ordering) states the contract.
 	Key string
 	// Type names the payload's schema, for example "OrderPlaced".
 	Type string

@@ -17,6 +17,13 @@
 //	_ = w.Write(ctx, tx, msg)
 //	_ = tx.Commit(ctx) // the order and its message, or neither
 //
+// Messages of one key are published in the order they were written when the
+// transactions that write the key are serialised: lock the aggregate's row
+// (SELECT … FOR UPDATE) or save it with a version check in the same
+// transaction, as consistent aggregates do anyway. Package relay's
+// documentation (Ordering) states the contract, including what happens to
+// concurrent, unserialised writers of one key.
+//
 // Aggregates can record domain events while a use case runs (embed
 // [Events]) and have them written, then cleared, with one call to
 // [Writer.WriteEvents].

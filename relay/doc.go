@@ -8,12 +8,40 @@
 //
 // # Ordering
 //
-// Messages with the same key are published in outbox order. Three rules
-// together guarantee it, even with several relays and retries:
+// This is Courier's per-key order contract; the rest of the documentation
+// refers to it.
 //
-//  1. A claim never returns a row while an earlier unpublished row of its key
-//     is leased to someone else or waiting for a retry (the store enforces
-//     this, see store.RelayStore).
+// Messages with the same key are published in the order they were written,
+// provided the transactions that write the key are serialised: each one
+// commits before the next one writes its first message of the key. Within one
+// transaction they are published in the order of the Write calls, and of the
+// messages within a call. Applications get that serialisation from what they
+// already do to keep an aggregate consistent: lock the aggregate's row
+// (SELECT … FOR UPDATE, or an UPDATE first) or save it with a version check,
+// as package saga does with its instances. On SQLite, which runs one write
+// transaction at a time, every writer is serialised.
+//
+// Transactions that write the same key concurrently, without such
+// serialisation, are published in the order their rows become visible to a
+// claim, roughly commit order, which can differ from the order of their ids.
+// A row's id (store.Record.Seq) is allocated when it is inserted, not when it
+// commits: if T1 inserts id 10 and commits late, while T2 inserts id 11 and
+// commits early, a claim in between sees only 11 and publishes it; 10 follows
+// once committed, after 11. Neither is lost, and no message is published
+// ahead of an earlier row of its key that had committed when it was
+// claimed. Events whose order matters must therefore come from serialised
+// writers.
+//
+// A message that becomes a dead letter leaves the order: its key moves on.
+// Replaying it (store.Admin) puts it back in its original place among its
+// key's pending rows, so it is published after what its key published
+// meanwhile and before what is still pending.
+//
+// Three rules give that order, even with several relays and retries:
+//
+//  1. A claim takes a key's committed rows in id order, and none of them
+//     while another row of the key is leased or waiting for a retry (the
+//     store enforces this, see store.RelayStore).
 //  2. Within a batch, the rows of one key are published one after another:
 //     each round sends the next message of every key at once, so a batch
 //     spread over many keys is one round, and a burst on one key is published

@@ -26,8 +26,10 @@ type Inserter[TTx any] interface {
 
 // Record is a claimed outbox row.
 type Record struct {
-	// Seq is the row's outbox sequence number. Messages of one key are
-	// published in Seq order.
+	// Seq is the row's outbox sequence number, allocated when the row is
+	// inserted, not when it commits. A claim returns a key's committed rows
+	// in Seq order; what that means for the order of publication is the
+	// contract in package relay's documentation (Ordering).
 	Seq int64
 	// Attempts counts the failed publish attempts so far.
 	Attempts int
@@ -72,8 +74,10 @@ type Outcome struct {
 
 // RelayStore is what the relay needs from a database. Implementations must
 // make Claim safe for any number of concurrent relays: a row is leased to one
-// owner at a time, and a row is only claimable when no other row of its key
-// is leased to someone else or waiting for a retry.
+// owner at a time, a row is only claimable when no other row of its key is
+// leased or waiting for a retry, and a claim sees every row and lease
+// committed before it, so the committed rows of a key go out in Seq order
+// (package relay, Ordering, states the resulting contract).
 type RelayStore interface {
 	// Claim leases up to limit claimable rows to owner for lease and returns
 	// them in Seq order. Several rows of one key may be returned together,

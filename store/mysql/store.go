@@ -16,7 +16,9 @@
 // PostgreSQL's (see store/postgres): publishing deletes a row, a claim
 // records one lease row per batch, a key is blocked while a live lease holds
 // it or one of its rows waits for a retry, and every write of Complete is
-// guarded by "this lease is still live and mine".
+// guarded by "this lease is still live and mine". Ids are AUTO_INCREMENT,
+// allocated at insert, not at commit; the per-key order is package relay's
+// contract (see its Ordering section).
 //
 // # Claiming
 //

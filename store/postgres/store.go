@@ -3,6 +3,10 @@
 // ([DatabaseSQL]), the relay's store ([Store]) and its LISTEN/NOTIFY
 // wake-ups ([Notifier]).
 //
+// Outbox ids come from an identity column, allocated at insert, not at
+// commit; claims take a key's committed rows in id order. The per-key order
+// this gives is package relay's contract (see its Ordering section).
+//
 // # Claiming
 //
 // courier_outbox holds only pending messages: publishing deletes a row (or

@@ -38,6 +38,17 @@ func harness() storetest.Harness {
 				}
 				return tx.Commit(ctx)
 			},
+			InTx: func(ctx context.Context, cfg outbox.Config, fn func(tx storetest.Tx) error) error {
+				tx, err := pg.Pool.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+				if err := fn(pgxTx{tx: tx, w: outbox.New(postgres.Pgx(), cfg)}); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			},
 		}
 		return &storetest.DB{
 			SQL:     db,
@@ -67,6 +78,25 @@ func harness() storetest.Harness {
 			},
 		}
 	}}
+}
+
+// pgxTx is the storetest.Tx of the pgx writer.
+type pgxTx struct {
+	tx pgx.Tx
+	w  *outbox.Writer[pgx.Tx]
+}
+
+func (p pgxTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := p.tx.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (p pgxTx) QueryRow(ctx context.Context, dest []any, query string, args ...any) error {
+	return p.tx.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (p pgxTx) Write(ctx context.Context, msgs ...courier.Message) error {
+	return p.w.Write(ctx, p.tx, msgs...)
 }
 
 func TestConformance(t *testing.T) {

@@ -16,7 +16,10 @@
 // The semantics are PostgreSQL's (see store/postgres): publishing deletes a
 // row, a claim records one lease row per batch, a key is blocked while a
 // live lease holds it or one of its rows waits for a retry, and every write
-// of Complete is guarded by "this lease is still live and mine".
+// of Complete is guarded by "this lease is still live and mine". SQLite runs
+// one write transaction at a time, so ids are allocated in commit order and
+// every writer of a key is serialised: each key's messages are published in
+// the order they were written (package relay, Ordering, has the contract).
 //
 // # Claiming
 //

@@ -42,6 +42,7 @@ func harness() storetest.Harness {
 			ConsumerStore: sqlite.ConsumerStore(db),
 			Admin:         sqlite.Admin(db),
 			Idempotency:   []storetest.Idempotency{storetest.IdempotencyOf("database/sql", sqlite.SQLIdempotency(db))},
+			SerialWrites:  true,
 			ExecScript: func(ctx context.Context, script string) error {
 				tx, err := db.BeginTx(ctx, nil)
 				if err != nil {

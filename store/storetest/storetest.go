@@ -14,7 +14,9 @@
 // KeepPublished, stats, migrations (fresh, re-run, newer, missing, exported
 // SQL), large payloads, unicode keys, the in-process wake-ups of
 // store.LocalNotifier, an end-to-end run of three relays through an
-// embedded NATS server; on the consuming side inbox markers (duplicates,
+// embedded NATS server, the per-key order contract (package relay,
+// Ordering: writers serialised per aggregate are published in write order,
+// unserialised ones in the order their rows become visible); on the consuming side inbox markers (duplicates,
 // rollbacks, a duplicate waiting for the first delivery's transaction,
 // retention), parked deliveries and their replays; the operators' Admin
 // view of both kinds of dead letters; and Idempotency-Key records (claim,
@@ -84,6 +86,12 @@ type DB struct {
 	// the database, one per transaction type, each adapted with
 	// IdempotencyOf; at least one.
 	Idempotency []Idempotency
+	// SerialWrites says that the database runs one write transaction at a
+	// time (SQLite): a transaction that wants to write waits until the one
+	// writing has ended, so no two writers are ever concurrent. The
+	// ordering tests expect that behaviour when it is set, and concurrent
+	// writers when it is not.
+	SerialWrites bool
 }
 
 // Writer writes messages with one of the dialect's outbox inserters.
@@ -94,6 +102,26 @@ type Writer struct {
 	// transaction of its own, and commits it (or rolls it back when commit
 	// is false). An error from the outbox writer is returned as is.
 	Write func(ctx context.Context, cfg outbox.Config, msgs []courier.Message, commit bool) error
+	// InTx, when set, runs fn in a transaction of its own, with an
+	// outbox.Writer built with cfg, and commits it when fn returns nil; when
+	// fn fails it rolls back and returns fn's error. The ordering tests use
+	// it to write messages together with SQL of their own (an aggregate's
+	// row lock or version check) and to hold transactions open; writers
+	// without it are left out of those tests. SQLWriter sets it.
+	InTx func(ctx context.Context, cfg outbox.Config, fn func(tx Tx) error) error
+}
+
+// Tx is a Writer's open transaction: statements and outbox writes that
+// commit or roll back together.
+type Tx interface {
+	// Exec runs a statement, written with the placeholders the driver takes
+	// (see DB.Rebind), and returns the number of rows it affected.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	// QueryRow runs a query, written as for Exec, and scans its one row into
+	// dest.
+	QueryRow(ctx context.Context, dest []any, query string, args ...any) error
+	// Write writes msgs to the outbox, in order.
+	Write(ctx context.Context, msgs ...courier.Message) error
 }
 
 // SQLWriter returns the Writer of an inserter for *sql.Tx on db.
@@ -114,7 +142,40 @@ func SQLWriter(db *sql.DB, ins store.Inserter[*sql.Tx]) Writer {
 			}
 			return tx.Commit()
 		},
+		InTx: func(ctx context.Context, cfg outbox.Config, fn func(tx Tx) error) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return fmt.Errorf("begin: %w", err)
+			}
+			defer tx.Rollback() //nolint:errcheck // no-op after Commit
+			if err := fn(sqlTx{tx: tx, w: outbox.New(ins, cfg)}); err != nil {
+				return err
+			}
+			return tx.Commit()
+		},
 	}
+}
+
+// sqlTx is the Tx of SQLWriter.
+type sqlTx struct {
+	tx *sql.Tx
+	w  *outbox.Writer[*sql.Tx]
+}
+
+func (s sqlTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := s.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s sqlTx) QueryRow(ctx context.Context, dest []any, query string, args ...any) error {
+	return s.tx.QueryRowContext(ctx, query, args...).Scan(dest...)
+}
+
+func (s sqlTx) Write(ctx context.Context, msgs ...courier.Message) error {
+	return s.w.Write(ctx, s.tx, msgs...)
 }
 
 // Inbox is one of a dialect's store.Inbox implementations with its
@@ -223,6 +284,8 @@ func Run(t *testing.T, h Harness) {
 		{"UnicodeKeys", testUnicodeKeys},
 		{"LocalNotifierWakesRelay", testWakeUp},
 		{"EndToEnd", testEndToEnd},
+		{"OrderOfUnserialisedWriters", testOrderUnserialised},
+		{"OrderOfSerialisedWriters", testOrderSerialised},
 		{"InboxMarkers", testInboxMarkers},
 		{"InboxDuplicateWaitsForFirst", testInboxConcurrent},
 		{"InboxMarkerRetention", testMarkerRetention},
