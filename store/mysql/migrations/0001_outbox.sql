@@ -13,7 +13,12 @@
 -- courier_outbox_published when the relay is asked to), so the table holds
 -- only pending work and its primary key is the relay's scan order. The
 -- index on retry_at serves the keys held back by a retry; it holds NULL for
--- rows that never failed (MySQL has no partial indexes).
+-- rows that never failed (MySQL has no partial indexes). The id is
+-- AUTO_INCREMENT, allocated at insert, not at commit. A claim takes a key's
+-- committed rows in id order: writers serialised per key (a row lock or
+-- version check on the aggregate) get their messages published in write
+-- order; concurrent, unserialised writers of a key in the order their rows
+-- become visible. The contract: package relay, Ordering.
 CREATE TABLE IF NOT EXISTS courier_outbox (
     id            BIGINT        NOT NULL AUTO_INCREMENT,
     message_id    CHAR(36)      CHARACTER SET ascii COLLATE ascii_bin NOT NULL,

@@ -3,7 +3,11 @@
 -- courier_outbox_published when the relay is asked to), so the table holds
 -- only pending work and its primary key is the relay's scan order.
 CREATE TABLE courier_outbox (
-    -- Allocation order; messages of one key are published in this order.
+    -- Allocated at insert, not at commit. A claim takes a key's committed rows
+    -- in id order: writers serialised per key (a row lock or version check on
+    -- the aggregate) get their messages published in write order; concurrent,
+    -- unserialised writers of a key in the order their rows become visible.
+    -- The contract: package relay, Ordering.
     id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     message_id    uuid        NOT NULL,
     topic         text        NOT NULL,

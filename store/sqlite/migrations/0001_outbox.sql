@@ -8,7 +8,10 @@
 -- courier_outbox_published when the relay is asked to), so the table holds
 -- only pending work and its primary key is the relay's scan order.
 CREATE TABLE courier_outbox (
-    -- Allocation order; messages of one key are published in this order.
+    -- Allocated at insert; SQLite runs one writer at a time, so that is also
+    -- commit order. A claim takes a key's rows in id order, so each key's
+    -- messages are published in the order they were written (package relay,
+    -- Ordering).
     -- AUTOINCREMENT: an id is never reused, even after the newest rows were
     -- published and deleted, so a lease or a dead letter never names a
     -- different message than the one it was taken for.
