@@ -33,6 +33,27 @@
 // The relay then reads the leased rows' contents with a plain query,
 // outside the claim's transaction.
 //
+// # Dead rows and the scan's floor
+//
+// Published rows are deleted, and the primary key keeps their entries until
+// vacuum removes them. While any transaction older than the deletes is open
+// anywhere on the server (which stops vacuum: a long report, a forgotten
+// session, a replica with hot_standby_feedback), a scan from the start of
+// the index visits every one of them: half a second per claim at 5 million.
+// So a claim scans from a floor instead, and courier_claim returns the
+// smallest pending id at or above it. A [Store] keeps the floor at the
+// smallest of those returned over the last 2 seconds (and the claim before),
+// so the floor never passes a row that is pending, leased, held or waiting
+// for a retry, nor one whose transaction commits within 2 s of inserting it.
+// Two kinds of row can still appear below it: rows of a transaction that
+// commits more than 2 s after inserting them, and dead letters replayed
+// under their old id. A full pass (floor 0) finds them: every second while
+// full passes are cheap, and less often as they grow dear, so that they take
+// at most 1/500 of the relay's time (a full pass of 0.5 s every 250 s); such
+// rows are published that much later, never lost. A key's row stuck below
+// newer published rows (a poison message waiting for its retries) keeps the
+// floor below those rows' entries until it is published or parked.
+//
 // A claim thus writes one row, whatever the batch size, and publishing costs
 // one delete per message: no per-message lease updates, no index on
 // anything that changes. Leases live in rows, not in open transactions, so a
@@ -50,7 +71,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -73,8 +93,9 @@ type StoreConfig struct {
 // Store is the relay's view of a PostgreSQL outbox. It is safe for concurrent
 // use by any number of relays in any number of processes.
 type Store struct {
-	pool *pgxpool.Pool
-	cfg  StoreConfig
+	pool  *pgxpool.Pool
+	cfg   StoreConfig
+	floor scanFloor
 }
 
 var _ store.RelayStore = (*Store)(nil)
@@ -123,18 +144,21 @@ FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
 // read of the rows. A row that is gone by then (the lease ran out and
 // another relay published it) is left out.
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
-	var batch store.Batch
-	var ids []int64
+	var (
+		batch      store.Batch
+		ids        []int64
+		lid        *int64
+		minPending int64
+	)
+	start := time.Now()
+	floor := s.floor.floor(start)
 	var b pgx.Batch
 	b.Queue(asyncCommit)
-	b.Queue("SELECT lease, ids FROM courier_claim($1, $2, $3, $4)", owner, limit, lease, claims.Window(limit))
+	b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5)", owner, limit, lease, claims.Window(limit), floor)
 	br := s.pool.SendBatch(ctx, &b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&batch.Lease, &ids)
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = nil
+		err = br.QueryRow().Scan(&lid, &ids, &minPending)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -142,9 +166,11 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
 	}
-	if len(ids) == 0 {
+	s.floor.note(start, floor, minPending, time.Since(start))
+	if lid == nil || len(ids) == 0 {
 		return store.Batch{}, nil
 	}
+	batch.Lease = *lid
 	rows, err := s.pool.Query(ctx, rowsSQL, ids)
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("postgres: claim: read rows: %w", err)
