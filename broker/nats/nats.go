@@ -13,6 +13,20 @@
 //
 // plus the message's own headers (trace context, correlation id, …).
 //
+// # Errors
+//
+// Publish tells failures of the message from failures of the broker (see
+// broker.Publisher). A message published on a subject no stream binds fails
+// with an error wrapping ErrNoStream that names the subject: JetStream is up
+// and will refuse it until a stream binds the subject, so it counts against
+// the message, and the relay makes it a dead letter after MaxAttempts while
+// other messages keep flowing. NATS answers such a publish with "no
+// responders", which it also does while JetStream is not ready (a server
+// still starting, a clustered stream without a leader); Publish therefore
+// asks JetStream which stream binds the subject before it blames the
+// message, and reports broker.ErrUnavailable unless JetStream answers that
+// none does.
+//
 // # Durability
 //
 // A JetStream acknowledgement means the server has written the message to
@@ -152,11 +166,21 @@ func (c Config) FromNATS(msg *natsgo.Msg) (courier.Message, error) {
 	return m, nil
 }
 
+// ErrNoStream is wrapped by the error Publish returns for a message whose
+// subject no JetStream stream binds: JetStream answered that no stream's
+// subjects match it. The broker is up; the message cannot be stored until an
+// operator binds a stream to the subject or the topic is corrected, so the
+// failure counts against the message's attempts (it is not
+// broker.ErrUnavailable) and the message becomes a dead letter in the end
+// instead of holding its key back for ever.
+var ErrNoStream = errors.New("nats: no stream binds the subject")
+
 // Publisher publishes messages to JetStream with asynchronous publishes,
 // waiting for every acknowledgement. It is safe for concurrent use.
 type Publisher struct {
-	js  jetstream.JetStream
-	cfg Config
+	js     jetstream.JetStream
+	cfg    Config
+	lookup time.Duration // bound on one stream lookup
 }
 
 var _ broker.Publisher = (*Publisher)(nil)
@@ -164,7 +188,9 @@ var _ broker.Publisher = (*Publisher)(nil)
 // PublisherConfig tunes a Publisher.
 type PublisherConfig struct {
 	Config
-	// AckTimeout bounds the wait for each acknowledgement. Default 5s.
+	// AckTimeout bounds the wait for each acknowledgement. Default 5s. A
+	// lookup of the stream that binds a subject (see Publisher.Publish) is
+	// bounded by the smaller of AckTimeout and 1s.
 	AckTimeout time.Duration
 	// MaxPending caps unacknowledged publishes on the connection; Publish
 	// waits for room beyond it. Default 16384.
@@ -185,10 +211,27 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &Publisher{js: js, cfg: cfg.Config}, nil
+	return &Publisher{js: js, cfg: cfg.Config, lookup: min(cfg.AckTimeout, time.Second)}, nil
 }
 
 // Publish implements broker.Publisher.
+//
+// When a publish gets no answer from any stream (JetStream's "no responders"
+// reply, or no acknowledgement within AckTimeout), the cause is either the
+// subject, which no stream binds, or the broker, which is not ready (server
+// starting, stream without a leader, JetStream off). Publish asks JetStream
+// which stream binds the subject, once per subject and call:
+//
+//   - JetStream answers that none does: the error wraps ErrNoStream and names
+//     the subject. It counts against the message.
+//   - JetStream names a stream, or does not answer: the error wraps
+//     broker.ErrUnavailable. After one unanswered lookup the call asks no
+//     more and treats further such failures the same way.
+//
+// Other errors: a message over the server's max_payload or the stream's
+// max_msg_size, an invalid subject or invalid headers, or a request the
+// server calls bad count against the message; everything else (connection
+// lost or closed, timeouts, ctx ending) wraps broker.ErrUnavailable.
 func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
 	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
@@ -200,6 +243,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 		}
 		futures[i] = f
 	}
+	lk := lookups{p: p}
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -207,12 +251,57 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
+			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+				errs[i] = lk.verdict(ctx, msgs[i].Topic, err)
+				continue
+			}
 			errs[i] = classify(err)
 		case <-ctx.Done():
 			errs[i] = broker.Unavailable(fmt.Errorf("waiting for the ack: %w", ctx.Err()))
 		}
 	}
 	return errs
+}
+
+// lookups decides, for one Publish call, whether a publish no stream
+// answered failed because of its subject or because of the broker, asking
+// JetStream at most once per subject.
+type lookups struct {
+	p       *Publisher
+	done    map[string]error // subject → the error for its messages
+	noReply error            // set once a lookup went unanswered
+}
+
+func (l *lookups) verdict(ctx context.Context, topic string, pubErr error) error {
+	subject := l.p.cfg.Subject(topic)
+	if err, ok := l.done[subject]; ok {
+		return err
+	}
+	if l.noReply != nil {
+		return broker.Unavailable(fmt.Errorf("subject %q: %w; JetStream did not say which stream binds it either (%v): is JetStream enabled and ready?",
+			subject, pubErr, l.noReply))
+	}
+	lctx, cancel := context.WithTimeout(ctx, l.p.lookup)
+	stream, err := l.p.js.StreamNameBySubject(lctx, subject)
+	cancel()
+	var verdict error
+	switch {
+	case err == nil:
+		verdict = broker.Unavailable(fmt.Errorf("subject %q: stream %s binds it but did not acknowledge: %w (stream not ready, without a leader, or overloaded)",
+			subject, stream, pubErr))
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		verdict = fmt.Errorf("%w %q (topic %q): bind a stream to it (add the subject to a stream's subjects, see EnsureStream) or check the message's topic",
+			ErrNoStream, subject, topic)
+	default:
+		l.noReply = err
+		verdict = broker.Unavailable(fmt.Errorf("subject %q: %w; JetStream did not say which stream binds it either (%w): is JetStream enabled and ready?",
+			subject, pubErr, err))
+	}
+	if l.done == nil {
+		l.done = make(map[string]error)
+	}
+	l.done[subject] = verdict
+	return verdict
 }
 
 // classify marks every error that is not about the message itself as
