@@ -70,13 +70,56 @@ func TestUnboundSubjectCountsAgainstTheMessage(t *testing.T) {
 					t.Errorf("error %q should name the subject %s and say to bind a stream or check the topic", err, subject)
 				}
 			}
-			testenv.Eventually(t, 2*time.Second, func() bool { return lookups.Load() >= 2 }, "saw %d stream lookups, want 2", testenv.Lazy(func() any { return lookups.Load() }))
-			time.Sleep(50 * time.Millisecond)
-			if n := lookups.Load(); n != 2 {
-				t.Errorf("asked JetStream %d times for 3 messages on 2 unbound subjects, want once per subject", n)
+			wantLookups := func(want int64, why string) {
+				t.Helper()
+				testenv.Eventually(t, 2*time.Second, func() bool { return lookups.Load() >= want }, "saw %v stream lookups, want %d", testenv.Lazy(func() any { return lookups.Load() }), want)
+				time.Sleep(50 * time.Millisecond)
+				if n := lookups.Load(); n != want {
+					t.Errorf("asked JetStream %d times, want %d: %s", n, want, why)
+				}
 			}
+			wantLookups(3, "once per subject of the call")
+			again := pub.Publish(ctx, msgs)
+			if again[0] != nil || !errors.Is(again[1], couriernats.ErrNoStream) {
+				t.Errorf("second call: %v", again)
+			}
+			wantLookups(5, "a subject a stream acknowledged is not asked about again")
 			t.Logf("server %s: %v", nc.ConnectedServerVersion(), errs[1])
 		})
+	}
+}
+
+// A plain subscriber on a subject silences NATS's "no responders": the
+// publish then times out. A subject without a stream still counts against
+// the message, found out before publishing or, when the stream went away
+// after it had acknowledged, after the timeout.
+func TestUnboundSubjectWithListenerCountsAgainstTheMessage(t *testing.T) {
+	ctx := context.Background()
+	nc := testenv.Connect(t, testenv.EmbeddedNATS(t).ClientURL())
+	mapping := couriernats.Config{}
+	testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Subjects: []string{mapping.Subject("orders")}, Memory: true}), "ensure stream")
+	tap, err := nc.SubscribeSync(mapping.Subjects())
+	testenv.Must(t, err, "listen on every subject")
+	t.Cleanup(func() { _ = tap.Unsubscribe() })
+	testenv.Must(t, nc.Flush(), "flush")
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{AckTimeout: 300 * time.Millisecond})
+	testenv.Must(t, err, "publisher")
+
+	msgs := []courier.Message{courier.NewMessage("orders", "a", "T", []byte("x")), courier.NewMessage("nowhere", "b", "T", []byte("x"))}
+	errs := pub.Publish(ctx, msgs)
+	if errs[0] != nil || !errors.Is(errs[1], couriernats.ErrNoStream) || errors.Is(errs[1], broker.ErrUnavailable) {
+		t.Fatalf("publish with a listener: %v; want the bound subject acknowledged and ErrNoStream for the other", errs)
+	}
+	if _, err := tap.NextMsg(100 * time.Millisecond); err != nil {
+		t.Fatalf("the bound message reached no listener: %v", err)
+	}
+	if m, err := tap.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("a message no stream takes was sent anyway: %s", m.Subject)
+	}
+
+	deleteStream(nc, couriernats.DefaultStream)
+	if errs := pub.Publish(ctx, msgs[:1]); !errors.Is(errs[0], couriernats.ErrNoStream) || !strings.Contains(errs[0].Error(), `"courier.orders"`) {
+		t.Fatalf("publish after the stream was deleted: %v; want ErrNoStream naming courier.orders", errs[0])
 	}
 }
 
