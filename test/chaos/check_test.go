@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,7 +226,29 @@ func explainDisorder(t *testing.T, ctx context.Context, r *run, keys map[string]
 		}
 		read += uint64(n)
 	}
+	inStream, shown := 0, 0
 	for k := range keys {
-		t.Logf("key %s in the stream (seq@stream sequence(time since the run began)): %v", k, order[k])
+		if !sorted(order[k]) {
+			inStream++
+		}
+		if shown++; shown <= 5 {
+			t.Logf("key %s in the stream (seq@stream sequence(time since the run began)): %v", k, order[k])
+		}
 	}
+	t.Errorf("%d of the %d keys applied out of order are out of order in the stream already (the relays published them so); the others were reordered on the consuming side", inStream, len(keys))
+}
+
+// sorted reports whether the payload seqs of a key's stream entries
+// ("seq@…") increase.
+func sorted(entries []string) bool {
+	last := 0
+	for _, e := range entries {
+		var seq int
+		fmt.Sscan(strings.SplitN(e, "@", 2)[0], &seq)
+		if seq <= last {
+			return false
+		}
+		last = seq
+	}
+	return true
 }
