@@ -8,6 +8,17 @@
 //	go test ./test/chaos                  # the short runs CI does (under a minute each)
 //	go test ./test/chaos -run . -long     # 100,000 messages per dialect and 5,000 orders, minutes of chaos
 //
+// TestChaos's faults: relays and consumers killed, relays stopped past their
+// lease (by the test, and by themselves in the middle of a claim, see
+// freezingStore), NATS killed, stalled and briefly down again and again,
+// database sessions cut (pg_terminate_backend, KILL CONNECTION; SQLite has
+// none, so every relay and consumer is killed at once), poison messages with
+// a deep backlog on their key, and messages on a subject no stream binds.
+// Besides loss, duplicates and per-key order it checks that the expected
+// dead letters (and only they) exist, that the other relays keep publishing
+// while one is stopped, and that other keys flow while a poison message is
+// retried.
+//
 // It needs PostgreSQL (COURIER_TEST_POSTGRES_URL) and MySQL or MariaDB
 // (COURIER_TEST_MYSQL_URL); SQLite runs on files, NATS embedded in a child
 // process it can kill.
@@ -230,6 +241,7 @@ type run struct {
 	dialect string
 	db      *databases
 	stream  string
+	token   string              // held by the relay that is stopped (see takeFreezeToken)
 	js      jetstream.JetStream // the test's own view of the stream
 
 	natsProc          *proc
@@ -269,6 +281,7 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	// Relays freeze themselves mid-claim while this file exists.
 	freezeFlag := filepath.Join(t.TempDir(), "freeze")
 	testenv.Must(t, os.WriteFile(freezeFlag, nil, 0o600), "freeze flag")
+	r.token = freezeFlag + ".token"
 
 	r.natsProc = &proc{name: "nats", env: []string{envRole + "=nats", envDir + "=" + filepath.Join(t.TempDir(), "nats"), envPort + "=" + strconv.Itoa(port)}}
 	for i := range s.relays {
@@ -331,8 +344,9 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	for _, f := range faults {
 		total += f.weight
 	}
+	// Pauses take their time: the first round may overrun a little.
 	deadline := time.Now().Add(s.chaosFor)
-	for round := 0; time.Now().Before(deadline); round++ {
+	for round := 0; time.Now().Before(deadline) || round < len(faults) && time.Now().Before(deadline.Add(s.chaosFor/3)); round++ {
 		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
 		f := faults[round%len(faults)]
 		if round >= len(faults) {
@@ -716,6 +730,10 @@ type pause struct {
 // pauseRelay stops a relay from outside, at whatever point it is, for
 // longer than its lease.
 func (r *run) pauseRelay(ctx context.Context) {
+	if !takeFreezeToken(strings.TrimSuffix(r.token, ".token")) {
+		return // a relay is stopping itself: one at a time
+	}
+	defer os.Remove(r.token)
 	p := r.relays[rand.IntN(len(r.relays))]
 	p.mu.Lock()
 	p.stopped = true
@@ -743,6 +761,7 @@ func (r *run) watchFreezes(ctx context.Context, done <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
+		r.dropStaleToken()
 		for _, p := range r.relays {
 			if pid, st := p.state(); st == 'T' && !p.stoppedByTest() {
 				since := time.Now()
@@ -750,6 +769,7 @@ func (r *run) watchFreezes(ctx context.Context, done <-chan struct{}) {
 				if pid2, st2 := p.state(); pid2 == pid && st2 == 'T' && !p.stoppedByTest() {
 					pa := r.measurePause(ctx, p, since, "froze itself mid-claim")
 					p.signal(syscall.SIGCONT)
+					_ = os.Remove(r.token)
 					r.mu.Lock()
 					r.pauses = append(r.pauses, pa)
 					r.mu.Unlock()
@@ -758,6 +778,27 @@ func (r *run) watchFreezes(ctx context.Context, done <-chan struct{}) {
 				r.faultMu.Unlock()
 			}
 		}
+	}
+}
+
+// dropStaleToken removes a freeze token whose relay died (a SIGKILL)
+// between taking it and stopping: a holder stops within milliseconds.
+func (r *run) dropStaleToken() {
+	b, err := os.ReadFile(r.token)
+	if err != nil {
+		return
+	}
+	pid, _ := strconv.Atoi(string(b))
+	if pid == os.Getpid() {
+		return // pauseRelay's
+	}
+	for _, p := range r.relays {
+		if q, st := p.state(); q == pid && (st == 'T' || p.stoppedByTest()) {
+			return
+		}
+	}
+	if fi, err := os.Stat(r.token); err == nil && time.Since(fi.ModTime()) > 2*time.Second {
+		_ = os.Remove(r.token)
 	}
 }
 

@@ -162,7 +162,7 @@ func runRelay(ctx context.Context, log *slog.Logger) error {
 type freezingStore struct {
 	store.RelayStore
 	chance float64
-	while  string // a file: no freezes once it is gone
+	while  string // a file: no freezes once it is gone; while+".token" is held by the one relay that may be stopped
 
 	mu        sync.Mutex
 	notBefore time.Time     // no freeze before (just started, just resumed)
@@ -171,6 +171,19 @@ type freezingStore struct {
 
 func newFreezingStore(st store.RelayStore, chance float64, while string) *freezingStore {
 	return &freezingStore{RelayStore: st, chance: chance, while: while, notBefore: time.Now().Add(freezeAfterStart + rand.N(freezeAfterStart)), typical: time.Millisecond}
+}
+
+// takeFreezeToken creates the token file next to the freeze flag; it
+// fails when another relay holds it (is stopped, or about to be). One
+// stopped relay at a time leaves the others to show what they do meanwhile.
+// The test removes the token when it resumes the relay.
+func takeFreezeToken(flag string) bool {
+	f, err := os.OpenFile(flag+".token", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return false
+	}
+	_, _ = fmt.Fprint(f, os.Getpid())
+	return f.Close() == nil
 }
 
 // Claim implements store.RelayStore.
@@ -183,13 +196,14 @@ func (s *freezingStore) Claim(ctx context.Context, owner string, limit int, leas
 	s.mu.Unlock()
 	if armed {
 		_, err := os.Stat(s.while)
-		armed = err == nil
+		armed = err == nil && takeFreezeToken(s.while)
 	}
 	if armed {
 		delay := rand.N(typical)
 		wg.Go(func() {
 			time.Sleep(delay)
 			if done.Load() {
+				_ = os.Remove(s.while + ".token")
 				return // the claim was quicker: no freeze this time
 			}
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
