@@ -1,14 +1,27 @@
 // Package chaos drives relays, consumers and a NATS server, each a process
 // of its own, through crashes and outages while a producer writes, then
-// checks that nothing was lost, applied twice or reordered. It does the same
-// to the reference shop's four services (TestShopUnderProcessKills), then
-// audits the shop's databases.
+// checks that nothing was lost, applied twice or reordered, on each SQL
+// dialect (TestChaos/postgres, /mysql, /sqlite). It does the same to the
+// reference shop's four services (TestShopUnderProcessKills), then audits the
+// shop's databases.
 //
 //	go test ./test/chaos                  # the short runs CI does (under a minute each)
-//	go test ./test/chaos -run . -long     # 100,000 messages and 5,000 orders, minutes of chaos
+//	go test ./test/chaos -run . -long     # 100,000 messages per dialect and 5,000 orders, minutes of chaos
 //
-// It needs PostgreSQL (COURIER_TEST_POSTGRES_URL); NATS runs embedded in a
-// child process it can kill.
+// TestChaos's faults: relays and consumers killed, relays stopped past their
+// lease (by the test, and by themselves in the middle of a claim, see
+// freezingStore), NATS killed, stalled and briefly down again and again,
+// database sessions cut (pg_terminate_backend, KILL CONNECTION; SQLite has
+// none, so every relay and consumer is killed at once), poison messages with
+// a deep backlog on their key, and messages on a subject no stream binds.
+// Besides loss, duplicates and per-key order it checks that the expected
+// dead letters (and only they) exist, that the other relays keep publishing
+// while one is stopped, and that other keys flow while a poison message is
+// retried.
+//
+// It needs PostgreSQL (COURIER_TEST_POSTGRES_URL) and MySQL or MariaDB
+// (COURIER_TEST_MYSQL_URL); SQLite runs on files, NATS embedded in a child
+// process it can kill.
 package chaos
 
 import (
@@ -27,15 +40,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
-	"github.com/courier-go/courier/outbox"
-	"github.com/courier-go/courier/store/postgres"
 )
 
-var long = flag.Bool("long", false, "run the long chaos tests: 100,000 messages with 5 minutes of faults, 5,000 orders with 4")
+var long = flag.Bool("long", false, "run the long chaos tests: 100,000 messages per dialect with 5 minutes of faults, 5,000 orders with 4")
 
 func TestMain(m *testing.M) {
 	runRole()
@@ -47,11 +59,14 @@ func TestMain(m *testing.M) {
 type settings struct {
 	messages, keys, partitions, relays int
 	chaosFor                           time.Duration
+	// poisonBacklog is how many messages follow each poison message on its
+	// key; maxPoisons caps the poison injections of a run.
+	poisonBacklog, maxPoisons int
 }
 
 func (s settings) String() string {
-	return fmt.Sprintf("%d messages over %d keys, %d relays, %d consumers, %s of faults",
-		s.messages, s.keys, s.relays, s.partitions, s.chaosFor)
+	return fmt.Sprintf("%d messages over %d keys, %d relays, %d consumers, %s of faults, up to %d poison messages with %d behind each",
+		s.messages, s.keys, s.relays, s.partitions, s.chaosFor, s.maxPoisons, s.poisonBacklog)
 }
 
 // proc is one supervised child process, restarted whenever it dies until
@@ -63,6 +78,7 @@ type proc struct {
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	hold    bool // do not restart for now
+	stopped bool // the test sent SIGSTOP (not the process itself)
 	peak    int64
 	runs    int
 	started time.Time
@@ -90,6 +106,26 @@ func (p *proc) signal(sig syscall.Signal) {
 	if p.cmd != nil && p.cmd.Process != nil {
 		_ = p.cmd.Process.Signal(sig)
 	}
+}
+
+// state returns the process's pid and its state letter from /proc (R, S,
+// T for stopped, …), or 0 and 0 when it is not running.
+func (p *proc) state() (int, byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0, 0
+	}
+	pid := p.cmd.Process.Pid
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, 0
+	}
+	return pid, b[i+2]
 }
 
 // sample records the process's resident set high-water mark.
@@ -170,46 +206,98 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// The run's topics are the partitions part0…part{N-1}, which the stream
+// binds, and unboundTopic, which no stream binds: a publish there can never
+// succeed, so its messages must end as dead letters.
+const unboundTopic = "unbound"
+
+// poisonKey is the key of the poison messages, which the broker rejects on
+// every attempt (their payload exceeds the stream's maxMsgSize), and of the
+// backlog written behind each of them.
+const poisonKey = "poison"
+
+// maxMsgSize is the stream's limit on a message's size.
+const maxMsgSize = 64 << 10
+
+// measureFor is how long the test watches the others publish while a relay
+// is stopped and its lease has run out.
+const measureFor = 2 * time.Second
+
 func TestChaos(t *testing.T) {
-	s := settings{messages: 5000, keys: 200, partitions: 2, relays: 2, chaosFor: 25 * time.Second}
+	s := settings{messages: 5000, keys: 200, partitions: 2, relays: 2, chaosFor: 30 * time.Second, poisonBacklog: 1500, maxPoisons: 2}
 	if *long {
-		s = settings{messages: 100000, keys: 1000, partitions: 4, relays: 3, chaosFor: 5 * time.Minute}
+		s = settings{messages: 100000, keys: 1000, partitions: 4, relays: 3, chaosFor: 5 * time.Minute, poisonBacklog: 10000, maxPoisons: 5}
 	}
-	t.Logf("chaos run: %s", s)
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) { runChaos(t, d, s) })
+	}
+}
+
+// run is the state of one dialect's chaos run.
+type run struct {
+	t       *testing.T
+	began   time.Time
+	s       settings
+	dialect string
+	db      *databases
+	stream  string
+	token   string              // held by the relay that is stopped (see takeFreezeToken)
+	js      jetstream.JetStream // the test's own view of the stream
+
+	natsProc          *proc
+	relays, consumers []*proc
+
+	// faultMu is held while a fault is under way and while the test
+	// watches the others work during a relay's pause, so that no other
+	// fault disturbs what it measures.
+	faultMu sync.Mutex
+
+	mu        sync.Mutex
+	faults    map[string]int
+	pauses    []pause
+	poisons   []poisoning
+	extra     []written // poison, backlog and unbound messages, as written
+	poisonSeq int
+	unbound   int
+}
+
+func (r *run) count(fault string, n int) {
+	r.mu.Lock()
+	r.faults[fault] += n
+	r.mu.Unlock()
+}
+
+func runChaos(t *testing.T, d dialect, s settings) {
+	began := time.Now()
+	t.Logf("chaos run on %s: %s", d.name, s)
 	ctx := context.Background()
-	producer := testenv.Postgres(t, true)
-	consumer := testenv.Postgres(t, true)
-	_, err := consumer.Pool.Exec(ctx, `CREATE TABLE effects (n bigint GENERATED ALWAYS AS IDENTITY, message_id uuid NOT NULL, key text NOT NULL, seq int NOT NULL)`)
-	testenv.Must(t, err, "effects table")
+	r := &run{t: t, began: began, s: s, dialect: d.name, db: d.setup(t), faults: map[string]int{}}
 
 	port := freePort(t)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	stream := testenv.Name("CHAOS")
-	prefix := strings.ToLower(stream) + "."
-	common := []string{envNATS + "=" + natsURL, envPrefix + "=" + prefix, envStream + "=" + stream}
+	r.stream = testenv.Name("CHAOS")
+	prefix := strings.ToLower(r.stream) + "."
+	common := []string{envNATS + "=" + natsURL, envPrefix + "=" + prefix, envStream + "=" + r.stream, envDialect + "=" + d.name}
+	// Relays freeze themselves mid-claim while this file exists.
+	freezeFlag := filepath.Join(t.TempDir(), "freeze")
+	testenv.Must(t, os.WriteFile(freezeFlag, nil, 0o600), "freeze flag")
+	r.token = freezeFlag + ".token"
 
-	natsProc := &proc{name: "nats", env: []string{envRole + "=nats", envDir + "=" + filepath.Join(t.TempDir(), "nats"), envPort + "=" + strconv.Itoa(port)}}
-	var relays, consumers []*proc
+	r.natsProc = &proc{name: "nats", env: []string{envRole + "=nats", envDir + "=" + filepath.Join(t.TempDir(), "nats"), envPort + "=" + strconv.Itoa(port)}}
 	for i := range s.relays {
-		app := fmt.Sprintf("chaos_relay_%s_%d", producer.Schema, i)
-		relays = append(relays, &proc{name: fmt.Sprintf("relay %d", i), env: append([]string{envRole + "=relay",
-			envPG + "=" + producer.URL + "&application_name=" + app, envFail + "=0.02"}, common...)})
+		r.relays = append(r.relays, &proc{name: fmt.Sprintf("relay %d", i), env: append([]string{envRole + "=relay",
+			envDB + "=" + r.db.relayDB(i), envFail + "=0.02", envFreeze + "=0.02", envFreezeWhile + "=" + freezeFlag}, common...)})
 	}
 	for i := range s.partitions {
-		app := fmt.Sprintf("chaos_consumer_%s_%d", consumer.Schema, i)
-		consumers = append(consumers, &proc{name: fmt.Sprintf("consumer %d", i), env: append([]string{envRole + "=consumer",
-			envPG + "=" + consumer.URL + "&application_name=" + app, envTopic + "=" + fmt.Sprintf("part%d", i),
+		r.consumers = append(r.consumers, &proc{name: fmt.Sprintf("consumer %d", i), env: append([]string{envRole + "=consumer",
+			envDB + "=" + r.db.consumerDB(i), envTopic + "=" + fmt.Sprintf("part%d", i),
 			envDup + "=0.02", envReorder + "=0.02"}, common...)})
 	}
-	all := append(append([]*proc{natsProc}, relays...), consumers...)
+	all := append(append([]*proc{r.natsProc}, r.relays...), r.consumers...)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	natsProc.supervise(t, stop, &wg)
-	time.Sleep(500 * time.Millisecond)
-	for _, p := range all[1:] {
-		p.supervise(t, stop, &wg)
-	}
+	r.natsProc.supervise(t, stop, &wg)
 	defer func() {
 		select {
 		case <-stop:
@@ -218,13 +306,14 @@ func TestChaos(t *testing.T) {
 		}
 		wg.Wait()
 	}()
+	r.createStream(ctx, natsURL, prefix)
+	for _, p := range all[1:] {
+		p.supervise(t, stop, &wg)
+	}
 
 	// The producer writes at a pace that spreads the messages over the chaos.
-	written := produce(t, producer.Pool, s)
+	written := r.produce()
 
-	// Faults, at random, until the time is up.
-	faults := map[string]int{}
-	deadline := time.Now().Add(s.chaosFor)
 	sampling := make(chan struct{})
 	var sampler sync.WaitGroup
 	sampler.Go(func() {
@@ -243,74 +332,236 @@ func TestChaos(t *testing.T) {
 	})
 	stopSampling := sync.OnceFunc(func() { close(sampling); sampler.Wait() })
 	defer stopSampling()
-	for round := 0; time.Now().Before(deadline); round++ {
-		action := rand.IntN(6)
-		if round < 5 {
-			action = round // every kind of fault at least once
-		}
+	watching := make(chan struct{})
+	var watcher sync.WaitGroup
+	watcher.Go(func() { r.watchFreezes(ctx, watching) })
+	stopWatching := sync.OnceFunc(func() { close(watching); watcher.Wait() })
+	defer stopWatching()
+
+	// Faults, at random, until the time is up; every kind at least once.
+	faults := r.faultKinds()
+	total := 0
+	for _, f := range faults {
+		total += f.weight
+	}
+	// Pauses take their time: the first round may overrun a little.
+	deadline := time.Now().Add(s.chaosFor)
+	for round := 0; time.Now().Before(deadline) || round < len(faults) && time.Now().Before(deadline.Add(s.chaosFor/3)); round++ {
 		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
-		{
-			switch action {
-			case 0:
-				relays[rand.IntN(len(relays))].signal(syscall.SIGKILL)
-				faults["relay SIGKILL"]++
-			case 1:
-				consumers[rand.IntN(len(consumers))].signal(syscall.SIGKILL)
-				faults["consumer SIGKILL"]++
-			case 2:
-				natsProc.mu.Lock()
-				natsProc.hold = true
-				natsProc.mu.Unlock()
-				natsProc.signal(syscall.SIGKILL)
-				time.Sleep(time.Duration(500+rand.IntN(2500)) * time.Millisecond)
-				natsProc.mu.Lock()
-				natsProc.hold = false
-				natsProc.mu.Unlock()
-				faults["NATS killed and restarted"]++
-			case 3:
-				var n int
-				_ = producer.Admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-WHERE application_name LIKE 'chaos_%' AND (application_name LIKE '%'||$1||'%' OR application_name LIKE '%'||$2||'%')`,
-					producer.Schema, consumer.Schema).Scan(&n)
-				faults["PostgreSQL backends terminated"] += n
-				faults["PostgreSQL terminations"]++
-			case 4:
-				r := relays[rand.IntN(len(relays))]
-				r.signal(syscall.SIGSTOP)
-				time.Sleep(4 * time.Second) // past its 3s lease
-				r.signal(syscall.SIGCONT)
-				faults["relay paused past its lease"]++
-			case 5:
-				// Breathing room: faults need quiet moments to be survived.
+		f := faults[round%len(faults)]
+		if round >= len(faults) {
+			n := rand.IntN(total)
+			for _, f = range faults {
+				if n -= f.weight; n < 0 {
+					break
+				}
 			}
 		}
+		r.faultMu.Lock()
+		f.do(ctx)
+		r.faultMu.Unlock()
 	}
+	testenv.Must(t, os.Remove(freezeFlag), "end the freezes")
 	msgs := <-written
-	t.Logf("faults: %v", faults)
+	r.mu.Lock()
+	msgs = append(msgs, r.extra...)
+	t.Logf("faults on %s: %v", d.name, r.faults)
+	r.mu.Unlock()
 
-	// Everything written must come out the other end, once, in key order.
-	check(t, ctx, producer, consumer, msgs, s)
+	// Everything written must come out the other end, once, in key order,
+	// or be a dead letter where one is expected.
+	res := check(t, ctx, r, msgs)
+	stopWatching()
 	close(stop)
 	wg.Wait()
 	stopSampling()
 	for _, p := range all {
 		t.Logf("%-12s %2d runs, peak RSS %6.1f MiB", p.name, p.runs, float64(p.peak)/1024)
 	}
+	r.reportPauses()
+	r.reportPoisons()
+	r.mu.Lock()
+	t.Logf("summary %s: %s; faults %v; %s; %s of faults, settled %s later, %s in all",
+		d.name, res.messages, r.faults, res, s.chaosFor, res.settled.Round(100*time.Millisecond),
+		time.Since(began).Round(100*time.Millisecond))
+	r.mu.Unlock()
 }
 
-// written is one message as the producer committed it.
+// createStream waits for the NATS process, then creates the run's stream:
+// it binds the partitions' subjects only, and refuses messages over
+// maxMsgSize. The relays' EnsureStream leaves it as it is.
+func (r *run) createStream(ctx context.Context, url, prefix string) {
+	t := r.t
+	var nc *natsgo.Conn
+	var err error
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nc, err = natsgo.Connect(url, natsgo.MaxReconnects(-1), natsgo.ReconnectWait(100*time.Millisecond))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	testenv.Must(t, err, "connect to the NATS process")
+	t.Cleanup(nc.Close)
+	r.js, err = jetstream.New(nc)
+	testenv.Must(t, err, "jetstream")
+	subjects := make([]string, r.s.partitions)
+	for i := range subjects {
+		subjects[i] = fmt.Sprintf("%spart%d", prefix, i)
+	}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = r.js.CreateStream(cctx, jetstream.StreamConfig{Name: r.stream, Subjects: subjects, Storage: jetstream.FileStorage,
+			Duplicates: 2 * time.Minute, MaxMsgSize: maxMsgSize})
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	testenv.Must(t, err, "create the stream")
+}
+
+// streamMsgs returns how many messages the stream holds: every message
+// published so far, once (JetStream drops re-publications by message id).
+func (r *run) streamMsgs(ctx context.Context) (uint64, bool) {
+	for range 30 {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := r.js.Stream(cctx, r.stream)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = st.Info(cctx); err == nil {
+				cancel()
+				return info.State.Msgs, true
+			}
+		}
+		cancel()
+		time.Sleep(100 * time.Millisecond)
+	}
+	return 0, false
+}
+
+// pendingWork counts the outbox rows other than the poison key's and the
+// unbound topic's, which the relays can publish.
+func (r *run) pendingWork(ctx context.Context) int64 {
+	var n int64
+	if err := r.db.producer.QueryRowContext(ctx, `SELECT count(*) FROM courier_outbox WHERE topic <> '`+unboundTopic+
+		`' AND ordering_key <> '`+poisonKey+`'`).Scan(&n); err != nil {
+		r.t.Logf("count pending work: %v", err)
+		return -1
+	}
+	return n
+}
+
+// A fault kind of the random mix. do runs it (under faultMu) and counts it.
+type faultKind struct {
+	name   string
+	weight int
+	do     func(ctx context.Context)
+}
+
+// faultKinds lists the faults, the ones that matter most first (the first
+// round of the run goes through them in order).
+func (r *run) faultKinds() []faultKind {
+	pick := func(ps []*proc) *proc { return ps[rand.IntN(len(ps))] }
+	return []faultKind{
+		{"poison message with a backlog", 1, r.injectPoison},
+		{"messages on an unbound subject", 1, r.injectUnbound},
+		{"short NATS outages", 3, func(context.Context) {
+			// Down for 0.5–1s, up for 1–1.5s, two to four times.
+			for i := range 2 + rand.IntN(3) {
+				if i > 0 {
+					time.Sleep(time.Duration(1000+rand.IntN(500)) * time.Millisecond)
+				}
+				r.natsDown(time.Duration(500+rand.IntN(500)) * time.Millisecond)
+				r.count("NATS down for 0.5–1s", 1)
+			}
+		}},
+		{"relay paused past its lease", 1, r.pauseRelay},
+		{"database sessions cut", 2, r.cutSessions},
+		{"relay SIGKILL", 2, func(context.Context) {
+			pick(r.relays).signal(syscall.SIGKILL)
+			r.count("relay SIGKILL", 1)
+		}},
+		{"consumer SIGKILL", 1, func(context.Context) {
+			pick(r.consumers).signal(syscall.SIGKILL)
+			r.count("consumer SIGKILL", 1)
+		}},
+		{"NATS killed", 1, func(context.Context) {
+			r.natsDown(time.Duration(500+rand.IntN(2500)) * time.Millisecond)
+			r.count("NATS down for 0.5–3s", 1)
+		}},
+		{"NATS stalled", 1, func(context.Context) {
+			// Connections stay up, nothing answers: publishes time out.
+			r.natsProc.signal(syscall.SIGSTOP)
+			time.Sleep(time.Duration(500+rand.IntN(500)) * time.Millisecond)
+			r.natsProc.signal(syscall.SIGCONT)
+			r.count("NATS stalled (SIGSTOP) for 0.5–1s", 1)
+		}},
+		// Breathing room: faults need quiet moments to be survived.
+		{"nothing", 1, func(context.Context) {}},
+	}
+}
+
+// natsDown kills the NATS process and restarts it after d.
+func (r *run) natsDown(d time.Duration) {
+	p := r.natsProc
+	p.mu.Lock()
+	p.hold = true
+	p.mu.Unlock()
+	p.signal(syscall.SIGKILL)
+	time.Sleep(d)
+	p.mu.Lock()
+	p.hold = false
+	p.mu.Unlock()
+}
+
+// cutSessions ends every relay's and consumer's database sessions; SQLite
+// has none, so there the processes themselves are killed, all at once.
+func (r *run) cutSessions(ctx context.Context) {
+	if r.db.terminate == nil {
+		for _, p := range append(append([]*proc(nil), r.relays...), r.consumers...) {
+			p.signal(syscall.SIGKILL)
+		}
+		r.count("every relay and consumer SIGKILLed at once", 1)
+		return
+	}
+	n, err := r.db.terminate(ctx)
+	if err != nil {
+		r.t.Logf("cut database sessions: %v", err)
+	}
+	r.count(r.db.terminated, n)
+	r.count("database session cuts", 1)
+}
+
+// written is one message as the test committed it. dead says why it is
+// expected to end as a dead letter instead of being applied ("" when it
+// must be applied).
 type written struct {
-	id  string
-	key string
-	seq int
+	id   string
+	key  string
+	seq  int
+	dead string
+}
+
+// Reasons for expected dead letters.
+const (
+	deadPoison  = "poison"
+	deadUnbound = "unbound subject"
+)
+
+func partition(key string, partitions int) string {
+	return fmt.Sprintf("part%d", fnv(key)%uint32(partitions))
 }
 
 // produce writes s.messages messages, seq increasing per key, in small
-// transactions, spread over s.chaosFor; the channel yields them when done.
-func produce(t *testing.T, pool *pgxpool.Pool, s settings) <-chan []written {
+// transactions from one goroutine, spread over s.chaosFor; the channel
+// yields them when done.
+func (r *run) produce() <-chan []written {
+	s := r.s
 	out := make(chan []written, 1)
 	go func() {
-		w := outbox.New(postgres.Pgx(), outbox.Config{})
 		var all []written
 		seq := map[string]int{}
 		pace := s.chaosFor * 8 / 10 / time.Duration(s.messages/10)
@@ -321,23 +572,11 @@ func produce(t *testing.T, pool *pgxpool.Pool, s settings) <-chan []written {
 			for i := range msgs {
 				k := fmt.Sprintf("k%d", rand.IntN(s.keys))
 				seq[k]++
-				part := int(fnv(k) % uint32(s.partitions))
-				msgs[i] = courier.NewMessage(fmt.Sprintf("part%d", part), k, "Step", []byte(strconv.Itoa(seq[k])))
+				msgs[i] = courier.NewMessage(partition(k, s.partitions), k, "Step", []byte(strconv.Itoa(seq[k])))
 				batch[i] = written{id: msgs[i].ID.String(), key: k, seq: seq[k]}
 			}
-			err := func() error {
-				ctx := context.Background()
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					return err
-				}
-				defer tx.Rollback(ctx)
-				if err := w.Write(ctx, tx, msgs...); err != nil {
-					return err
-				}
-				return tx.Commit(ctx)
-			}()
-			if err != nil { // not written: take the sequence numbers back and retry
+			if err := r.db.write(context.Background(), msgs); err != nil {
+				// Not written: take the sequence numbers back and retry.
 				for _, b := range batch {
 					seq[b.key]--
 				}
@@ -350,6 +589,288 @@ func produce(t *testing.T, pool *pgxpool.Pool, s settings) <-chan []written {
 		out <- all
 	}()
 	return out
+}
+
+// writeAll commits msgs in one transaction, retrying with fresh message ids
+// until it succeeds; build makes the messages.
+func (r *run) writeAll(ctx context.Context, build func() ([]courier.Message, []written)) {
+	for attempt := 0; ; attempt++ {
+		msgs, ws := build()
+		err := r.db.write(ctx, msgs)
+		if err == nil {
+			r.mu.Lock()
+			r.extra = append(r.extra, ws...)
+			r.mu.Unlock()
+			return
+		}
+		if attempt == 100 {
+			r.t.Fatalf("write %d messages: %v", len(msgs), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// poisoning is what became of one poison message.
+type poisoning struct {
+	deadAfter time.Duration // from its commit to its dead letter; 0: not seen dead
+	published uint64        // messages of other keys published meanwhile
+	pending   int64         // other work pending when it was written
+}
+
+// injectPoison writes a message of poisonKey that the broker rejects on
+// every attempt, then a backlog of s.poisonBacklog messages of the same key
+// behind it, and watches the poison become a dead letter while other keys
+// keep flowing.
+func (r *run) injectPoison(ctx context.Context) {
+	r.mu.Lock()
+	if len(r.poisons) >= r.s.maxPoisons {
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	topic := partition(poisonKey, r.s.partitions)
+	next := func(dead string, payload []byte) (courier.Message, written) {
+		r.poisonSeq++
+		m := courier.NewMessage(topic, poisonKey, "Step", append([]byte(strconv.Itoa(r.poisonSeq)), payload...))
+		return m, written{id: m.ID.String(), key: poisonKey, seq: r.poisonSeq, dead: dead}
+	}
+	var id string
+	c0, _ := r.streamMsgs(ctx)
+	pending := r.pendingWork(ctx)
+	r.writeAll(ctx, func() ([]courier.Message, []written) {
+		r.poisonSeq = r.lastPoisonSeq()
+		m, w := next(deadPoison, append([]byte(" "), make([]byte, 2*maxMsgSize)...))
+		id = w.id
+		return []courier.Message{m}, []written{w}
+	})
+	wrote := time.Now()
+	for left := r.s.poisonBacklog; left > 0; {
+		n := min(left, 100)
+		r.writeAll(ctx, func() ([]courier.Message, []written) {
+			r.poisonSeq = r.lastPoisonSeq()
+			msgs, ws := make([]courier.Message, n), make([]written, n)
+			for i := range n {
+				msgs[i], ws[i] = next("", nil)
+			}
+			return msgs, ws
+		})
+		left -= n
+	}
+	// It takes relayMaxAttempts attempts, backing off 50ms, 100ms, … in
+	// between: a few seconds at most, unless relays are down meanwhile.
+	p := poisoning{pending: pending}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if r.isDead(ctx, id) {
+			p.deadAfter = time.Since(wrote)
+			break
+		}
+	}
+	if c1, ok := r.streamMsgs(ctx); ok && c1 > c0 {
+		p.published = c1 - c0
+	}
+	r.mu.Lock()
+	r.poisons = append(r.poisons, p)
+	r.mu.Unlock()
+	r.count("poison message with a backlog of "+strconv.Itoa(r.s.poisonBacklog), 1)
+}
+
+// lastPoisonSeq is the seq of the last poison-key message written; a failed
+// write's numbers are reused.
+func (r *run) lastPoisonSeq() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := 0
+	for _, w := range r.extra {
+		if w.key == poisonKey {
+			last = max(last, w.seq)
+		}
+	}
+	return last
+}
+
+func (r *run) isDead(ctx context.Context, id string) bool {
+	dls, err := r.db.producerAdmin.DeadLetters(ctx, 10000)
+	if err != nil {
+		return false
+	}
+	for _, d := range dls {
+		if d.MessageID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// injectUnbound writes three messages, each of a key of its own, on a topic
+// whose subject no stream binds.
+func (r *run) injectUnbound(ctx context.Context) {
+	r.writeAll(ctx, func() ([]courier.Message, []written) {
+		msgs, ws := make([]courier.Message, 3), make([]written, 3)
+		for i := range msgs {
+			k := fmt.Sprintf("unbound-%d", r.unbound+i)
+			msgs[i] = courier.NewMessage(unboundTopic, k, "Step", []byte("1"))
+			ws[i] = written{id: msgs[i].ID.String(), key: k, seq: 1, dead: deadUnbound}
+		}
+		return msgs, ws
+	})
+	r.unbound += 3
+	r.count("messages on an unbound subject", 3)
+}
+
+// pause is one stopped relay, and what the others published meanwhile.
+type pause struct {
+	relay, how string
+	at         time.Time     // when it stopped
+	stopped    time.Duration // in all
+	published  uint64        // during the measureFor after its lease ran out
+	pending    int64         // publishable rows when that began
+	invalid    string        // why nothing can be concluded, if so
+}
+
+// pauseRelay stops a relay from outside, at whatever point it is, for
+// longer than its lease.
+func (r *run) pauseRelay(ctx context.Context) {
+	if !takeFreezeToken(strings.TrimSuffix(r.token, ".token")) {
+		return // a relay is stopping itself: one at a time
+	}
+	defer os.Remove(r.token)
+	p := r.relays[rand.IntN(len(r.relays))]
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.signal(syscall.SIGSTOP)
+	pa := r.measurePause(ctx, p, time.Now(), "stopped by the test")
+	p.signal(syscall.SIGCONT)
+	p.mu.Lock()
+	p.stopped = false
+	p.mu.Unlock()
+	r.mu.Lock()
+	r.pauses = append(r.pauses, pa)
+	r.mu.Unlock()
+	r.count("relay paused past its lease", 1)
+}
+
+// watchFreezes finds relays that stopped themselves (see freezingStore),
+// measures what the others publish meanwhile, and resumes them.
+func (r *run) watchFreezes(ctx context.Context, done <-chan struct{}) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		r.dropStaleToken()
+		for _, p := range r.relays {
+			if pid, st := p.state(); st == 'T' && !p.stoppedByTest() {
+				since := time.Now()
+				r.faultMu.Lock()
+				if pid2, st2 := p.state(); pid2 == pid && st2 == 'T' && !p.stoppedByTest() {
+					pa := r.measurePause(ctx, p, since, "froze itself mid-claim")
+					p.signal(syscall.SIGCONT)
+					_ = os.Remove(r.token)
+					r.mu.Lock()
+					r.pauses = append(r.pauses, pa)
+					r.mu.Unlock()
+					r.count("relay froze itself mid-claim", 1)
+				}
+				r.faultMu.Unlock()
+			}
+		}
+	}
+}
+
+// dropStaleToken removes a freeze token whose relay died (a SIGKILL)
+// between taking it and stopping: a holder stops within milliseconds.
+func (r *run) dropStaleToken() {
+	b, err := os.ReadFile(r.token)
+	if err != nil {
+		return
+	}
+	pid, _ := strconv.Atoi(string(b))
+	if pid == os.Getpid() {
+		return // pauseRelay's
+	}
+	for _, p := range r.relays {
+		if q, st := p.state(); q == pid && (st == 'T' || p.stoppedByTest()) {
+			return
+		}
+	}
+	if fi, err := os.Stat(r.token); err == nil && time.Since(fi.ModTime()) > 2*time.Second {
+		_ = os.Remove(r.token)
+	}
+}
+
+func (p *proc) stoppedByTest() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopped
+}
+
+// measurePause waits until p's lease has run out (p stopped at since), then
+// counts what the other relays publish in measureFor. p stays stopped.
+func (r *run) measurePause(ctx context.Context, p *proc, since time.Time, how string) pause {
+	pa := pause{relay: p.name, how: how, at: since}
+	time.Sleep(time.Until(since.Add(relayLease + 500*time.Millisecond)))
+	pa.pending = r.pendingWork(ctx)
+	c0, ok0 := r.streamMsgs(ctx)
+	for end := time.Now().Add(measureFor); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		for _, o := range r.relays {
+			if _, st := o.state(); o != p && st == 'T' && pa.invalid == "" {
+				pa.invalid = o.name + " stopped too"
+			}
+		}
+	}
+	c1, ok1 := r.streamMsgs(ctx)
+	if !ok0 || !ok1 {
+		pa.invalid = "stream not readable"
+	}
+	if c1 > c0 {
+		pa.published = c1 - c0
+	}
+	pa.stopped = time.Since(since)
+	return pa
+}
+
+// reportPauses logs every relay pause and fails the run when the other
+// relays published nothing while one was stopped although work was pending.
+func (r *run) reportPauses() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stalled := 0
+	for _, pa := range r.pauses {
+		verdict := "ok"
+		switch {
+		case pa.invalid != "":
+			verdict = "not judged: " + pa.invalid
+		case pa.published == 0 && pa.pending > 0:
+			verdict = "STALLED"
+			stalled++
+			r.t.Errorf("%s: %s %s %s; in the %s after its lease ran out the other relays published nothing, with %d messages pending",
+				r.dialect, pa.relay, pa.how, pa.stopped.Round(100*time.Millisecond).String()+" in all", measureFor, pa.pending)
+		}
+		r.t.Logf("pause %s: %-8s %-23s at +%5.1fs, stopped %5s; %5d published during the %s after its lease, %5d pending: %s",
+			r.dialect, pa.relay, pa.how, pa.at.Sub(r.began).Seconds(), pa.stopped.Round(100*time.Millisecond), pa.published, measureFor, pa.pending, verdict)
+	}
+	r.t.Logf("pauses %s: %d relay pauses, %d with no progress by the other relays", r.dialect, len(r.pauses), stalled)
+}
+
+// reportPoisons logs how each poison message ended.
+func (r *run) reportPoisons() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, p := range r.poisons {
+		dead := "not a dead letter within 10s"
+		if p.deadAfter > 0 {
+			dead = "dead letter after " + p.deadAfter.Round(10*time.Millisecond).String()
+		}
+		r.t.Logf("poison %s #%d: %s; meanwhile %d messages of other keys published (%d pending when it was written)",
+			r.dialect, i+1, dead, p.published, p.pending)
+		if p.published == 0 && p.pending > 0 && (p.deadAfter == 0 || p.deadAfter >= time.Second) {
+			r.t.Errorf("%s: while poison message #%d was retried, no message of another key was published, with %d pending", r.dialect, i+1, p.pending)
+		}
+	}
 }
 
 func fnv(s string) uint32 {

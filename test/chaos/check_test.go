@@ -2,96 +2,253 @@ package chaos
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store"
 )
+
+// unboundWait is how long the check waits, once everything else has
+// settled, for the unbound subject's messages to become dead letters.
+const unboundWait = 10 * time.Second
+
+// result is what the check found.
+type result struct {
+	messages                          string // what was written
+	settled                           time.Duration
+	lost, twice, unknown, outOfOrder  int
+	deadPoison, deadUnbound           int // expected dead letters found
+	wantPoison, wantUnbound           int
+	unexpectedDead, deadApplied, park int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("%d lost, %d applied twice, %d unknown, %d out of key order; dead letters: %d/%d poison, %d/%d unbound subject, %d unexpected, %d applied anyway; %d parked",
+		r.lost, r.twice, r.unknown, r.outOfOrder, r.deadPoison, r.wantPoison, r.deadUnbound, r.wantUnbound, r.unexpectedDead, r.deadApplied, r.park)
+}
 
 // check waits for the system to settle, then verifies the promise: every
 // committed message applied exactly once, each key's messages applied in
-// the order written, and no dead letter without a reason. It logs what it
-// checked, with counts, and fails with the evidence.
-func check(t *testing.T, ctx context.Context, producer, consumer *testenv.PG, msgs []written, s settings) {
+// the order written, the poison and unbound-subject messages (and only
+// they) dead letters with a reason, and the rest of a poisoned key applied
+// in order after its dead letter. It logs what it checked, with counts, and
+// fails with the evidence.
+func check(t *testing.T, ctx context.Context, r *run, msgs []written) result {
 	t.Helper()
+	var res result
+	deliver, byDead := 0, map[string]int{}
+	for _, m := range msgs {
+		if m.dead == "" {
+			deliver++
+		} else {
+			byDead[m.dead]++
+		}
+	}
+	res.wantPoison, res.wantUnbound = byDead[deadPoison], byDead[deadUnbound]
+	res.messages = fmt.Sprintf("%d messages written (%d to apply; %d poison with %d behind them; %d on an unbound subject)",
+		len(msgs), deliver, res.wantPoison, res.wantPoison*r.s.poisonBacklog, res.wantUnbound)
+
 	start := time.Now()
-	var pending, applied int64
+	var stuckSince time.Time
 	for {
-		_ = producer.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox`).Scan(&pending)
-		_ = consumer.Pool.QueryRow(ctx, `SELECT count(DISTINCT message_id) FROM effects`).Scan(&applied)
-		if pending == 0 && applied >= int64(len(msgs)) {
+		st, err := r.db.producerAdmin.Stats(ctx)
+		var applied, unbound int64
+		if err == nil {
+			err = r.db.consumer.QueryRowContext(ctx, `SELECT count(DISTINCT message_id) FROM effects`).Scan(&applied)
+		}
+		if err == nil {
+			err = r.db.producer.QueryRowContext(ctx, `SELECT count(*) FROM courier_outbox WHERE topic = '`+unboundTopic+`'`).Scan(&unbound)
+		}
+		switch {
+		case err != nil:
+			t.Logf("settling: %v", err)
+		case st.Pending == 0 && applied >= int64(deliver):
+		case applied >= int64(deliver) && st.Pending == unbound:
+			// Only the unbound subject's messages are left: they must
+			// become dead letters soon, or never will.
+			if stuckSince.IsZero() {
+				stuckSince = time.Now()
+			}
+		default:
+			stuckSince = time.Time{}
+		}
+		if err == nil && (st.Pending == 0 && applied >= int64(deliver) || !stuckSince.IsZero() && time.Since(stuckSince) > unboundWait) {
 			break
 		}
 		if time.Since(start) > 3*time.Minute {
-			t.Fatalf("not settled 3 minutes after the faults stopped: %d messages still in the outbox, %d of %d applied",
-				pending, applied, len(msgs))
+			t.Fatalf("not settled 3 minutes after the faults stopped: %d messages still in the outbox (%d of them on the unbound subject), %d of %d applied",
+				st.Pending, unbound, applied, deliver)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("settled %s after the faults stopped", time.Since(start).Round(time.Millisecond))
+	res.settled = time.Since(start)
+	t.Logf("settled %s after the faults stopped", res.settled.Round(time.Millisecond))
 
 	byID := make(map[string]written, len(msgs))
 	for _, m := range msgs {
 		byID[m.id] = m
 	}
-	rows, err := consumer.Pool.Query(ctx, `SELECT message_id::text, key, seq FROM effects ORDER BY n`)
+	rows, err := r.db.consumer.QueryContext(ctx, `SELECT message_id, k, seq FROM effects ORDER BY n`)
 	testenv.Must(t, err, "read effects")
 	defer rows.Close()
 	count := map[string]int{}
 	last := map[string]int{}
-	var total, unknown, twice, outOfOrder int
+	disordered := map[string]bool{}
 	for rows.Next() {
 		var id, key string
 		var seq int
 		testenv.Must(t, rows.Scan(&id, &key, &seq), "scan effect")
-		total++
 		m, ok := byID[id]
 		if !ok {
-			unknown++
+			res.unknown++
 			t.Errorf("effect for message %s that was never committed", id)
 			continue
 		}
 		count[id]++
 		if count[id] == 2 {
-			twice++
+			res.twice++
 			t.Errorf("message %s (key %s, seq %d) applied twice", id, m.key, m.seq)
 		}
 		if seq <= last[key] && count[id] == 1 {
-			outOfOrder++
-			if outOfOrder <= 5 {
+			res.outOfOrder++
+			disordered[key] = true
+			if res.outOfOrder <= 5 {
 				t.Errorf("key %s: seq %d applied after seq %d", key, seq, last[key])
 			}
 		}
 		last[key] = max(last[key], seq)
 	}
 	testenv.Must(t, rows.Err(), "effects")
-	lost := 0
-	for _, m := range msgs {
-		if count[m.id] == 0 {
-			lost++
-			if lost <= 5 {
-				t.Errorf("message %s (key %s, seq %d) never applied", m.id, m.key, m.seq)
+	if len(disordered) > 0 {
+		explainDisorder(t, ctx, r, disordered)
+	}
+
+	dls, err := r.db.producerAdmin.DeadLetters(ctx, 100000)
+	testenv.Must(t, err, "dead letters")
+	dead := make(map[string]store.DeadLetter, len(dls))
+	for _, d := range dls {
+		dead[d.MessageID] = d
+		m, ok := byID[d.MessageID]
+		switch {
+		case d.LastError == "":
+			t.Errorf("dead letter %d (message %s, key %s) without a reason", d.ID, d.MessageID, d.Key)
+		case !ok || m.dead == "":
+			res.unexpectedDead++
+			if res.unexpectedDead <= 5 {
+				t.Errorf("message %s (key %s, topic %s) is a dead letter after %d attempts, but every fault was survivable: %s",
+					d.MessageID, d.Key, d.Topic, d.Attempts, d.LastError)
 			}
+		case m.dead == deadPoison:
+			res.deadPoison++
+		case m.dead == deadUnbound:
+			res.deadUnbound++
 		}
 	}
-	var deadRelay, deadRelayNoReason, parked, parkedNoReason int
-	testenv.Must(t, producer.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE last_error = '') FROM courier_outbox_dead_letters`).
-		Scan(&deadRelay, &deadRelayNoReason), "dead letters")
-	testenv.Must(t, consumer.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE last_error = '' OR reason = '') FROM courier_inbox_dead_letters`).
-		Scan(&parked, &parkedNoReason), "parked")
-	if deadRelayNoReason+parkedNoReason > 0 {
-		t.Errorf("%d dead letters and %d parked messages without a reason", deadRelayNoReason, parkedNoReason)
+
+	var unboundPending []written
+	for _, m := range msgs {
+		_, isDead := dead[m.id]
+		switch {
+		case m.dead == "" && count[m.id] == 0:
+			res.lost++
+			if res.lost <= 5 {
+				t.Errorf("message %s (key %s, seq %d) never applied", m.id, m.key, m.seq)
+			}
+		case m.dead != "" && count[m.id] > 0:
+			res.deadApplied++
+			t.Errorf("message %s (key %s), expected to be a dead letter (%s), was applied", m.id, m.key, m.dead)
+		case m.dead == deadPoison && !isDead:
+			t.Errorf("poison message %s (key %s, seq %d), which the broker rejects on every attempt, is not a dead letter", m.id, m.key, m.seq)
+		case m.dead == deadUnbound && !isDead:
+			unboundPending = append(unboundPending, m)
+		}
 	}
-	if deadRelay+parked > 0 {
-		t.Errorf("%d relay dead letters and %d parked messages: the faults were all survivable", deadRelay, parked)
+	if n := len(unboundPending); n > 0 {
+		// The relay must count a publish to a subject no stream binds as a
+		// failed attempt, not as the broker being away.
+		var lastErr string
+		_ = r.db.producer.QueryRowContext(ctx, `SELECT last_error FROM courier_outbox WHERE topic = '`+unboundTopic+`' ORDER BY id LIMIT 1`).Scan(&lastErr)
+		t.Errorf("UNBOUND SUBJECT: %d of %d messages on topic %q, whose subject no stream binds, are not dead letters %s after everything else settled "+
+			"(still in the outbox, retried for ever; last error %q); they must become dead letters after %d attempts",
+			n, res.wantUnbound, unboundTopic, unboundWait, lastErr, relayMaxAttempts)
 	}
-	var outboxSize, inboxSize, effectsSize int64
-	_ = producer.Pool.QueryRow(ctx, `SELECT pg_total_relation_size('courier_outbox')`).Scan(&outboxSize)
-	_ = consumer.Pool.QueryRow(ctx, `SELECT pg_total_relation_size('courier_inbox'), pg_total_relation_size('effects')`).Scan(&inboxSize, &effectsSize)
-	t.Logf("checked %d committed messages over %d keys: %d applied, %d lost, %d applied twice, %d effects of unknown messages, "+
-		"%d applied out of key order; %d relay dead letters, %d parked; tables: outbox %d KiB (empty), inbox %d KiB, effects %d KiB",
-		len(msgs), len(last), len(count), lost, twice, unknown, outOfOrder, deadRelay, parked, outboxSize/1024, inboxSize/1024, effectsSize/1024)
-	if lost+twice+unknown+outOfOrder > 0 {
-		t.FailNow()
+
+	parked, err := r.db.consumerAdmin.Parked(ctx, "", 100000)
+	testenv.Must(t, err, "parked")
+	res.park = len(parked)
+	for i, p := range parked {
+		if i < 5 {
+			t.Errorf("parked by consumer %s: message %s (%s): %s", p.Consumer, p.MessageID, p.Reason, p.Error)
+		}
 	}
+	t.Logf("checked %s over %d keys: %d applied, %s", res.messages, len(last), len(count), res)
+	return res
+}
+
+// explainDisorder tells, for each key applied out of order, whether the
+// broker's stream already holds its messages out of order (the relays
+// published them so) or in order (the consumers reordered them).
+func explainDisorder(t *testing.T, ctx context.Context, r *run, keys map[string]bool) {
+	t.Helper()
+	cons, err := r.js.OrderedConsumer(ctx, r.stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Logf("read the stream: %v", err)
+		return
+	}
+	total, _ := r.streamMsgs(ctx)
+	order := map[string][]string{}
+	for read := uint64(0); read < total; {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Logf("read the stream: %v", err)
+			return
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, _ := m.Metadata()
+			if k := m.Headers().Get(couriernats.HeaderKey); keys[k] {
+				at := ""
+				if md != nil {
+					at = fmt.Sprintf("@%d(+%.2fs)", md.Sequence.Stream, md.Timestamp.Sub(r.began).Seconds())
+				}
+				order[k] = append(order[k], string(m.Data())+at)
+			}
+		}
+		if n == 0 {
+			break
+		}
+		read += uint64(n)
+	}
+	inStream, shown := 0, 0
+	for k := range keys {
+		if !sorted(order[k]) {
+			inStream++
+		}
+		if shown++; shown <= 5 {
+			t.Logf("key %s in the stream (seq@stream sequence(time since the run began)): %v", k, order[k])
+		}
+	}
+	t.Errorf("%d of the %d keys applied out of order are out of order in the stream already (the relays published them so); the others were reordered on the consuming side", inStream, len(keys))
+}
+
+// sorted reports whether the payload seqs of a key's stream entries
+// ("seq@…") increase.
+func sorted(entries []string) bool {
+	last := 0
+	for _, e := range entries {
+		var seq int
+		fmt.Sscan(strings.SplitN(e, "@", 2)[0], &seq)
+		if seq <= last {
+			return false
+		}
+		last = seq
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,24 +24,48 @@ import (
 	"github.com/courier-go/courier/broker/nats/embedded"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
 // The test binary plays every process of a chaos run: COURIER_CHAOS_ROLE
 // says which. Settings come in the environment.
 const (
-	envRole     = "COURIER_CHAOS_ROLE"
-	envPG       = "COURIER_CHAOS_PG"     // producer schema (relays) or consumer schema (consumers)
-	envNATS     = "COURIER_CHAOS_NATS"   // client URL
-	envDir      = "COURIER_CHAOS_DIR"    // NATS store (role nats)
-	envPort     = "COURIER_CHAOS_PORT"   // NATS port (role nats)
-	envPrefix   = "COURIER_CHAOS_PREFIX" // subject prefix
-	envStream   = "COURIER_CHAOS_STREAM"
-	envTopic    = "COURIER_CHAOS_TOPIC"     // consumer's topic
-	envFail     = "COURIER_CHAOS_FAIL"      // relays: fraction of publishes that fail
-	envDup      = "COURIER_CHAOS_DUP"       // consumers: fraction of deliveries handed over twice
-	envReorder  = "COURIER_CHAOS_REORDER"   // consumers: fraction of deliveries swapped with the next of another key
-	envLogLevel = "COURIER_CHAOS_LOG_LEVEL" // debug to see everything
+	envRole        = "COURIER_CHAOS_ROLE"
+	envPG          = "COURIER_CHAOS_PG"      // role shop: the service's database
+	envDialect     = "COURIER_CHAOS_DIALECT" // relays, consumers: postgres, mysql or sqlite
+	envDB          = "COURIER_CHAOS_DB"      // producer's (relays) or consumer's (consumers) database: URL, DSN or file
+	envNATS        = "COURIER_CHAOS_NATS"    // client URL
+	envDir         = "COURIER_CHAOS_DIR"     // NATS store (role nats)
+	envPort        = "COURIER_CHAOS_PORT"    // NATS port (role nats)
+	envPrefix      = "COURIER_CHAOS_PREFIX"  // subject prefix
+	envStream      = "COURIER_CHAOS_STREAM"
+	envTopic       = "COURIER_CHAOS_TOPIC"        // consumer's topic
+	envFail        = "COURIER_CHAOS_FAIL"         // relays: fraction of publishes that fail
+	envFreeze      = "COURIER_CHAOS_FREEZE"       // relays: fraction of claims during which the process stops itself
+	envFreezeWhile = "COURIER_CHAOS_FREEZE_WHILE" // relays: … while this file exists
+	envDup         = "COURIER_CHAOS_DUP"          // consumers: fraction of deliveries handed over twice
+	envReorder     = "COURIER_CHAOS_REORDER"      // consumers: fraction of deliveries swapped with the next of another key
+	envLogLevel    = "COURIER_CHAOS_LOG_LEVEL"    // debug to see everything
+)
+
+// Relays' settings, which the test's timing depends on.
+const (
+	// relayLease is the relays' LeaseDuration: a stopped relay's rows go
+	// to the others this long after its claim.
+	relayLease = 3 * time.Second
+	// relayMaxAttempts is small so that a message the broker always
+	// rejects becomes a dead letter within a second or two. The chaos
+	// publisher's counted failures (1 publish in 200) never add up to it.
+	relayMaxAttempts = 5
+	// A freezing relay process freezes no sooner than freezeAfterStart
+	// after it started (1–2 times that, at random) and freezeCooldown after
+	// it was resumed (1–2 times that), so that a short run sees a few
+	// freezes and still has time for the other faults.
+	freezeAfterStart = 4 * time.Second
+	freezeCooldown   = 12 * time.Second
 )
 
 // runRole runs the process's role and exits; it returns when there is none.
@@ -89,14 +116,14 @@ func runNATS(ctx context.Context) error {
 }
 
 func runRelay(ctx context.Context, log *slog.Logger) error {
-	pool, err := pgxpool.New(ctx, os.Getenv(envPG))
+	st, notifier, closeStore, err := openRelayStore(ctx, os.Getenv(envDialect), os.Getenv(envDB), log)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
-	if err != nil {
-		return err
+	defer closeStore()
+	freeze, _ := strconv.ParseFloat(os.Getenv(envFreeze), 64)
+	if freeze > 0 {
+		st = newFreezingStore(st, freeze, os.Getenv(envFreezeWhile))
 	}
 	nc, err := couriernats.Connect(os.Getenv(envNATS))
 	if err != nil {
@@ -104,6 +131,7 @@ func runRelay(ctx context.Context, log *slog.Logger) error {
 	}
 	defer nc.Close()
 	mapping := couriernats.Config{SubjectPrefix: os.Getenv(envPrefix)}
+	// The test created the stream, binding only some topics' subjects.
 	if err := couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: os.Getenv(envStream)}); err != nil {
 		return err
 	}
@@ -112,19 +140,92 @@ func runRelay(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	fail, _ := strconv.ParseFloat(os.Getenv(envFail), 64)
-	notifier, err := postgres.NewNotifier(os.Getenv(envPG), log)
-	if err != nil {
-		return err
+	cfg := relay.Config{
+		BatchSize: 500, LeaseDuration: relayLease, PublishTimeout: time.Second, MaxAttempts: relayMaxAttempts,
+		Backoff:      courier.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2},
+		PollInterval: 200 * time.Millisecond, Logger: log,
 	}
-	r, err := relay.New(st, failingPublisher{pub, fail}, relay.Config{
-		BatchSize: 500, LeaseDuration: 3 * time.Second, PublishTimeout: time.Second, MaxAttempts: 1000,
-		Backoff:  courier.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2},
-		Notifier: notifier, PollInterval: 200 * time.Millisecond, Logger: log,
-	})
+	if notifier != nil {
+		cfg.Notifier = notifier
+	}
+	r, err := relay.New(st, failingPublisher{pub, fail}, cfg)
 	if err != nil {
 		return err
 	}
 	return r.Run(ctx)
+}
+
+// freezingStore stops its whole process (SIGSTOP) in the middle of some
+// claims, at a random moment while the claim runs, to show what a relay that
+// freezes there (a stopped VM, a GC pause, a swapped-out process) does to the
+// others. The test resumes the process after more than a lease.
+type freezingStore struct {
+	store.RelayStore
+	chance float64
+	while  string // a file: no freezes once it is gone; while+".token" is held by the one relay that may be stopped
+
+	mu        sync.Mutex
+	notBefore time.Time     // no freeze before (just started, just resumed)
+	typical   time.Duration // moving average of a claim's duration
+}
+
+func newFreezingStore(st store.RelayStore, chance float64, while string) *freezingStore {
+	return &freezingStore{RelayStore: st, chance: chance, while: while, notBefore: time.Now().Add(freezeAfterStart + rand.N(freezeAfterStart)), typical: time.Millisecond}
+}
+
+// takeFreezeToken creates the token file next to the freeze flag; it
+// fails when another relay holds it (is stopped, or about to be). One
+// stopped relay at a time leaves the others to show what they do meanwhile.
+// The test removes the token when it resumes the relay.
+func takeFreezeToken(flag string) bool {
+	f, err := os.OpenFile(flag+".token", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return false
+	}
+	_, _ = fmt.Fprint(f, os.Getpid())
+	return f.Close() == nil
+}
+
+// Claim implements store.RelayStore.
+func (s *freezingStore) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	s.mu.Lock()
+	armed := time.Now().After(s.notBefore) && rand.Float64() < s.chance
+	typical := s.typical
+	s.mu.Unlock()
+	if armed {
+		_, err := os.Stat(s.while)
+		armed = err == nil && takeFreezeToken(s.while)
+	}
+	if armed {
+		delay := rand.N(typical)
+		wg.Go(func() {
+			time.Sleep(delay)
+			if done.Load() {
+				_ = os.Remove(s.while + ".token")
+				return // the claim was quicker: no freeze this time
+			}
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			// kill may return before the process stops: the cool-down
+			// counts from a moment surely after the resumption.
+			time.Sleep(50 * time.Millisecond)
+			s.mu.Lock()
+			s.notBefore = time.Now().Add(freezeCooldown + rand.N(freezeCooldown))
+			s.mu.Unlock()
+		})
+	}
+	start := time.Now()
+	b, err := s.RelayStore.Claim(ctx, owner, limit, lease)
+	done.Store(true)
+	took := time.Since(start)
+	s.mu.Lock()
+	if took < 10*s.typical { // a frozen claim says nothing about the usual one
+		s.typical = (7*s.typical + took) / 8
+	}
+	s.mu.Unlock()
+	wg.Wait()
+	return b, err
 }
 
 // failingPublisher makes a fraction of publishes fail: most as if the
@@ -149,11 +250,6 @@ func (p failingPublisher) Publish(ctx context.Context, msgs []courier.Message) [
 }
 
 func runConsumer(ctx context.Context, log *slog.Logger) error {
-	pool, err := pgxpool.New(ctx, os.Getenv(envPG))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
 	nc, err := couriernats.Connect(os.Getenv(envNATS))
 	if err != nil {
 		return err
@@ -172,30 +268,73 @@ func runConsumer(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	defer sub.Close()
-	ib, err := inbox.New(postgres.PgxInbox(pool), topic)
+	dup, _ := strconv.ParseFloat(os.Getenv(envDup), 64)
+	reorder, _ := strconv.ParseFloat(os.Getenv(envReorder), 64)
+	csub := &chaosSubscriber{Subscriber: sub, dup: dup, reorder: reorder}
+	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: 8, MaxDeliveries: 1000,
+		Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}, Logger: log}
+	switch d, dsn := os.Getenv(envDialect), os.Getenv(envDB); d {
+	case "postgres":
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return consume(ctx, postgres.PgxInbox(pool), topic, csub, postgres.ConsumerStore(pool), applyEffectPgx, cfg)
+	case "mysql", "sqlite":
+		db, err := openSQL(d, dsn)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		if d == "mysql" {
+			return consume(ctx, mysql.SQLInbox(db), topic, csub, mysql.ConsumerStore(db), applyEffectSQL, cfg)
+		}
+		return consume(ctx, sqlite.SQLInbox(db), topic, csub, sqlite.ConsumerStore(db), applyEffectSQL, cfg)
+	default:
+		return fmt.Errorf("unknown dialect %q", d)
+	}
+}
+
+func consume[TTx any](ctx context.Context, st store.Inbox[TTx], name string, sub broker.Subscriber, cs store.ConsumerStore,
+	h inbox.Handler[TTx], cfg inbox.ConsumerConfig) error {
+	ib, err := inbox.New(st, name)
 	if err != nil {
 		return err
 	}
-	dup, _ := strconv.ParseFloat(os.Getenv(envDup), 64)
-	reorder, _ := strconv.ParseFloat(os.Getenv(envReorder), 64)
-	c, err := inbox.NewConsumer(ib, &chaosSubscriber{Subscriber: sub, dup: dup, reorder: reorder}, postgres.ConsumerStore(pool), applyEffect,
-		inbox.ConsumerConfig{KeepOrder: true, Concurrency: 8, MaxDeliveries: 1000,
-			Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}, Logger: log})
+	c, err := inbox.NewConsumer(ib, sub, cs, h, cfg)
 	if err != nil {
 		return err
 	}
 	return c.Run(ctx)
 }
 
-// applyEffect is the consumer's side effect: one row per application, in
-// the order applied.
-func applyEffect(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+// applyEffectPgx and applyEffectSQL are the consumer's side effect: one row
+// per application, in the order applied.
+func applyEffectPgx(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
+	seq, err := payloadSeq(msg)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO effects (message_id, k, seq) VALUES ($1, $2, $3)", msg.ID.String(), msg.Key, seq)
+	return err
+}
+
+func applyEffectSQL(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
+	seq, err := payloadSeq(msg)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO effects (message_id, k, seq) VALUES (?, ?, ?)", msg.ID.String(), msg.Key, seq)
+	return err
+}
+
+func payloadSeq(msg courier.Message) (int, error) {
 	var seq int
 	if _, err := fmt.Sscan(string(msg.Payload), &seq); err != nil {
-		return fmt.Errorf("%w: payload %q", courier.ErrMalformed, msg.Payload)
+		return 0, fmt.Errorf("%w: payload %q", courier.ErrMalformed, msg.Payload)
 	}
-	_, err := tx.Exec(ctx, "INSERT INTO effects (message_id, key, seq) VALUES ($1, $2, $3)", msg.ID, msg.Key, seq)
-	return err
+	return seq, nil
 }
 
 // chaosSubscriber hands some deliveries over twice and swaps some with the

@@ -1,0 +1,252 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/mysql"
+	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/sqlite"
+)
+
+// A dialect is one SQL database the chaos run drives: how the test creates
+// the producer's and the consumer's databases, writes messages and cuts the
+// child processes' sessions; the child processes open the same databases by
+// name (see openRelayStore and runConsumer).
+type dialect struct {
+	name string
+	// setup creates the run's two databases, dropped when t ends.
+	setup func(t *testing.T) *databases
+}
+
+var dialects = []dialect{
+	{"postgres", setupPostgres},
+	{"mysql", setupMySQL},
+	{"sqlite", setupSQLite},
+}
+
+// databases are one run's producer and consumer databases as the test sees
+// them.
+type databases struct {
+	// relayDB and consumerDB return the envDB value of relay or consumer i.
+	relayDB, consumerDB func(i int) string
+	// producer and consumer are pools for the checker's plain queries.
+	producer, consumer *sql.DB
+	// producerAdmin and consumerAdmin are the operators' views.
+	producerAdmin, consumerAdmin store.Admin
+	// write commits msgs in one transaction of the producer's database.
+	write func(ctx context.Context, msgs []courier.Message) error
+	// terminate cuts the database sessions of every relay and consumer and
+	// returns how many it cut; nil when the database has no server (then the
+	// processes themselves are killed).
+	terminate func(ctx context.Context) (int, error)
+	// terminated names what terminate does, for the fault counts.
+	terminated string
+}
+
+func setupPostgres(t *testing.T) *databases {
+	producer := testenv.Postgres(t, true)
+	consumer := testenv.Postgres(t, true)
+	ctx := context.Background()
+	_, err := consumer.Pool.Exec(ctx, `CREATE TABLE effects (n bigint GENERATED ALWAYS AS IDENTITY, message_id text NOT NULL, k text NOT NULL, seq int NOT NULL)`)
+	testenv.Must(t, err, "effects table")
+	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	view := func(pool *pgxpool.Pool) *sql.DB {
+		db := stdlib.OpenDBFromPool(pool)
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	return &databases{
+		relayDB: func(i int) string {
+			return producer.URL + "&application_name=" + fmt.Sprintf("chaos_relay_%s_%d", producer.Schema, i)
+		},
+		consumerDB: func(i int) string {
+			return consumer.URL + "&application_name=" + fmt.Sprintf("chaos_consumer_%s_%d", consumer.Schema, i)
+		},
+		producer: view(producer.Pool), consumer: view(consumer.Pool),
+		producerAdmin: postgres.Admin(producer.Pool), consumerAdmin: postgres.Admin(consumer.Pool),
+		write: func(ctx context.Context, msgs []courier.Message) error {
+			return pgx.BeginFunc(ctx, producer.Pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+		},
+		terminate: func(ctx context.Context) (int, error) {
+			var n int
+			err := producer.Admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE application_name LIKE 'chaos_%' AND (application_name LIKE '%'||$1||'%' OR application_name LIKE '%'||$2||'%')`,
+				producer.Schema, consumer.Schema).Scan(&n)
+			return n, err
+		},
+		terminated: "PostgreSQL backends terminated",
+	}
+}
+
+// setupMySQL gives the child processes a user of their own, so that KILL
+// CONNECTION can pick their sessions out of the server's process list and
+// leave the producer's alone (a producer whose commit is cut cannot tell
+// whether it happened).
+func setupMySQL(t *testing.T) *databases {
+	producer := testenv.MySQL(t, true)
+	consumer := testenv.MySQL(t, true)
+	ctx := context.Background()
+	_, err := consumer.DB.ExecContext(ctx, `CREATE TABLE effects (n BIGINT AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(36) NOT NULL, k VARCHAR(255) NOT NULL, seq INT NOT NULL)`)
+	testenv.Must(t, err, "effects table")
+	user := testenv.Name("chaos_")
+	_, err = producer.Admin.ExecContext(ctx, "CREATE USER '"+user+"'@'%'")
+	testenv.Must(t, err, "create the child processes' user")
+	t.Cleanup(func() {
+		if _, err := producer.Admin.ExecContext(context.Background(), "DROP USER '"+user+"'@'%'"); err != nil {
+			t.Logf("drop user %s: %v", user, err)
+		}
+	})
+	for _, db := range []string{producer.Name, consumer.Name} {
+		_, err = producer.Admin.ExecContext(ctx, "GRANT ALL PRIVILEGES ON "+db+".* TO '"+user+"'@'%'")
+		testenv.Must(t, err, "grant")
+	}
+	asUser := func(dsn string) string {
+		cfg, err := gomysql.ParseDSN(dsn)
+		testenv.Must(t, err, "parse dsn")
+		cfg.User, cfg.Passwd = user, ""
+		return cfg.FormatDSN()
+	}
+	relayDSN, consumerDSN := asUser(producer.DSN), asUser(consumer.DSN)
+	w := outbox.New(mysql.DatabaseSQL(), outbox.Config{})
+	return &databases{
+		relayDB:    func(int) string { return relayDSN },
+		consumerDB: func(int) string { return consumerDSN },
+		producer:   producer.DB, consumer: consumer.DB,
+		producerAdmin: mysql.Admin(producer.DB), consumerAdmin: mysql.Admin(consumer.DB),
+		write: func(ctx context.Context, msgs []courier.Message) error { return sqlWrite(ctx, producer.DB, w, msgs) },
+		terminate: func(ctx context.Context) (int, error) {
+			rows, err := producer.Admin.QueryContext(ctx, `SELECT id FROM information_schema.processlist WHERE user = ?`, user)
+			if err != nil {
+				return 0, err
+			}
+			var ids []int64
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return 0, err
+				}
+				ids = append(ids, id)
+			}
+			rows.Close()
+			n := 0
+			for _, id := range ids {
+				// A session may end by itself meanwhile: not an error.
+				if _, err := producer.Admin.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(id, 10)); err == nil {
+					n++
+				}
+			}
+			return n, rows.Err()
+		},
+		terminated: "MariaDB connections killed",
+	}
+}
+
+// setupSQLite puts each database in a file of its own that the test and
+// the child processes all open.
+func setupSQLite(t *testing.T) *databases {
+	dir := t.TempDir()
+	ctx := context.Background()
+	open := func(name string) (string, *sql.DB) {
+		path := filepath.Join(dir, name)
+		db, err := sqlite.Open(path)
+		testenv.Must(t, err, "open "+name)
+		t.Cleanup(func() { db.Close() })
+		_, err = sqlite.Migrate(ctx, db)
+		testenv.Must(t, err, "migrate "+name)
+		return path, db
+	}
+	producerPath, producer := open("producer.db")
+	consumerPath, consumer := open("consumer.db")
+	_, err := consumer.ExecContext(ctx, `CREATE TABLE effects (n INTEGER PRIMARY KEY AUTOINCREMENT, message_id TEXT NOT NULL, k TEXT NOT NULL, seq INTEGER NOT NULL)`)
+	testenv.Must(t, err, "effects table")
+	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{})
+	return &databases{
+		relayDB:    func(int) string { return producerPath },
+		consumerDB: func(int) string { return consumerPath },
+		producer:   producer, consumer: consumer,
+		producerAdmin: sqlite.Admin(producer), consumerAdmin: sqlite.Admin(consumer),
+		write: func(ctx context.Context, msgs []courier.Message) error { return sqlWrite(ctx, producer, w, msgs) },
+	}
+}
+
+func sqlWrite(ctx context.Context, db *sql.DB, w *outbox.Writer[*sql.Tx], msgs []courier.Message) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := w.Write(ctx, tx, msgs...); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// openRelayStore opens, in a relay process, the relay's store on the
+// database named by dsn, and its wake-up notifier where the dialect has one.
+func openRelayStore(ctx context.Context, dialect, dsn string, log *slog.Logger) (store.RelayStore, store.Notifier, func(), error) {
+	switch dialect {
+	case "postgres":
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+		if err != nil {
+			pool.Close()
+			return nil, nil, nil, err
+		}
+		n, err := postgres.NewNotifier(dsn, log)
+		if err != nil {
+			pool.Close()
+			return nil, nil, nil, err
+		}
+		return st, n, pool.Close, nil
+	case "mysql", "sqlite":
+		db, err := openSQL(dialect, dsn)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		var st store.RelayStore
+		if dialect == "mysql" {
+			st, err = mysql.NewStore(ctx, db, mysql.StoreConfig{})
+		} else {
+			st, err = sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
+		}
+		if err != nil {
+			db.Close()
+			return nil, nil, nil, err
+		}
+		return st, nil, func() { db.Close() }, nil
+	}
+	return nil, nil, nil, fmt.Errorf("unknown dialect %q", dialect)
+}
+
+func openSQL(dialect, dsn string) (*sql.DB, error) {
+	if dialect == "sqlite" {
+		return sqlite.Open(dsn)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(10)
+	db.SetConnMaxIdleTime(time.Minute)
+	return db, nil
+}
