@@ -812,15 +812,39 @@ func (p *proc) stoppedByTest() bool {
 // counts what the other relays publish in measureFor. p stays stopped.
 func (r *run) measurePause(ctx context.Context, p *proc, since time.Time, how string) pause {
 	pa := pause{relay: p.name, how: how, at: since}
-	time.Sleep(time.Until(since.Add(relayLease + 500*time.Millisecond)))
-	pa.pending = r.pendingWork(ctx)
-	c0, ok0 := r.streamMsgs(ctx)
-	for end := time.Now().Add(measureFor); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	// Other faults during the pause (NATS down or frozen, another relay
+	// stopped, killed or restarted, whose leases then hold their keys for
+	// a while) leave nothing to judge.
+	pids := map[*proc]int{}
+	for _, o := range r.relays {
+		pids[o], _ = o.state()
+	}
+	natsPid, _ := r.natsProc.state()
+	overlap := func() {
+		if pa.invalid != "" {
+			return
+		}
+		if pid, st := r.natsProc.state(); pid != natsPid || st == 'T' || st == 0 {
+			pa.invalid = "NATS was down or frozen meanwhile"
+			return
+		}
 		for _, o := range r.relays {
-			if _, st := o.state(); o != p && st == 'T' && pa.invalid == "" {
-				pa.invalid = o.name + " stopped too"
+			if o == p {
+				continue
+			}
+			if pid, st := o.state(); pid != pids[o] || st == 'T' || st == 0 {
+				pa.invalid = o.name + " was stopped, killed or restarted meanwhile"
+				return
 			}
 		}
+	}
+	for until := since.Add(relayLease + 500*time.Millisecond); time.Now().Before(until); time.Sleep(50 * time.Millisecond) {
+		overlap()
+	}
+	pa.pending = r.pendingWork(ctx)
+	c0, ok0 := r.streamMsgs(ctx)
+	for end := time.Now().Add(measureFor); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		overlap()
 	}
 	c1, ok1 := r.streamMsgs(ctx)
 	if !ok0 || !ok1 {
@@ -829,8 +853,30 @@ func (r *run) measurePause(ctx context.Context, p *proc, since time.Time, how st
 	if c1 > c0 {
 		pa.published = c1 - c0
 	}
+	if pa.invalid == "" && pa.published == 0 && pa.pending > 0 && r.dialect == "sqlite" && r.writeLockHeld(ctx) {
+		pa.invalid = "it froze holding SQLite's write lock, which stops every writer of the file (documented in store/sqlite)"
+	}
 	pa.stopped = time.Since(since)
 	return pa
+}
+
+// writeLockHeld reports whether another connection holds SQLite's write
+// lock on the producer's file: BEGIN IMMEDIATE fails within half a second.
+func (r *run) writeLockHeld(ctx context.Context) bool {
+	conn, err := r.db.producer.Conn(ctx)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = 500"); err != nil {
+		return false
+	}
+	defer conn.ExecContext(ctx, "PRAGMA busy_timeout = 10000") //nolint:errcheck // best effort
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return true
+	}
+	_, _ = conn.ExecContext(ctx, "ROLLBACK")
+	return false
 }
 
 // reportPauses logs every relay pause and fails the run when the other
