@@ -68,6 +68,36 @@
 // pauses claiming for the same backoff; a counted failure never pauses it,
 // so one bad subject slows no other key.
 //
+// # Isolation
+//
+// A stuck key costs other keys nothing, and a stuck relay costs other relays
+// nothing but its own leased rows:
+//
+//   - A held key's backlog (a poison message with thousands of rows of its
+//     key behind it, the first batch of a large transaction on one key being
+//     published) hides no other key's rows: a claim skips held keys' rows as
+//     it meets them, looking at up to max(100×BatchSize, 100,000) free rows
+//     (store/internal/claims).
+//   - A relay frozen at any point of its claim (SIGSTOP, a paused VM, a host
+//     gone silent) keeps the rows it leased until its lease ends and holds no
+//     lock the others wait for: on PostgreSQL a claim is one server-side call
+//     whose answer fits in the socket's buffers; on MySQL claims take turns
+//     through a lease of a few seconds; on SQLite a claim holds the write
+//     lock only for the few statements that record its lease (a process
+//     frozen inside one of them stops every writer of the file, see
+//     store/sqlite).
+//   - A subject no stream binds is refused at once and counted (see
+//     Failures), so it neither pauses the relay nor holds up its batch.
+//   - On PostgreSQL, rows deleted after publishing that vacuum cannot remove
+//     yet (a long transaction is open somewhere) do not slow claims down: a
+//     claim scans from a floor below which nothing is pending (see
+//     store/postgres).
+//
+// A key's messages within one batch are published one after another (rule
+// 2), and the batch's lease ends when its last key is done, so a key with a
+// slow broker acknowledgement (up to the publisher's ack timeout) delays
+// the next claim of the other keys of its batch by as much.
+//
 // # Wake-ups
 //
 // A relay that finds work keeps polling while it stays busy, starting at 1ms
