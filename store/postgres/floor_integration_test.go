@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
@@ -100,4 +102,39 @@ func seqsOf(recs []store.Record) []int64 {
 		out[i] = r.Seq
 	}
 	return out
+}
+
+// A relay's role that may not read the outbox's id sequence still claims:
+// the floor just stays put while the outbox is empty.
+func TestClaimWithoutSequencePrivilege(t *testing.T) {
+	pg := testenv.Postgres(t, true)
+	ctx := context.Background()
+	role := testenv.Name("relay_")
+	for _, q := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + pg.Schema + " TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + pg.Schema + " TO " + role,
+	} {
+		_, err := pg.Admin.Exec(ctx, q)
+		testenv.Must(t, err, q)
+	}
+	t.Cleanup(func() {
+		_, _ = pg.Admin.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = pg.Admin.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	cfg, err := pgxpool.ParseConfig(pg.URL)
+	testenv.Must(t, err, "parse url")
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	testenv.Must(t, err, "connect as the relay's role")
+	defer pool.Close()
+	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+	testenv.Must(t, err, "store")
+	for range 3 {
+		b, err := st.Claim(ctx, "r", 10, time.Minute)
+		testenv.Must(t, err, "claim on an empty outbox without the sequence's privileges")
+		if len(b.Records) != 0 {
+			t.Fatalf("claimed %d rows of an empty outbox", len(b.Records))
+		}
+	}
 }

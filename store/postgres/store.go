@@ -52,7 +52,11 @@
 // at most 1/500 of the relay's time (a full pass of 0.5 s every 250 s); such
 // rows are published that much later, never lost. A key's row stuck below
 // newer published rows (a poison message waiting for its retries) keeps the
-// floor below those rows' entries until it is published or parked.
+// floor below those rows' entries until it is published or parked. When
+// nothing is pending the floor moves to the next id the outbox's sequence
+// will give, which needs SELECT (or USAGE) on that sequence
+// (courier_outbox_id_seq); a relay's role without it keeps the floor where
+// it was while the outbox is empty.
 //
 // A claim thus writes one row, whatever the batch size, and publishing costs
 // one delete per message: no per-message lease updates, no index on

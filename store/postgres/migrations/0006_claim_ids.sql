@@ -67,7 +67,13 @@ BEGIN
     SELECT array_agg(p.id ORDER BY p.id), array_agg(DISTINCT p.ordering_key) INTO v_ids, v_keys FROM picked p;
     SELECT min(o.id) INTO v_min FROM courier_outbox o WHERE o.id >= p_floor;
     IF v_min IS NULL THEN
-        v_min := coalesce(pg_sequence_last_value(pg_get_serial_sequence('courier_outbox', 'id')::regclass), 0) + 1;
+        -- Nothing pending: the next id is the floor. Reading the sequence
+        -- needs SELECT or USAGE on it; without, the floor stays where it is.
+        BEGIN
+            v_min := coalesce(pg_sequence_last_value(pg_get_serial_sequence('courier_outbox', 'id')::regclass), 0) + 1;
+        EXCEPTION WHEN insufficient_privilege THEN
+            v_min := p_floor;
+        END;
     END IF;
     IF v_ids IS NOT NULL THEN
         INSERT INTO courier_outbox_leases AS l (owner, until, ids, keys)
