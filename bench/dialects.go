@@ -301,20 +301,25 @@ func fillSQL(ctx context.Context, db *sql.DB, ins store.Inserter[*sql.Tx], n, ke
 		for i := range msgs {
 			msgs[i] = courierMessage(keyFor(done+i, keys), payloadFor(done+i))
 		}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := w.Write(ctx, tx, msgs...); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
+		if err := writeSQL(ctx, db, w, msgs...); err != nil {
 			return err
 		}
 		done += k
 	}
 	return nil
+}
+
+// writeSQL commits msgs in one transaction on db with w.
+func writeSQL(ctx context.Context, db *sql.DB, w *outbox.Writer[*sql.Tx], msgs ...courier.Message) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := w.Write(ctx, tx, msgs...); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // dialectRelayStarter returns what starts a drain child's Courier relay on
