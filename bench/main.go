@@ -10,9 +10,11 @@
 //
 // It measures drain throughput, commit→publish latency under a steady
 // offered load, the write path's cost, the physical limits of the database
-// and the broker, and each relay's CPU and memory, and Courier's relay drain
-// on each of its store dialects (PostgreSQL, SQLite, MySQL/MariaDB), then
-// writes a Markdown report and a PNG chart. Every system gets its own
+// and the broker, and each relay's CPU and memory, Courier's relay drain on
+// each of its store dialects (PostgreSQL, SQLite, MySQL/MariaDB), and
+// Courier under adversity (empty claims over dead rows that a long
+// transaction keeps from vacuum; one key's latency behind another key's
+// poison message), then writes a Markdown report and a PNG chart. Every system gets its own
 // PostgreSQL schema and JetStream stream, removed afterwards, and systems run
 // one after another.
 //
