@@ -21,14 +21,27 @@ type Publisher interface {
 	// settings). Messages are handed to the broker in slice order.
 	//
 	// A failure that is not the message's fault (the broker is unreachable,
-	// did not answer in time, or has no stream for the subject) must wrap
+	// did not answer in time, or is not ready to store messages) must wrap
 	// [ErrUnavailable], so the relay retries without counting it against the
-	// message's attempts. Any other error counts as a failed attempt.
+	// message's attempts. Any other error counts as a failed attempt: the
+	// broker answered and refused the message, because of the message (too
+	// large, invalid) or because of where it goes (a subject no stream
+	// binds, a topic that does not exist). Such a refusal repeats until
+	// someone changes the message or the broker's configuration, so the
+	// message must end up a dead letter rather than hold its key back for
+	// ever; its error should name the destination and the fix. When an
+	// error could mean either (NATS answers "no responders" both for a
+	// subject no stream binds and for a JetStream that is still starting),
+	// the implementation must find out which before counting it, and report
+	// ErrUnavailable when it cannot tell: an outage must never produce dead
+	// letters.
 	Publish(ctx context.Context, msgs []courier.Message) []error
 }
 
 // ErrUnavailable marks publish errors caused by the broker rather than by the
-// message: connection lost, timeouts, no stream listening on the subject.
+// message: connection lost, timeouts, a broker or stream not ready to store
+// messages. It does not cover a broker that answers that nothing accepts the
+// message's subject: that counts against the message (see Publisher).
 var ErrUnavailable = errors.New("broker unavailable")
 
 // Unavailable wraps err so that errors.Is(result, ErrUnavailable) holds.

@@ -54,13 +54,19 @@
 // # Failures
 //
 // A failed publish counts as an attempt unless the broker itself was at fault
-// (broker.ErrUnavailable: unreachable, timed out, no stream). Counted failures
-// are retried after a capped exponential backoff with jitter; after
-// MaxAttempts the message becomes a dead letter with its error history, and
-// its key moves on. Uncounted failures are retried without limit: an outage
-// never produces dead letters, it produces a backlog that drains when the
-// broker returns. While every publish of a batch fails that way, the relay
-// pauses claiming for the same backoff.
+// (broker.ErrUnavailable: unreachable, timed out, not ready). A broker that
+// answers and refuses the message counts against it, whether the message is
+// the problem (too large, invalid) or its destination is (a subject no stream
+// binds: see broker/nats.ErrNoStream); such a refusal repeats until someone
+// changes the message or the broker's configuration. Counted failures are
+// retried after a capped exponential backoff with jitter; after MaxAttempts
+// the message becomes a dead letter with its error history (each attempt
+// marked counted or not), and its key moves on. Uncounted failures are
+// retried without limit: an outage never produces dead letters, it produces
+// a backlog that drains when the broker returns. While every publish of a
+// batch fails that way, the relay logs that the broker is unavailable and
+// pauses claiming for the same backoff; a counted failure never pauses it,
+// so one bad subject slows no other key.
 //
 // # Wake-ups
 //

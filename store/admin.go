@@ -53,6 +53,18 @@ type DeadLetter struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	Attempts    int               `json:"attempts"`
 	LastError   string            `json:"last_error"`
-	History     []Attempt         `json:"history,omitempty"`
+	History     []PublishAttempt  `json:"history,omitempty"`
 	DeadAt      time.Time         `json:"dead_at"`
+}
+
+// PublishAttempt is one failed publish in a dead letter's history.
+type PublishAttempt struct {
+	// At is when the publish failed.
+	At time.Time `json:"at"`
+	// Error is the broker's error.
+	Error string `json:"error"`
+	// Counted is true when the failure counted against the message's
+	// attempts (Failure.Counted), false when the broker was blamed for it
+	// (broker.ErrUnavailable) and it did not count.
+	Counted bool `json:"counted"`
 }

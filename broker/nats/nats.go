@@ -13,6 +13,22 @@
 //
 // plus the message's own headers (trace context, correlation id, …).
 //
+// # Errors
+//
+// Publish tells failures of the message from failures of the broker (see
+// broker.Publisher). A message published on a subject no stream binds fails
+// with an error wrapping ErrNoStream that names the subject: JetStream is up
+// and will refuse it until a stream binds the subject, so it counts against
+// the message, and the relay makes it a dead letter after MaxAttempts while
+// other messages keep flowing. NATS answers such a publish with "no
+// responders" (or not at all, when a plain subscriber listens on the
+// subject), which it also does while JetStream is not ready: a server still
+// starting, a clustered stream without a leader. Publish therefore asks
+// JetStream which stream binds the subject before it blames the message, and
+// reports broker.ErrUnavailable unless JetStream answers that none does. It
+// asks before the first publish on each subject, too, so that such a message
+// fails at once rather than after AckTimeout.
+//
 // # Durability
 //
 // A JetStream acknowledgement means the server has written the message to
@@ -36,6 +52,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -152,19 +169,38 @@ func (c Config) FromNATS(msg *natsgo.Msg) (courier.Message, error) {
 	return m, nil
 }
 
+// ErrNoStream is wrapped by the error Publish returns for a message whose
+// subject no JetStream stream binds: JetStream answered that no stream's
+// subjects match it. The broker is up; the message cannot be stored until an
+// operator binds a stream to the subject or the topic is corrected, so the
+// failure counts against the message's attempts (it is not
+// broker.ErrUnavailable) and the message becomes a dead letter in the end
+// instead of holding its key back for ever.
+var ErrNoStream = errors.New("nats: no stream binds the subject")
+
 // Publisher publishes messages to JetStream with asynchronous publishes,
 // waiting for every acknowledgement. It is safe for concurrent use.
 type Publisher struct {
-	js  jetstream.JetStream
-	cfg Config
+	js     jetstream.JetStream
+	cfg    Config
+	lookup time.Duration // bound on one stream lookup
+
+	mu    sync.Mutex
+	bound map[string]struct{} // subjects a stream acknowledged
 }
 
 var _ broker.Publisher = (*Publisher)(nil)
 
+// maxBound caps the subjects a Publisher remembers as bound; beyond it the
+// memory starts afresh (it costs one lookup per subject to rebuild).
+const maxBound = 10000
+
 // PublisherConfig tunes a Publisher.
 type PublisherConfig struct {
 	Config
-	// AckTimeout bounds the wait for each acknowledgement. Default 5s.
+	// AckTimeout bounds the wait for each acknowledgement. Default 5s. A
+	// lookup of the stream that binds a subject (see Publisher.Publish) is
+	// bounded by the smaller of AckTimeout and 1s.
 	AckTimeout time.Duration
 	// MaxPending caps unacknowledged publishes on the connection; Publish
 	// waits for room beyond it. Default 16384.
@@ -185,14 +221,45 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &Publisher{js: js, cfg: cfg.Config}, nil
+	return &Publisher{js: js, cfg: cfg.Config, lookup: min(cfg.AckTimeout, time.Second), bound: make(map[string]struct{})}, nil
 }
 
 // Publish implements broker.Publisher.
+//
+// A subject no stream binds gets no acknowledgement: NATS answers "no
+// responders" at once, or, when a plain subscriber listens on the subject,
+// the publish times out after AckTimeout. JetStream that is not ready (a
+// server still starting, a clustered stream without a leader, JetStream off)
+// looks the same. Publish tells them apart by asking JetStream which stream
+// binds the subject, at most once per subject and call:
+//
+//   - Before the first publish on a subject (and again after a publish on it
+//     went unanswered), so that a message no stream would take fails at once
+//     instead of holding up the acknowledgements of the others. A subject a
+//     stream has acknowledged is not asked about again.
+//   - After a publish went unanswered.
+//
+// When JetStream answers that no stream binds the subject, the message fails
+// with an error wrapping ErrNoStream that names the subject and the fix; it
+// counts against the message. When JetStream names a stream, or does not
+// answer, the error wraps broker.ErrUnavailable (after one unanswered lookup
+// the call asks no more). Each lookup takes at most min(AckTimeout, 1s).
+//
+// Other errors: a message over the server's max_payload or the stream's
+// max_msg_size, an invalid subject or invalid headers, or a request the
+// server calls bad count against the message; everything else (connection
+// lost or closed, timeouts, ctx ending) wraps broker.ErrUnavailable.
 func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
 	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
+	lk := lookups{p: p}
 	for i := range msgs {
+		if subject := p.cfg.Subject(msgs[i].Topic); !p.isBound(subject) {
+			if err := lk.preflight(ctx, msgs[i].Topic); err != nil {
+				errs[i] = err
+				continue
+			}
+		}
 		f, err := p.js.PublishMsgAsync(p.cfg.ToNATS(&msgs[i]), jetstream.WithRetryAttempts(0))
 		if err != nil {
 			errs[i] = classify(err)
@@ -206,13 +273,111 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 		}
 		select {
 		case <-f.Ok():
+			p.setBound(p.cfg.Subject(msgs[i].Topic), true)
 		case err := <-f.Err():
+			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+				p.setBound(p.cfg.Subject(msgs[i].Topic), false)
+				errs[i] = lk.verdict(ctx, msgs[i].Topic, err)
+				continue
+			}
 			errs[i] = classify(err)
 		case <-ctx.Done():
 			errs[i] = broker.Unavailable(fmt.Errorf("waiting for the ack: %w", ctx.Err()))
 		}
 	}
 	return errs
+}
+
+func (p *Publisher) isBound(subject string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.bound[subject]
+	return ok
+}
+
+func (p *Publisher) setBound(subject string, bound bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !bound {
+		delete(p.bound, subject)
+		return
+	}
+	if len(p.bound) >= maxBound {
+		clear(p.bound)
+	}
+	p.bound[subject] = struct{}{}
+}
+
+// lookups asks JetStream, for one Publish call, which stream binds a
+// subject, at most once per subject, and gives up asking after the first
+// lookup that went unanswered.
+type lookups struct {
+	p       *Publisher
+	answers map[string]lookup
+	silent  error // the first unanswered lookup's error
+}
+
+// lookup is JetStream's answer about one subject.
+type lookup struct {
+	stream string // the stream that binds it, if any
+	err    error  // nil, jetstream.ErrStreamNotFound, or no answer
+}
+
+func (l *lookups) ask(ctx context.Context, subject string) lookup {
+	if a, ok := l.answers[subject]; ok {
+		return a
+	}
+	if l.silent != nil {
+		return lookup{err: l.silent}
+	}
+	// Bounded on its own: a publish that timed out may have used up ctx,
+	// and the answer decides whether the failure counts.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.p.lookup)
+	stream, err := l.p.js.StreamNameBySubject(lctx, subject)
+	cancel()
+	a := lookup{stream: stream, err: err}
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		l.silent = err
+	}
+	if l.answers == nil {
+		l.answers = make(map[string]lookup)
+	}
+	l.answers[subject] = a
+	return a
+}
+
+// preflight returns an ErrNoStream error when JetStream says no stream
+// binds topic's subject, nil otherwise (the publish then goes ahead).
+func (l *lookups) preflight(ctx context.Context, topic string) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	subject := l.p.cfg.Subject(topic)
+	if a := l.ask(ctx, subject); errors.Is(a.err, jetstream.ErrStreamNotFound) {
+		return noStream(subject, topic)
+	}
+	return nil
+}
+
+// verdict classifies pubErr, a publish no stream answered.
+func (l *lookups) verdict(ctx context.Context, topic string, pubErr error) error {
+	subject := l.p.cfg.Subject(topic)
+	a := l.ask(ctx, subject)
+	switch {
+	case a.err == nil:
+		return broker.Unavailable(fmt.Errorf("subject %q: stream %s binds it but did not acknowledge: %w (stream not ready, without a leader, or overloaded)",
+			subject, a.stream, pubErr))
+	case errors.Is(a.err, jetstream.ErrStreamNotFound):
+		return noStream(subject, topic)
+	default:
+		return broker.Unavailable(fmt.Errorf("subject %q: %w; JetStream did not say which stream binds it either (%w): is JetStream enabled and ready?",
+			subject, pubErr, a.err))
+	}
+}
+
+func noStream(subject, topic string) error {
+	return fmt.Errorf("%w %q (topic %q): bind a stream to it (add the subject to a stream's subjects, see EnsureStream) or check the message's topic",
+		ErrNoStream, subject, topic)
 }
 
 // classify marks every error that is not about the message itself as

@@ -85,8 +85,8 @@ func TestPublishAcksAndErrorKinds(t *testing.T) {
 
 	other, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: couriernats.Config{SubjectPrefix: "nostream."}, AckTimeout: time.Second})
 	testenv.Must(t, err, "publisher")
-	if errs := other.Publish(ctx, []courier.Message{noStream}); !errors.Is(errs[0], broker.ErrUnavailable) {
-		t.Fatalf("publish with no stream: %v, want ErrUnavailable", errs[0])
+	if errs := other.Publish(ctx, []courier.Message{noStream}); !errors.Is(errs[0], couriernats.ErrNoStream) || errors.Is(errs[0], broker.ErrUnavailable) {
+		t.Fatalf("publish with no stream: %v, want ErrNoStream, not ErrUnavailable", errs[0])
 	}
 	nc.Close()
 	if errs := pub.Publish(ctx, []courier.Message{ok}); !errors.Is(errs[0], broker.ErrUnavailable) {

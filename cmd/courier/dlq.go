@@ -1,12 +1,17 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/courier-go/courier/store"
 )
@@ -16,7 +21,7 @@ import (
 // or consumer:ID (a message a consumer parked, in the consumer's database).
 type dlqCmd struct {
 	List    dlqListCmd    `cmd:"" help:"List dead letters: relay-side and consume-side."`
-	Show    dlqShowCmd    `cmd:"" help:"Show one dead letter with its payload and attempt history."`
+	Show    dlqShowCmd    `cmd:"" help:"Show one dead letter with its payload and attempt history (counted attempts, and those blamed on the broker)."`
 	Replay  dlqReplayCmd  `cmd:"" help:"Replay a dead letter: relay:ID goes back into the outbox, consumer:ID is applied again by its consumer."`
 	Discard dlqDiscardCmd `cmd:"" help:"Delete a dead letter for good."`
 }
@@ -35,7 +40,7 @@ type dlqRef struct {
 
 type dlqShowCmd struct {
 	dlqRef
-	JSON bool `help:"Print JSON."`
+	JSON bool `help:"Print JSON (the payload in base64)."`
 }
 
 type dlqReplayCmd struct{ dlqRef }
@@ -103,16 +108,102 @@ func (c *dlqShowCmd) Run(e *env) error {
 		return err
 	}
 	defer done()
-	var v any
 	if side == "relay" {
-		v, err = a.DeadLetter(e.ctx, id)
-	} else {
-		v, err = a.ParkedMessage(e.ctx, id)
+		d, err := a.DeadLetter(e.ctx, id)
+		if err != nil {
+			return refError(c.Ref, err)
+		}
+		if c.JSON {
+			return writeJSON(e, d)
+		}
+		showDeadLetter(e, c.Ref, d)
+		return nil
 	}
+	p, err := a.ParkedMessage(e.ctx, id)
 	if err != nil {
 		return refError(c.Ref, err)
 	}
-	return writeJSON(e, v) // the payload is bytes: JSON (base64) is the honest form
+	if c.JSON {
+		return writeJSON(e, p)
+	}
+	showParked(e, c.Ref, p)
+	return nil
+}
+
+// showDeadLetter prints a relay-side dead letter for people: its fields, its
+// payload, and each attempt marked "counted" (it counted against the
+// message) or "broker" (the broker was unavailable; it did not count).
+func showDeadLetter(e *env, ref string, d store.DeadLetter) {
+	w := e.stdout
+	fmt.Fprintf(w, "%-13s %s\n", "dead letter", ref)
+	fmt.Fprintf(w, "%-13s %s\n", "message id", d.MessageID)
+	fmt.Fprintf(w, "%-13s %s\n", "topic", d.Topic)
+	fmt.Fprintf(w, "%-13s %s\n", "key", d.Key)
+	fmt.Fprintf(w, "%-13s %s (version %d)\n", "type", d.Type, d.Version)
+	fmt.Fprintf(w, "%-13s %s\n", "occurred", d.OccurredAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "%-13s %s\n", "dead since", d.DeadAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "%-13s %d counted\n", "attempts", d.Attempts)
+	fmt.Fprintf(w, "%-13s %s\n", "last error", d.LastError)
+	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
+		fmt.Fprintf(w, "%-13s %s: %s\n", "header", k, d.Headers[k])
+	}
+	showPayload(e, d.ContentType, d.Payload)
+	if len(d.History) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%-3s %-20s %-8s %s\n", "#", "WHEN", "COUNTED", "ERROR")
+	for i, h := range d.History {
+		kind := "broker"
+		if h.Counted {
+			kind = "counted"
+		}
+		fmt.Fprintf(w, "%-3d %-20s %-8s %s\n", i+1, h.At.UTC().Format(time.DateTime), kind, h.Error)
+	}
+	fmt.Fprintln(w, "counted: counted against the message; broker: the broker was unavailable, not counted")
+}
+
+// showParked prints a consume-side dead letter for people.
+func showParked(e *env, ref string, p store.Parked) {
+	w := e.stdout
+	fmt.Fprintf(w, "%-13s %s\n", "dead letter", ref)
+	fmt.Fprintf(w, "%-13s %s\n", "consumer", p.Consumer)
+	fmt.Fprintf(w, "%-13s %s\n", "message id", p.MessageID)
+	fmt.Fprintf(w, "%-13s %s\n", "subject", p.Subject)
+	fmt.Fprintf(w, "%-13s %s\n", "reason", p.Reason)
+	fmt.Fprintf(w, "%-13s %s\n", "parked since", p.ParkedAt.UTC().Format(time.RFC3339Nano))
+	if p.ReplayRequested != nil {
+		fmt.Fprintf(w, "%-13s %s\n", "replay asked", p.ReplayRequested.UTC().Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(w, "%-13s %d\n", "attempts", p.Attempts)
+	fmt.Fprintf(w, "%-13s %s\n", "last error", p.Error)
+	for _, k := range slices.Sorted(maps.Keys(p.Headers)) {
+		fmt.Fprintf(w, "%-13s %s: %s\n", "header", k, strings.Join(p.Headers[k], ", "))
+	}
+	showPayload(e, "", p.Payload)
+	if len(p.History) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%-3s %-20s %s\n", "#", "WHEN", "ERROR")
+	for i, h := range p.History {
+		fmt.Fprintf(w, "%-3d %-20s %s\n", i+1, h.At.UTC().Format(time.DateTime), h.Error)
+	}
+}
+
+// showPayload prints a payload as text when it is printable UTF-8, in
+// base64 otherwise.
+func showPayload(e *env, contentType string, payload []byte) {
+	what := fmt.Sprintf("%d bytes", len(payload))
+	if contentType != "" {
+		what = contentType + ", " + what
+	}
+	printable := utf8.Valid(payload) && !strings.ContainsFunc(string(payload), func(r rune) bool {
+		return !unicode.IsPrint(r) && !unicode.IsSpace(r)
+	})
+	if printable {
+		fmt.Fprintf(e.stdout, "%-13s (%s)\n%s\n", "payload", what, payload)
+		return
+	}
+	fmt.Fprintf(e.stdout, "%-13s (%s, base64)\n%s\n", "payload", what, base64.StdEncoding.EncodeToString(payload))
 }
 
 func (c *dlqReplayCmd) Run(e *env) error {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ const (
 	seedRelayColumns = `INSERT INTO courier_outbox_dead_letters
     (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, last_error, history, dead_at)
 VALUES (41, '01939f3a-0000-7000-8000-000000000001', 'orders', 'order-9', 'OrderPlaced', 1, 'application/json', '{"x":1}', NULL, `
-	seedRelayRest     = `, 10, 'nats: message size exceeds maximum allowed', '[{"at":"2026-11-29T10:00:00Z","error":"too big"}]', `
+	seedRelayRest     = `, 10, 'nats: message size exceeds maximum allowed', '[{"at":"2026-11-29T09:59:00Z","error":"nats: connection closed","counted":false},{"at":"2026-11-29T10:00:00Z","error":"too big","counted":true}]', `
 	seedParkedColumns = `INSERT INTO courier_inbox_dead_letters (consumer, message_id, subject, headers, payload, reason, last_error, attempts, parked_at)
 VALUES ('billing', '01939f3a-0000-7000-8000-000000000002', 'courier.payments', '{"Courier-Type":["ChargeRequested"]}', 'x', 'failed', 'card declined', 5, `
 )
@@ -92,9 +93,29 @@ func testDLQCommands(t *testing.T, d dlqDatabase) {
 	if code != 0 || len(listed.Relay) != 0 || len(listed.Consumer) != 1 {
 		t.Fatalf("dlq list --consumer billing: %+v", listed)
 	}
+	// Each attempt shows whether it counted or was blamed on the broker.
 	code, out, _ = runCLI(t, append([]string{"dlq", "show", "relay:41"}, db...)...)
-	if code != 0 || !strings.Contains(out, `"last_error": "nats: message size exceeds maximum allowed"`) || !strings.Contains(out, "too big") {
+	if code != 0 || !strings.Contains(out, "nats: message size exceeds maximum allowed") || !strings.Contains(out, `{"x":1}`) ||
+		!regexp.MustCompile(`(?m)^1 +2026-11-29 09:59:00 +broker +nats: connection closed$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^2 +2026-11-29 10:00:00 +counted +too big$`).MatchString(out) {
 		t.Fatalf("dlq show: %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, append([]string{"dlq", "show", "--json", "relay:41"}, db...)...)
+	var shown struct {
+		LastError string `json:"last_error"`
+		History   []struct {
+			Error   string `json:"error"`
+			Counted *bool  `json:"counted"`
+		} `json:"history"`
+	}
+	testenv.Must(t, json.Unmarshal([]byte(out), &shown), "show json")
+	if code != 0 || shown.LastError != "nats: message size exceeds maximum allowed" || len(shown.History) != 2 ||
+		shown.History[0].Counted == nil || *shown.History[0].Counted || shown.History[1].Counted == nil || !*shown.History[1].Counted {
+		t.Fatalf("dlq show --json: %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, append([]string{"dlq", "show", "consumer:1"}, db...)...)
+	if code != 0 || !strings.Contains(out, "billing") || !strings.Contains(out, "card declined") || !strings.Contains(out, "courier.payments") {
+		t.Fatalf("dlq show consumer:1: %d\n%s", code, out)
 	}
 
 	if code, _, _ = runCLI(t, append([]string{"dlq", "replay", "relay:41"}, db...)...); code != 0 {

@@ -64,8 +64,8 @@ func testAdminDeadLetters(t *testing.T, h Harness) {
 		t.Errorf("dead letter: payload %q headers %v, want %q %v", d.Payload, d.Headers, first.Payload, first.Headers)
 	case !d.OccurredAt.Equal(occurred.Truncate(time.Microsecond)):
 		t.Errorf("dead letter occurred at %s, want %s", d.OccurredAt, occurred.Truncate(time.Microsecond))
-	case d.Attempts != 1 || d.LastError != "message too large" || len(d.History) != 1 || d.History[0].Error != "message too large":
-		t.Errorf("dead letter: %d attempts, last error %q, history %+v; want 1, the failure, one entry", d.Attempts, d.LastError, d.History)
+	case d.Attempts != 1 || d.LastError != "message too large" || len(d.History) != 1 || d.History[0].Error != "message too large" || !d.History[0].Counted:
+		t.Errorf("dead letter: %d attempts, last error %q, history %+v; want 1, the failure, one entry marked counted", d.Attempts, d.LastError, d.History)
 	}
 	near(t, "created_at", d.CreatedAt, written, clockMargin)
 	near(t, "dead_at", d.DeadAt, died, clockMargin)
