@@ -73,7 +73,7 @@ func collectMachineInfo(ctx context.Context, b *Bench) (*MachineInfo, error) {
 		return nil, err
 	}
 	var settings []string
-	for _, name := range []string{"synchronous_commit", "fsync", "shared_buffers", "max_connections"} {
+	for _, name := range []string{"synchronous_commit", "fsync", "shared_buffers", "max_connections", "autovacuum", "jit", "jit_above_cost"} {
 		var v string
 		if err := b.admin.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err == nil {
 			settings = append(settings, name+"="+v)
