@@ -94,14 +94,14 @@ func (*courierSystem) StartRelay(ctx context.Context, env *Env) (Relay, error) {
 		pool.Close()
 		return nil, err
 	}
-	return startCourierRelay(env, st, n, pool.Close)
+	return startCourierRelay(env, st, relay.Config{Notifier: n}, pool.Close)
 }
 
-// startCourierRelay runs relay.New(st, …) with default settings and
-// notifier n (nil: polling) publishing to env's stream with Courier's
-// JetStream publisher. closeDB releases the store's database when the relay
-// stops, or at once when it cannot start.
-func startCourierRelay(env *Env, st store.RelayStore, n store.Notifier, closeDB func()) (Relay, error) {
+// startCourierRelay runs relay.New(st, …) with cfg (the drains: default
+// settings and a notifier, nil for polling) publishing to env's stream with
+// Courier's JetStream publisher. closeDB releases the store's database when
+// the relay stops, or at once when it cannot start.
+func startCourierRelay(env *Env, st store.RelayStore, cfg relay.Config, closeDB func()) (Relay, error) {
 	nc, err := couriernats.Connect(env.NATSURL)
 	if err != nil {
 		closeDB()
@@ -113,7 +113,7 @@ func startCourierRelay(env *Env, st store.RelayStore, n store.Notifier, closeDB 
 		closeDB()
 		return nil, err
 	}
-	r, err := relay.New(st, pub, relay.Config{Notifier: n})
+	r, err := relay.New(st, pub, cfg)
 	if err != nil {
 		nc.Close()
 		closeDB()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/sqlite"
@@ -108,20 +109,11 @@ func (b *Bench) runDialectPostgres(ctx context.Context) error {
 // runDialectSQLite drains a SQLite file in a temporary directory, opened
 // with sqlite.Open in both processes.
 func (b *Bench) runDialectSQLite(ctx context.Context) error {
-	dir, err := os.MkdirTemp("", "bench-sqlite-")
+	db, path, cleanup, err := newSQLiteFile(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "outbox.db")
-	db, err := sqlite.Open(path)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := sqlite.Migrate(ctx, db); err != nil {
-		return err
-	}
+	defer cleanup()
 	n := b.cfg.drainN
 	if err := fillSQL(ctx, db, sqlite.DatabaseSQL(), n, dialectKeys); err != nil {
 		return fmt.Errorf("sqlite fill: %w", err)
@@ -142,51 +134,37 @@ func (b *Bench) runDialectSQLite(ctx context.Context) error {
 	return nil
 }
 
+// newSQLiteFile creates a migrated SQLite file in a temporary directory,
+// opened with sqlite.Open; cleanup closes it and removes the directory.
+func newSQLiteFile(ctx context.Context) (db *sql.DB, path string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "bench-sqlite-")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	path = filepath.Join(dir, "outbox.db")
+	if db, err = sqlite.Open(path); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	cleanup = func() {
+		_ = db.Close()
+		_ = os.RemoveAll(dir)
+	}
+	if _, err := sqlite.Migrate(ctx, db); err != nil {
+		cleanup()
+		return nil, "", nil, err
+	}
+	return db, path, cleanup, nil
+}
+
 // runDialectMySQL drains a fresh database created on the -mysql server and
 // dropped afterwards. An unreachable server is errNotMeasured.
 func (b *Bench) runDialectMySQL(ctx context.Context) error {
-	if b.cfg.mysqlDSN == "" {
-		return errNotMeasured{"no MySQL DSN (-mysql is empty)"}
-	}
-	cfg, err := gomysql.ParseDSN(b.cfg.mysqlDSN)
-	if err != nil {
-		return errNotMeasured{fmt.Sprintf("-mysql is not a go-sql-driver DSN: %v", err)}
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second // dial timeout: a silent host fails fast
-	}
-	admin, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		return errNotMeasured{err.Error()}
-	}
-	defer admin.Close()
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = admin.PingContext(pctx)
-	cancel()
-	if err != nil {
-		return errNotMeasured{fmt.Sprintf("MySQL/MariaDB at %s unreachable: %v", cfg.Addr, err)}
-	}
-	name := "bench_courier_" + randomToken(4)
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		return fmt.Errorf("create database: %w", err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(dctx, "DROP DATABASE IF EXISTS "+name); err != nil {
-			logf("warning: drop database %s: %v", name, err)
-		}
-	}()
-	cfg.DBName = name
-	dsn := cfg.FormatDSN()
-	db, err := sql.Open("mysql", dsn)
+	db, dsn, pid, cleanup, err := b.newMySQLDatabase(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	if _, err := mysql.Migrate(ctx, db); err != nil {
-		return err
-	}
+	defer cleanup()
 	n := b.cfg.drainN
 	if err := fillSQL(ctx, db, mysql.DatabaseSQL(), n, dialectKeys); err != nil {
 		return fmt.Errorf("mysql fill: %w", err)
@@ -197,7 +175,7 @@ func (b *Bench) runDialectMySQL(ctx context.Context) error {
 	}
 	defer env.Close()
 	var serverCPU func(context.Context) (cpuSnapshot, error)
-	if pid := localMySQLServer(cfg); pid != 0 {
+	if pid != 0 {
 		serverCPU = func(context.Context) (cpuSnapshot, error) {
 			d, err := procCPU(pid)
 			return cpuSnapshot{pid: d}, err
@@ -211,6 +189,62 @@ func (b *Bench) runDialectMySQL(ctx context.Context) error {
 	err = db.QueryRowContext(ctx, "SELECT count(*) FROM courier_outbox").Scan(&left)
 	b.recordDialect(ctx, "mysql", env, rd, left, err)
 	return nil
+}
+
+// newMySQLDatabase creates and migrates a fresh database on the -mysql
+// server and returns it, its DSN and the server's pid (0 when it does not
+// run on this machine); cleanup closes it and drops the database. An
+// unreachable server is errNotMeasured.
+func (b *Bench) newMySQLDatabase(ctx context.Context) (db *sql.DB, dsn string, pid int, cleanup func(), err error) {
+	if b.cfg.mysqlDSN == "" {
+		return nil, "", 0, nil, errNotMeasured{"no MySQL DSN (-mysql is empty)"}
+	}
+	cfg, err := gomysql.ParseDSN(b.cfg.mysqlDSN)
+	if err != nil {
+		return nil, "", 0, nil, errNotMeasured{fmt.Sprintf("-mysql is not a go-sql-driver DSN: %v", err)}
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second // dial timeout: a silent host fails fast
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, "", 0, nil, errNotMeasured{err.Error()}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = admin.PingContext(pctx)
+	cancel()
+	if err != nil {
+		_ = admin.Close()
+		return nil, "", 0, nil, errNotMeasured{fmt.Sprintf("MySQL/MariaDB at %s unreachable: %v", cfg.Addr, err)}
+	}
+	name := "bench_courier_" + randomToken(4)
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		_ = admin.Close()
+		return nil, "", 0, nil, fmt.Errorf("create database: %w", err)
+	}
+	drop := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(dctx, "DROP DATABASE IF EXISTS "+name); err != nil {
+			logf("warning: drop database %s: %v", name, err)
+		}
+		_ = admin.Close()
+	}
+	cfg.DBName = name
+	dsn = cfg.FormatDSN()
+	if db, err = sql.Open("mysql", dsn); err != nil {
+		drop()
+		return nil, "", 0, nil, err
+	}
+	cleanup = func() {
+		_ = db.Close()
+		drop()
+	}
+	if _, err := mysql.Migrate(ctx, db); err != nil {
+		cleanup()
+		return nil, "", 0, nil, err
+	}
+	return db, dsn, localMySQLServer(cfg), cleanup, nil
 }
 
 // localMySQLServer returns the pid of the MariaDB or MySQL server process
@@ -267,20 +301,25 @@ func fillSQL(ctx context.Context, db *sql.DB, ins store.Inserter[*sql.Tx], n, ke
 		for i := range msgs {
 			msgs[i] = courierMessage(keyFor(done+i, keys), payloadFor(done+i))
 		}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := w.Write(ctx, tx, msgs...); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
+		if err := writeSQL(ctx, db, w, msgs...); err != nil {
 			return err
 		}
 		done += k
 	}
 	return nil
+}
+
+// writeSQL commits msgs in one transaction on db with w.
+func writeSQL(ctx context.Context, db *sql.DB, w *outbox.Writer[*sql.Tx], msgs ...courier.Message) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := w.Write(ctx, tx, msgs...); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // dialectRelayStarter returns what starts a drain child's Courier relay on
@@ -315,7 +354,7 @@ func dialectRelayStarter(s *drainSpec) (func(context.Context) (Relay, error), er
 			_ = db.Close()
 			return nil, err
 		}
-		return startCourierRelay(&s.Env, st, nil, func() { _ = db.Close() })
+		return startCourierRelay(&s.Env, st, relay.Config{}, func() { _ = db.Close() })
 	}, nil
 }
 

@@ -88,8 +88,9 @@ func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// newEnv creates a schema and a stream for one measurement of system.
-func newEnv(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system string) (*Env, error) {
+// newEnv creates a schema and a stream for one measurement of system;
+// tune, if given, changes the stream's settings before it is created.
+func newEnv(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system string, tune ...func(*jetstream.StreamConfig)) (*Env, error) {
 	tok := randomToken(4)
 	e := &Env{
 		System:  system,
@@ -114,7 +115,7 @@ func newEnv(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system str
 		e.Close()
 		return nil, err
 	}
-	if err := createStream(ctx, natsURL, e.Stream, e.Prefix+">"); err != nil {
+	if err := createStream(ctx, natsURL, e.Stream, e.Prefix+">", tune...); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -122,8 +123,9 @@ func newEnv(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system str
 }
 
 // newStreamEnv creates only a stream, no PostgreSQL schema, for a
-// measurement of system whose data lives in another database.
-func newStreamEnv(ctx context.Context, natsURL, system string) (*Env, error) {
+// measurement of system whose data lives in another database; tune, if
+// given, changes the stream's settings before it is created.
+func newStreamEnv(ctx context.Context, natsURL, system string, tune ...func(*jetstream.StreamConfig)) (*Env, error) {
 	tok := randomToken(4)
 	e := &Env{
 		System:  system,
@@ -131,7 +133,7 @@ func newStreamEnv(ctx context.Context, natsURL, system string) (*Env, error) {
 		Stream:  strings.ToUpper("BENCH_" + system + "_" + tok),
 		Prefix:  "bench" + system + tok + ".",
 	}
-	if err := createStream(ctx, natsURL, e.Stream, e.Prefix+">"); err != nil {
+	if err := createStream(ctx, natsURL, e.Stream, e.Prefix+">", tune...); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -139,8 +141,8 @@ func newStreamEnv(ctx context.Context, natsURL, system string) (*Env, error) {
 
 // createStream creates a file-backed stream with a two-minute duplicate
 // window (the settings Courier's EnsureStream uses), identical for every
-// system.
-func createStream(ctx context.Context, natsURL, name, subjects string) error {
+// system unless tune changes them (the adversity section's streams).
+func createStream(ctx context.Context, natsURL, name, subjects string, tune ...func(*jetstream.StreamConfig)) error {
 	nc, err := natsgo.Connect(natsURL)
 	if err != nil {
 		return fmt.Errorf("connect to nats: %w", err)
@@ -150,12 +152,16 @@ func createStream(ctx context.Context, natsURL, name, subjects string) error {
 	if err != nil {
 		return err
 	}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:       name,
 		Subjects:   []string{subjects},
 		Storage:    jetstream.FileStorage,
 		Duplicates: 2 * time.Minute,
-	})
+	}
+	for _, t := range tune {
+		t(&cfg)
+	}
+	_, err = js.CreateStream(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("create stream %s: %w", name, err)
 	}

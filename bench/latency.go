@@ -71,25 +71,11 @@ func (b *Bench) runLatency(ctx context.Context, system string, rate int) error {
 		return err
 	}
 	defer nc.Close()
-	var mu sync.Mutex
-	arrivals := make(map[string]time.Time, total)
-	sub, err := nc.Subscribe(env.Prefix+">", func(m *natsgo.Msg) {
-		now := time.Now()
-		id := m.Header.Get(jetstream.MsgIDHeader)
-		mu.Lock()
-		if _, dup := arrivals[id]; !dup {
-			arrivals[id] = now
-		}
-		mu.Unlock()
-	})
+	arr, err := subscribeArrivals(nc, env.Prefix+">", total)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := nc.Flush(); err != nil {
-		return err
-	}
+	defer arr.Close()
 
 	r, err := sys.StartRelay(ctx, env)
 	if err != nil {
@@ -148,30 +134,13 @@ func (b *Bench) runLatency(ctx context.Context, system string, rate int) error {
 
 	// Wait for every message (a relay that cannot keep up works off its
 	// backlog here).
-	arrived := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(arrivals)
-	}
-	_ = waitFor(ctx, b.cfg.latencyDrainTimeout, 10*time.Millisecond, func() (bool, error) { return arrived() >= total, nil })
+	_ = waitFor(ctx, b.cfg.latencyDrainTimeout, 10*time.Millisecond, func() (bool, error) { return arr.count() >= total, nil })
 
-	mu.Lock()
-	lat := make([]float64, 0, total-warmupN)
-	missing := 0
-	for _, c := range commits[warmupN:] {
-		at, ok := arrivals[c.id]
-		if !ok {
-			missing++
-			continue
-		}
-		lat = append(lat, max(0, at.Sub(c.at).Seconds()*1000))
-	}
-	mu.Unlock()
+	lat, missing := arr.latencies(commits[warmupN:])
 	if len(lat) == 0 {
 		return fmt.Errorf("no message arrived")
 	}
-	slices.Sort(lat)
-	q := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	q := func(p float64) float64 { return quantile(lat, p) }
 	fig := fmt.Sprintf("lat%d_", rate)
 	if offered < 0.95*float64(rate) {
 		for _, p := range []string{"p50", "p99", "p999"} {
@@ -189,4 +158,72 @@ func (b *Bench) runLatency(ctx context.Context, system string, rate int) error {
 	b.results.Add(fig+"p999", system, q(0.999))
 	b.results.Add(fig+"offered", system, offered)
 	return nil
+}
+
+// arrivals records when each message, by its Nats-Msg-Id, first reaches a
+// core NATS subscriber: the latency measurements' receiving end.
+type arrivals struct {
+	mu  sync.Mutex
+	at  map[string]time.Time
+	sub *natsgo.Subscription
+}
+
+// subscribeArrivals subscribes to subject on nc (a connection of its own,
+// so that the relay's traffic does not delay it) with no pending limits;
+// capacity sizes the record.
+func subscribeArrivals(nc *natsgo.Conn, subject string, capacity int) (*arrivals, error) {
+	a := &arrivals{at: make(map[string]time.Time, capacity)}
+	var err error
+	a.sub, err = nc.Subscribe(subject, func(m *natsgo.Msg) {
+		now := time.Now()
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		a.mu.Lock()
+		if _, dup := a.at[id]; !dup {
+			a.at[id] = now
+		}
+		a.mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	_ = a.sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		_ = a.sub.Unsubscribe()
+		return nil, err
+	}
+	return a, nil
+}
+
+// count returns the number of distinct messages received.
+func (a *arrivals) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.at)
+}
+
+// latencies returns the commit→arrival times of commits in milliseconds,
+// sorted, and how many of them have not arrived.
+func (a *arrivals) latencies(commits []commitRecord) (lat []float64, missing int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	lat = make([]float64, 0, len(commits))
+	for _, c := range commits {
+		at, ok := a.at[c.id]
+		if !ok {
+			missing++
+			continue
+		}
+		lat = append(lat, max(0, at.Sub(c.at).Seconds()*1000))
+	}
+	slices.Sort(lat)
+	return lat, missing
+}
+
+// Close unsubscribes.
+func (a *arrivals) Close() { _ = a.sub.Unsubscribe() }
+
+// quantile returns the p quantile (0 to 1) of sorted values: the value
+// below which a fraction p of them lie.
+func quantile(sorted []float64, p float64) float64 {
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
 }

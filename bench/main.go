@@ -10,9 +10,11 @@
 //
 // It measures drain throughput, commit→publish latency under a steady
 // offered load, the write path's cost, the physical limits of the database
-// and the broker, and each relay's CPU and memory, and Courier's relay drain
-// on each of its store dialects (PostgreSQL, SQLite, MySQL/MariaDB), then
-// writes a Markdown report and a PNG chart. Every system gets its own
+// and the broker, and each relay's CPU and memory, Courier's relay drain on
+// each of its store dialects (PostgreSQL, SQLite, MySQL/MariaDB), and
+// Courier under adversity (empty claims over dead rows that a long
+// transaction keeps from vacuum; one key's latency behind another key's
+// poison message), then writes a Markdown report and a PNG chart. Every system gets its own
 // PostgreSQL schema and JetStream stream, removed afterwards, and systems run
 // one after another.
 //
@@ -39,7 +41,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity"}
 
 // config is the command line.
 type config struct {
@@ -61,6 +63,11 @@ type config struct {
 	latencyDrainTimeout time.Duration
 	writeWarmup         time.Duration
 	writeDuration       time.Duration
+
+	advDeadRows int           // dead rows under the adversity section's claims
+	advClaims   int           // timed claims per outbox state
+	advScans    int           // timed reference scans per outbox state
+	advWindow   time.Duration // how long key L is written in the isolation runs
 }
 
 // Bench is one invocation: its configuration, connections and results.
@@ -114,11 +121,13 @@ func main() {
 		cfg.limitsN, cfg.syncN = 10000, 5000
 		cfg.latencyWarmup, cfg.latencyWindow, cfg.latencyDrainTimeout = 500*time.Millisecond, 3*time.Second, 30*time.Second
 		cfg.writeWarmup, cfg.writeDuration = 300*time.Millisecond, 2*time.Second
+		cfg.advDeadRows, cfg.advClaims, cfg.advScans, cfg.advWindow = 500000, 200, 10, 5*time.Second
 	} else {
 		cfg.drainN = cmp.Or(cfg.drainN, 100000)
 		cfg.limitsN, cfg.syncN = 100000, 20000
 		cfg.latencyWarmup, cfg.latencyWindow, cfg.latencyDrainTimeout = time.Second, 10*time.Second, 90*time.Second
 		cfg.writeWarmup, cfg.writeDuration = 500*time.Millisecond, 5*time.Second
+		cfg.advDeadRows, cfg.advClaims, cfg.advScans, cfg.advWindow = 5000000, 200, 20, 20*time.Second
 	}
 	cfg.only = splitList(only)
 	for _, s := range cfg.only {
@@ -202,7 +211,7 @@ func run(ctx context.Context, cfg config) error {
 	if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
 		return err
 	}
-	fmt.Print(renderTables(b.results, cfg.systems, cfg.runs, cfg.drainN))
+	fmt.Print(renderTables(b.results, cfg))
 	logf("wrote %s, %s", cfg.out, cfg.chart)
 	return nil
 }
@@ -255,6 +264,12 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		for _, d := range rotate(dialects, run-1) {
 			try("dialect drain courier on "+d, func() error { return b.runDialect(ctx, d) })
 		}
+	case "adversity":
+		try("adversity: empty claims, clean and with dead rows", func() error { return b.runAdversityClaim(ctx) })
+		for _, d := range rotate(dialects, run-1) {
+			try("adversity: isolation, poison rejected, on "+d, func() error { return b.runIsolation(ctx, d, false) })
+			try("adversity: isolation, poison unbound, on "+d, func() error { return b.runIsolation(ctx, d, true) })
+		}
 	}
 }
 
@@ -266,7 +281,7 @@ func (b *Bench) warnSpread() {
 			b.warnCell(f, s)
 		}
 	}
-	for _, f := range dialectFigures {
+	for _, f := range slices.Concat(dialectFigures, adversityFigures) {
 		for _, d := range dialects {
 			b.warnCell(f, d)
 		}

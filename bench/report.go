@@ -73,7 +73,7 @@ func collectMachineInfo(ctx context.Context, b *Bench) (*MachineInfo, error) {
 		return nil, err
 	}
 	var settings []string
-	for _, name := range []string{"synchronous_commit", "fsync", "shared_buffers", "max_connections"} {
+	for _, name := range []string{"synchronous_commit", "fsync", "shared_buffers", "max_connections", "autovacuum", "jit", "jit_above_cost"} {
 		var v string
 		if err := b.admin.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err == nil {
 			settings = append(settings, name+"="+v)
@@ -113,7 +113,7 @@ func collectMachineInfo(ctx context.Context, b *Bench) (*MachineInfo, error) {
 			}
 		}
 	}
-	if slices.Contains(b.cfg.only, "dialects") {
+	if slices.Contains(b.cfg.only, "dialects") || slices.Contains(b.cfg.only, "adversity") {
 		info.SQLite = sqliteVersion(ctx)
 		info.MySQL = mysqlServerInfo(ctx, b.cfg.mysqlDSN)
 	}
@@ -183,10 +183,11 @@ func cell(res *Results, fn *footnotes, f Figure, system string, runs int) (strin
 	return s, st, true
 }
 
-// renderTables renders the comparison table, the reference table and the
-// table of Courier's relay per store dialect (n messages each), leaving out
-// a table none of whose figures was measured.
-func renderTables(res *Results, systems []string, runs, n int) string {
+// renderTables renders the comparison table, the reference table, the
+// table of Courier's relay per store dialect and the adversity section's
+// tables, leaving out a table none of whose figures was measured.
+func renderTables(res *Results, cfg config) string {
+	systems, runs, n := cfg.systems, cfg.runs, cfg.drainN
 	var sb strings.Builder
 	fn := &footnotes{}
 	if measured(res, figures) {
@@ -205,11 +206,17 @@ func renderTables(res *Results, systems []string, runs, n int) string {
 			fmt.Fprintf(&sb, "| %s (%s) | %s |\n", f.Label, f.Unit, c)
 		}
 	}
-	if measured(res, dialectFigures) || len(res.Skipped) > 0 {
+	if measured(res, dialectFigures) || skippedAny(res, dialectFigures) {
 		if sb.Len() > 0 {
 			sb.WriteString("\n")
 		}
 		renderDialects(&sb, fn, res, runs, n)
+	}
+	if measured(res, adversityFigures) || skippedAny(res, adversityFigures) {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		renderAdversity(&sb, fn, res, cfg)
 	}
 	if fn.spread || len(fn.list) > 0 {
 		sb.WriteString("\n")
@@ -362,7 +369,7 @@ func renderReport(info *MachineInfo, cfg config, res *Results, failed []string) 
 	}
 	w("\nThe machine has two cores shared by PostgreSQL, NATS, the relay and the load generator, and other work (tests) may have run at the same time: treat single figures with caution, ratios with less.\n\n")
 	w("## Results\n\n")
-	w("%s\n", renderTables(res, cfg.systems, cfg.runs, cfg.drainN))
+	w("%s\n", renderTables(res, cfg))
 	if cfg.chart != "" {
 		w("![results](%s)\n\n", cfg.chart)
 	}
@@ -474,7 +481,7 @@ All relays use their own pgx pool (at most 10 connections) and their own NATS co
 		payloadSize, watermillBatch, watermillPoll, riverFetchCooldown, riverFetchPollInterval, riverMaxWorkers,
 		thousands(int64(cfg.drainN)), latencyWriters, cfg.latencyWindow, cfg.latencyWarmup, cfg.latencyDrainTimeout,
 		writeWriters, cfg.writeDuration, cfg.writeWarmup, thousands(int64(cfg.limitsN)), thousands(int64(cfg.limitsN)), thousands(int64(cfg.syncN)), riverMaxWorkers) +
-		dialectSettingsText(cfg)
+		dialectSettingsText(cfg) + adversitySettingsText(cfg)
 }
 
 // dialectSettingsText documents how the table of Courier's relay per store
