@@ -102,6 +102,10 @@ func TestClaimLockRowMissing(t *testing.T) {
 	testenv.Must(t, err, "store")
 	_, err = my.DB.ExecContext(ctx, "DELETE FROM courier_outbox_claimer")
 	testenv.Must(t, err, "delete turn row")
+	tx, err := my.DB.BeginTx(ctx, nil)
+	testenv.Must(t, err, "begin")
+	testenv.Must(t, outbox.New(mysql.DatabaseSQL(), outbox.Config{}).Write(ctx, tx, courier.NewMessage("events", "k", "T", []byte("x"))), "write")
+	testenv.Must(t, tx.Commit(), "commit")
 	if _, err := st.Claim(ctx, "r", 10, time.Minute); err == nil || !strings.Contains(err.Error(), "run Migrate") {
 		t.Fatalf("Claim without the turn row = %v, want an error saying to run Migrate", err)
 	}

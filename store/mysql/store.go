@@ -22,26 +22,30 @@
 //
 // # Claiming
 //
-// Claims take turns. A claim takes the turn with one autocommit UPDATE of
-// the single row of courier_outbox_claimer (holder, until), which succeeds
-// only once the previous turn has ended, and then
+// A claim first looks without writing anything:
 //
-//  1. reads the server's clock once; every later statement of the claim
-//     uses that reading, so a retry that comes due during the claim is
-//     pending for all of them;
-//  2. reads the held keys, those of live leases and of rows waiting for a
-//     retry (an index range on retry_at), and deletes the expired leases
+//  1. it reads the server's clock once; every later statement of the look
+//     uses that reading, so a retry that comes due meanwhile is pending for
+//     all of them;
+//  2. it reads the held keys, those of live leases and of rows waiting for
+//     a retry (an index range on retry_at), and deletes the expired leases
 //     that no Complete holds locked (FOR UPDATE SKIP LOCKED);
-//  3. scans the free rows (not waiting for a retry) in id order, in chunks
-//     (a primary-key range scan), and keeps those whose key is not held,
-//     skipping held keys' rows as it meets them, so that a held key's
+//  3. it scans the free rows (not waiting for a retry) in id order, in
+//     chunks (a primary-key range scan), and picks those whose key is not
+//     held, skipping held keys' rows as it meets them, so that a held key's
 //     backlog hides no other key's row (up to max(100×limit, 100,000) rows
-//     looked at, stopping once limit rows are kept); a key's claimed rows
-//     are always the oldest of its pending rows, and no key is in two
-//     leases;
-//  4. records one lease row holding their ids and keys with an INSERT …
-//     SELECT that locks the turn's row and inserts only while the turn is
-//     still its own, ends the turn, and reads the rows' contents.
+//     looked at, stopping once limit rows are picked).
+//
+// A claim that picked nothing ends there: an idle relay's polls write
+// nothing. Otherwise claims take turns. A claim takes the turn with one
+// autocommit UPDATE of the single row of courier_outbox_claimer (holder,
+// until), which succeeds only once the previous turn has ended; reads the
+// held keys again and, if another claim has taken one of its picks' keys
+// since its look, looks again; records one lease row holding its picks' ids
+// and keys with an INSERT … SELECT that locks the turn's row and inserts only
+// while the turn is still its own; ends the turn; and reads the rows'
+// contents. A key's claimed rows are so always the oldest of its pending
+// rows, and no key is in two leases.
 //
 // The held keys are read before the free rows: a Complete that commits in
 // between and releases a key's rows leaves the key held for this claim,
@@ -217,6 +221,26 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 
 func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
 	var batch store.Batch
+	// A first look without the turn: a claim that finds nothing writes
+	// nothing (taking and ending a turn are two commits).
+	now, err := s.now(ctx)
+	if err != nil {
+		return batch, err
+	}
+	held, expired, err := s.heldKeys(ctx, now)
+	if err != nil {
+		return batch, err
+	}
+	if expired {
+		if err := s.dropExpired(ctx, now); err != nil {
+			return batch, fmt.Errorf("drop expired leases: %w", err)
+		}
+	}
+	pick, err := s.scan(ctx, held, limit, now)
+	if err != nil || len(pick.IDs()) == 0 {
+		return batch, err
+	}
+
 	token, err := s.takeTurn(ctx)
 	if err != nil {
 		return batch, err
@@ -232,88 +256,23 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 	}
 	defer endTurn()
 
-	// One clock reading for every statement: a retry that comes due during
-	// the claim is not due for any of them.
-	var now time.Time
-	if err := s.db.QueryRowContext(ctx, nowSQL).Scan(&utcTime{t: &now}); err != nil {
-		return batch, fmt.Errorf("read the clock: %w", err)
+	// During the turn no other claim runs. Keys another claim took since the
+	// first look are held now; when the picks include one, look again.
+	// Otherwise the picks stand: a key not held now was not held in between
+	// either, or its holder has completed, publishing or releasing the rows
+	// this claim picked, which keeps its rows in order.
+	if now, err = s.now(ctx); err != nil {
+		return batch, err
 	}
-	nowArg := now.Format(dateTimeLayout)
-
-	// The held keys first, the free rows after (see store/internal/claims).
-	held := make(map[string]struct{})
-	expired := false
-	err = queryEach(ctx, s.db, leasesSQL, []any{nowArg}, func(rows *sql.Rows) error {
-		var (
-			id   int64
-			live bool
-			raw  []byte
-		)
-		if err := rows.Scan(&id, &live, &raw); err != nil {
-			return err
-		}
-		if !live {
-			expired = true
-			return nil
-		}
-		var keys []string
-		if err := json.Unmarshal(raw, &keys); err != nil {
-			return fmt.Errorf("decode the keys of lease %d: %w", id, err)
-		}
-		for _, k := range keys {
-			held[k] = struct{}{}
-		}
-		return nil
-	})
-	if err != nil {
-		return batch, fmt.Errorf("read leased keys: %w", err)
+	if held, _, err = s.heldKeys(ctx, now); err != nil {
+		return batch, err
 	}
-	err = queryEach(ctx, s.db, retryKeysSQL, []any{nowArg}, func(rows *sql.Rows) error {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return err
+	if pick.Holds(held) {
+		if pick, err = s.scan(ctx, held, limit, now); err != nil || len(pick.IDs()) == 0 {
+			return batch, err
 		}
-		held[k] = struct{}{}
-		return nil
-	})
-	if err != nil {
-		return batch, fmt.Errorf("read keys waiting for a retry: %w", err)
-	}
-	if expired {
-		if err := s.dropExpired(ctx, nowArg); err != nil {
-			return batch, fmt.Errorf("drop expired leases: %w", err)
-		}
-	}
-
-	pick := claims.NewPicker(held, limit)
-	window := claims.Window(limit)
-	after, chunk := int64(0), max(2*limit, 500)
-	for pick.Examined < window {
-		n := 0
-		full := false
-		err := queryEach(ctx, s.db, scanSQL, []any{after, nowArg, chunk}, func(rows *sql.Rows) error {
-			var key string
-			if err := rows.Scan(&after, &key); err != nil {
-				return err
-			}
-			n++
-			if !full {
-				full = pick.Offer(after, key)
-			}
-			return nil
-		})
-		if err != nil {
-			return batch, fmt.Errorf("scan pending: %w", err)
-		}
-		if full || n < chunk {
-			break
-		}
-		chunk = min(2*chunk, 16384)
 	}
 	ids := pick.IDs()
-	if len(ids) == 0 {
-		return batch, nil
-	}
 	idsJSON, err := json.Marshal(ids)
 	if err != nil {
 		return batch, err
@@ -345,6 +304,91 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 		return store.Batch{}, err
 	}
 	return batch, nil
+}
+
+// now reads the server's clock, formatted for the claim's statements: one
+// reading for all of them, so a retry that comes due during the claim is
+// not due for any of them.
+func (s *Store) now(ctx context.Context) (string, error) {
+	var now time.Time
+	if err := s.db.QueryRowContext(ctx, nowSQL).Scan(&utcTime{t: &now}); err != nil {
+		return "", fmt.Errorf("read the clock: %w", err)
+	}
+	return now.Format(dateTimeLayout), nil
+}
+
+// heldKeys reads the keys held at now and whether any lease has expired.
+func (s *Store) heldKeys(ctx context.Context, now string) (map[string]struct{}, bool, error) {
+	held := make(map[string]struct{})
+	expired := false
+	err := queryEach(ctx, s.db, leasesSQL, []any{now}, func(rows *sql.Rows) error {
+		var (
+			id   int64
+			live bool
+			raw  []byte
+		)
+		if err := rows.Scan(&id, &live, &raw); err != nil {
+			return err
+		}
+		if !live {
+			expired = true
+			return nil
+		}
+		var keys []string
+		if err := json.Unmarshal(raw, &keys); err != nil {
+			return fmt.Errorf("decode the keys of lease %d: %w", id, err)
+		}
+		for _, k := range keys {
+			held[k] = struct{}{}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("read leased keys: %w", err)
+	}
+	err = queryEach(ctx, s.db, retryKeysSQL, []any{now}, func(rows *sql.Rows) error {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return err
+		}
+		held[k] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("read keys waiting for a retry: %w", err)
+	}
+	return held, expired, nil
+}
+
+// scan picks, in id order, up to limit free rows whose key is not held,
+// reading chunks of the primary key.
+func (s *Store) scan(ctx context.Context, held map[string]struct{}, limit int, now string) (*claims.Picker, error) {
+	pick := claims.NewPicker(held, limit)
+	window := claims.Window(limit)
+	after, chunk := int64(0), max(2*limit, 500)
+	for pick.Examined < window {
+		n := 0
+		full := false
+		err := queryEach(ctx, s.db, scanSQL, []any{after, now, chunk}, func(rows *sql.Rows) error {
+			var key string
+			if err := rows.Scan(&after, &key); err != nil {
+				return err
+			}
+			n++
+			if !full {
+				full = pick.Offer(after, key)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("scan pending: %w", err)
+		}
+		if full || n < chunk {
+			break
+		}
+		chunk = min(2*chunk, 16384)
+	}
+	return pick, nil
 }
 
 // dateTimeLayout formats a time as a DATETIME(6) literal.

@@ -61,6 +61,16 @@ func (p *Picker) Drop(held map[string]struct{}) {
 	p.ids, p.rowKeys = p.ids[:n], p.rowKeys[:n]
 }
 
+// Holds reports whether any picked row's key is in held.
+func (p *Picker) Holds(held map[string]struct{}) bool {
+	for _, k := range p.rowKeys {
+		if _, ok := held[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // IDs returns the picked rows' ids in id order.
 func (p *Picker) IDs() []int64 { return p.ids }
 
