@@ -6,7 +6,8 @@
 // A request with a new key claims it in a short transaction of its own
 // (state in flight), then runs the handler in a transaction that also stores
 // the response and marks the key done, so the business change, its outbox
-// messages and the stored response commit together or not at all. Then:
+// messages and the stored response commit together or not at all (a 4xx
+// answer is stored without them, see below). Then:
 //
 //   - same key, same request (method, path and query, body), done: the stored
 //     status, chosen headers and body are replayed byte for byte with
@@ -18,8 +19,24 @@
 //   - keys expire after Config.Retention; a request after that runs anew.
 //
 // What is stored: every response the handler completes with a status below
-// 500, including 4xx (the request was processed; retrying it cannot succeed
-// differently). What is not: requests rejected before the handler (missing or
+// 500. A 2xx or 3xx response commits with the handler's work. A 4xx response
+// is stored and replayed too (the request was processed; retrying it cannot
+// succeed differently), but it says the request was not applied, so nothing
+// of the handler's work commits with it: no business change, no outbox
+// message. Its transaction is rolled back and the response is stored in a
+// short transaction of its own. That is what makes the dialects agree when
+// one of the handler's statements failed before it answered 4xx: PostgreSQL
+// has then aborted the transaction and accepts no further statement, while
+// SQLite and MySQL keep the statements that ran before the failure. A
+// savepoint around the handler would do as well, but it needs a statement
+// of each dialect's and costs every request two more round trips; the
+// separate transaction costs only the 4xx ones. A handler that must keep a
+// record of a rejected request (an audit row) writes it outside the key's
+// transaction. After a failed statement answer 4xx or 5xx, never 2xx: on
+// PostgreSQL the commit would fail (500, key released), on SQLite and MySQL
+// the statements before the failure would commit.
+//
+// What is not stored: requests rejected before the handler (missing or
 // invalid key: 400; body too large: 413; the 409 and 422 above), a 5xx
 // response or a handler error (the transaction rolls back and the key is
 // released, so the client may retry at once), and a panic (likewise,
@@ -179,11 +196,14 @@ type Outcome struct {
 }
 
 // Do runs fn once per (scope, key). The first call claims the key and runs fn
-// in a new transaction that also stores fn's response; it commits when fn
-// succeeds with a status below 500. Later calls with the same request get
-// that response back with Replayed set. It returns ErrMismatch, an
-// *InFlightError or ErrLostKey as described on each; when fn fails (an
-// error, a 5xx or a panic) nothing is stored and the key is released.
+// in a new transaction. When fn succeeds with a status below 400, that
+// transaction also stores fn's response and commits. When fn answers 4xx,
+// the transaction is rolled back and the response is stored in a
+// transaction of its own: a 4xx commits nothing of fn's work. Later calls
+// with the same request get the stored response back with Replayed set. It
+// returns ErrMismatch, an *InFlightError or ErrLostKey as described on each;
+// when fn fails (an error, a 5xx or a panic) nothing is stored and the key
+// is released.
 func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) (Response, error)) (Outcome, error) {
 	owner := uuid.New()
 	rec, mine, err := k.st.Claim(ctx, store.KeyClaim{
@@ -221,15 +241,7 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 			panic(p)
 		}
 	}()
-	var resp Response
-	err = k.st.InTx(ctx, func(tx TTx) error {
-		var err error
-		if resp, err = fn(ctx, tx); err != nil {
-			return err
-		}
-		if resp.Status >= 500 {
-			return errServerError
-		}
+	complete := func(tx TTx, resp Response) error {
 		ok, err := k.st.Complete(ctx, tx, req.Scope, req.Key, owner, resp)
 		if err != nil {
 			return err
@@ -238,7 +250,26 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 			return ErrLostKey
 		}
 		return nil
+	}
+	var resp Response
+	err = k.st.InTx(ctx, func(tx TTx) error {
+		var err error
+		if resp, err = fn(ctx, tx); err != nil {
+			return err
+		}
+		switch {
+		case resp.Status >= 500:
+			return errServerError
+		case resp.Status >= 400:
+			return errClientError
+		}
+		return complete(tx, resp)
 	})
+	if errors.Is(err, errClientError) {
+		// fn's work is rolled back; its answer is stored on its own (see
+		// the package documentation).
+		err = k.st.InTx(ctx, func(tx TTx) error { return complete(tx, resp) })
+	}
 	switch {
 	case err == nil:
 		return Outcome{Response: resp}, nil
@@ -253,7 +284,10 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 	}
 }
 
-var errServerError = errors.New("5xx response")
+var (
+	errServerError = errors.New("5xx response")
+	errClientError = errors.New("4xx response")
+)
 
 // Cleanup deletes expired keys and returns how many.
 func (k *Keys[TTx]) Cleanup(ctx context.Context) (int64, error) {

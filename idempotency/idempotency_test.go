@@ -339,3 +339,66 @@ func testExpiredKeyRunsAgain[TTx any](t *testing.T, d dialect[TTx]) {
 		t.Fatalf("cleanup removed %d, %v; want the expired key", n, err)
 	}
 }
+
+// A handler that writes, then meets an error (one of its statements fails,
+// or it finds the request invalid) and answers 4xx: every dialect stores
+// and replays that answer, and none commits the handler's writes, even
+// though PostgreSQL has aborted the transaction by then and SQLite and
+// MySQL have not.
+func TestClientErrorStoresAnswerNotWrites(t *testing.T) {
+	onEachDialect(t, testClientErrorStoresAnswerNotWrites, testClientErrorStoresAnswerNotWrites)
+}
+
+func testClientErrorStoresAnswerNotWrites[TTx any](t *testing.T, d dialect[TTx]) {
+	db := d.open(t)
+	keys, err := idempotency.New(db.keys, idempotency.Config{})
+	testenv.Must(t, err, "keys")
+	w := outbox.New(db.outbox, outbox.Config{})
+	var runs atomic.Int32
+	h := keys.Middleware(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		ctx := r.Context()
+		tx, _ := idempotency.Tx[TTx](ctx)
+		id, err := db.insertOrder(ctx, tx, "coffee")
+		if err != nil {
+			http.Error(rw, err.Error(), 500)
+			return
+		}
+		msg, _ := courier.NewJSON("orders", fmt.Sprint(id), map[string]any{"id": id}, courier.WithType("OrderPlaced"))
+		if err := w.Write(ctx, tx, msg); err != nil {
+			http.Error(rw, err.Error(), 500)
+			return
+		}
+		if r.URL.Query().Get("fail") == "statement" {
+			if err := db.exec(ctx, tx, "INSERT INTO orders (item) VALUES (NULL)"); err == nil {
+				http.Error(rw, "an order without an item was accepted", 500)
+				return
+			}
+		}
+		http.Error(rw, "coffee is sold out", http.StatusConflict)
+	}))
+	post := func(key, target string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{"item":"coffee"}`))
+		req.Header.Set(idempotency.HeaderKey, key)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for i, target := range []string{"/orders?fail=statement", "/orders"} {
+		key := fmt.Sprint("k", i)
+		first := post(key, target)
+		if first.Code != http.StatusConflict || first.Body.String() != "coffee is sold out\n" {
+			t.Fatalf("%s: %d %q; want the handler's 409", target, first.Code, first.Body)
+		}
+		if n, m := db.count(t, "orders"), db.count(t, "courier_outbox"); n != 0 || m != 0 {
+			t.Fatalf("%s: a 409 committed %d orders and %d messages; want none", target, n, m)
+		}
+		again := post(key, target)
+		if again.Code != http.StatusConflict || again.Body.String() != first.Body.String() || again.Header().Get(idempotency.HeaderReplayed) != "true" {
+			t.Fatalf("%s: retry got %d %q (replayed %q); want the stored 409", target, again.Code, again.Body, again.Header().Get(idempotency.HeaderReplayed))
+		}
+		if runs.Load() != int32(i+1) {
+			t.Fatalf("%s: the handler ran %d times", target, runs.Load())
+		}
+	}
+}

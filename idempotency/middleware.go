@@ -20,8 +20,10 @@ type txKey struct{}
 
 // Tx returns the transaction the middleware opened for the request: the
 // handler's business change and outbox messages go in it, and commit with
-// the stored response. It reports false for requests the middleware does not
-// cover (other methods, or no key when keys are optional).
+// the stored response when the handler answers below 400 (a 4xx answer is
+// stored without them; see the package documentation). It reports false for
+// requests the middleware does not cover (other methods, or no key when keys
+// are optional).
 func Tx[TTx any](ctx context.Context) (TTx, bool) {
 	tx, ok := ctx.Value(txKey{}).(TTx)
 	return tx, ok
