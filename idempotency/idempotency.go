@@ -13,7 +13,9 @@
 //     status, chosen headers and body are replayed byte for byte with
 //     Idempotent-Replayed: true, and the handler does not run;
 //   - same key, different request: 422;
-//   - same key while the first is in flight: 409 with Retry-After;
+//   - same key while the first is in flight: 409 with Retry-After, a short
+//     hint: about as long as the first has run so far, 1 to 10 seconds,
+//     never past the first one's lock (see InFlightError);
 //   - a key whose first request's owner crashed is taken over once its lock
 //     (Config.LockTimeout) expires, if the request is the same;
 //   - keys expire after Config.Retention; a request after that runs anew.
@@ -178,12 +180,41 @@ var ErrLostKey = errors.New("idempotency: the request took longer than the lock 
 
 // InFlightError: another attempt with the same key is still running.
 type InFlightError struct {
-	// RetryAfter is when the other attempt's lock ends at the latest.
+	// RetryAfter is when to ask again: about as long as the other attempt
+	// has run so far, between 1 and 10 seconds, and no later than its lock
+	// ends (see retryAfter). The middleware sends it as Retry-After.
 	RetryAfter time.Duration
+	// LockedFor is how long the other attempt's lock lasts at the latest:
+	// after that, a retry of the same request takes the key over.
+	LockedFor time.Duration
 }
 
 func (e *InFlightError) Error() string {
-	return fmt.Sprintf("idempotency: a request with this key is in progress; retry after %s", e.RetryAfter.Round(time.Second))
+	return fmt.Sprintf("idempotency: a request with this key is in progress; retry in %s", e.RetryAfter.Round(time.Second))
+}
+
+// Bounds of InFlightError.RetryAfter.
+const (
+	minRetryAfter = time.Second
+	maxRetryAfter = 10 * time.Second
+)
+
+// retryAfter is the hint given to a request that finds its key in flight,
+// from how long the lock has left and this process's lock timeout. Most
+// requests take well under a second, and a client told to wait out the
+// whole lock (a minute by default) would wait that long for an answer that
+// was ready much sooner. The attempt in flight has run for about lockTimeout
+// minus lockLeft; one that has run that long is likely to need about as long
+// again, so the hint is that running time, at least 1 second (Retry-After
+// counts whole seconds) and at most 10, so that a slow request does not
+// make its retries sleep for long. It is never later than the lock ends,
+// when a retry takes the key over. The running time is an estimate: the
+// lock was set with the lock timeout of the process that claimed the key,
+// and on PostgreSQL and MySQL by the database's clock.
+func retryAfter(lockLeft, lockTimeout time.Duration) time.Duration {
+	ran := lockTimeout - lockLeft
+	hint := min(max(ran, minRetryAfter), maxRetryAfter)
+	return min(hint, max(lockLeft, minRetryAfter))
 }
 
 // Outcome is Do's result.
@@ -220,7 +251,8 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 		case rec.Done:
 			return Outcome{Response: rec.Response, Replayed: true}, nil
 		default:
-			return Outcome{}, &InFlightError{RetryAfter: max(time.Until(rec.LockedUntil), time.Second)}
+			left := time.Until(rec.LockedUntil)
+			return Outcome{}, &InFlightError{RetryAfter: retryAfter(left, k.cfg.LockTimeout), LockedFor: max(left, 0)}
 		}
 	}
 	released := false

@@ -3,10 +3,12 @@ package idempotency_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,7 +166,10 @@ func testFiftyConcurrentRequestsOneExecution[TTx any](t *testing.T, d dialect[TT
 			body = r.body
 		case r.status == 201:
 			created++
-		case r.status == 409 && r.header.Get("Retry-After") != "" && r.header.Get("Content-Type") == "application/problem+json":
+		case r.status == 409 && r.header.Get("Content-Type") == "application/problem+json":
+			if after, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || after < 1 || after > 10 {
+				t.Fatalf("409 with Retry-After %q; want 1 to 10 seconds", r.header.Get("Retry-After"))
+			}
 			conflicts++
 		default:
 			t.Fatalf("unexpected reply %+v", r)
@@ -399,6 +404,53 @@ func testClientErrorStoresAnswerNotWrites[TTx any](t *testing.T, d dialect[TTx])
 		}
 		if runs.Load() != int32(i+1) {
 			t.Fatalf("%s: the handler ran %d times", target, runs.Load())
+		}
+	}
+}
+
+// A request that finds its key in flight is told to come back soon: after
+// about as long as the other attempt has run so far, between 1 and 10
+// seconds, and never later than that attempt's lock ends; not after the
+// whole lock, which a client that obeys would wait out for nothing.
+func TestInFlightRetryAfterIsShort(t *testing.T) {
+	onEachDialect(t, testInFlightRetryAfterIsShort, testInFlightRetryAfterIsShort)
+}
+
+func testInFlightRetryAfterIsShort[TTx any](t *testing.T, d dialect[TTx]) {
+	db := d.open(t)
+	ctx := context.Background()
+	run := func(ctx context.Context, tx TTx) (idempotency.Response, error) {
+		t.Fatal("the handler ran while its key was in flight")
+		return idempotency.Response{}, nil
+	}
+	cases := []struct {
+		name        string
+		lockTimeout time.Duration // this process's
+		lockFor     time.Duration // the claim in flight's
+		min, max    time.Duration
+	}{
+		// The request in flight has just started (its lock is whole).
+		{"just started", time.Minute, time.Minute, time.Second, 10 * time.Second},
+		// It has run 59 minutes of a one-hour lock: 10 seconds at most.
+		{"long running", time.Hour, time.Minute, 10 * time.Second, 10 * time.Second},
+		// Its lock ends in 3 seconds: not later than that.
+		{"lock ends soon", time.Hour, 3 * time.Second, time.Second, 3 * time.Second},
+	}
+	for i, c := range cases {
+		keys, err := idempotency.New(db.keys, idempotency.Config{LockTimeout: c.lockTimeout, Retention: 2 * time.Hour})
+		testenv.Must(t, err, "keys")
+		req := idempotency.Request{Key: fmt.Sprint("busy-", i), Fingerprint: idempotency.Fingerprint("POST", "/orders", nil)}
+		if _, mine, err := db.keys.Claim(ctx, claimFor(req, c.lockFor)); err != nil || !mine {
+			t.Fatalf("%s: claim: %v, mine %v", c.name, err, mine)
+		}
+		_, err = keys.Do(ctx, req, run)
+		var inFlight *idempotency.InFlightError
+		if !errors.As(err, &inFlight) {
+			t.Fatalf("%s: %v; want an InFlightError", c.name, err)
+		}
+		if inFlight.RetryAfter < c.min || inFlight.RetryAfter > c.max || inFlight.LockedFor > c.lockFor || inFlight.LockedFor < c.lockFor-time.Minute/2 {
+			t.Errorf("%s: RetryAfter %s, LockedFor %s; want RetryAfter within [%s, %s] and LockedFor at most %s",
+				c.name, inFlight.RetryAfter, inFlight.LockedFor, c.min, c.max, c.lockFor)
 		}
 	}
 }
