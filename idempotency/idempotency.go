@@ -45,6 +45,10 @@
 // then the panic continues). Put authentication and rate limiting before the
 // middleware: what they reject stores nothing.
 //
+// The middleware's own answers are RFC 9457 problem details
+// (application/problem+json); each type is described at ProblemTypes, the
+// page docs/idempotency.md of this repository.
+//
 //	keys, _ := idempotency.New(postgres.PgxIdempotency(pool), idempotency.Config{
 //		Scope: func(r *http.Request) (string, error) { return userID(r), nil },
 //	})
