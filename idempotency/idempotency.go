@@ -45,6 +45,16 @@
 // then the panic continues). Put authentication and rate limiting before the
 // middleware: what they reject stores nothing.
 //
+// On SQLite, idempotent requests run one at a time per database file,
+// unrelated keys included: the request's transaction holds SQLite's single
+// write lock from before the handler runs until it commits, so the next
+// request, and every other writer of the file, waits for it; a retry of a
+// key in flight waits too and usually gets the stored response instead of
+// a 409. Keep handlers short there (no calls to other services: write an
+// outbox message instead), or use PostgreSQL or MySQL, where requests with
+// different keys run in parallel. store/sqlite's SQLIdempotency has the
+// details.
+//
 // The middleware's own answers are RFC 9457 problem details
 // (application/problem+json); each type is described at ProblemTypes, the
 // page docs/idempotency.md of this repository.

@@ -454,3 +454,24 @@ func testInFlightRetryAfterIsShort[TTx any](t *testing.T, d dialect[TTx]) {
 		}
 	}
 }
+
+// On SQLite, idempotent requests run one at a time, unrelated keys
+// included: the handler's transaction holds the database's write lock (the
+// package documentation says so; this keeps it true).
+func TestSQLiteRunsRequestsOneAtATime(t *testing.T) {
+	s := newShop(t, sqliteDialect(), idempotency.Config{})
+	s.hold = make(chan struct{})
+	first := make(chan reply)
+	go func() { first <- s.post("first", "gus", `{"item":"tea"}`) }()
+	testenv.Eventually(t, 10*time.Second, func() bool { return s.runs.Load() == 1 }, "the first handler did not start")
+	second := make(chan reply)
+	go func() { second <- s.post("second", "hal", `{"item":"cake"}`) }()
+	time.Sleep(200 * time.Millisecond) // the second request arrives meanwhile
+	if n := s.runs.Load(); n != 1 {
+		t.Fatalf("%d handlers ran while the first held its transaction; want the second to wait", n)
+	}
+	close(s.hold)
+	if a, b := <-first, <-second; a.status != 201 || b.status != 201 || s.runs.Load() != 2 {
+		t.Fatalf("after the first: %d, %d, %d handler runs; want both created", a.status, b.status, s.runs.Load())
+	}
+}
