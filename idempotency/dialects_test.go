@@ -33,6 +33,8 @@ type database[TTx any] struct {
 	outbox store.Inserter[TTx]
 	// insertOrder inserts an order in tx and returns its id.
 	insertOrder func(ctx context.Context, tx TTx, item string) (int64, error)
+	// exec runs a statement in tx.
+	exec func(ctx context.Context, tx TTx, query string) error
 }
 
 // onEachDialect runs a test on PostgreSQL (with pgx.Tx), SQLite and MySQL
@@ -60,6 +62,10 @@ func postgresDialect() dialect[pgx.Tx] {
 					err = tx.QueryRow(ctx, "INSERT INTO orders (item) VALUES ($1) RETURNING id", item).Scan(&id)
 					return id, err
 				},
+				exec: func(ctx context.Context, tx pgx.Tx, query string) error {
+					_, err := tx.Exec(ctx, query)
+					return err
+				},
 			}
 		},
 	}
@@ -75,6 +81,12 @@ func insertOrder(ctx context.Context, tx *sql.Tx, item string) (int64, error) {
 	return res.LastInsertId()
 }
 
+// execSQL runs a statement in a database/sql transaction.
+func execSQL(ctx context.Context, tx *sql.Tx, query string) error {
+	_, err := tx.ExecContext(ctx, query)
+	return err
+}
+
 func sqliteDialect() dialect[*sql.Tx] {
 	return dialect[*sql.Tx]{
 		name: "sqlite",
@@ -87,7 +99,7 @@ func sqliteDialect() dialect[*sql.Tx] {
 			testenv.Must(t, err, "migrate")
 			_, err = db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY AUTOINCREMENT, item TEXT NOT NULL)`)
 			testenv.Must(t, err, "orders table")
-			return &database[*sql.Tx]{sql: db, keys: sqlite.SQLIdempotency(db), outbox: sqlite.DatabaseSQL(), insertOrder: insertOrder}
+			return &database[*sql.Tx]{sql: db, keys: sqlite.SQLIdempotency(db), outbox: sqlite.DatabaseSQL(), insertOrder: insertOrder, exec: execSQL}
 		},
 	}
 }
@@ -100,7 +112,7 @@ func mysqlDialect() dialect[*sql.Tx] {
 			_, err := my.DB.ExecContext(context.Background(),
 				`CREATE TABLE orders (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, item TEXT NOT NULL) DEFAULT CHARSET=utf8mb4`)
 			testenv.Must(t, err, "orders table")
-			return &database[*sql.Tx]{sql: my.DB, keys: mysql.SQLIdempotency(my.DB), outbox: mysql.DatabaseSQL(), insertOrder: insertOrder}
+			return &database[*sql.Tx]{sql: my.DB, keys: mysql.SQLIdempotency(my.DB), outbox: mysql.DatabaseSQL(), insertOrder: insertOrder, exec: execSQL}
 		},
 	}
 }

@@ -6,25 +6,58 @@
 // A request with a new key claims it in a short transaction of its own
 // (state in flight), then runs the handler in a transaction that also stores
 // the response and marks the key done, so the business change, its outbox
-// messages and the stored response commit together or not at all. Then:
+// messages and the stored response commit together or not at all (a 4xx
+// answer is stored without them, see below). Then:
 //
 //   - same key, same request (method, path and query, body), done: the stored
 //     status, chosen headers and body are replayed byte for byte with
 //     Idempotent-Replayed: true, and the handler does not run;
 //   - same key, different request: 422;
-//   - same key while the first is in flight: 409 with Retry-After;
+//   - same key while the first is in flight: 409 with Retry-After, a short
+//     hint: about as long as the first has run so far, 1 to 10 seconds,
+//     never past the first one's lock (see InFlightError);
 //   - a key whose first request's owner crashed is taken over once its lock
 //     (Config.LockTimeout) expires, if the request is the same;
 //   - keys expire after Config.Retention; a request after that runs anew.
 //
 // What is stored: every response the handler completes with a status below
-// 500, including 4xx (the request was processed; retrying it cannot succeed
-// differently). What is not: requests rejected before the handler (missing or
+// 500. A 2xx or 3xx response commits with the handler's work. A 4xx response
+// is stored and replayed too (the request was processed; retrying it cannot
+// succeed differently), but it says the request was not applied, so nothing
+// of the handler's work commits with it: no business change, no outbox
+// message. Its transaction is rolled back and the response is stored in a
+// short transaction of its own. That is what makes the dialects agree when
+// one of the handler's statements failed before it answered 4xx: PostgreSQL
+// has then aborted the transaction and accepts no further statement, while
+// SQLite and MySQL keep the statements that ran before the failure. A
+// savepoint around the handler would do as well, but it needs a statement
+// of each dialect's and costs every request two more round trips; the
+// separate transaction costs only the 4xx ones. A handler that must keep a
+// record of a rejected request (an audit row) writes it outside the key's
+// transaction. After a failed statement answer 4xx or 5xx, never 2xx: on
+// PostgreSQL the commit would fail (500, key released), on SQLite and MySQL
+// the statements before the failure would commit.
+//
+// What is not stored: requests rejected before the handler (missing or
 // invalid key: 400; body too large: 413; the 409 and 422 above), a 5xx
 // response or a handler error (the transaction rolls back and the key is
 // released, so the client may retry at once), and a panic (likewise,
 // then the panic continues). Put authentication and rate limiting before the
 // middleware: what they reject stores nothing.
+//
+// On SQLite, idempotent requests run one at a time per database file,
+// unrelated keys included: the request's transaction holds SQLite's single
+// write lock from before the handler runs until it commits, so the next
+// request, and every other writer of the file, waits for it; a retry of a
+// key in flight waits too and usually gets the stored response instead of
+// a 409. Keep handlers short there (no calls to other services: write an
+// outbox message instead), or use PostgreSQL or MySQL, where requests with
+// different keys run in parallel. store/sqlite's SQLIdempotency has the
+// details.
+//
+// The middleware's own answers are RFC 9457 problem details
+// (application/problem+json); each type is described at ProblemTypes, the
+// page docs/idempotency.md of this repository.
 //
 //	keys, _ := idempotency.New(postgres.PgxIdempotency(pool), idempotency.Config{
 //		Scope: func(r *http.Request) (string, error) { return userID(r), nil },
@@ -161,12 +194,41 @@ var ErrLostKey = errors.New("idempotency: the request took longer than the lock 
 
 // InFlightError: another attempt with the same key is still running.
 type InFlightError struct {
-	// RetryAfter is when the other attempt's lock ends at the latest.
+	// RetryAfter is when to ask again: about as long as the other attempt
+	// has run so far, between 1 and 10 seconds, and no later than its lock
+	// ends (see retryAfter). The middleware sends it as Retry-After.
 	RetryAfter time.Duration
+	// LockedFor is how long the other attempt's lock lasts at the latest:
+	// after that, a retry of the same request takes the key over.
+	LockedFor time.Duration
 }
 
 func (e *InFlightError) Error() string {
-	return fmt.Sprintf("idempotency: a request with this key is in progress; retry after %s", e.RetryAfter.Round(time.Second))
+	return fmt.Sprintf("idempotency: a request with this key is in progress; retry in %s", e.RetryAfter.Round(time.Second))
+}
+
+// Bounds of InFlightError.RetryAfter.
+const (
+	minRetryAfter = time.Second
+	maxRetryAfter = 10 * time.Second
+)
+
+// retryAfter is the hint given to a request that finds its key in flight,
+// from how long the lock has left and this process's lock timeout. Most
+// requests take well under a second, and a client told to wait out the
+// whole lock (a minute by default) would wait that long for an answer that
+// was ready much sooner. The attempt in flight has run for about lockTimeout
+// minus lockLeft; one that has run that long is likely to need about as long
+// again, so the hint is that running time, at least 1 second (Retry-After
+// counts whole seconds) and at most 10, so that a slow request does not
+// make its retries sleep for long. It is never later than the lock ends,
+// when a retry takes the key over. The running time is an estimate: the
+// lock was set with the lock timeout of the process that claimed the key,
+// and on PostgreSQL and MySQL by the database's clock.
+func retryAfter(lockLeft, lockTimeout time.Duration) time.Duration {
+	ran := lockTimeout - lockLeft
+	hint := min(max(ran, minRetryAfter), maxRetryAfter)
+	return min(hint, max(lockLeft, minRetryAfter))
 }
 
 // Outcome is Do's result.
@@ -179,11 +241,14 @@ type Outcome struct {
 }
 
 // Do runs fn once per (scope, key). The first call claims the key and runs fn
-// in a new transaction that also stores fn's response; it commits when fn
-// succeeds with a status below 500. Later calls with the same request get
-// that response back with Replayed set. It returns ErrMismatch, an
-// *InFlightError or ErrLostKey as described on each; when fn fails (an
-// error, a 5xx or a panic) nothing is stored and the key is released.
+// in a new transaction. When fn succeeds with a status below 400, that
+// transaction also stores fn's response and commits. When fn answers 4xx,
+// the transaction is rolled back and the response is stored in a
+// transaction of its own: a 4xx commits nothing of fn's work. Later calls
+// with the same request get the stored response back with Replayed set. It
+// returns ErrMismatch, an *InFlightError or ErrLostKey as described on each;
+// when fn fails (an error, a 5xx or a panic) nothing is stored and the key
+// is released.
 func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) (Response, error)) (Outcome, error) {
 	owner := uuid.New()
 	rec, mine, err := k.st.Claim(ctx, store.KeyClaim{
@@ -200,7 +265,8 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 		case rec.Done:
 			return Outcome{Response: rec.Response, Replayed: true}, nil
 		default:
-			return Outcome{}, &InFlightError{RetryAfter: max(time.Until(rec.LockedUntil), time.Second)}
+			left := time.Until(rec.LockedUntil)
+			return Outcome{}, &InFlightError{RetryAfter: retryAfter(left, k.cfg.LockTimeout), LockedFor: max(left, 0)}
 		}
 	}
 	released := false
@@ -221,15 +287,7 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 			panic(p)
 		}
 	}()
-	var resp Response
-	err = k.st.InTx(ctx, func(tx TTx) error {
-		var err error
-		if resp, err = fn(ctx, tx); err != nil {
-			return err
-		}
-		if resp.Status >= 500 {
-			return errServerError
-		}
+	complete := func(tx TTx, resp Response) error {
 		ok, err := k.st.Complete(ctx, tx, req.Scope, req.Key, owner, resp)
 		if err != nil {
 			return err
@@ -238,7 +296,26 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 			return ErrLostKey
 		}
 		return nil
+	}
+	var resp Response
+	err = k.st.InTx(ctx, func(tx TTx) error {
+		var err error
+		if resp, err = fn(ctx, tx); err != nil {
+			return err
+		}
+		switch {
+		case resp.Status >= 500:
+			return errServerError
+		case resp.Status >= 400:
+			return errClientError
+		}
+		return complete(tx, resp)
 	})
+	if errors.Is(err, errClientError) {
+		// fn's work is rolled back; its answer is stored on its own (see
+		// the package documentation).
+		err = k.st.InTx(ctx, func(tx TTx) error { return complete(tx, resp) })
+	}
 	switch {
 	case err == nil:
 		return Outcome{Response: resp}, nil
@@ -253,7 +330,10 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 	}
 }
 
-var errServerError = errors.New("5xx response")
+var (
+	errServerError = errors.New("5xx response")
+	errClientError = errors.New("4xx response")
+)
 
 // Cleanup deletes expired keys and returns how many.
 func (k *Keys[TTx]) Cleanup(ctx context.Context) (int64, error) {

@@ -3,10 +3,12 @@ package idempotency_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,7 +166,10 @@ func testFiftyConcurrentRequestsOneExecution[TTx any](t *testing.T, d dialect[TT
 			body = r.body
 		case r.status == 201:
 			created++
-		case r.status == 409 && r.header.Get("Retry-After") != "" && r.header.Get("Content-Type") == "application/problem+json":
+		case r.status == 409 && r.header.Get("Content-Type") == "application/problem+json":
+			if after, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || after < 1 || after > 10 {
+				t.Fatalf("409 with Retry-After %q; want 1 to 10 seconds", r.header.Get("Retry-After"))
+			}
 			conflicts++
 		default:
 			t.Fatalf("unexpected reply %+v", r)
@@ -197,7 +202,7 @@ func testRejectionsStoreNothing[TTx any](t *testing.T, d dialect[TTx]) {
 		var p map[string]any
 		_ = json.Unmarshal([]byte(r.body), &p)
 		if r.status != c.status || r.header.Get("Content-Type") != "application/problem+json" ||
-			!strings.HasSuffix(fmt.Sprint(p["type"]), c.problem) || p["detail"] == "" || int(p["status"].(float64)) != c.status {
+			p["type"] != idempotency.ProblemTypes+"#"+c.problem || p["detail"] == "" || int(p["status"].(float64)) != c.status {
 			t.Errorf("key %.20q: %d %s", c.key, r.status, r.body)
 		}
 	}
@@ -337,5 +342,136 @@ func testExpiredKeyRunsAgain[TTx any](t *testing.T, d dialect[TTx]) {
 	time.Sleep(1100 * time.Millisecond)
 	if n, err := keys.Cleanup(ctx); err != nil || n != 1 {
 		t.Fatalf("cleanup removed %d, %v; want the expired key", n, err)
+	}
+}
+
+// A handler that writes, then meets an error (one of its statements fails,
+// or it finds the request invalid) and answers 4xx: every dialect stores
+// and replays that answer, and none commits the handler's writes, even
+// though PostgreSQL has aborted the transaction by then and SQLite and
+// MySQL have not.
+func TestClientErrorStoresAnswerNotWrites(t *testing.T) {
+	onEachDialect(t, testClientErrorStoresAnswerNotWrites, testClientErrorStoresAnswerNotWrites)
+}
+
+func testClientErrorStoresAnswerNotWrites[TTx any](t *testing.T, d dialect[TTx]) {
+	db := d.open(t)
+	keys, err := idempotency.New(db.keys, idempotency.Config{})
+	testenv.Must(t, err, "keys")
+	w := outbox.New(db.outbox, outbox.Config{})
+	var runs atomic.Int32
+	h := keys.Middleware(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		ctx := r.Context()
+		tx, _ := idempotency.Tx[TTx](ctx)
+		id, err := db.insertOrder(ctx, tx, "coffee")
+		if err != nil {
+			http.Error(rw, err.Error(), 500)
+			return
+		}
+		msg, _ := courier.NewJSON("orders", fmt.Sprint(id), map[string]any{"id": id}, courier.WithType("OrderPlaced"))
+		if err := w.Write(ctx, tx, msg); err != nil {
+			http.Error(rw, err.Error(), 500)
+			return
+		}
+		if r.URL.Query().Get("fail") == "statement" {
+			if err := db.exec(ctx, tx, "INSERT INTO orders (item) VALUES (NULL)"); err == nil {
+				http.Error(rw, "an order without an item was accepted", 500)
+				return
+			}
+		}
+		http.Error(rw, "coffee is sold out", http.StatusConflict)
+	}))
+	post := func(key, target string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{"item":"coffee"}`))
+		req.Header.Set(idempotency.HeaderKey, key)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for i, target := range []string{"/orders?fail=statement", "/orders"} {
+		key := fmt.Sprint("k", i)
+		first := post(key, target)
+		if first.Code != http.StatusConflict || first.Body.String() != "coffee is sold out\n" {
+			t.Fatalf("%s: %d %q; want the handler's 409", target, first.Code, first.Body)
+		}
+		if n, m := db.count(t, "orders"), db.count(t, "courier_outbox"); n != 0 || m != 0 {
+			t.Fatalf("%s: a 409 committed %d orders and %d messages; want none", target, n, m)
+		}
+		again := post(key, target)
+		if again.Code != http.StatusConflict || again.Body.String() != first.Body.String() || again.Header().Get(idempotency.HeaderReplayed) != "true" {
+			t.Fatalf("%s: retry got %d %q (replayed %q); want the stored 409", target, again.Code, again.Body, again.Header().Get(idempotency.HeaderReplayed))
+		}
+		if runs.Load() != int32(i+1) {
+			t.Fatalf("%s: the handler ran %d times", target, runs.Load())
+		}
+	}
+}
+
+// A request that finds its key in flight is told to come back soon: after
+// about as long as the other attempt has run so far, between 1 and 10
+// seconds, and never later than that attempt's lock ends; not after the
+// whole lock, which a client that obeys would wait out for nothing.
+func TestInFlightRetryAfterIsShort(t *testing.T) {
+	onEachDialect(t, testInFlightRetryAfterIsShort, testInFlightRetryAfterIsShort)
+}
+
+func testInFlightRetryAfterIsShort[TTx any](t *testing.T, d dialect[TTx]) {
+	db := d.open(t)
+	ctx := context.Background()
+	run := func(ctx context.Context, tx TTx) (idempotency.Response, error) {
+		t.Fatal("the handler ran while its key was in flight")
+		return idempotency.Response{}, nil
+	}
+	cases := []struct {
+		name        string
+		lockTimeout time.Duration // this process's
+		lockFor     time.Duration // the claim in flight's
+		min, max    time.Duration
+	}{
+		// The request in flight has just started (its lock is whole).
+		{"just started", time.Minute, time.Minute, time.Second, 10 * time.Second},
+		// It has run 59 minutes of a one-hour lock: 10 seconds at most.
+		{"long running", time.Hour, time.Minute, 10 * time.Second, 10 * time.Second},
+		// Its lock ends in 3 seconds: not later than that.
+		{"lock ends soon", time.Hour, 3 * time.Second, time.Second, 3 * time.Second},
+	}
+	for i, c := range cases {
+		keys, err := idempotency.New(db.keys, idempotency.Config{LockTimeout: c.lockTimeout, Retention: 2 * time.Hour})
+		testenv.Must(t, err, "keys")
+		req := idempotency.Request{Key: fmt.Sprint("busy-", i), Fingerprint: idempotency.Fingerprint("POST", "/orders", nil)}
+		if _, mine, err := db.keys.Claim(ctx, claimFor(req, c.lockFor)); err != nil || !mine {
+			t.Fatalf("%s: claim: %v, mine %v", c.name, err, mine)
+		}
+		_, err = keys.Do(ctx, req, run)
+		var inFlight *idempotency.InFlightError
+		if !errors.As(err, &inFlight) {
+			t.Fatalf("%s: %v; want an InFlightError", c.name, err)
+		}
+		if inFlight.RetryAfter < c.min || inFlight.RetryAfter > c.max || inFlight.LockedFor > c.lockFor || inFlight.LockedFor < c.lockFor-time.Minute/2 {
+			t.Errorf("%s: RetryAfter %s, LockedFor %s; want RetryAfter within [%s, %s] and LockedFor at most %s",
+				c.name, inFlight.RetryAfter, inFlight.LockedFor, c.min, c.max, c.lockFor)
+		}
+	}
+}
+
+// On SQLite, idempotent requests run one at a time, unrelated keys
+// included: the handler's transaction holds the database's write lock (the
+// package documentation says so; this keeps it true).
+func TestSQLiteRunsRequestsOneAtATime(t *testing.T) {
+	s := newShop(t, sqliteDialect(), idempotency.Config{})
+	s.hold = make(chan struct{})
+	first := make(chan reply)
+	go func() { first <- s.post("first", "gus", `{"item":"tea"}`) }()
+	testenv.Eventually(t, 10*time.Second, func() bool { return s.runs.Load() == 1 }, "the first handler did not start")
+	second := make(chan reply)
+	go func() { second <- s.post("second", "hal", `{"item":"cake"}`) }()
+	time.Sleep(200 * time.Millisecond) // the second request arrives meanwhile
+	if n := s.runs.Load(); n != 1 {
+		t.Fatalf("%d handlers ran while the first held its transaction; want the second to wait", n)
+	}
+	close(s.hold)
+	if a, b := <-first, <-second; a.status != 201 || b.status != 201 || s.runs.Load() != 2 {
+		t.Fatalf("after the first: %d, %d, %d handler runs; want both created", a.status, b.status, s.runs.Load())
 	}
 }

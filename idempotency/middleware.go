@@ -20,8 +20,10 @@ type txKey struct{}
 
 // Tx returns the transaction the middleware opened for the request: the
 // handler's business change and outbox messages go in it, and commit with
-// the stored response. It reports false for requests the middleware does not
-// cover (other methods, or no key when keys are optional).
+// the stored response when the handler answers below 400 (a 4xx answer is
+// stored without them; see the package documentation). It reports false for
+// requests the middleware does not cover (other methods, or no key when keys
+// are optional).
 func Tx[TTx any](ctx context.Context) (TTx, bool) {
 	tx, ok := ctx.Value(txKey{}).(TTx)
 	return tx, ok
@@ -42,33 +44,33 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		case len(values) == 0:
-			problem(w, http.StatusBadRequest, "idempotency-key-missing", "Idempotency-Key is missing",
+			problem(w, http.StatusBadRequest, problemKeyMissing, "Idempotency-Key is missing",
 				"This operation requires an Idempotency-Key header: send a unique value per operation, such as a UUID, and the same value when you retry it.")
 			return
 		case len(values) > 1:
-			problem(w, http.StatusBadRequest, "idempotency-key-invalid", "Idempotency-Key is invalid",
+			problem(w, http.StatusBadRequest, problemKeyInvalid, "Idempotency-Key is invalid",
 				"Send exactly one Idempotency-Key header.")
 			return
 		}
 		key, err := ParseKey(values[0], k.cfg.MaxKeyLength)
 		if err != nil {
-			problem(w, http.StatusBadRequest, "idempotency-key-invalid", "Idempotency-Key is invalid", err.Error())
+			problem(w, http.StatusBadRequest, problemKeyInvalid, "Idempotency-Key is invalid", err.Error())
 			return
 		}
 		scope, err := k.cfg.Scope(r)
 		if err != nil {
 			k.cfg.Logger.Error("idempotency scope", "error", err)
-			problem(w, http.StatusInternalServerError, "idempotency-scope", "Idempotency scope unavailable",
+			problem(w, http.StatusInternalServerError, problemScope, "Idempotency scope unavailable",
 				"The server could not tell whose key this is; try again.")
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, k.cfg.MaxBodyBytes+1))
 		if err != nil {
-			problem(w, http.StatusBadRequest, "body-unreadable", "Request body unreadable", err.Error())
+			problem(w, http.StatusBadRequest, problemBodyUnreadable, "Request body unreadable", err.Error())
 			return
 		}
 		if int64(len(body)) > k.cfg.MaxBodyBytes {
-			problem(w, http.StatusRequestEntityTooLarge, "body-too-large", "Request body too large",
+			problem(w, http.StatusRequestEntityTooLarge, problemBodyTooLarge, "Request body too large",
 				"The body exceeds "+strconv.FormatInt(k.cfg.MaxBodyBytes, 10)+" bytes.")
 			return
 		}
@@ -85,21 +87,21 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 		switch {
 		case errors.As(err, &inFlight):
 			w.Header().Set("Retry-After", strconv.Itoa(int(inFlight.RetryAfter.Seconds()+0.999)))
-			problem(w, http.StatusConflict, "idempotency-key-in-use", "A request with this Idempotency-Key is in progress",
+			problem(w, http.StatusConflict, problemKeyInUse, "A request with this Idempotency-Key is in progress",
 				"Retry after the time in Retry-After to get its response.")
 			return
 		case errors.Is(err, ErrMismatch):
-			problem(w, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused",
+			problem(w, http.StatusUnprocessableEntity, problemKeyReused, "Idempotency-Key reused",
 				"This key was used for a different request (method, path or body). Use a new key for a new operation.")
 			return
 		case errors.Is(err, ErrLostKey):
 			w.Header().Set("Retry-After", "1")
-			problem(w, http.StatusConflict, "idempotency-key-in-use", "Request timed out",
+			problem(w, http.StatusConflict, problemTimedOut, "Request timed out",
 				"The request took longer than the server allows and was undone; retry it with the same key.")
 			return
 		case err != nil:
 			k.cfg.Logger.Error("idempotent request failed", "key", key, "error", err)
-			problem(w, http.StatusInternalServerError, "internal", "Internal error", "The request was not applied; retry it with the same key.")
+			problem(w, http.StatusInternalServerError, problemInternal, "Internal error", "The request was not applied; retry it with the same key.")
 			return
 		}
 		if out.Replayed {
@@ -152,12 +154,38 @@ func (r *recorder) response(keep []string) Response {
 	return Response{Status: r.status, Headers: h, Body: bytes.Clone(r.body.Bytes())}
 }
 
+// ProblemTypes is the page describing the problems the middleware answers
+// with, as RFC 9457 problem details (Content-Type application/problem+json).
+// Each problem's type is this address, a '#' and the problem's name, such as
+// ProblemTypes + "#idempotency-key-missing"; the page has a section of that
+// name for each. Clients branch on the type, not on the title or detail.
+const ProblemTypes = "https://github.com/courier-go/courier/blob/main/docs/idempotency.md"
+
+// problemType is the name of a problem the middleware answers with: the
+// fragment of its type, and the heading of its section in the page at
+// ProblemTypes. Each has one title.
+type problemType string
+
+// The problems the middleware answers with. A new one needs its section in
+// docs/idempotency.md (a test checks each constant has one).
+const (
+	problemKeyMissing     problemType = "idempotency-key-missing"
+	problemKeyInvalid     problemType = "idempotency-key-invalid"
+	problemScope          problemType = "idempotency-scope"
+	problemBodyUnreadable problemType = "body-unreadable"
+	problemBodyTooLarge   problemType = "body-too-large"
+	problemKeyInUse       problemType = "idempotency-key-in-use"
+	problemKeyReused      problemType = "idempotency-key-reused"
+	problemTimedOut       problemType = "request-timed-out"
+	problemInternal       problemType = "internal"
+)
+
 // problem writes an RFC 9457 problem detail.
-func problem(w http.ResponseWriter, status int, kind, title, detail string) {
+func problem(w http.ResponseWriter, status int, kind problemType, title, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{
-		"type":   "https://github.com/courier-go/courier/blob/main/docs/idempotency.md#" + kind,
+		"type":   ProblemTypes + "#" + string(kind),
 		"title":  title,
 		"status": status,
 		"detail": detail,

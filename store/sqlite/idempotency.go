@@ -36,8 +36,28 @@ FROM courier_idempotency_keys WHERE scope = ? AND idem_key = ?`
 // A claim is one immediate transaction: the upsert and the read of the
 // record that follows it hold the write lock together, so concurrent claims
 // of one key, in any process, run one after another and exactly one of them
-// owns the key. Claims and the transactions of InTx queue in the process
-// (see [SQLInbox]). Lock and expiry times are this process's clock.
+// owns the key. Lock and expiry times are this process's clock.
+//
+// Idempotent requests run one at a time per database file, unrelated keys
+// included. SQLite has one writer, and the request's transaction (InTx)
+// begins with BEGIN IMMEDIATE, so it holds the write lock from before the
+// handler runs until it commits. The next idempotent request, whatever its
+// key, waits for it, and so does every other writer of the file (outbox
+// writes, relay claims, inbox transactions). In the process, claims and the
+// transactions of InTx take turns in arrival order (see [SQLInbox]): a retry
+// of a key in flight waits for the first request and then usually gets its
+// stored response rather than a 409. Other processes wait through their
+// busy timeout (10 s with [Open]); a request that holds the lock longer
+// makes their claims fail, and the middleware answers those with 500. Keep
+// handlers short: no calls to other services inside them (write an outbox
+// message and let a consumer make the call). Use PostgreSQL or MySQL when
+// requests with different keys must run in parallel.
+//
+// That is not lifted with deferred transactions, which would let handlers
+// read in parallel: a handler's first write would still wait for the lock,
+// and in WAL mode a transaction that has read before another one committed
+// cannot take the write lock at all. It fails with SQLITE_BUSY at once,
+// without waiting, a failure every idempotent request would then risk.
 func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return &sqlIdem{db: db, turn: newQueue()} }
 
 type sqlIdem struct {

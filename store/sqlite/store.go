@@ -83,7 +83,8 @@
 // whenever it is not committed, also when its function panics. A claim of an
 // idempotency key is an immediate transaction of its own (an upsert and a
 // read of the record), so concurrent claims of one key, from any process,
-// make exactly one owner. Replaying a dead letter moves it back into the
+// make exactly one owner. Idempotent requests therefore run one at a time
+// per file, unrelated keys included (see [SQLIdempotency]). Replaying a dead letter moves it back into the
 // outbox under its old id, which AUTOINCREMENT never gives to another
 // message.
 //
