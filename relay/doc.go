@@ -77,7 +77,9 @@
 //     key behind it, the first batch of a large transaction on one key being
 //     published) hides no other key's rows: a claim skips held keys' rows as
 //     it meets them, looking at up to max(100×BatchSize, 100,000) free rows
-//     (store/internal/claims).
+//     (store/internal/claims). A message whose retry has come due is
+//     claimed alone, without the rows of its key behind it, so a poison
+//     message's retries do not read and hand back its backlog each time.
 //   - A relay frozen at any point of its claim (SIGSTOP, a paused VM, a host
 //     gone silent) keeps the rows it leased until its lease ends and holds no
 //     lock the others wait for: on PostgreSQL a claim is one server-side call

@@ -188,7 +188,7 @@ const expiredSQL = `SELECT id FROM courier_outbox_leases WHERE until <= ? FOR UP
 // in id order, stopping at the limit: once rows are being deleted MariaDB's
 // optimizer otherwise reads every pending row through courier_outbox_retry
 // and sorts them, 10–30 ms per claim at 50,000 pending rows instead of 2.
-const scanSQL = `SELECT id, ordering_key FROM courier_outbox FORCE INDEX (PRIMARY)
+const scanSQL = `SELECT id, ordering_key, retry_at IS NOT NULL FROM courier_outbox FORCE INDEX (PRIMARY)
 WHERE id > ? AND (retry_at IS NULL OR retry_at <= ?)
 ORDER BY id
 LIMIT ?`
@@ -371,12 +371,13 @@ func (s *Store) scan(ctx context.Context, held map[string]struct{}, limit int, n
 		full := false
 		err := queryEach(ctx, s.db, scanSQL, []any{after, now, chunk}, func(rows *sql.Rows) error {
 			var key string
-			if err := rows.Scan(&after, &key); err != nil {
+			var retried bool
+			if err := rows.Scan(&after, &key, &retried); err != nil {
 				return err
 			}
 			n++
 			if !full {
-				full = pick.Offer(after, key)
+				full = pick.Offer(after, key, retried)
 			}
 			return nil
 		})

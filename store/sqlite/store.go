@@ -180,7 +180,7 @@ SELECT NULL WHERE EXISTS (SELECT 1 FROM courier_outbox_leases WHERE until <= ?1)
 // scanSQL reads the free rows (not waiting for a retry), oldest first, at
 // most ?2. Leased rows are among them; their keys are held, so the claim
 // skips them with the rest of their keys' rows.
-const scanSQL = `SELECT id, ordering_key FROM courier_outbox
+const scanSQL = `SELECT id, ordering_key, retry_at IS NOT NULL FROM courier_outbox
 WHERE retry_at IS NULL OR retry_at <= ?1
 ORDER BY id
 LIMIT ?2`
@@ -247,10 +247,11 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 	err = queryEach(ctx, s.db, scanSQL, []any{now, claims.Window(limit)}, func(rows *sql.Rows) error {
 		var id int64
 		var key string
-		if err := rows.Scan(&id, &key); err != nil {
+		var retried bool
+		if err := rows.Scan(&id, &key, &retried); err != nil {
 			return err
 		}
-		if pick.Offer(id, key) {
+		if pick.Offer(id, key, retried) {
 			return errFull
 		}
 		return nil

@@ -3,7 +3,10 @@
 //
 // A claim looks at free rows (neither leased nor waiting for a retry) in id
 // order and takes those whose key is not held (no live lease holds it and
-// none of its rows waits for a retry). The held keys are read first and the
+// none of its rows waits for a retry). A row whose retry has come due is
+// taken alone, without the rows of its key behind it: it failed before and
+// may well fail again, and then the rows behind it would only be read and
+// handed back. The held keys are read first and the
 // free rows after, both against one clock reading: a key released in
 // between (a relay's Complete commits) is skipped by this claim, never
 // claimed ahead of the row it released, and a retry that comes due in
@@ -20,6 +23,7 @@ func Window(limit int) int { return max(100*limit, 100_000) }
 // Picker picks, in id order, the rows whose key is not held, up to a limit.
 type Picker struct {
 	held    map[string]struct{}
+	alone   map[string]struct{} // keys whose retried row was picked
 	limit   int
 	ids     []int64
 	rowKeys []string
@@ -34,12 +38,21 @@ func NewPicker(held map[string]struct{}, limit int) *Picker {
 }
 
 // Offer considers the free row id of key, offered in id order, and reports
-// whether the picker is full (the scan can stop).
-func (p *Picker) Offer(id int64, key string) (full bool) {
+// whether the picker is full (the scan can stop). retried says the row
+// failed before and its retry has come due.
+func (p *Picker) Offer(id int64, key string, retried bool) (full bool) {
 	p.Examined++
-	if _, ok := p.held[key]; !ok {
+	_, held := p.held[key]
+	_, alone := p.alone[key]
+	if !held && !alone {
 		p.ids = append(p.ids, id)
 		p.rowKeys = append(p.rowKeys, key)
+		if retried {
+			if p.alone == nil {
+				p.alone = make(map[string]struct{})
+			}
+			p.alone[key] = struct{}{}
+		}
 	}
 	return len(p.ids) >= p.limit
 }

@@ -13,7 +13,7 @@ func TestPicker(t *testing.T) {
 	}{{1, "held"}, {2, "a"}, {3, "held"}, {4, "b"}, {5, "a"}, {6, "c"}}
 	full := false
 	for _, r := range rows {
-		if full = p.Offer(r.id, r.key); full {
+		if full = p.Offer(r.id, r.key, false); full {
 			break
 		}
 	}
@@ -29,6 +29,17 @@ func TestPicker(t *testing.T) {
 	p.Drop(map[string]struct{}{"a": {}})
 	if got := p.IDs(); !slices.Equal(got, []int64{4}) || !slices.Equal(p.Keys(), []string{"b"}) {
 		t.Fatalf("after dropping a: %v %v, want [4] [b]", got, p.Keys())
+	}
+}
+
+func TestRetriedRowAlone(t *testing.T) {
+	p := NewPicker(nil, 10)
+	p.Offer(1, "a", false)
+	p.Offer(2, "k", true)
+	p.Offer(3, "k", false)
+	p.Offer(4, "a", false)
+	if got := p.IDs(); !slices.Equal(got, []int64{1, 2, 4}) {
+		t.Fatalf("picked %v, want [1 2 4]: a retried row without the rows of its key behind it", got)
 	}
 }
 

@@ -25,6 +25,10 @@
 -- table never analysed) their estimated cost passes jit_above_cost, and
 -- compiling took 5–6 ms per statement, twenty times the claim itself.
 --
+-- A row whose retry has come due is picked alone, without the rows of its
+-- key behind it: it failed before and may well fail again, and the rows
+-- behind it would then be read and handed back at every retry.
+--
 -- As before: the held keys (live leases, rows waiting for a retry) and the
 -- free rows are read by one statement, so against one snapshot and one
 -- now(); rows of held keys are skipped as the scan meets them, at most
@@ -56,8 +60,10 @@ BEGIN
         SELECT unnest(l.keys) AS k FROM live l
         UNION ALL
         SELECT o.ordering_key FROM courier_outbox o WHERE o.retry_at > now()
+    ), retried AS MATERIALIZED (
+        SELECT o.ordering_key AS k FROM courier_outbox o WHERE o.retry_at <= now()
     ), free AS (
-        SELECT o.id, o.ordering_key FROM courier_outbox o
+        SELECT o.id, o.ordering_key, o.retry_at IS NOT NULL AS retried FROM courier_outbox o
         WHERE o.id >= p_floor
           AND (o.retry_at IS NULL OR o.retry_at <= now())
           AND o.id NOT IN (SELECT unnest(l.ids) FROM live l)
@@ -66,6 +72,7 @@ BEGIN
     ), picked AS (
         SELECT f.id, f.ordering_key FROM free f
         WHERE f.ordering_key NOT IN (SELECT h.k FROM held h)
+          AND (f.retried OR f.ordering_key NOT IN (SELECT r.k FROM retried r))
         ORDER BY f.id
         LIMIT p_limit
     )
