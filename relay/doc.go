@@ -57,16 +57,24 @@
 // (broker.ErrUnavailable: unreachable, timed out, not ready). A broker that
 // answers and refuses the message counts against it, whether the message is
 // the problem (too large, invalid) or its destination is (a subject no stream
-// binds: see broker/nats.ErrNoStream); such a refusal repeats until someone
-// changes the message or the broker's configuration. Counted failures are
-// retried after a capped exponential backoff with jitter; after MaxAttempts
-// the message becomes a dead letter with its error history (each attempt
-// marked counted or not), and its key moves on. Uncounted failures are
-// retried without limit: an outage never produces dead letters, it produces
-// a backlog that drains when the broker returns. While every publish of a
-// batch fails that way, the relay logs that the broker is unavailable and
-// pauses claiming for the same backoff; a counted failure never pauses it,
-// so one bad subject slows no other key.
+// binds: see broker/nats.ErrNoStream).
+//
+// A refusal the broker makes for good (broker.ErrRejected: the message is
+// larger than the server's max_payload or its stream's max_msg_size, its
+// subject or headers are invalid) makes the message a dead letter at once:
+// retrying cannot change the answer, and would only hold its key back. The
+// dead letter's last error is the broker's reason with the fix; its history
+// holds that one attempt, counted. Replay it once the limit is raised.
+//
+// Other counted failures may pass later (an operator binds a stream to the
+// subject): they are retried after a capped exponential backoff with jitter,
+// and after MaxAttempts the message becomes a dead letter with its error
+// history (each attempt marked counted or not). Either way its key then
+// moves on. Uncounted failures are retried without limit: an outage never
+// produces dead letters, it produces a backlog that drains when the broker
+// returns. While every publish of a batch fails that way, the relay logs
+// that the broker is unavailable and pauses claiming for the same backoff; a
+// counted failure never pauses it, so one bad subject slows no other key.
 //
 // # Isolation
 //

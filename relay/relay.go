@@ -31,7 +31,8 @@ type Config struct {
 	// PublishTimeout bounds publishing one batch. Default 10s.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many counted failures make a dead letter.
-	// Default 10.
+	// Default 10. A failure the broker calls permanent
+	// (broker.ErrRejected) makes one at once.
 	MaxAttempts int
 	// Backoff spaces retries.
 	Backoff Backoff
@@ -131,7 +132,8 @@ type Metrics struct {
 	Published int64
 	// Retried counts failed publishes that will be retried.
 	Retried int64
-	// DeadLettered counts messages parked after MaxAttempts.
+	// DeadLettered counts messages parked after MaxAttempts, or at once
+	// when the broker rejected them for good (broker.ErrRejected).
 	DeadLettered int64
 	// Released counts claimed messages handed back unattempted.
 	Released int64
@@ -457,10 +459,10 @@ func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
 	} else {
 		f.Counted = true
 		attempts := rec.Attempts + 1
-		if attempts >= r.cfg.MaxAttempts {
+		if permanent := errors.Is(err, broker.ErrRejected); permanent || attempts >= r.cfg.MaxAttempts {
 			out.Dead = append(out.Dead, f)
 			r.log.Error("message dead-lettered", "message_id", rec.Message.ID, "key", rec.Message.Key,
-				"topic", rec.Message.Topic, "attempts", attempts, "error", err)
+				"topic", rec.Message.Topic, "attempts", attempts, "permanent", permanent, "error", err)
 			return
 		}
 		f.Delay = r.cfg.Backoff.Delay(attempts)
