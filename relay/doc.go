@@ -117,6 +117,41 @@
 // disconnected, polling backs off to PollInterval. See
 // store/postgres.Notifier for how the signal avoids serialising writers.
 //
+// # Watching a relay
+//
+// Run does not return when the database or the broker fails: it logs the
+// error (Config.Logger) and retries for as long as it takes, since the
+// outbox loses nothing meanwhile. A program that embeds a relay must watch
+// it rather than wait for Run to fail:
+//
+//   - Relay.State, from any goroutine, as often as needed: whether Run is
+//     running, when the last claim succeeded, whether claims are failing
+//     (how many in a row, since when, the last error: the database), whether
+//     the broker is held down (since when, how many batches in a row, the
+//     error; claiming pauses meanwhile), whether recording batch outcomes is
+//     failing, and the Metrics totals. It encodes to JSON as it is.
+//   - State.Check(grace) for a verdict: unhealthy when the relay is not
+//     running, or when its claims, the broker or its completions have been
+//     failing for longer than grace. A grace of a minute or so rides out a
+//     database failover or a broker restart; choose it shorter than the
+//     delay your consumers tolerate. Serve it as a health check, alert on
+//     it, or restart the process when it stays unhealthy.
+//   - Metrics, as rates: Published should rise while there is work;
+//     DeadLettered rising means messages are being parked (courier dlq,
+//     store.Admin), which Check does not count as unhealthy; Retried rising
+//     while the broker is not down means messages failing one by one.
+//   - The outbox (store.RelayStore.Stats, courier status), shared by every
+//     relay on the database: Pending, OldestPendingAge and DeadLetters. A
+//     growing OldestPendingAge is the end-to-end alarm: messages are not
+//     getting out, whichever relay is at fault.
+//
+// The relay learns about the broker only from its own publishes: an idle
+// relay reports no outage, and BrokerDown clears with its first publish that
+// succeeds. Watch the broker connection (nats.Conn.Status) to know sooner. A
+// claim that the database has not answered within LeaseDuration fails, so a
+// database gone silent shows as failing claims like one that refuses
+// connections.
+//
 // # Shutdown
 //
 // When Run's context ends the relay stops claiming, finishes the publishing
