@@ -35,6 +35,17 @@ type Publisher interface {
 	// the implementation must find out which before counting it, and report
 	// ErrUnavailable when it cannot tell: an outage must never produce dead
 	// letters.
+	//
+	// A refusal that no retry can change, because the broker judged the
+	// message itself (larger than the broker or the destination accepts, an
+	// invalid subject or headers), should wrap [ErrRejected]: the relay then
+	// makes the message a dead letter at once, with this error as its
+	// reason, instead of retrying it MaxAttempts times. A refusal that an
+	// operator may lift without touching the message (a subject no stream
+	// binds yet) must not wrap ErrRejected: it is retried until MaxAttempts,
+	// so binding the subject in time lets the message through. An error
+	// wrapping both ErrUnavailable and ErrRejected is treated as
+	// ErrUnavailable.
 	Publish(ctx context.Context, msgs []courier.Message) []error
 }
 
@@ -57,6 +68,31 @@ type unavailableError struct{ err error }
 func (e *unavailableError) Error() string { return "broker unavailable: " + e.err.Error() }
 func (e *unavailableError) Unwrap() []error {
 	return []error{ErrUnavailable, e.err}
+}
+
+// ErrRejected marks publish errors that are permanent: the broker refused the
+// message for what it is (too large for the broker or for the stream that
+// would store it, an invalid subject or invalid headers) and will refuse it
+// on every attempt. The relay makes such a message a dead letter at once,
+// with the broker's reason as its last error; replay it once the message's
+// destination accepts it (a raised size limit) or discard it. It does not
+// cover a destination that does not exist yet (see Publisher).
+var ErrRejected = errors.New("broker rejected the message")
+
+// Rejected wraps err so that errors.Is(result, ErrRejected) holds. The
+// result's text is err's, prefixed with "rejected by the broker for good: ".
+func Rejected(err error) error {
+	if err == nil || errors.Is(err, ErrRejected) {
+		return err
+	}
+	return &rejectedError{err}
+}
+
+type rejectedError struct{ err error }
+
+func (e *rejectedError) Error() string { return "rejected by the broker for good: " + e.err.Error() }
+func (e *rejectedError) Unwrap() []error {
+	return []error{ErrRejected, e.err}
 }
 
 // Subscriber hands a consumer the messages of its subscription, one

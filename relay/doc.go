@@ -57,16 +57,24 @@
 // (broker.ErrUnavailable: unreachable, timed out, not ready). A broker that
 // answers and refuses the message counts against it, whether the message is
 // the problem (too large, invalid) or its destination is (a subject no stream
-// binds: see broker/nats.ErrNoStream); such a refusal repeats until someone
-// changes the message or the broker's configuration. Counted failures are
-// retried after a capped exponential backoff with jitter; after MaxAttempts
-// the message becomes a dead letter with its error history (each attempt
-// marked counted or not), and its key moves on. Uncounted failures are
-// retried without limit: an outage never produces dead letters, it produces
-// a backlog that drains when the broker returns. While every publish of a
-// batch fails that way, the relay logs that the broker is unavailable and
-// pauses claiming for the same backoff; a counted failure never pauses it,
-// so one bad subject slows no other key.
+// binds: see broker/nats.ErrNoStream).
+//
+// A refusal the broker makes for good (broker.ErrRejected: the message is
+// larger than the server's max_payload or its stream's max_msg_size, its
+// subject or headers are invalid) makes the message a dead letter at once:
+// retrying cannot change the answer, and would only hold its key back. The
+// dead letter's last error is the broker's reason with the fix; its history
+// holds that one attempt, counted. Replay it once the limit is raised.
+//
+// Other counted failures may pass later (an operator binds a stream to the
+// subject): they are retried after a capped exponential backoff with jitter,
+// and after MaxAttempts the message becomes a dead letter with its error
+// history (each attempt marked counted or not). Either way its key then
+// moves on. Uncounted failures are retried without limit: an outage never
+// produces dead letters, it produces a backlog that drains when the broker
+// returns. While every publish of a batch fails that way, the relay logs
+// that the broker is unavailable and pauses claiming for the same backoff; a
+// counted failure never pauses it, so one bad subject slows no other key.
 //
 // # Isolation
 //
@@ -110,6 +118,41 @@
 // database one claim per PollInterval. Without a notifier, or while it is
 // disconnected, polling backs off to PollInterval. See
 // store/postgres.Notifier for how the signal avoids serialising writers.
+//
+// # Watching a relay
+//
+// Run does not return when the database or the broker fails: it logs the
+// error (Config.Logger) and retries for as long as it takes, since the
+// outbox loses nothing meanwhile. A program that embeds a relay must watch
+// it rather than wait for Run to fail:
+//
+//   - Relay.State, from any goroutine, as often as needed: whether Run is
+//     running, when the last claim succeeded, whether claims are failing
+//     (how many in a row, since when, the last error: the database), whether
+//     the broker is held down (since when, how many batches in a row, the
+//     error; claiming pauses meanwhile), whether recording batch outcomes is
+//     failing, and the Metrics totals. It encodes to JSON as it is.
+//   - State.Check(grace) for a verdict: unhealthy when the relay is not
+//     running, or when its claims, the broker or its completions have been
+//     failing for longer than grace. A grace of a minute or so rides out a
+//     database failover or a broker restart; choose it shorter than the
+//     delay your consumers tolerate. Serve it as a health check, alert on
+//     it, or restart the process when it stays unhealthy.
+//   - Metrics, as rates: Published should rise while there is work;
+//     DeadLettered rising means messages are being parked (courier dlq,
+//     store.Admin), which Check does not count as unhealthy; Retried rising
+//     while the broker is not down means messages failing one by one.
+//   - The outbox (store.RelayStore.Stats, courier status), shared by every
+//     relay on the database: Pending, OldestPendingAge and DeadLetters. A
+//     growing OldestPendingAge is the end-to-end alarm: messages are not
+//     getting out, whichever relay is at fault.
+//
+// The relay learns about the broker only from its own publishes: an idle
+// relay reports no outage, and BrokerDown clears with its first publish that
+// succeeds. Watch the broker connection (nats.Conn.Status) to know sooner. A
+// claim that the database has not answered within LeaseDuration fails, so a
+// database gone silent shows as failing claims like one that refuses
+// connections.
 //
 // # Shutdown
 //

@@ -15,8 +15,10 @@ import (
 )
 
 // The stream refuses messages over 1 KiB, so a 2 KiB message is rejected by
-// the broker on every attempt: a real poison message.
-func TestPoisonMessageBecomesDeadLetterWithoutHoldingOtherKeys(t *testing.T) {
+// the broker for good: it becomes a dead letter at its first attempt, with
+// the broker's reason, however many attempts MaxAttempts allows; its key
+// moves on and the other keys flow.
+func TestRejectedMessageBecomesDeadLetterAtOnce(t *testing.T) {
 	h := newHarness(t, testenv.NATS(t))
 	ctx := context.Background()
 	js, err := jetstream.New(h.nc)
@@ -28,9 +30,8 @@ func TestPoisonMessageBecomesDeadLetterWithoutHoldingOtherKeys(t *testing.T) {
 	testenv.Must(t, err, "store")
 	h.store = st
 
-	const maxAttempts = 3
 	cfg := h.relayConfig()
-	cfg.MaxAttempts = maxAttempts
+	cfg.MaxAttempts = 5
 	cfg.Backoff.Initial, cfg.Backoff.Max = 300*time.Millisecond, 300*time.Millisecond
 	r, _ := h.startRelay(h.publisher(), cfg)
 
@@ -52,36 +53,23 @@ func TestPoisonMessageBecomesDeadLetterWithoutHoldingOtherKeys(t *testing.T) {
 	}
 	write(before, poison, after1)
 	write(others[:10]...)
-	time.Sleep(100 * time.Millisecond) // the poison is now backing off
 	write(after2)
 	write(others[10:]...)
-
-	// Other keys flow while the poison message is still retrying.
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		var n int
-		_ = h.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox_published WHERE ordering_key LIKE 'other-%'`).Scan(&n)
-		return n == len(others)
-	}, "other keys were not published")
-	if st := h.stats(); st.DeadLetters != 0 {
-		t.Fatalf("other keys were only published after the poison message gave up: %+v", st)
-	}
-	var pending int
-	testenv.Must(t, h.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM courier_outbox WHERE ordering_key = 'poisoned'`).Scan(&pending), "count")
-	if pending != 3 {
-		t.Fatalf("%d messages of the poisoned key pending while it retries, want 3 (the poison and the two after it)", pending)
-	}
-
-	// Then it becomes a dead letter with its history, and its key moves on.
 	h.waitDrained(20 * time.Second)
+
 	var attempts int
 	var lastErr string
 	var history []map[string]any
 	var deadAt time.Time
 	testenv.Must(t, h.pg.Pool.QueryRow(ctx, `SELECT attempts, last_error, history, dead_at FROM courier_outbox_dead_letters WHERE message_id = $1`, poison.ID).
 		Scan(&attempts, &lastErr, &history, &deadAt), "read dead letter")
-	if attempts != maxAttempts || len(history) != maxAttempts || !strings.Contains(lastErr, "maximum") {
-		t.Fatalf("dead letter: attempts %d, history %d entries, last error %q; want %d attempts, each in the history, and the broker's size error",
-			attempts, len(history), lastErr, maxAttempts)
+	if attempts != 1 || len(history) != 1 || history[0]["counted"] != true {
+		t.Fatalf("dead letter: %d attempts, history %v; want one counted attempt: a permanent rejection is not retried", attempts, history)
+	}
+	for _, want := range []string{"maximum", "max_msg_size", "2048 bytes", "rejected by the broker for good"} {
+		if !strings.Contains(lastErr, want) {
+			t.Errorf("last error %q does not say %q: the broker's reason and the fix belong in it", lastErr, want)
+		}
 	}
 	for _, m := range []courier.Message{after1, after2} {
 		var publishedAt time.Time
@@ -92,7 +80,7 @@ func TestPoisonMessageBecomesDeadLetterWithoutHoldingOtherKeys(t *testing.T) {
 	}
 	written := append([]courier.Message{before, after1, after2}, others...)
 	checkDelivery(t, written, h.received())
-	if m := r.Metrics(); m.DeadLettered != 1 || m.Retried != maxAttempts-1 {
-		t.Fatalf("metrics %+v: want 1 dead letter after %d retries", m, maxAttempts-1)
+	if m := r.Metrics(); m.DeadLettered != 1 || m.Retried != 0 {
+		t.Fatalf("metrics %+v: want 1 dead letter and no retry", m)
 	}
 }

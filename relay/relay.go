@@ -31,7 +31,8 @@ type Config struct {
 	// PublishTimeout bounds publishing one batch. Default 10s.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many counted failures make a dead letter.
-	// Default 10.
+	// Default 10. A failure the broker calls permanent
+	// (broker.ErrRejected) makes one at once.
 	MaxAttempts int
 	// Backoff spaces retries.
 	Backoff Backoff
@@ -125,18 +126,121 @@ func defaultOwner() string {
 
 var cryptoRead = crand.Read
 
-// Metrics are a relay's running totals.
+// Metrics are a relay's running totals since New.
 type Metrics struct {
 	// Published counts messages the broker acknowledged.
-	Published int64
+	Published int64 `json:"published"`
 	// Retried counts failed publishes that will be retried.
-	Retried int64
-	// DeadLettered counts messages parked after MaxAttempts.
-	DeadLettered int64
+	Retried int64 `json:"retried"`
+	// DeadLettered counts messages parked after MaxAttempts, or at once
+	// when the broker rejected them for good (broker.ErrRejected).
+	DeadLettered int64 `json:"dead_lettered"`
 	// Released counts claimed messages handed back unattempted.
-	Released int64
+	Released int64 `json:"released"`
 	// Batches counts claimed batches.
-	Batches int64
+	Batches int64 `json:"batches"`
+}
+
+// State is a snapshot of a relay for the program that embeds it: whether it
+// runs, what has been failing and since when, and its totals. Relay.State
+// returns it; Check turns it into a health verdict. Errors are kept as text
+// and the struct encodes to JSON as it is, for a health endpoint. See
+// "Watching a relay" in the package documentation.
+type State struct {
+	// At is when the snapshot was taken; Check judges durations up to it.
+	At time.Time `json:"at"`
+	// Running is true from the start of Run until it returns.
+	Running bool `json:"running"`
+	// Started is when Run started; zero before.
+	Started time.Time `json:"started,omitzero"`
+
+	// LastClaim is when a claim last succeeded, whether it found work or
+	// not; zero before the first. A running relay claims at least every
+	// PollInterval while it has nothing to do; longer gaps come from a
+	// broker pause (PausedUntil) or from batches still publishing (at most
+	// LeaseDuration).
+	LastClaim time.Time `json:"last_claim,omitzero"`
+	// ClaimError is the error of the last claim when it failed (the
+	// database is unreachable, refuses the query, or did not answer within
+	// LeaseDuration); empty once a claim succeeds.
+	ClaimError string `json:"claim_error,omitempty"`
+	// ClaimFailures counts the claims that have failed in a row; 0 after a
+	// success. Claims are retried after 100ms, doubling up to 5s.
+	ClaimFailures int `json:"claim_failures,omitempty"`
+	// ClaimFailingSince is when the first of those failures happened; zero
+	// while claims succeed.
+	ClaimFailingSince time.Time `json:"claim_failing_since,omitzero"`
+
+	// BrokerDown is true while the relay holds the broker unavailable: a
+	// whole batch failed with broker.ErrUnavailable and no publish has
+	// succeeded since. The relay learns about the broker only from its own
+	// publishes: an idle relay does not notice an outage, and BrokerDown
+	// stays true until one of its publishes succeeds.
+	BrokerDown bool `json:"broker_down"`
+	// BrokerError is the publish error that made the last batch count as
+	// an outage; empty when the broker is not down.
+	BrokerError string `json:"broker_error,omitempty"`
+	// BrokerDownSince is when the first batch of the outage failed; zero
+	// when the broker is not down.
+	BrokerDownSince time.Time `json:"broker_down_since,omitzero"`
+	// BrokerOutages counts the batches lost to the outage in a row; each
+	// one lengthens the pause (Config.Backoff).
+	BrokerOutages int `json:"broker_outages,omitempty"`
+	// PausedUntil is when the relay claims again during an outage; zero or
+	// past when it is not pausing.
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+
+	// CompleteError is the error of the last failed attempt to record a
+	// batch's outcome (mark rows published, schedule retries, park dead
+	// letters); empty once one succeeds. The relay retries until the
+	// batch's lease is about to end, then gives the batch up: its
+	// acknowledged messages are published again after the lease.
+	CompleteError string `json:"complete_error,omitempty"`
+	// CompleteFailingSince is when recording outcomes started failing;
+	// zero while it succeeds.
+	CompleteFailingSince time.Time `json:"complete_failing_since,omitzero"`
+
+	// Metrics are the relay's running totals.
+	Metrics Metrics `json:"metrics"`
+}
+
+// ErrUnhealthy is wrapped by the errors State.Check returns.
+var ErrUnhealthy = errors.New("relay unhealthy")
+
+// Check tells whether the relay was healthy at s.At: it returns nil if so,
+// otherwise an error wrapping ErrUnhealthy that says what is wrong, since
+// when, the last error and what to look at. The rule, in this order:
+//
+//   - the relay is not running (Run has not started or has returned);
+//   - its claims have been failing for longer than grace (the database);
+//   - it has held the broker down for longer than grace;
+//   - recording batch outcomes has been failing for longer than grace (the
+//     database; messages are published again meanwhile).
+//
+// Failures younger than grace are tolerated, so that a database failover or
+// a broker restart the relay rides out does not make it unhealthy; with
+// grace 0 any ongoing failure does. A message that becomes a dead letter
+// does not make a relay unhealthy: watch the outbox's dead letters
+// (store.Stats) for that.
+func (s State) Check(grace time.Duration) error {
+	failing := func(since time.Time) bool { return !since.IsZero() && s.At.Sub(since) >= grace }
+	age := func(since time.Time) time.Duration { return s.At.Sub(since).Round(time.Millisecond) }
+	switch {
+	case !s.Running && s.Started.IsZero():
+		return fmt.Errorf("%w: not started: call Run", ErrUnhealthy)
+	case !s.Running:
+		return fmt.Errorf("%w: stopped: Run has returned", ErrUnhealthy)
+	case failing(s.ClaimFailingSince):
+		return fmt.Errorf("%w: claims have failed for %s (%d in a row), last: %s: check that the database is reachable and the schema migrated",
+			ErrUnhealthy, age(s.ClaimFailingSince), s.ClaimFailures, s.ClaimError)
+	case s.BrokerDown && failing(s.BrokerDownSince):
+		return fmt.Errorf("%w: the broker has been unavailable for %s (%d batches in a row), last: %s: check the broker and the connection to it",
+			ErrUnhealthy, age(s.BrokerDownSince), s.BrokerOutages, s.BrokerError)
+	case failing(s.CompleteFailingSince):
+		return fmt.Errorf("%w: recording batch outcomes has failed for %s, last: %s: check the database; published messages will be published again",
+			ErrUnhealthy, age(s.CompleteFailingSince), s.CompleteError)
+	}
+	return nil
 }
 
 // Relay moves messages from a store to a broker. Create it with New and
@@ -154,6 +258,7 @@ type Relay struct {
 	retryAt   time.Time // earliest retry this relay scheduled
 	pauseTill time.Time // broker down: claim nothing until then
 	outages   int       // consecutive batches lost to broker.ErrUnavailable
+	state     State     // what State reports, but Metrics and At
 
 	published, retried, dead, released, batches atomic.Int64
 }
@@ -174,6 +279,19 @@ func New(st store.RelayStore, pub broker.Publisher, cfg Config) (*Relay, error) 
 // Owner returns the name this relay leases rows under.
 func (r *Relay) Owner() string { return r.cfg.Owner }
 
+// State returns a snapshot of the relay's state. It is safe to call from any
+// goroutine, at any time, as often as a health check or metrics scrape
+// needs: it takes a mutex and reads a few counters.
+func (r *Relay) State() State {
+	r.mu.Lock()
+	s := r.state
+	s.BrokerOutages, s.PausedUntil = r.outages, r.pauseTill
+	r.mu.Unlock()
+	s.At = time.Now()
+	s.Metrics = r.Metrics()
+	return s
+}
+
 // Metrics returns the relay's running totals.
 func (r *Relay) Metrics() Metrics {
 	return Metrics{
@@ -187,7 +305,8 @@ func (r *Relay) Metrics() Metrics {
 
 // Run relays messages until ctx ends, then shuts down gracefully (see the
 // package documentation) and returns nil. Errors from the database or the
-// broker are logged and retried, never returned. Run may be called once.
+// broker are logged and retried, never returned: watch State (see Watching a
+// relay in the package documentation). Run may be called once.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("relay: Run called twice")
@@ -211,10 +330,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		})
 	}
+	r.setRunning(true)
 	r.log.Info("relay started", "batch_size", r.cfg.BatchSize, "concurrency", r.cfg.Concurrency, "lease", r.cfg.LeaseDuration)
 	r.claimLoop(ctx, work, &wg)
 	r.log.Info("relay stopping: finishing batches in flight")
 	wg.Wait()
+	r.setRunning(false)
 	r.log.Info("relay stopped")
 	return nil
 }
@@ -252,8 +373,9 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 			return
 		}
 		claimed := time.Now()
-		batch, err := r.store.Claim(ctx, r.cfg.Owner, r.cfg.BatchSize, r.cfg.LeaseDuration)
+		batch, err := r.claim(ctx)
 		recs := batch.Records
+		r.noteClaim(err, ctx.Err() != nil)
 		if err != nil {
 			<-slots
 			if ctx.Err() != nil {
@@ -331,6 +453,64 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 	}
 }
 
+// claim leases a batch. A claim that has not answered within LeaseDuration
+// fails: its lease would be over before its rows were published, and a
+// database that hangs must show as failing claims (State), not as silence.
+func (r *Relay) claim(ctx context.Context) (store.Batch, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration)
+	defer cancel()
+	batch, err := r.store.Claim(cctx, r.cfg.Owner, r.cfg.BatchSize, r.cfg.LeaseDuration)
+	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		return batch, fmt.Errorf("relay: claim did not finish within LeaseDuration (%s); is the database overloaded or unreachable? %w", r.cfg.LeaseDuration, err)
+	}
+	return batch, err
+}
+
+func (r *Relay) setRunning(running bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state.Running = running
+	if running {
+		r.state.Started = time.Now()
+	}
+}
+
+// noteClaim records a claim's outcome for State. A claim cut short by
+// shutdown is not a failure.
+func (r *Relay) noteClaim(err error, stopping bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := &r.state
+	switch {
+	case err == nil:
+		st.LastClaim, st.ClaimError, st.ClaimFailures, st.ClaimFailingSince = time.Now(), "", 0, time.Time{}
+	case stopping:
+	default:
+		if st.ClaimFailures == 0 {
+			st.ClaimFailingSince = time.Now()
+		}
+		st.ClaimFailures++
+		st.ClaimError = err.Error()
+	}
+}
+
+// noteComplete records the outcome of an attempt to record a batch's
+// outcome, for State.
+func (r *Relay) noteComplete(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := &r.state
+	switch {
+	case err == nil:
+		st.CompleteError, st.CompleteFailingSince = "", time.Time{}
+	default:
+		if st.CompleteFailingSince.IsZero() {
+			st.CompleteFailingSince = time.Now()
+		}
+		st.CompleteError = err.Error()
+	}
+}
+
 // sleep waits d or until ctx ends; it reports whether ctx is still live.
 func (r *Relay) sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
@@ -392,6 +572,7 @@ func (r *Relay) process(ctx, work context.Context, claimed time.Time, batch stor
 	msgs := make([]courier.Message, 0, len(chains))
 	idx := make([]int, 0, len(chains))
 	anyOK, allDown := false, true
+	var downErr error // an ErrUnavailable error of the batch
 	for len(chains) > 0 {
 		if ctx.Err() != nil || pubCtx.Err() != nil {
 			break
@@ -410,6 +591,8 @@ func (r *Relay) process(ctx, work context.Context, claimed time.Time, batch stor
 				r.fail(&out, rec, err)
 				if !errors.Is(err, broker.ErrUnavailable) {
 					allDown = false
+				} else if downErr == nil {
+					downErr = err
 				}
 				released += len(c) - 1 // later messages of the key wait
 				continue
@@ -425,7 +608,7 @@ func (r *Relay) process(ctx, work context.Context, claimed time.Time, batch stor
 	for _, c := range chains { // shutdown or timeout: hand back the rest
 		released += len(c)
 	}
-	r.noteBroker(anyOK, allDown && (len(out.Retry) > 0 || len(out.Dead) > 0))
+	r.noteBroker(anyOK, allDown && (len(out.Retry) > 0 || len(out.Dead) > 0), downErr)
 	if r.complete(work, leaseEnd, batch.Lease, out) {
 		r.released.Add(int64(released))
 	}
@@ -457,10 +640,10 @@ func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
 	} else {
 		f.Counted = true
 		attempts := rec.Attempts + 1
-		if attempts >= r.cfg.MaxAttempts {
+		if permanent := errors.Is(err, broker.ErrRejected); permanent || attempts >= r.cfg.MaxAttempts {
 			out.Dead = append(out.Dead, f)
 			r.log.Error("message dead-lettered", "message_id", rec.Message.ID, "key", rec.Message.Key,
-				"topic", rec.Message.Topic, "attempts", attempts, "error", err)
+				"topic", rec.Message.Topic, "attempts", attempts, "permanent", permanent, "error", err)
 			return
 		}
 		f.Delay = r.cfg.Backoff.Delay(attempts)
@@ -476,17 +659,27 @@ func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
 }
 
 // noteBroker tracks outages: while whole batches fail because the broker is
-// unavailable, claiming pauses with a growing backoff.
-func (r *Relay) noteBroker(anyOK, allDown bool) {
+// unavailable (downErr is one of their errors), claiming pauses with a
+// growing backoff.
+func (r *Relay) noteBroker(anyOK, allDown bool, downErr error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	st := &r.state
 	switch {
 	case anyOK:
 		if r.outages > 0 {
-			r.log.Info("broker is back")
+			r.log.Info("broker is back", "down_for", time.Since(st.BrokerDownSince).Round(time.Millisecond))
 		}
 		r.outages = 0
+		st.BrokerDown, st.BrokerError, st.BrokerDownSince = false, "", time.Time{}
 	case allDown:
+		if r.outages == 0 {
+			st.BrokerDownSince = time.Now()
+		}
+		st.BrokerDown = true
+		if downErr != nil {
+			st.BrokerError = downErr.Error()
+		}
 		r.outages++
 		d := r.cfg.Backoff.Delay(r.outages)
 		r.pauseTill = time.Now().Add(d)
@@ -504,6 +697,9 @@ func (r *Relay) complete(work context.Context, leaseEnd time.Time, lease int64, 
 		cctx, cancel := context.WithDeadline(work, leaseEnd)
 		err := r.store.Complete(cctx, r.cfg.Owner, lease, out)
 		cancel()
+		if err == nil || work.Err() == nil { // shutdown's deadline is no database failure
+			r.noteComplete(err)
+		}
 		if err == nil {
 			break
 		}

@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
@@ -193,4 +195,79 @@ func TestNoAnswerWithoutJetStreamIsUnavailable(t *testing.T) {
 		srv.Shutdown()
 		wantUnavailable(t, pub.Publish(ctx, msgs), "")
 	})
+}
+
+// What the broker refuses for what the message is (its size, its headers,
+// its subject) is refused for good: the error wraps broker.ErrRejected,
+// gives the broker's reason and the fix, and the other messages of the call
+// are published. A subject no stream binds stays a counted, not a
+// permanent, failure: an operator may bind it.
+func TestPermanentRejections(t *testing.T) {
+	servers := map[string]func(t *testing.T) string{
+		"machine":  func(t *testing.T) string { return testenv.NATS(t) },
+		"embedded": func(t *testing.T) string { return testenv.EmbeddedNATS(t).ClientURL() },
+	}
+	for name, url := range servers {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			nc := testenv.Connect(t, url(t))
+			stream := testenv.Name("T")
+			mapping := couriernats.Config{SubjectPrefix: stream + "."}
+			// Topic "small" goes to a stream that takes at most 1 KiB a
+			// message, topic "large" to one without a limit.
+			testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: stream, Subjects: []string{mapping.Subject("large")}, Memory: true}), "ensure stream")
+			t.Cleanup(func() { deleteStream(nc, stream) })
+			js, err := jetstream.New(nc)
+			testenv.Must(t, err, "jetstream")
+			_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: stream + "_SMALL", Subjects: []string{mapping.Subject("small")}, Storage: jetstream.MemoryStorage, MaxMsgSize: 1024})
+			testenv.Must(t, err, "create the limited stream")
+			t.Cleanup(func() { deleteStream(nc, stream+"_SMALL") })
+			pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, AckTimeout: 2 * time.Second})
+			testenv.Must(t, err, "publisher")
+
+			msg := func(topic, key string, size int, opts ...courier.Option) courier.Message {
+				return courier.NewMessage(topic, key, "T", make([]byte, size), opts...)
+			}
+			cases := []struct {
+				msg  courier.Message
+				want []string // nil: published; else what the rejection says
+			}{
+				{msg("small", "fits", 100), nil},
+				{msg("small", "over-stream-limit", 2048), []string{"maximum", "max_msg_size", "2048 bytes", `"` + mapping.Subject("small") + `"`, "replay"}},
+				{msg("large", "over-server-limit", int(nc.MaxPayload())+1), []string{"maximum payload", "max_payload", fmt.Sprint(nc.MaxPayload()), "replay"}},
+				{msg("large", "huge-headers", 10, courier.WithHeader("X-Big", strings.Repeat("h", 70<<10))), []string{"header", "64 KiB"}},
+				{msg("large bad", "space", 10), []string{"not a valid NATS subject", "topic"}},
+				{msg("large.", "trailing-dot", 10), []string{"not a valid NATS subject", "topic"}},
+				{msg("unbound", "no-stream", 10), nil},
+				{msg("large", "fits-too", 100_000), nil},
+			}
+			msgs := make([]courier.Message, len(cases))
+			for i, c := range cases {
+				msgs[i] = c.msg
+			}
+			errs := pub.Publish(ctx, msgs)
+			for i, c := range cases {
+				err := errs[i]
+				switch {
+				case c.msg.Topic == "unbound":
+					if !errors.Is(err, couriernats.ErrNoStream) || errors.Is(err, broker.ErrRejected) || errors.Is(err, broker.ErrUnavailable) {
+						t.Errorf("%s: %v; want ErrNoStream, neither permanent nor unavailable", c.msg.Key, err)
+					}
+				case c.want == nil:
+					if err != nil {
+						t.Errorf("%s: %v; want it published", c.msg.Key, err)
+					}
+				case !errors.Is(err, broker.ErrRejected) || errors.Is(err, broker.ErrUnavailable):
+					t.Errorf("%s: %v; want ErrRejected and not ErrUnavailable", c.msg.Key, err)
+				default:
+					for _, w := range c.want {
+						if !strings.Contains(err.Error(), w) {
+							t.Errorf("%s: %q does not say %q", c.msg.Key, err, w)
+						}
+					}
+				}
+			}
+			t.Logf("server %s: %v; %v", nc.ConnectedServerVersion(), errs[1], errs[3])
+		})
+	}
 }

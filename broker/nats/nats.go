@@ -29,6 +29,14 @@
 // asks before the first publish on each subject, too, so that such a message
 // fails at once rather than after AckTimeout.
 //
+// Refusals that no retry can change wrap broker.ErrRejected, so the relay
+// makes the message a dead letter at once with the broker's reason: a
+// message larger than the server's max_payload (checked by the client
+// before sending) or than the max_msg_size of the stream that binds its
+// subject, headers over JetStream's 64 KiB, an invalid subject. A subject
+// no stream binds is deliberately not among them: binding it is a change of
+// configuration the message may live to see.
+//
 // # Durability
 //
 // A JetStream acknowledgement means the server has written the message to
@@ -246,9 +254,13 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 // the call asks no more). Each lookup takes at most min(AckTimeout, 1s).
 //
 // Other errors: a message over the server's max_payload or the stream's
-// max_msg_size, an invalid subject or invalid headers, or a request the
-// server calls bad count against the message; everything else (connection
-// lost or closed, timeouts, ctx ending) wraps broker.ErrUnavailable.
+// max_msg_size, headers over JetStream's 64 KiB, an invalid subject or
+// headers the client cannot encode are refused for good: the error wraps
+// broker.ErrRejected, names the subject, the size and the limit where they
+// apply, and says what to change. A request the server calls bad counts
+// against the message without being permanent. Everything else (connection
+// lost or closed, timeouts, a full stream, ctx ending) wraps
+// broker.ErrUnavailable.
 func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
 	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
@@ -262,7 +274,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 		}
 		f, err := p.js.PublishMsgAsync(p.cfg.ToNATS(&msgs[i]), jetstream.WithRetryAttempts(0))
 		if err != nil {
-			errs[i] = classify(err)
+			errs[i] = p.classify(&msgs[i], err)
 			continue
 		}
 		futures[i] = f
@@ -280,7 +292,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 				errs[i] = lk.verdict(ctx, msgs[i].Topic, err)
 				continue
 			}
-			errs[i] = classify(err)
+			errs[i] = p.classify(&msgs[i], err)
 		case <-ctx.Done():
 			errs[i] = broker.Unavailable(fmt.Errorf("waiting for the ack: %w", ctx.Err()))
 		}
@@ -320,7 +332,7 @@ type lookups struct {
 // lookup is JetStream's answer about one subject.
 type lookup struct {
 	stream string // the stream that binds it, if any
-	err    error  // nil, jetstream.ErrStreamNotFound, or no answer
+	err    error  // nil, jetstream.ErrStreamNotFound, jetstream.ErrInvalidSubject, or no answer
 }
 
 func (l *lookups) ask(ctx context.Context, subject string) lookup {
@@ -336,7 +348,7 @@ func (l *lookups) ask(ctx context.Context, subject string) lookup {
 	stream, err := l.p.js.StreamNameBySubject(lctx, subject)
 	cancel()
 	a := lookup{stream: stream, err: err}
-	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrInvalidSubject) {
 		l.silent = err
 	}
 	if l.answers == nil {
@@ -347,14 +359,18 @@ func (l *lookups) ask(ctx context.Context, subject string) lookup {
 }
 
 // preflight returns an ErrNoStream error when JetStream says no stream
-// binds topic's subject, nil otherwise (the publish then goes ahead).
+// binds topic's subject, a rejection when the subject is invalid, nil
+// otherwise (the publish then goes ahead).
 func (l *lookups) preflight(ctx context.Context, topic string) error {
 	if ctx.Err() != nil {
 		return nil
 	}
 	subject := l.p.cfg.Subject(topic)
-	if a := l.ask(ctx, subject); errors.Is(a.err, jetstream.ErrStreamNotFound) {
+	switch a := l.ask(ctx, subject); {
+	case errors.Is(a.err, jetstream.ErrStreamNotFound):
 		return noStream(subject, topic)
+	case errors.Is(a.err, jetstream.ErrInvalidSubject):
+		return badSubject(subject, topic, a.err)
 	}
 	return nil
 }
@@ -369,6 +385,8 @@ func (l *lookups) verdict(ctx context.Context, topic string, pubErr error) error
 			subject, a.stream, pubErr))
 	case errors.Is(a.err, jetstream.ErrStreamNotFound):
 		return noStream(subject, topic)
+	case errors.Is(a.err, jetstream.ErrInvalidSubject):
+		return badSubject(subject, topic, a.err)
 	default:
 		return broker.Unavailable(fmt.Errorf("subject %q: %w; JetStream did not say which stream binds it either (%w): is JetStream enabled and ready?",
 			subject, pubErr, a.err))
@@ -380,18 +398,46 @@ func noStream(subject, topic string) error {
 		ErrNoStream, subject, topic)
 }
 
-// classify marks every error that is not about the message itself as
-// broker.ErrUnavailable. Message errors: over the server's max_payload or the
-// stream's max_msg_size, an invalid subject or headers, a bad request.
-func classify(err error) error {
+func badSubject(subject, topic string, err error) error {
+	return broker.Rejected(fmt.Errorf("subject %q (topic %q) is not a valid NATS subject (%w): use a topic of dot-separated tokens without white space or wildcards, and check the subject prefix",
+		subject, topic, err))
+}
+
+// classify sorts the error of a publish of m the broker answered, or the
+// client refused to send:
+//
+//   - The broker's permanent refusals of the message itself wrap
+//     broker.ErrRejected and say what to change: a message over the server's
+//     max_payload or the stream's max_msg_size, headers over JetStream's
+//     64 KiB, an invalid subject, headers the client cannot encode.
+//   - A bad request counts against the message without being permanent.
+//   - Everything else (connection lost or closed, timeouts, a stream full or
+//     not ready) wraps broker.ErrUnavailable.
+func (p *Publisher) classify(m *courier.Message, err error) error {
+	subject := p.cfg.Subject(m.Topic)
 	var apiErr *jetstream.APIError
+	isAPI := errors.As(err, &apiErr)
 	switch {
-	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, natsgo.ErrBadSubject),
-		errors.Is(err, natsgo.ErrBadHeaderMsg), errors.Is(err, natsgo.ErrInvalidMsg):
-		return err
-	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum ||
-		apiErr.ErrorCode == jetstream.JSErrCodeBadRequest):
-		return err
+	case errors.Is(err, natsgo.ErrMaxPayload):
+		return broker.Rejected(fmt.Errorf("subject %q: %w: the message's payload is %d bytes and the server's max_payload is %d bytes, headers included: shrink the payload (store large data elsewhere and send a reference) or raise max_payload on every server, then replay the dead letter",
+			subject, err, len(m.Payload), p.js.Conn().MaxPayload()))
+	case isAPI && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return broker.Rejected(fmt.Errorf("subject %q: %w: the message's payload is %d bytes, over the max_msg_size of the stream that binds the subject: shrink the payload or raise the stream's max_msg_size, then replay the dead letter",
+			subject, err, len(m.Payload)))
+	case isAPI && apiErr.ErrorCode == errCodeHeaderExceedsMaximum:
+		return broker.Rejected(fmt.Errorf("subject %q: %w: the message's headers are over JetStream's limit of 64 KiB: send fewer or shorter headers",
+			subject, err))
+	case errors.Is(err, natsgo.ErrBadSubject):
+		return badSubject(subject, m.Topic, err)
+	case errors.Is(err, natsgo.ErrBadHeaderMsg), errors.Is(err, natsgo.ErrInvalidMsg):
+		return broker.Rejected(fmt.Errorf("subject %q: %w: the client cannot send the message's headers: check the header names and values", subject, err))
+	case isAPI && apiErr.ErrorCode == jetstream.JSErrCodeBadRequest:
+		return fmt.Errorf("subject %q: %w", subject, err)
 	}
 	return broker.Unavailable(err)
 }
+
+// errCodeHeaderExceedsMaximum is JetStream's error code for a message whose
+// headers exceed 64 KiB (JSStreamHeaderExceedsMaximumErr); nats.go names no
+// constant for it.
+const errCodeHeaderExceedsMaximum jetstream.ErrorCode = 10097

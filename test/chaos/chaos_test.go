@@ -656,8 +656,8 @@ func (r *run) injectPoison(ctx context.Context) {
 		})
 		left -= n
 	}
-	// It takes relayMaxAttempts attempts, backing off 50ms, 100ms, … in
-	// between: a few seconds at most, unless relays are down meanwhile.
+	// The broker rejects it for good, so its first attempt makes it a dead
+	// letter: a few seconds at most, unless relays are down meanwhile.
 	p := poisoning{pending: pending}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if r.isDead(ctx, id) {
