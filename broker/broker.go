@@ -115,7 +115,8 @@ type Delivery interface {
 	// Raw is the delivery as received.
 	Raw() Raw
 	// Attempt counts deliveries of this message to this consumer: 1 the
-	// first time.
+	// first time. It includes deliveries lost to crashes, so the inbox
+	// consumer counts failed handler runs itself to decide when to park.
 	Attempt() int
 	// Ack confirms the message; it is not delivered again.
 	Ack(ctx context.Context) error

@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
@@ -32,7 +31,16 @@ type ConsumerConfig struct {
 	// (broker/nats SubscriberConfig.MaxAckPending = 1) and scale with more
 	// partitions.
 	KeepOrder bool
-	// MaxDeliveries is how many failed deliveries park a message. Default 5.
+	// MaxDeliveries is how many failed runs of the handler park a message.
+	// Default 5. A run fails when the handler returns an error or panics;
+	// each failure is recorded in the database (store.ConsumerStore
+	// RecordFailure) after its transaction rolled back, so the count
+	// outlives restarts and is shared by every instance of the consumer. A
+	// delivery that never finished a run (the process crashed or was shut
+	// down meanwhile) counts nothing. The limitation: a handler that
+	// crashes the whole process without panicking (a fatal runtime error
+	// such as a stack overflow, or os.Exit) is never counted, so its
+	// message comes back until the handler is fixed.
 	MaxDeliveries int
 	// Backoff spaces retries. Default 200ms doubling to 30s, jitter 0.2.
 	Backoff courier.Backoff
@@ -40,8 +48,9 @@ type ConsumerConfig struct {
 	// message is not redelivered meanwhile. Keep it under the subscription's
 	// ack wait. Default 10s.
 	ExtendEvery time.Duration
-	// Retention is how long inbox markers are kept; older ones are deleted
-	// every CleanupEvery. A message redelivered after its marker was deleted
+	// Retention is how long inbox markers (and the failures recorded of
+	// messages whose record was not cleared) are kept; older ones are
+	// deleted every CleanupEvery. A message redelivered after its marker was deleted
 	// is applied again, so keep it longer than the longest a message can
 	// take to come back (broker redelivery, relay republishing after an
 	// outage, an operator's replay). Default 7 days; negative disables
@@ -109,18 +118,24 @@ type ConsumerMetrics struct {
 	Applied int64
 	// Duplicates counts deliveries skipped because their marker existed.
 	Duplicates int64
-	// Retried counts failed deliveries that will be tried again.
+	// Retried counts failed handler runs that will be tried again.
 	Retried int64
 	// Parked counts messages parked as consume-side dead letters.
 	Parked int64
+	// Panicked counts handler runs that panicked (also counted as failed:
+	// Retried or Parked).
+	Panicked int64
 	// Replayed counts parked messages applied on an operator's request.
 	Replayed int64
 }
 
 // Consumer handles a subscription's messages through an Inbox: each
 // message's effects commit exactly once, and the delivery is acknowledged
-// only after they committed (or after it was parked). Create it with
-// NewConsumer and start it with Run.
+// only after they committed (or after it was parked). A handler that panics
+// is recovered: its transaction rolls back and the run counts as failed,
+// with a [PanicError] holding the panic's value and stack, which the
+// message's history keeps. Create it with NewConsumer and start it with
+// Run.
 type Consumer[TTx any] struct {
 	ib   *Inbox[TTx]
 	sub  broker.Subscriber
@@ -130,10 +145,7 @@ type Consumer[TTx any] struct {
 	log  *slog.Logger
 	seed maphash.Seed
 
-	histMu sync.Mutex
-	hist   map[uuid.UUID][]store.Attempt // failures seen by this instance
-
-	applied, duplicates, retried, parked, replayed atomic.Int64
+	applied, duplicates, retried, parked, replayed, panicked atomic.Int64
 }
 
 // NewConsumer returns a consumer that receives from sub and applies messages
@@ -148,8 +160,7 @@ func NewConsumer[TTx any](ib *Inbox[TTx], sub broker.Subscriber, cs store.Consum
 	}
 	return &Consumer[TTx]{
 		ib: ib, sub: sub, cs: cs, h: h, cfg: cfg, seed: maphash.MakeSeed(),
-		log:  cfg.Logger.With("consumer", ib.consumer),
-		hist: map[uuid.UUID][]store.Attempt{},
+		log: cfg.Logger.With("consumer", ib.consumer),
 	}, nil
 }
 
@@ -157,7 +168,7 @@ func NewConsumer[TTx any](ib *Inbox[TTx], sub broker.Subscriber, cs store.Consum
 func (c *Consumer[TTx]) Metrics() ConsumerMetrics {
 	return ConsumerMetrics{
 		Applied: c.applied.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
-		Parked: c.parked.Load(), Replayed: c.replayed.Load(),
+		Parked: c.parked.Load(), Replayed: c.replayed.Load(), Panicked: c.panicked.Load(),
 	}
 }
 
@@ -240,17 +251,23 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 	d := j.d
 	if j.err != nil {
-		c.park(work, j, store.ReasonMalformed, j.err, d.Attempt())
+		c.park(work, j, store.ReasonMalformed, j.err, []store.Attempt{{At: time.Now().UTC(), Error: j.err.Error()}})
 		return
 	}
-	attempt := d.Attempt()
-	for {
+	failedHere := false // a run of this delivery failed (KeepOrder retries in place)
+	for runs := 1; ; runs++ {
 		res, err := c.handle(work, d, j.msg)
 		if err == nil {
-			c.forget(j.msg.ID)
+			if failedHere || d.Attempt() > 1 {
+				// Earlier runs, here or in another instance, may have
+				// recorded failures; retention deletes them if this fails.
+				if err := c.cs.ClearFailures(work, c.ib.consumer, j.msg.ID); err != nil {
+					c.log.Warn("could not clear the failures recorded before the message was applied", "message_id", j.msg.ID, "error", err)
+				}
+			}
 			if res == Duplicate {
 				c.duplicates.Add(1)
-				c.log.Info("duplicate delivery skipped", "message_id", j.msg.ID, "type", j.msg.Type, "attempt", attempt)
+				c.log.Info("duplicate delivery skipped", "message_id", j.msg.ID, "type", j.msg.Type, "delivery", d.Attempt())
 			} else {
 				c.applied.Add(1)
 			}
@@ -259,19 +276,41 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 			}
 			return
 		}
+		if work.Err() != nil {
+			// Shutting down cut the run short: not the handler's failure.
+			// The broker redelivers the message.
+			return
+		}
+		var pe *PanicError
+		if errors.As(err, &pe) {
+			c.panicked.Add(1)
+			c.log.Error("handler panicked; its transaction was rolled back", "message_id", j.msg.ID, "type", j.msg.Type,
+				"key", j.msg.Key, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+		}
+		failedHere = true
+		failure := store.Attempt{At: time.Now().UTC(), Error: describe(err)}
+		hist, rerr := c.cs.RecordFailure(work, c.ib.consumer, j.msg.ID, failure)
 		if errors.Is(err, courier.ErrMalformed) {
-			c.park(work, j, store.ReasonMalformed, err, attempt)
+			if rerr != nil {
+				hist = []store.Attempt{failure}
+			}
+			c.park(work, j, store.ReasonMalformed, err, hist)
 			return
 		}
-		c.remember(j.msg.ID, err)
-		if attempt >= c.cfg.MaxDeliveries {
-			c.park(work, j, store.ReasonFailed, err, attempt)
+		failures := len(hist)
+		if rerr != nil {
+			// Uncounted: the database is likely unreachable, which may
+			// also be why the handler failed. Retry without parking.
+			c.log.Warn("could not record the handler's failure; retrying without counting it", "message_id", j.msg.ID, "error", rerr)
+			failures = runs
+		} else if failures >= c.cfg.MaxDeliveries {
+			c.park(work, j, store.ReasonFailed, err, hist)
 			return
 		}
-		delay := c.cfg.Backoff.Delay(attempt)
+		delay := c.cfg.Backoff.Delay(failures)
 		c.retried.Add(1)
 		c.log.Warn("handler failed; will retry", "message_id", j.msg.ID, "type", j.msg.Type, "key", j.msg.Key,
-			"attempt", attempt, "retry_in", delay, "error", err)
+			"failures", failures, "retry_in", delay, "error", err)
 		if !c.cfg.KeepOrder {
 			if err := d.Retry(work, delay); err != nil {
 				c.log.Warn("could not schedule redelivery; the broker redelivers after its ack wait", "message_id", j.msg.ID, "error", err)
@@ -282,8 +321,48 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 		if !c.wait(ctx, d, delay) {
 			return // shutting down: the broker redelivers it
 		}
-		attempt++
 	}
+}
+
+// PanicError is the error of a handler run that panicked. The Consumer
+// recovers the panic inside the run's transaction, which then rolls back,
+// and counts the run as failed.
+type PanicError struct {
+	// Value is what the handler passed to panic.
+	Value any
+	// Stack is the panicking goroutine's stack trace.
+	Stack []byte
+}
+
+// Error returns the panic's value; the stack is in Stack.
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+
+// Unwrap returns the panic's value when it is an error, so that a handler
+// panicking with an error wrapping courier.ErrMalformed is parked at once.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// describe is err as a message's history keeps it: with the stack when the
+// handler panicked.
+func describe(err error) string {
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		return err.Error() + "\n\n" + string(pe.Stack)
+	}
+	return err.Error()
+}
+
+// run is the handler, with a panic turned into a *PanicError. It runs
+// inside the inbox's transaction, which therefore rolls back.
+func (c *Consumer[TTx]) run(ctx context.Context, tx TTx, msg courier.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return c.h(ctx, tx, msg)
 }
 
 // handle runs the handler through the inbox, telling the broker every
@@ -305,7 +384,7 @@ func (c *Consumer[TTx]) handle(ctx context.Context, d broker.Delivery, msg couri
 		t.Stop()
 		mu.Unlock()
 	}()
-	return c.ib.Handle(ctx, msg, c.h)
+	return c.ib.Handle(ctx, msg, c.run)
 }
 
 // wait sleeps d while keeping the delivery alive; false when ctx ended.
@@ -323,61 +402,35 @@ func (c *Consumer[TTx]) wait(ctx context.Context, del broker.Delivery, d time.Du
 	}
 }
 
-// park stores the delivery as a consume-side dead letter and stops its
-// redelivery. If the store is unreachable, the delivery is left for the
-// broker to bring back: nothing is dropped unparked.
-func (c *Consumer[TTx]) park(ctx context.Context, j job, reason string, cause error, attempts int) {
+// park stores the delivery as a consume-side dead letter, with the failed
+// runs in hist, and stops its redelivery. If the store is unreachable, the
+// delivery is left for the broker to bring back: nothing is dropped
+// unparked.
+func (c *Consumer[TTx]) park(ctx context.Context, j job, reason string, cause error, hist []store.Attempt) {
 	raw := j.d.Raw()
 	p := store.Parked{
 		Consumer: c.ib.consumer, Subject: raw.Subject, Headers: raw.Headers, Payload: raw.Data,
-		Reason: reason, Error: cause.Error(), Attempts: attempts,
+		Reason: reason, Error: cause.Error(), Attempts: max(len(hist), 1), History: hist,
 	}
 	if j.err == nil {
 		p.MessageID = j.msg.ID.String()
-		p.History = c.history(j.msg.ID, cause)
-	} else {
-		p.History = []store.Attempt{{At: time.Now().UTC(), Error: cause.Error()}}
 	}
 	if err := c.cs.Park(ctx, p); err != nil {
 		c.log.Error("could not park message; leaving it for redelivery", "message_id", p.MessageID, "error", err)
 		_ = j.d.Retry(ctx, c.cfg.Backoff.Max)
 		return
 	}
-	c.forget(j.msg.ID)
+	if j.err == nil {
+		if err := c.cs.ClearFailures(ctx, c.ib.consumer, j.msg.ID); err != nil {
+			c.log.Warn("could not clear the failures of a parked message", "message_id", p.MessageID, "error", err)
+		}
+	}
 	c.parked.Add(1)
 	c.log.Error("message parked", "message_id", p.MessageID, "subject", raw.Subject, "reason", reason,
-		"attempts", attempts, "error", cause)
+		"attempts", p.Attempts, "error", cause)
 	if err := j.d.Drop(ctx); err != nil {
 		c.log.Warn("could not stop redelivery of a parked message; it will be parked again or skipped", "message_id", p.MessageID, "error", err)
 	}
-}
-
-// maxHistory bounds the failures remembered per instance.
-const maxHistory = 10000
-
-func (c *Consumer[TTx]) remember(id uuid.UUID, err error) {
-	c.histMu.Lock()
-	defer c.histMu.Unlock()
-	if len(c.hist) >= maxHistory {
-		clear(c.hist) // messages that went to other instances; start afresh
-	}
-	c.hist[id] = append(c.hist[id], store.Attempt{At: time.Now().UTC(), Error: err.Error()})
-}
-
-func (c *Consumer[TTx]) history(id uuid.UUID, last error) []store.Attempt {
-	c.histMu.Lock()
-	defer c.histMu.Unlock()
-	h := c.hist[id]
-	if len(h) == 0 || h[len(h)-1].Error != last.Error() {
-		h = append(h, store.Attempt{At: time.Now().UTC(), Error: last.Error()})
-	}
-	return h
-}
-
-func (c *Consumer[TTx]) forget(id uuid.UUID) {
-	c.histMu.Lock()
-	delete(c.hist, id)
-	c.histMu.Unlock()
 }
 
 // maintain deletes old markers and replays parked messages on request.
@@ -400,11 +453,20 @@ func (c *Consumer[TTx]) maintain(ctx, work context.Context) {
 	}
 }
 
-// Cleanup deletes inbox markers older than the retention window now,
-// in chunks, and returns how many it deleted.
+// cleanup deletes inbox markers and recorded failures older than the
+// retention window now, in chunks, and returns how many markers it deleted.
 func (c *Consumer[TTx]) cleanup(ctx context.Context) int64 {
 	var total int64
 	before := time.Now().Add(-c.cfg.Retention)
+	for {
+		n, err := c.cs.DeleteFailures(ctx, before, 10000)
+		if err != nil {
+			c.log.Warn("deleting old recorded failures failed", "error", err)
+		}
+		if err != nil || n < 10000 {
+			break
+		}
+	}
 	for {
 		n, err := c.cs.DeleteMarkers(ctx, before, 10000)
 		total += n
@@ -430,11 +492,11 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 	for _, p := range ps {
 		msg, err := c.sub.Decode(broker.Raw{Subject: p.Subject, Headers: p.Headers, Data: p.Payload})
 		if err == nil {
-			_, err = c.ib.Handle(work, msg, c.h)
+			_, err = c.ib.Handle(work, msg, c.run)
 		}
 		if err != nil {
 			c.log.Warn("replay failed; the message stays parked", "parked_id", p.ID, "error", err)
-			if err := c.cs.ReplayFailed(work, p.ID, err.Error()); err != nil {
+			if err := c.cs.ReplayFailed(work, p.ID, describe(err)); err != nil {
 				c.log.Warn("could not record the failed replay", "parked_id", p.ID, "error", err)
 			}
 			continue

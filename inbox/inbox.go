@@ -13,8 +13,9 @@
 //	// res == inbox.Duplicate: the charge was made by an earlier delivery.
 //
 // [Consumer] runs handlers on a broker subscription: bounded concurrency,
-// optional per-key order, retries with backoff, and parking (consume-side dead
-// letters) for messages that fail every delivery or can never be processed.
+// optional per-key order, retries with backoff, recovery of handlers that
+// panic, and parking (consume-side dead letters) for messages whose handler
+// failed MaxDeliveries times or that can never be processed.
 // [Router] dispatches by message type to typed handlers.
 package inbox
 

@@ -40,5 +40,8 @@
 // Start opens an instance inside the caller's transaction (with the request
 // that asked for it, behind an Idempotency-Key). Handle applies a reply
 // inside an inbox handler's transaction, so the reply's dedup marker, the
-// transition and the next command commit together. Run fires deadlines.
+// transition and the next command commit together; when a step's functions
+// (Command, OnReply, Compensate) panic there, the inbox.Consumer recovers
+// the panic, the transition rolls back, and the reply is retried and then
+// parked like any failing one. Run fires deadlines.
 package saga

@@ -38,6 +38,21 @@ type ConsumerStore interface {
 	// DeleteMarkers removes up to limit dedup markers older than before and
 	// returns how many it removed.
 	DeleteMarkers(ctx context.Context, before time.Time, limit int) (int64, error)
+	// RecordFailure records that a run of consumer's handler failed on
+	// message id (its transaction was rolled back), in a transaction of its
+	// own, and returns every failure recorded for that message and consumer
+	// so far, oldest first, this one included. The record outlives the
+	// process and is shared by every instance of the consumer, so failed
+	// runs are counted however many times the message is delivered, and a
+	// delivery lost to a crash counts nothing.
+	RecordFailure(ctx context.Context, consumer string, id uuid.UUID, failure Attempt) ([]Attempt, error)
+	// ClearFailures deletes the failures recorded for message id of
+	// consumer, once it was applied or parked.
+	ClearFailures(ctx context.Context, consumer string, id uuid.UUID) error
+	// DeleteFailures removes up to limit recorded failures that happened
+	// before before (those ClearFailures could not delete) and returns how
+	// many it removed.
+	DeleteFailures(ctx context.Context, before time.Time, limit int) (int64, error)
 }
 
 // Parked is a consume-side dead letter: a delivery its consumer gave up on,
@@ -58,7 +73,8 @@ type Parked struct {
 	Reason string `json:"reason"`
 	// Error is the last error.
 	Error string `json:"error"`
-	// Attempts is how many deliveries were tried.
+	// Attempts is how many runs of the handler failed (1 for a delivery
+	// that could not be decoded).
 	Attempts int `json:"attempts"`
 	// History lists the errors seen, oldest first.
 	History []Attempt `json:"history,omitempty"`

@@ -56,7 +56,7 @@ func testMigrations(t *testing.T, h Harness) {
 		t.Fatalf("CheckSchema after Migrate: %v", err)
 	}
 	for _, table := range []string{"courier_outbox", "courier_outbox_leases", "courier_outbox_published", "courier_outbox_dead_letters",
-		"courier_inbox", "courier_inbox_dead_letters", "courier_idempotency_keys", "courier_schema_migrations"} {
+		"courier_inbox", "courier_inbox_dead_letters", "courier_inbox_failures", "courier_idempotency_keys", "courier_schema_migrations"} {
 		db.count(t, table) // fails the test when the table is missing
 	}
 	again, err := db.Migrate(ctx)

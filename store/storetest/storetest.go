@@ -289,6 +289,7 @@ func Run(t *testing.T, h Harness) {
 		{"InboxMarkers", testInboxMarkers},
 		{"InboxDuplicateWaitsForFirst", testInboxConcurrent},
 		{"InboxMarkerRetention", testMarkerRetention},
+		{"InboxFailures", testInboxFailures},
 		{"ParkAndReplay", testParkAndReplay},
 		{"AdminDeadLetters", testAdminDeadLetters},
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim},

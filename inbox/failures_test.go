@@ -1,0 +1,229 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/courier-go/courier"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/inbox"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store"
+)
+
+// start runs a consumer until the returned stop is called (or the test
+// ends).
+func (e *env[TTx]) start(consumer string, h inbox.Handler[TTx], cfg inbox.ConsumerConfig) (*inbox.Consumer[TTx], func()) {
+	e.t.Helper()
+	ib, err := inbox.New(e.db.inbox, consumer)
+	testenv.Must(e.t, err, "inbox")
+	if cfg.Backoff == (courier.Backoff{}) {
+		cfg.Backoff = courier.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+	}
+	c, err := inbox.NewConsumer(ib, e.subscriber(consumer), e.db.cs, h, cfg)
+	testenv.Must(e.t, err, "consumer")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	stop := func() { cancel(); <-done }
+	e.t.Cleanup(stop)
+	return c, stop
+}
+
+func TestPanickingHandlerIsParked(t *testing.T) {
+	onEachDialect(t, testPanickingHandlerIsParked, testPanickingHandlerIsParked)
+}
+
+// A handler that panics on one message: the consumer survives, each run's
+// transaction rolls back, the message is parked after MaxDeliveries runs
+// with the panic and its stack in its history, and the message behind it (on
+// the one worker) is applied.
+func testPanickingHandlerIsParked[TTx any](t *testing.T, d dialect[TTx]) {
+	for _, keepOrder := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep-order=%v", keepOrder), func(t *testing.T) {
+			e := newEnv(t, d)
+			poison := courier.NewMessage("orders", "order-1", "OrderPlaced", []byte("poison"))
+			next := courier.NewMessage("orders", "order-2", "OrderPlaced", []byte("fine"))
+			h := func(ctx context.Context, tx TTx, msg courier.Message) error {
+				if err := e.db.insertEffect(ctx, tx, "panicky", msg); err != nil {
+					return err
+				}
+				if string(msg.Payload) == "poison" {
+					var lines []string
+					_ = lines[len(msg.Payload)] // index out of range
+				}
+				return nil
+			}
+			e.publish(poison, next)
+			c, _ := e.start("panicky", h, inbox.ConsumerConfig{MaxDeliveries: 3, Concurrency: 1, KeepOrder: keepOrder})
+			testenv.Eventually(t, 15*time.Second, func() bool { mm := c.Metrics(); return mm.Parked == 1 && mm.Applied == 1 },
+				"poison not parked or next not applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
+			if mm := c.Metrics(); mm.Panicked != 3 || mm.Retried != 2 {
+				t.Fatalf("metrics %+v: want 3 panics, 2 retries", mm)
+			}
+			if e.effects(poison) != 0 || e.effects(next) != 1 {
+				t.Fatalf("effects: poison %d, next %d; want 0 (rolled back) and 1", e.effects(poison), e.effects(next))
+			}
+			ps := e.parked("panicky")
+			if len(ps) != 1 {
+				t.Fatalf("parked %d messages, want 1", len(ps))
+			}
+			p := ps[0]
+			const want = "handler panicked: runtime error: index out of range [6] with length 0"
+			if p.MessageID != poison.ID.String() || p.Reason != store.ReasonFailed || p.Attempts != 3 || p.Error != want || len(p.History) != 3 {
+				t.Fatalf("parked %s: reason %q, attempts %d, error %q, %d history entries; want %s, failed, 3, %q, 3",
+					p.MessageID, p.Reason, p.Attempts, p.Error, len(p.History), poison.ID, want)
+			}
+			for i, a := range p.History {
+				if !strings.HasPrefix(a.Error, want+"\n\n") || !strings.Contains(a.Error, "testPanickingHandlerIsParked") {
+					t.Fatalf("history entry %d lacks the panic and the handler's stack: %q", i, a.Error)
+				}
+			}
+			if n := e.db.count(t, "SELECT count(*) FROM courier_inbox_failures"); n != 0 {
+				t.Fatalf("%d recorded failures left after parking, want 0", n)
+			}
+		})
+	}
+}
+
+func TestFailuresCountAcrossRestarts(t *testing.T) {
+	onEachDialect(t, testFailuresCountAcrossRestarts, testFailuresCountAcrossRestarts)
+}
+
+// Failed runs are counted in the database: two failures in one consumer
+// process and one in the next park a message at MaxDeliveries 3, with all
+// three in its history. A run cut short by shutdown counts nothing.
+func testFailuresCountAcrossRestarts[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
+	m := courier.NewMessage("inventory", "sku-9", "ReserveStock", nil)
+	e.publish(m)
+	var calls atomic.Int32
+	first := func(ctx context.Context, tx TTx, msg courier.Message) error {
+		if n := calls.Add(1); n > 2 {
+			<-ctx.Done() // still working when the process stops
+			return ctx.Err()
+		}
+		return fmt.Errorf("warehouse %d unreachable", calls.Load())
+	}
+	cfg := inbox.ConsumerConfig{MaxDeliveries: 3, ShutdownTimeout: 50 * time.Millisecond}
+	c1, stop := e.start("stock", first, cfg)
+	testenv.Eventually(t, 10*time.Second, func() bool { return calls.Load() == 3 }, "first process ran %d times", testenv.Lazy(func() any { return calls.Load() }))
+	stop()
+	if mm := c1.Metrics(); mm.Retried != 2 || mm.Parked != 0 {
+		t.Fatalf("first process: metrics %+v, want 2 retries", mm)
+	}
+	second := func(ctx context.Context, tx TTx, msg courier.Message) error {
+		return errors.New("warehouse 3 unreachable")
+	}
+	c2, _ := e.start("stock", second, cfg)
+	testenv.Eventually(t, 15*time.Second, func() bool { return c2.Metrics().Parked == 1 }, "not parked: %v", testenv.Lazy(func() any { return c2.Metrics() }))
+	if mm := c2.Metrics(); mm.Retried != 0 {
+		t.Fatalf("second process: metrics %+v, want the first failure to park", mm)
+	}
+	p := e.parked("stock")[0]
+	var got []string
+	for _, a := range p.History {
+		got = append(got, a.Error)
+	}
+	if p.Attempts != 3 || strings.Join(got, "; ") != "warehouse 1 unreachable; warehouse 2 unreachable; warehouse 3 unreachable" {
+		t.Fatalf("parked after %d attempts with history %q; want 3, all three failures", p.Attempts, got)
+	}
+}
+
+const envChildDieInHandler = "COURIER_TEST_INBOX_DIE_IN_HANDLER"
+
+// TestConsumerDyingInHandlerChildProcess is not a test: it is the consumer
+// process that TestCrashesAreNotFailures starts. Its handler kills the
+// process: the delivery is neither acknowledged nor failed.
+func TestConsumerDyingInHandlerChildProcess(t *testing.T) {
+	if os.Getenv(envChildDieInHandler) != "1" {
+		return
+	}
+	pg, std := dialectNamed(os.Getenv(envChildDialect))
+	switch {
+	case pg.connect != nil:
+		dieInHandler(t, pg)
+	case std.connect != nil:
+		dieInHandler(t, std)
+	default:
+		t.Fatalf("%s names no dialect", envChildDialect)
+	}
+}
+
+func dieInHandler[TTx any](t *testing.T, d dialect[TTx]) {
+	ctx := context.Background()
+	db := d.connect(t, os.Getenv(envChildDSN))
+	nc, err := couriernats.Connect(os.Getenv(envChildNATS))
+	if err != nil {
+		panic(err)
+	}
+	sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
+		Config: couriernats.Config{SubjectPrefix: os.Getenv(envChildPrefix)}, Stream: os.Getenv(envChildStream),
+		Consumer: "ledger", AckWait: time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ib, err := inbox.New(db.inbox, "ledger")
+	if err != nil {
+		panic(err)
+	}
+	die := func(context.Context, TTx, courier.Message) error {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	c, err := inbox.NewConsumer(ib, sub, db.cs, die, inbox.ConsumerConfig{})
+	if err != nil {
+		panic(err)
+	}
+	_ = c.Run(ctx) // never returns: the first delivery kills the process
+}
+
+func TestCrashesAreNotFailures(t *testing.T) {
+	onEachDialect(t, testCrashesAreNotFailures, testCrashesAreNotFailures)
+}
+
+// Deliveries lost to crashes count nothing: after two consumer processes
+// died inside the handler, a message whose handler then fails once is
+// retried and applied at MaxDeliveries 2, though the broker delivers it for
+// the fourth time.
+func testCrashesAreNotFailures[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
+	m := courier.NewMessage("ledger", "acct-2", "Credit", []byte("+5"))
+	e.publish(m)
+	for range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerDyingInHandlerChildProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envChildDieInHandler+"=1", envChildDialect+"="+d.name, envChildDSN+"="+e.db.dsn,
+			envChildNATS+"="+e.natsURL, envChildPrefix+"="+e.mapping.SubjectPrefix, envChildStream+"="+e.stream)
+		cmd.Stderr = os.Stderr
+		testenv.Must(t, cmd.Start(), "start consumer")
+		err := cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("consumer did not die in its handler: %v", err)
+		}
+	}
+	var calls atomic.Int32
+	h := func(ctx context.Context, tx TTx, msg courier.Message) error {
+		if calls.Add(1) == 1 {
+			return errors.New("ledger locked")
+		}
+		return e.db.insertEffect(ctx, tx, "ledger", msg)
+	}
+	c, _ := e.start("ledger", h, inbox.ConsumerConfig{MaxDeliveries: 2})
+	testenv.Eventually(t, 15*time.Second, func() bool { mm := c.Metrics(); return mm.Applied+mm.Parked == 1 },
+		"neither applied nor parked: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	if mm := c.Metrics(); mm.Applied != 1 || mm.Retried != 1 || e.effects(m) != 1 {
+		t.Fatalf("metrics %+v, %d effects: want the message applied after one retry", mm, e.effects(m))
+	}
+	if n := e.db.count(t, "SELECT count(*) FROM courier_inbox_failures"); n != 0 {
+		t.Fatalf("%d recorded failures left after the message was applied, want 0", n)
+	}
+}
