@@ -28,9 +28,9 @@ type dlqCmd struct {
 
 type dlqListCmd struct {
 	dbFlags
-	Consumer string `help:"Only consume-side dead letters of this consumer."`
-	Limit    int    `help:"At most this many of each kind." default:"100"`
-	JSON     bool   `help:"Print JSON instead of a table."`
+	Consumer string `help:"Only consume-side dead letters of this consumer." env:"COURIER_DLQ_CONSUMER"`
+	Limit    int    `help:"At most this many of each kind." default:"100" env:"COURIER_DLQ_LIMIT"`
+	JSON     bool   `help:"Print JSON instead of a table." env:"COURIER_JSON"`
 }
 
 type dlqRef struct {
@@ -40,7 +40,7 @@ type dlqRef struct {
 
 type dlqShowCmd struct {
 	dlqRef
-	JSON bool `help:"Print JSON (the payload in base64)."`
+	JSON bool `help:"Print JSON (the payload in base64)." env:"COURIER_JSON"`
 }
 
 type dlqReplayCmd struct{ dlqRef }

@@ -8,9 +8,9 @@ import (
 
 type migrateCmd struct {
 	dbFlags
-	Print   bool   `help:"Print the SQL of every migration instead of applying it (for your own migration tool)." xor:"out"`
-	Dir     string `help:"Write each migration as NNNN_courier_name.up.sql into this directory instead of applying it." type:"path" xor:"out"`
-	Dialect string `help:"Dialect to export with --print or --dir when no --database-url says: postgres, mysql or sqlite." enum:"postgres,mysql,sqlite," default:""`
+	Print   bool   `help:"Print the SQL of every migration instead of applying it (for your own migration tool)." xor:"out" env:"COURIER_MIGRATE_PRINT"`
+	Dir     string `help:"Write each migration as NNNN_courier_name.up.sql into this directory instead of applying it." type:"path" xor:"out" env:"COURIER_MIGRATE_DIR"`
+	Dialect string `help:"Dialect to export with --print or --dir when no --database-url says: postgres, mysql or sqlite." enum:"postgres,mysql,sqlite," default:"" env:"COURIER_DIALECT"`
 }
 
 func (c *migrateCmd) Run(e *env) error {

@@ -20,15 +20,15 @@ type relayCmd struct {
 	DataDir       string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
 	EmbeddedPort  int           `help:"Port of the embedded NATS server (0: any free port)." default:"4222" env:"COURIER_EMBEDDED_PORT"`
 	ListenURL     string        `name:"listen-url" help:"PostgreSQL URL for LISTEN wake-ups; must be a direct session connection, not PgBouncer in transaction mode (default: --database-url)." env:"COURIER_LISTEN_URL"`
-	NoListen      bool          `help:"Do not LISTEN for wake-ups (PostgreSQL); poll only."`
+	NoListen      bool          `help:"Do not LISTEN for wake-ups (PostgreSQL); poll only." env:"COURIER_NO_LISTEN"`
 	Stream        string        `help:"JetStream stream to publish into." default:"COURIER" env:"COURIER_STREAM"`
 	SubjectPrefix string        `help:"Prefix that turns a topic into a subject." default:"courier." env:"COURIER_SUBJECT_PREFIX"`
-	NoStream      bool          `name:"no-create-stream" help:"Do not create the stream when it is missing (it is managed elsewhere)."`
-	BatchSize     int           `help:"Messages claimed per batch." default:"1000"`
-	Concurrency   int           `help:"Batches publishing at once." default:"2"`
-	Lease         time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s"`
-	MaxAttempts   int           `help:"Failed attempts before a message becomes a dead letter." default:"10"`
-	PollInterval  time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)."`
+	NoStream      bool          `name:"no-create-stream" help:"Do not create the stream when it is missing (it is managed elsewhere)." env:"COURIER_NO_CREATE_STREAM"`
+	BatchSize     int           `help:"Messages claimed per batch." default:"1000" env:"COURIER_BATCH_SIZE"`
+	Concurrency   int           `help:"Batches publishing at once." default:"2" env:"COURIER_CONCURRENCY"`
+	Lease         time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s" env:"COURIER_LEASE"`
+	MaxAttempts   int           `help:"Failed attempts before a message becomes a dead letter." default:"10" env:"COURIER_MAX_ATTEMPTS"`
+	PollInterval  time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)." env:"COURIER_POLL_INTERVAL"`
 	KeepPublished bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it yourself)." env:"COURIER_KEEP_PUBLISHED"`
 }
 
