@@ -187,10 +187,10 @@ func (d *database) notifier(listenURL string, log *slog.Logger) (store.Notifier,
 	return postgres.NewNotifier(listenURL, log)
 }
 
-// pollInterval is the relay's default polling interval: long where
-// wake-ups arrive, short where polling is all there is (and cheap).
-func (d *database) pollInterval() time.Duration {
-	switch d.dialect {
+// pollInterval is the relay's default polling interval on dialect: long
+// where wake-ups arrive, short where polling is all there is (and cheap).
+func pollInterval(dialect string) time.Duration {
+	switch dialect {
 	case "postgres":
 		return time.Second
 	case "mysql":

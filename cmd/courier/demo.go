@@ -56,6 +56,22 @@ func (c *demoCmd) Run(e *env) error {
 			return fmt.Errorf("%s is %g: use a probability from 0 to 1", name, v)
 		}
 	}
+	for name, v := range map[string]time.Duration{"--timeout": c.Timeout, "--step-timeout": c.StepTimeout} {
+		if v <= 0 {
+			return fmt.Errorf("%s is %s: use more than 0", name, v)
+		}
+	}
+	if c.Latency < 0 {
+		return fmt.Errorf("--latency is %s: use 0 or more", c.Latency)
+	}
+	for sku, q := range c.Stock {
+		if q < 0 {
+			return fmt.Errorf("--stock %s=%d: use 0 or more", sku, q)
+		}
+	}
+	if c.Stream == "" || strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") {
+		return fmt.Errorf("--stream %q is not a JetStream stream name: use letters, digits, - and _ (no spaces, '.', '*', '>' or slashes)", c.Stream)
+	}
 	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
 		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for a NATS server in this process", redact(c.BrokerURL))
 	}

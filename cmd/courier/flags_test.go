@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/alecthomas/kong"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/courier-go/courier/internal/testenv"
 )
 
 // Every flag of every command can be set through the environment, with a
@@ -58,5 +65,54 @@ func TestEnvironmentVariablesAreRead(t *testing.T) {
 	code, _, stderr := runCLI(t, "relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "nats://127.0.0.1:1")
 	if code != 1 || !strings.Contains(stderr, "--batch-size is 0") {
 		t.Fatalf("COURIER_BATCH_SIZE=0: exit %d, %q; want it refused as --batch-size", code, stderr)
+	}
+}
+
+// Bad flags fail before anything happens: no database file, no data
+// directory, no stream on the broker.
+func TestRelayValidatesFlagsBeforeSideEffects(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, v := range []string{"COURIER_DATABASE_URL", "COURIER_BROKER_URL"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--lease=-5s", "--lease is -5s"},
+		{"--poll-interval=-1s", "--poll-interval is -1s"},
+		{"--batch-size=20000", "--batch-size is 20000"},
+		{"--lease=1s", "--lease is 1s: use more than 1s"},
+		{"--embedded-port=70000", "--embedded-port is 70000"},
+		{"--stream=a.b", "--stream \"a.b\""},
+		{"--subject-prefix=a.*.", "--subject-prefix \"a.*.\""},
+	} {
+		code, _, stderr := runCLI(t, append([]string{"relay"}, strings.Fields(c.args)...)...)
+		if code != 1 || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("relay %s: exit %d, %q; want one line with %q", c.args, code, stderr, c.want)
+		}
+		left, err := os.ReadDir(dir)
+		testenv.Must(t, err, "read dir")
+		for _, left := range left {
+			t.Errorf("relay %s failed after creating %s", c.args, left.Name())
+			testenv.Must(t, os.RemoveAll(left.Name()), "remove")
+		}
+	}
+
+	natsURL := testenv.NATS(t)
+	stream := testenv.Name("CLIBAD")
+	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	if code, _, stderr := runCLI(t, "migrate", "--database-url", db); code != 0 {
+		t.Fatalf("migrate: %s", stderr)
+	}
+	code, _, stderr := runCLI(t, "relay", "--lease=-5s", "--database-url", db, "--broker-url", natsURL, "--stream", stream,
+		"--subject-prefix", strings.ToLower(stream)+".")
+	if code != 1 || !strings.Contains(stderr, "--lease is -5s") {
+		t.Fatalf("relay --lease=-5s on NATS: exit %d, %q", code, stderr)
+	}
+	js, err := jetstream.New(testenv.Connect(t, natsURL))
+	testenv.Must(t, err, "jetstream")
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+	if _, err := js.Stream(context.Background(), stream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("stream %s exists after a refused --lease (err %v)", stream, err)
 	}
 }

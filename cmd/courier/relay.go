@@ -32,18 +32,68 @@ type relayCmd struct {
 	KeepPublished bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it yourself)." env:"COURIER_KEEP_PUBLISHED"`
 }
 
-func (c *relayCmd) Run(e *env) error {
+// check validates every flag, before anything is opened or created, and
+// returns the relay's configuration (without its logger and notifier).
+func (c *relayCmd) check() (relay.Config, error) {
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"--batch-size", c.BatchSize}, {"--concurrency", c.Concurrency}, {"--max-attempts", c.MaxAttempts}} {
 		if f.v < 1 {
-			return fmt.Errorf("%s is %d: use 1 or more", f.name, f.v)
+			return relay.Config{}, fmt.Errorf("%s is %d: use 1 or more", f.name, f.v)
 		}
 	}
 	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
-		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for the embedded server", redact(c.BrokerURL))
+		return relay.Config{}, fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for the embedded server", redact(c.BrokerURL))
 	}
+	if c.EmbeddedPort < 0 || c.EmbeddedPort > 65535 {
+		return relay.Config{}, fmt.Errorf("--embedded-port is %d: use a port from 1 to 65535, or 0 for any free port", c.EmbeddedPort)
+	}
+	if c.Stream == "" || strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") {
+		return relay.Config{}, fmt.Errorf("--stream %q is not a JetStream stream name: use letters, digits, - and _ (no spaces, '.', '*', '>' or slashes)", c.Stream)
+	}
+	if p := strings.TrimSuffix(c.SubjectPrefix, "."); c.SubjectPrefix != "" &&
+		(strings.ContainsAny(c.SubjectPrefix, " \t\r\n*>") || p == "" || strings.HasPrefix(p, ".") || strings.Contains(p, "..")) {
+		return relay.Config{}, fmt.Errorf("--subject-prefix %q cannot start a NATS subject: use tokens separated by dots, without spaces, '*' or '>', such as courier. (or \"\" for subjects equal to topics)", c.SubjectPrefix)
+	}
+	dialect := "sqlite"
+	if c.DatabaseURL != "" {
+		var err error
+		if dialect, _, err = parseDatabaseURL(c.DatabaseURL); err != nil {
+			return relay.Config{}, err
+		}
+	}
+	if c.PollInterval < 0 {
+		return relay.Config{}, fmt.Errorf("--poll-interval is %s: use more than 0, or leave it out for the database's default", c.PollInterval)
+	}
+	cfg := relay.Config{
+		BatchSize:     c.BatchSize,
+		Concurrency:   c.Concurrency,
+		LeaseDuration: c.Lease,
+		MaxAttempts:   c.MaxAttempts,
+		PollInterval:  c.PollInterval,
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = pollInterval(dialect)
+	}
+	if c.Lease <= time.Second {
+		// Publishing a batch must end well within its lease: the relay
+		// gives it half the lease and keeps a margin. (The relay would
+		// take its default for 0; here 0 is a mistake like any other.)
+		return relay.Config{}, fmt.Errorf("--lease is %s: use more than 1s (default 30s)", c.Lease)
+	}
+	if err := cfg.Validate(); err != nil {
+		return relay.Config{}, flagError(err)
+	}
+	return cfg, nil
+}
+
+func (c *relayCmd) Run(e *env) error {
+	cfg, err := c.check()
+	if err != nil {
+		return err
+	}
+	cfg.Logger = e.log
 	embeddedDB := c.DatabaseURL == ""
 	d, err := c.open(e.ctx, embeddedDB)
 	if err != nil {
@@ -102,17 +152,6 @@ func (c *relayCmd) Run(e *env) error {
 	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
 	if err != nil {
 		return err
-	}
-	cfg := relay.Config{
-		BatchSize:     c.BatchSize,
-		Concurrency:   c.Concurrency,
-		LeaseDuration: c.Lease,
-		MaxAttempts:   c.MaxAttempts,
-		PollInterval:  c.PollInterval,
-		Logger:        e.log,
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = d.pollInterval()
 	}
 	if !c.NoListen {
 		listen := c.ListenURL
