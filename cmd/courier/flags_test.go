@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alecthomas/kong"
 	"github.com/nats-io/nats.go/jetstream"
@@ -114,5 +115,25 @@ func TestRelayValidatesFlagsBeforeSideEffects(t *testing.T) {
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 	if _, err := js.Stream(context.Background(), stream); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("stream %s exists after a refused --lease (err %v)", stream, err)
+	}
+}
+
+// An unusable --data-dir is named at once, not blamed on the port after a
+// wait.
+func TestRelayUnusableDataDir(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, v := range []string{"COURIER_DATABASE_URL", "COURIER_BROKER_URL"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	testenv.Must(t, os.WriteFile("plain-file", nil, 0o644), "write file")
+	start := time.Now()
+	code, _, stderr := runCLI(t, "relay", "--embedded-port", "0", "--data-dir", "plain-file/nats")
+	if code != 1 || !strings.Contains(stderr, "--data-dir") || !strings.Contains(stderr, "plain-file/nats") || strings.Contains(stderr, "port") {
+		t.Fatalf("relay --data-dir under a file: exit %d, %q; want one line naming --data-dir and not the port", code, stderr)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("relay --data-dir under a file failed after %s; want at once", waited)
 	}
 }

@@ -94,6 +94,13 @@ func (c *relayCmd) Run(e *env) error {
 		return err
 	}
 	cfg.Logger = e.log
+	if c.BrokerURL == "" {
+		// Before anything else is created: the embedded server would only
+		// fail to become ready in an unusable directory.
+		if err := embedded.UsableDir(c.DataDir); err != nil {
+			return fmt.Errorf("--data-dir: %v; give a directory you can write in (--data-dir or COURIER_DATA_DIR)", err)
+		}
+	}
 	embeddedDB := c.DatabaseURL == ""
 	d, err := c.open(e.ctx, embeddedDB)
 	if err != nil {
