@@ -137,3 +137,28 @@ func TestRelayUnusableDataDir(t *testing.T) {
 		t.Fatalf("relay --data-dir under a file failed after %s; want at once", waited)
 	}
 }
+
+// A stream whose subjects another stream already captures gets the flags
+// that fix it, not a question about JetStream.
+func TestRelayStreamOverlap(t *testing.T) {
+	natsURL := testenv.NATS(t)
+	existing, ours := testenv.Name("CLIOVA"), testenv.Name("CLIOVB")
+	prefix := strings.ToLower(existing) + "."
+	js, err := jetstream.New(testenv.Connect(t, natsURL))
+	testenv.Must(t, err, "jetstream")
+	ctx := context.Background()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: existing, Subjects: []string{prefix + "orders"}, Storage: jetstream.MemoryStorage})
+	testenv.Must(t, err, "create stream")
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), existing) })
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), ours) })
+
+	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	if code, _, stderr := runCLI(t, "migrate", "--database-url", db); code != 0 {
+		t.Fatalf("migrate: %s", stderr)
+	}
+	code, _, stderr := runCLI(t, "relay", "--database-url", db, "--broker-url", natsURL, "--stream", ours, "--subject-prefix", prefix)
+	if code != 1 || !strings.Contains(stderr, existing) || !strings.Contains(stderr, "--stream "+existing) ||
+		!strings.Contains(stderr, "--subject-prefix") || strings.Contains(stderr, "JetStream enabled") {
+		t.Fatalf("relay into an overlapping stream: exit %d, %q; want the stream that overlaps and --stream/--subject-prefix", code, stderr)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/nats/embedded"
@@ -153,7 +155,7 @@ func (c *relayCmd) Run(e *env) error {
 	mapping := couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""}
 	if !c.NoStream {
 		if err := couriernats.EnsureStream(e.ctx, nc, mapping, couriernats.StreamConfig{Name: c.Stream}); err != nil {
-			return fmt.Errorf("%v; is JetStream enabled on the server (nats-server -js)?", err)
+			return c.streamError(e.ctx, nc, mapping, err)
 		}
 	}
 	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
@@ -183,6 +185,38 @@ func (c *relayCmd) Run(e *env) error {
 	e.log.Info("relaying", "database", d.where, "dialect", d.dialect, "broker", redact(brokerURL), "stream", c.Stream,
 		"subject_prefix", c.SubjectPrefix, "poll_interval", cfg.PollInterval)
 	return r.Run(e.ctx)
+}
+
+// subjectOverlap is JetStream's error code for a stream whose subjects
+// overlap another stream's.
+const subjectOverlap jetstream.ErrorCode = 10065
+
+// streamError explains why the stream could not be created, with the fix.
+func (c *relayCmd) streamError(ctx context.Context, nc *natsgo.Conn, mapping couriernats.Config, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == subjectOverlap:
+		var others []string
+		if js, jerr := jetstream.New(nc); jerr == nil {
+			names := js.StreamNames(ctx, jetstream.WithStreamListSubject(mapping.Subjects()))
+			for n := range names.Name() {
+				others = append(others, n)
+			}
+		}
+		which := "another stream"
+		if len(others) > 0 {
+			which = "stream " + strings.Join(others, ", ")
+		}
+		fix := "pass --stream with the name of the stream that captures them"
+		if len(others) == 1 {
+			fix = "pass --stream " + others[0] + " to publish into it"
+		}
+		return fmt.Errorf("cannot create stream %s: its subjects %s overlap those of %s; %s, or --subject-prefix for subjects of your own (--no-create-stream if streams are managed elsewhere)",
+			c.Stream, mapping.Subjects(), which, fix)
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("%v; enable JetStream on the server (nats-server -js)", err)
+	}
+	return fmt.Errorf("%v; check that the server runs JetStream (nats-server -js) and that --stream and --subject-prefix suit it", err)
 }
 
 // flagError rewrites "Config.BatchSize" in relay errors as the flag users set.
