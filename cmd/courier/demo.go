@@ -25,8 +25,8 @@ type demoCmd struct {
 	Orders      int           `help:"Orders to place." default:"1000" env:"COURIER_DEMO_ORDERS"`
 	Concurrency int           `help:"POSTs in flight at once." default:"16" env:"COURIER_DEMO_CONCURRENCY"`
 	InFlight    int           `help:"Most orders placed and not yet ended at once (0: no bound), so that latency measures the saga rather than a queue." default:"50" env:"COURIER_DEMO_IN_FLIGHT"`
-	DataDir     string        `help:"Where the SQLite files, the embedded NATS server's stream and the log go; wiped at start unless --keep." default:"courier-demo" type:"path" env:"COURIER_DEMO_DATA_DIR"`
-	Keep        bool          `help:"Keep what an earlier run left (data directory, PostgreSQL schemas, stream) and leave this run's behind." env:"COURIER_DEMO_KEEP"`
+	DataDir     string        `help:"Where the SQLite files, the embedded NATS server's stream and the log go; wiped at start unless --keep. Default: a temporary directory, removed after a successful run." type:"path" env:"COURIER_DEMO_DATA_DIR"`
+	Keep        bool          `help:"Keep what an earlier run left in --data-dir (and the PostgreSQL schemas and stream), and leave this run's behind." env:"COURIER_DEMO_KEEP"`
 	DatabaseURL string        `name:"database-url" help:"Run on PostgreSQL instead of SQLite files: postgres://… (one schema per service, courier_demo_orders and so on, created and dropped)." env:"COURIER_DEMO_DATABASE_URL"`
 	BrokerURL   string        `name:"broker-url" help:"Use this NATS server (with JetStream) instead of one in this process." env:"COURIER_DEMO_BROKER_URL"`
 	Timeout     time.Duration `help:"How long to wait for every saga to end." default:"3m" env:"COURIER_DEMO_TIMEOUT"`
@@ -46,7 +46,7 @@ type demoCmd struct {
 
 const demoSubjectPrefix = "courier-demo."
 
-func (c *demoCmd) Run(e *env) error {
+func (c *demoCmd) Run(e *env) (err error) {
 	if c.Orders < 1 || c.Concurrency < 1 || c.InFlight < 0 {
 		return errors.New("--orders and --concurrency must be 1 or more, --in-flight 0 or more")
 	}
@@ -77,6 +77,19 @@ func (c *demoCmd) Run(e *env) error {
 	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
 		return fmt.Errorf("--database-url %q: the demo runs on PostgreSQL (postgres://…), or without the flag on SQLite files", redact(c.DatabaseURL))
+	}
+	if c.DataDir == "" {
+		dir, err := os.MkdirTemp("", "courier-demo-")
+		if err != nil {
+			return fmt.Errorf("cannot create a temporary directory for the demo (%v): pass --data-dir", err)
+		}
+		c.DataDir = dir
+		defer func() {
+			// A failed run keeps its logs, which its error names.
+			if err == nil && !c.Keep {
+				_ = os.RemoveAll(dir)
+			}
+		}()
 	}
 	dir, err := filepath.Abs(c.DataDir)
 	if err != nil {

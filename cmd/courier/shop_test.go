@@ -108,3 +108,22 @@ func TestShopCommandProcesses(t *testing.T) {
 		}
 	}
 }
+
+// Without --data-dir the demo works in a temporary directory and leaves
+// nothing behind, neither in the working directory nor in the temporary one.
+func TestDemoLeavesNothingBehind(t *testing.T) {
+	work, tmp := t.TempDir(), t.TempDir()
+	t.Chdir(work)
+	t.Setenv("TMPDIR", tmp)
+	code, out, errOut := runCLI(t, "demo", "--orders", "20", "--crash", "none")
+	if code != 0 || !strings.Contains(out, "All 7 invariants hold") {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, d := range []string{work, tmp} {
+		left, err := os.ReadDir(d)
+		testenv.Must(t, err, "read dir")
+		for _, l := range left {
+			t.Errorf("the demo left %s in %s", l.Name(), d)
+		}
+	}
+}
