@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"database/sql"
+
+	"github.com/courier-go/courier"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/inbox"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/sqlite"
+)
+
+// parkedInsert seeds a parked delivery of consumer "billing" with the given
+// message id and type; its payload says whether the handler succeeds.
+func parkedInsert(t *testing.T, db *sql.DB, id int, msgID, typ, payload string) {
+	t.Helper()
+	headers := fmt.Sprintf(`{"Nats-Msg-Id":[%q],"Courier-Key":["k"],"Courier-Type":[%q],"Courier-Version":["1"],"Courier-Occurred-At":["2026-11-29T10:00:00Z"]}`, msgID, typ)
+	if msgID == "" {
+		headers = fmt.Sprintf(`{"Courier-Key":["k"],"Courier-Type":[%q],"Courier-Version":["1"],"Courier-Occurred-At":["2026-11-29T10:00:00Z"]}`, typ)
+	}
+	_, err := db.Exec(`INSERT INTO courier_inbox_dead_letters (id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, parked_at)
+VALUES (?, 'billing', ?, 'courier.payments', ?, ?, 'failed', 'card declined', 5, ?)`, id, msgID, headers, payload, time.Now().UnixMicro())
+	testenv.Must(t, err, "seed parked delivery")
+}
+
+// dlq replay --wait reports what a running consumer did with each replay:
+// applied, failed again, or nothing (no consumer running).
+func TestDLQReplayWaitConsumer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "billing.db")
+	db, err := sqlite.Open(path)
+	testenv.Must(t, err, "open")
+	defer db.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err = sqlite.Migrate(ctx, db)
+	testenv.Must(t, err, "migrate")
+	parkedInsert(t, db, 1, "01939f3a-0000-7000-8000-000000000011", "ChargeRequested", "ok")
+	parkedInsert(t, db, 2, "01939f3a-0000-7000-8000-000000000012", "ChargeRequested", "fail")
+	url := "sqlite://" + path
+
+	// No consumer runs yet: the wait ends without an outcome.
+	code, out, errOut := runCLI(t, "dlq", "replay", "consumer:1", "--wait", "300ms", "--database-url", url)
+	if code != 1 || !strings.Contains(out, "not applied after 300ms: is consumer billing running?") {
+		t.Fatalf("replay --wait without a consumer: %d %q %q", code, out, errOut)
+	}
+
+	srv := testenv.EmbeddedNATS(t)
+	nc := testenv.Connect(t, srv.ClientURL())
+	testenv.Must(t, couriernats.EnsureStream(ctx, nc, couriernats.Config{}, couriernats.StreamConfig{}), "stream")
+	sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{Consumer: "billing"})
+	testenv.Must(t, err, "subscriber")
+	ib, err := inbox.New(sqlite.SQLInbox(db), "billing")
+	testenv.Must(t, err, "inbox")
+	r := inbox.NewRouter[*sql.Tx]()
+	r.Handle("ChargeRequested", func(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
+		if string(msg.Payload) == "fail" {
+			return errors.New("card still declined")
+		}
+		return nil
+	})
+	c, err := inbox.NewConsumer(ib, sub, sqlite.ConsumerStore(db), r.Handler(), inbox.ConsumerConfig{ReplayEvery: 100 * time.Millisecond})
+	testenv.Must(t, err, "consumer")
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	code, out, errOut = runCLI(t, "dlq", "replay", "consumer:1", "consumer:2", "--wait", "10s", "--database-url", url)
+	if code != 1 || !strings.Contains(out, "consumer:1       applied by consumer billing") ||
+		!strings.Contains(out, "consumer:2       replay failed, still parked: card still declined") || !strings.Contains(errOut, "1 of 2 replay(s) did not succeed") {
+		t.Fatalf("replay --wait with a consumer: %d\n%s%s", code, out, errOut)
+	}
+}
