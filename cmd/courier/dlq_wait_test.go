@@ -15,6 +15,7 @@ import (
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store/sqlite"
 )
 
@@ -76,5 +77,41 @@ func TestDLQReplayWaitConsumer(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "consumer:1       applied by consumer billing") ||
 		!strings.Contains(out, "consumer:2       replay failed, still parked: card still declined") || !strings.Contains(errOut, "1 of 2 replay(s) did not succeed") {
 		t.Fatalf("replay --wait with a consumer: %d\n%s%s", code, out, errOut)
+	}
+}
+
+// dlq replay --wait follows a relay-side replay until a running relay
+// published it, or it became a dead letter again.
+func TestDLQReplayWaitRelay(t *testing.T) {
+	d := dlqDatabases(t)["sqlite"](t)
+	for _, q := range d.seed {
+		_, err := d.db.Exec(q)
+		testenv.Must(t, err, "seed dead letters")
+	}
+	// A second letter on a topic no stream binds fails again.
+	_, err := d.db.Exec(`INSERT INTO courier_outbox_dead_letters
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, occurred_at, created_at, attempts, last_error, dead_at)
+VALUES (42, '01939f3a-0000-7000-8000-000000000042', 'nowhere', 'k', 'Lost', 1, '', 'x', 0, 0, 1, 'no stream', 0)`)
+	testenv.Must(t, err, "seed unbound letter")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	srv := testenv.EmbeddedNATS(t)
+	nc := testenv.Connect(t, srv.ClientURL())
+	mapping := couriernats.Config{SubjectPrefix: "orders-only."}
+	testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Subjects: []string{"orders-only.orders"}}), "stream")
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
+	testenv.Must(t, err, "publisher")
+	st, err := sqlite.NewStore(ctx, d.db, sqlite.StoreConfig{})
+	testenv.Must(t, err, "store")
+	r, err := relay.New(st, pub, relay.Config{MaxAttempts: 1, PollInterval: 50 * time.Millisecond})
+	testenv.Must(t, err, "relay")
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	code, out, errOut := runCLI(t, "dlq", "replay", "relay:41", "relay:42", "--wait", "10s", "--database-url", d.url)
+	if code != 1 || !strings.Contains(out, "relay:41         published") || !strings.Contains(out, "relay:42         dead again: ") {
+		t.Fatalf("replay --wait with a relay: %d\n%s%s", code, out, errOut)
 	}
 }
