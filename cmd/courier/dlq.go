@@ -59,7 +59,9 @@ type dlqSelect struct {
 
 type dlqReplayCmd struct {
 	dlqSelect
-	Wait time.Duration `help:"Wait up to this long for the outcome of each replay and report it (relay: published or dead again; consumer: applied or failed again); exit 1 unless all succeeded. 0: do not wait." default:"0s" env:"COURIER_DLQ_WAIT"`
+	NewID     bool              `name:"new-id" help:"Give a consumer letter that has no message id (its headers were malformed) a new one (Nats-Msg-Id, a UUIDv7) before replaying it." env:"COURIER_DLQ_NEW_ID"`
+	SetHeader map[string]string `name:"set-header" help:"Set this header (exact name) of consumer letters before replaying them, to repair malformed ones: --set-header Courier-Type=OrderPlaced. Repeatable." env:"COURIER_DLQ_SET_HEADER"`
+	Wait      time.Duration     `help:"Wait up to this long for the outcome of each replay and report it (relay: published or dead again; consumer: applied or failed again); exit 1 unless all succeeded. 0: do not wait." default:"0s" env:"COURIER_DLQ_WAIT"`
 }
 
 type dlqDiscardCmd struct{ dlqSelect }

@@ -5,11 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/courier-go/courier/store"
 )
@@ -132,18 +135,34 @@ func (c *dlqReplayCmd) Run(e *env) error {
 		fmt.Fprintln(e.stdout, "no dead letters match")
 		return nil
 	}
+	// Every letter is checked before any is touched.
+	repairs := make([]*repair, len(letters))
+	for i, l := range letters {
+		if repairs[i], err = c.repair(l); err != nil {
+			return err
+		}
+	}
 	if c.DryRun {
-		for _, l := range letters {
-			fmt.Fprintf(e.stdout, "would replay %-16s %s\n", l.ref, l.what())
+		for i, l := range letters {
+			verb := "replay"
+			if repairs[i] != nil {
+				verb = "repair and replay"
+			}
+			fmt.Fprintf(e.stdout, "would %s %-16s %s\n", verb, l.ref, l.what())
 		}
 		fmt.Fprintf(e.stdout, "%d dead letter(s) would be replayed (--dry-run: nothing changed)\n", len(letters))
 		return nil
 	}
 	var asked []letter
-	for _, l := range letters {
-		if l.relay != nil {
+	for i, l := range letters {
+		switch {
+		case l.relay != nil:
 			err = a.ReplayDeadLetter(e.ctx, l.relay.ID)
-		} else {
+		case repairs[i] != nil:
+			if err = a.RepairParked(e.ctx, l.parked.ID, repairs[i].messageID, repairs[i].headers); err == nil {
+				err = a.RequestReplay(e.ctx, l.parked.ID)
+			}
+		default:
 			err = a.RequestReplay(e.ctx, l.parked.ID)
 		}
 		if err != nil {
@@ -166,6 +185,57 @@ func (c *dlqReplayCmd) Run(e *env) error {
 		return nil
 	}
 	return waitReplays(e, d, asked, c.Wait)
+}
+
+// repair is what replay changes in a consumer letter before replaying it.
+type repair struct {
+	messageID string
+	headers   map[string][]string
+}
+
+// repair works out the repair --new-id and --set-header ask for on l (nil
+// for none), and refuses a replay that would fail again for want of a
+// message id.
+func (c *dlqReplayCmd) repair(l letter) (*repair, error) {
+	if l.relay != nil {
+		if c.NewID || len(c.SetHeader) > 0 {
+			return nil, fmt.Errorf("%s: --new-id and --set-header repair consumer letters only; a relay letter goes back into the outbox as it was written", l.ref)
+		}
+		return nil, nil
+	}
+	p := l.parked
+	if !c.NewID && len(c.SetHeader) == 0 {
+		if p.MessageID == "" {
+			return nil, fmt.Errorf("%s has no message id (its headers were malformed: %s), so its replay would fail again: give it one with --new-id (and repair other headers with --set-header NAME=VALUE), or discard it",
+				l.ref, clip(p.Error, 80))
+		}
+		return nil, nil
+	}
+	r := &repair{messageID: p.MessageID, headers: maps.Clone(p.Headers)}
+	if r.headers == nil {
+		r.headers = map[string][]string{}
+	}
+	for k, v := range c.SetHeader {
+		r.headers[k] = []string{v}
+	}
+	if v, ok := c.SetHeader[jetstream.MsgIDHeader]; ok {
+		r.messageID = v
+	}
+	if c.NewID {
+		if r.messageID != "" {
+			return nil, fmt.Errorf("--new-id: %s has a message id already (%s); another would defeat the inbox's deduplication", l.ref, r.messageID)
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		r.messageID = id.String()
+		r.headers[jetstream.MsgIDHeader] = []string{r.messageID}
+	}
+	if r.messageID == "" {
+		return nil, fmt.Errorf("%s has no message id, so its replay would fail again: add --new-id", l.ref)
+	}
+	return r, nil
 }
 
 // waitReplays follows each replay until it succeeds, fails again or wait

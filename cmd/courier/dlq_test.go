@@ -140,6 +140,13 @@ func testDLQCommands(t *testing.T, d dlqDatabase) {
 	if !asked {
 		t.Fatal("consume-side replay not requested")
 	}
+	// A consumer letter's headers can be repaired before its replay.
+	if code, _, errOut := runCLI(t, append([]string{"dlq", "replay", "consumer:1", "--set-header", "Courier-Type=ChargeRequestedV2"}, db...)...); code != 0 {
+		t.Fatalf("replay --set-header: %d %s", code, errOut)
+	}
+	if code, out, _ := runCLI(t, append([]string{"dlq", "show", "consumer:1"}, db...)...); code != 0 || !strings.Contains(out, "Courier-Type: ChargeRequestedV2") {
+		t.Fatalf("show after --set-header: %d\n%s", code, out)
+	}
 	if code, _, _ = runCLI(t, append([]string{"dlq", "discard", "consumer:1"}, db...)...); code != 0 {
 		t.Fatal("discard consumer:1 failed")
 	}

@@ -45,6 +45,7 @@ func TestDLQReplayWaitConsumer(t *testing.T) {
 	testenv.Must(t, err, "migrate")
 	parkedInsert(t, db, 1, "01939f3a-0000-7000-8000-000000000011", "ChargeRequested", "ok")
 	parkedInsert(t, db, 2, "01939f3a-0000-7000-8000-000000000012", "ChargeRequested", "fail")
+	parkedInsert(t, db, 3, "", "ChargeRequested", "ok") // malformed: no Nats-Msg-Id
 	url := "sqlite://" + path
 
 	// No consumer runs yet: the wait ends without an outcome.
@@ -77,6 +78,20 @@ func TestDLQReplayWaitConsumer(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "consumer:1       applied by consumer billing") ||
 		!strings.Contains(out, "consumer:2       replay failed, still parked: card still declined") || !strings.Contains(errOut, "1 of 2 replay(s) did not succeed") {
 		t.Fatalf("replay --wait with a consumer: %d\n%s%s", code, out, errOut)
+	}
+
+	// A letter without a message id would fail again: the replay is
+	// refused until --new-id gives it one.
+	code, _, errOut = runCLI(t, "dlq", "replay", "consumer:3", "--database-url", url)
+	if code != 1 || !strings.Contains(errOut, "consumer:3 has no message id") || !strings.Contains(errOut, "--new-id") {
+		t.Fatalf("replay of a letter without a message id: %d %q", code, errOut)
+	}
+	if code, _, errOut = runCLI(t, "dlq", "replay", "consumer:2", "--new-id", "--database-url", url); code != 1 || !strings.Contains(errOut, "has a message id already") {
+		t.Fatalf("--new-id on a letter with an id: %d %q", code, errOut)
+	}
+	code, out, errOut = runCLI(t, "dlq", "replay", "consumer:3", "--new-id", "--wait", "10s", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "consumer:3       applied by consumer billing") {
+		t.Fatalf("replay --new-id: %d\n%s%s", code, out, errOut)
 	}
 }
 
