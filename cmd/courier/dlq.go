@@ -22,8 +22,8 @@ import (
 type dlqCmd struct {
 	List    dlqListCmd    `cmd:"" help:"List dead letters: relay-side and consume-side."`
 	Show    dlqShowCmd    `cmd:"" help:"Show one dead letter with its payload and attempt history (counted attempts, and those blamed on the broker)."`
-	Replay  dlqReplayCmd  `cmd:"" help:"Replay a dead letter: relay:ID goes back into the outbox, consumer:ID is applied again by its consumer."`
-	Discard dlqDiscardCmd `cmd:"" help:"Delete a dead letter for good."`
+	Replay  dlqReplayCmd  `cmd:"" help:"Replay dead letters, named or selected (--topic, --consumer, --error, --side, --all): relay:ID goes back into the outbox, consumer:ID is applied again by its consumer; --wait reports the outcome."`
+	Discard dlqDiscardCmd `cmd:"" help:"Delete dead letters for good, named or selected (--topic, --consumer, --error, --side, --all)."`
 }
 
 type dlqListCmd struct {
