@@ -46,10 +46,12 @@ func TestDLQReplayWaitConsumer(t *testing.T) {
 	parkedInsert(t, db, 1, "01939f3a-0000-7000-8000-000000000011", "ChargeRequested", "ok")
 	parkedInsert(t, db, 2, "01939f3a-0000-7000-8000-000000000012", "ChargeRequested", "fail")
 	parkedInsert(t, db, 3, "", "ChargeRequested", "ok") // malformed: no Nats-Msg-Id
+	parkedInsert(t, db, 4, "01939f3a-0000-7000-8000-000000000014", "ChargeRequested", "ok")
 	url := "sqlite://" + path
 
-	// No consumer runs yet: the wait ends without an outcome.
-	code, out, errOut := runCLI(t, "dlq", "replay", "consumer:1", "--wait", "300ms", "--database-url", url)
+	// No consumer runs yet: the wait ends without an outcome, and the
+	// request stands (the consumer started below applies it).
+	code, out, errOut := runCLI(t, "dlq", "replay", "consumer:4", "--wait", "300ms", "--database-url", url)
 	if code != 1 || !strings.Contains(out, "not applied after 300ms: is consumer billing running?") {
 		t.Fatalf("replay --wait without a consumer: %d %q %q", code, out, errOut)
 	}
