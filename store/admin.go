@@ -35,6 +35,11 @@ type Admin interface {
 	RequestReplay(ctx context.Context, id int64) error
 	// DiscardParked deletes a parked message for good.
 	DiscardParked(ctx context.Context, id int64) error
+	// RepairParked replaces the message id and the headers of a parked
+	// delivery, so that one parked because its headers were malformed (no
+	// message id, no type…) decodes when it is replayed; RequestReplay
+	// asks for the replay. ErrNotFound when it does not exist.
+	RepairParked(ctx context.Context, id int64, messageID string, headers map[string][]string) error
 }
 
 // DeadLetter is a relay-side dead letter: a message the broker rejected

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,17 +51,9 @@ func parseDatabaseURL(raw string) (dialect, conn string, err error) {
 	case strings.HasPrefix(raw, "file:"):
 		return "sqlite", strings.TrimPrefix(raw, "file:"), nil
 	case strings.HasPrefix(raw, "mysql://"):
-		u, err := url.Parse(raw)
-		if err != nil || u.Host == "" || strings.Trim(u.Path, "/") == "" {
-			return "", "", fmt.Errorf("--database-url %q is not a MySQL URL: use mysql://user:password@host:3306/database", redact(raw))
-		}
-		dsn := ""
-		if u.User != nil {
-			dsn = u.User.String() + "@"
-		}
-		dsn += "tcp(" + u.Host + ")/" + strings.Trim(u.Path, "/")
-		if u.RawQuery != "" {
-			dsn += "?" + u.RawQuery
+		dsn, err := mysql.DSNFromURL(raw)
+		if err != nil {
+			return "", "", fmt.Errorf("--database-url %q is not a MySQL URL (%v): use mysql://user:password@host:3306/database, with reserved characters percent-encoded (@ as %%40)", redact(raw), err)
 		}
 		return "mysql", dsn, nil
 	}
@@ -196,10 +187,10 @@ func (d *database) notifier(listenURL string, log *slog.Logger) (store.Notifier,
 	return postgres.NewNotifier(listenURL, log)
 }
 
-// pollInterval is the relay's default polling interval: long where
-// wake-ups arrive, short where polling is all there is (and cheap).
-func (d *database) pollInterval() time.Duration {
-	switch d.dialect {
+// pollInterval is the relay's default polling interval on dialect: long
+// where wake-ups arrive, short where polling is all there is (and cheap).
+func pollInterval(dialect string) time.Duration {
+	switch dialect {
 	case "postgres":
 		return time.Second
 	case "mysql":

@@ -22,31 +22,31 @@ import (
 // demoCmd runs the reference shop (examples/shop) in-process under load
 // and faults, then audits it.
 type demoCmd struct {
-	Orders      int           `help:"Orders to place." default:"1000"`
-	Concurrency int           `help:"POSTs in flight at once." default:"16"`
-	InFlight    int           `help:"Most orders placed and not yet ended at once (0: no bound), so that latency measures the saga rather than a queue." default:"50"`
-	DataDir     string        `help:"Where the SQLite files, the embedded NATS server's stream and the log go; wiped at start unless --keep." default:"courier-demo" type:"path"`
-	Keep        bool          `help:"Keep what an earlier run left (data directory, PostgreSQL schemas, stream) and leave this run's behind."`
+	Orders      int           `help:"Orders to place." default:"1000" env:"COURIER_DEMO_ORDERS"`
+	Concurrency int           `help:"POSTs in flight at once." default:"16" env:"COURIER_DEMO_CONCURRENCY"`
+	InFlight    int           `help:"Most orders placed and not yet ended at once (0: no bound), so that latency measures the saga rather than a queue." default:"50" env:"COURIER_DEMO_IN_FLIGHT"`
+	DataDir     string        `help:"Where the SQLite files, the embedded NATS server's stream and the log go; wiped at start unless --keep. Default: a temporary directory, removed after a successful run." type:"path" env:"COURIER_DEMO_DATA_DIR"`
+	Keep        bool          `help:"Keep what an earlier run left in --data-dir (and the PostgreSQL schemas and stream), and leave this run's behind." env:"COURIER_DEMO_KEEP"`
 	DatabaseURL string        `name:"database-url" help:"Run on PostgreSQL instead of SQLite files: postgres://… (one schema per service, courier_demo_orders and so on, created and dropped)." env:"COURIER_DEMO_DATABASE_URL"`
 	BrokerURL   string        `name:"broker-url" help:"Use this NATS server (with JetStream) instead of one in this process." env:"COURIER_DEMO_BROKER_URL"`
-	Timeout     time.Duration `help:"How long to wait for every saga to end." default:"3m"`
+	Timeout     time.Duration `help:"How long to wait for every saga to end." default:"3m" env:"COURIER_DEMO_TIMEOUT"`
 
-	DeclineRate         float64        `help:"Probability that payment declines a charge." default:"0.05"`
-	FailureRate         float64        `help:"Probability that a message handler fails (transient error; the inbox retries)." default:"0.05"`
-	Latency             time.Duration  `help:"Latency added to every message handler." default:"0s"`
-	DuplicateRate       float64        `help:"Probability that a delivery is duplicated." default:"0.05"`
-	ReorderRate         float64        `help:"Probability that a delivery is reordered." default:"0.05"`
-	ShipmentFailureRate float64        `help:"Probability that shipping cannot prepare a shipment." default:"0.02"`
-	ReplayRate          float64        `help:"Probability that a placed order is POSTed again with the same Idempotency-Key." default:"0.05"`
-	Stock               map[string]int `help:"Initial stock per SKU, sku=qty,… (default: mug, tee, cap and poster with plenty, vinyl with too little)." mapsep:","`
-	Crash               string         `help:"Service crashed and restarted when half the orders are placed: orders, payment, inventory, shipping or none." default:"orders" enum:"orders,payment,inventory,shipping,none"`
-	StepTimeout         time.Duration  `help:"How long each saga step waits for its reply before it is compensated." default:"30s"`
-	Stream              string         `help:"JetStream stream of the demo." default:"COURIER_DEMO"`
+	DeclineRate         float64        `help:"Probability that payment declines a charge." default:"0.05" env:"COURIER_DEMO_DECLINE_RATE"`
+	FailureRate         float64        `help:"Probability that a message handler fails (transient error; the inbox retries)." default:"0.05" env:"COURIER_DEMO_FAILURE_RATE"`
+	Latency             time.Duration  `help:"Latency added to every message handler." default:"0s" env:"COURIER_DEMO_LATENCY"`
+	DuplicateRate       float64        `help:"Probability that a delivery is duplicated." default:"0.05" env:"COURIER_DEMO_DUPLICATE_RATE"`
+	ReorderRate         float64        `help:"Probability that a delivery is reordered." default:"0.05" env:"COURIER_DEMO_REORDER_RATE"`
+	ShipmentFailureRate float64        `help:"Probability that shipping cannot prepare a shipment." default:"0.02" env:"COURIER_DEMO_SHIPMENT_FAILURE_RATE"`
+	ReplayRate          float64        `help:"Probability that a placed order is POSTed again with the same Idempotency-Key." default:"0.05" env:"COURIER_DEMO_REPLAY_RATE"`
+	Stock               map[string]int `help:"Initial stock per SKU, sku=qty,… (default: mug, tee, cap and poster with plenty, vinyl with too little)." mapsep:"," env:"COURIER_DEMO_STOCK"`
+	Crash               string         `help:"Service crashed and restarted when half the orders are placed: orders, payment, inventory, shipping or none." default:"orders" enum:"orders,payment,inventory,shipping,none" env:"COURIER_DEMO_CRASH"`
+	StepTimeout         time.Duration  `help:"How long each saga step waits for its reply before it is compensated." default:"30s" env:"COURIER_DEMO_STEP_TIMEOUT"`
+	Stream              string         `help:"JetStream stream of the demo." default:"COURIER_DEMO" env:"COURIER_DEMO_STREAM"`
 }
 
 const demoSubjectPrefix = "courier-demo."
 
-func (c *demoCmd) Run(e *env) error {
+func (c *demoCmd) Run(e *env) (err error) {
 	if c.Orders < 1 || c.Concurrency < 1 || c.InFlight < 0 {
 		return errors.New("--orders and --concurrency must be 1 or more, --in-flight 0 or more")
 	}
@@ -56,11 +56,40 @@ func (c *demoCmd) Run(e *env) error {
 			return fmt.Errorf("%s is %g: use a probability from 0 to 1", name, v)
 		}
 	}
+	for name, v := range map[string]time.Duration{"--timeout": c.Timeout, "--step-timeout": c.StepTimeout} {
+		if v <= 0 {
+			return fmt.Errorf("%s is %s: use more than 0", name, v)
+		}
+	}
+	if c.Latency < 0 {
+		return fmt.Errorf("--latency is %s: use 0 or more", c.Latency)
+	}
+	for sku, q := range c.Stock {
+		if q < 0 {
+			return fmt.Errorf("--stock %s=%d: use 0 or more", sku, q)
+		}
+	}
+	if c.Stream == "" || strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") {
+		return fmt.Errorf("--stream %q is not a JetStream stream name: use letters, digits, - and _ (no spaces, '.', '*', '>' or slashes)", c.Stream)
+	}
 	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
 		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for a NATS server in this process", redact(c.BrokerURL))
 	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
 		return fmt.Errorf("--database-url %q: the demo runs on PostgreSQL (postgres://…), or without the flag on SQLite files", redact(c.DatabaseURL))
+	}
+	if c.DataDir == "" {
+		dir, err := os.MkdirTemp("", "courier-demo-")
+		if err != nil {
+			return fmt.Errorf("cannot create a temporary directory for the demo (%v): pass --data-dir", err)
+		}
+		c.DataDir = dir
+		defer func() {
+			// A failed run keeps its logs, which its error names.
+			if err == nil && !c.Keep {
+				_ = os.RemoveAll(dir)
+			}
+		}()
 	}
 	dir, err := filepath.Abs(c.DataDir)
 	if err != nil {

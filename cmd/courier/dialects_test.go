@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -110,10 +111,11 @@ func TestMySQLURL(t *testing.T) {
 func mysqlURL(t *testing.T, dsn string) string {
 	cfg, err := gomysql.ParseDSN(dsn)
 	testenv.Must(t, err, "parse dsn")
+	u := url.URL{Scheme: "mysql", User: url.User(cfg.User), Host: cfg.Addr, Path: "/" + cfg.DBName}
 	if cfg.Passwd != "" {
-		return fmt.Sprintf("mysql://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
 	}
-	return fmt.Sprintf("mysql://%s@%s/%s", cfg.User, cfg.Addr, cfg.DBName)
+	return u.String()
 }
 
 func TestSQLiteURLForms(t *testing.T) {
@@ -132,5 +134,28 @@ func TestSQLiteURLForms(t *testing.T) {
 	}
 	if code, out, _ := runCLI(t, "migrate", "--print", "--dialect", "sqlite"); code != 0 || !strings.Contains(out, "CREATE TABLE") {
 		t.Fatalf("print sqlite: %d", code)
+	}
+}
+
+// A mysql:// URL's user and password are percent-decoded: a password with
+// '@', ':' or '/' in it is written %40, %3A, %2F as in any URL.
+func TestMySQLURLPercentEncodedPassword(t *testing.T) {
+	my := testenv.MySQL(t, true)
+	cfg, err := gomysql.ParseDSN(my.DSN)
+	testenv.Must(t, err, "parse dsn")
+	user, password := testenv.Name("courier_u_"), "a@b:c/d%e?f"
+	ctx := context.Background()
+	_, err = my.Admin.ExecContext(ctx, "CREATE USER '"+user+"'@'%' IDENTIFIED BY '"+password+"'")
+	testenv.Must(t, err, "create user")
+	t.Cleanup(func() { _, _ = my.Admin.ExecContext(context.Background(), "DROP USER '"+user+"'@'%'") })
+	_, err = my.Admin.ExecContext(ctx, "GRANT ALL ON "+my.Name+".* TO '"+user+"'@'%'")
+	testenv.Must(t, err, "grant")
+
+	u := fmt.Sprintf("mysql://%s:%s@%s/%s?timeout=5s", user, url.QueryEscape(password), cfg.Addr, my.Name)
+	if code, out, errOut := runCLI(t, "status", "--database-url", u); code != 0 || !strings.Contains(out, "pending") {
+		t.Fatalf("status with a percent-encoded password: %d %s %s", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, "status", "--database-url", strings.Replace(u, "%40", "%41", 1)); code != 1 || strings.Contains(errOut, "b%3Ac") {
+		t.Fatalf("wrong password: %d %q; want exit 1 and the password hidden", code, errOut)
 	}
 }

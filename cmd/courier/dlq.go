@@ -22,15 +22,15 @@ import (
 type dlqCmd struct {
 	List    dlqListCmd    `cmd:"" help:"List dead letters: relay-side and consume-side."`
 	Show    dlqShowCmd    `cmd:"" help:"Show one dead letter with its payload and attempt history (counted attempts, and those blamed on the broker)."`
-	Replay  dlqReplayCmd  `cmd:"" help:"Replay a dead letter: relay:ID goes back into the outbox, consumer:ID is applied again by its consumer."`
-	Discard dlqDiscardCmd `cmd:"" help:"Delete a dead letter for good."`
+	Replay  dlqReplayCmd  `cmd:"" help:"Replay dead letters, named or selected (--topic, --consumer, --error, --side, --all): relay:ID goes back into the outbox, consumer:ID is applied again by its consumer; --wait reports the outcome."`
+	Discard dlqDiscardCmd `cmd:"" help:"Delete dead letters for good, named or selected (--topic, --consumer, --error, --side, --all)."`
 }
 
 type dlqListCmd struct {
 	dbFlags
-	Consumer string `help:"Only consume-side dead letters of this consumer."`
-	Limit    int    `help:"At most this many of each kind." default:"100"`
-	JSON     bool   `help:"Print JSON instead of a table."`
+	Consumer string `help:"Only consume-side dead letters of this consumer." env:"COURIER_DLQ_CONSUMER"`
+	Limit    int    `help:"At most this many of each kind." default:"100" env:"COURIER_DLQ_LIMIT"`
+	JSON     bool   `help:"Print JSON instead of a table." env:"COURIER_JSON"`
 }
 
 type dlqRef struct {
@@ -40,12 +40,31 @@ type dlqRef struct {
 
 type dlqShowCmd struct {
 	dlqRef
-	JSON bool `help:"Print JSON (the payload in base64)."`
+	JSON bool `help:"Print JSON (the payload in base64)." env:"COURIER_JSON"`
 }
 
-type dlqReplayCmd struct{ dlqRef }
+// dlqSelect picks the dead letters replay and discard act on: those named,
+// or every one that matches the filters.
+type dlqSelect struct {
+	dbFlags
+	Refs     []string `arg:"" optional:"" name:"ref" help:"relay:ID or consumer:ID, as listed by courier dlq list; leave out to select with the filters."`
+	Topic    string   `help:"Select the dead letters of this topic (relay side), or whose subject ends in .TOPIC (consumer side)." env:"COURIER_DLQ_TOPIC"`
+	Consumer string   `help:"Select this consumer's dead letters (consumer side only)." env:"COURIER_DLQ_CONSUMER"`
+	Error    string   `help:"Select the dead letters whose last error contains this text." env:"COURIER_DLQ_ERROR"`
+	Side     string   `help:"Select only relay or consumer dead letters." enum:"relay,consumer,both" default:"both" env:"COURIER_DLQ_SIDE"`
+	All      bool     `help:"Select every dead letter (when no ref and no filter is given)." env:"COURIER_DLQ_ALL"`
+	Limit    int      `help:"At most this many of each side." default:"1000" env:"COURIER_DLQ_LIMIT"`
+	DryRun   bool     `help:"List what would be done and change nothing." env:"COURIER_DLQ_DRY_RUN"`
+}
 
-type dlqDiscardCmd struct{ dlqRef }
+type dlqReplayCmd struct {
+	dlqSelect
+	NewID     bool              `name:"new-id" help:"Give a consumer letter that has no message id (its headers were malformed) a new one (Nats-Msg-Id, a UUIDv7) before replaying it." env:"COURIER_DLQ_NEW_ID"`
+	SetHeader map[string]string `name:"set-header" help:"Set this header (exact name) of consumer letters before replaying them, to repair malformed ones: --set-header Courier-Type=OrderPlaced. Repeatable." env:"COURIER_DLQ_SET_HEADER"`
+	Wait      time.Duration     `help:"Wait up to this long for the outcome of each replay and report it (relay: published or dead again; consumer: applied or failed again); exit 1 unless all succeeded. 0: do not wait." default:"0s" env:"COURIER_DLQ_WAIT"`
+}
+
+type dlqDiscardCmd struct{ dlqSelect }
 
 func (c *dbFlags) admin(e *env) (store.Admin, func(), error) {
 	d, err := c.open(e.ctx, false)
@@ -82,20 +101,35 @@ func (c *dlqListCmd) Run(e *env) error {
 		fmt.Fprintln(e.stdout, "no dead letters")
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "%-16s %-20s %-24s %-8s %s\n", "DEAD LETTER", "WHEN", "WHAT", "ATTEMPTS", "LAST ERROR")
+	// One row per letter: where it comes from (topic, or consumer and
+	// subject), its type and message id, and why it is there.
+	const row = "%-16s %-19s %-30s %-20s %-36s %-8s %s\n"
+	fmt.Fprintf(e.stdout, row, "DEAD LETTER", "WHEN", "SOURCE", "TYPE", "MESSAGE ID", "ATTEMPTS", "LAST ERROR")
 	for _, d := range dead {
-		fmt.Fprintf(e.stdout, "%-16s %-20s %-24s %-8d %s\n", "relay:"+strconv.FormatInt(d.ID, 10), d.DeadAt.UTC().Format(time.DateTime),
-			clip(d.Topic+"/"+d.Type, 24), d.Attempts, clip(d.LastError, 60))
+		fmt.Fprintf(e.stdout, row, "relay:"+strconv.FormatInt(d.ID, 10), d.DeadAt.UTC().Format(time.DateTime),
+			clip("topic "+d.Topic, 30), clip(d.Type, 20), d.MessageID, strconv.Itoa(d.Attempts), clip(d.LastError, 60))
 	}
 	for _, p := range parked {
-		what := p.Consumer + " " + p.Reason
-		if p.ReplayRequested != nil {
-			what += " (replay asked)"
+		id := p.MessageID
+		if id == "" {
+			id = "(none)"
 		}
-		fmt.Fprintf(e.stdout, "%-16s %-20s %-24s %-8d %s\n", "consumer:"+strconv.FormatInt(p.ID, 10), p.ParkedAt.UTC().Format(time.DateTime),
-			clip(what, 24), p.Attempts, clip(p.Error, 60))
+		why := p.Reason + ": " + p.Error
+		if p.ReplayRequested != nil {
+			why = "(replay asked) " + why
+		}
+		fmt.Fprintf(e.stdout, row, "consumer:"+strconv.FormatInt(p.ID, 10), p.ParkedAt.UTC().Format(time.DateTime),
+			clip(p.Consumer+" ← "+p.Subject, 30), clip(orDash(parkedType(p)), 20), id, strconv.Itoa(p.Attempts), clip(why, 60))
 	}
 	return nil
+}
+
+// orDash stands in "-" for an empty value in a table.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func (c *dlqShowCmd) Run(e *env) error {
@@ -204,52 +238,6 @@ func showPayload(e *env, contentType string, payload []byte) {
 		return
 	}
 	fmt.Fprintf(e.stdout, "%-13s (%s, base64)\n%s\n", "payload", what, base64.StdEncoding.EncodeToString(payload))
-}
-
-func (c *dlqReplayCmd) Run(e *env) error {
-	side, id, err := parseRef(c.Ref)
-	if err != nil {
-		return err
-	}
-	a, done, err := c.admin(e)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if side == "relay" {
-		if err := a.ReplayDeadLetter(e.ctx, id); err != nil {
-			return refError(c.Ref, err)
-		}
-		fmt.Fprintf(e.stdout, "%s is back in the outbox; a relay publishes it next\n", c.Ref)
-		return nil
-	}
-	if err := a.RequestReplay(e.ctx, id); err != nil {
-		return refError(c.Ref, err)
-	}
-	fmt.Fprintf(e.stdout, "%s: replay requested; its consumer applies it within seconds and removes it from the list\n", c.Ref)
-	return nil
-}
-
-func (c *dlqDiscardCmd) Run(e *env) error {
-	side, id, err := parseRef(c.Ref)
-	if err != nil {
-		return err
-	}
-	a, done, err := c.admin(e)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if side == "relay" {
-		err = a.DiscardDeadLetter(e.ctx, id)
-	} else {
-		err = a.DiscardParked(e.ctx, id)
-	}
-	if err != nil {
-		return refError(c.Ref, err)
-	}
-	fmt.Fprintf(e.stdout, "%s discarded\n", c.Ref)
-	return nil
 }
 
 func parseRef(ref string) (string, int64, error) {

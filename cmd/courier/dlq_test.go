@@ -84,6 +84,11 @@ func testDLQCommands(t *testing.T, d dlqDatabase) {
 	if code != 0 || !strings.Contains(out, "relay:41") || !strings.Contains(out, "consumer:1") || !strings.Contains(out, "card declined") {
 		t.Fatalf("dlq list: %d\n%s%s", code, out, errOut)
 	}
+	// Consumer letters show their type, subject and message id too.
+	if !regexp.MustCompile(`(?m)^consumer:1 .*billing ← courier\.payments +ChargeRequested +01939f3a-0000-7000-8000-000000000002 +5 +failed: card declined$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^relay:41 .*topic orders +OrderPlaced +01939f3a-0000-7000-8000-000000000001 +10 +nats: message size`).MatchString(out) {
+		t.Fatalf("dlq list lacks a letter's source, type or message id:\n%s", out)
+	}
 	code, out, _ = runCLI(t, append([]string{"dlq", "list", "--json", "--consumer", "billing"}, db...)...)
 	var listed struct {
 		Relay    []map[string]any `json:"relay"`
@@ -135,6 +140,13 @@ func testDLQCommands(t *testing.T, d dlqDatabase) {
 	if !asked {
 		t.Fatal("consume-side replay not requested")
 	}
+	// A consumer letter's headers can be repaired before its replay.
+	if code, _, errOut := runCLI(t, append([]string{"dlq", "replay", "consumer:1", "--set-header", "Courier-Type=ChargeRequestedV2"}, db...)...); code != 0 {
+		t.Fatalf("replay --set-header: %d %s", code, errOut)
+	}
+	if code, out, _ := runCLI(t, append([]string{"dlq", "show", "consumer:1"}, db...)...); code != 0 || !strings.Contains(out, "Courier-Type: ChargeRequestedV2") {
+		t.Fatalf("show after --set-header: %d\n%s", code, out)
+	}
 	if code, _, _ = runCLI(t, append([]string{"dlq", "discard", "consumer:1"}, db...)...); code != 0 {
 		t.Fatal("discard consumer:1 failed")
 	}
@@ -151,5 +163,50 @@ func testDLQCommands(t *testing.T, d dlqDatabase) {
 	}
 	if code, out, _ := runCLI(t, append([]string{"dlq", "list"}, db...)...); code != 0 || !strings.Contains(out, "no dead letters") {
 		t.Fatalf("final list: %q", out)
+	}
+}
+
+// Replay and discard select dead letters by topic, consumer, error or side;
+// --dry-run only says what they would do.
+func TestDLQBulk(t *testing.T) {
+	d := dlqDatabases(t)["sqlite"](t)
+	for _, q := range d.seed {
+		_, err := d.db.Exec(q)
+		testenv.Must(t, err, "seed dead letters")
+	}
+	parkedInsert(t, d.db, 2, "01939f3a-0000-7000-8000-000000000013", "ReserveStock", "x")
+	_, err := d.db.Exec(`UPDATE courier_inbox_dead_letters SET consumer = 'stock', subject = 'courier.inventory', last_error = 'out of stock' WHERE id = 2`)
+	testenv.Must(t, err, "second consumer")
+	db := []string{"--database-url", d.url}
+	count := func(table string) (n int) {
+		testenv.Must(t, d.db.QueryRow("SELECT count(*) FROM "+table).Scan(&n), "count")
+		return n
+	}
+
+	code, out, errOut := runCLI(t, append([]string{"dlq", "discard", "--side", "consumer", "--dry-run"}, db...)...)
+	if code != 0 || !strings.Contains(out, "would discard consumer:1") || !strings.Contains(out, "would discard consumer:2") ||
+		strings.Contains(out, "relay:41") || !strings.Contains(out, "2 dead letter(s) would be discarded") || count("courier_inbox_dead_letters") != 2 {
+		t.Fatalf("discard --dry-run: %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut = runCLI(t, append([]string{"dlq", "discard"}, db...)...); code != 1 || !strings.Contains(errOut, "which dead letters?") {
+		t.Fatalf("discard without a selection: %d %q", code, errOut)
+	}
+	if code, _, errOut = runCLI(t, append([]string{"dlq", "replay", "relay:41", "--topic", "orders"}, db...)...); code != 1 || !strings.Contains(errOut, "not both") {
+		t.Fatalf("replay with refs and filters: %d %q", code, errOut)
+	}
+	code, out, errOut = runCLI(t, append([]string{"dlq", "discard", "--error", "out of stock"}, db...)...)
+	if code != 0 || strings.TrimSpace(out) != "consumer:2 discarded" || count("courier_inbox_dead_letters") != 1 {
+		t.Fatalf("discard --error: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, append([]string{"dlq", "replay", "--topic", "payments"}, db...)...)
+	if code != 0 || !strings.Contains(out, "consumer:1: replay requested; consumer billing applies it when it next looks") {
+		t.Fatalf("replay --topic payments: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, append([]string{"dlq", "replay", "--topic", "orders"}, db...)...)
+	if code != 0 || !strings.Contains(out, "relay:41 is back in the outbox") || count("courier_outbox") != 1 {
+		t.Fatalf("replay --topic orders: %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ = runCLI(t, append([]string{"dlq", "replay", "--all"}, db...)...); code != 0 || !strings.Contains(out, "consumer:1") {
+		t.Fatalf("replay --all: %d\n%s", code, out)
 	}
 }

@@ -79,12 +79,12 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 }
 
 func TestMigrateExport(t *testing.T) {
-	code, out, _ := runCLI(t, "migrate", "--print")
+	code, out, _ := runCLI(t, "migrate", "--print", "--dialect", "postgres")
 	if code != 0 || !strings.Contains(out, "CREATE TABLE courier_outbox") || !strings.Contains(out, "INSERT INTO courier_schema_migrations") {
 		t.Fatalf("migrate --print: %d\n%s", code, out)
 	}
 	dir := t.TempDir()
-	code, out, _ = runCLI(t, "migrate", "--dir", dir)
+	code, out, _ = runCLI(t, "migrate", "--dir", dir, "--dialect", "postgres")
 	files, _ := filepath.Glob(filepath.Join(dir, "*.up.sql"))
 	if code != 0 || len(files) != len(postgres.Migrations()) {
 		t.Fatalf("migrate --dir: %d %q, files %v", code, out, files)

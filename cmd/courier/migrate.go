@@ -4,13 +4,22 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/courier-go/courier/store"
 )
 
 type migrateCmd struct {
 	dbFlags
-	Print   bool   `help:"Print the SQL of every migration instead of applying it (for your own migration tool)." xor:"out"`
-	Dir     string `help:"Write each migration as NNNN_courier_name.up.sql into this directory instead of applying it." type:"path" xor:"out"`
-	Dialect string `help:"Dialect to export with --print or --dir when no --database-url says: postgres, mysql or sqlite." enum:"postgres,mysql,sqlite," default:""`
+	Print   bool   `help:"Print the SQL of every migration instead of applying it (for your own migration tool)." xor:"out" env:"COURIER_MIGRATE_PRINT"`
+	Dir     string `help:"Write each migration as a file into this directory instead of applying it, named as --tool wants." type:"path" xor:"out" env:"COURIER_MIGRATE_DIR"`
+	Dialect string `help:"Dialect to export with --print or --dir when no --database-url says: sqlite (the default, as for every command), postgres or mysql." enum:"postgres,mysql,sqlite," default:"" env:"COURIER_DIALECT"`
+	Tool    string `help:"With --dir, the migration tool that runs the files: courier (NNNN_courier_NAME.up.sql), golang-migrate (NNNN_courier_NAME.up.sql, .down.sql with --down), goose (NNNN_courier_NAME.sql with -- +goose Up/Down) or flyway (VN__courier_NAME.sql)." enum:"courier,golang-migrate,goose,flyway" default:"courier" env:"COURIER_MIGRATE_TOOL"`
+	Prefix  string `help:"With --dir, how files are numbered: sequence (from --start) or timestamp (YYYYMMDDHHMMSS, now, one second apart)." enum:"sequence,timestamp" default:"sequence" env:"COURIER_MIGRATE_PREFIX"`
+	Start   int    `help:"With --dir and --prefix sequence, the number of the first file: put Courier's migrations after your own." default:"1" env:"COURIER_MIGRATE_START"`
+	Since   int    `help:"Export only the migrations after this schema version (the ones an upgrade adds; courier status on the database shows its version)." default:"0" env:"COURIER_MIGRATE_SINCE"`
+	Down    bool   `help:"With --dir and --tool golang-migrate, also write a .down.sql for each migration (Courier's migrations cannot be reverted: it says so and does nothing)." env:"COURIER_MIGRATE_DOWN"`
 }
 
 func (c *migrateCmd) Run(e *env) error {
@@ -47,21 +56,72 @@ func (c *migrateCmd) export(e *env) error {
 		}
 	}
 	if dialect == "" {
-		dialect = "postgres"
+		dialect = "sqlite" // the embedded default, as for every command
 	}
-	for _, m := range exportSQL(dialect) {
-		if c.Print {
+	all := exportSQL(dialect)
+	switch {
+	case c.Start < 1:
+		return fmt.Errorf("--start is %d: use 1 or more", c.Start)
+	case c.Since < 0 || c.Since >= store.Latest(all):
+		return fmt.Errorf("--since is %d: use a schema version from 0 to %d (the latest %s migration is %d)", c.Since, store.Latest(all)-1, dialect, store.Latest(all))
+	case c.Down && c.Tool != "golang-migrate":
+		return fmt.Errorf("--down is for --tool golang-migrate (goose files hold their own Down section; courier and flyway have none)")
+	}
+	ms := all[c.Since:]
+	if c.Print {
+		for _, m := range ms {
 			fmt.Fprintln(e.stdout, m.SQL)
-			continue
 		}
-		if err := os.MkdirAll(c.Dir, 0o755); err != nil {
-			return fmt.Errorf("--dir: %w", err)
+		return nil
+	}
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return fmt.Errorf("--dir: %w", err)
+	}
+	stamp := time.Now().UTC().Truncate(time.Second)
+	for i, m := range ms {
+		prefix := fmt.Sprintf("%04d", c.Start+i)
+		if c.Prefix == "timestamp" {
+			prefix = stamp.Add(time.Duration(i) * time.Second).Format("20060102150405")
 		}
-		name := filepath.Join(c.Dir, fmt.Sprintf("%04d_courier_%s.up.sql", m.Version, m.Name))
-		if err := os.WriteFile(name, []byte(m.SQL), 0o644); err != nil {
-			return fmt.Errorf("--dir: %w", err)
+		for _, f := range exportFiles(c.Tool, dialect, prefix, m, c.Down) {
+			name := filepath.Join(c.Dir, f.name)
+			if _, err := os.Stat(name); err == nil {
+				return fmt.Errorf("--dir: %s exists already: export into an empty directory, or pick other numbers with --start, --since or --prefix timestamp", name)
+			}
+			if err := os.WriteFile(name, []byte(f.body), 0o644); err != nil {
+				return fmt.Errorf("--dir: %w", err)
+			}
+			fmt.Fprintln(e.stdout, name)
 		}
-		fmt.Fprintln(e.stdout, name)
 	}
 	return nil
+}
+
+// exportFile is one file of an exported migration.
+type exportFile struct{ name, body string }
+
+// exportFiles lays out migration m as tool expects it, under prefix (its
+// number or timestamp).
+func exportFiles(tool, dialect, prefix string, m store.Migration, down bool) []exportFile {
+	base := prefix + "_courier_" + m.Name
+	irreversible := fmt.Sprintf("-- courier migration %04d_%s cannot be reverted: restore a backup, or drop Courier's courier_* tables by hand.\n", m.Version, m.Name)
+	switch tool {
+	case "golang-migrate":
+		fs := []exportFile{{base + ".up.sql", m.SQL}}
+		if down {
+			fs = append(fs, exportFile{base + ".down.sql", irreversible})
+		}
+		return fs
+	case "goose":
+		up := m.SQL
+		if dialect == "postgres" {
+			// PL/pgSQL bodies hold semicolons: run the script as one
+			// statement.
+			up = "-- +goose StatementBegin\n" + strings.TrimRight(up, "\n") + "\n-- +goose StatementEnd\n"
+		}
+		return []exportFile{{base + ".sql", "-- +goose Up\n" + up + "\n-- +goose Down\n" + irreversible}}
+	case "flyway":
+		return []exportFile{{"V" + strings.TrimLeft(prefix, "0") + "__courier_" + m.Name + ".sql", m.SQL}}
+	}
+	return []exportFile{{base + ".up.sql", m.SQL}}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/nats/embedded"
@@ -20,29 +22,86 @@ type relayCmd struct {
 	DataDir       string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
 	EmbeddedPort  int           `help:"Port of the embedded NATS server (0: any free port)." default:"4222" env:"COURIER_EMBEDDED_PORT"`
 	ListenURL     string        `name:"listen-url" help:"PostgreSQL URL for LISTEN wake-ups; must be a direct session connection, not PgBouncer in transaction mode (default: --database-url)." env:"COURIER_LISTEN_URL"`
-	NoListen      bool          `help:"Do not LISTEN for wake-ups (PostgreSQL); poll only."`
+	NoListen      bool          `help:"Do not LISTEN for wake-ups (PostgreSQL); poll only." env:"COURIER_NO_LISTEN"`
 	Stream        string        `help:"JetStream stream to publish into." default:"COURIER" env:"COURIER_STREAM"`
 	SubjectPrefix string        `help:"Prefix that turns a topic into a subject." default:"courier." env:"COURIER_SUBJECT_PREFIX"`
-	NoStream      bool          `name:"no-create-stream" help:"Do not create the stream when it is missing (it is managed elsewhere)."`
-	BatchSize     int           `help:"Messages claimed per batch." default:"1000"`
-	Concurrency   int           `help:"Batches publishing at once." default:"2"`
-	Lease         time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s"`
-	MaxAttempts   int           `help:"Failed attempts before a message becomes a dead letter." default:"10"`
-	PollInterval  time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)."`
+	NoStream      bool          `name:"no-create-stream" help:"Do not create the stream when it is missing (it is managed elsewhere)." env:"COURIER_NO_CREATE_STREAM"`
+	BatchSize     int           `help:"Messages claimed per batch." default:"1000" env:"COURIER_BATCH_SIZE"`
+	Concurrency   int           `help:"Batches publishing at once." default:"2" env:"COURIER_CONCURRENCY"`
+	Lease         time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s" env:"COURIER_LEASE"`
+	MaxAttempts   int           `help:"Failed attempts before a message becomes a dead letter." default:"10" env:"COURIER_MAX_ATTEMPTS"`
+	PollInterval  time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)." env:"COURIER_POLL_INTERVAL"`
 	KeepPublished bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it yourself)." env:"COURIER_KEEP_PUBLISHED"`
 }
 
-func (c *relayCmd) Run(e *env) error {
+// check validates every flag, before anything is opened or created, and
+// returns the relay's configuration (without its logger and notifier).
+func (c *relayCmd) check() (relay.Config, error) {
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"--batch-size", c.BatchSize}, {"--concurrency", c.Concurrency}, {"--max-attempts", c.MaxAttempts}} {
 		if f.v < 1 {
-			return fmt.Errorf("%s is %d: use 1 or more", f.name, f.v)
+			return relay.Config{}, fmt.Errorf("%s is %d: use 1 or more", f.name, f.v)
 		}
 	}
 	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
-		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for the embedded server", redact(c.BrokerURL))
+		return relay.Config{}, fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for the embedded server", redact(c.BrokerURL))
+	}
+	if c.EmbeddedPort < 0 || c.EmbeddedPort > 65535 {
+		return relay.Config{}, fmt.Errorf("--embedded-port is %d: use a port from 1 to 65535, or 0 for any free port", c.EmbeddedPort)
+	}
+	if c.Stream == "" || strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") {
+		return relay.Config{}, fmt.Errorf("--stream %q is not a JetStream stream name: use letters, digits, - and _ (no spaces, '.', '*', '>' or slashes)", c.Stream)
+	}
+	if p := strings.TrimSuffix(c.SubjectPrefix, "."); c.SubjectPrefix != "" &&
+		(strings.ContainsAny(c.SubjectPrefix, " \t\r\n*>") || p == "" || strings.HasPrefix(p, ".") || strings.Contains(p, "..")) {
+		return relay.Config{}, fmt.Errorf("--subject-prefix %q cannot start a NATS subject: use tokens separated by dots, without spaces, '*' or '>', such as courier. (or \"\" for subjects equal to topics)", c.SubjectPrefix)
+	}
+	dialect := "sqlite"
+	if c.DatabaseURL != "" {
+		var err error
+		if dialect, _, err = parseDatabaseURL(c.DatabaseURL); err != nil {
+			return relay.Config{}, err
+		}
+	}
+	if c.PollInterval < 0 {
+		return relay.Config{}, fmt.Errorf("--poll-interval is %s: use more than 0, or leave it out for the database's default", c.PollInterval)
+	}
+	cfg := relay.Config{
+		BatchSize:     c.BatchSize,
+		Concurrency:   c.Concurrency,
+		LeaseDuration: c.Lease,
+		MaxAttempts:   c.MaxAttempts,
+		PollInterval:  c.PollInterval,
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = pollInterval(dialect)
+	}
+	if c.Lease <= time.Second {
+		// Publishing a batch must end well within its lease: the relay
+		// gives it half the lease and keeps a margin. (The relay would
+		// take its default for 0; here 0 is a mistake like any other.)
+		return relay.Config{}, fmt.Errorf("--lease is %s: use more than 1s (default 30s)", c.Lease)
+	}
+	if err := cfg.Validate(); err != nil {
+		return relay.Config{}, flagError(err)
+	}
+	return cfg, nil
+}
+
+func (c *relayCmd) Run(e *env) error {
+	cfg, err := c.check()
+	if err != nil {
+		return err
+	}
+	cfg.Logger = e.log
+	if c.BrokerURL == "" {
+		// Before anything else is created: the embedded server would only
+		// fail to become ready in an unusable directory.
+		if err := embedded.UsableDir(c.DataDir); err != nil {
+			return fmt.Errorf("--data-dir: %v; give a directory you can write in (--data-dir or COURIER_DATA_DIR)", err)
+		}
 	}
 	embeddedDB := c.DatabaseURL == ""
 	d, err := c.open(e.ctx, embeddedDB)
@@ -96,23 +155,12 @@ func (c *relayCmd) Run(e *env) error {
 	mapping := couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""}
 	if !c.NoStream {
 		if err := couriernats.EnsureStream(e.ctx, nc, mapping, couriernats.StreamConfig{Name: c.Stream}); err != nil {
-			return fmt.Errorf("%v; is JetStream enabled on the server (nats-server -js)?", err)
+			return c.streamError(e.ctx, nc, mapping, err)
 		}
 	}
 	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
 	if err != nil {
 		return err
-	}
-	cfg := relay.Config{
-		BatchSize:     c.BatchSize,
-		Concurrency:   c.Concurrency,
-		LeaseDuration: c.Lease,
-		MaxAttempts:   c.MaxAttempts,
-		PollInterval:  c.PollInterval,
-		Logger:        e.log,
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = d.pollInterval()
 	}
 	if !c.NoListen {
 		listen := c.ListenURL
@@ -137,6 +185,38 @@ func (c *relayCmd) Run(e *env) error {
 	e.log.Info("relaying", "database", d.where, "dialect", d.dialect, "broker", redact(brokerURL), "stream", c.Stream,
 		"subject_prefix", c.SubjectPrefix, "poll_interval", cfg.PollInterval)
 	return r.Run(e.ctx)
+}
+
+// subjectOverlap is JetStream's error code for a stream whose subjects
+// overlap another stream's.
+const subjectOverlap jetstream.ErrorCode = 10065
+
+// streamError explains why the stream could not be created, with the fix.
+func (c *relayCmd) streamError(ctx context.Context, nc *natsgo.Conn, mapping couriernats.Config, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == subjectOverlap:
+		var others []string
+		if js, jerr := jetstream.New(nc); jerr == nil {
+			names := js.StreamNames(ctx, jetstream.WithStreamListSubject(mapping.Subjects()))
+			for n := range names.Name() {
+				others = append(others, n)
+			}
+		}
+		which := "another stream"
+		if len(others) > 0 {
+			which = "stream " + strings.Join(others, ", ")
+		}
+		fix := "pass --stream with the name of the stream that captures them"
+		if len(others) == 1 {
+			fix = "pass --stream " + others[0] + " to publish into it"
+		}
+		return fmt.Errorf("cannot create stream %s: its subjects %s overlap those of %s; %s, or --subject-prefix for subjects of your own (--no-create-stream if streams are managed elsewhere)",
+			c.Stream, mapping.Subjects(), which, fix)
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("%v; enable JetStream on the server (nats-server -js)", err)
+	}
+	return fmt.Errorf("%v; check that the server runs JetStream (nats-server -js) and that --stream and --subject-prefix suit it", err)
 }
 
 // flagError rewrites "Config.BatchSize" in relay errors as the flag users set.

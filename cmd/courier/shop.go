@@ -23,11 +23,11 @@ type shopFlags struct {
 	BrokerURL     string        `name:"broker-url" help:"NATS server with JetStream, shared by the four services (courier relay serves one on this address)." default:"nats://127.0.0.1:4222" env:"COURIER_BROKER_URL"`
 	Stream        string        `help:"JetStream stream of the shop." default:"SHOP" env:"COURIER_SHOP_STREAM"`
 	SubjectPrefix string        `help:"Prefix that turns a topic into a subject." default:"shop." env:"COURIER_SHOP_SUBJECT_PREFIX"`
-	FailureRate   float64       `help:"Probability that a message handler fails (transient error; the inbox retries)."`
-	Latency       time.Duration `help:"Latency added to every message handler."`
-	DuplicateRate float64       `help:"Probability that a delivery is duplicated."`
-	ReorderRate   float64       `help:"Probability that a delivery is reordered."`
-	CrashAfter    time.Duration `help:"Exit abruptly (status 3, nothing drained) this long after starting, for a supervisor to restart the service."`
+	FailureRate   float64       `help:"Probability that a message handler fails (transient error; the inbox retries)." env:"COURIER_SHOP_FAILURE_RATE"`
+	Latency       time.Duration `help:"Latency added to every message handler." env:"COURIER_SHOP_LATENCY"`
+	DuplicateRate float64       `help:"Probability that a delivery is duplicated." env:"COURIER_SHOP_DUPLICATE_RATE"`
+	ReorderRate   float64       `help:"Probability that a delivery is reordered." env:"COURIER_SHOP_REORDER_RATE"`
+	CrashAfter    time.Duration `help:"Exit abruptly (status 3, nothing drained) this long after starting, for a supervisor to restart the service." env:"COURIER_SHOP_CRASH_AFTER"`
 }
 
 func (f shopFlags) config(service string, e *env) shop.Config {
@@ -44,7 +44,7 @@ func (f shopFlags) config(service string, e *env) shop.Config {
 type shopOrdersCmd struct {
 	shopFlags
 	HTTPAddr    string        `name:"http-addr" help:"Where the HTTP API listens." default:"127.0.0.1:8080" env:"COURIER_SHOP_HTTP_ADDR"`
-	StepTimeout time.Duration `help:"How long each saga step waits for its reply before it is compensated." default:"30s"`
+	StepTimeout time.Duration `help:"How long each saga step waits for its reply before it is compensated." default:"30s" env:"COURIER_SHOP_STEP_TIMEOUT"`
 }
 
 func (c *shopOrdersCmd) Run(e *env) error {
@@ -57,7 +57,7 @@ func (c *shopOrdersCmd) Run(e *env) error {
 
 type shopPaymentCmd struct {
 	shopFlags
-	DeclineRate float64 `help:"Probability that a charge is declined."`
+	DeclineRate float64 `help:"Probability that a charge is declined." env:"COURIER_SHOP_DECLINE_RATE"`
 }
 
 func (c *shopPaymentCmd) Run(e *env) error {
@@ -72,7 +72,7 @@ func (c *shopPaymentCmd) Run(e *env) error {
 
 type shopInventoryCmd struct {
 	shopFlags
-	Stock map[string]int `help:"Initial stock per SKU, sku=qty,… (stored for SKUs the database does not know yet)." default:"mug=1000,tee=1000,cap=1000,poster=1000,vinyl=100" mapsep:","`
+	Stock map[string]int `help:"Initial stock per SKU, sku=qty,… (stored for SKUs the database does not know yet)." default:"mug=1000,tee=1000,cap=1000,poster=1000,vinyl=100" mapsep:"," env:"COURIER_SHOP_STOCK"`
 }
 
 func (c *shopInventoryCmd) Run(e *env) error {
@@ -85,7 +85,7 @@ func (c *shopInventoryCmd) Run(e *env) error {
 
 type shopShippingCmd struct {
 	shopFlags
-	ShipmentFailureRate float64 `help:"Probability that a shipment cannot be prepared."`
+	ShipmentFailureRate float64 `help:"Probability that a shipment cannot be prepared." env:"COURIER_SHOP_SHIPMENT_FAILURE_RATE"`
 }
 
 func (c *shopShippingCmd) Run(e *env) error {

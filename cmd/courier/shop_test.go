@@ -31,10 +31,18 @@ func TestDemoCommand(t *testing.T) {
 		{"--decline-rate 2", "--decline-rate is 2: use a probability from 0 to 1"},
 		{"--database-url mysql://x/y", "the demo runs on PostgreSQL"},
 		{"--broker-url http://x", "is not a NATS URL"},
+		{"--timeout 0s", "--timeout is 0s"},
+		{"--step-timeout=-1s", "--step-timeout is -1s"},
+		{"--stock mug=-1", "--stock mug=-1"},
+		{"--stream a.b", "--stream \"a.b\""},
 	} {
 		code, _, errOut := runCLI(t, append([]string{"demo", "--data-dir", filepath.Join(dir, "bad")}, strings.Fields(c.args)...)...)
 		if code != 1 || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
 			t.Errorf("demo %s: exit %d, stderr %q; want one line with %q", c.args, code, errOut, c.want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "bad")); err == nil {
+			t.Errorf("demo %s failed after creating its --data-dir", c.args)
+			testenv.Must(t, os.RemoveAll(filepath.Join(dir, "bad")), "remove")
 		}
 	}
 }
@@ -97,6 +105,25 @@ func TestShopCommandProcesses(t *testing.T) {
 		testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "SIGTERM")
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("courier shop %s after SIGTERM: %v\n%s", shop.Services[i], err, logs[i])
+		}
+	}
+}
+
+// Without --data-dir the demo works in a temporary directory and leaves
+// nothing behind, neither in the working directory nor in the temporary one.
+func TestDemoLeavesNothingBehind(t *testing.T) {
+	work, tmp := t.TempDir(), t.TempDir()
+	t.Chdir(work)
+	t.Setenv("TMPDIR", tmp)
+	code, out, errOut := runCLI(t, "demo", "--orders", "20", "--crash", "none")
+	if code != 0 || !strings.Contains(out, "All 7 invariants hold") {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, d := range []string{work, tmp} {
+		left, err := os.ReadDir(d)
+		testenv.Must(t, err, "read dir")
+		for _, l := range left {
+			t.Errorf("the demo left %s in %s", l.Name(), d)
 		}
 	}
 }

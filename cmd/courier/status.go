@@ -8,7 +8,7 @@ import (
 
 type statusCmd struct {
 	dbFlags
-	JSON bool `help:"Print JSON instead of a table."`
+	JSON bool `help:"Print JSON instead of a table." env:"COURIER_JSON"`
 }
 
 func (c *statusCmd) Run(e *env) error {

@@ -226,17 +226,9 @@ func parseDatabaseURL(raw string) (dialect, conn string, err error) {
 	case strings.HasPrefix(raw, "file:"):
 		return SQLite, strings.TrimPrefix(raw, "file:"), nil
 	case strings.HasPrefix(raw, "mysql://"):
-		u, err := url.Parse(raw)
-		if err != nil || u.Host == "" || strings.Trim(u.Path, "/") == "" {
-			return "", "", fmt.Errorf("database URL %q is not a MySQL URL: use mysql://user:password@host:3306/database", redact(raw))
-		}
-		dsn := ""
-		if u.User != nil {
-			dsn = u.User.String() + "@"
-		}
-		dsn += "tcp(" + u.Host + ")/" + strings.Trim(u.Path, "/")
-		if u.RawQuery != "" {
-			dsn += "?" + u.RawQuery
+		dsn, err := mysql.DSNFromURL(raw)
+		if err != nil {
+			return "", "", fmt.Errorf("database URL %q is not a MySQL URL (%v): use mysql://user:password@host:3306/database, with reserved characters percent-encoded (@ as %%40)", redact(raw), err)
 		}
 		return MySQL, dsn, nil
 	case !strings.Contains(raw, "://"):

@@ -139,6 +139,27 @@ func (a admin) ParkedMessage(ctx context.Context, id int64) (store.Parked, error
 	return p, nil
 }
 
+// RepairParked replaces a parked delivery's message id and headers. As in
+// RequestReplay, an UPDATE that changes nothing reports no rows, so the
+// row's existence decides ErrNotFound.
+func (a admin) RepairParked(ctx context.Context, id int64, messageID string, headers map[string][]string) error {
+	h, err := jsonOrNull(headers, len(headers))
+	if err != nil {
+		return fmt.Errorf("mysql: repair parked message %d: encode headers: %w", id, err)
+	}
+	if _, err := a.db.ExecContext(ctx, `UPDATE courier_inbox_dead_letters SET message_id = ?, headers = ? WHERE id = ?`, messageID, h, id); err != nil {
+		return fmt.Errorf("mysql: repair parked message %d: %w", id, err)
+	}
+	var exists bool
+	if err := a.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM courier_inbox_dead_letters WHERE id = ?)`, id).Scan(&exists); err != nil {
+		return fmt.Errorf("mysql: repair parked message %d: %w", id, err)
+	}
+	if !exists {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
 // RequestReplay sets replay_requested to now. An UPDATE that changes nothing
 // reports no rows (unless the DSN sets clientFoundRows), so the row's
 // existence is what decides ErrNotFound.

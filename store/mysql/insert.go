@@ -3,9 +3,12 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
@@ -69,7 +72,7 @@ func insertChunk(ctx context.Context, tx *sql.Tx, chunk []courier.Message) error
 			formatTime(m.OccurredAt))
 	}
 	if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-		return fmt.Errorf("mysql: insert %d outbox messages: %w", len(chunk), err)
+		return insertError(fmt.Errorf("mysql: insert %d outbox messages: %w", len(chunk), err))
 	}
 	return nil
 }
@@ -115,4 +118,14 @@ func (u *utcTime) parse(s string) error {
 	}
 	*u.t, u.valid = t, true
 	return nil
+}
+
+// insertError adds the fix to an insert that failed because the outbox
+// table does not exist (ER_NO_SUCH_TABLE).
+func insertError(err error) error {
+	var myErr *gomysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == 1146 {
+		return store.MissingSchema(err, "mysql.Migrate")
+	}
+	return err
 }

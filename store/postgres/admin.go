@@ -94,6 +94,17 @@ func (a admin) RequestReplay(ctx context.Context, id int64) error {
 	return a.deleteOne(ctx, `UPDATE courier_inbox_dead_letters SET replay_requested = now() WHERE id = $1`, id)
 }
 
+func (a admin) RepairParked(ctx context.Context, id int64, messageID string, headers map[string][]string) error {
+	tag, err := a.pool.Exec(ctx, `UPDATE courier_inbox_dead_letters SET message_id = $2, headers = $3 WHERE id = $1`, id, messageID, headers)
+	if err != nil {
+		return fmt.Errorf("postgres: repair parked message %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
 func (a admin) DiscardParked(ctx context.Context, id int64) error {
 	return a.deleteOne(ctx, `DELETE FROM courier_inbox_dead_letters WHERE id = $1`, id)
 }

@@ -3,11 +3,13 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
@@ -35,7 +37,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 		h := columns.HeadersJSON(m.Headers)
 		_, err := tx.Exec(ctx, insertOne, [16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt)
 		if err != nil {
-			return fmt.Errorf("postgres: insert outbox message: %w", err)
+			return insertError(fmt.Errorf("postgres: insert outbox message: %w", err))
 		}
 		return nil
 	}
@@ -65,7 +67,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 	}
 	_, err := tx.Exec(ctx, insertMany, ids, topics, keys, types, versions, cts, payloads, headers, times)
 	if err != nil {
-		return fmt.Errorf("postgres: insert %d outbox messages: %w", len(msgs), err)
+		return insertError(fmt.Errorf("postgres: insert %d outbox messages: %w", len(msgs), err))
 	}
 	return nil
 }
@@ -89,7 +91,7 @@ func QueueMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message)
 	for i := range msgs {
 		m := &msgs[i]
 		if err := m.Validate(limits); err != nil {
-			return fmt.Errorf("postgres: message %d of %d: %w", i+1, len(msgs), err)
+			return insertError(fmt.Errorf("postgres: message %d of %d: %w", i+1, len(msgs), err))
 		}
 		h := columns.HeadersJSON(m.Headers)
 		args[i] = []any{[16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt}
@@ -127,8 +129,18 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), hv, m.OccurredAt)
 		}
 		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-			return fmt.Errorf("postgres: insert %d outbox messages: %w", len(chunk), err)
+			return insertError(fmt.Errorf("postgres: insert %d outbox messages: %w", len(chunk), err))
 		}
 	}
 	return nil
+}
+
+// insertError adds the fix to an insert that failed because the outbox
+// table does not exist (undefined_table).
+func insertError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return store.MissingSchema(err, "postgres.Migrate")
+	}
+	return err
 }

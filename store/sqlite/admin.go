@@ -144,6 +144,15 @@ func (a admin) RequestReplay(ctx context.Context, id int64) error {
 		time.Now().UnixMicro(), id)
 }
 
+func (a admin) RepairParked(ctx context.Context, id int64, messageID string, headers map[string][]string) error {
+	h, err := jsonOrNull(headers, len(headers))
+	if err != nil {
+		return fmt.Errorf("sqlite: repair parked message %d: encode headers: %w", id, err)
+	}
+	return a.one(ctx, "repair parked message", `UPDATE courier_inbox_dead_letters SET message_id = ?, headers = ? WHERE id = ?`,
+		messageID, h, id)
+}
+
 func (a admin) DiscardParked(ctx context.Context, id int64) error {
 	return a.one(ctx, "discard parked message", `DELETE FROM courier_inbox_dead_letters WHERE id = ?`, id)
 }

@@ -43,8 +43,17 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 				m.OccurredAt.UnixMicro(), now)
 		}
 		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-			return fmt.Errorf("sqlite: insert %d outbox messages: %w", len(chunk), err)
+			return insertError(fmt.Errorf("sqlite: insert %d outbox messages: %w", len(chunk), err))
 		}
 	}
 	return nil
+}
+
+// insertError adds the fix to an insert that failed because the outbox
+// table does not exist.
+func insertError(err error) error {
+	if strings.Contains(err.Error(), "no such table: courier_") {
+		return store.MissingSchema(err, "sqlite.Migrate")
+	}
+	return err
 }

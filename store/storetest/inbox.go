@@ -350,6 +350,25 @@ func testParkAndReplay(t *testing.T, h Harness) {
 		t.Fatalf("RequestReplay(missing) = %v, want ErrNotFound", err)
 	}
 
+	// Repairs replace the message id and headers, and only those; a repair
+	// that changes nothing still finds the row.
+	repaired := map[string][]string{"Nats-Msg-Id": {"01939f3a-0000-7000-8000-0000000000aa"}, "Courier-Type": {"Fixed"}}
+	for range 2 {
+		if err := a.RepairParked(ctx, ids[1], "01939f3a-0000-7000-8000-0000000000aa", repaired); err != nil {
+			t.Fatalf("RepairParked(%d): %v", ids[1], err)
+		}
+	}
+	if p, err := a.ParkedMessage(ctx, ids[1]); err != nil || p.MessageID != "01939f3a-0000-7000-8000-0000000000aa" ||
+		!maps.EqualFunc(p.Headers, repaired, slices.Equal) || p.Subject != parked[1].Subject || p.Error != parked[1].Error {
+		t.Fatalf("ParkedMessage after RepairParked: %+v, %v; want the new id and headers, the rest unchanged", p, err)
+	}
+	if err := a.RepairParked(ctx, ids[1], parked[1].MessageID, parked[1].Headers); err != nil {
+		t.Fatalf("RepairParked(%d) back: %v", ids[1], err)
+	}
+	if err := a.RepairParked(ctx, missing, "x", nil); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RepairParked(missing) = %v, want ErrNotFound", err)
+	}
+
 	// Replay requests.
 	if got := toReplay("billing", 10); len(got) != 0 {
 		t.Fatalf("replays served before any request: %v", got)

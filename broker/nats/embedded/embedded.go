@@ -6,7 +6,9 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -35,10 +37,15 @@ type Server struct {
 	srv *server.Server
 }
 
-// Start starts a server and waits until it accepts connections.
+// Start starts a server and waits until it accepts connections. It creates
+// Dir if missing and fails at once when it cannot write there (the server
+// itself would only fail to become ready), or when Port is taken.
 func Start(cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("embedded nats: Config.Dir is empty: give a directory for the JetStream store")
+	}
+	if err := UsableDir(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("embedded nats: Config.Dir: %w", err)
 	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
@@ -75,7 +82,7 @@ func Start(cfg Config) (*Server, error) {
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		return nil, fmt.Errorf("embedded nats: not ready after 10s on %s:%d", cfg.Host, cfg.Port)
+		return nil, fmt.Errorf("embedded nats: not ready after 10s on %s:%d (JetStream store in %s)", cfg.Host, cfg.Port, cfg.Dir)
 	}
 	return &Server{srv: srv}, nil
 }
@@ -87,4 +94,29 @@ func (s *Server) ClientURL() string { return s.srv.ClientURL() }
 func (s *Server) Shutdown() {
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
+}
+
+// UsableDir creates dir if it is missing and checks that files can be
+// created in it, as the JetStream store must. The error names dir and says
+// what is wrong with it.
+func UsableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cannot create directory %s: %w", dir, unwrapPath(err))
+	}
+	f, err := os.CreateTemp(dir, ".courier-probe-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in directory %s: %w", dir, unwrapPath(err))
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
+}
+
+// unwrapPath drops the path an *fs.PathError repeats.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
