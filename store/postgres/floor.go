@@ -19,7 +19,8 @@ import (
 // lateCommit of its insert is always above it. A full pass (floor 0) now and
 // then finds the others: every second while full passes are cheap, less
 // often as they grow dear (dead rows that vacuum cannot remove yet), so that
-// they take at most 1/fullPassShare of the time.
+// they take at most 1/fullPassShare of the time, but at least every
+// maxFullPass.
 const (
 	lateCommit    = 2 * time.Second
 	bucketWidth   = 100 * time.Millisecond

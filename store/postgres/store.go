@@ -48,9 +48,10 @@
 // Two kinds of row can still appear below it: rows of a transaction that
 // commits more than 2 s after inserting them, and dead letters replayed
 // under their old id. A full pass (floor 0) finds them: every second while
-// full passes are cheap, and less often as they grow dear, so that they take
-// at most 1/500 of the relay's time (a full pass of 0.5 s every 250 s); such
-// rows are published that much later, never lost. A key's row stuck below
+// full passes are cheap, and less often as they grow dear (a pass of 0.5 s
+// every 250 s), but at least every 5 minutes; such rows are published that
+// much later, never lost. A full pass holds the claim lock while it runs: at
+// 5 million dead rows it took about 4 s, during which no relay claims. A key's row stuck below
 // newer published rows (a poison message waiting for its retries) keeps the
 // floor below those rows' entries until it is published or parked. When
 // nothing is pending the floor moves to the next id the outbox's sequence
