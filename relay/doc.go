@@ -84,7 +84,7 @@
 //   - A held key's backlog (a poison message with thousands of rows of its
 //     key behind it, the first batch of a large transaction on one key being
 //     published) hides no other key's rows: a claim skips held keys' rows as
-//     it meets them, looking at up to max(100×BatchSize, 100,000) free rows
+//     it meets them, looking at up to max(25×BatchSize, 25,000) free rows
 //     (store/internal/claims). A message whose retry has come due is
 //     claimed alone, without the rows of its key behind it, so a poison
 //     message's retries do not read and hand back its backlog each time.

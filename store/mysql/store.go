@@ -33,7 +33,7 @@
 //  3. it scans the free rows (not waiting for a retry) in id order, in
 //     chunks (a primary-key range scan), and picks those whose key is not
 //     held, skipping held keys' rows as it meets them, so that a held key's
-//     backlog hides no other key's row (up to max(100×limit, 100,000) rows
+//     backlog hides no other key's row (up to max(25×limit, 25,000) rows
 //     looked at, stopping once limit rows are picked).
 //
 // A claim that picked nothing ends there: an idle relay's polls write

@@ -21,7 +21,7 @@
 //     primary-key range scan, leased ids filtered through a hashed subplan);
 //  3. keeps, in id order, the free rows whose key is not held, skipping held
 //     keys' rows as the scan meets them, so that a held key's backlog hides
-//     no other key's row (the scan looks at up to max(100×limit, 100,000)
+//     no other key's row (the scan looks at up to max(25×limit, 25,000)
 //     free rows and stops once limit rows are kept), a key's claimed rows
 //     are always the oldest of its pending rows, and no key is in two
 //     leases;

@@ -33,7 +33,7 @@
 //     (a rowid range scan), both against one reading of the clock, keeping
 //     the rows whose key is not held: held keys' rows are skipped as the
 //     scan meets them, so a held key's backlog hides no other key's row (up
-//     to max(100×limit, 100,000) rows looked at, stopping once limit rows
+//     to max(25×limit, 25,000) rows looked at, stopping once limit rows
 //     are kept);
 //  2. takes the write lock (BEGIN IMMEDIATE), deletes the expired leases,
 //     reads the held keys again and drops the picks whose key has been

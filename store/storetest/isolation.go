@@ -40,7 +40,7 @@ func testHeldKeyBacklog(t *testing.T, h Harness) {
 
 	// A bulk write on one key: while its first run is leased, the rest of it
 	// does not hide another key's row.
-	bulk := numbered(20000, 1, "bulk")
+	bulk := numbered(15000, 1, "bulk")
 	db.write(t, bulk...)
 	late := courier.NewMessage("events", "late", "Other", []byte("late"))
 	db.write(t, late)

@@ -17,8 +17,11 @@ package claims
 // keys are skipped as they are met, so a held key's backlog costs a claim a
 // scan over that backlog and no more: other keys' rows behind up to Window
 // free rows of held keys are still claimed. The scan stops as soon as limit
-// rows are picked.
-func Window(limit int) int { return max(100*limit, 100_000) }
+// rows are picked. A claim that finds nothing to take (every pending row's
+// key is held, as while one hot key drains) scans the whole window, so the
+// window is a bound on that cost too: 25,000 rows by default, a few
+// milliseconds.
+func Window(limit int) int { return max(25*limit, 25_000) }
 
 // Picker picks, in id order, the rows whose key is not held, up to a limit.
 type Picker struct {

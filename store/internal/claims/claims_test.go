@@ -44,7 +44,7 @@ func TestRetriedRowAlone(t *testing.T) {
 }
 
 func TestWindow(t *testing.T) {
-	if Window(1) != 100_000 || Window(1000) != 100_000 || Window(5000) != 500_000 {
+	if Window(1) != 25_000 || Window(1000) != 25_000 || Window(5000) != 125_000 {
 		t.Fatalf("Window = %d, %d, %d", Window(1), Window(1000), Window(5000))
 	}
 }
