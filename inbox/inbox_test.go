@@ -33,8 +33,9 @@ type env[TTx any] struct {
 
 func newEnv[TTx any](t *testing.T, d dialect[TTx]) *env[TTx] {
 	t.Helper()
-	e := &env[TTx]{t: t, natsURL: testenv.NATS(t)}
-	e.db = d.open(t)
+	e := &env[TTx]{t: t}
+	e.db = d.open(t) // first: a test whose database is missing skips here
+	e.natsURL = testenv.NATSOrEmbedded(t)
 	ctx := context.Background()
 	nc := testenv.Connect(t, e.natsURL)
 	e.stream = testenv.Name("IB")

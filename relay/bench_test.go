@@ -15,6 +15,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store/postgres"
 )
 
@@ -23,7 +24,7 @@ import (
 func BenchmarkDrain(b *testing.B) {
 	for _, keys := range []int{10000, 1} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
-			h := newHarness(b, testenv.NATS(b))
+			h := newHarness(b, onPostgres, anyNATS)
 			n := max(b.N, 1000)
 			h.fill(n, keys)
 			b.ResetTimer()
@@ -48,10 +49,7 @@ func (h *harness) fill(n, keys int) {
 		for i := range msgs {
 			msgs[i] = courier.NewMessage("events", fmt.Sprintf("key-%d", (done+i)%keys), "Numbered", make([]byte, 200))
 		}
-		tx, err := h.pg.Pool.Begin(ctx)
-		testenv.Must(h.t, err, "begin")
-		testenv.Must(h.t, h.writer.Write(ctx, tx, msgs...), "write")
-		testenv.Must(h.t, tx.Commit(ctx), "commit")
+		testenv.Must(h.t, h.writeTx(ctx, true, msgs...), "write")
 		done += k
 	}
 }
@@ -63,7 +61,7 @@ func (h *harness) fill(n, keys int) {
 func BenchmarkCommitToPublish(b *testing.B) {
 	for _, rate := range []int{1000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
-			h := newHarness(b, testenv.NATS(b))
+			h := newHarness(b, onPostgres, anyNATS)
 			n := max(b.N, 2000)
 			var mu sync.Mutex
 			committed := make(map[string]time.Time, n)
@@ -87,6 +85,7 @@ func BenchmarkCommitToPublish(b *testing.B) {
 			h.startRelay(h.publisher(), h.relayConfig())
 			time.Sleep(300 * time.Millisecond) // let the relay go idle
 			ctx := context.Background()
+			w := outbox.New(postgres.Pgx(), outbox.Config{})
 			// Eight writers take their turns from a ticker, so the offered
 			// load stays at rate even when one commit takes longer.
 			turns := make(chan int)
@@ -97,7 +96,7 @@ func BenchmarkCommitToPublish(b *testing.B) {
 						msg := courier.NewMessage("events", fmt.Sprintf("key-%d", i%100), "Tick", []byte("x"))
 						tx, err := h.pg.Pool.Begin(ctx)
 						if err == nil {
-							err = h.writer.Write(ctx, tx, msg)
+							err = w.Write(ctx, tx, msg)
 						}
 						if err == nil {
 							mu.Lock() // the subscriber may see it before Commit returns
@@ -154,8 +153,9 @@ func BenchmarkCommitToPublish(b *testing.B) {
 func BenchmarkWriters(b *testing.B) {
 	for _, mode := range []string{"plain-insert", "two-plain-inserts", "trigger-idle", "outbox-pipelined", "no-trigger", "trigger-armed", "notify-always"} {
 		b.Run(mode, func(b *testing.B) {
-			h := newHarness(b, testenv.NATS(b))
+			h := newHarness(b, onPostgres, anyNATS)
 			ctx := context.Background()
+			ow := outbox.New(postgres.Pgx(), outbox.Config{})
 			exec := func(sql string) {
 				_, err := h.pg.Pool.Exec(ctx, sql)
 				testenv.Must(b, err, sql)
@@ -208,7 +208,7 @@ func BenchmarkWriters(b *testing.B) {
 						if err == nil && mode == "two-plain-inserts" {
 							_, err = tx.Exec(ctx, "INSERT INTO orders (customer, total) VALUES ($1, $2)", "c", int(i))
 						} else if err == nil && mode != "plain-insert" {
-							err = h.writer.Write(ctx, tx, courier.NewMessage("orders", fmt.Sprintf("o-%d-%d", w, i), "OrderPlaced", make([]byte, 200)))
+							err = ow.Write(ctx, tx, courier.NewMessage("orders", fmt.Sprintf("o-%d-%d", w, i), "OrderPlaced", make([]byte, 200)))
 						}
 						if err == nil {
 							err = tx.Commit(ctx)

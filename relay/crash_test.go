@@ -21,13 +21,16 @@ import (
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
 // Environment of the relay child process (TestRelayChildProcess).
 const (
 	envChild      = "COURIER_TEST_RELAY_CHILD"
-	envChildPG    = "COURIER_TEST_CHILD_PG"
+	envChildDB    = "COURIER_TEST_CHILD_DATABASE" // sqlite or postgres
+	envChildDSN   = "COURIER_TEST_CHILD_DSN"      // the SQLite file or the PostgreSQL URL
 	envChildNATS  = "COURIER_TEST_CHILD_NATS"
 	envChildSubj  = "COURIER_TEST_CHILD_PREFIX"
 	envChildCrash = "COURIER_TEST_CHILD_CRASH" // probability of dying between ack and mark
@@ -43,11 +46,7 @@ func TestRelayChildProcess(t *testing.T) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv(envChildPG))
-	if err != nil {
-		fatalChild(err)
-	}
-	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+	st, notifier, err := childStore(ctx, os.Getenv(envChildDB), os.Getenv(envChildDSN))
 	if err != nil {
 		fatalChild(err)
 	}
@@ -64,10 +63,6 @@ func TestRelayChildProcess(t *testing.T) {
 		fatalChild(err)
 	}
 	crash, _ := strconv.ParseFloat(os.Getenv(envChildCrash), 64)
-	notifier, err := postgres.NewNotifier(os.Getenv(envChildPG), nil)
-	if err != nil {
-		fatalChild(err)
-	}
 	r, err := relay.New(st, &crashingPublisher{pub: pub, acks: acks, crash: crash}, relay.Config{
 		LeaseDuration:  2 * time.Second,
 		PublishTimeout: time.Second,
@@ -81,6 +76,30 @@ func TestRelayChildProcess(t *testing.T) {
 		fatalChild(err)
 	}
 	os.Exit(0)
+}
+
+// childStore opens the relay child's store on the test's database. On
+// SQLite the child has no wake-ups (the writers are in another process) and
+// polls.
+func childStore(ctx context.Context, db, dsn string) (store.RelayStore, store.Notifier, error) {
+	if db == onSQLite.name {
+		sdb, err := sqlite.Open(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, err := sqlite.NewStore(ctx, sdb, sqlite.StoreConfig{})
+		return st, nil, err
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := postgres.NewNotifier(dsn, nil)
+	return st, n, err
 }
 
 func fatalChild(err error) {
@@ -117,7 +136,11 @@ func (p *crashingPublisher) Publish(ctx context.Context, msgs []courier.Message)
 }
 
 func TestRelayKilledRepeatedly(t *testing.T) {
-	h := newHarness(t, testenv.NATS(t))
+	onEachDatabase(t, testRelayKilledRepeatedly)
+}
+
+func testRelayKilledRepeatedly(t *testing.T, db database) {
+	h := newHarness(t, db, anyNATS)
 	n := 20000
 	if testing.Short() {
 		n = 3000
@@ -125,7 +148,7 @@ func TestRelayKilledRepeatedly(t *testing.T) {
 	acks := filepath.Join(t.TempDir(), "acks")
 	child := func(crash float64) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestRelayChildProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envChild+"=1", envChildPG+"="+h.pg.URL, envChildNATS+"="+h.natsURL,
+		cmd.Env = append(os.Environ(), envChild+"=1", envChildDB+"="+db.name, envChildDSN+"="+h.dsn, envChildNATS+"="+h.natsURL,
 			envChildSubj+"="+h.mapping.SubjectPrefix, envChildCrash+"="+strconv.FormatFloat(crash, 'f', -1, 64), envChildAcks+"="+acks)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		testenv.Must(t, cmd.Start(), "start relay child")

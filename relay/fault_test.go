@@ -31,12 +31,16 @@ func (h *harness) produceSlowly(n, keys, rate int) func() []courier.Message {
 }
 
 func TestBrokerOutageBacklogDrainsAfterward(t *testing.T) {
+	onEachDatabase(t, testBrokerOutageBacklogDrainsAfterward)
+}
+
+func testBrokerOutageBacklogDrainsAfterward(t *testing.T, db database) {
 	dir := t.TempDir()
 	srv := testenv.EmbeddedNATSAt(t, dir, 0)
 	u, err := url.Parse(srv.ClientURL())
 	testenv.Must(t, err, "parse url")
 	port, _ := strconv.Atoi(u.Port())
-	h := newHarness(t, srv.ClientURL())
+	h := newHarness(t, db, srv.ClientURL())
 	cfg := h.relayConfig()
 	cfg.Backoff.Initial, cfg.Backoff.Max = 100*time.Millisecond, 500*time.Millisecond
 	cfg.MaxAttempts = 2 // an outage must not produce dead letters, however long
@@ -65,8 +69,9 @@ func TestBrokerOutageBacklogDrainsAfterward(t *testing.T) {
 	t.Logf("%d messages, none lost, %d duplicates in the stream; relay metrics %+v", len(written), dups, r.Metrics())
 }
 
+// PostgreSQL only: its backends can be terminated under the relay.
 func TestRelayRecoversFromKilledDatabaseConnections(t *testing.T) {
-	h := newHarness(t, testenv.NATS(t))
+	h := newHarness(t, onPostgres, anyNATS)
 	app := testenv.Name("relay_")
 	relayURL := h.pg.URL + "&application_name=" + app
 	pool, err := pgxpool.New(context.Background(), relayURL)

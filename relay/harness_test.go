@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/google/uuid"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,24 +24,77 @@ import (
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
-// harness is one test's outbox (its own schema) and stream (its own subjects).
+// database is a database the relay tests run on.
+type database struct {
+	name string
+	// open gives h its outbox: a fresh, migrated database, a store on it
+	// and the way to write messages.
+	open func(h *harness)
+}
+
+// The databases. SQLite needs nothing installed; PostgreSQL skips when
+// COURIER_TEST_POSTGRES_URL is unset.
+var (
+	onSQLite   = database{name: "sqlite", open: openSQLite}
+	onPostgres = database{name: "postgres", open: openPostgres}
+)
+
+// onEachDatabase runs test as a subtest on SQLite and on PostgreSQL.
+func onEachDatabase(t *testing.T, test func(t *testing.T, db database)) {
+	for _, db := range []database{onSQLite, onPostgres} {
+		t.Run(db.name, func(t *testing.T) { test(t, db) })
+	}
+}
+
+// harness is one test's outbox (its own database or schema) and stream (its
+// own subjects).
 type harness struct {
 	t       testing.TB
-	pg      *testenv.PG
 	natsURL string
 	nc      *natsgo.Conn
 	mapping couriernats.Config
 	stream  string
-	store   *postgres.Store
-	writer  *outbox.Writer[pgx.Tx]
+	// store is the relays' store; tests may replace it.
+	store store.RelayStore
+	admin store.Admin
+	// dsn is how a relay in another process reaches the database: a
+	// PostgreSQL URL, or the SQLite file's path.
+	dsn string
+	// pg is the PostgreSQL schema (nil on SQLite).
+	pg *testenv.PG
+	// sqlite is the SQLite database (nil on PostgreSQL).
+	sqlite *sql.DB
+	// writeTx writes msgs with the outbox writer in one transaction, and
+	// commits it or rolls it back.
+	writeTx func(ctx context.Context, commit bool, msgs ...courier.Message) error
+	// newStore returns another store on the database.
+	newStore func(keepPublished bool) store.RelayStore
+	// newNotifier returns the wake-ups of one relay.
+	newNotifier func() store.Notifier
+
+	mu    sync.Mutex
+	local []*store.LocalNotifier // SQLite: the relays' notifiers, signalled by every write
 }
 
-func newHarness(t testing.TB, natsURL string) *harness {
+// anyNATS asks newHarness for the machine's NATS server when
+// COURIER_TEST_NATS_URL is set, an embedded one otherwise
+// (testenv.NATSOrEmbedded).
+const anyNATS = ""
+
+// newHarness opens a fresh outbox on db and a stream of its own on the NATS
+// server at natsURL (anyNATS: see there). The database comes first, so a
+// test whose database is missing skips before a server is started for it.
+func newHarness(t testing.TB, db database, natsURL string) *harness {
 	t.Helper()
-	pg := testenv.Postgres(t, true)
-	h := &harness{t: t, pg: pg, natsURL: natsURL}
+	h := &harness{t: t}
+	db.open(h)
+	if natsURL == anyNATS {
+		natsURL = testenv.NATSOrEmbedded(t)
+	}
+	h.natsURL = natsURL
 	h.nc = testenv.Connect(t, natsURL)
 	h.stream = testenv.Name("T")
 	h.mapping = couriernats.Config{SubjectPrefix: h.stream + "."}
@@ -52,11 +106,124 @@ func newHarness(t testing.TB, natsURL string) *harness {
 			_ = js.DeleteStream(context.Background(), h.stream)
 		}
 	})
-	st, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{})
-	testenv.Must(t, err, "new store")
-	h.store = st
-	h.writer = outbox.New(postgres.Pgx(), outbox.Config{})
+	h.store = h.newStore(false)
 	return h
+}
+
+func openPostgres(h *harness) {
+	t := h.t
+	pg := testenv.Postgres(t, true)
+	h.pg, h.dsn, h.admin = pg, pg.URL, postgres.Admin(pg.Pool)
+	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	h.writeTx = func(ctx context.Context, commit bool, msgs ...courier.Message) error {
+		tx, err := pg.Pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := w.Write(ctx, tx, msgs...); err != nil || !commit {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	h.newStore = func(keepPublished bool) store.RelayStore {
+		st, err := postgres.NewStore(context.Background(), pg.Pool, postgres.StoreConfig{KeepPublished: keepPublished})
+		testenv.Must(t, err, "new store")
+		return st
+	}
+	h.newNotifier = func() store.Notifier {
+		n, err := postgres.NewNotifier(pg.URL, testLogger(t))
+		testenv.Must(t, err, "notifier")
+		return n
+	}
+}
+
+func openSQLite(h *harness) {
+	t := h.t
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	db, err := sqlite.Open(path)
+	testenv.Must(t, err, "open sqlite")
+	t.Cleanup(func() { db.Close() })
+	_, err = sqlite.Migrate(context.Background(), db)
+	testenv.Must(t, err, "migrate")
+	h.sqlite, h.dsn, h.admin = db, path, sqlite.Admin(db)
+	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{Notify: h.signal})
+	h.writeTx = func(ctx context.Context, commit bool, msgs ...courier.Message) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := w.Write(ctx, tx, msgs...); err != nil || !commit {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	// Relays of one process share one Store, as package sqlite advises.
+	var shared, keeping store.RelayStore
+	h.newStore = func(keepPublished bool) store.RelayStore {
+		st := &shared
+		if keepPublished {
+			st = &keeping
+		}
+		if *st == nil {
+			s, err := sqlite.NewStore(context.Background(), db, sqlite.StoreConfig{KeepPublished: keepPublished})
+			testenv.Must(t, err, "new store")
+			*st = s
+		}
+		return *st
+	}
+	h.newNotifier = func() store.Notifier {
+		n := store.NewLocalNotifier()
+		h.mu.Lock()
+		h.local = append(h.local, n)
+		h.mu.Unlock()
+		return n
+	}
+}
+
+// signal wakes every relay of the test (SQLite).
+func (h *harness) signal() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.local {
+		n.Signal()
+	}
+}
+
+// write commits msgs in one transaction.
+func (h *harness) write(msgs ...courier.Message) {
+	h.t.Helper()
+	testenv.Must(h.t, h.writeTx(context.Background(), true, msgs...), "write")
+}
+
+// deadLetter returns the dead letter of message id.
+func (h *harness) deadLetter(id uuid.UUID) store.DeadLetter {
+	h.t.Helper()
+	dls, err := h.admin.DeadLetters(context.Background(), 1000)
+	testenv.Must(h.t, err, "dead letters")
+	for _, d := range dls {
+		if d.MessageID == id.String() {
+			return d
+		}
+	}
+	h.t.Fatalf("message %s is no dead letter; dead letters: %+v", id, dls)
+	return store.DeadLetter{}
+}
+
+// publishedAt returns when message id was published, from
+// courier_outbox_published (a store with KeepPublished).
+func (h *harness) publishedAt(id uuid.UUID) time.Time {
+	h.t.Helper()
+	ctx := context.Background()
+	if h.pg != nil {
+		var at time.Time
+		testenv.Must(h.t, h.pg.Pool.QueryRow(ctx, `SELECT published_at FROM courier_outbox_published WHERE message_id = $1`, id).Scan(&at), "published_at")
+		return at
+	}
+	var us int64
+	testenv.Must(h.t, h.sqlite.QueryRowContext(ctx, `SELECT published_at FROM courier_outbox_published WHERE message_id = ?`, id.String()).Scan(&us), "published_at")
+	return time.UnixMicro(us)
 }
 
 // publisher returns a publisher on its own connection (as a relay has).
@@ -70,17 +237,19 @@ func (h *harness) publisher() *couriernats.Publisher {
 	return p
 }
 
-func (h *harness) notifier() *postgres.Notifier {
-	n, err := postgres.NewNotifier(h.pg.URL, testLogger(h.t))
-	testenv.Must(h.t, err, "notifier")
-	return n
-}
+// notifier returns the wake-ups of one relay.
+func (h *harness) notifier() store.Notifier { return h.newNotifier() }
 
 // relayConfig is a fast-moving configuration for tests.
 func (h *harness) relayConfig() relay.Config {
+	lease := 5 * time.Second
+	if raceEnabled && h.sqlite != nil {
+		// Claiming or completing a batch of hundreds can take seconds.
+		lease = 30 * time.Second
+	}
 	return relay.Config{
 		Notifier:       h.notifier(),
-		LeaseDuration:  5 * time.Second,
+		LeaseDuration:  lease,
 		PublishTimeout: 2 * time.Second,
 		PollInterval:   200 * time.Millisecond,
 		Backoff:        relay.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
@@ -132,10 +301,7 @@ func (h *harness) produce(n, keys, per int) []courier.Message {
 			msgs[i] = courier.NewMessage("events", fmt.Sprintf("key-%d", seq%keys), "Numbered",
 				[]byte(fmt.Sprintf(`{"seq":%d}`, seq)), courier.WithContentType(courier.ContentTypeJSON))
 		}
-		tx, err := h.pg.Pool.Begin(ctx)
-		testenv.Must(h.t, err, "begin")
-		testenv.Must(h.t, h.writer.Write(ctx, tx, msgs...), "write")
-		testenv.Must(h.t, tx.Commit(ctx), "commit")
+		testenv.Must(h.t, h.writeTx(ctx, true, msgs...), "write")
 		all = append(all, msgs...)
 		done += k
 	}

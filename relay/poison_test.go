@@ -11,7 +11,6 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
-	"github.com/courier-go/courier/store/postgres"
 )
 
 // The stream refuses messages over 1 KiB, so a 2 KiB message is rejected by
@@ -19,16 +18,18 @@ import (
 // the broker's reason, however many attempts MaxAttempts allows; its key
 // moves on and the other keys flow.
 func TestRejectedMessageBecomesDeadLetterAtOnce(t *testing.T) {
-	h := newHarness(t, testenv.NATS(t))
+	onEachDatabase(t, testRejectedMessageBecomesDeadLetterAtOnce)
+}
+
+func testRejectedMessageBecomesDeadLetterAtOnce(t *testing.T, db database) {
+	h := newHarness(t, db, anyNATS)
 	ctx := context.Background()
 	js, err := jetstream.New(h.nc)
 	testenv.Must(t, err, "jetstream")
 	_, err = js.UpdateStream(ctx, jetstream.StreamConfig{Name: h.stream, Subjects: []string{h.mapping.Subjects()}, MaxMsgSize: 1024, Duplicates: 2 * time.Minute})
 	testenv.Must(t, err, "limit stream message size")
 
-	st, err := postgres.NewStore(ctx, h.pg.Pool, postgres.StoreConfig{KeepPublished: true})
-	testenv.Must(t, err, "store")
-	h.store = st
+	h.store = h.newStore(true)
 
 	cfg := h.relayConfig()
 	cfg.MaxAttempts = 5
@@ -45,37 +46,24 @@ func TestRejectedMessageBecomesDeadLetterAtOnce(t *testing.T) {
 	for i := range 20 {
 		others = append(others, small(fmt.Sprintf("other-%d", i%5), i))
 	}
-	write := func(msgs ...courier.Message) {
-		tx, err := h.pg.Pool.Begin(ctx)
-		testenv.Must(t, err, "begin")
-		testenv.Must(t, h.writer.Write(ctx, tx, msgs...), "write")
-		testenv.Must(t, tx.Commit(ctx), "commit")
-	}
-	write(before, poison, after1)
-	write(others[:10]...)
-	write(after2)
-	write(others[10:]...)
+	h.write(before, poison, after1)
+	h.write(others[:10]...)
+	h.write(after2)
+	h.write(others[10:]...)
 	h.waitDrained(20 * time.Second)
 
-	var attempts int
-	var lastErr string
-	var history []map[string]any
-	var deadAt time.Time
-	testenv.Must(t, h.pg.Pool.QueryRow(ctx, `SELECT attempts, last_error, history, dead_at FROM courier_outbox_dead_letters WHERE message_id = $1`, poison.ID).
-		Scan(&attempts, &lastErr, &history, &deadAt), "read dead letter")
-	if attempts != 1 || len(history) != 1 || history[0]["counted"] != true {
-		t.Fatalf("dead letter: %d attempts, history %v; want one counted attempt: a permanent rejection is not retried", attempts, history)
+	dl := h.deadLetter(poison.ID)
+	if dl.Attempts != 1 || len(dl.History) != 1 || !dl.History[0].Counted {
+		t.Fatalf("dead letter: %d attempts, history %+v; want one counted attempt: a permanent rejection is not retried", dl.Attempts, dl.History)
 	}
 	for _, want := range []string{"maximum", "max_msg_size", "2048 bytes", "rejected by the broker for good"} {
-		if !strings.Contains(lastErr, want) {
-			t.Errorf("last error %q does not say %q: the broker's reason and the fix belong in it", lastErr, want)
+		if !strings.Contains(dl.LastError, want) {
+			t.Errorf("last error %q does not say %q: the broker's reason and the fix belong in it", dl.LastError, want)
 		}
 	}
 	for _, m := range []courier.Message{after1, after2} {
-		var publishedAt time.Time
-		testenv.Must(t, h.pg.Pool.QueryRow(ctx, `SELECT published_at FROM courier_outbox_published WHERE message_id = $1`, m.ID).Scan(&publishedAt), "published_at")
-		if publishedAt.Before(deadAt) {
-			t.Fatalf("message %s after the poison was published at %s, before the poison was dead-lettered at %s", m.Payload, publishedAt, deadAt)
+		if publishedAt := h.publishedAt(m.ID); publishedAt.Before(dl.DeadAt) {
+			t.Fatalf("message %s after the poison was published at %s, before the poison was dead-lettered at %s", m.Payload, publishedAt, dl.DeadAt)
 		}
 	}
 	written := append([]courier.Message{before, after1, after2}, others...)

@@ -13,47 +13,49 @@ import (
 )
 
 func TestCommitPublishesRollbackDoesNot(t *testing.T) {
-	h := newHarness(t, testenv.NATS(t))
+	onEachDatabase(t, testCommitPublishesRollbackDoesNot)
+}
+
+func testCommitPublishesRollbackDoesNot(t *testing.T, db database) {
+	h := newHarness(t, db, anyNATS)
 	h.startRelay(h.publisher(), h.relayConfig())
 	ctx := context.Background()
 
-	// pgx: one committed, one rolled back.
-	committed := courier.NewMessage("events", "order-1", "OrderPlaced", []byte("pgx-commit"))
-	tx, err := h.pg.Pool.Begin(ctx)
-	testenv.Must(t, err, "begin")
-	testenv.Must(t, h.writer.Write(ctx, tx, committed), "write")
-	testenv.Must(t, tx.Commit(ctx), "commit")
+	// The database's own writer (pgx on PostgreSQL, database/sql on
+	// SQLite): one committed, one rolled back.
+	committed := courier.NewMessage("events", "order-1", "OrderPlaced", []byte("commit"), courier.WithHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
+	testenv.Must(t, h.writeTx(ctx, true, committed), "write and commit")
+	testenv.Must(t, h.writeTx(ctx, false, courier.NewMessage("events", "order-2", "OrderPlaced", []byte("rollback"))), "write and roll back")
+	wanted := []courier.Message{committed}
 
-	tx, err = h.pg.Pool.Begin(ctx)
-	testenv.Must(t, err, "begin")
-	testenv.Must(t, h.writer.Write(ctx, tx, courier.NewMessage("events", "order-2", "OrderPlaced", []byte("pgx-rollback"))), "write")
-	testenv.Must(t, tx.Rollback(ctx), "rollback")
-
-	// database/sql: the same.
-	db := openSQL(t, h.pg.URL)
-	sw := outbox.New(postgres.DatabaseSQL(), outbox.Config{})
-	sqlCommitted := courier.NewMessage("events", "order-3", "OrderPlaced", []byte("sql-commit"), courier.WithHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
-	stx, err := db.BeginTx(ctx, nil)
-	testenv.Must(t, err, "sql begin")
-	testenv.Must(t, sw.Write(ctx, stx, sqlCommitted), "sql write")
-	testenv.Must(t, stx.Commit(), "sql commit")
-	stx, err = db.BeginTx(ctx, nil)
-	testenv.Must(t, err, "sql begin")
-	testenv.Must(t, sw.Write(ctx, stx, courier.NewMessage("events", "order-4", "OrderPlaced", []byte("sql-rollback"))), "sql write")
-	testenv.Must(t, stx.Rollback(), "sql rollback")
+	if h.pg != nil {
+		// database/sql on PostgreSQL: the same.
+		sdb := openSQL(t, h.pg.URL)
+		sw := outbox.New(postgres.DatabaseSQL(), outbox.Config{})
+		sqlCommitted := courier.NewMessage("events", "order-3", "OrderPlaced", []byte("sql-commit"), courier.WithHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
+		stx, err := sdb.BeginTx(ctx, nil)
+		testenv.Must(t, err, "sql begin")
+		testenv.Must(t, sw.Write(ctx, stx, sqlCommitted), "sql write")
+		testenv.Must(t, stx.Commit(), "sql commit")
+		stx, err = sdb.BeginTx(ctx, nil)
+		testenv.Must(t, err, "sql begin")
+		testenv.Must(t, sw.Write(ctx, stx, courier.NewMessage("events", "order-4", "OrderPlaced", []byte("sql-rollback"))), "sql write")
+		testenv.Must(t, stx.Rollback(), "sql rollback")
+		wanted = append(wanted, sqlCommitted)
+	}
 
 	h.waitDrained(10 * time.Second)
-	testenv.Eventually(t, 10*time.Second, func() bool { return len(h.received()) >= 2 }, "messages not received")
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(h.received()) >= len(wanted) }, "messages not received")
 	time.Sleep(300 * time.Millisecond) // anything wrongly published would show up by now
 	got := h.received()
-	if len(got) != 2 {
-		t.Fatalf("stream holds %d messages, want the 2 committed ones: %+v", len(got), got)
+	if len(got) != len(wanted) {
+		t.Fatalf("stream holds %d messages, want the %d committed ones: %+v", len(got), len(wanted), got)
 	}
 	byID := map[string]courier.Message{}
 	for _, m := range got {
 		byID[m.ID.String()] = m
 	}
-	for _, want := range []courier.Message{committed, sqlCommitted} {
+	for _, want := range wanted {
 		m, ok := byID[want.ID.String()]
 		if !ok {
 			t.Fatalf("committed message %s (%s) not received", want.ID, want.Payload)
@@ -71,9 +73,13 @@ func TestCommitPublishesRollbackDoesNot(t *testing.T) {
 }
 
 func TestThreeRelaysKeepPerKeyOrder(t *testing.T) {
-	h := newHarness(t, testenv.NATS(t))
+	onEachDatabase(t, testThreeRelaysKeepPerKeyOrder)
+}
+
+func testThreeRelaysKeepPerKeyOrder(t *testing.T, db database) {
+	h := newHarness(t, db, anyNATS)
 	n, keys := 50000, 500
-	if testing.Short() {
+	if testing.Short() || raceEnabled && db.name == onSQLite.name {
 		n = 5000
 	}
 	var relays []*relay.Relay
@@ -97,7 +103,11 @@ func TestThreeRelaysKeepPerKeyOrder(t *testing.T) {
 }
 
 func TestHotKeyBurstDrainsInBatches(t *testing.T) {
-	h := newHarness(t, testenv.NATS(t))
+	onEachDatabase(t, testHotKeyBurstDrainsInBatches)
+}
+
+func testHotKeyBurstDrainsInBatches(t *testing.T, db database) {
+	h := newHarness(t, db, anyNATS)
 	written := h.produce(10000, 1, 1000)
 	cfg := h.relayConfig()
 	cfg.BatchSize = 1000

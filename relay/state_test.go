@@ -71,12 +71,16 @@ func TestStateCheck(t *testing.T) {
 // A broker outage shows in State (broker down, since when, how many
 // batches, the error) while claims keep succeeding; so does the recovery.
 func TestStateShowsBrokerOutageAndRecovery(t *testing.T) {
+	onEachDatabase(t, testStateShowsBrokerOutageAndRecovery)
+}
+
+func testStateShowsBrokerOutageAndRecovery(t *testing.T, db database) {
 	dir := t.TempDir()
 	srv := testenv.EmbeddedNATSAt(t, dir, 0)
 	u, err := url.Parse(srv.ClientURL())
 	testenv.Must(t, err, "parse url")
 	port, _ := strconv.Atoi(u.Port())
-	h := newHarness(t, srv.ClientURL())
+	h := newHarness(t, db, srv.ClientURL())
 	cfg := h.relayConfig()
 	cfg.Backoff.Initial, cfg.Backoff.Max = 50*time.Millisecond, 200*time.Millisecond
 
@@ -287,8 +291,9 @@ func (p *tcpProxy) url(t testing.TB, base string) string {
 	return u.String()
 }
 
-// proxiedStore points the harness's relay store at the database through a
-// proxy the test can take down; the application keeps writing directly.
+// proxiedStore points the harness's relay store at the PostgreSQL database
+// through a proxy the test can take down; the application keeps writing
+// directly. (A SQLite file has no connection to take away.)
 func proxiedStore(t *testing.T, h *harness) *tcpProxy {
 	pgURL, err := url.Parse(h.pg.URL)
 	testenv.Must(t, err, "parse database url")
@@ -309,7 +314,7 @@ func proxiedStore(t *testing.T, h *harness) *tcpProxy {
 // many, since when, the error), and Check blames the database; when it
 // returns, claims succeed again and the backlog drains.
 func TestStateShowsDatabaseOutageAndRecovery(t *testing.T) {
-	h := newHarness(t, testenv.NATS(t))
+	h := newHarness(t, onPostgres, anyNATS)
 	proxy := proxiedStore(t, h)
 	r, _ := h.startRelay(h.publisher(), h.relayConfig())
 	h.produce(30, 5, 10)
@@ -368,7 +373,7 @@ func (g *gatedPublisher) Publish(ctx context.Context, msgs []courier.Message) []
 // recorded again; the batch is published again after its lease, nothing is
 // lost.
 func TestStateShowsFailedCompletion(t *testing.T) {
-	h := newHarness(t, testenv.NATS(t))
+	h := newHarness(t, onPostgres, anyNATS)
 	proxy := proxiedStore(t, h)
 	gate := &gatedPublisher{pub: h.publisher(), entered: make(chan struct{}), release: make(chan struct{})}
 	r, _ := h.startRelay(gate, h.relayConfig())
@@ -404,7 +409,7 @@ func TestStateShowsFailedCompletion(t *testing.T) {
 // silent) fails claims after LeaseDuration instead of holding the relay in
 // a claim for ever, so State shows it like any other database outage.
 func TestStateShowsSilentDatabase(t *testing.T) {
-	h := newHarness(t, testenv.NATS(t))
+	h := newHarness(t, onPostgres, anyNATS)
 	proxy := proxiedStore(t, h)
 	cfg := h.relayConfig()
 	cfg.LeaseDuration, cfg.PublishTimeout = 2*time.Second, time.Second

@@ -52,12 +52,14 @@ func (c logCapture) records() []string {
 // NATS answers such a publish with "no responders", unless a plain
 // subscriber listens on the subject: then nothing answers at all.
 func TestUnboundSubjectBecomesDeadLetterWithoutOutage(t *testing.T) {
-	t.Run("no listener", func(t *testing.T) { testUnboundSubject(t, false) })
-	t.Run("listener on every subject", func(t *testing.T) { testUnboundSubject(t, true) })
+	onEachDatabase(t, func(t *testing.T, db database) {
+		t.Run("no listener", func(t *testing.T) { testUnboundSubject(t, db, false) })
+		t.Run("listener on every subject", func(t *testing.T) { testUnboundSubject(t, db, true) })
+	})
 }
 
-func testUnboundSubject(t *testing.T, listenEverywhere bool) {
-	h := newHarness(t, testenv.NATS(t))
+func testUnboundSubject(t *testing.T, db database, listenEverywhere bool) {
+	h := newHarness(t, db, anyNATS)
 	ctx := context.Background()
 	js, err := jetstream.New(h.nc)
 	testenv.Must(t, err, "jetstream")
@@ -93,10 +95,7 @@ func testUnboundSubject(t *testing.T, listenEverywhere bool) {
 
 	committed := map[string]time.Time{}
 	write := func(msgs ...courier.Message) {
-		tx, err := h.pg.Pool.Begin(ctx)
-		testenv.Must(t, err, "begin")
-		testenv.Must(t, h.writer.Write(ctx, tx, msgs...), "write")
-		testenv.Must(t, tx.Commit(ctx), "commit")
+		h.write(msgs...)
 		now := time.Now()
 		for _, m := range msgs {
 			committed[m.ID.String()] = now
@@ -128,11 +127,8 @@ func testUnboundSubject(t *testing.T, listenEverywhere bool) {
 	}
 	h.waitDrained(20 * time.Second)
 
-	var attempts int
-	var lastErr string
-	var history []map[string]any
-	testenv.Must(t, h.pg.Pool.QueryRow(ctx, `SELECT attempts, last_error, history FROM courier_outbox_dead_letters WHERE message_id = $1`, lost.ID).
-		Scan(&attempts, &lastErr, &history), "read the dead letter")
+	dl := h.deadLetter(lost.ID)
+	attempts, lastErr, history := dl.Attempts, dl.LastError, dl.History
 	if attempts != maxAttempts || len(history) != maxAttempts {
 		t.Errorf("dead letter: %d attempts, %d history entries; want %d of each", attempts, len(history), maxAttempts)
 	}
@@ -140,7 +136,7 @@ func testUnboundSubject(t *testing.T, listenEverywhere bool) {
 		t.Errorf("last error %q should name subject %s and say to bind a stream to it or check the topic", lastErr, unbound)
 	}
 	for i, e := range history {
-		if e["counted"] != true {
+		if !e.Counted {
 			t.Errorf("history entry %d %v was not counted: a subject no stream binds is not an outage", i, e)
 		}
 	}

@@ -99,7 +99,7 @@ func TestRelayValidatesFlagsBeforeSideEffects(t *testing.T) {
 		}
 	}
 
-	natsURL := testenv.NATS(t)
+	natsURL := testenv.NATSOrEmbedded(t)
 	stream := testenv.Name("CLIBAD")
 	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
 	if code, _, stderr := runCLI(t, "migrate", "--database-url", db); code != 0 {
@@ -141,7 +141,7 @@ func TestRelayUnusableDataDir(t *testing.T) {
 // A stream whose subjects another stream already captures gets the flags
 // that fix it, not a question about JetStream.
 func TestRelayStreamOverlap(t *testing.T) {
-	natsURL := testenv.NATS(t)
+	natsURL := testenv.NATSOrEmbedded(t)
 	existing, ours := testenv.Name("CLIOVA"), testenv.Name("CLIOVB")
 	prefix := strings.ToLower(existing) + "."
 	js, err := jetstream.New(testenv.Connect(t, natsURL))

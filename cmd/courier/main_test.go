@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.M(m).Run())
 }
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -93,7 +93,7 @@ func TestMigrateExport(t *testing.T) {
 
 func TestMigrateRelayStatus(t *testing.T) {
 	pg := testenv.Postgres(t, false)
-	natsURL := testenv.NATS(t)
+	natsURL := testenv.NATSOrEmbedded(t)
 	stream := testenv.Name("CLI")
 	ctx := context.Background()
 

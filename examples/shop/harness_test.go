@@ -37,8 +37,9 @@ type stack struct {
 }
 
 // onEachStack runs test on SQLite files with an embedded NATS server, and
-// on PostgreSQL schemas with the machine's NATS server when both are
-// configured, as parallel subtests.
+// on PostgreSQL schemas when COURIER_TEST_POSTGRES_URL is set, with the
+// machine's NATS server when COURIER_TEST_NATS_URL is set and an embedded
+// one otherwise, as parallel subtests.
 func onEachStack(t *testing.T, test func(t *testing.T, st *stack)) {
 	t.Run("sqlite", func(t *testing.T) { t.Parallel(); test(t, sqliteStack(t)) })
 	t.Run("postgres", func(t *testing.T) { t.Parallel(); test(t, postgresStack(t)) })
@@ -54,7 +55,7 @@ func sqliteStack(t *testing.T) *stack {
 
 func postgresStack(t *testing.T) *stack {
 	base := testenv.Need(t, testenv.EnvPostgres)
-	natsURL := testenv.NATS(t)
+	natsURL := testenv.NATSOrEmbedded(t)
 	name := testenv.Name("t_")
 	dbs, err := shop.PostgresDatabases(base, name)
 	testenv.Must(t, err, "databases")

@@ -8,6 +8,17 @@
 // `go test ./...` passes on a laptop with nothing installed. When
 // COURIER_TEST_REQUIRE_SERVICES=1 (CI sets it) a missing variable fails the
 // test instead.
+//
+// A test that needs some NATS server, not the machine's in particular, calls
+// [NATSOrEmbedded]: the machine's server when COURIER_TEST_NATS_URL is set,
+// an embedded one otherwise. SQLite and the embedded server need nothing
+// installed, so the tests built on them always run.
+//
+// Skips are counted per missing variable. A package's TestMain runs its
+// tests through [M], which prints one line saying what was skipped and why
+// when anything was:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.M(m)) }
 package testenv
 
 import (
@@ -18,7 +29,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,8 +67,94 @@ func Need(t testing.TB, env string) string {
 	if os.Getenv(EnvRequire) == "1" {
 		t.Fatalf("%s is not set and %s=1: this test needs the service", env, EnvRequire)
 	}
+	skipped.add(env)
 	t.Skipf("needs a service: set %s", env)
 	return ""
+}
+
+// skipped counts the tests skipped for each unset variable.
+var skipped = skips{n: map[string]int{}}
+
+type skips struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (s *skips) add(env string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n[env]++
+}
+
+// Skipped returns how many tests were skipped so far for each unset
+// environment variable.
+func Skipped() map[string]int {
+	skipped.mu.Lock()
+	defer skipped.mu.Unlock()
+	out := make(map[string]int, len(skipped.n))
+	for env, n := range skipped.n {
+		out[env] = n
+	}
+	return out
+}
+
+// SkipSummary returns one line saying how many tests were skipped for lack
+// of a service and which variable each needed, such as
+//
+//	skipped 12 tests: COURIER_TEST_POSTGRES_URL unset (8), COURIER_TEST_MYSQL_URL unset (4)
+//
+// or "" when none was.
+func SkipSummary() string {
+	counts := Skipped()
+	envs := make([]string, 0, len(counts))
+	total := 0
+	for env, n := range counts {
+		envs = append(envs, env)
+		total += n
+	}
+	if total == 0 {
+		return ""
+	}
+	slices.SortFunc(envs, func(a, b string) int {
+		if counts[a] != counts[b] {
+			return counts[b] - counts[a]
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(envs))
+	for i, env := range envs {
+		parts[i] = fmt.Sprintf("%s unset (%d)", env, counts[env])
+	}
+	noun := "tests"
+	if total == 1 {
+		noun = "test"
+	}
+	return fmt.Sprintf("skipped %d %s: %s", total, noun, strings.Join(parts, ", "))
+}
+
+// Main is what TestMain needs: Run runs the tests and then prints
+// [SkipSummary] when it is not empty. goleak.VerifyTestMain accepts it in
+// place of *testing.M.
+type Main struct{ m *testing.M }
+
+// M wraps m for TestMain:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.M(m)) }
+//
+// or, without goleak, os.Exit(testenv.M(m).Run()).
+func M(m *testing.M) Main { return Main{m} }
+
+// Run runs the tests, prints the skip summary on standard output and
+// returns the exit code. `go test` shows it with -v, when it runs in the
+// package's directory (no package arguments), and when the package fails;
+// a passing package listed with others is summarised by its "ok" line
+// alone.
+func (m Main) Run() int {
+	code := m.m.Run()
+	if line := SkipSummary(); line != "" {
+		fmt.Println(line)
+	}
+	return code
 }
 
 // Name returns a short random identifier usable as a schema, stream or
@@ -189,10 +288,28 @@ func MySQL(t testing.TB, migrate bool) *MySQLDB {
 	return &MySQLDB{DSN: dsn, Name: name, DB: db, Admin: admin}
 }
 
-// NATS returns the URL of the machine's NATS server (COURIER_TEST_NATS_URL).
+// NATS returns the URL of the machine's NATS server (COURIER_TEST_NATS_URL),
+// skipping the test when it is unset. Use it for tests about that server;
+// a test that needs some NATS server calls [NATSOrEmbedded].
 func NATS(t testing.TB) string {
 	t.Helper()
 	return Need(t, EnvNATS)
+}
+
+// NATSOrEmbedded returns the URL of a NATS server with JetStream for the
+// test: the machine's when COURIER_TEST_NATS_URL is set, else an embedded
+// one started for the test (see [EmbeddedNATS]). It never skips; with
+// COURIER_TEST_REQUIRE_SERVICES=1 an unset variable fails the test, so CI
+// keeps testing the machine's server.
+func NATSOrEmbedded(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv(EnvNATS); u != "" {
+		return u
+	}
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("%s is not set and %s=1: this test runs on the machine's NATS server when services are required", EnvNATS, EnvRequire)
+	}
+	return EmbeddedNATS(t).ClientURL()
 }
 
 // EmbeddedNATS starts an in-process NATS server with JetStream in a
