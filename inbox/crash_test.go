@@ -43,13 +43,23 @@ func TestConsumerChildProcess(t *testing.T) {
 }
 
 func consumeAndDie[TTx any](t *testing.T, d dialect[TTx]) {
-	ctx := context.Background()
+	db, sub, ib := childConsumer(t, d)
+	c, err := inbox.NewConsumer(ib, dieOnAck{sub}, db.cs, recordEffect(db, "ledger"), inbox.ConsumerConfig{})
+	if err != nil {
+		panic(err)
+	}
+	_ = c.Run(context.Background()) // never returns: the first ack kills the process
+}
+
+// childConsumer connects a child process's "ledger" inbox and subscription
+// to the database and stream its parent named in the environment.
+func childConsumer[TTx any](t *testing.T, d dialect[TTx]) (*database[TTx], *couriernats.Subscriber, *inbox.Inbox[TTx]) {
 	db := d.connect(t, os.Getenv(envChildDSN))
 	nc, err := couriernats.Connect(os.Getenv(envChildNATS))
 	if err != nil {
 		panic(err)
 	}
-	sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
+	sub, err := couriernats.NewSubscriber(context.Background(), nc, couriernats.SubscriberConfig{
 		Config: couriernats.Config{SubjectPrefix: os.Getenv(envChildPrefix)}, Stream: os.Getenv(envChildStream),
 		Consumer: "ledger", AckWait: time.Second,
 	})
@@ -60,11 +70,7 @@ func consumeAndDie[TTx any](t *testing.T, d dialect[TTx]) {
 	if err != nil {
 		panic(err)
 	}
-	c, err := inbox.NewConsumer(ib, dieOnAck{sub}, db.cs, recordEffect(db, "ledger"), inbox.ConsumerConfig{})
-	if err != nil {
-		panic(err)
-	}
-	_ = c.Run(ctx) // never returns: the first ack kills the process
+	return db, sub, ib
 }
 
 // dieOnAck's deliveries kill the process when acknowledged: after the

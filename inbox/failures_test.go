@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/courier-go/courier"
-	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store"
@@ -160,22 +159,7 @@ func TestConsumerDyingInHandlerChildProcess(t *testing.T) {
 
 func dieInHandler[TTx any](t *testing.T, d dialect[TTx]) {
 	ctx := context.Background()
-	db := d.connect(t, os.Getenv(envChildDSN))
-	nc, err := couriernats.Connect(os.Getenv(envChildNATS))
-	if err != nil {
-		panic(err)
-	}
-	sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
-		Config: couriernats.Config{SubjectPrefix: os.Getenv(envChildPrefix)}, Stream: os.Getenv(envChildStream),
-		Consumer: "ledger", AckWait: time.Second,
-	})
-	if err != nil {
-		panic(err)
-	}
-	ib, err := inbox.New(db.inbox, "ledger")
-	if err != nil {
-		panic(err)
-	}
+	db, sub, ib := childConsumer(t, d)
 	die := func(context.Context, TTx, courier.Message) error {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
