@@ -100,10 +100,11 @@ func testStateShowsBrokerOutageAndRecovery(t *testing.T, db database) {
 		}
 		return s
 	}
-	before := healthy("before the outage")
-	if before.Metrics.Published != 50 {
-		t.Fatalf("metrics %+v: want 50 published", before.Metrics)
-	}
+	// The outbox drains when the last outcome commits; the relay counts it
+	// just after.
+	testenv.Eventually(t, 5*time.Second, func() bool { return r.Metrics().Published == 50 },
+		"metrics %v: want 50 published", testenv.Lazy(func() any { return r.Metrics() }))
+	healthy("before the outage")
 
 	srv.Shutdown()
 	h.produce(20, 5, 10)
@@ -126,6 +127,8 @@ func testStateShowsBrokerOutageAndRecovery(t *testing.T, db database) {
 	h.waitDrained(time.Minute)
 	testenv.Eventually(t, 20*time.Second, func() bool { return !r.State().BrokerDown }, "the broker is still down after it returned: %v",
 		testenv.Lazy(func() any { return r.State() }))
+	testenv.Eventually(t, 5*time.Second, func() bool { return r.Metrics().Published == 70 },
+		"metrics %v: want 70 published", testenv.Lazy(func() any { return r.Metrics() }))
 	after := healthy("after the outage")
 	if after.BrokerDownSince != (time.Time{}) || after.BrokerError != "" || after.BrokerOutages != 0 || after.Metrics.Published != 70 {
 		t.Fatalf("state after the outage %+v: want the outage cleared and 70 published", after)
@@ -343,8 +346,8 @@ func TestStateShowsDatabaseOutageAndRecovery(t *testing.T) {
 
 	proxy.up()
 	h.waitDrained(30 * time.Second)
-	testenv.Eventually(t, 10*time.Second, func() bool { return r.State().ClaimFailures == 0 }, "claims still failing: %v",
-		testenv.Lazy(func() any { return r.State() }))
+	testenv.Eventually(t, 10*time.Second, func() bool { s := r.State(); return s.ClaimFailures == 0 && s.Metrics.Published == 50 },
+		"claims still failing, or not all counted: %v", testenv.Lazy(func() any { return r.State() }))
 	s := r.State()
 	if s.ClaimError != "" || !s.ClaimFailingSince.IsZero() || !s.LastClaim.After(down.LastClaim) || s.Check(0) != nil || s.Metrics.Published != 50 {
 		t.Fatalf("after the outage: %+v (check: %v); want claims succeeding again, 50 published, healthy", s, s.Check(0))
