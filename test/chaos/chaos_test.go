@@ -52,7 +52,7 @@ var long = flag.Bool("long", false, "run the long chaos tests: 100,000 messages 
 func TestMain(m *testing.M) {
 	runRole()
 	flag.Parse()
-	os.Exit(m.Run())
+	os.Exit(testenv.M(m).Run())
 }
 
 // settings of one run.

@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.M(m).Run())
 }
 
 // runClaimer is the process that freezes: it claims once through a

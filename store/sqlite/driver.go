@@ -1,0 +1,92 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"time"
+
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/sqltx"
+)
+
+// DefaultPollInterval is the relay's polling interval on SQLite. SQLite's relay polls a local file, which costs next to nothing.
+const DefaultPollInterval = 100 * time.Millisecond
+
+// Driver is SQLite through database/sql: a store.Driver whose stores work in
+// *sql.Tx transactions.
+type Driver struct{ db *sql.DB }
+
+var _ store.Driver[*sql.Tx] = Driver{}
+
+// NewDriver returns the Driver on db. The database stays the caller's to
+// close.
+func NewDriver(db *sql.DB) Driver { return Driver{db} }
+
+// Dialect returns "sqlite".
+func (Driver) Dialect() string { return "sqlite" }
+
+// Ping checks that the database answers.
+func (d Driver) Ping(ctx context.Context) error { return d.db.PingContext(ctx) }
+
+// Migrate is [Migrate] on the driver's database.
+func (d Driver) Migrate(ctx context.Context) ([]int, error) { return Migrate(ctx, d.db) }
+
+// SchemaVersion is [SchemaVersion] on the driver's database.
+func (d Driver) SchemaVersion(ctx context.Context) (int, error) { return SchemaVersion(ctx, d.db) }
+
+// CheckSchema is [CheckSchema] on the driver's database.
+func (d Driver) CheckSchema(ctx context.Context) error { return CheckSchema(ctx, d.db) }
+
+// Migrations returns [Migrations].
+func (Driver) Migrations() []store.Migration { return Migrations() }
+
+// ExportSQL returns [ExportSQL].
+func (Driver) ExportSQL() []store.Migration { return ExportSQL() }
+
+// RelayStore returns [NewStore] on the driver's database.
+func (d Driver) RelayStore(ctx context.Context, cfg store.RelayConfig) (store.RelayStore, error) {
+	return NewStore(ctx, d.db, StoreConfig{KeepPublished: cfg.KeepPublished})
+}
+
+// Notifier returns nil: SQLite has no wake-ups across processes.
+func (Driver) Notifier(*slog.Logger) (store.Notifier, error) { return nil, nil }
+
+// PollInterval returns [DefaultPollInterval].
+func (Driver) PollInterval() time.Duration { return DefaultPollInterval }
+
+// ConsumerStore returns [ConsumerStore] on the driver's database.
+func (d Driver) ConsumerStore() store.ConsumerStore { return ConsumerStore(d.db) }
+
+// Admin returns [Admin] on the driver's database.
+func (d Driver) Admin() store.Admin { return Admin(d.db) }
+
+// SerialWrites reports true.
+func (Driver) SerialWrites() bool { return true }
+
+// Inserter returns [DatabaseSQL].
+func (Driver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
+
+// Inbox returns [SQLInbox] on the driver's database.
+func (d Driver) Inbox() store.Inbox[*sql.Tx] { return SQLInbox(d.db) }
+
+// Idempotency returns [SQLIdempotency] on the driver's database.
+func (d Driver) Idempotency() store.Idempotency[*sql.Tx] { return SQLIdempotency(d.db) }
+
+// Sagas returns [SQLSagas] on the driver's database.
+func (d Driver) Sagas() store.Sagas[*sql.Tx] { return SQLSagas(d.db) }
+
+// InTx runs fn in a transaction of the driver's database.
+func (d Driver) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return sqltx.InTx(ctx, d.db, nil, "sqlite: ", fn)
+}
+
+// Exec runs query in tx and returns the rows it affected.
+func (Driver) Exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
+	return sqltx.Exec(ctx, tx, query, args...)
+}
+
+// QueryRow runs query in tx and scans its row into dest.
+func (Driver) QueryRow(ctx context.Context, tx *sql.Tx, query string, dest []any, args ...any) error {
+	return sqltx.QueryRow(ctx, tx, query, dest, args...)
+}
