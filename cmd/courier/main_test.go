@@ -19,6 +19,7 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
 // The test binary doubles as the courier binary for subprocess tests.
@@ -91,30 +92,57 @@ func TestMigrateExport(t *testing.T) {
 	}
 }
 
+// The CLI round trip: migrate (twice), status before and after, and a relay
+// process that drains the outbox and stops cleanly on SIGTERM, on the
+// embedded default (SQLite) and on PostgreSQL.
 func TestMigrateRelayStatus(t *testing.T) {
-	pg := testenv.Postgres(t, false)
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "courier.db")
+		migrateRelayStatus(t, "sqlite://"+path, len(sqlite.Migrations()), func(ctx context.Context, msgs []courier.Message) {
+			db, err := sqlite.Open(path)
+			testenv.Must(t, err, "open")
+			defer db.Close()
+			tx, err := db.BeginTx(ctx, nil)
+			testenv.Must(t, err, "begin")
+			testenv.Must(t, outbox.New(sqlite.DatabaseSQL(), outbox.Config{}).Write(ctx, tx, msgs...), "write")
+			testenv.Must(t, tx.Commit(), "commit")
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pg := testenv.Postgres(t, false)
+		migrateRelayStatus(t, pg.URL, len(postgres.Migrations()), func(ctx context.Context, msgs []courier.Message) {
+			tx, err := pg.Pool.Begin(ctx)
+			testenv.Must(t, err, "begin")
+			testenv.Must(t, outbox.New(postgres.Pgx(), outbox.Config{}).Write(ctx, tx, msgs...), "write")
+			testenv.Must(t, tx.Commit(ctx), "commit")
+		})
+	})
+}
+
+// migrateRelayStatus runs the round trip on the database at url, which has
+// no schema yet; migrations is the number of migrations migrate applies, and
+// write commits messages to the outbox.
+func migrateRelayStatus(t *testing.T, url string, migrations int, write func(context.Context, []courier.Message)) {
 	natsURL := testenv.NATSOrEmbedded(t)
 	stream := testenv.Name("CLI")
 	ctx := context.Background()
 
-	code, out, errOut := runCLI(t, "migrate", "--database-url", pg.URL)
-	if code != 0 || !strings.Contains(out, "applied "+fmt.Sprint(len(postgres.Migrations()))+" migration") {
+	code, out, errOut := runCLI(t, "migrate", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "applied "+fmt.Sprint(migrations)+" migration") {
 		t.Fatalf("migrate: %d %q %q", code, out, errOut)
 	}
-	if code, out, _ = runCLI(t, "migrate", "--database-url", pg.URL); code != 0 || !strings.Contains(out, "up to date") {
+	if code, out, _ = runCLI(t, "migrate", "--database-url", url); code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("migrate again: %d %q", code, out)
 	}
 
-	w := outbox.New(postgres.Pgx(), outbox.Config{})
-	tx, err := pg.Pool.Begin(ctx)
-	testenv.Must(t, err, "begin")
-	for i := range 100 {
-		testenv.Must(t, w.Write(ctx, tx, courier.NewMessage("orders", "k", "T", []byte{byte(i)})), "write")
+	msgs := make([]courier.Message, 100)
+	for i := range msgs {
+		msgs[i] = courier.NewMessage("orders", "k", "T", []byte{byte(i)})
 	}
-	testenv.Must(t, tx.Commit(ctx), "commit")
+	write(ctx, msgs)
 
 	status := func() map[string]float64 {
-		code, out, errOut := runCLI(t, "status", "--json", "--database-url", pg.URL)
+		code, out, errOut := runCLI(t, "status", "--json", "--database-url", url)
 		if code != 0 {
 			t.Fatalf("status: %d %s", code, errOut)
 		}
@@ -125,12 +153,12 @@ func TestMigrateRelayStatus(t *testing.T) {
 	if s := status(); s["pending"] != 100 || s["oldest_pending_age_seconds"] <= 0 {
 		t.Fatalf("status before relaying: %v", s)
 	}
-	if code, out, _ := runCLI(t, "status", "--database-url", pg.URL); code != 0 || !strings.Contains(out, "pending") {
+	if code, out, _ := runCLI(t, "status", "--database-url", url); code != 0 || !strings.Contains(out, "pending") {
 		t.Fatalf("status table: %q", out)
 	}
 
 	cmd := exec.Command(os.Args[0], "relay", "--log-format", "json")
-	cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL="+pg.URL, "COURIER_BROKER_URL="+natsURL,
+	cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL="+url, "COURIER_BROKER_URL="+natsURL,
 		"COURIER_STREAM="+stream, "COURIER_SUBJECT_PREFIX="+strings.ToLower(stream)+".")
 	var logs bytes.Buffer
 	cmd.Stderr = &logs

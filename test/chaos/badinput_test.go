@@ -2,10 +2,12 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,9 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
 // sqlish is SQL-looking text, for every field that takes text.
@@ -31,15 +35,35 @@ const sqlish = `x'); DROP TABLE courier_outbox; --`
 const sqlType = `x');DROP/**/TABLE/**/courier_outbox;--`
 
 // Bad input anywhere gets a clear error or a dead letter, never a crash, and
-// never takes a well-formed neighbour down with it.
+// never takes a well-formed neighbour down with it: on the embedded default
+// (SQLite) and on PostgreSQL.
 func TestBadInputNeverLosesANeighbour(t *testing.T) {
-	pg := testenv.Postgres(t, true)
+	t.Run("sqlite", func(t *testing.T) {
+		db, err := sqlite.Open(filepath.Join(t.TempDir(), "courier.db"))
+		testenv.Must(t, err, "open")
+		t.Cleanup(func() { _ = db.Close() })
+		d := sqlite.NewDriver(db)
+		_, err = d.Migrate(context.Background())
+		testenv.Must(t, err, "migrate")
+		badInput(t, store.Driver[*sql.Tx](d))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pg := testenv.Postgres(t, true)
+		badInput(t, store.Driver[pgx.Tx](postgres.NewDriver(pg.Pool)))
+	})
+}
+
+// badInput runs the bad-input tour on d's migrated database.
+func badInput[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx := context.Background()
 	srv := testenv.EmbeddedNATS(t)
 	nc := testenv.Connect(t, srv.ClientURL())
 	mapping := couriernats.Config{SubjectPrefix: "bad."}
 	testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: "BAD"}), "stream")
-	w := outbox.New(postgres.Pgx(), outbox.Config{Limits: courier.Limits{MaxPayloadBytes: 2 << 20}})
+	w := outbox.New(d.Inserter(), outbox.Config{Limits: courier.Limits{MaxPayloadBytes: 2 << 20}})
+	write := func(msgs ...courier.Message) error {
+		return d.InTx(ctx, func(tx TTx) error { return w.Write(ctx, tx, msgs...) })
+	}
 
 	// The writer refuses what it can tell is bad, naming the field.
 	bad := []struct {
@@ -56,10 +80,7 @@ func TestBadInputNeverLosesANeighbour(t *testing.T) {
 		{`Headers["`, courier.NewMessage("orders", "k", "T", nil, courier.WithHeader("Nats-Rollup", "all"))},
 	}
 	for _, c := range bad {
-		tx, err := pg.Pool.Begin(ctx)
-		testenv.Must(t, err, "begin")
-		err = w.Write(ctx, tx, c.msg)
-		_ = tx.Rollback(ctx)
+		err := write(c.msg)
 		var ve *courier.ValidationError
 		if !errors.As(err, &ve) || !strings.HasPrefix(ve.Field, c.field) || ve.Fix == "" {
 			t.Errorf("bad %s: %v", c.field, err)
@@ -75,16 +96,10 @@ func TestBadInputNeverLosesANeighbour(t *testing.T) {
 		courier.NewMessage("orders", "注文-1", "OrderPlaced", []byte(`{"note":"ünïcode ✓"}`)),
 		courier.NewMessage("orders", "big", "AfterTheBigOne", []byte("small")),
 	}
-	tx, err := pg.Pool.Begin(ctx)
-	testenv.Must(t, err, "begin")
-	if err := w.Write(ctx, tx, append([]courier.Message{tooBig}, neighbours...)...); err != nil {
-		_ = tx.Rollback(ctx) // an open transaction would hold the pool's close
-		t.Fatalf("write: %v", err)
-	}
-	testenv.Must(t, tx.Commit(ctx), "commit")
+	testenv.Must(t, write(append([]courier.Message{tooBig}, neighbours...)...), "write")
 	sub, err := nc.SubscribeSync(mapping.Subjects())
 	testenv.Must(t, err, "subscribe")
-	st, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{})
+	st, err := d.RelayStore(ctx, store.RelayConfig{})
 	testenv.Must(t, err, "store")
 	pnc, err := couriernats.Connect(srv.ClientURL())
 	testenv.Must(t, err, "connect")
@@ -114,21 +129,29 @@ func TestBadInputNeverLosesANeighbour(t *testing.T) {
 	}
 	var reason string
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return pg.Pool.QueryRow(ctx, `SELECT last_error FROM courier_outbox_dead_letters WHERE message_id = $1`, tooBig.ID).Scan(&reason) == nil
+		letters, err := d.Admin().DeadLetters(ctx, 10)
+		for _, l := range letters {
+			if l.MessageID == tooBig.ID.String() {
+				reason = l.LastError
+			}
+		}
+		return err == nil && reason != ""
 	}, "the oversized message did not become a dead letter")
 	if !strings.Contains(reason, "maximum payload") {
 		t.Fatalf("dead letter reason %q", reason)
 	}
 
 	// Consumers park what they cannot read, and apply the rest.
-	_, err = pg.Pool.Exec(ctx, `CREATE TABLE effects (message_id uuid NOT NULL)`)
-	testenv.Must(t, err, "effects")
+	testenv.Must(t, d.InTx(ctx, func(tx TTx) error {
+		_, err := d.Exec(ctx, tx, `CREATE TABLE effects (message_id VARCHAR(36) NOT NULL)`)
+		return err
+	}), "effects")
 	csub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{Config: mapping, Stream: "BAD", Consumer: "reader"})
 	testenv.Must(t, err, "subscriber")
 	defer csub.Close()
-	router := inbox.NewRouter[pgx.Tx]()
-	inbox.OnType(router, "OrderPlaced", func(ctx context.Context, tx pgx.Tx, msg courier.Message, v struct{ Note string }) error {
-		_, err := tx.Exec(ctx, "INSERT INTO effects VALUES ($1)", msg.ID)
+	router := inbox.NewRouter[TTx]()
+	inbox.OnType(router, "OrderPlaced", func(ctx context.Context, tx TTx, msg courier.Message, v struct{ Note string }) error {
+		_, err := d.Exec(ctx, tx, "INSERT INTO effects VALUES (?)", msg.ID.String())
 		return err
 	})
 	for _, raw := range []*natsgo.Msg{
@@ -140,9 +163,9 @@ func TestBadInputNeverLosesANeighbour(t *testing.T) {
 	} {
 		testenv.Must(t, nc.PublishMsg(raw), "publish raw")
 	}
-	ib, err := inbox.New(postgres.PgxInbox(pg.Pool), "reader")
+	ib, err := inbox.New(d.Inbox(), "reader")
 	testenv.Must(t, err, "inbox")
-	c, err := inbox.NewConsumer(ib, csub, postgres.ConsumerStore(pg.Pool), router.Handler(), inbox.ConsumerConfig{})
+	c, err := inbox.NewConsumer(ib, csub, d.ConsumerStore(), router.Handler(), inbox.ConsumerConfig{})
 	testenv.Must(t, err, "consumer")
 	cctx, cstop := context.WithCancel(ctx)
 	cdone := make(chan struct{})
@@ -157,7 +180,7 @@ func TestBadInputNeverLosesANeighbour(t *testing.T) {
 	}
 
 	// An absurd Idempotency-Key is a 400, not a crash or a stored key.
-	keys, err := idempotency.New(postgres.PgxIdempotency(pg.Pool), idempotency.Config{})
+	keys, err := idempotency.New(d.Idempotency(), idempotency.Config{})
 	testenv.Must(t, err, "keys")
 	h := keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
 	for _, key := range []string{strings.Repeat("k", 10000), "\x00\x01", `"` + sqlish + `"`, sqlish, `"\u00e9"`} {
