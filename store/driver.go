@@ -84,3 +84,20 @@ type RelayConfig struct {
 	// of deleting them.
 	KeepPublished bool
 }
+
+// Clock is the time source of the store operations that compare with "now":
+// lease ends, retry times, Idempotency-Key locks and expiries. A nil Clock
+// is the database's own clock (the server's on PostgreSQL and MySQL, the
+// process's on SQLite), which is what production wants: relays on several
+// hosts then share one clock. Tests set a Clock they control and move time
+// forward instead of sleeping until a deadline passes.
+type Clock func() time.Time
+
+// Now returns c's time, or the zero time when c is nil (the database's
+// clock).
+func (c Clock) Now() time.Time {
+	if c == nil {
+		return time.Time{}
+	}
+	return c()
+}
