@@ -92,12 +92,12 @@ type ordersNode struct {
 }
 
 func (o *OrdersService) setup(_ context.Context, n *node, drain time.Duration) (incarnation, error) {
-	sagas := n.db.sagas()
+	sagas := n.db.Sagas()
 	orch, err := saga.New(o.def, sagas, n.w, saga.Config{Logger: n.log})
 	if err != nil {
 		return incarnation{}, err
 	}
-	keys, err := idempotency.New(n.db.idempotency(), idempotency.Config{LockTimeout: o.cfg.KeyLockTimeout, Logger: n.log})
+	keys, err := idempotency.New(n.db.Idempotency(), idempotency.Config{LockTimeout: o.cfg.KeyLockTimeout, Logger: n.log})
 	if err != nil {
 		return incarnation{}, err
 	}
