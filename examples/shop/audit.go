@@ -305,7 +305,7 @@ func (a *Audit) checkShipping(ctx context.Context, db *serviceDB, orders map[str
 		if err := s(&order, &status); err != nil {
 			return err
 		}
-		if status == ShipmentStatusPrepared {
+		if status == shipmentPrepared {
 			prepared[order] = true
 			a.Shipments++
 		}
@@ -356,8 +356,8 @@ func (a *Audit) reorder() {
 	})
 }
 
-// Percentile returns the p-th percentile (0–100) of the sorted durations.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
+// percentile returns the p-th percentile (0–100) of the sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}

@@ -41,7 +41,7 @@ type OrdersConfig struct {
 type OrdersService struct {
 	*base
 	cfg OrdersConfig
-	def saga.Definition[OrderData]
+	def saga.Definition[orderData]
 
 	addrMu sync.Mutex
 	addr   string
@@ -64,7 +64,7 @@ func NewOrders(cfg OrdersConfig) (*OrdersService, error) {
 	if cfg.KeyLockTimeout <= 0 {
 		cfg.KeyLockTimeout = 5 * time.Second
 	}
-	return &OrdersService{base: b, cfg: cfg, def: OrderSaga(cfg.Timeouts), addr: cfg.HTTPAddr}, nil
+	return &OrdersService{base: b, cfg: cfg, def: orderSaga(cfg.Timeouts), addr: cfg.HTTPAddr}, nil
 }
 
 // Addr returns the address the HTTP API listens on (the one it will listen
@@ -86,7 +86,7 @@ func (o *OrdersService) Run(ctx context.Context) error {
 // ordersNode is one incarnation of the orders service.
 type ordersNode struct {
 	*node
-	orch   *saga.Orchestrator[OrderData, *sql.Tx]
+	orch   *saga.Orchestrator[orderData, *sql.Tx]
 	sagas  store.Sagas[*sql.Tx]
 	status map[string]string // terminal saga state → order status
 }
@@ -140,7 +140,7 @@ func (on *ordersNode) apply(ctx context.Context, tx *sql.Tx, msg courier.Message
 	if !out.Applied || !ended {
 		return nil
 	}
-	rec, err := on.sagas.Load(ctx, tx, SagaType, msg.Key)
+	rec, err := on.sagas.Load(ctx, tx, sagaType, msg.Key)
 	if err != nil {
 		return err
 	}
