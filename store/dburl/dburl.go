@@ -13,7 +13,7 @@
 // Every dialect is opened as a store.Driver[*sql.Tx]: one code path serves
 // applications on all three. On PostgreSQL the relay's store and the other
 // stores that do not take the caller's transaction still use pgx, on a
-// pool [DB.Pool] hands out.
+// pool of their own that Close closes.
 //
 //	db, err := dburl.Open(ctx, os.Getenv("DATABASE_URL"), dburl.Options{})
 //	if err != nil {
@@ -282,10 +282,6 @@ func (d *DB) Notifier(log *slog.Logger) (store.Notifier, error) {
 
 // SQL returns the *sql.DB the driver's transactions run on.
 func (d *DB) SQL() *sql.DB { return d.sql }
-
-// Pool returns the pgx pool of a PostgreSQL database, nil on other
-// dialects. It is for code that works in pgx.Tx (postgres.NewDriver).
-func (d *DB) Pool() *pgxpool.Pool { return d.pool }
 
 // String returns where the database is: its URL without the password, or
 // the SQLite file's absolute path.
