@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 type migrateCmd struct {
@@ -26,39 +27,39 @@ func (c *migrateCmd) Run(e *env) error {
 	if c.Print || c.Dir != "" {
 		return c.export(e)
 	}
-	d, err := c.open(e.ctx, true)
+	d, err := c.open(e.ctx, true, "")
 	if err != nil {
 		return err
 	}
-	defer d.close()
-	applied, err := d.migrate(e.ctx)
+	defer d.Close()
+	applied, err := d.Migrate(e.ctx)
 	if err != nil {
 		return err
 	}
-	v, err := d.schemaVersion(e.ctx)
+	v, err := d.SchemaVersion(e.ctx)
 	if err != nil {
 		return err
 	}
 	if len(applied) == 0 {
-		fmt.Fprintf(e.stdout, "schema is up to date (version %d) in %s\n", v, d.where)
+		fmt.Fprintf(e.stdout, "schema is up to date (version %d) in %s\n", v, d)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "applied %d migration(s); schema is at version %d in %s\n", len(applied), v, d.where)
+	fmt.Fprintf(e.stdout, "applied %d migration(s); schema is at version %d in %s\n", len(applied), v, d)
 	return nil
 }
 
 func (c *migrateCmd) export(e *env) error {
-	dialect := c.Dialect
-	if c.DatabaseURL != "" {
-		var err error
-		if dialect, _, err = parseDatabaseURL(c.DatabaseURL); err != nil {
-			return err
-		}
+	dialect, err := c.dialect() // sqlite without a URL: the embedded default, as for every command
+	if err != nil {
+		return err
 	}
-	if dialect == "" {
-		dialect = "sqlite" // the embedded default, as for every command
+	if c.DatabaseURL == "" && c.Dialect != "" {
+		dialect = c.Dialect
 	}
-	all := exportSQL(dialect)
+	all, err := dburl.ExportSQL(dialect)
+	if err != nil {
+		return err
+	}
 	switch {
 	case c.Start < 1:
 		return fmt.Errorf("--start is %d: use 1 or more", c.Start)
