@@ -92,7 +92,7 @@ func TestMigrateExport(t *testing.T) {
 }
 
 func TestMigrateRelayStatus(t *testing.T) {
-	pg := testenv.Postgres(t, false)
+	pg := testenv.Postgres(t, nil)
 	natsURL := testenv.NATSOrEmbedded(t)
 	stream := testenv.Name("CLI")
 	ctx := context.Background()

@@ -16,7 +16,7 @@ import (
 // harness gives the conformance suite a fresh database per test.
 func harness() storetest.Harness {
 	return storetest.Harness{Open: func(t testing.TB) *storetest.DB {
-		my := testenv.MySQL(t, false)
+		my := testenv.MySQL(t, nil)
 		db := my.DB
 		return &storetest.DB{
 			SQL:     db,

@@ -19,7 +19,7 @@ import (
 // through both inserters (pgx.Tx and *sql.Tx).
 func harness() storetest.Harness {
 	return storetest.Harness{Open: func(t testing.TB) *storetest.DB {
-		pg := testenv.Postgres(t, false)
+		pg := testenv.Postgres(t, nil)
 		db := stdlib.OpenDBFromPool(pg.Pool)
 		t.Cleanup(func() { db.Close() })
 		pgxWriter := storetest.Writer{

@@ -33,7 +33,7 @@ const sqlType = `x');DROP/**/TABLE/**/courier_outbox;--`
 // Bad input anywhere gets a clear error or a dead letter, never a crash, and
 // never takes a well-formed neighbour down with it.
 func TestBadInputNeverLosesANeighbour(t *testing.T) {
-	pg := testenv.Postgres(t, true)
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
 	srv := testenv.EmbeddedNATS(t)
 	nc := testenv.Connect(t, srv.ClientURL())

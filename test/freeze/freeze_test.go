@@ -128,7 +128,7 @@ var dialects = []dialect{
 			"WHERE id = ANY", // the rows' contents are about to be read
 		},
 		open: func(t *testing.T) target {
-			pg := testenv.Postgres(t, true)
+			pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 			st, err := postgres.NewStore(context.Background(), pg.Pool, postgres.StoreConfig{})
 			testenv.Must(t, err, "store")
 			w := outbox.New(postgres.Pgx(), outbox.Config{})
@@ -153,7 +153,7 @@ var dialects = []dialect{
 			"SELECT id, attempts",               // the rows' contents are about to be read
 		},
 		open: func(t *testing.T) target {
-			my := testenv.MySQL(t, true)
+			my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 			st, err := mysql.NewStore(context.Background(), my.DB, mysql.StoreConfig{})
 			testenv.Must(t, err, "store")
 			return target{addr: my.DSN, store: st, write: sqlWrite(my.DB, mysql.DatabaseSQL())}
