@@ -17,10 +17,10 @@ import (
 // puts one back into the outbox under its original id, before the later
 // messages of its key, with no attempts counted and its history kept; a
 // discard deletes it; both report ErrNotFound for what is not there.
-func testAdminDeadLetters(t *testing.T, h Harness) {
+func testAdminDeadLetters[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
-	st, a := db.newStore(t, false), db.Admin
+	st, a := db.newStore(t, false), db.Admin()
 	occurred := time.Date(2024, 2, 29, 23, 59, 58, 123456789, time.UTC)
 	first := courier.NewMessage("orders", "order-1", "OrderPlaced", []byte(`{"total":42}`),
 		courier.WithVersion(2), courier.WithContentType(courier.ContentTypeJSON), courier.WithOccurredAt(occurred),

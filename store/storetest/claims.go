@@ -5,66 +5,54 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
 )
 
-// Commit ⇒ rows, rollback ⇒ none, with every inserter; what was committed
-// comes back from a claim field for field, in write order.
-func testAtomicWrite(t *testing.T, h Harness) {
+// Commit ⇒ rows, rollback ⇒ none; what was committed comes back from a
+// claim field for field, in write order.
+func testAtomicWrite[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
-	var committed []courier.Message
-	for _, w := range db.Writers {
-		var notified atomic.Int32
-		cfg := outbox.Config{Notify: func() { notified.Add(1) }}
-		one := courier.NewMessage("orders", "order-1", "OrderPlaced", []byte(w.Name+" commit"),
-			courier.WithVersion(3), courier.WithContentType(courier.ContentTypeJSON),
-			courier.WithOccurredAt(time.Date(2024, 2, 29, 23, 59, 58, 123456789, time.FixedZone("X", 5*3600))),
-			courier.WithHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
-			courier.WithCorrelationID("saga-7"))
-		before := db.count(t, "courier_outbox")
-		if err := w.Write(ctx, cfg, []courier.Message{one}, true); err != nil {
-			t.Fatalf("%s: write and commit: %v", w.Name, err)
-		}
-		committed = append(committed, one)
-		if n := db.count(t, "courier_outbox"); n != before+1 {
-			t.Fatalf("%s: %d rows after a committed write, want %d", w.Name, n, before+1)
-		}
-		if notified.Load() != 1 {
-			t.Fatalf("%s: outbox.Config.Notify called %d times for one write, want 1", w.Name, notified.Load())
-		}
-		if err := w.Write(ctx, cfg, []courier.Message{courier.NewMessage("orders", "order-2", "OrderPlaced", []byte("rolled back"))}, false); err != nil {
-			t.Fatalf("%s: write and roll back: %v", w.Name, err)
-		}
-		if n := db.count(t, "courier_outbox"); n != before+1 {
-			t.Fatalf("%s: %d rows after a rolled-back write, want %d", w.Name, n, before+1)
-		}
+	one := courier.NewMessage("orders", "order-1", "OrderPlaced", []byte("commit"),
+		courier.WithVersion(3), courier.WithContentType(courier.ContentTypeJSON),
+		courier.WithOccurredAt(time.Date(2024, 2, 29, 23, 59, 58, 123456789, time.FixedZone("X", 5*3600))),
+		courier.WithHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+		courier.WithCorrelationID("saga-7"))
+	if err := db.writeTx(ctx, []courier.Message{one}, true); err != nil {
+		t.Fatalf("write and commit: %v", err)
+	}
+	if n := db.count(t, "courier_outbox"); n != 1 {
+		t.Fatalf("%d rows after a committed write, want 1", n)
+	}
+	if err := db.writeTx(ctx, []courier.Message{courier.NewMessage("orders", "order-2", "OrderPlaced", []byte("rolled back"))}, false); err != nil {
+		t.Fatalf("write and roll back: %v", err)
+	}
+	if n := db.count(t, "courier_outbox"); n != 1 {
+		t.Fatalf("%d rows after a rolled-back write, want 1", n)
+	}
 
-		// More messages than one statement of any dialect takes.
-		many := numbered(2500, 7, w.Name+"-k")
-		for i := range many {
-			if i%2 == 0 {
-				many[i].SetHeader("traceparent", fmt.Sprintf("00-%032x-00f067aa0ba902b7-01", i))
-			}
+	// More messages than one statement of any dialect takes.
+	many := numbered(2500, 7, "k")
+	for i := range many {
+		if i%2 == 0 {
+			many[i].SetHeader("traceparent", fmt.Sprintf("00-%032x-00f067aa0ba902b7-01", i))
 		}
-		if err := w.Write(ctx, cfg, many, true); err != nil {
-			t.Fatalf("%s: write 2500 messages: %v", w.Name, err)
-		}
-		committed = append(committed, many...)
-		if err := w.Write(ctx, cfg, numbered(1200, 3, "rolled-back-"), false); err != nil {
-			t.Fatalf("%s: write 1200 messages and roll back: %v", w.Name, err)
-		}
-		if n := db.count(t, "courier_outbox"); n != before+2501 {
-			t.Fatalf("%s: %d rows, want %d: a rolled-back batch left rows or a committed one lost some", w.Name, n, before+2501)
-		}
+	}
+	if err := db.writeTx(ctx, many, true); err != nil {
+		t.Fatalf("write 2500 messages: %v", err)
+	}
+	committed := append([]courier.Message{one}, many...)
+	if err := db.writeTx(ctx, numbered(1200, 3, "rolled-back-"), false); err != nil {
+		t.Fatalf("write 1200 messages and roll back: %v", err)
+	}
+	if n := db.count(t, "courier_outbox"); n != 2501 {
+		t.Fatalf("%d rows, want 2501: a rolled-back batch left rows or a committed one lost some", n)
 	}
 
 	st := db.newStore(t, false)
@@ -85,20 +73,16 @@ func testAtomicWrite(t *testing.T, h Harness) {
 
 // A nil or empty payload is stored as an empty payload; no headers stay no
 // headers.
-func testEmptyPayload(t *testing.T, h Harness) {
+func testEmptyPayload[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	msgs := []courier.Message{
 		courier.NewMessage("t", "k", "Empty", nil),
 		courier.NewMessage("t", "k", "Empty", []byte{}),
 	}
-	for _, w := range db.Writers {
-		if err := w.Write(context.Background(), outbox.Config{}, msgs, true); err != nil {
-			t.Fatalf("%s: write messages with empty payloads: %v", w.Name, err)
-		}
-	}
+	db.write(t, msgs...)
 	b := claim(t, db.newStore(t, false), "r", 100, time.Minute)
-	if len(b.Records) != 2*len(db.Writers) {
-		t.Fatalf("claimed %d rows, want %d", len(b.Records), 2*len(db.Writers))
+	if len(b.Records) != 2 {
+		t.Fatalf("claimed %d rows, want 2", len(b.Records))
 	}
 	for _, r := range b.Records {
 		if len(r.Message.Payload) != 0 || len(r.Message.Headers) != 0 {
@@ -109,7 +93,7 @@ func testEmptyPayload(t *testing.T, h Harness) {
 
 // Claims hand out the oldest claimable rows in Seq order; a leased key's
 // rows, even ones written after the claim, wait for the lease.
-func testClaimOrder(t *testing.T, h Harness) {
+func testClaimOrder[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	if b := claim(t, st, "a", 10, time.Minute); len(b.Records) != 0 {
@@ -152,7 +136,7 @@ func testClaimOrder(t *testing.T, h Harness) {
 // A claimed run of one key is its oldest rows, and no other claim gets any
 // row of that key until the lease ends: a burst on one key drains a batch at
 // a time, not a row per claim.
-func testHotKey(t *testing.T, h Harness) {
+func testHotKey[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	msgs := numbered(3000, 1, "hot")
@@ -174,7 +158,7 @@ func testHotKey(t *testing.T, h Harness) {
 // A leased key is claimable by nobody else; an expired lease is taken over;
 // a stale owner's Complete (or a stranger's) changes nothing; Complete
 // releases the rows it does not mention.
-func testLeases(t *testing.T, h Harness) {
+func testLeases[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	db.write(t, numbered(10, 2, "k")...)
@@ -233,7 +217,7 @@ func testLeases(t *testing.T, h Harness) {
 // A failed row holds back its key only, until its retry time; attempts,
 // last_error and history are recorded; uncounted failures leave attempts
 // alone.
-func testRetries(t *testing.T, h Harness) {
+func testRetries[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	msgs := numbered(6, 2, "k") // k0: 0, 2, 4; k1: 1, 3, 5
@@ -299,7 +283,7 @@ func checkRows(t *testing.T, when string, recs []store.Record, want []courier.Me
 }
 
 // The history keeps the latest 20 failures; attempts counts them all.
-func testHistoryLimit(t *testing.T, h Harness) {
+func testHistoryLimit[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	db.write(t, numbered(1, 1, "k")...)
@@ -326,7 +310,7 @@ func testHistoryLimit(t *testing.T, h Harness) {
 
 // After the last attempt a row moves to the dead letters with its history,
 // and its key moves on.
-func testDeadLetters(t *testing.T, h Harness) {
+func testDeadLetters[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	poison := courier.NewMessage("events", "k0", "Poison", []byte("poison payload"), courier.WithHeader("x-trace", "1"))
@@ -381,7 +365,7 @@ func testDeadLetters(t *testing.T, h Harness) {
 // rows in order, one lease at a time. They share one store, as the relays of
 // one process do; claimers in separate processes are the business of each
 // dialect's own tests where the store is more than a connection pool.
-func testConcurrentClaimers(t *testing.T, h Harness) {
+func testConcurrentClaimers[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	const n = 2000
 	for i := 0; i < n; i += 1000 {
@@ -438,7 +422,7 @@ func testConcurrentClaimers(t *testing.T, h Harness) {
 
 // KeepPublished copies published rows into courier_outbox_published; without
 // it they are only deleted.
-func testKeepPublished(t *testing.T, h Harness) {
+func testKeepPublished[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	plain, keep := db.newStore(t, false), db.newStore(t, true)
 	msgs := []courier.Message{
@@ -473,7 +457,7 @@ func testKeepPublished(t *testing.T, h Harness) {
 
 // Stats counts pending, leased, backing-off and dead rows and dates the
 // oldest pending one.
-func testStats(t *testing.T, h Harness) {
+func testStats[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	s := stats(t, st)

@@ -16,10 +16,10 @@ import (
 // own transaction, and read back whole, oldest first, with their times to
 // the microsecond; ClearFailures forgets a message's failures and
 // DeleteFailures removes old ones, at most limit at a time.
-func testInboxFailures(t *testing.T, h Harness) {
+func testInboxFailures[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
-	cs := db.ConsumerStore
+	cs := db.ConsumerStore()
 	record := func(consumer string, id uuid.UUID, at time.Time, msg string) []store.Attempt {
 		t.Helper()
 		hist, err := cs.RecordFailure(ctx, consumer, id, store.Attempt{At: at, Error: msg})

@@ -21,12 +21,12 @@ var errRollback = errors.New("storetest: roll back")
 // mark inserts the marker of (consumer, id) in a transaction of ib and
 // commits it (or rolls it back when commit is false); it returns what Mark
 // said.
-func mark(t *testing.T, ib Inbox, consumer string, id uuid.UUID, commit bool) bool {
+func mark[TTx any](t *testing.T, ib store.Inbox[TTx], consumer string, id uuid.UUID, commit bool) bool {
 	t.Helper()
 	var fresh bool
-	err := ib.Inbox.InTx(context.Background(), func(tx any) error {
+	err := ib.InTx(context.Background(), func(tx TTx) error {
 		var err error
-		if fresh, err = ib.Inbox.Mark(context.Background(), tx, consumer, id); err != nil {
+		if fresh, err = ib.Mark(context.Background(), tx, consumer, id); err != nil {
 			return err
 		}
 		if !commit {
@@ -35,7 +35,7 @@ func mark(t *testing.T, ib Inbox, consumer string, id uuid.UUID, commit bool) bo
 		return nil
 	})
 	if err != nil && !(errors.Is(err, errRollback) && !commit) {
-		t.Fatalf("%s: mark %s for %q: %v", ib.Name, id, consumer, err)
+		t.Fatalf("mark %s for %q: %v", id, consumer, err)
 	}
 	return fresh
 }
@@ -52,57 +52,50 @@ func near(t *testing.T, what string, got, want time.Time, margin time.Duration) 
 // clockMargin is how far the database's clock may be from the test's.
 const clockMargin = 10 * time.Second
 
-// A marker is fresh once per consumer and message, whichever inbox
-// implementation wrote it; a rolled-back transaction leaves none behind.
+// A marker is fresh once per consumer and message; a rolled-back transaction leaves none behind.
 // Consumer names are compared exactly.
-func testInboxMarkers(t *testing.T, h Harness) {
+func testInboxMarkers[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
-	for _, ib := range db.Inboxes {
-		id := uuid.New()
-		if !mark(t, ib, "billing", id, true) {
-			t.Fatalf("%s: the first marker of a message is a duplicate", ib.Name)
+	ib := db.Inbox()
+	id := uuid.New()
+	if !mark(t, ib, "billing", id, true) {
+		t.Fatal("the first marker of a message is a duplicate")
+	}
+	if mark(t, ib, "billing", id, true) {
+		t.Fatal("the second marker of a message is fresh")
+	}
+	for _, other := range []string{"shipping", "Billing", "billing ", "billing-ß", "账单"} {
+		if !mark(t, ib, other, id, true) {
+			t.Fatalf("consumer %q found the marker of consumer \"billing\"", other)
 		}
-		if mark(t, ib, "billing", id, true) {
-			t.Fatalf("%s: the second marker of a message is fresh", ib.Name)
-		}
-		for _, other := range []string{"shipping", "Billing", "billing ", "billing-ß", "账单"} {
-			if !mark(t, ib, other, id, true) {
-				t.Fatalf("%s: consumer %q found the marker of consumer \"billing\"", ib.Name, other)
-			}
-		}
-		for _, other := range db.Inboxes {
-			if mark(t, other, "billing", id, true) {
-				t.Fatalf("%s: a marker written through %s is not seen", other.Name, ib.Name)
-			}
-		}
+	}
 
-		rolledBack := uuid.New()
-		if !mark(t, ib, "billing", rolledBack, false) {
-			t.Fatalf("%s: fresh marker reported as a duplicate", ib.Name)
-		}
-		if !mark(t, ib, "billing", rolledBack, true) {
-			t.Fatalf("%s: a rolled-back marker was kept: the message would never be applied", ib.Name)
-		}
-		if mark(t, ib, "billing", rolledBack, true) {
-			t.Fatalf("%s: the marker committed after a rollback is not kept", ib.Name)
-		}
+	rolledBack := uuid.New()
+	if !mark(t, ib, "billing", rolledBack, false) {
+		t.Fatal("fresh marker reported as a duplicate")
+	}
+	if !mark(t, ib, "billing", rolledBack, true) {
+		t.Fatal("a rolled-back marker was kept: the message would never be applied")
+	}
+	if mark(t, ib, "billing", rolledBack, true) {
+		t.Fatal("the marker committed after a rollback is not kept")
+	}
 
-		// A handler that panics: the panic goes on, the transaction is
-		// rolled back (not left open, holding locks).
-		panicked := uuid.New()
-		if !panics(func() {
-			_ = ib.Inbox.InTx(context.Background(), func(tx any) error {
-				if _, err := ib.Inbox.Mark(context.Background(), tx, "billing", panicked); err != nil {
-					return err
-				}
-				panic("handler panics")
-			})
-		}) {
-			t.Fatalf("%s: InTx swallowed its function's panic", ib.Name)
-		}
-		if !mark(t, ib, "billing", panicked, true) {
-			t.Fatalf("%s: the marker of a transaction whose function panicked was kept", ib.Name)
-		}
+	// A handler that panics: the panic goes on, the transaction is
+	// rolled back (not left open, holding locks).
+	panicked := uuid.New()
+	if !panics(func() {
+		_ = ib.InTx(context.Background(), func(tx TTx) error {
+			if _, err := ib.Mark(context.Background(), tx, "billing", panicked); err != nil {
+				return err
+			}
+			panic("handler panics")
+		})
+	}) {
+		t.Fatal("InTx swallowed its function's panic")
+	}
+	if !mark(t, ib, "billing", panicked, true) {
+		t.Fatal("the marker of a transaction whose function panicked was kept")
 	}
 }
 
@@ -117,90 +110,89 @@ func panics(fn func()) (panicked bool) {
 // waits for it: it finds the marker once that one commits, and applies the
 // message itself when that one rolls back. Of many concurrent deliveries one
 // applies the message.
-func testInboxConcurrent(t *testing.T, h Harness) {
+func testInboxConcurrent[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
-	for _, ib := range db.Inboxes {
-		for _, commit := range []bool{true, false} {
-			id := uuid.New()
-			marked := make(chan struct{})
-			finish := make(chan struct{})
-			first := make(chan error, 1)
-			go func() {
-				first <- ib.Inbox.InTx(ctx, func(tx any) error {
-					fresh, err := ib.Inbox.Mark(ctx, tx, "c", id)
-					close(marked)
-					if err != nil || !fresh {
-						return errors.Join(err, errors.New("first delivery: marker not fresh"))
-					}
-					<-finish
-					if !commit {
-						return errRollback
-					}
-					return nil
-				})
-			}()
-			<-marked
-			type result struct {
-				fresh bool
-				err   error
-			}
-			second := make(chan result, 1)
-			go func() {
-				var r result
-				r.err = ib.Inbox.InTx(ctx, func(tx any) error {
-					var err error
-					r.fresh, err = ib.Inbox.Mark(ctx, tx, "c", id)
-					return err
-				})
-				second <- r
-			}()
-			select {
-			case r := <-second:
-				close(finish)
-				t.Fatalf("%s: a second delivery returned (fresh %v, %v) while the first one's transaction was open; it must wait", ib.Name, r.fresh, r.err)
-			case <-time.After(300 * time.Millisecond):
-			}
-			close(finish)
-			if err := <-first; err != nil && !(errors.Is(err, errRollback) && !commit) {
-				t.Fatalf("%s: first delivery: %v", ib.Name, err)
-			}
-			r := <-second
-			if r.err != nil {
-				t.Fatalf("%s: second delivery: %v", ib.Name, r.err)
-			}
-			if r.fresh != !commit {
-				t.Fatalf("%s: after the first delivery's transaction %s, the second one's marker is fresh=%v, want %v",
-					ib.Name, map[bool]string{true: "committed", false: "rolled back"}[commit], r.fresh, !commit)
-			}
-		}
-
+	ib := db.Inbox()
+	for _, commit := range []bool{true, false} {
 		id := uuid.New()
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		applied := 0
-		for range 10 {
-			wg.Go(func() {
-				if mark(t, ib, "many", id, true) {
-					mu.Lock()
-					applied++
-					mu.Unlock()
+		marked := make(chan struct{})
+		finish := make(chan struct{})
+		first := make(chan error, 1)
+		go func() {
+			first <- ib.InTx(ctx, func(tx TTx) error {
+				fresh, err := ib.Mark(ctx, tx, "c", id)
+				close(marked)
+				if err != nil || !fresh {
+					return errors.Join(err, errors.New("first delivery: marker not fresh"))
 				}
+				<-finish
+				if !commit {
+					return errRollback
+				}
+				return nil
 			})
+		}()
+		<-marked
+		type result struct {
+			fresh bool
+			err   error
 		}
-		wg.Wait()
-		if applied != 1 {
-			t.Fatalf("%s: 10 concurrent deliveries of one message: %d found their marker fresh, want 1", ib.Name, applied)
+		second := make(chan result, 1)
+		go func() {
+			var r result
+			r.err = ib.InTx(ctx, func(tx TTx) error {
+				var err error
+				r.fresh, err = ib.Mark(ctx, tx, "c", id)
+				return err
+			})
+			second <- r
+		}()
+		select {
+		case r := <-second:
+			close(finish)
+			t.Fatalf("a second delivery returned (fresh %v, %v) while the first one's transaction was open; it must wait", r.fresh, r.err)
+		case <-time.After(300 * time.Millisecond):
 		}
+		close(finish)
+		if err := <-first; err != nil && !(errors.Is(err, errRollback) && !commit) {
+			t.Fatalf("first delivery: %v", err)
+		}
+		r := <-second
+		if r.err != nil {
+			t.Fatalf("second delivery: %v", r.err)
+		}
+		if r.fresh != !commit {
+			t.Fatalf("after the first delivery's transaction %s, the second one's marker is fresh=%v, want %v",
+				map[bool]string{true: "committed", false: "rolled back"}[commit], r.fresh, !commit)
+		}
+	}
+
+	id := uuid.New()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	applied := 0
+	for range 10 {
+		wg.Go(func() {
+			if mark(t, ib, "many", id, true) {
+				mu.Lock()
+				applied++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if applied != 1 {
+		t.Fatalf("10 concurrent deliveries of one message: %d found their marker fresh, want 1", applied)
 	}
 }
 
 // DeleteMarkers removes markers older than its cut-off, at most limit at a
 // time, and nothing newer; a message whose marker was removed is fresh again.
-func testMarkerRetention(t *testing.T, h Harness) {
+func testMarkerRetention[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
-	ib := db.Inboxes[0]
+	ib := db.Inbox()
 	old := make([]uuid.UUID, 5)
 	for i := range old {
 		old[i] = uuid.New()
@@ -212,7 +204,7 @@ func testMarkerRetention(t *testing.T, h Harness) {
 	mark(t, ib, "c", recent, true)
 	var deleted []int64
 	for range 4 {
-		n, err := db.ConsumerStore.DeleteMarkers(ctx, cut, 2)
+		n, err := db.ConsumerStore().DeleteMarkers(ctx, cut, 2)
 		if err != nil {
 			t.Fatalf("delete markers: %v", err)
 		}
@@ -227,7 +219,7 @@ func testMarkerRetention(t *testing.T, h Harness) {
 	if !mark(t, ib, "c", old[0], true) {
 		t.Fatal("a deleted marker still makes its message a duplicate")
 	}
-	if n, err := db.ConsumerStore.DeleteMarkers(ctx, time.Now().Add(time.Hour), 100); err != nil || n != 2 {
+	if n, err := db.ConsumerStore().DeleteMarkers(ctx, time.Now().Add(time.Hour), 100); err != nil || n != 2 {
 		t.Fatalf("DeleteMarkers(an hour from now) = %d, %v; want the 2 left", n, err)
 	}
 }
@@ -259,10 +251,10 @@ func sameParked(t *testing.T, got, want store.Parked) {
 // order; an operator's replay request is served to the consumer, withdrawn
 // with another attempt recorded when the replay fails, and the delivery is
 // gone once unparked or discarded.
-func testParkAndReplay(t *testing.T, h Harness) {
+func testParkAndReplay[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
-	cs, a := db.ConsumerStore, db.Admin
+	cs, a := db.ConsumerStore(), db.Admin()
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	parked := []store.Parked{{
 		Consumer: "billing", MessageID: uuid.NewString(), Subject: "courier.payments",

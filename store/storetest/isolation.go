@@ -16,7 +16,7 @@ import (
 // over the first run of a bulk write, does not keep other keys' rows from
 // being claimed: the claim skips the held key's rows, however many fill what
 // used to be its window.
-func testHeldKeyBacklog(t *testing.T, h Harness) {
+func testHeldKeyBacklog[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	db.write(t, courier.NewMessage("events", "poisoned", "Poison", []byte("poison")))
@@ -60,7 +60,7 @@ const raceRounds = 40
 // A row's retry that comes due while a claim is running either counts as
 // due for the whole claim or as pending for the whole claim: the key's
 // later rows are never claimed ahead of it.
-func testRetryDueDuringClaim(t *testing.T, h Harness) {
+func testRetryDueDuringClaim[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	slowClaims(t, db, st)
@@ -81,7 +81,7 @@ func testRetryDueDuringClaim(t *testing.T, h Harness) {
 // A Complete that releases a key's rows while another relay's claim is
 // running: the claim either sees the key as held or claims it from its
 // released first row, never from the row after it.
-func testReleaseDuringClaim(t *testing.T, h Harness) {
+func testReleaseDuringClaim[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	slowClaims(t, db, st)
@@ -133,7 +133,7 @@ func claimFirstAgain(t *testing.T, st store.RelayStore, owner string, first cour
 // slowClaims makes every claim of st take a while, so that the races above
 // have a window to land in: 5,000 rows of other keys held by a long lease,
 // which each claim's scan has to look past.
-func slowClaims(t *testing.T, db *DB, st store.RelayStore) {
+func slowClaims[TTx any](t *testing.T, db *testDB[TTx], st store.RelayStore) {
 	t.Helper()
 	db.write(t, numbered(5000, 50, "filler")...)
 	if b := claim(t, st, "filler", 5000, time.Hour); len(b.Records) != 5000 {

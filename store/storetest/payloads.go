@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
 )
 
 // Payloads of 1 MiB (Courier's default limit) go in, come out and are
 // archived byte for byte, several in one write.
-func testLargePayload(t *testing.T, h Harness) {
+func testLargePayload[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var msgs []courier.Message
@@ -26,33 +25,29 @@ func testLargePayload(t *testing.T, h Harness) {
 		}
 		msgs = append(msgs, courier.NewMessage("blobs", "big-"+string(rune('a'+i)), "Blob", p, courier.WithHeader("x-size", "1MiB")))
 	}
-	for _, w := range db.Writers {
-		if err := w.Write(context.Background(), outbox.Config{}, msgs, true); err != nil {
-			t.Fatalf("%s: write three 1 MiB messages: %v", w.Name, err)
-		}
+	if err := db.writeTx(context.Background(), msgs, true); err != nil {
+		t.Fatalf("write three 1 MiB messages: %v", err)
 	}
 	st := db.newStore(t, true)
-	for range db.Writers {
-		b := claim(t, st, "r", 3, time.Minute)
-		if len(b.Records) != 3 {
-			t.Fatalf("claimed %d rows, want 3", len(b.Records))
-		}
-		for i, r := range b.Records {
-			sameMessage(t, r.Message, msgs[i])
-		}
-		complete(t, st, "r", b, store.Outcome{Published: seqs(b.Records)})
-		var archived []byte
-		db.queryRow(t, []any{&archived}, "SELECT payload FROM courier_outbox_published WHERE id = ?", b.Records[2].Seq)
-		if !bytes.Equal(archived, msgs[2].Payload) {
-			t.Fatalf("archived payload of %d bytes differs from the %d written", len(archived), len(msgs[2].Payload))
-		}
+	b := claim(t, st, "r", 3, time.Minute)
+	if len(b.Records) != 3 {
+		t.Fatalf("claimed %d rows, want 3", len(b.Records))
+	}
+	for i, r := range b.Records {
+		sameMessage(t, r.Message, msgs[i])
+	}
+	complete(t, st, "r", b, store.Outcome{Published: seqs(b.Records)})
+	var archived []byte
+	db.queryRow(t, []any{&archived}, "SELECT payload FROM courier_outbox_published WHERE id = ?", b.Records[2].Seq)
+	if !bytes.Equal(archived, msgs[2].Payload) {
+		t.Fatalf("archived payload of %d bytes differs from the %d written", len(archived), len(msgs[2].Payload))
 	}
 }
 
 // Keys are compared byte for byte: case, trailing spaces, normalisation
 // forms and scripts all make different keys, which lease and back off
 // independently, and every key comes back exactly as written.
-func testUnicodeKeys(t *testing.T, h Harness) {
+func testUnicodeKeys[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	st := db.newStore(t, false)
 	keys := []string{

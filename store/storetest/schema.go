@@ -16,7 +16,7 @@ import (
 
 // A fresh database needs every migration; Migrate applies them once, and
 // running it again is a no-op.
-func testMigrations(t *testing.T, h Harness) {
+func testMigrations[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, false)
 	ctx := context.Background()
 	ms := db.Migrations()
@@ -35,8 +35,8 @@ func testMigrations(t *testing.T, h Harness) {
 	if err := db.CheckSchema(ctx); !errors.Is(err, store.ErrSchemaOutdated) {
 		t.Fatalf("CheckSchema of an empty database = %v, want ErrSchemaOutdated", err)
 	}
-	if _, err := db.NewStore(ctx, false); !errors.Is(err, store.ErrSchemaOutdated) {
-		t.Fatalf("NewStore on an empty database = %v, want ErrSchemaOutdated", err)
+	if _, err := db.RelayStore(ctx, store.RelayConfig{}); !errors.Is(err, store.ErrSchemaOutdated) {
+		t.Fatalf("RelayStore on an empty database = %v, want ErrSchemaOutdated", err)
 	}
 	applied, err := db.Migrate(ctx)
 	if err != nil {
@@ -63,13 +63,13 @@ func testMigrations(t *testing.T, h Harness) {
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second Migrate applied %v (%v), want nothing", again, err)
 	}
-	if _, err := db.NewStore(ctx, false); err != nil {
-		t.Fatalf("NewStore after Migrate: %v", err)
+	if _, err := db.RelayStore(ctx, store.RelayConfig{}); err != nil {
+		t.Fatalf("RelayStore after Migrate: %v", err)
 	}
 }
 
 // Concurrent Migrate calls wait for one another: each step is applied once.
-func testMigrateConcurrently(t *testing.T, h Harness) {
+func testMigrateConcurrently[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, false)
 	var wg sync.WaitGroup
 	total := make(chan int, 5)
@@ -97,7 +97,7 @@ func testMigrateConcurrently(t *testing.T, h Harness) {
 }
 
 // A database migrated by a newer Courier is refused everywhere.
-func testSchemaNewer(t *testing.T, h Harness) {
+func testSchemaNewer[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
 	db.exec(t, "INSERT INTO courier_schema_migrations (version, name) VALUES (999, 'from the future')")
@@ -110,13 +110,13 @@ func testSchemaNewer(t *testing.T, h Harness) {
 	if err := db.CheckSchema(ctx); !errors.Is(err, store.ErrSchemaNewer) {
 		t.Fatalf("CheckSchema = %v, want ErrSchemaNewer", err)
 	}
-	if _, err := db.NewStore(ctx, false); !errors.Is(err, store.ErrSchemaNewer) {
-		t.Fatalf("NewStore = %v, want ErrSchemaNewer", err)
+	if _, err := db.RelayStore(ctx, store.RelayConfig{}); !errors.Is(err, store.ErrSchemaNewer) {
+		t.Fatalf("RelayStore = %v, want ErrSchemaNewer", err)
 	}
 }
 
 // A database that lacks a migration is refused until it is migrated.
-func testSchemaOutdated(t *testing.T, h Harness) {
+func testSchemaOutdated[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
 	latest := store.Latest(db.Migrations())
@@ -124,14 +124,14 @@ func testSchemaOutdated(t *testing.T, h Harness) {
 	if err := db.CheckSchema(ctx); !errors.Is(err, store.ErrSchemaOutdated) {
 		t.Fatalf("CheckSchema = %v, want ErrSchemaOutdated", err)
 	}
-	if _, err := db.NewStore(ctx, false); !errors.Is(err, store.ErrSchemaOutdated) {
-		t.Fatalf("NewStore = %v, want ErrSchemaOutdated", err)
+	if _, err := db.RelayStore(ctx, store.RelayConfig{}); !errors.Is(err, store.ErrSchemaOutdated) {
+		t.Fatalf("RelayStore = %v, want ErrSchemaOutdated", err)
 	}
 }
 
 // The exported scripts, run by another tool, build a schema the dialect
 // accepts and works on, and that Migrate leaves alone.
-func testExportedSQL(t *testing.T, h Harness) {
+func testExportedSQL[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, false)
 	ctx := context.Background()
 	exported, ms := db.ExportSQL(), db.Migrations()
@@ -143,7 +143,7 @@ func testExportedSQL(t *testing.T, h Harness) {
 			t.Fatalf("exported script %d: version %d, name %q; want %d, %q, recording itself in courier_schema_migrations",
 				i, m.Version, m.Name, ms[i].Version, ms[i].Name)
 		}
-		if err := db.ExecScript(ctx, m.SQL); err != nil {
+		if err := db.execScript(ctx, m.SQL); err != nil {
 			t.Fatalf("run exported migration %04d_%s: %v", m.Version, m.Name, err)
 		}
 	}
@@ -164,11 +164,11 @@ func testExportedSQL(t *testing.T, h Harness) {
 	if s := stats(t, st); s.Pending != 1 || s.InBackoff != 1 || s.DeadLetters != 1 || db.count(t, "courier_outbox_published") != 1 {
 		t.Fatalf("on the exported schema: %+v, %d archived", s, db.count(t, "courier_outbox_published"))
 	}
-	if !mark(t, db.Inboxes[0], "exported", uuid.New(), true) {
+	if !mark(t, db.Inbox(), "exported", uuid.New(), true) {
 		t.Fatal("on the exported schema: a fresh inbox marker was reported as a duplicate")
 	}
 	c := keyClaim("exported", "k", []byte("fp"), time.Minute, time.Hour)
-	if _, mine, err := db.Idempotency[0].Store.Claim(ctx, c); err != nil || !mine {
+	if _, mine, err := db.Idempotency().Claim(ctx, c); err != nil || !mine {
 		t.Fatalf("on the exported schema: claim of a fresh idempotency key = %v, %v; want it owned", mine, err)
 	}
 }
