@@ -84,22 +84,43 @@ func (db *testDB[TTx]) insert(ctx context.Context, tx TTx, msgs ...courier.Messa
 	return db.Inserter().Insert(ctx, tx, msgs)
 }
 
-// writeTx inserts msgs in a transaction of its own and commits it, or rolls
-// it back when commit is false.
-func (db *testDB[TTx]) writeTx(ctx context.Context, msgs []courier.Message, commit bool) error {
-	err := db.InTx(ctx, func(tx TTx) error {
-		if err := db.insert(ctx, tx, msgs...); err != nil {
+// errRollback makes a transaction of the suite roll back.
+var errRollback = errors.New("storetest: roll back")
+
+// inTx runs fn in a transaction begun with begin (a store's InTx) and
+// commits it, or rolls it back when commit is false: a rollback asked for
+// is no error.
+func inTx[TTx any](begin func(context.Context, func(TTx) error) error, commit bool, fn func(tx TTx) error) error {
+	err := begin(context.Background(), func(tx TTx) error {
+		if err := fn(tx); err != nil || commit {
 			return err
 		}
-		if !commit {
-			return errRollback
-		}
-		return nil
+		return errRollback
 	})
 	if !commit && errors.Is(err, errRollback) {
 		return nil
 	}
 	return err
+}
+
+// reportInTx runs op in a transaction as [inTx] does and returns what op
+// reported, failing the test (with what) on an error.
+func reportInTx[TTx any](t *testing.T, begin func(context.Context, func(TTx) error) error, commit bool,
+	op func(tx TTx) (bool, error), what string, args ...any) bool {
+	t.Helper()
+	var reported bool
+	err := inTx(begin, commit, func(tx TTx) (err error) {
+		reported, err = op(tx)
+		return err
+	})
+	must(t, err, what, args...)
+	return reported
+}
+
+// writeTx inserts msgs in a transaction of its own and commits it, or rolls
+// it back when commit is false.
+func (db *testDB[TTx]) writeTx(ctx context.Context, msgs []courier.Message, commit bool) error {
+	return inTx(db.InTx, commit, func(tx TTx) error { return db.insert(ctx, tx, msgs...) })
 }
 
 // write commits msgs.
@@ -222,4 +243,31 @@ func (db *testDB[TTx]) failedRow(t *testing.T, seq int64) (attempts int, lastErr
 		lastError = *lastErr
 	}
 	return attempts, lastError, decodeHistory(t, raw)
+}
+
+// must fails the test on a non-nil error, saying what failed.
+func must(t *testing.T, err error, what string, args ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
+	}
+}
+
+// near fails unless got is within margin of want. The margin covers a
+// database server's clock, which is not the test's.
+func near(t *testing.T, what string, got, want time.Time, margin time.Duration) {
+	t.Helper()
+	if d := got.Sub(want); d < -margin || d > margin {
+		t.Errorf("%s is %s, want %s ± %s", what, got, want, margin)
+	}
+}
+
+// clockMargin is how far the database's clock may be from the test's.
+const clockMargin = 10 * time.Second
+
+// panics reports whether fn panicked.
+func panics(fn func()) (panicked bool) {
+	defer func() { panicked = recover() != nil }()
+	fn()
+	return false
 }
