@@ -808,7 +808,7 @@ func testOrderUnserialised[TTx any](t *testing.T, h opener[TTx]) {
 	if db.SerialWrites() {
 		select {
 		case err := <-t2.done:
-			t.Fatalf("T2 ended (%v) while T1 was still writing; the harness says the database runs one writer at a time (Driver.SerialWrites)", err)
+			t.Fatalf("T2 ended (%v) while T1 was still writing; the driver says the database runs one writer at a time (SerialWrites)", err)
 		case <-time.After(300 * time.Millisecond):
 		}
 		t1.end(t, "T1")
