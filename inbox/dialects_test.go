@@ -86,7 +86,7 @@ func postgresDialect() dialect[pgx.Tx] {
 	return dialect[pgx.Tx]{
 		name: "postgres",
 		open: func(t *testing.T) *database[pgx.Tx] {
-			pg := testenv.Postgres(t, true)
+			pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 			_, err := pg.Pool.Exec(context.Background(), `CREATE TABLE effects (message_id uuid NOT NULL, consumer text NOT NULL, note text)`)
 			testenv.Must(t, err, "effects table")
 			return on(t, pg.URL, pg.Pool)
@@ -140,7 +140,7 @@ func mysqlDialect() dialect[*sql.Tx] {
 	return dialect[*sql.Tx]{
 		name: "mysql",
 		open: func(t *testing.T) *database[*sql.Tx] {
-			my := testenv.MySQL(t, true)
+			my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 			_, err := my.DB.ExecContext(context.Background(),
 				`CREATE TABLE effects (message_id CHAR(36) NOT NULL, consumer VARCHAR(255) NOT NULL, note TEXT) DEFAULT CHARSET=utf8mb4`)
 			testenv.Must(t, err, "effects table")

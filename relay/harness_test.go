@@ -112,7 +112,7 @@ func newHarness(t testing.TB, db database, natsURL string) *harness {
 
 func openPostgres(h *harness) {
 	t := h.t
-	pg := testenv.Postgres(t, true)
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	h.pg, h.dsn, h.admin = pg, pg.URL, postgres.Admin(pg.Pool)
 	w := outbox.New(postgres.Pgx(), outbox.Config{})
 	h.writeTx = func(ctx context.Context, commit bool, msgs ...courier.Message) error {

@@ -78,7 +78,7 @@ var dialects = []struct {
 	open func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx])
 }{
 	{"postgres", func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx]) {
-		pg := testenv.Postgres(t, true)
+		pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 		db, err := sql.Open("pgx", pg.URL)
 		testenv.Must(t, err, "open")
 		t.Cleanup(func() { db.Close() })
@@ -93,7 +93,7 @@ var dialects = []struct {
 		return db, sqlite.SQLSagas(db), sqlite.DatabaseSQL()
 	}},
 	{"mysql", func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx]) {
-		my := testenv.MySQL(t, true)
+		my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 		return my.DB, mysql.SQLSagas(my.DB), mysql.DatabaseSQL()
 	}},
 }

@@ -40,8 +40,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/courier-go/courier/broker/nats/embedded"
-	"github.com/courier-go/courier/store/mysql"
-	"github.com/courier-go/courier/store/postgres"
 )
 
 // Environment variables read by this package.
@@ -178,8 +176,9 @@ type PG struct {
 }
 
 // Postgres creates a fresh schema, dropped when the test ends, and returns
-// pools on it. With migrate, Courier's migrations are applied.
-func Postgres(t testing.TB, migrate bool) *PG {
+// pools on it. Unless migrate is nil it is applied to the pool, typically
+// Courier's migrations: testenv.Postgres(t, testenv.Migrate(postgres.NewDriver)).
+func Postgres(t testing.TB, migrate func(context.Context, *pgxpool.Pool) error) *PG {
 	t.Helper()
 	base := Need(t, EnvPostgres)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -211,12 +210,25 @@ func Postgres(t testing.TB, migrate bool) *PG {
 		t.Fatalf("connect: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	if migrate {
-		if _, err := postgres.Migrate(ctx, pool); err != nil {
+	if migrate != nil {
+		if err := migrate(ctx, pool); err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
 	}
 	return &PG{URL: u, Schema: schema, Pool: pool, Admin: admin}
+}
+
+// Migrate returns the migrate argument of [Postgres] and [MySQL] that
+// applies Courier's migrations through the driver a dialect's constructor
+// returns on the test's handle, such as postgres.NewDriver or
+// mysql.NewDriver.
+func Migrate[H any, D interface {
+	Migrate(ctx context.Context) ([]int, error)
+}](driver func(H) D) func(context.Context, H) error {
+	return func(ctx context.Context, h H) error {
+		_, err := driver(h).Migrate(ctx)
+		return err
+	}
 }
 
 // WithSearchPath returns the connection URL base with search_path set.
@@ -246,8 +258,9 @@ type MySQLDB struct {
 }
 
 // MySQL creates a fresh database, dropped when the test ends, and returns
-// pools on it. With migrate, Courier's migrations are applied.
-func MySQL(t testing.TB, migrate bool) *MySQLDB {
+// pools on it. Unless migrate is nil it is applied to the database,
+// typically Courier's migrations: testenv.MySQL(t, testenv.Migrate(mysql.NewDriver)).
+func MySQL(t testing.TB, migrate func(context.Context, *sql.DB) error) *MySQLDB {
 	t.Helper()
 	base := Need(t, EnvMySQL)
 	cfg, err := gomysql.ParseDSN(base)
@@ -280,8 +293,8 @@ func MySQL(t testing.TB, migrate bool) *MySQLDB {
 	}
 	db.SetMaxOpenConns(20)
 	t.Cleanup(func() { db.Close() })
-	if migrate {
-		if _, err := mysql.Migrate(ctx, db); err != nil {
+	if migrate != nil {
+		if err := migrate(ctx, db); err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
 	}

@@ -118,7 +118,7 @@ func TestOpenSQLite(t *testing.T) {
 
 func TestOpenPostgres(t *testing.T) {
 	ctx := context.Background()
-	pg := testenv.Postgres(t, false)
+	pg := testenv.Postgres(t, nil)
 	schema := testenv.Name("t_dburl_")
 	raw, err := dburl.WithSchema(pg.URL, schema)
 	testenv.Must(t, err, "with schema")
@@ -158,7 +158,7 @@ func TestOpenPostgres(t *testing.T) {
 
 func TestOpenMySQL(t *testing.T) {
 	ctx := context.Background()
-	my := testenv.MySQL(t, false)
+	my := testenv.MySQL(t, nil)
 	cfg, err := gomysql.ParseDSN(my.DSN)
 	testenv.Must(t, err, "parse DSN")
 	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName, User: url.User(cfg.User)}

@@ -19,7 +19,7 @@ import (
 // under its old id, both sit below that floor and are still claimed (by the
 // next full pass).
 func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
-	pg := testenv.Postgres(t, true)
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
 	st, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{})
 	testenv.Must(t, err, "store")
@@ -107,7 +107,7 @@ func seqsOf(recs []store.Record) []int64 {
 // A relay's role that may not read the outbox's id sequence still claims:
 // the floor just stays put while the outbox is empty.
 func TestClaimWithoutSequencePrivilege(t *testing.T) {
-	pg := testenv.Postgres(t, true)
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
 	role := testenv.Name("relay_")
 	for _, q := range []string{

@@ -14,7 +14,7 @@ import (
 // The outbox's trigger notifies only while a relay is armed: a commit then
 // wakes it within milliseconds; with no relay waiting, writers send nothing.
 func TestNotifierWakesOnlyWhenArmed(t *testing.T) {
-	pg := testenv.Postgres(t, true)
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
 	n, err := postgres.NewNotifier(pg.URL, nil)
 	testenv.Must(t, err, "notifier")

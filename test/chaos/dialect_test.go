@@ -60,8 +60,8 @@ type databases struct {
 }
 
 func setupPostgres(t *testing.T) *databases {
-	producer := testenv.Postgres(t, true)
-	consumer := testenv.Postgres(t, true)
+	producer := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	consumer := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
 	_, err := consumer.Pool.Exec(ctx, `CREATE TABLE effects (n bigint GENERATED ALWAYS AS IDENTITY, message_id text NOT NULL, k text NOT NULL, seq int NOT NULL)`)
 	testenv.Must(t, err, "effects table")
@@ -99,8 +99,8 @@ WHERE application_name LIKE 'chaos_%' AND (application_name LIKE '%'||$1||'%' OR
 // leave the producer's alone (a producer whose commit is cut cannot tell
 // whether it happened).
 func setupMySQL(t *testing.T) *databases {
-	producer := testenv.MySQL(t, true)
-	consumer := testenv.MySQL(t, true)
+	producer := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
+	consumer := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 	ctx := context.Background()
 	_, err := consumer.DB.ExecContext(ctx, `CREATE TABLE effects (n BIGINT AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(36) NOT NULL, k VARCHAR(255) NOT NULL, seq INT NOT NULL)`)
 	testenv.Must(t, err, "effects table")

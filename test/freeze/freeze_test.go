@@ -116,7 +116,7 @@ var dialects = []dialect{
 			"WHERE id = ANY", // the rows' contents are about to be read
 		},
 		open: func(t *testing.T) target {
-			pg := testenv.Postgres(t, true)
+			pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 			return driverTarget(t, pg.URL, postgres.NewDriver(pg.Pool))
 		},
 		hooked: func(addr string, hook *stopOnce) (store.Database, func(), error) {
@@ -140,7 +140,7 @@ var dialects = []dialect{
 			"SELECT id, attempts",               // the rows' contents are about to be read
 		},
 		open: func(t *testing.T) target {
-			my := testenv.MySQL(t, true)
+			my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 			return driverTarget(t, my.DSN, mysql.NewDriver(my.DB))
 		},
 		hooked: func(addr string, hook *stopOnce) (store.Database, func(), error) {
