@@ -2,9 +2,11 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,7 +162,7 @@ func (u *unit) ofKey(key string) []string {
 func TestUnitRelaysKeepPerKeyOrder(t *testing.T) {
 	u := newUnit(t)
 	var written []courier.Message
-	for i := range 3000 {
+	for i := range 1500 {
 		written = append(written, msg(fmt.Sprintf("k%d", i%37), fmt.Sprint(i)))
 	}
 	for _, cfg := range []int{7, 25, 60} {
@@ -378,5 +380,57 @@ func TestUnitShutdownTimeoutLeavesRowsToTheLease(t *testing.T) {
 		if n := u.pub.Attempts(m.ID); n != want {
 			t.Fatalf("message %s handed to the broker %d times, want %d", m.Payload, n, want)
 		}
+	}
+}
+
+// failingStore is the store in memory with a database outage on demand.
+type failingStore struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+var errDatabaseDown = errors.New("database unreachable")
+
+func (s *failingStore) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	if s.down.Load() {
+		return store.Batch{}, errDatabaseDown
+	}
+	return s.Store.Claim(ctx, owner, limit, lease)
+}
+
+func (s *failingStore) Complete(ctx context.Context, owner string, lease int64, o store.Outcome) error {
+	if s.down.Load() {
+		return errDatabaseDown
+	}
+	return s.Store.Complete(ctx, owner, lease, o)
+}
+
+// A database outage shows in State as failing claims and is retried until
+// the database is back; nothing is lost and nothing counts against the
+// messages.
+func TestUnitDatabaseOutageIsRetried(t *testing.T) {
+	u := newUnit(t)
+	fs := &failingStore{Store: u.st}
+	fs.down.Store(true)
+	r, err := relay.New(fs, u.pub, u.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	written := []courier.Message{msg("k", "1"), msg("k", "2"), msg("l", "3")}
+	u.write(written...)
+	u.eventually(func() bool { return r.State().ClaimFailures >= 1 }, "state %+v", r.State())
+	if st := r.State(); st.ClaimError != errDatabaseDown.Error() || st.ClaimFailingSince.IsZero() || st.Check(0) == nil {
+		t.Fatalf("state %+v: want failing claims with the database's error", st)
+	}
+	fs.down.Store(false)
+	u.eventually(func() bool { return u.stats().Pending == 0 }, "outbox not drained after the database came back: %+v", u.stats())
+	checkDelivery(t, written, u.pub.Messages())
+	if st := r.State(); st.ClaimFailures != 0 || st.ClaimError != "" || st.Metrics.Retried != 0 {
+		t.Fatalf("state %+v: want claims healthy again and no retries", st)
 	}
 }
