@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-
 	"github.com/courier-go/courier/store"
 )
 
@@ -168,14 +166,10 @@ func SchemaVersion(ctx context.Context, q Querier) (int, error) {
 	return schemaVersion(ctx, q)
 }
 
-// errNoSuchTable is MySQL's ER_NO_SUCH_TABLE.
-const errNoSuchTable = 1146
-
 func schemaVersion(ctx context.Context, q Querier) (int, error) {
 	var v int
 	err := q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM courier_schema_migrations").Scan(&v)
-	var myErr *gomysql.MySQLError
-	if errors.As(err, &myErr) && myErr.Number == errNoSuchTable {
+	if errorNumber(err) == errNoSuchTable {
 		return 0, nil
 	}
 	if err != nil {

@@ -1,11 +1,7 @@
 package mysql
 
 import (
-	"context"
 	"database/sql"
-	"errors"
-
-	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/sqlsagas"
@@ -18,14 +14,9 @@ import (
 // Unix microseconds.
 func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] {
 	return sqlsagas.New(db, sqlsagas.Dialect{
-		Name: "mysql",
-		InTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
-			return inTx(ctx, db, nil, "mysql: ", fn)
-		},
-		LockRow: " FOR UPDATE",
-		IsDuplicate: func(err error) bool {
-			var myErr *gomysql.MySQLError
-			return errors.As(err, &myErr) && myErr.Number == 1062 // ER_DUP_ENTRY
-		},
+		Name:        "mysql",
+		InTx:        dialect(db).InTx,
+		LockRow:     " FOR UPDATE",
+		IsDuplicate: func(err error) bool { return errorNumber(err) == errDupEntry },
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at"
@@ -50,9 +52,11 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 }
 
 // insertError adds the fix to an insert that failed because the outbox
-// table does not exist.
+// table does not exist. The statement is fixed, so SQLite's plain
+// SQLITE_ERROR (its code for "no such table" and "no such column") can only
+// mean that the schema is missing or behind.
 func insertError(err error) error {
-	if strings.Contains(err.Error(), "no such table: courier_") {
+	if errorCode(err) == sqlite3.SQLITE_ERROR {
 		return store.MissingSchema(err, "sqlite.Migrate")
 	}
 	return err

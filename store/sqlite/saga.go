@@ -3,10 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"strings"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/sqlsagas"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 // SQLSagas returns the saga store (package saga) for database/sql
@@ -16,8 +16,10 @@ import (
 // happened in an earlier transaction.
 func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] {
 	return sqlsagas.New(db, sqlsagas.Dialect{
-		Name:        "sqlite",
-		InTx:        func(ctx context.Context, fn func(*sql.Tx) error) error { return inTx(ctx, db, fn) },
-		IsDuplicate: func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
+		Name: "sqlite",
+		InTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
+			return sqltx.InTx(ctx, db, nil, "sqlite: ", fn)
+		},
+		IsDuplicate: isUnique,
 	})
 }
