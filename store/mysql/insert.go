@@ -4,14 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
 )
-
-const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at"
 
 // DatabaseSQL returns the outbox inserter for database/sql transactions on
 // MySQL or MariaDB (*sql.Tx from github.com/go-sql-driver/mysql, also the one
@@ -54,20 +51,8 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 }
 
 func insertChunk(ctx context.Context, tx *sql.Tx, chunk []courier.Message) error {
-	var q strings.Builder
-	q.WriteString("INSERT INTO courier_outbox (" + insertColumns + ") VALUES ")
-	args := make([]any, 0, len(chunk)*9)
-	for i := range chunk {
-		m := &chunk[i]
-		h := columns.HeadersText(m.Headers)
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
-		args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h,
-			formatTime(m.OccurredAt))
-	}
-	if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+	q, args := columns.Insert(chunk, times.Encode, ", created_at", "(?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return insertError(fmt.Errorf("mysql: insert %d outbox messages: %w", len(chunk), err))
 	}
 	return nil

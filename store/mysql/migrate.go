@@ -11,19 +11,14 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/schema"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Migrations returns the schema's migrations in version order.
-func Migrations() []store.Migration {
-	ms, err := store.LoadMigrations(migrationFS, "migrations")
-	if err != nil {
-		panic(err) // the embedded files are fixed at build time; tests cover them
-	}
-	return ms
-}
+// Migrations returns the MySQL schema's migrations in version order.
+func Migrations() []store.Migration { return schema.Load(migrationFS) }
 
 // versionTable records applied migrations; applied_at is UTC.
 const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
@@ -82,16 +77,16 @@ func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	if _, err := conn.ExecContext(ctx, versionTable); err != nil {
 		return nil, fmt.Errorf("create version table: %w", err)
 	}
-	current, err := schemaVersion(ctx, conn)
+	current, err := SchemaVersion(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
-	ms := Migrations()
-	if current > store.Latest(ms) {
-		return nil, fmt.Errorf("database is at version %d, this binary knows up to %d: %w", current, store.Latest(ms), store.ErrSchemaNewer)
+	pending, err := schema.Pending(current, Migrations())
+	if err != nil {
+		return nil, err
 	}
 	var applied []int
-	for _, m := range ms[current:] {
+	for _, m := range pending {
 		for i, stmt := range statements(m.SQL) {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
 				return applied, fmt.Errorf("apply %04d_%s, statement %d (%s): %w; MySQL commits DDL at once, so the statements before it stay applied: fix the cause and run Migrate again",
@@ -161,12 +156,8 @@ type Querier interface {
 }
 
 // SchemaVersion returns the highest migration version applied to the
-// database, 0 when Courier's schema is absent.
+// MySQL database behind q, 0 when Courier's schema is absent.
 func SchemaVersion(ctx context.Context, q Querier) (int, error) {
-	return schemaVersion(ctx, q)
-}
-
-func schemaVersion(ctx context.Context, q Querier) (int, error) {
 	var v int
 	err := q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM courier_schema_migrations").Scan(&v)
 	if errorNumber(err) == errNoSuchTable {
@@ -178,24 +169,18 @@ func schemaVersion(ctx context.Context, q Querier) (int, error) {
 	return v, nil
 }
 
-// CheckSchema returns nil when the database's schema is exactly the one this
-// binary knows, an error wrapping [store.ErrSchemaOutdated] when migrations
-// are missing, and one wrapping [store.ErrSchemaNewer] when the database is
-// ahead of the binary.
+// CheckSchema reports whether the MySQL schema behind q is the one this
+// binary knows, failing with the errors of [store.CheckVersion].
 func CheckSchema(ctx context.Context, q Querier) error {
-	v, err := schemaVersion(ctx, q)
-	if err != nil {
-		return err
-	}
-	return store.CheckVersion(v, Migrations(), "mysql.Migrate")
+	v, err := SchemaVersion(ctx, q)
+	return schema.Check(v, err, Migrations(), "mysql.Migrate")
 }
 
-// ExportSQL returns each migration as a standalone script for an external
-// migration tool (goose, golang-migrate, Atlas, Flyway…): the migration's DDL
-// followed by the statements that record it in courier_schema_migrations, so
-// Courier's own schema check agrees afterwards. A script holds several
-// statements: run it with the mysql client or a tool that splits
-// statements, or on a connection with multiStatements=true.
+// ExportSQL returns the MySQL migrations as scripts for an external
+// migration tool (goose, golang-migrate, Atlas, Flyway…), each recording
+// itself in courier_schema_migrations (see [store.ExportScripts]). A script
+// holds several statements: run it with the mysql client or a tool that
+// splits statements, or on a connection with multiStatements=true.
 func ExportSQL() []store.Migration {
 	return store.ExportScripts(Migrations(), "MySQL 8.0, MariaDB 10.6+", versionTable, func(m store.Migration) string {
 		return fmt.Sprintf("INSERT IGNORE INTO courier_schema_migrations (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));", m.Version, m.Name)

@@ -211,14 +211,7 @@ const dropLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ?`
 
 // Claim implements store.RelayStore.
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
-	if limit < 1 {
-		return store.Batch{}, fmt.Errorf("mysql: claim: limit is %d: use 1 or more", limit)
-	}
-	batch, err := s.claim(ctx, owner, limit, lease)
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("mysql: claim: %w", err)
-	}
-	return batch, nil
+	return claims.Run("mysql", limit, func() (store.Batch, error) { return s.claim(ctx, owner, limit, lease) })
 }
 
 func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
@@ -470,15 +463,7 @@ func (s *Store) takeTurn(ctx context.Context) (string, error) {
 // dropExpired deletes the expired leases that nobody holds locked.
 func (s *Store) dropExpired(ctx context.Context, now string) error {
 	return sqltx.InTx(ctx, s.db, readCommitted(), "", func(tx *sql.Tx) error {
-		var ids []int64
-		err := sqlstore.QueryEach(ctx, tx, expiredSQL, []any{now}, func(rows *sql.Rows) error {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			ids = append(ids, id)
-			return nil
-		})
+		ids, err := sqlstore.Column[int64](ctx, tx, expiredSQL, now)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
@@ -564,6 +549,20 @@ type failureJSON struct {
 	Counted int    `json:"counted"`
 }
 
+// recordFailures runs query, retrySQL or deadSQL, for the failures fs, if
+// any.
+func recordFailures(ctx context.Context, tx *sql.Tx, query string, fs []store.Failure) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	arg, err := failuresJSON(fs)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, query, arg)
+	return err
+}
+
 func failuresJSON(fs []store.Failure) (string, error) {
 	out := make([]failureJSON, len(fs))
 	for i, f := range fs {
@@ -619,23 +618,13 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, o store.Outcome) error {
 			return fmt.Errorf("delete published: %w", err)
 		}
 	}
-	if len(o.Retry) > 0 {
-		fs, err := failuresJSON(o.Retry)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, retrySQL, fs); err != nil {
-			return fmt.Errorf("record retries: %w", err)
-		}
+	if err := recordFailures(ctx, tx, retrySQL, o.Retry); err != nil {
+		return fmt.Errorf("record retries: %w", err)
+	}
+	if err := recordFailures(ctx, tx, deadSQL, o.Dead); err != nil {
+		return fmt.Errorf("record dead letters: %w", err)
 	}
 	if len(o.Dead) > 0 {
-		fs, err := failuresJSON(o.Dead)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, deadSQL, fs); err != nil {
-			return fmt.Errorf("record dead letters: %w", err)
-		}
 		ids := make([]int64, len(o.Dead))
 		for i, f := range o.Dead {
 			ids[i] = f.Seq

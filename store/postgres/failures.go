@@ -48,10 +48,6 @@ func (c consumerStore) ClearFailures(ctx context.Context, consumer string, id uu
 
 // DeleteFailures implements store.ConsumerStore.
 func (c consumerStore) DeleteFailures(ctx context.Context, before time.Time, limit int) (int64, error) {
-	tag, err := c.pool.Exec(ctx, `DELETE FROM courier_inbox_failures WHERE id = ANY(ARRAY(
+	return c.deleteBefore(ctx, "delete recorded failures", `DELETE FROM courier_inbox_failures WHERE id = ANY(ARRAY(
     SELECT id FROM courier_inbox_failures WHERE failed_at < $1 LIMIT $2))`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: delete recorded failures: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
 const markSQL = `INSERT INTO courier_inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
@@ -116,12 +117,7 @@ func scanParked(row pgx.Row) (store.Parked, error) {
 	if err != nil {
 		return p, err
 	}
-	if len(hist) > 0 {
-		if err := json.Unmarshal(hist, &p.History); err != nil {
-			return p, fmt.Errorf("history of parked delivery %d: %w", p.ID, err)
-		}
-	}
-	return p, nil
+	return p, sqlstore.DecodeJSON(hist, &p.History, "history of parked delivery", p.ID)
 }
 
 func (c consumerStore) ReplayRequested(ctx context.Context, consumer string, limit int) ([]store.Parked, error) {
@@ -152,10 +148,16 @@ WHERE id = $1`, id, msg)
 }
 
 func (c consumerStore) DeleteMarkers(ctx context.Context, before time.Time, limit int) (int64, error) {
-	tag, err := c.pool.Exec(ctx, `DELETE FROM courier_inbox WHERE ctid = ANY(ARRAY(
+	return c.deleteBefore(ctx, "delete inbox markers", `DELETE FROM courier_inbox WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM courier_inbox WHERE processed_at < $1 LIMIT $2))`, before, limit)
+}
+
+// deleteBefore runs query, a DELETE of up to limit rows from before, and
+// returns how many it deleted; what names it in errors.
+func (c consumerStore) deleteBefore(ctx context.Context, what, query string, before time.Time, limit int) (int64, error) {
+	tag, err := c.pool.Exec(ctx, query, before, limit)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: delete inbox markers: %w", err)
+		return 0, fmt.Errorf("postgres: %s: %w", what, err)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,15 +13,14 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at"
-
-const insertOne = "INSERT INTO courier_outbox (" + insertColumns + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+const insertOne = "INSERT INTO courier_outbox (" + columns.Names + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 // insertMany takes one array per column, so the statement text (and its
 // cached plan) is the same whatever the number of messages.
-const insertMany = "INSERT INTO courier_outbox (" + insertColumns + ") " +
+const insertMany = "INSERT INTO courier_outbox (" + columns.Names + ") " +
 	"SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[], $9::timestamptz[])"
 
 // Pgx returns the outbox inserter for pgx transactions (pgx.Tx), to pass to
@@ -115,20 +113,8 @@ const sqlChunk = 1000
 func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Message) error {
 	for start := 0; start < len(msgs); start += sqlChunk {
 		chunk := msgs[start:min(start+sqlChunk, len(msgs))]
-		var q strings.Builder
-		q.WriteString("INSERT INTO courier_outbox (" + insertColumns + ") VALUES ")
-		args := make([]any, 0, len(chunk)*9)
-		for i := range chunk {
-			m := &chunk[i]
-			hv := columns.HeadersText(m.Headers)
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			n := len(args)
-			fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
-			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), hv, m.OccurredAt)
-		}
-		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+		q, args := columns.Insert(chunk, func(t time.Time) any { return t }, "", "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		if _, err := tx.ExecContext(ctx, sqltx.Dollar(q), args...); err != nil {
 			return insertError(fmt.Errorf("postgres: insert %d outbox messages: %w", len(chunk), err))
 		}
 	}

@@ -10,19 +10,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/schema"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Migrations returns the schema's migrations in version order.
-func Migrations() []store.Migration {
-	ms, err := store.LoadMigrations(migrationFS, "migrations")
-	if err != nil {
-		panic(err) // the embedded files are fixed at build time; tests cover them
-	}
-	return ms
-}
+// Migrations returns the PostgreSQL schema's migrations in version order.
+func Migrations() []store.Migration { return schema.Load(migrationFS) }
 
 const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
     version     integer     PRIMARY KEY,
@@ -62,17 +57,16 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 		}
 		return nil, fmt.Errorf("postgres: migrate: create version table: %w", err)
 	}
-	current, err := schemaVersion(ctx, tx)
+	current, err := SchemaVersion(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
-	ms := Migrations()
-	if current > store.Latest(ms) {
-		return nil, fmt.Errorf("postgres: migrate: database is at version %d, this binary knows up to %d: %w",
-			current, store.Latest(ms), store.ErrSchemaNewer)
+	pending, err := schema.Pending(current, Migrations())
+	if err != nil {
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
 	}
 	var applied []int
-	for _, m := range ms[current:] {
+	for _, m := range pending {
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("postgres: migrate: apply %04d_%s: %w", m.Version, m.Name, err)
 		}
@@ -93,12 +87,8 @@ type Querier interface {
 }
 
 // SchemaVersion returns the highest migration version applied to the
-// database, 0 when Courier's schema is absent.
+// PostgreSQL database behind q, 0 when Courier's schema is absent.
 func SchemaVersion(ctx context.Context, q Querier) (int, error) {
-	return schemaVersion(ctx, q)
-}
-
-func schemaVersion(ctx context.Context, q Querier) (int, error) {
 	var v int
 	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM courier_schema_migrations").Scan(&v)
 	var pgErr *pgconn.PgError
@@ -111,22 +101,15 @@ func schemaVersion(ctx context.Context, q Querier) (int, error) {
 	return v, nil
 }
 
-// CheckSchema returns nil when the database's schema is exactly the one this
-// binary knows, an error wrapping [store.ErrSchemaOutdated] when migrations
-// are missing, and one wrapping [store.ErrSchemaNewer] when the database is
-// ahead of the binary.
+// CheckSchema returns nil when the PostgreSQL schema behind q is at this
+// binary's version ([Migrations]), else the error of [store.CheckVersion].
 func CheckSchema(ctx context.Context, q Querier) error {
-	v, err := schemaVersion(ctx, q)
-	if err != nil {
-		return err
-	}
-	return store.CheckVersion(v, Migrations(), "postgres.Migrate")
+	v, err := SchemaVersion(ctx, q)
+	return schema.Check(v, err, Migrations(), "postgres.Migrate")
 }
 
-// ExportSQL returns each migration as a standalone script for an external
-// migration tool (goose, golang-migrate, Atlas, Flyway…): the migration's DDL
-// followed by the statements that record it in courier_schema_migrations, so
-// Courier's own schema check agrees afterwards.
+// ExportSQL returns each PostgreSQL migration followed by the INSERT that
+// records it, for an external migration tool ([store.ExportScripts]).
 func ExportSQL() []store.Migration {
 	return store.ExportScripts(Migrations(), "PostgreSQL", versionTable, func(m store.Migration) string {
 		return fmt.Sprintf("INSERT INTO courier_schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;", m.Version, m.Name)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
 const (
@@ -137,20 +138,11 @@ func (s sqlSagas) History(ctx context.Context, typ, id string) ([]store.SagaEven
 }
 
 func (s sqlSagas) Due(ctx context.Context, typ string, now time.Time, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, dueSagaSQL, typ, now, limit)
+	ids, err := sqlstore.Column[string](ctx, s.db, dueSagaSQL, typ, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: due sagas: %w", err)
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return ids, nil
 }
 
 // PgxSagas returns the saga store for pgx transactions on pool.

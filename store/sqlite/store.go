@@ -210,14 +210,7 @@ func (s *Store) write(ctx context.Context, fn func(conn *sql.Conn) error) error 
 // holds the lock only to check its picks again and record its lease (see
 // the package documentation).
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
-	if limit < 1 {
-		return store.Batch{}, fmt.Errorf("sqlite: claim: limit is %d: use 1 or more", limit)
-	}
-	batch, err := s.claim(ctx, owner, limit, lease)
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("sqlite: claim: %w", err)
-	}
-	return batch, nil
+	return claims.Run("sqlite", limit, func() (store.Batch, error) { return s.claim(ctx, owner, limit, lease) })
 }
 
 func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {

@@ -2,7 +2,13 @@
 // columns hold them.
 package columns
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/courier-go/courier"
+)
 
 // Payload returns p, or an empty slice when p is nil: payload columns are
 // NOT NULL, and an empty payload is a payload.
@@ -31,4 +37,30 @@ func HeadersText(h map[string]string) any {
 		return string(b)
 	}
 	return nil
+}
+
+// Names are the outbox columns that [Insert] fills from a message, in its
+// order.
+const Names = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at"
+
+// Insert returns one INSERT of msgs into courier_outbox and its arguments,
+// built without I/O. Each message is a VALUES tuple row, with ? placeholders:
+// its columns are Names (occurred_at encoded by at) and then more, a list
+// such as ", created_at" or "", whose arguments extra holds. Headers are
+// sent as text (see HeadersText).
+func Insert(msgs []courier.Message, at func(time.Time) any, more, row string, extra ...any) (string, []any) {
+	var q strings.Builder
+	q.WriteString("INSERT INTO courier_outbox (" + Names + more + ") VALUES ")
+	args := make([]any, 0, len(msgs)*(9+len(extra)))
+	for i := range msgs {
+		m := &msgs[i]
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(row)
+		args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, Payload(m.Payload),
+			HeadersText(m.Headers), at(m.OccurredAt))
+		args = append(args, extra...)
+	}
+	return q.String(), args
 }

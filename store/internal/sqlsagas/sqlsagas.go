@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
 // Dialect is what differs between the dialects.
@@ -149,20 +150,11 @@ FROM courier_saga_history WHERE saga_type = ? AND saga_id = ? ORDER BY seq`, typ
 }
 
 func (s sagas) Due(ctx context.Context, typ string, now time.Time, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id FROM courier_sagas
+	ids, err := sqlstore.Column[string](ctx, s.db, `SELECT id FROM courier_sagas
 WHERE saga_type = ? AND deadline IS NOT NULL AND deadline <= ? AND phase IN ('running', 'compensating')
 ORDER BY deadline LIMIT ?`, typ, now.UnixMicro(), limit)
 	if err != nil {
 		return nil, fmt.Errorf(s.d.Name+": due sagas: %w", err)
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return ids, nil
 }

@@ -42,10 +42,10 @@ func (a Admin) scanDead(row interface{ Scan(...any) error }) (store.DeadLetter, 
 	if err != nil {
 		return d, err
 	}
-	if err := decodeJSON(headers, &d.Headers, "headers of dead letter", d.ID); err != nil {
+	if err := DecodeJSON(headers, &d.Headers, "headers of dead letter", d.ID); err != nil {
 		return d, err
 	}
-	if err := decodeJSON(hist, &d.History, "history of dead letter", d.ID); err != nil {
+	if err := DecodeJSON(hist, &d.History, "history of dead letter", d.ID); err != nil {
 		return d, err
 	}
 	if d.Payload == nil {

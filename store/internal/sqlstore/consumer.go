@@ -42,10 +42,10 @@ func (d Dialect) scanParked(row interface{ Scan(...any) error }) (store.Parked, 
 	if err != nil {
 		return p, err
 	}
-	if err := decodeJSON(headers, &p.Headers, "headers of parked delivery", p.ID); err != nil {
+	if err := DecodeJSON(headers, &p.Headers, "headers of parked delivery", p.ID); err != nil {
 		return p, err
 	}
-	if err := decodeJSON(hist, &p.History, "history of parked delivery", p.ID); err != nil {
+	if err := DecodeJSON(hist, &p.History, "history of parked delivery", p.ID); err != nil {
 		return p, err
 	}
 	if p.Payload == nil {

@@ -17,7 +17,7 @@ func ScanRecord(row interface{ Scan(...any) error }, t Times) (store.Record, err
 		&m.ContentType, &m.Payload, &headers, t.Dest(&m.OccurredAt)); err != nil {
 		return r, err
 	}
-	if err := decodeJSON(headers, &m.Headers, "headers of row", r.Seq); err != nil {
+	if err := DecodeJSON(headers, &m.Headers, "headers of row", r.Seq); err != nil {
 		return r, err
 	}
 	if m.Payload == nil {

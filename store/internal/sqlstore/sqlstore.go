@@ -139,9 +139,9 @@ func JSONOrNull(v any, n int) (any, error) {
 	return string(b), nil
 }
 
-// decodeJSON decodes a JSON column into v unless it is NULL or empty; what
-// names the column in the error.
-func decodeJSON(b []byte, v any, what string, id int64) error {
+// DecodeJSON decodes a JSON column into v unless it is NULL or empty; what
+// and id name the column's row in the error ("history of dead letter 7").
+func DecodeJSON(b []byte, v any, what string, id int64) error {
 	if len(b) == 0 {
 		return nil
 	}
@@ -188,4 +188,13 @@ func affected(ctx context.Context, q Conn, query string, args ...any) (int64, er
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// Column runs a query of one column on q and returns its values.
+func Column[T any](ctx context.Context, q Conn, query string, args ...any) ([]T, error) {
+	return queryAll(ctx, q, func(row interface{ Scan(...any) error }) (T, error) {
+		var v T
+		err := row.Scan(&v)
+		return v, err
+	}, query, args...)
 }

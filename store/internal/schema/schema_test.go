@@ -1,0 +1,37 @@
+package schema
+
+import (
+	"errors"
+	"testing"
+	"testing/fstest"
+
+	"github.com/courier-go/courier/store"
+)
+
+func TestLoadAndPending(t *testing.T) {
+	ms := Load(fstest.MapFS{
+		"migrations/0001_first.sql":  {Data: []byte("CREATE TABLE a (x int);")},
+		"migrations/0002_second.sql": {Data: []byte("CREATE TABLE b (x int);")},
+	})
+	if len(ms) != 2 || ms[0].Version != 1 || ms[1].Name != "second" {
+		t.Fatalf("Load = %+v", ms)
+	}
+	for current, want := range []int{2, 1, 0} {
+		p, err := Pending(current, ms)
+		if err != nil || len(p) != want {
+			t.Errorf("Pending(%d) = %d migrations, %v; want %d", current, len(p), err, want)
+		}
+	}
+	if _, err := Pending(3, ms); !errors.Is(err, store.ErrSchemaNewer) {
+		t.Errorf("Pending(3) = %v, want ErrSchemaNewer", err)
+	}
+	if err := Check(0, errors.New("boom"), ms, "x.Migrate"); err == nil || err.Error() != "boom" {
+		t.Errorf("Check with a read error = %v", err)
+	}
+	if err := Check(1, nil, ms, "x.Migrate"); !errors.Is(err, store.ErrSchemaOutdated) {
+		t.Errorf("Check(1) = %v, want ErrSchemaOutdated", err)
+	}
+	if err := Check(2, nil, ms, "x.Migrate"); err != nil {
+		t.Errorf("Check(2) = %v", err)
+	}
+}
