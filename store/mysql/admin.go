@@ -30,6 +30,7 @@ func dialect(db *sql.DB) sqlstore.Dialect {
 			return sqltx.InTx(ctx, db, readCommitted(), "", func(tx *sql.Tx) error { return fn(tx) })
 		},
 		LockRow:              " FOR UPDATE",
+		IsDuplicate:          func(err error) bool { return errorNumber(err) == errDupEntry },
 		Now:                  "UTC_TIMESTAMP(6)",
 		Times:                times,
 		CheckConsumer:        checkConsumer,

@@ -12,13 +12,8 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/schema"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
-
-//go:embed migrations/*.sql
-var migrationFS embed.FS
-
-// Migrations returns the MySQL schema's migrations in version order.
-func Migrations() []store.Migration { return schema.Load(migrationFS) }
 
 // versionTable records applied migrations; applied_at is UTC.
 const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
@@ -27,6 +22,17 @@ const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
     applied_at  DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (version)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;`
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrations are the embedded scripts, with what exported scripts need:
+// the version table and the statement that records a migration in it.
+var migrations = schema.New(migrationFS, versionTable, "MySQL 8.0, MariaDB 10.6+", "mysql.Migrate",
+	"INSERT IGNORE INTO courier_schema_migrations (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));")
+
+// Migrations returns the MySQL schema's migrations in version order.
+func Migrations() []store.Migration { return migrations.Load() }
 
 // migrateLockTimeout bounds the wait for another Migrate.
 const migrateLockTimeout = 60 * time.Second
@@ -77,11 +83,7 @@ func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	if _, err := conn.ExecContext(ctx, versionTable); err != nil {
 		return nil, fmt.Errorf("create version table: %w", err)
 	}
-	current, err := SchemaVersion(ctx, conn)
-	if err != nil {
-		return nil, err
-	}
-	pending, err := schema.Pending(current, Migrations())
+	pending, err := migrations.Pending(SchemaVersion(ctx, conn))
 	if err != nil {
 		return nil, err
 	}
@@ -151,8 +153,12 @@ func checkServer(ctx context.Context, q Querier) error {
 }
 
 // Querier runs a query; *sql.DB, *sql.Conn and *sql.Tx are Queriers.
-type Querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+type Querier = sqltx.Querier
+
+// CheckSchema reports whether the MySQL schema behind q is the one this
+// binary knows, failing with the errors of [store.CheckVersion].
+func CheckSchema(ctx context.Context, q Querier) error {
+	return migrations.Check(SchemaVersion(ctx, q))
 }
 
 // SchemaVersion returns the highest migration version applied to the
@@ -160,20 +166,10 @@ type Querier interface {
 func SchemaVersion(ctx context.Context, q Querier) (int, error) {
 	var v int
 	err := q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM courier_schema_migrations").Scan(&v)
-	if errorNumber(err) == errNoSuchTable {
-		return 0, nil
-	}
-	if err != nil {
+	if err != nil && errorNumber(err) != errNoSuchTable {
 		return 0, fmt.Errorf("mysql: read schema version: %w", err)
 	}
-	return v, nil
-}
-
-// CheckSchema reports whether the MySQL schema behind q is the one this
-// binary knows, failing with the errors of [store.CheckVersion].
-func CheckSchema(ctx context.Context, q Querier) error {
-	v, err := SchemaVersion(ctx, q)
-	return schema.Check(v, err, Migrations(), "mysql.Migrate")
+	return v, nil // 0 when the table does not exist
 }
 
 // ExportSQL returns the MySQL migrations as scripts for an external
@@ -181,8 +177,4 @@ func CheckSchema(ctx context.Context, q Querier) error {
 // itself in courier_schema_migrations (see [store.ExportScripts]). A script
 // holds several statements: run it with the mysql client or a tool that
 // splits statements, or on a connection with multiStatements=true.
-func ExportSQL() []store.Migration {
-	return store.ExportScripts(Migrations(), "MySQL 8.0, MariaDB 10.6+", versionTable, func(m store.Migration) string {
-		return fmt.Sprintf("INSERT IGNORE INTO courier_schema_migrations (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));", m.Version, m.Name)
-	})
-}
+func ExportSQL() []store.Migration { return migrations.Export() }

@@ -12,11 +12,4 @@ import (
 // UPDATE, so concurrent transitions of one instance queue on its row (and
 // the version check guards the rest). Times are the orchestrator's clock in
 // Unix microseconds.
-func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] {
-	return sqlsagas.New(db, sqlsagas.Dialect{
-		Name:        "mysql",
-		InTx:        dialect(db).InTx,
-		LockRow:     " FOR UPDATE",
-		IsDuplicate: func(err error) bool { return errorNumber(err) == errDupEntry },
-	})
-}
+func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] { return sqlsagas.New(dialect(db)) }

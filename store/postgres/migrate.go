@@ -13,17 +13,22 @@ import (
 	"github.com/courier-go/courier/store/internal/schema"
 )
 
-//go:embed migrations/*.sql
-var migrationFS embed.FS
-
-// Migrations returns the PostgreSQL schema's migrations in version order.
-func Migrations() []store.Migration { return schema.Load(migrationFS) }
-
 const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
     version     integer     PRIMARY KEY,
     name        text        NOT NULL,
     applied_at  timestamptz NOT NULL DEFAULT now()
 );`
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrations are the embedded scripts, with what exported scripts need:
+// the version table and the statement that records a migration in it.
+var migrations = schema.New(migrationFS, versionTable, "PostgreSQL", "postgres.Migrate",
+	"INSERT INTO courier_schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;")
+
+// Migrations returns the PostgreSQL schema's migrations in version order.
+func Migrations() []store.Migration { return migrations.Load() }
 
 // migrateLock serialises concurrent Migrate calls on one database.
 const migrateLock = int64(0x636f7572_6d696772) // "courmigr"
@@ -57,11 +62,7 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 		}
 		return nil, fmt.Errorf("postgres: migrate: create version table: %w", err)
 	}
-	current, err := SchemaVersion(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	pending, err := schema.Pending(current, Migrations())
+	pending, err := migrations.Pending(SchemaVersion(ctx, tx))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
 	}
@@ -86,6 +87,12 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// CheckSchema returns nil when the PostgreSQL schema behind q is at this
+// binary's version ([Migrations]), else the error of [store.CheckVersion].
+func CheckSchema(ctx context.Context, q Querier) error {
+	return migrations.Check(SchemaVersion(ctx, q))
+}
+
 // SchemaVersion returns the highest migration version applied to the
 // PostgreSQL database behind q, 0 when Courier's schema is absent.
 func SchemaVersion(ctx context.Context, q Querier) (int, error) {
@@ -101,17 +108,6 @@ func SchemaVersion(ctx context.Context, q Querier) (int, error) {
 	return v, nil
 }
 
-// CheckSchema returns nil when the PostgreSQL schema behind q is at this
-// binary's version ([Migrations]), else the error of [store.CheckVersion].
-func CheckSchema(ctx context.Context, q Querier) error {
-	v, err := SchemaVersion(ctx, q)
-	return schema.Check(v, err, Migrations(), "postgres.Migrate")
-}
-
 // ExportSQL returns each PostgreSQL migration followed by the INSERT that
 // records it, for an external migration tool ([store.ExportScripts]).
-func ExportSQL() []store.Migration {
-	return store.ExportScripts(Migrations(), "PostgreSQL", versionTable, func(m store.Migration) string {
-		return fmt.Sprintf("INSERT INTO courier_schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;", m.Version, m.Name)
-	})
-}
+func ExportSQL() []store.Migration { return migrations.Export() }

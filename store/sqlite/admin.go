@@ -19,17 +19,23 @@ func Admin(db *sql.DB) store.Admin { return sqlstore.NewAdmin(dialect(db, newQue
 
 // dialect is what SQLite tells the code it shares with MySQL: times are this
 // process's clock, written as Unix microseconds. Its InTx runs the
-// transactions in turn's queue (see [SQLInbox]).
+// transactions in turn's queue (see [SQLInbox]), or as they come when turn
+// is nil.
 func dialect(db *sql.DB, turn queue) sqlstore.Dialect {
 	return sqlstore.Dialect{
 		Name: "sqlite",
 		DB:   db,
 		InTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
-			return turn.run(ctx, func() error { return sqltx.InTx(ctx, db, nil, "sqlite: ", fn) })
+			tx := func() error { return sqltx.InTx(ctx, db, nil, "sqlite: ", fn) }
+			if turn == nil {
+				return tx()
+			}
+			return turn.run(ctx, tx)
 		},
 		WriteTx: func(ctx context.Context, fn func(sqlstore.Conn) error) error {
 			return immediate(ctx, db, func(conn *sql.Conn) error { return fn(conn) })
 		},
+		IsDuplicate:          isUnique,
 		Now:                  "?",
 		NowArgs:              func() []any { return []any{time.Now().UnixMicro()} },
 		Times:                times,

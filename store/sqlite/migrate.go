@@ -9,13 +9,8 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/schema"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
-
-//go:embed migrations/*.sql
-var migrationFS embed.FS
-
-// Migrations returns the SQLite schema's migrations in version order.
-func Migrations() []store.Migration { return schema.Load(migrationFS) }
 
 // versionTable records applied migrations. applied_at is informational; its
 // default (SQLite's clock, in microseconds like every other time Courier
@@ -25,6 +20,17 @@ const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
     name        TEXT    NOT NULL,
     applied_at  INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
 );`
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrations are the embedded scripts, with what exported scripts need:
+// the version table and the statement that records a migration in it.
+var migrations = schema.New(migrationFS, versionTable, "SQLite", "sqlite.Migrate",
+	"INSERT OR IGNORE INTO courier_schema_migrations (version, name) VALUES (%d, '%s');")
+
+// Migrations returns the SQLite schema's migrations in version order.
+func Migrations() []store.Migration { return migrations.Load() }
 
 // Migrate applies the migrations the database lacks, each in order, all in
 // one transaction, and returns the versions it applied (none when the schema
@@ -41,11 +47,7 @@ func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 		if _, err := conn.ExecContext(ctx, versionTable); err != nil {
 			return fmt.Errorf("create version table: %w", err)
 		}
-		current, err := SchemaVersion(ctx, conn)
-		if err != nil {
-			return err
-		}
-		pending, err := schema.Pending(current, Migrations())
+		pending, err := migrations.Pending(SchemaVersion(ctx, conn))
 		if err != nil {
 			return err
 		}
@@ -68,8 +70,12 @@ func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 }
 
 // Querier runs a query; *sql.DB, *sql.Conn and *sql.Tx are Queriers.
-type Querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+type Querier = sqltx.Querier
+
+// CheckSchema compares the version of the SQLite file behind q with
+// [Migrations] and fails as [store.CheckVersion] does.
+func CheckSchema(ctx context.Context, q Querier) error {
+	return migrations.Check(SchemaVersion(ctx, q))
 }
 
 // SchemaVersion returns the highest migration version applied to the
@@ -90,18 +96,7 @@ func SchemaVersion(ctx context.Context, q Querier) (int, error) {
 	return v, nil
 }
 
-// CheckSchema compares the version of the SQLite file behind q with
-// [Migrations] and fails as [store.CheckVersion] does.
-func CheckSchema(ctx context.Context, q Querier) error {
-	v, err := SchemaVersion(ctx, q)
-	return schema.Check(v, err, Migrations(), "sqlite.Migrate")
-}
-
 // ExportSQL returns the SQLite migrations as scripts for tools like goose or
 // golang-migrate ([store.ExportScripts] says what they hold). Run each
 // script once, in one transaction, as those tools do.
-func ExportSQL() []store.Migration {
-	return store.ExportScripts(Migrations(), "SQLite", versionTable, func(m store.Migration) string {
-		return fmt.Sprintf("INSERT OR IGNORE INTO courier_schema_migrations (version, name) VALUES (%d, '%s');", m.Version, m.Name)
-	})
-}
+func ExportSQL() []store.Migration { return migrations.Export() }

@@ -40,3 +40,46 @@ func Check(v int, err error, ms []store.Migration, migrateCall string) error {
 	}
 	return store.CheckVersion(v, ms, migrateCall)
 }
+
+// Set is a dialect's migrations: its embedded scripts, its version table
+// and how its exported scripts record themselves.
+type Set struct {
+	fsys         fs.FS
+	versionTable string
+	database     string
+	migrateCall  string
+	record       string
+}
+
+// New returns the migrations embedded in fsys's folder "migrations", for
+// database (named in exported scripts, e.g. "SQLite"), whose version table
+// is created by versionTable and whose Go function that applies them is
+// migrateCall (e.g. "sqlite.Migrate"). record is the statement, with %d for
+// the version and %s for the name, that an exported script ends with.
+func New(fsys fs.FS, versionTable, database, migrateCall, record string) Set {
+	return Set{fsys: fsys, versionTable: versionTable, database: database, migrateCall: migrateCall, record: record}
+}
+
+// Load returns the migrations in version order (see [Load]).
+func (s Set) Load() []store.Migration { return Load(s.fsys) }
+
+// Check returns err, the error of reading the version v, or else what
+// [store.CheckVersion] says of v against the migrations.
+func (s Set) Check(v int, err error) error { return Check(v, err, s.Load(), s.migrateCall) }
+
+// Pending returns the migrations that a database at version current lacks
+// (see [Pending]), or err, the error of reading current.
+func (s Set) Pending(current int, err error) ([]store.Migration, error) {
+	if err != nil {
+		return nil, err
+	}
+	return Pending(current, s.Load())
+}
+
+// Export returns each migration as a script for an external migration
+// tool, as [store.ExportScripts] builds it.
+func (s Set) Export() []store.Migration {
+	return store.ExportScripts(s.Load(), s.database, s.versionTable, func(m store.Migration) string {
+		return fmt.Sprintf(s.record, m.Version, m.Name)
+	})
+}

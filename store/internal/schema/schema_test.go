@@ -2,6 +2,7 @@ package schema
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -33,5 +34,23 @@ func TestLoadAndPending(t *testing.T) {
 	}
 	if err := Check(2, nil, ms, "x.Migrate"); err != nil {
 		t.Errorf("Check(2) = %v", err)
+	}
+}
+
+func TestSet(t *testing.T) {
+	s := New(fstest.MapFS{"migrations/0001_first.sql": {Data: []byte("CREATE TABLE a (x int);")}},
+		"CREATE TABLE v (version int);", "TestDB", "x.Migrate", "INSERT INTO v VALUES (%d, '%s');")
+	if ms := s.Load(); len(ms) != 1 || ms[0].Name != "first" {
+		t.Fatalf("Load = %+v", ms)
+	}
+	if err := s.Check(1, nil); err != nil {
+		t.Errorf("Check(1) = %v", err)
+	}
+	if err := s.Check(0, nil); !errors.Is(err, store.ErrSchemaOutdated) {
+		t.Errorf("Check(0) = %v, want ErrSchemaOutdated", err)
+	}
+	ex := s.Export()
+	if len(ex) != 1 || !strings.Contains(ex[0].SQL, "INSERT INTO v VALUES (1, 'first');") || !strings.Contains(ex[0].SQL, "CREATE TABLE a") {
+		t.Errorf("Export = %+v", ex)
 	}
 }

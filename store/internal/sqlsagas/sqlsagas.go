@@ -1,8 +1,8 @@
 // Package sqlsagas is the saga store (store.Sagas) of the database/sql
 // dialects whose courier_sagas tables have the same columns, '?'
 // placeholders and times as Unix microseconds: MySQL/MariaDB and SQLite.
-// Each dialect says how it runs a transaction, how it locks the loaded row
-// and how it recognises a duplicate key.
+// Each dialect says, in its sqlstore.Dialect, how it runs a transaction, how
+// it locks the loaded row and how it recognises a duplicate key.
 package sqlsagas
 
 import (
@@ -17,27 +17,13 @@ import (
 	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
-// Dialect is what differs between the dialects.
-type Dialect struct {
-	// Name prefixes errors, e.g. "mysql".
-	Name string
-	// InTx runs fn in a transaction on the dialect's pool and commits it
-	// when fn returns nil.
-	InTx func(ctx context.Context, fn func(*sql.Tx) error) error
-	// LockRow ends the statement that loads an instance for a transition,
-	// e.g. " FOR UPDATE"; empty where the transaction already excludes
-	// other writers.
-	LockRow string
-	// IsDuplicate reports whether err is a duplicate-key error.
-	IsDuplicate func(error) bool
-}
-
-// New returns the saga store on db.
-func New(db *sql.DB, d Dialect) store.Sagas[*sql.Tx] { return sagas{db: db, d: d} }
+// New returns the saga store of d's database. It uses d's Name, DB, InTx,
+// LockRow (which locks the loaded instance) and IsDuplicate.
+func New(d sqlstore.Dialect) store.Sagas[*sql.Tx] { return sagas{db: d.DB, d: d} }
 
 type sagas struct {
 	db *sql.DB
-	d  Dialect
+	d  sqlstore.Dialect
 }
 
 const sagaColumns = `saga_type, id, state, phase, step, pending, data, reason, deadline, attempts, version, created_at, updated_at`

@@ -48,6 +48,8 @@ type Dialect struct {
 	// changes, e.g. " FOR UPDATE"; empty where the transaction already
 	// excludes other writers.
 	LockRow string
+	// IsDuplicate reports whether err is a duplicate-key error.
+	IsDuplicate func(err error) bool
 	// Now is the SQL of the current time in statements that record when
 	// something happened: an expression such as "UTC_TIMESTAMP(6)" or a
 	// placeholder "?" that NowArgs fills.
