@@ -15,7 +15,7 @@ import (
 // state and both kinds of dead letters. Replaying a dead letter locks it
 // first (SELECT … FOR UPDATE), so concurrent replays of one dead letter wait
 // for each other and all but the first find it gone.
-func Admin(db *sql.DB) store.Admin { return sqlstore.NewAdmin(dialect(db)) }
+func Admin(db *sql.DB) store.Admin { return dialect(db).Admin() }
 
 // dialect is what MySQL tells the code it shares with SQLite: times are
 // the server's clock, UTC_TIMESTAMP(6), written and read as UTC text.

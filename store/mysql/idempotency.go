@@ -59,7 +59,7 @@ const claimAttempts = 5
 // long each.
 func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] {
 	d := dialect(db)
-	return sqlIdem{Keys: sqlstore.NewKeys(d), d: d}
+	return sqlIdem{Keys: d.Keys(), d: d}
 }
 
 type sqlIdem struct {

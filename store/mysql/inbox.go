@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
 // maxConsumer is the longest consumer name courier_inbox holds, in bytes.
@@ -36,12 +35,12 @@ const markSQL = `INSERT IGNORE INTO courier_inbox (consumer, message_id, process
 // transaction at most innodb_lock_wait_timeout (50 s by default), then fails
 // and is retried by the consumer. processed_at is the server's
 // UTC_TIMESTAMP(6).
-func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return sqlstore.NewInbox(dialect(db)) }
+func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return dialect(db).Inbox() }
 
 // ConsumerStore returns the store of parked deliveries, failures and inbox
 // markers on db. parked_at and the times of failed replays are the server's
 // clock; a recorded failure's time is the caller's.
-func ConsumerStore(db *sql.DB) store.ConsumerStore { return sqlstore.NewConsumers(dialect(db)) }
+func ConsumerStore(db *sql.DB) store.ConsumerStore { return dialect(db).Consumers() }
 
 // replayFailedSQL appends an entry to the history, in the format of the
 // relay's histories.

@@ -476,16 +476,7 @@ func (s *Store) dropExpired(ctx context.Context, now string) error {
 // readRows reads the rows with the given ids, in id order.
 func (s *Store) readRows(ctx context.Context, ids []int64) ([]store.Record, error) {
 	in, args := inList(ids)
-	recs := make([]store.Record, 0, len(ids))
-	err := sqlstore.QueryEach(ctx, s.db, fmt.Sprintf(rowsSQL, in), args, func(rows *sql.Rows) error {
-		r, err := sqlstore.ScanRecord(rows, times)
-		recs = append(recs, r)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read rows: %w", err)
-	}
-	return recs, nil
+	return sqlstore.ReadRecords(ctx, s.db, times, len(ids), fmt.Sprintf(rowsSQL, in), args...)
 }
 
 // inList returns "?, ?, …" for ids and the ids as arguments.

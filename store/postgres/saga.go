@@ -14,6 +14,7 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/sqlstore"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 const (
@@ -81,21 +82,29 @@ func historyRows(rows interface {
 	return out, rows.Err()
 }
 
-// SQLSagas returns the saga store for database/sql transactions on db.
-func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] { return sqlSagas{db} }
+// execFunc runs a statement in a transaction, of database/sql or of pgx,
+// and returns the number of rows it affected.
+type execFunc func(ctx context.Context, sql string, args ...any) (int64, error)
 
-type sqlSagas struct{ db *sql.DB }
-
-func (s sqlSagas) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return inSQLTx(ctx, s.db, fn)
+func sqlExec(tx *sql.Tx) execFunc {
+	return func(ctx context.Context, query string, args ...any) (int64, error) {
+		return sqltx.Exec(ctx, tx, query, args...)
+	}
 }
 
-func (sqlSagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error {
+func pgxExec(tx pgx.Tx) execFunc {
+	return func(ctx context.Context, sql string, args ...any) (int64, error) {
+		tag, err := tx.Exec(ctx, sql, args...)
+		return tag.RowsAffected(), err
+	}
+}
+
+func createSaga(ctx context.Context, exec execFunc, r store.SagaRecord) error {
 	args, err := sagaArgs(r)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, createSagaSQL, args...); err != nil {
+	if _, err := exec(ctx, createSagaSQL, args...); err != nil {
 		if isUniqueViolation(err) {
 			return store.ErrSagaExists
 		}
@@ -104,29 +113,48 @@ func (sqlSagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) erro
 	return nil
 }
 
+func updateSaga(ctx context.Context, exec execFunc, r store.SagaRecord, expect int) (bool, error) {
+	args, err := sagaArgs(r)
+	if err != nil {
+		return false, err
+	}
+	n, err := exec(ctx, updateSagaSQL, r.Type, r.ID, r.State, r.Phase, r.Step, args[5], args[6], r.Reason, r.Deadline, r.Attempts, r.Version, r.UpdatedAt, expect)
+	if err != nil {
+		return false, fmt.Errorf("postgres: update saga: %w", err)
+	}
+	return n == 1, nil
+}
+
+func recordSaga(ctx context.Context, exec execFunc, e store.SagaEvent) error {
+	if _, err := exec(ctx, recordSagaSQL, e.Type, e.SagaID, e.At, e.EventID, e.EventType, e.From, e.To, e.Outcome, e.Reason); err != nil {
+		return fmt.Errorf("postgres: record saga event: %w", err)
+	}
+	return nil
+}
+
+// SQLSagas returns the saga store for database/sql transactions on db.
+func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] { return sqlSagas{db} }
+
+type sqlSagas struct{ db *sql.DB }
+
+func (s sqlSagas) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return sqltx.InTx(ctx, s.db, nil, "postgres: ", fn)
+}
+
+func (sqlSagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error {
+	return createSaga(ctx, sqlExec(tx), r)
+}
+
 func (sqlSagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.SagaRecord, error) {
 	return scanSaga(tx.QueryRowContext(ctx, loadSagaSQL, typ, id))
 }
 
 func (sqlSagas) Update(ctx context.Context, tx *sql.Tx, r store.SagaRecord, expect int) (bool, error) {
-	args, err := sagaArgs(r)
-	if err != nil {
-		return false, err
-	}
-	res, err := tx.ExecContext(ctx, updateSagaSQL, r.Type, r.ID, r.State, r.Phase, r.Step, args[5], args[6], r.Reason, r.Deadline, r.Attempts, r.Version, r.UpdatedAt, expect)
-	if err != nil {
-		return false, fmt.Errorf("postgres: update saga: %w", err)
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return updateSaga(ctx, sqlExec(tx), r, expect)
 }
 
 func (sqlSagas) Record(ctx context.Context, tx *sql.Tx, e store.SagaEvent) error {
-	_, err := tx.ExecContext(ctx, recordSagaSQL, e.Type, e.SagaID, e.At, e.EventID, e.EventType, e.From, e.To, e.Outcome, e.Reason)
-	if err != nil {
-		return fmt.Errorf("postgres: record saga event: %w", err)
-	}
-	return nil
+	return recordSaga(ctx, sqlExec(tx), e)
 }
 
 func (s sqlSagas) History(ctx context.Context, typ, id string) ([]store.SagaEvent, error) {
@@ -155,17 +183,7 @@ func (s pgxSagas) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 func (pgxSagas) Create(ctx context.Context, tx pgx.Tx, r store.SagaRecord) error {
-	args, err := sagaArgs(r)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, createSagaSQL, args...); err != nil {
-		if isUniqueViolation(err) {
-			return store.ErrSagaExists
-		}
-		return fmt.Errorf("postgres: create saga: %w", err)
-	}
-	return nil
+	return createSaga(ctx, pgxExec(tx), r)
 }
 
 func (pgxSagas) Load(ctx context.Context, tx pgx.Tx, typ, id string) (store.SagaRecord, error) {
@@ -173,23 +191,11 @@ func (pgxSagas) Load(ctx context.Context, tx pgx.Tx, typ, id string) (store.Saga
 }
 
 func (pgxSagas) Update(ctx context.Context, tx pgx.Tx, r store.SagaRecord, expect int) (bool, error) {
-	args, err := sagaArgs(r)
-	if err != nil {
-		return false, err
-	}
-	tag, err := tx.Exec(ctx, updateSagaSQL, r.Type, r.ID, r.State, r.Phase, r.Step, args[5], args[6], r.Reason, r.Deadline, r.Attempts, r.Version, r.UpdatedAt, expect)
-	if err != nil {
-		return false, fmt.Errorf("postgres: update saga: %w", err)
-	}
-	return tag.RowsAffected() == 1, nil
+	return updateSaga(ctx, pgxExec(tx), r, expect)
 }
 
 func (pgxSagas) Record(ctx context.Context, tx pgx.Tx, e store.SagaEvent) error {
-	_, err := tx.Exec(ctx, recordSagaSQL, e.Type, e.SagaID, e.At, e.EventID, e.EventType, e.From, e.To, e.Outcome, e.Reason)
-	if err != nil {
-		return fmt.Errorf("postgres: record saga event: %w", err)
-	}
-	return nil
+	return recordSaga(ctx, pgxExec(tx), e)
 }
 
 func (s pgxSagas) History(ctx context.Context, typ, id string) ([]store.SagaEvent, error) {

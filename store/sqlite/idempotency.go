@@ -56,7 +56,7 @@ ON CONFLICT (scope, idem_key) DO UPDATE
 func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] {
 	turn := newQueue()
 	d := dialect(db, turn)
-	return sqlIdem{Keys: sqlstore.NewKeys(d), d: d, turn: turn}
+	return sqlIdem{Keys: d.Keys(), d: d, turn: turn}
 }
 
 type sqlIdem struct {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
 // markSQL inserts a dedup marker unless it exists. The transaction it runs
@@ -25,7 +24,7 @@ const markSQL = `INSERT INTO courier_inbox (consumer, message_id, processed_at) 
 // [Store]), so share it between the consumers of a process, and do not
 // start another of its transactions inside a handler. processed_at is this
 // process's clock.
-func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return sqlstore.NewInbox(dialect(db, newQueue())) }
+func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return dialect(db, newQueue()).Inbox() }
 
 // queue lines up the write transactions of one inbox or idempotency store
 // in this process, as a [Store] does its own: each starts as soon as the
@@ -51,5 +50,5 @@ func (q queue) run(ctx context.Context, fn func() error) error {
 // markers on db. parked_at and the history's times are this process's
 // clock; a recorded failure's time is the caller's.
 func ConsumerStore(db *sql.DB) store.ConsumerStore {
-	return sqlstore.NewConsumers(dialect(db, newQueue()))
+	return dialect(db, newQueue()).Consumers()
 }

@@ -239,7 +239,7 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 	}
 
 	// The rows are leased to owner now; reading them holds no lock.
-	recs, err := readRows(ctx, s.db, idsJSON, len(pick.IDs()))
+	recs, err := sqlstore.ReadRecords(ctx, s.db, times, len(pick.IDs()), rowsSQL, string(idsJSON))
 	if err != nil {
 		return store.Batch{}, err
 	}
@@ -328,21 +328,6 @@ func (s *Store) recordLease(ctx context.Context, owner string, lease time.Durati
 		return 0, nil, err
 	}
 	return id, idsJSON, nil
-}
-
-// readRows reads the rows whose ids the JSON array idsJSON lists, n of
-// them at most, in id order.
-func readRows(ctx context.Context, q sqlstore.Conn, idsJSON []byte, n int) ([]store.Record, error) {
-	recs := make([]store.Record, 0, n)
-	err := sqlstore.QueryEach(ctx, q, rowsSQL, []any{string(idsJSON)}, func(rows *sql.Rows) error {
-		r, err := sqlstore.ScanRecord(rows, times)
-		recs = append(recs, r)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read rows: %w", err)
-	}
-	return recs, nil
 }
 
 // heldKeys reads the keys held at now (unix microseconds) and whether any

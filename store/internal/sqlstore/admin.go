@@ -6,15 +6,8 @@ import (
 	"errors"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
-
-// Admin is the operators' view (store.Admin) of a dialect's database.
-type Admin struct{ d Dialect }
-
-var _ store.Admin = Admin{}
-
-// NewAdmin returns the operators' view of d's database.
-func NewAdmin(d Dialect) Admin { return Admin{d} }
 
 const deadColumns = `id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
        occurred_at, created_at, attempts, last_error, history, dead_at`
@@ -42,16 +35,11 @@ func (a Admin) scanDead(row interface{ Scan(...any) error }) (store.DeadLetter, 
 	if err != nil {
 		return d, err
 	}
+	d.Payload = columns.Payload(d.Payload)
 	if err := DecodeJSON(headers, &d.Headers, "headers of dead letter", d.ID); err != nil {
 		return d, err
 	}
-	if err := DecodeJSON(hist, &d.History, "history of dead letter", d.ID); err != nil {
-		return d, err
-	}
-	if d.Payload == nil {
-		d.Payload = []byte{}
-	}
-	return d, nil
+	return d, DecodeJSON(hist, &d.History, "history of dead letter", d.ID)
 }
 
 // Stats implements store.Admin.

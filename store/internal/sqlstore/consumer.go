@@ -11,15 +11,6 @@ import (
 	"github.com/courier-go/courier/store/internal/columns"
 )
 
-// Consumers is the store of parked deliveries, failures and inbox markers
-// (store.ConsumerStore) of a dialect's database.
-type Consumers struct{ d Dialect }
-
-var _ store.ConsumerStore = Consumers{}
-
-// NewConsumers returns the consumer store of d's database.
-func NewConsumers(d Dialect) Consumers { return Consumers{d} }
-
 const parkedColumns = `id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at, replay_requested`
 
 // ParkSQL inserts a parked delivery; parked_at, its last column, is the
@@ -42,14 +33,12 @@ func (d Dialect) scanParked(row interface{ Scan(...any) error }) (store.Parked, 
 	if err != nil {
 		return p, err
 	}
+	p.Payload = columns.Payload(p.Payload)
 	if err := DecodeJSON(headers, &p.Headers, "headers of parked delivery", p.ID); err != nil {
 		return p, err
 	}
 	if err := DecodeJSON(hist, &p.History, "history of parked delivery", p.ID); err != nil {
 		return p, err
-	}
-	if p.Payload == nil {
-		p.Payload = []byte{}
 	}
 	if replayed.Valid {
 		p.ReplayRequested = &replay
@@ -118,11 +107,7 @@ func (c Consumers) ReplayFailed(ctx context.Context, id int64, msg string) error
 
 // DeleteMarkers implements store.ConsumerStore.
 func (c Consumers) DeleteMarkers(ctx context.Context, before time.Time, limit int) (int64, error) {
-	n, err := affected(ctx, c.d.DB, c.d.DeleteMarkersSQL, c.d.Encode(before), limit)
-	if err != nil {
-		return 0, c.d.errorf("delete inbox markers: %w", err)
-	}
-	return n, nil
+	return c.deleteBefore(ctx, "delete inbox markers", c.d.DeleteMarkersSQL, before, limit)
 }
 
 // RecordFailure implements store.ConsumerStore: it inserts the failure (an
@@ -159,21 +144,8 @@ func (c Consumers) ClearFailures(ctx context.Context, consumer string, id uuid.U
 
 // DeleteFailures implements store.ConsumerStore.
 func (c Consumers) DeleteFailures(ctx context.Context, before time.Time, limit int) (int64, error) {
-	n, err := affected(ctx, c.d.DB, c.d.DeleteFailuresSQL, c.d.Encode(before), limit)
-	if err != nil {
-		return 0, c.d.errorf("delete recorded failures: %w", err)
-	}
-	return n, nil
+	return c.deleteBefore(ctx, "delete recorded failures", c.d.DeleteFailuresSQL, before, limit)
 }
-
-// Inbox is the inbox (store.Inbox) for handlers that work in database/sql
-// transactions on a dialect's database.
-type Inbox struct{ d Dialect }
-
-var _ store.Inbox[*sql.Tx] = Inbox{}
-
-// NewInbox returns the inbox of d's database.
-func NewInbox(d Dialect) Inbox { return Inbox{d} }
 
 // InTx implements store.Inbox with Dialect.InTx.
 func (i Inbox) InTx(ctx context.Context, fn func(*sql.Tx) error) error { return i.d.InTx(ctx, fn) }
@@ -188,4 +160,14 @@ func (i Inbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UU
 		return false, i.d.errorf("inbox marker: %w", err)
 	}
 	return n == 1, nil
+}
+
+// deleteBefore runs query, a DELETE of up to limit rows from before
+// (oldest first), and returns how many it deleted; what names it in errors.
+func (c Consumers) deleteBefore(ctx context.Context, what, query string, before time.Time, limit int) (int64, error) {
+	n, err := affected(ctx, c.d.DB, query, c.d.Encode(before), limit)
+	if err != nil {
+		return 0, c.d.errorf("%s: %w", what, err)
+	}
+	return n, nil
 }

@@ -12,15 +12,6 @@ import (
 	"github.com/courier-go/courier/store/internal/columns"
 )
 
-// Keys is the part of the idempotency-key store (store.Idempotency) that
-// the dialects share: everything but the claim, which each dialect builds
-// from its own locking, reading the record back with [Dialect.ReadKey].
-type Keys struct{ d Dialect }
-
-// NewKeys returns the shared part of the idempotency-key store of d's
-// database.
-func NewKeys(d Dialect) Keys { return Keys{d} }
-
 // InTx implements store.Idempotency with Dialect.InTx.
 func (k Keys) InTx(ctx context.Context, fn func(*sql.Tx) error) error { return k.d.InTx(ctx, fn) }
 

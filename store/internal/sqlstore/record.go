@@ -1,6 +1,13 @@
 package sqlstore
 
-import "github.com/courier-go/courier/store"
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
+)
 
 // RecordColumns are the outbox columns [ScanRecord] reads, in its order.
 const RecordColumns = `id, attempts, message_id, topic, ordering_key, type, version,
@@ -17,11 +24,21 @@ func ScanRecord(row interface{ Scan(...any) error }, t Times) (store.Record, err
 		&m.ContentType, &m.Payload, &headers, t.Dest(&m.OccurredAt)); err != nil {
 		return r, err
 	}
-	if err := DecodeJSON(headers, &m.Headers, "headers of row", r.Seq); err != nil {
-		return r, err
+	m.Payload = columns.Payload(m.Payload)
+	return r, DecodeJSON(headers, &m.Headers, "headers of row", r.Seq)
+}
+
+// ReadRecords runs query, a SELECT of RecordColumns, on q and returns its
+// rows, of which there are at most n, decoded with t.
+func ReadRecords(ctx context.Context, q Conn, t Times, n int, query string, args ...any) ([]store.Record, error) {
+	recs := make([]store.Record, 0, n)
+	err := QueryEach(ctx, q, query, args, func(rows *sql.Rows) error {
+		r, err := ScanRecord(rows, t)
+		recs = append(recs, r)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read rows: %w", err)
 	}
-	if m.Payload == nil {
-		m.Payload = []byte{}
-	}
-	return r, nil
+	return recs, nil
 }

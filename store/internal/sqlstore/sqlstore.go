@@ -94,6 +94,42 @@ func (d Dialect) now() []any {
 	return d.NowArgs()
 }
 
+// The stores of a dialect's database. Each is a value: make them with the
+// Dialect's methods of the same names.
+type (
+	// Admin is the operators' view (store.Admin) of a dialect's database.
+	Admin struct{ d Dialect }
+	// Consumers is the store of parked deliveries, failures and inbox markers
+	// (store.ConsumerStore) of a dialect's database.
+	Consumers struct{ d Dialect }
+	// Inbox is the inbox (store.Inbox) for handlers that work in database/sql
+	// transactions on a dialect's database.
+	Inbox struct{ d Dialect }
+	// Keys is the part of the idempotency-key store (store.Idempotency) that
+	// the dialects share: everything but the claim, which each dialect builds
+	// from its own locking, reading the record back with [Dialect.ReadKey].
+	Keys struct{ d Dialect }
+)
+
+var (
+	_ store.Admin          = Admin{}
+	_ store.ConsumerStore  = Consumers{}
+	_ store.Inbox[*sql.Tx] = Inbox{}
+)
+
+// Admin returns the operators' view of d's database.
+func (d Dialect) Admin() Admin { return Admin{d} }
+
+// Consumers returns the consumer store of d's database.
+func (d Dialect) Consumers() Consumers { return Consumers{d} }
+
+// Inbox returns the inbox of d's database.
+func (d Dialect) Inbox() Inbox { return Inbox{d} }
+
+// Keys returns the shared part of the idempotency-key store of d's
+// database.
+func (d Dialect) Keys() Keys { return Keys{d} }
+
 // Times is a dialect's codec of time columns.
 type Times struct {
 	// Encode returns t as an argument of a time column.
