@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
@@ -52,17 +51,6 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 
 func insertChunk(ctx context.Context, tx *sql.Tx, chunk []courier.Message) error {
 	q, args := columns.Insert(chunk, times.Encode, ", created_at", "(?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return insertError(fmt.Errorf("mysql: insert %d outbox messages: %w", len(chunk), err))
-	}
-	return nil
-}
-
-// insertError adds the fix to an insert that failed because the outbox
-// table does not exist (ER_NO_SUCH_TABLE).
-func insertError(err error) error {
-	if errorNumber(err) == errNoSuchTable {
-		return store.MissingSchema(err, "mysql.Migrate")
-	}
-	return err
+	_, err := tx.ExecContext(ctx, q, args...)
+	return migrations.InsertError(err, len(chunk), errorNumber(err) == errNoSuchTable)
 }

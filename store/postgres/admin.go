@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/sqlstore"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // Admin returns the operators' view of the database behind pool.
@@ -33,7 +33,7 @@ func scanDead(row pgx.Row) (store.DeadLetter, error) {
 	if err != nil {
 		return d, err
 	}
-	return d, sqlstore.DecodeJSON(hist, &d.History, "history of dead letter", d.ID)
+	return d, columns.DecodeJSON(hist, &d.History, "history of dead letter", d.ID)
 }
 
 func (a admin) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {

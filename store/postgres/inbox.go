@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/sqlstore"
+	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
@@ -91,7 +91,7 @@ func scanParked(row pgx.Row) (store.Parked, error) {
 	if err != nil {
 		return p, err
 	}
-	return p, sqlstore.DecodeJSON(hist, &p.History, "history of parked delivery", p.ID)
+	return p, columns.DecodeJSON(hist, &p.History, "history of parked delivery", p.ID)
 }
 
 func (c consumerStore) ReplayRequested(ctx context.Context, consumer string, limit int) ([]store.Parked, error) {

@@ -3,12 +3,10 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
@@ -34,10 +32,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 		m := &msgs[0]
 		h := columns.HeadersJSON(m.Headers)
 		_, err := tx.Exec(ctx, insertOne, [16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt)
-		if err != nil {
-			return insertError(fmt.Errorf("postgres: insert outbox message: %w", err))
-		}
-		return nil
+		return migrations.InsertError(err, 1, errorCode(err) == undefinedTable)
 	}
 	var (
 		// [16]byte, not uuid.UUID or string: those reach pgx as strings,
@@ -64,10 +59,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, columns.Payload(m.Payload), m.OccurredAt
 	}
 	_, err := tx.Exec(ctx, insertMany, ids, topics, keys, types, versions, cts, payloads, headers, times)
-	if err != nil {
-		return insertError(fmt.Errorf("postgres: insert %d outbox messages: %w", len(msgs), err))
-	}
-	return nil
+	return migrations.InsertError(err, len(msgs), errorCode(err) == undefinedTable)
 }
 
 // QueueMessages validates msgs against limits (zero fields: Courier's
@@ -89,7 +81,7 @@ func QueueMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message)
 	for i := range msgs {
 		m := &msgs[i]
 		if err := m.Validate(limits); err != nil {
-			return insertError(fmt.Errorf("postgres: message %d of %d: %w", i+1, len(msgs), err))
+			return fmt.Errorf("postgres: message %d of %d: %w", i+1, len(msgs), err)
 		}
 		h := columns.HeadersJSON(m.Headers)
 		args[i] = []any{[16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt}
@@ -114,19 +106,10 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 	for start := 0; start < len(msgs); start += sqlChunk {
 		chunk := msgs[start:min(start+sqlChunk, len(msgs))]
 		q, args := columns.Insert(chunk, func(t time.Time) any { return t }, "", "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
-		if _, err := tx.ExecContext(ctx, sqltx.Dollar(q), args...); err != nil {
-			return insertError(fmt.Errorf("postgres: insert %d outbox messages: %w", len(chunk), err))
+		_, err := tx.ExecContext(ctx, sqltx.Dollar(q), args...)
+		if err := migrations.InsertError(err, len(chunk), errorCode(err) == undefinedTable); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// insertError adds the fix to an insert that failed because the outbox
-// table does not exist (undefined_table).
-func insertError(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return store.MissingSchema(err, "postgres.Migrate")
-	}
-	return err
 }

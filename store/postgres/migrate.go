@@ -3,11 +3,9 @@ package postgres
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/schema"
@@ -56,8 +54,7 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 		return nil, fmt.Errorf("postgres: migrate: lock: %w", err)
 	}
 	if _, err := tx.Exec(ctx, versionTable); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "3F000" { // invalid_schema_name
+		if errorCode(err) == invalidSchemaName {
 			return nil, fmt.Errorf("postgres: migrate: the schema in the connection's search_path does not exist; create it first (CREATE SCHEMA …): %w", err)
 		}
 		return nil, fmt.Errorf("postgres: migrate: create version table: %w", err)
@@ -98,14 +95,10 @@ func CheckSchema(ctx context.Context, q Querier) error {
 func SchemaVersion(ctx context.Context, q Querier) (int, error) {
 	var v int
 	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM courier_schema_migrations").Scan(&v)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return 0, nil
-	}
-	if err != nil {
+	if err != nil && errorCode(err) != undefinedTable {
 		return 0, fmt.Errorf("postgres: read schema version: %w", err)
 	}
-	return v, nil
+	return v, nil // 0 when the table does not exist
 }
 
 // ExportSQL returns each PostgreSQL migration followed by the INSERT that

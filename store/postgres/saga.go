@@ -3,16 +3,15 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqlstore"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
@@ -27,16 +26,9 @@ const (
 	dueSagaSQL     = `SELECT id FROM courier_sagas WHERE saga_type = $1 AND deadline IS NOT NULL AND deadline <= $2 AND phase IN ('running', 'compensating') ORDER BY deadline LIMIT $3`
 )
 
-func sagaArgs(r store.SagaRecord) ([]any, error) {
-	pending, err := json.Marshal(r.Pending)
-	if err != nil {
-		return nil, err
-	}
-	var data any
-	if len(r.Data) > 0 {
-		data = string(r.Data)
-	}
-	return []any{r.Type, r.ID, r.State, r.Phase, r.Step, string(pending), data, r.Reason, r.Deadline, r.Attempts, r.Version, r.CreatedAt, r.UpdatedAt}, nil
+func sagaArgs(r store.SagaRecord) []any {
+	return []any{r.Type, r.ID, r.State, r.Phase, r.Step, columns.Steps(r.Pending), columns.Text(r.Data), r.Reason, r.Deadline,
+		r.Attempts, r.Version, r.CreatedAt, r.UpdatedAt}
 }
 
 type scanner interface{ Scan(dest ...any) error }
@@ -51,16 +43,12 @@ func scanSaga(row scanner) (store.SagaRecord, error) {
 		}
 		return r, fmt.Errorf("postgres: load saga: %w", err)
 	}
-	if err := json.Unmarshal(pending, &r.Pending); err != nil {
+	var err error
+	if r.Pending, err = columns.ParseSteps(pending); err != nil {
 		return r, fmt.Errorf("postgres: saga %s pending compensations: %w", r.ID, err)
 	}
 	r.Data = data
 	return r, nil
-}
-
-func isUniqueViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
 func historyRows(rows interface {
@@ -100,12 +88,8 @@ func pgxExec(tx pgx.Tx) execFunc {
 }
 
 func createSaga(ctx context.Context, exec execFunc, r store.SagaRecord) error {
-	args, err := sagaArgs(r)
-	if err != nil {
-		return err
-	}
-	if _, err := exec(ctx, createSagaSQL, args...); err != nil {
-		if isUniqueViolation(err) {
+	if _, err := exec(ctx, createSagaSQL, sagaArgs(r)...); err != nil {
+		if errorCode(err) == uniqueViolation {
 			return store.ErrSagaExists
 		}
 		return fmt.Errorf("postgres: create saga: %w", err)
@@ -114,10 +98,7 @@ func createSaga(ctx context.Context, exec execFunc, r store.SagaRecord) error {
 }
 
 func updateSaga(ctx context.Context, exec execFunc, r store.SagaRecord, expect int) (bool, error) {
-	args, err := sagaArgs(r)
-	if err != nil {
-		return false, err
-	}
+	args := sagaArgs(r)
 	n, err := exec(ctx, updateSagaSQL, r.Type, r.ID, r.State, r.Phase, r.Step, args[5], args[6], r.Reason, r.Deadline, r.Attempts, r.Version, r.UpdatedAt, expect)
 	if err != nil {
 		return false, fmt.Errorf("postgres: update saga: %w", err)

@@ -18,6 +18,12 @@ func errorCode(err error) int {
 	return 0
 }
 
+// isMissing reports whether err, the error of a fixed statement, says that
+// its table or one of its columns does not exist: SQLite's plain
+// SQLITE_ERROR is its code for "no such table" and "no such column", and a
+// statement that is fixed has no other cause for it.
+func isMissing(err error) bool { return errorCode(err) == sqlite3.SQLITE_ERROR }
+
 // isUnique reports whether err is a violation of a UNIQUE or PRIMARY KEY
 // constraint.
 func isUnique(err error) bool {

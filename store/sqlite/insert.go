@@ -3,14 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
-
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // DatabaseSQL returns the outbox inserter for database/sql transactions on
@@ -29,20 +26,10 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 	for start := 0; start < len(msgs); start += sqlChunk {
 		chunk := msgs[start:min(start+sqlChunk, len(msgs))]
 		q, args := columns.Insert(chunk, times.Encode, ", created_at", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", now)
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return insertError(fmt.Errorf("sqlite: insert %d outbox messages: %w", len(chunk), err))
+		_, err := tx.ExecContext(ctx, q, args...)
+		if err := migrations.InsertError(err, len(chunk), isMissing(err)); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// insertError adds the fix to an insert that failed because the outbox
-// table does not exist. The statement is fixed, so SQLite's plain
-// SQLITE_ERROR (its code for "no such table" and "no such column") can only
-// mean that the schema is missing or behind.
-func insertError(err error) error {
-	if errorCode(err) == sqlite3.SQLITE_ERROR {
-		return store.MissingSchema(err, "sqlite.Migrate")
-	}
-	return err
 }

@@ -4,6 +4,7 @@ package columns
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -63,4 +64,51 @@ func Insert(msgs []courier.Message, at func(time.Time) any, more, row string, ex
 		args = append(args, extra...)
 	}
 	return q.String(), args
+}
+
+// Steps encodes a saga's pending steps as the JSON array its pending column
+// holds ("null" when there are none, as always).
+func Steps(steps []int) string {
+	b, _ := json.Marshal(steps) // a list of ints always encodes
+	return string(b)
+}
+
+// ParseSteps decodes a pending column written by Steps.
+func ParseSteps(b []byte) ([]int, error) {
+	var steps []int
+	err := json.Unmarshal(b, &steps)
+	return steps, err
+}
+
+// Text returns b as a text parameter, nil (NULL) when it is empty.
+func Text(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// JSONOrNull encodes v as JSON text, or returns nil (NULL) when n, its
+// length, is 0.
+func JSONOrNull(v any, n int) (any, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}
+
+// DecodeJSON decodes a JSON column into v unless it is NULL or empty; what
+// and id name the column's row in the error ("history of dead letter 7").
+func DecodeJSON(b []byte, v any, what string, id int64) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s %d: %w", what, id, err)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ package schema
 import (
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/courier-go/courier/store"
 )
@@ -74,6 +75,22 @@ func (s Set) Pending(current int, err error) ([]store.Migration, error) {
 		return nil, err
 	}
 	return Pending(current, s.Load())
+}
+
+// InsertError returns nil when err is nil, else err, the error of an
+// insert of n outbox messages, prefixed with the dialect's name ("mysql:
+// insert 3 outbox messages: …"); when missing says the outbox table does
+// not exist, the error also says how to create it ([store.MissingSchema]).
+func (s Set) InsertError(err error, n int, missing bool) error {
+	if err == nil {
+		return nil
+	}
+	name, _, _ := strings.Cut(s.migrateCall, ".")
+	err = fmt.Errorf("%s: insert %d outbox messages: %w", name, n, err)
+	if missing {
+		return store.MissingSchema(err, s.migrateCall)
+	}
+	return err
 }
 
 // Export returns each migration as a script for an external migration

@@ -8,12 +8,12 @@ package sqlsagas
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
@@ -38,12 +38,8 @@ func micros(t *time.Time) any {
 }
 
 func (s sagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error {
-	pending, err := json.Marshal(r.Pending)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO courier_sagas (`+sagaColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.Type, r.ID, r.State, r.Phase, r.Step, string(pending), nullText(r.Data), r.Reason, micros(r.Deadline), r.Attempts,
+	_, err := tx.ExecContext(ctx, `INSERT INTO courier_sagas (`+sagaColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.Type, r.ID, r.State, r.Phase, r.Step, columns.Steps(r.Pending), columns.Text(r.Data), r.Reason, micros(r.Deadline), r.Attempts,
 		r.Version, r.CreatedAt.UnixMicro(), r.UpdatedAt.UnixMicro())
 	if err != nil {
 		if s.d.IsDuplicate(err) {
@@ -52,13 +48,6 @@ func (s sagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error
 		return fmt.Errorf(s.d.Name+": create saga: %w", err)
 	}
 	return nil
-}
-
-func nullText(b []byte) any {
-	if len(b) == 0 {
-		return nil
-	}
-	return string(b)
 }
 
 func (s sagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.SagaRecord, error) {
@@ -75,7 +64,7 @@ func (s sagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.Saga
 	if err != nil {
 		return r, fmt.Errorf(s.d.Name+": load saga: %w", err)
 	}
-	if err := json.Unmarshal([]byte(pending), &r.Pending); err != nil {
+	if r.Pending, err = columns.ParseSteps([]byte(pending)); err != nil {
 		return r, fmt.Errorf(s.d.Name+": saga %s pending compensations: %w", id, err)
 	}
 	if data.Valid {
@@ -90,13 +79,9 @@ func (s sagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.Saga
 }
 
 func (s sagas) Update(ctx context.Context, tx *sql.Tx, r store.SagaRecord, expect int) (bool, error) {
-	pending, err := json.Marshal(r.Pending)
-	if err != nil {
-		return false, err
-	}
 	res, err := tx.ExecContext(ctx, `UPDATE courier_sagas SET state = ?, phase = ?, step = ?, pending = ?, data = ?, reason = ?,
     deadline = ?, attempts = ?, version = ?, updated_at = ? WHERE saga_type = ? AND id = ? AND version = ?`,
-		r.State, r.Phase, r.Step, string(pending), nullText(r.Data), r.Reason, micros(r.Deadline), r.Attempts, r.Version,
+		r.State, r.Phase, r.Step, columns.Steps(r.Pending), columns.Text(r.Data), r.Reason, micros(r.Deadline), r.Attempts, r.Version,
 		r.UpdatedAt.UnixMicro(), r.Type, r.ID, expect)
 	if err != nil {
 		return false, fmt.Errorf(s.d.Name+": update saga: %w", err)

@@ -36,10 +36,10 @@ func (a Admin) scanDead(row interface{ Scan(...any) error }) (store.DeadLetter, 
 		return d, err
 	}
 	d.Payload = columns.Payload(d.Payload)
-	if err := DecodeJSON(headers, &d.Headers, "headers of dead letter", d.ID); err != nil {
+	if err := columns.DecodeJSON(headers, &d.Headers, "headers of dead letter", d.ID); err != nil {
 		return d, err
 	}
-	return d, DecodeJSON(hist, &d.History, "history of dead letter", d.ID)
+	return d, columns.DecodeJSON(hist, &d.History, "history of dead letter", d.ID)
 }
 
 // Stats implements store.Admin.
@@ -121,7 +121,7 @@ func (a Admin) ParkedMessage(ctx context.Context, id int64) (store.Parked, error
 // RepairParked implements store.Admin: it replaces a parked delivery's
 // message id and headers.
 func (a Admin) RepairParked(ctx context.Context, id int64, messageID string, headers map[string][]string) error {
-	h, err := JSONOrNull(headers, len(headers))
+	h, err := columns.JSONOrNull(headers, len(headers))
 	if err != nil {
 		return a.d.errorf("repair parked message %d: encode headers: %w", id, err)
 	}

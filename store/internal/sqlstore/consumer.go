@@ -34,10 +34,10 @@ func (d Dialect) scanParked(row interface{ Scan(...any) error }) (store.Parked, 
 		return p, err
 	}
 	p.Payload = columns.Payload(p.Payload)
-	if err := DecodeJSON(headers, &p.Headers, "headers of parked delivery", p.ID); err != nil {
+	if err := columns.DecodeJSON(headers, &p.Headers, "headers of parked delivery", p.ID); err != nil {
 		return p, err
 	}
-	if err := DecodeJSON(hist, &p.History, "history of parked delivery", p.ID); err != nil {
+	if err := columns.DecodeJSON(hist, &p.History, "history of parked delivery", p.ID); err != nil {
 		return p, err
 	}
 	if replayed.Valid {
@@ -59,11 +59,11 @@ func (c Consumers) Park(ctx context.Context, p store.Parked) error {
 	if err := c.d.checkConsumer(p.Consumer); err != nil {
 		return c.d.errorf("park delivery: %w", err)
 	}
-	headers, err := JSONOrNull(p.Headers, len(p.Headers))
+	headers, err := columns.JSONOrNull(p.Headers, len(p.Headers))
 	if err != nil {
 		return c.d.errorf("park delivery: encode headers: %w", err)
 	}
-	hist, err := JSONOrNull(p.History, len(p.History))
+	hist, err := columns.JSONOrNull(p.History, len(p.History))
 	if err != nil {
 		return c.d.errorf("park delivery: encode history: %w", err)
 	}

@@ -48,7 +48,7 @@ WHERE scope = ? AND idem_key = ? AND owner = ? AND state = 'in_flight'`
 // to done, so the row it updates always counts as affected, whatever
 // MySQL's clientFoundRows says.
 func (k Keys) Complete(ctx context.Context, tx *sql.Tx, scope, key string, owner uuid.UUID, resp store.StoredResponse) (bool, error) {
-	h, err := JSONOrNull(resp.Headers, len(resp.Headers))
+	h, err := columns.JSONOrNull(resp.Headers, len(resp.Headers))
 	if err != nil {
 		return false, k.d.errorf("complete idempotency key: encode headers: %w", err)
 	}

@@ -25,7 +25,7 @@ func ScanRecord(row interface{ Scan(...any) error }, t Times) (store.Record, err
 		return r, err
 	}
 	m.Payload = columns.Payload(m.Payload)
-	return r, DecodeJSON(headers, &m.Headers, "headers of row", r.Seq)
+	return r, columns.DecodeJSON(headers, &m.Headers, "headers of row", r.Seq)
 }
 
 // ReadRecords runs query, a SELECT of RecordColumns, on q and returns its

@@ -14,7 +14,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -161,31 +160,6 @@ func (t *Time) Scan(src any) error {
 		return err
 	}
 	*t.T, t.Valid = v, true
-	return nil
-}
-
-// JSONOrNull encodes v as JSON text, or returns nil (NULL) when n, its
-// length, is 0.
-func JSONOrNull(v any, n int) (any, error) {
-	if n == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return string(b), nil
-}
-
-// DecodeJSON decodes a JSON column into v unless it is NULL or empty; what
-// and id name the column's row in the error ("history of dead letter 7").
-func DecodeJSON(b []byte, v any, what string, id int64) error {
-	if len(b) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s %d: %w", what, id, err)
-	}
 	return nil
 }
 
