@@ -2,6 +2,7 @@ package columns
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +47,33 @@ func TestInsertWithoutMore(t *testing.T) {
 	q, args := Insert(make([]courier.Message, 1), func(t time.Time) any { return t }, "", "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	if q != "INSERT INTO courier_outbox ("+Names+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)" || len(args) != 9 {
 		t.Fatalf("Insert = %q with %d arguments", q, len(args))
+	}
+}
+
+func TestJSONColumns(t *testing.T) {
+	if v, err := JSONOrNull(map[string]string{}, 0); v != nil || err != nil {
+		t.Errorf("JSONOrNull of nothing = %v, %v", v, err)
+	}
+	if v, err := JSONOrNull([]int{1}, 1); v != "[1]" || err != nil {
+		t.Errorf("JSONOrNull = %v, %v", v, err)
+	}
+	var h map[string]string
+	if err := DecodeJSON(nil, &h, "headers of row", 1); err != nil || h != nil {
+		t.Errorf("DecodeJSON(NULL) = %v, %v", h, err)
+	}
+	if err := DecodeJSON([]byte("{"), &h, "headers of row", 7); err == nil || !strings.HasPrefix(err.Error(), "headers of row 7: ") {
+		t.Errorf("DecodeJSON of bad JSON = %v", err)
+	}
+	if s := Steps([]int{2, 1}); s != "[2,1]" {
+		t.Errorf("Steps = %s", s)
+	}
+	if s := Steps(nil); s != "null" {
+		t.Errorf("Steps(nil) = %s", s)
+	}
+	if steps, err := ParseSteps([]byte("[2,1]")); err != nil || !slices.Equal(steps, []int{2, 1}) {
+		t.Errorf("ParseSteps = %v, %v", steps, err)
+	}
+	if Text(nil) != nil || Text([]byte("x")) != "x" {
+		t.Error("Text")
 	}
 }
