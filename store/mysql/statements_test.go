@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courier-go/courier/store/internal/sqlstore"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // Every embedded migration splits into statements that each start with a
@@ -59,10 +59,10 @@ func TestTimeCodec(t *testing.T) {
 }
 
 func TestDialectStatements(t *testing.T) {
-	// Retries and dead letters keep the latest sqlstore.HistoryCap failures.
-	trim := "IF(JSON_LENGTH(COALESCE(o.history, JSON_ARRAY())) >= " + strconv.Itoa(sqlstore.HistoryCap) + ", "
+	// Retries and dead letters keep the latest columns.HistoryCap failures.
+	trim := "IF(JSON_LENGTH(COALESCE(o.history, JSON_ARRAY())) >= " + strconv.Itoa(columns.HistoryCap) + ", "
 	if !strings.Contains(retrySQL, trim) || !strings.Contains(deadSQL, trim) {
-		t.Errorf("the statements that append a failure do not trim the history at %d", sqlstore.HistoryCap)
+		t.Errorf("the statements that append a failure do not trim the history at %d", columns.HistoryCap)
 	}
 	d := dialect(nil)
 	q, args, err := d.ReplayFailed(7, "boom")

@@ -118,6 +118,7 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/claims"
+	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqlstore"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
@@ -509,9 +510,9 @@ const failuresTable = `JSON_TABLE(?, '$[*]' COLUMNS (
     counted  INT        PATH '$.counted')) AS f`
 
 // historyAppend appends a failure to o.history, keeping the latest
-// sqlstore.HistoryCap.
+// columns.HistoryCap.
 var historyAppend = `JSON_ARRAY_APPEND(
-    IF(JSON_LENGTH(COALESCE(o.history, JSON_ARRAY())) >= ` + strconv.Itoa(sqlstore.HistoryCap) + `, JSON_REMOVE(o.history, '$[0]'), COALESCE(o.history, JSON_ARRAY())),
+    IF(JSON_LENGTH(COALESCE(o.history, JSON_ARRAY())) >= ` + strconv.Itoa(columns.HistoryCap) + `, JSON_REMOVE(o.history, '$[0]'), COALESCE(o.history, JSON_ARRAY())),
     '$',
     JSON_OBJECT('at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%dT%H:%i:%s.%fZ'),
                 'error', f.err,

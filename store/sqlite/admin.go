@@ -15,7 +15,7 @@ import (
 // Admin returns the operators' view of the database behind db: the outbox's
 // state and both kinds of dead letters. Replaying a dead letter runs in an
 // immediate transaction, like a relay's claim.
-func Admin(db *sql.DB) store.Admin { return dialect(db, newQueue()).Admin() }
+func Admin(db *sql.DB) store.Admin { return dialect(db, nil).Admin() }
 
 // dialect is what SQLite tells the code it shares with MySQL: times are this
 // process's clock, written as Unix microseconds. Its InTx runs the

@@ -10,17 +10,17 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/sqlstore"
+	"github.com/courier-go/courier/store/internal/columns"
 
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // A failed replay appends an entry of this process's clock; the relay's
-// failures keep the latest sqlstore.HistoryCap entries.
+// failures keep the latest columns.HistoryCap entries.
 func TestHistories(t *testing.T) {
 	for _, q := range []string{retrySQL, deadSQL} {
-		if !strings.Contains(q, "json_array_length(coalesce(o.history, '[]')) >= "+strconv.Itoa(sqlstore.HistoryCap)+" THEN") {
-			t.Errorf("no history cap of %d in\n%s", sqlstore.HistoryCap, q)
+		if !strings.Contains(q, "json_array_length(coalesce(o.history, '[]')) >= "+strconv.Itoa(columns.HistoryCap)+" THEN") {
+			t.Errorf("no history cap of %d in\n%s", columns.HistoryCap, q)
 		}
 	}
 	q, args, err := replayFailed(7, "boom")

@@ -50,5 +50,5 @@ func (q queue) run(ctx context.Context, fn func() error) error {
 // markers on db. parked_at and the history's times are this process's
 // clock; a recorded failure's time is the caller's.
 func ConsumerStore(db *sql.DB) store.ConsumerStore {
-	return dialect(db, newQueue()).Consumers()
+	return dialect(db, nil).Consumers()
 }

@@ -119,6 +119,7 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/claims"
+	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
@@ -378,10 +379,10 @@ const failuresParam = `(SELECT json_extract(value, '$.id') AS id,
  FROM json_each(?1))`
 
 // historyAppend appends f.entry to o.history, keeping the latest
-// sqlstore.HistoryCap. json() restores the entry's JSON type, which a
+// columns.HistoryCap. json() restores the entry's JSON type, which a
 // subquery column loses.
 var historyAppend = `json_insert(
-    CASE WHEN json_array_length(coalesce(o.history, '[]')) >= ` + strconv.Itoa(sqlstore.HistoryCap) + ` THEN json_remove(o.history, '$[0]')
+    CASE WHEN json_array_length(coalesce(o.history, '[]')) >= ` + strconv.Itoa(columns.HistoryCap) + ` THEN json_remove(o.history, '$[0]')
          ELSE coalesce(o.history, '[]') END,
     '$[#]', json(f.entry))`
 

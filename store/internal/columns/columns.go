@@ -11,6 +11,11 @@ import (
 	"github.com/courier-go/courier"
 )
 
+// HistoryCap is the most failures a message's history keeps: the relay's
+// statements that append a failure drop the oldest one beyond it, in every
+// dialect.
+const HistoryCap = 20
+
 // Payload returns p, or an empty slice when p is nil: payload columns are
 // NOT NULL, and an empty payload is a payload.
 func Payload(p []byte) []byte {

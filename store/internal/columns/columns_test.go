@@ -77,3 +77,9 @@ func TestJSONColumns(t *testing.T) {
 		t.Error("Text")
 	}
 }
+
+func TestHistoryCap(t *testing.T) {
+	if HistoryCap != 20 {
+		t.Fatalf("HistoryCap = %d: the relay's histories keep the latest 20 failures", HistoryCap)
+	}
+}

@@ -7,8 +7,9 @@
 // runs, how times are written and read, what "now" is, and the few
 // statements whose SQL differs.
 //
-// Statements are built from the Dialect without any I/O when a store is
-// made, so each dialect's SQL can be checked in unit tests.
+// Statements are built from the Dialect without I/O (as Watermill's schema
+// adapters build theirs), so each dialect's SQL can be checked in unit
+// tests.
 package sqlstore
 
 import (
@@ -19,10 +20,6 @@ import (
 
 	"github.com/courier-go/courier/store"
 )
-
-// HistoryCap is the most failures a message's history keeps: the relay's
-// statements that append a failure drop the oldest one beyond it.
-const HistoryCap = 20
 
 // Conn runs statements: *sql.DB, *sql.Conn and *sql.Tx are Conns.
 type Conn interface {

@@ -53,9 +53,3 @@ func TestNow(t *testing.T) {
 		t.Errorf("now() = %v", args)
 	}
 }
-
-func TestHistoryCap(t *testing.T) {
-	if HistoryCap != 20 {
-		t.Fatalf("HistoryCap = %d: the relay's histories keep the latest 20 failures", HistoryCap)
-	}
-}
