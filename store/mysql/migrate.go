@@ -164,12 +164,9 @@ func CheckSchema(ctx context.Context, q Querier) error {
 // SchemaVersion returns the highest migration version applied to the
 // MySQL database behind q, 0 when Courier's schema is absent.
 func SchemaVersion(ctx context.Context, q Querier) (int, error) {
-	var v int
-	err := q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM courier_schema_migrations").Scan(&v)
-	if err != nil && errorNumber(err) != errNoSuchTable {
-		return 0, fmt.Errorf("mysql: read schema version: %w", err)
-	}
-	return v, nil // 0 when the table does not exist
+	return migrations.Version(func(v *int) error {
+		return q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM courier_schema_migrations").Scan(v)
+	}, func(err error) bool { return errorNumber(err) == errNoSuchTable })
 }
 
 // ExportSQL returns the MySQL migrations as scripts for an external

@@ -79,6 +79,14 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 	return applied, nil
 }
 
+// SchemaVersion returns the highest migration version applied to the
+// PostgreSQL database behind q, 0 when Courier's schema is absent.
+func SchemaVersion(ctx context.Context, q Querier) (int, error) {
+	return migrations.Version(func(v *int) error {
+		return q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM courier_schema_migrations").Scan(v)
+	}, func(err error) bool { return errorCode(err) == undefinedTable })
+}
+
 // Querier runs a query; pools, connections and transactions are Queriers.
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -88,17 +96,6 @@ type Querier interface {
 // binary's version ([Migrations]), else the error of [store.CheckVersion].
 func CheckSchema(ctx context.Context, q Querier) error {
 	return migrations.Check(SchemaVersion(ctx, q))
-}
-
-// SchemaVersion returns the highest migration version applied to the
-// PostgreSQL database behind q, 0 when Courier's schema is absent.
-func SchemaVersion(ctx context.Context, q Querier) (int, error) {
-	var v int
-	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM courier_schema_migrations").Scan(&v)
-	if err != nil && errorCode(err) != undefinedTable {
-		return 0, fmt.Errorf("postgres: read schema version: %w", err)
-	}
-	return v, nil // 0 when the table does not exist
 }
 
 // ExportSQL returns each PostgreSQL migration followed by the INSERT that

@@ -85,12 +85,32 @@ func (s Set) InsertError(err error, n int, missing bool) error {
 	if err == nil {
 		return nil
 	}
-	name, _, _ := strings.Cut(s.migrateCall, ".")
-	err = fmt.Errorf("%s: insert %d outbox messages: %w", name, n, err)
+	err = fmt.Errorf("%s: insert %d outbox messages: %w", s.name(), n, err)
 	if missing {
 		return store.MissingSchema(err, s.migrateCall)
 	}
 	return err
+}
+
+// Version reads the schema version with read, which scans the highest
+// applied version into its argument: 0 when absent says read's error is
+// the database's "the version table does not exist", and read's other
+// errors prefixed with the dialect's name ("mysql: read schema version: …").
+func (s Set) Version(read func(v *int) error, absent func(error) bool) (int, error) {
+	var v int
+	if err := read(&v); err != nil {
+		if absent(err) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("%s: read schema version: %w", s.name(), err)
+	}
+	return v, nil
+}
+
+// name returns the dialect's name, that of migrateCall's package.
+func (s Set) name() string {
+	name, _, _ := strings.Cut(s.migrateCall, ".")
+	return name
 }
 
 // Export returns each migration as a script for an external migration

@@ -54,3 +54,27 @@ func TestSet(t *testing.T) {
 		t.Errorf("Export = %+v", ex)
 	}
 }
+
+func TestVersion(t *testing.T) {
+	s := New(fstest.MapFS{}, "", "TestDB", "x.Migrate", "")
+	absent := errors.New("no such table")
+	isAbsent := func(err error) bool { return errors.Is(err, absent) }
+	read := func(v int, err error) func(*int) error {
+		return func(dest *int) error { *dest = v; return err }
+	}
+	if v, err := s.Version(read(4, nil), isAbsent); v != 4 || err != nil {
+		t.Errorf("Version = %d, %v", v, err)
+	}
+	if v, err := s.Version(read(0, absent), isAbsent); v != 0 || err != nil {
+		t.Errorf("Version of an absent table = %d, %v", v, err)
+	}
+	if _, err := s.Version(read(0, errors.New("boom")), isAbsent); err == nil || err.Error() != "x: read schema version: boom" {
+		t.Errorf("Version of a failed read = %v", err)
+	}
+	if err := s.InsertError(errors.New("boom"), 2, true); !errors.Is(err, store.ErrSchemaOutdated) || !strings.HasPrefix(err.Error(), "x: insert 2 outbox messages: boom") {
+		t.Errorf("InsertError = %v", err)
+	}
+	if s.InsertError(nil, 2, true) != nil {
+		t.Error("InsertError(nil) is not nil")
+	}
+}
