@@ -96,7 +96,8 @@ type StoreConfig struct {
 	// retention job.
 	KeepPublished bool
 	// Clock is the time lease ends and retry times are compared with and
-	// computed from; nil is the server's now(). See [store.Clock].
+	// computed from, and the scan floor's (see Claiming); nil is the
+	// server's now() and the process's time.Now. See [store.Clock].
 	Clock store.Clock
 }
 
@@ -161,7 +162,11 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 		minPending int64
 	)
 	start := time.Now()
-	floor := s.floor.floor(start)
+	at := start // the floor's time: the clock's, when the store has one
+	if s.cfg.Clock != nil {
+		at = s.cfg.Clock()
+	}
+	floor := s.floor.floor(at)
 	var b pgx.Batch
 	b.Queue(asyncCommit)
 	if s.cfg.Clock == nil {
@@ -181,7 +186,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
 	}
-	s.floor.note(start, floor, minPending, time.Since(start))
+	s.floor.note(at, floor, minPending, time.Since(start))
 	if lid == nil || len(ids) == 0 {
 		return store.Batch{}, nil
 	}
