@@ -6,9 +6,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/courier-go/courier/internal/clocktest"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/clocktest"
 	"github.com/courier-go/courier/store/postgres"
 )
 
