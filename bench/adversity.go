@@ -17,9 +17,7 @@ import (
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/postgres"
-	"github.com/courier-go/courier/store/sqlite"
 )
 
 // The adversity section measures Courier (only) where a relay's claim used
@@ -282,84 +280,34 @@ type isolationTarget struct {
 // PostgreSQL the relay listens (postgres.Notifier), on SQLite and MySQL the
 // writer signals a store.LocalNotifier, as those dialects' docs show.
 func (b *Bench) openIsolation(ctx context.Context, dialect string, tune func(*jetstream.StreamConfig)) (*isolationTarget, error) {
-	if dialect == "postgres" {
-		env, err := newEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, "courier", tune)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := postgres.Migrate(ctx, env.Pool); err != nil {
-			env.Close()
-			return nil, err
-		}
-		w := outbox.New(postgres.Pgx(), outbox.Config{})
-		return &isolationTarget{
-			env: env,
-			write: func(ctx context.Context, msgs ...courier.Message) error {
-				return pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
-			},
-			queryRow: func(ctx context.Context, query string, dest ...any) error {
-				return env.Pool.QueryRow(ctx, query).Scan(dest...)
-			},
-			startRelay: func(ctx context.Context, cfg relay.Config) (Relay, error) {
-				pool, err := newPool(ctx, env.RelayURL, 10)
-				if err != nil {
-					return nil, err
-				}
-				st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
-				if err != nil {
-					pool.Close()
-					return nil, err
-				}
-				if cfg.Notifier, err = postgres.NewNotifier(env.RelayURL, nil); err != nil {
-					pool.Close()
-					return nil, err
-				}
-				return startCourierRelay(env, st, cfg, pool.Close)
-			},
-			close: env.Close,
-		}, nil
+	d, err := dialectByName(dialect)
+	if err != nil {
+		return nil, err
 	}
-	var (
-		db       *sql.DB
-		cleanup  func()
-		ins      store.Inserter[*sql.Tx]
-		newStore func(context.Context, *sql.DB) (store.RelayStore, error)
-		err      error
-	)
-	switch dialect {
-	case "sqlite":
-		db, _, cleanup, err = newSQLiteFile(ctx)
-		ins = sqlite.DatabaseSQL()
-		newStore = func(ctx context.Context, db *sql.DB) (store.RelayStore, error) {
-			return sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
-		}
-	case "mysql":
-		db, _, _, cleanup, err = b.newMySQLDatabase(ctx)
-		ins = mysql.DatabaseSQL()
-		newStore = func(ctx context.Context, db *sql.DB) (store.RelayStore, error) {
-			return mysql.NewStore(ctx, db, mysql.StoreConfig{})
-		}
-	default:
-		return nil, fmt.Errorf("unknown dialect %q", dialect)
+	if d.fresh == nil {
+		return b.openIsolationPostgres(ctx, tune)
 	}
+	db, err := d.fresh(b, ctx)
 	if err != nil {
 		return nil, err
 	}
 	env, err := newStreamEnv(ctx, b.cfg.natsURL, "courier_"+dialect, tune)
 	if err != nil {
-		cleanup()
+		db.cleanup()
 		return nil, err
 	}
 	n := store.NewLocalNotifier()
-	w := outbox.New(ins, outbox.Config{Notify: n.Signal})
+	w := outbox.New(db.Inserter(), outbox.Config{Notify: n.Signal})
 	return &isolationTarget{
-		env:   env,
-		write: func(ctx context.Context, msgs ...courier.Message) error { return writeSQL(ctx, db, w, msgs...) },
+		env: env,
+		write: func(ctx context.Context, msgs ...courier.Message) error {
+			return db.InTx(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
+		},
 		queryRow: func(ctx context.Context, query string, dest ...any) error {
-			return db.QueryRowContext(ctx, query).Scan(dest...)
+			return db.SQL().QueryRowContext(ctx, query).Scan(dest...)
 		},
 		startRelay: func(ctx context.Context, cfg relay.Config) (Relay, error) {
-			st, err := newStore(ctx, db)
+			st, err := db.RelayStore(ctx, store.RelayConfig{})
 			if err != nil {
 				return nil, err
 			}
@@ -368,8 +316,50 @@ func (b *Bench) openIsolation(ctx context.Context, dialect string, tune func(*je
 		},
 		close: func() {
 			env.Close()
-			cleanup()
+			db.cleanup()
 		},
+	}, nil
+}
+
+// openIsolationPostgres is openIsolation on the drain section's
+// PostgreSQL environment.
+func (b *Bench) openIsolationPostgres(ctx context.Context, tune func(*jetstream.StreamConfig)) (*isolationTarget, error) {
+	env, err := newEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, "courier", tune)
+	if err != nil {
+		return nil, err
+	}
+	db := postgres.NewDriver(env.Pool)
+	if _, err := db.Migrate(ctx); err != nil {
+		env.Close()
+		return nil, err
+	}
+	w := outbox.New(db.Inserter(), outbox.Config{})
+	return &isolationTarget{
+		env: env,
+		write: func(ctx context.Context, msgs ...courier.Message) error {
+			return db.InTx(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+		},
+		queryRow: func(ctx context.Context, query string, dest ...any) error {
+			return env.Pool.QueryRow(ctx, query).Scan(dest...)
+		},
+		startRelay: func(ctx context.Context, cfg relay.Config) (Relay, error) {
+			pool, err := newPool(ctx, env.RelayURL, 10)
+			if err != nil {
+				return nil, err
+			}
+			rdb := postgres.NewDriver(pool)
+			st, err := rdb.RelayStore(ctx, store.RelayConfig{})
+			if err != nil {
+				pool.Close()
+				return nil, err
+			}
+			if cfg.Notifier, err = rdb.Notifier(nil); err != nil {
+				pool.Close()
+				return nil, err
+			}
+			return startCourierRelay(env, st, cfg, pool.Close)
+		},
+		close: env.Close,
 	}, nil
 }
 

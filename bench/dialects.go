@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -16,14 +18,60 @@ import (
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/mysql"
-	"github.com/courier-go/courier/store/sqlite"
+	"github.com/courier-go/courier/store/dburl"
 )
 
-// dialects are the store dialects whose Courier relay drain the dialects
-// section measures, in the order of their table. They key the cells of
+// benchDialect is a store dialect whose Courier relay drain the dialects
+// section measures.
+type benchDialect struct {
+	name  string // as store.Database.Dialect() says it; keys the results
+	label string // as printed in tables
+	// inProcess: the database runs inside the relay process (no server),
+	// so there is no server CPU apart from the relay's.
+	inProcess bool
+	// fresh creates a fresh migrated database of the dialect, nil for
+	// PostgreSQL, which runs on the drain section's environment.
+	fresh func(b *Bench, ctx context.Context) (*freshDB, error)
+}
+
+// benchDialects are the measured dialects, in the order of their table.
+var benchDialects = []benchDialect{
+	{name: "postgres", label: "PostgreSQL"},
+	{name: "sqlite", label: "SQLite", inProcess: true, fresh: (*Bench).newSQLiteFile},
+	{name: "mysql", label: "MySQL/MariaDB", fresh: (*Bench).newMySQLDatabase},
+}
+
+// dialects are the names of benchDialects. They key the cells of
 // dialectFigures.
-var dialects = []string{"postgres", "sqlite", "mysql"}
+var dialects = func() []string {
+	names := make([]string, len(benchDialects))
+	for i, d := range benchDialects {
+		names[i] = d.name
+	}
+	return names
+}()
+
+// dialectByName returns the benchDialect named name.
+func dialectByName(name string) (benchDialect, error) {
+	i := slices.IndexFunc(benchDialects, func(d benchDialect) bool { return d.name == name })
+	if i < 0 {
+		return benchDialect{}, fmt.Errorf("unknown dialect %q", name)
+	}
+	return benchDialects[i], nil
+}
+
+// freshDB is a fresh migrated database of the dialects section.
+type freshDB struct {
+	// DB is the database, open in this process.
+	*dburl.DB
+	// url opens it in the drain child.
+	url string
+	// pid is the database server's process when it runs on this machine,
+	// else 0.
+	pid int
+	// cleanup closes the database and removes it.
+	cleanup func()
+}
 
 // dialectKeys is the number of keys the dialects section's messages are
 // spread over.
@@ -33,16 +81,11 @@ const dialectKeys = 10000
 const defaultMySQLDSN = "root@tcp(127.0.0.1:3306)/test"
 
 // dialectName is a dialect's name as printed in tables.
-func dialectName(d string) string {
-	switch d {
-	case "postgres":
-		return "PostgreSQL"
-	case "sqlite":
-		return "SQLite"
-	case "mysql":
-		return "MySQL/MariaDB"
+func dialectName(name string) string {
+	if d, err := dialectByName(name); err == nil {
+		return d.label
 	}
-	return d
+	return name
 }
 
 // errNotMeasured marks a dialect that cannot be measured on this machine
@@ -56,16 +99,13 @@ func (e errNotMeasured) Error() string { return "not measured: " + e.why }
 // over dialectKeys keys written beforehand into a fresh database of that
 // dialect, relayed by a child process to a fresh stream.
 func (b *Bench) runDialect(ctx context.Context, dialect string) error {
-	var err error
-	switch dialect {
-	case "postgres":
-		err = b.runDialectPostgres(ctx)
-	case "sqlite":
-		err = b.runDialectSQLite(ctx)
-	case "mysql":
-		err = b.runDialectMySQL(ctx)
-	default:
-		err = fmt.Errorf("unknown dialect %q", dialect)
+	d, err := dialectByName(dialect)
+	if err == nil {
+		if d.fresh == nil {
+			err = b.runDialectPostgres(ctx)
+		} else {
+			err = b.runDialectFresh(ctx, d)
+		}
 	}
 	var nm errNotMeasured
 	if errors.As(err, &nm) {
@@ -106,121 +146,100 @@ func (b *Bench) runDialectPostgres(ctx context.Context) error {
 	return nil
 }
 
-// runDialectSQLite drains a SQLite file in a temporary directory, opened
-// with sqlite.Open in both processes.
-func (b *Bench) runDialectSQLite(ctx context.Context) error {
-	db, path, cleanup, err := newSQLiteFile(ctx)
+// runDialectFresh drains a fresh database of dialect d, written in this
+// process and relayed by a child that opens it by its URL. An unreachable
+// server is errNotMeasured.
+func (b *Bench) runDialectFresh(ctx context.Context, d benchDialect) error {
+	db, err := d.fresh(b, ctx)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	defer db.cleanup()
 	n := b.cfg.drainN
-	if err := fillSQL(ctx, db, sqlite.DatabaseSQL(), n, dialectKeys); err != nil {
-		return fmt.Errorf("sqlite fill: %w", err)
+	if err := fillSQL(ctx, db, n, dialectKeys); err != nil {
+		return fmt.Errorf("%s fill: %w", d.name, err)
 	}
-	env, err := newStreamEnv(ctx, b.cfg.natsURL, "courier_sqlite")
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	// SQLite runs inside the relay process: there is no server to read.
-	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n, Dialect: "sqlite", DSN: path}, nil)
-	if err != nil {
-		return err
-	}
-	var left int64
-	err = db.QueryRowContext(ctx, "SELECT count(*) FROM courier_outbox").Scan(&left)
-	b.recordDialect(ctx, "sqlite", env, rd, left, err)
-	return nil
-}
-
-// newSQLiteFile creates a migrated SQLite file in a temporary directory,
-// opened with sqlite.Open; cleanup closes it and removes the directory.
-func newSQLiteFile(ctx context.Context) (db *sql.DB, path string, cleanup func(), err error) {
-	dir, err := os.MkdirTemp("", "bench-sqlite-")
-	if err != nil {
-		return nil, "", nil, err
-	}
-	path = filepath.Join(dir, "outbox.db")
-	if db, err = sqlite.Open(path); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, "", nil, err
-	}
-	cleanup = func() {
-		_ = db.Close()
-		_ = os.RemoveAll(dir)
-	}
-	if _, err := sqlite.Migrate(ctx, db); err != nil {
-		cleanup()
-		return nil, "", nil, err
-	}
-	return db, path, cleanup, nil
-}
-
-// runDialectMySQL drains a fresh database created on the -mysql server and
-// dropped afterwards. An unreachable server is errNotMeasured.
-func (b *Bench) runDialectMySQL(ctx context.Context) error {
-	db, dsn, pid, cleanup, err := b.newMySQLDatabase(ctx)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-	n := b.cfg.drainN
-	if err := fillSQL(ctx, db, mysql.DatabaseSQL(), n, dialectKeys); err != nil {
-		return fmt.Errorf("mysql fill: %w", err)
-	}
-	env, err := newStreamEnv(ctx, b.cfg.natsURL, "courier_mysql")
+	env, err := newStreamEnv(ctx, b.cfg.natsURL, "courier_"+d.name)
 	if err != nil {
 		return err
 	}
 	defer env.Close()
 	var serverCPU func(context.Context) (cpuSnapshot, error)
-	if pid != 0 {
+	if db.pid != 0 {
 		serverCPU = func(context.Context) (cpuSnapshot, error) {
-			d, err := procCPU(pid)
-			return cpuSnapshot{pid: d}, err
+			c, err := procCPU(db.pid)
+			return cpuSnapshot{db.pid: c}, err
 		}
 	}
-	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n, Dialect: "mysql", DSN: dsn}, serverCPU)
+	// Without a server (SQLite runs inside the relay process) there is no
+	// server CPU to read.
+	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n, DatabaseURL: db.url}, serverCPU)
 	if err != nil {
 		return err
 	}
 	var left int64
-	err = db.QueryRowContext(ctx, "SELECT count(*) FROM courier_outbox").Scan(&left)
-	b.recordDialect(ctx, "mysql", env, rd, left, err)
+	err = db.SQL().QueryRowContext(ctx, "SELECT count(*) FROM courier_outbox").Scan(&left)
+	b.recordDialect(ctx, d.name, env, rd, left, err)
 	return nil
 }
 
+// newSQLiteFile creates a migrated SQLite file in a temporary directory,
+// opened with sqlite.Open (through store/dburl); cleanup closes it and
+// removes the directory.
+func (*Bench) newSQLiteFile(ctx context.Context) (*freshDB, error) {
+	dir, err := os.MkdirTemp("", "bench-sqlite-")
+	if err != nil {
+		return nil, err
+	}
+	u := "sqlite://" + filepath.Join(dir, "outbox.db")
+	db, err := dburl.Open(ctx, u, dburl.Options{Create: true})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	f := &freshDB{DB: db, url: u, cleanup: func() {
+		db.Close()
+		_ = os.RemoveAll(dir)
+	}}
+	if _, err := db.Migrate(ctx); err != nil {
+		f.cleanup()
+		return nil, err
+	}
+	return f, nil
+}
+
 // newMySQLDatabase creates and migrates a fresh database on the -mysql
-// server and returns it, its DSN and the server's pid (0 when it does not
-// run on this machine); cleanup closes it and drops the database. An
-// unreachable server is errNotMeasured.
-func (b *Bench) newMySQLDatabase(ctx context.Context) (db *sql.DB, dsn string, pid int, cleanup func(), err error) {
+// server; cleanup closes it and drops the database. An unreachable server
+// is errNotMeasured.
+func (b *Bench) newMySQLDatabase(ctx context.Context) (*freshDB, error) {
 	if b.cfg.mysqlDSN == "" {
-		return nil, "", 0, nil, errNotMeasured{"no MySQL DSN (-mysql is empty)"}
+		return nil, errNotMeasured{"no MySQL DSN (-mysql is empty)"}
 	}
 	cfg, err := gomysql.ParseDSN(b.cfg.mysqlDSN)
 	if err != nil {
-		return nil, "", 0, nil, errNotMeasured{fmt.Sprintf("-mysql is not a go-sql-driver DSN: %v", err)}
+		return nil, errNotMeasured{fmt.Sprintf("-mysql is not a go-sql-driver DSN: %v", err)}
+	}
+	if cfg.Net != "tcp" {
+		return nil, errNotMeasured{fmt.Sprintf("-mysql connects over %s: give a tcp DSN such as %s", cfg.Net, defaultMySQLDSN)}
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second // dial timeout: a silent host fails fast
 	}
 	admin, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
-		return nil, "", 0, nil, errNotMeasured{err.Error()}
+		return nil, errNotMeasured{err.Error()}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = admin.PingContext(pctx)
 	cancel()
 	if err != nil {
 		_ = admin.Close()
-		return nil, "", 0, nil, errNotMeasured{fmt.Sprintf("MySQL/MariaDB at %s unreachable: %v", cfg.Addr, err)}
+		return nil, errNotMeasured{fmt.Sprintf("MySQL/MariaDB at %s unreachable: %v", cfg.Addr, err)}
 	}
 	name := "bench_courier_" + randomToken(4)
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		_ = admin.Close()
-		return nil, "", 0, nil, fmt.Errorf("create database: %w", err)
+		return nil, fmt.Errorf("create database: %w", err)
 	}
 	drop := func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -230,21 +249,39 @@ func (b *Bench) newMySQLDatabase(ctx context.Context) (db *sql.DB, dsn string, p
 		}
 		_ = admin.Close()
 	}
-	cfg.DBName = name
-	dsn = cfg.FormatDSN()
-	if db, err = sql.Open("mysql", dsn); err != nil {
+	u := mysqlURL(cfg, name)
+	db, err := dburl.Open(ctx, u, dburl.Options{})
+	if err != nil {
 		drop()
-		return nil, "", 0, nil, err
+		return nil, err
 	}
-	cleanup = func() {
-		_ = db.Close()
+	f := &freshDB{DB: db, url: u, pid: localMySQLServer(cfg), cleanup: func() {
+		db.Close()
 		drop()
+	}}
+	if _, err := db.Migrate(ctx); err != nil {
+		f.cleanup()
+		return nil, err
 	}
-	if _, err := mysql.Migrate(ctx, db); err != nil {
-		cleanup()
-		return nil, "", 0, nil, err
+	return f, nil
+}
+
+// mysqlURL is the mysql:// URL of database name on the server of cfg, a
+// tcp DSN, with its timeouts and parameters.
+func mysqlURL(cfg *gomysql.Config, name string) string {
+	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + name, User: url.User(cfg.User)}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
 	}
-	return db, dsn, localMySQLServer(cfg), cleanup, nil
+	q := url.Values{}
+	for k, v := range cfg.Params {
+		q.Set(k, v)
+	}
+	if cfg.Timeout != 0 {
+		q.Set("timeout", cfg.Timeout.String())
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // localMySQLServer returns the pid of the MariaDB or MySQL server process
@@ -291,17 +328,17 @@ func (b *Bench) recordDialect(ctx context.Context, dialect string, env *Env, rd 
 }
 
 // fillSQL writes n benchmark messages over keys keys with Courier's outbox
-// writer on inserter ins, in transactions of 1000, as courierSystem.Fill
-// does on PostgreSQL.
-func fillSQL(ctx context.Context, db *sql.DB, ins store.Inserter[*sql.Tx], n, keys int) error {
-	w := outbox.New(ins, outbox.Config{})
+// writer on d, in transactions of 1000, as courierSystem.Fill does on
+// PostgreSQL.
+func fillSQL(ctx context.Context, d store.Driver[*sql.Tx], n, keys int) error {
+	w := outbox.New(d.Inserter(), outbox.Config{})
 	for done := 0; done < n; {
 		k := min(1000, n-done)
 		msgs := make([]courier.Message, k)
 		for i := range msgs {
 			msgs[i] = courierMessage(keyFor(done+i, keys), payloadFor(done+i))
 		}
-		if err := writeSQL(ctx, db, w, msgs...); err != nil {
+		if err := d.InTx(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 			return err
 		}
 		done += k
@@ -309,52 +346,23 @@ func fillSQL(ctx context.Context, db *sql.DB, ins store.Inserter[*sql.Tx], n, ke
 	return nil
 }
 
-// writeSQL commits msgs in one transaction on db with w.
-func writeSQL(ctx context.Context, db *sql.DB, w *outbox.Writer[*sql.Tx], msgs ...courier.Message) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := w.Write(ctx, tx, msgs...); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
-
 // dialectRelayStarter returns what starts a drain child's Courier relay on
-// a SQLite or MySQL store: default relay settings, no notifier (polling,
+// the store at s.DatabaseURL: default relay settings, no notifier (polling,
 // as relays in another process than the writers run on these dialects),
 // at most 10 connections like every other relay.
 func dialectRelayStarter(s *drainSpec) (func(context.Context) (Relay, error), error) {
-	var openDB func() (*sql.DB, error)
-	var newStore func(context.Context, *sql.DB) (store.RelayStore, error)
-	switch s.Dialect {
-	case "sqlite":
-		openDB = func() (*sql.DB, error) { return sqlite.Open(s.DSN) }
-		newStore = func(ctx context.Context, db *sql.DB) (store.RelayStore, error) {
-			return sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
-		}
-	case "mysql":
-		openDB = func() (*sql.DB, error) { return sql.Open("mysql", s.DSN) }
-		newStore = func(ctx context.Context, db *sql.DB) (store.RelayStore, error) {
-			return mysql.NewStore(ctx, db, mysql.StoreConfig{})
-		}
-	default:
-		return nil, fmt.Errorf("unknown dialect %q", s.Dialect)
-	}
 	return func(ctx context.Context) (Relay, error) {
-		db, err := openDB()
+		db, err := dburl.Open(ctx, s.DatabaseURL, dburl.Options{})
 		if err != nil {
 			return nil, err
 		}
-		db.SetMaxOpenConns(10)
-		st, err := newStore(ctx, db)
+		db.SQL().SetMaxOpenConns(10)
+		st, err := db.RelayStore(ctx, store.RelayConfig{})
 		if err != nil {
-			_ = db.Close()
+			db.Close()
 			return nil, err
 		}
-		return startCourierRelay(&s.Env, st, relay.Config{}, func() { _ = db.Close() })
+		return startCourierRelay(&s.Env, st, relay.Config{}, db.Close)
 	}, nil
 }
 

@@ -22,12 +22,9 @@ type drainSpec struct {
 	Env Env `json:"env"`
 	// N is the number of messages to drain.
 	N int `json:"n"`
-	// Dialect is the store dialect of a Courier relay in the dialects
-	// section ("sqlite", "mysql"); empty: Env.System's own relay.
-	Dialect string `json:"dialect,omitempty"`
-	// DSN locates the dialect's database: the SQLite file's path or the
-	// MySQL DSN.
-	DSN string `json:"dsn,omitempty"`
+	// DatabaseURL is the database (a store/dburl URL) of a Courier relay
+	// in the dialects section; empty: Env.System's own relay.
+	DatabaseURL string `json:"database_url,omitempty"`
 }
 
 // drainResult is what a drain child reports.
@@ -265,7 +262,7 @@ func childDrain(spec string) error {
 // relayStarter returns what starts the relay of a drain child's spec: a
 // Courier relay on the spec's store dialect, or the relay of Env.System.
 func relayStarter(s *drainSpec) (func(context.Context) (Relay, error), error) {
-	if s.Dialect != "" {
+	if s.DatabaseURL != "" {
 		return dialectRelayStarter(s)
 	}
 	sys, err := systemByName(s.Env.System)

@@ -51,7 +51,7 @@ func postgresDialect() dialect[pgx.Tx] {
 	return dialect[pgx.Tx]{
 		name: "postgres",
 		open: func(t *testing.T) *database[pgx.Tx] {
-			pg := testenv.Postgres(t, true)
+			pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 			_, err := pg.Pool.Exec(context.Background(), `CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, item text NOT NULL)`)
 			testenv.Must(t, err, "orders table")
 			db := stdlib.OpenDBFromPool(pg.Pool)
@@ -108,7 +108,7 @@ func mysqlDialect() dialect[*sql.Tx] {
 	return dialect[*sql.Tx]{
 		name: "mysql",
 		open: func(t *testing.T) *database[*sql.Tx] {
-			my := testenv.MySQL(t, true)
+			my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 			_, err := my.DB.ExecContext(context.Background(),
 				`CREATE TABLE orders (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, item TEXT NOT NULL) DEFAULT CHARSET=utf8mb4`)
 			testenv.Must(t, err, "orders table")

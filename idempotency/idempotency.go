@@ -90,16 +90,17 @@ type Config struct {
 	// Optional makes the key optional on those methods: requests without
 	// one run without protection. Default: required (400 without).
 	Optional bool
-	// MaxKeyLength caps the key, in bytes. Default 255.
+	// MaxKeyLength caps the key, in bytes. Default MaxKeyLength (255).
 	MaxKeyLength int
 	// MaxBodyBytes caps the request body; larger ones get 413 before
-	// anything is stored. Default 1 MiB.
+	// anything is stored. Default DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
 	// LockTimeout is how long a request holds its key; a request still
 	// running after it loses the key to a retry (and its transaction is
-	// rolled back). Default 1 minute.
+	// rolled back). At least 1s; default DefaultLockTimeout (1 minute).
 	LockTimeout time.Duration
-	// Retention is how long a key is remembered. Default 24 hours.
+	// Retention is how long a key is remembered, at least LockTimeout.
+	// Default DefaultRetention (24 hours).
 	Retention time.Duration
 	// Scope returns the part of the key the server knows, usually the
 	// authenticated principal, so one client can never read another's
@@ -112,6 +113,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// The defaults of Config's zero fields (MaxKeyLength's is MaxKeyLength).
+const (
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultLockTimeout  = time.Minute
+	DefaultRetention    = 24 * time.Hour
+)
+
 func (c *Config) setDefaults() {
 	if len(c.Methods) == 0 {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}
@@ -120,13 +128,13 @@ func (c *Config) setDefaults() {
 		c.MaxKeyLength = MaxKeyLength
 	}
 	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = 1 << 20
+		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if c.LockTimeout == 0 {
-		c.LockTimeout = time.Minute
+		c.LockTimeout = DefaultLockTimeout
 	}
 	if c.Retention == 0 {
-		c.Retention = 24 * time.Hour
+		c.Retention = DefaultRetention
 	}
 	if c.Scope == nil {
 		c.Scope = func(*http.Request) (string, error) { return "", nil }
@@ -231,6 +239,34 @@ func retryAfter(lockLeft, lockTimeout time.Duration) time.Duration {
 	return min(hint, max(lockLeft, minRetryAfter))
 }
 
+// claimedBefore is Do's answer when another call holds or held the key of
+// req, as rec records it.
+func (k *Keys[TTx]) claimedBefore(rec store.KeyRecord, req Request) (Outcome, error) {
+	switch {
+	case !bytes.Equal(rec.Fingerprint, req.Fingerprint):
+		return Outcome{}, ErrMismatch
+	case rec.Done:
+		return Outcome{Response: rec.Response, Replayed: true}, nil
+	default:
+		left := time.Until(rec.LockedUntil)
+		return Outcome{}, &InFlightError{RetryAfter: retryAfter(left, k.cfg.LockTimeout), LockedFor: max(left, 0)}
+	}
+}
+
+// releaseTimeout bounds releasing a key, which outlives the request's
+// context.
+const releaseTimeout = 5 * time.Second
+
+// release frees the key of req that owner claimed, so a retry need not wait
+// for the lock timeout.
+func (k *Keys[TTx]) release(ctx context.Context, req Request, owner uuid.UUID) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := k.st.Release(rctx, req.Scope, req.Key, owner); err != nil {
+		k.cfg.Logger.Warn("could not release idempotency key; it frees itself after the lock timeout", "key", req.Key, "error", err)
+	}
+}
+
 // Outcome is Do's result.
 type Outcome struct {
 	// Response is the operation's response, fresh or stored.
@@ -259,26 +295,13 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 		return Outcome{}, err
 	}
 	if !mine {
-		switch {
-		case !bytes.Equal(rec.Fingerprint, req.Fingerprint):
-			return Outcome{}, ErrMismatch
-		case rec.Done:
-			return Outcome{Response: rec.Response, Replayed: true}, nil
-		default:
-			left := time.Until(rec.LockedUntil)
-			return Outcome{}, &InFlightError{RetryAfter: retryAfter(left, k.cfg.LockTimeout), LockedFor: max(left, 0)}
-		}
+		return k.claimedBefore(rec, req)
 	}
 	released := false
 	release := func() {
-		if released {
-			return
-		}
-		released = true
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := k.st.Release(rctx, req.Scope, req.Key, owner); err != nil {
-			k.cfg.Logger.Warn("could not release idempotency key; it frees itself after the lock timeout", "key", req.Key, "error", err)
+		if !released {
+			released = true
+			k.release(ctx, req, owner)
 		}
 	}
 	defer func() {

@@ -38,85 +38,108 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		values := r.Header.Values(HeaderKey)
-		switch {
-		case len(values) == 0 && k.cfg.Optional:
+		req, covered, ok := k.readRequest(w, r)
+		if !covered {
 			next.ServeHTTP(w, r)
 			return
-		case len(values) == 0:
-			problem(w, http.StatusBadRequest, problemKeyMissing, "Idempotency-Key is missing",
-				"This operation requires an Idempotency-Key header: send a unique value per operation, such as a UUID, and the same value when you retry it.")
-			return
-		case len(values) > 1:
-			problem(w, http.StatusBadRequest, problemKeyInvalid, "Idempotency-Key is invalid",
-				"Send exactly one Idempotency-Key header.")
+		}
+		if !ok {
 			return
 		}
-		key, err := ParseKey(values[0], k.cfg.MaxKeyLength)
-		if err != nil {
-			problem(w, http.StatusBadRequest, problemKeyInvalid, "Idempotency-Key is invalid", err.Error())
-			return
-		}
-		scope, err := k.cfg.Scope(r)
-		if err != nil {
-			k.cfg.Logger.Error("idempotency scope", "error", err)
-			problem(w, http.StatusInternalServerError, problemScope, "Idempotency scope unavailable",
-				"The server could not tell whose key this is; try again.")
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, k.cfg.MaxBodyBytes+1))
-		if err != nil {
-			problem(w, http.StatusBadRequest, problemBodyUnreadable, "Request body unreadable", err.Error())
-			return
-		}
-		if int64(len(body)) > k.cfg.MaxBodyBytes {
-			problem(w, http.StatusRequestEntityTooLarge, problemBodyTooLarge, "Request body too large",
-				"The body exceeds "+strconv.FormatInt(k.cfg.MaxBodyBytes, 10)+" bytes.")
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-
 		var rec *recorder
-		out, err := k.Do(r.Context(), Request{Scope: scope, Key: key, Fingerprint: Fingerprint(r.Method, r.URL.RequestURI(), body)},
-			func(ctx context.Context, tx TTx) (Response, error) {
-				rec = &recorder{header: http.Header{}}
-				next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
-				return rec.response(k.cfg.ReplayHeaders), nil
-			})
-		var inFlight *InFlightError
-		switch {
-		case errors.As(err, &inFlight):
-			w.Header().Set("Retry-After", strconv.Itoa(int(inFlight.RetryAfter.Seconds()+0.999)))
-			problem(w, http.StatusConflict, problemKeyInUse, "A request with this Idempotency-Key is in progress",
-				"Retry after the time in Retry-After to get its response.")
-			return
-		case errors.Is(err, ErrMismatch):
-			problem(w, http.StatusUnprocessableEntity, problemKeyReused, "Idempotency-Key reused",
-				"This key was used for a different request (method, path or body). Use a new key for a new operation.")
-			return
-		case errors.Is(err, ErrLostKey):
-			w.Header().Set("Retry-After", "1")
-			problem(w, http.StatusConflict, problemTimedOut, "Request timed out",
-				"The request took longer than the server allows and was undone; retry it with the same key.")
-			return
-		case err != nil:
-			k.cfg.Logger.Error("idempotent request failed", "key", key, "error", err)
-			problem(w, http.StatusInternalServerError, problemInternal, "Internal error", "The request was not applied; retry it with the same key.")
+		out, err := k.Do(r.Context(), req, func(ctx context.Context, tx TTx) (Response, error) {
+			rec = &recorder{header: http.Header{}}
+			next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
+			return rec.response(k.cfg.ReplayHeaders), nil
+		})
+		if err != nil {
+			k.answerError(w, req.Key, err)
 			return
 		}
-		if out.Replayed {
-			for name, vs := range out.Response.Headers {
-				w.Header()[name] = vs
-			}
-			w.Header().Set(HeaderReplayed, "true")
-		} else {
-			for name, vs := range rec.header {
-				w.Header()[name] = vs
-			}
-		}
-		w.WriteHeader(out.Response.Status)
-		_, _ = w.Write(out.Response.Body)
+		answer(w, out, rec)
 	})
+}
+
+// answer writes Do's outcome: a replay with the stored headers, a fresh
+// response with every header the handler set.
+func answer(w http.ResponseWriter, out Outcome, rec *recorder) {
+	if out.Replayed {
+		for name, vs := range out.Response.Headers {
+			w.Header()[name] = vs
+		}
+		w.Header().Set(HeaderReplayed, "true")
+	} else {
+		for name, vs := range rec.header {
+			w.Header()[name] = vs
+		}
+	}
+	w.WriteHeader(out.Response.Status)
+	_, _ = w.Write(out.Response.Body)
+}
+
+// readRequest reads the key, the scope and the body of r, and leaves r's
+// body readable again. covered is false for a request without a key where
+// keys are optional: the middleware lets it through untouched. ok is false
+// when the request cannot go on, after a problem was written to w.
+func (k *Keys[TTx]) readRequest(w http.ResponseWriter, r *http.Request) (req Request, covered, ok bool) {
+	values := r.Header.Values(HeaderKey)
+	switch {
+	case len(values) == 0 && k.cfg.Optional:
+		return req, false, false
+	case len(values) == 0:
+		problem(w, http.StatusBadRequest, problemKeyMissing, "Idempotency-Key is missing",
+			"This operation requires an Idempotency-Key header: send a unique value per operation, such as a UUID, and the same value when you retry it.")
+		return req, true, false
+	case len(values) > 1:
+		problem(w, http.StatusBadRequest, problemKeyInvalid, "Idempotency-Key is invalid",
+			"Send exactly one Idempotency-Key header.")
+		return req, true, false
+	}
+	key, err := ParseKey(values[0], k.cfg.MaxKeyLength)
+	if err != nil {
+		problem(w, http.StatusBadRequest, problemKeyInvalid, "Idempotency-Key is invalid", err.Error())
+		return req, true, false
+	}
+	scope, err := k.cfg.Scope(r)
+	if err != nil {
+		k.cfg.Logger.Error("idempotency scope", "error", err)
+		problem(w, http.StatusInternalServerError, problemScope, "Idempotency scope unavailable",
+			"The server could not tell whose key this is; try again.")
+		return req, true, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, k.cfg.MaxBodyBytes+1))
+	if err != nil {
+		problem(w, http.StatusBadRequest, problemBodyUnreadable, "Request body unreadable", err.Error())
+		return req, true, false
+	}
+	if int64(len(body)) > k.cfg.MaxBodyBytes {
+		problem(w, http.StatusRequestEntityTooLarge, problemBodyTooLarge, "Request body too large",
+			"The body exceeds "+strconv.FormatInt(k.cfg.MaxBodyBytes, 10)+" bytes.")
+		return req, true, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return Request{Scope: scope, Key: key, Fingerprint: Fingerprint(r.Method, r.URL.RequestURI(), body)}, true, true
+}
+
+// answerError writes the problem that Do's error err calls for.
+func (k *Keys[TTx]) answerError(w http.ResponseWriter, key string, err error) {
+	var inFlight *InFlightError
+	switch {
+	case errors.As(err, &inFlight):
+		w.Header().Set("Retry-After", strconv.Itoa(int(inFlight.RetryAfter.Seconds()+0.999)))
+		problem(w, http.StatusConflict, problemKeyInUse, "A request with this Idempotency-Key is in progress",
+			"Retry after the time in Retry-After to get its response.")
+	case errors.Is(err, ErrMismatch):
+		problem(w, http.StatusUnprocessableEntity, problemKeyReused, "Idempotency-Key reused",
+			"This key was used for a different request (method, path or body). Use a new key for a new operation.")
+	case errors.Is(err, ErrLostKey):
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusConflict, problemTimedOut, "Request timed out",
+			"The request took longer than the server allows and was undone; retry it with the same key.")
+	default:
+		k.cfg.Logger.Error("idempotent request failed", "key", key, "error", err)
+		problem(w, http.StatusInternalServerError, problemInternal, "Internal error", "The request was not applied; retry it with the same key.")
+	}
 }
 
 // recorder captures a handler's response so it can be stored and then sent.

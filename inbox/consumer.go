@@ -13,12 +13,14 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/internal/waits"
 	"github.com/courier-go/courier/store"
 )
 
 // ConsumerConfig tunes a Consumer. Zero fields take the defaults given.
 type ConsumerConfig struct {
-	// Concurrency is how many messages are handled at once. Default 4.
+	// Concurrency is how many messages are handled at once. Default
+	// DefaultConcurrency (4).
 	Concurrency int
 	// KeepOrder handles the messages of one key one at a time, in the order
 	// this instance receives them, and retries a failing message in place
@@ -32,7 +34,7 @@ type ConsumerConfig struct {
 	// partitions.
 	KeepOrder bool
 	// MaxDeliveries is how many failed runs of the handler park a message.
-	// Default 5. A run fails when the handler returns an error or panics;
+	// Default DefaultMaxDeliveries (5). A run fails when the handler returns an error or panics;
 	// each failure is recorded in the database (store.ConsumerStore
 	// RecordFailure) after its transaction rolled back, so the count
 	// outlives restarts and is shared by every instance of the consumer. A
@@ -42,56 +44,74 @@ type ConsumerConfig struct {
 	// such as a stack overflow, or os.Exit) is never counted, so its
 	// message comes back until the handler is fixed.
 	MaxDeliveries int
-	// Backoff spaces retries. Default 200ms doubling to 30s, jitter 0.2.
+	// Backoff spaces retries. When it is entirely zero it takes the
+	// defaults DefaultBackoffInitial (200ms) doubling to DefaultBackoffMax
+	// (30s), jitter DefaultBackoffJitter (0.2).
 	Backoff courier.Backoff
 	// ExtendEvery tells the broker a long handler is still working, so the
 	// message is not redelivered meanwhile. Keep it under the subscription's
-	// ack wait. Default 10s.
+	// ack wait. Default DefaultExtendEvery (10s).
 	ExtendEvery time.Duration
 	// Retention is how long inbox markers (and the failures recorded of
 	// messages whose record was not cleared) are kept; older ones are
 	// deleted every CleanupEvery. A message redelivered after its marker was deleted
 	// is applied again, so keep it longer than the longest a message can
 	// take to come back (broker redelivery, relay republishing after an
-	// outage, an operator's replay). Default 7 days; negative disables
-	// cleanup.
+	// outage, an operator's replay). Default DefaultRetention (7 days);
+	// negative disables cleanup.
 	Retention time.Duration
-	// CleanupEvery is how often old markers are deleted. Default 1h.
+	// CleanupEvery is how often old markers are deleted. Default
+	// DefaultCleanupEvery (1h).
 	CleanupEvery time.Duration
 	// ReplayEvery is how often the consumer looks for parked messages an
-	// operator asked to replay (courier dlq replay). Default 5s.
+	// operator asked to replay (courier dlq replay). Default
+	// DefaultReplayEvery (5s).
 	ReplayEvery time.Duration
 	// ShutdownTimeout bounds how long handlers in flight may finish after
-	// Run's context ends. Default 10s.
+	// Run's context ends. Default DefaultShutdownTimeout (10s).
 	ShutdownTimeout time.Duration
 	// Logger receives the consumer's logs. Default: discard.
 	Logger *slog.Logger
 }
 
+// The defaults of ConsumerConfig's zero fields.
+const (
+	DefaultConcurrency     = 4
+	DefaultMaxDeliveries   = 5
+	DefaultBackoffInitial  = 200 * time.Millisecond
+	DefaultBackoffMax      = 30 * time.Second
+	DefaultBackoffJitter   = 0.2
+	DefaultExtendEvery     = 10 * time.Second
+	DefaultRetention       = 7 * 24 * time.Hour
+	DefaultCleanupEvery    = time.Hour
+	DefaultReplayEvery     = 5 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
 func (c *ConsumerConfig) setDefaults() {
 	if c.Concurrency == 0 {
-		c.Concurrency = 4
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.MaxDeliveries == 0 {
-		c.MaxDeliveries = 5
+		c.MaxDeliveries = DefaultMaxDeliveries
 	}
 	if c.Backoff == (courier.Backoff{}) {
-		c.Backoff = courier.Backoff{Initial: 200 * time.Millisecond, Max: 30 * time.Second, Jitter: 0.2}
+		c.Backoff = courier.Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax, Jitter: DefaultBackoffJitter}
 	}
 	if c.ExtendEvery == 0 {
-		c.ExtendEvery = 10 * time.Second
+		c.ExtendEvery = DefaultExtendEvery
 	}
 	if c.Retention == 0 {
-		c.Retention = 7 * 24 * time.Hour
+		c.Retention = DefaultRetention
 	}
 	if c.CleanupEvery == 0 {
-		c.CleanupEvery = time.Hour
+		c.CleanupEvery = DefaultCleanupEvery
 	}
 	if c.ReplayEvery == 0 {
-		c.ReplayEvery = 5 * time.Second
+		c.ReplayEvery = DefaultReplayEvery
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 10 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -182,13 +202,8 @@ type job struct {
 // ShutdownTimeout) and returns nil. Messages received but not acknowledged
 // are redelivered later. Errors are logged and retried, not returned.
 func (c *Consumer[TTx]) Run(ctx context.Context) error {
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	work, cancelWork := waits.Grace(ctx, c.cfg.ShutdownTimeout)
 	defer cancelWork()
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(c.cfg.ShutdownTimeout, cancelWork)
-		context.AfterFunc(work, func() { t.Stop() })
-	})
-	defer stop()
 
 	lanes := make([]chan job, c.cfg.Concurrency)
 	shared := make(chan job)
@@ -208,32 +223,12 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	wg.Go(func() { c.maintain(ctx, work) })
 
 	c.log.Info("consumer started", "concurrency", c.cfg.Concurrency, "keep_order", c.cfg.KeepOrder)
-	errDelay := 100 * time.Millisecond
-	for {
-		d, err := c.sub.Next(ctx)
-		if ctx.Err() != nil {
-			break
-		}
-		if err != nil {
-			c.log.Warn("receive failed; retrying", "error", err, "retry_in", errDelay)
-			if !sleep(ctx, errDelay) {
-				break
-			}
-			errDelay = min(errDelay*2, 5*time.Second)
-			continue
-		}
-		errDelay = 100 * time.Millisecond
-		msg, derr := c.sub.Decode(d.Raw())
-		j := job{d: d, msg: msg, err: derr}
-		lane := shared
+	c.receive(ctx, func(j job) chan<- job {
 		if c.cfg.KeepOrder {
-			lane = lanes[maphash.String(c.seed, msg.Key)%uint64(len(lanes))]
+			return lanes[maphash.String(c.seed, j.msg.Key)%uint64(len(lanes))]
 		}
-		select {
-		case lane <- j:
-		case <-ctx.Done():
-		}
-	}
+		return shared
+	})
 	if c.cfg.KeepOrder {
 		for _, l := range lanes {
 			close(l)
@@ -244,6 +239,36 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	wg.Wait()
 	c.log.Info("consumer stopped")
 	return nil
+}
+
+// receiveRetry spaces the receives after a failed one.
+var receiveRetry = courier.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+
+// receive hands each delivery to the lane laneOf chooses, until ctx ends.
+func (c *Consumer[TTx]) receive(ctx context.Context, laneOf func(job) chan<- job) {
+	failures := 0 // consecutive failed receives
+	for {
+		d, err := c.sub.Next(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			delay := receiveRetry.Delay(failures)
+			c.log.Warn("receive failed; retrying", "error", err, "retry_in", delay)
+			if !waits.Sleep(ctx, delay) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		msg, derr := c.sub.Decode(d.Raw())
+		j := job{d: d, msg: msg, err: derr}
+		select {
+		case laneOf(j) <- j:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // process handles one delivery to the end: acknowledged, scheduled for
@@ -258,22 +283,7 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 	for runs := 1; ; runs++ {
 		res, err := c.handle(work, d, j.msg)
 		if err == nil {
-			if failedHere || d.Attempt() > 1 {
-				// Earlier runs, here or in another instance, may have
-				// recorded failures; retention deletes them if this fails.
-				if err := c.cs.ClearFailures(work, c.ib.consumer, j.msg.ID); err != nil {
-					c.log.Warn("could not clear the failures recorded before the message was applied", "message_id", j.msg.ID, "error", err)
-				}
-			}
-			if res == Duplicate {
-				c.duplicates.Add(1)
-				c.log.Info("duplicate delivery skipped", "message_id", j.msg.ID, "type", j.msg.Type, "delivery", d.Attempt())
-			} else {
-				c.applied.Add(1)
-			}
-			if err := d.Ack(work); err != nil {
-				c.log.Warn("ack failed; the message will come again and be skipped", "message_id", j.msg.ID, "error", err)
-			}
+			c.succeeded(work, j, res, failedHere)
 			return
 		}
 		if work.Err() != nil {
@@ -321,6 +331,29 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 		if !c.wait(ctx, d, delay) {
 			return // shutting down: the broker redelivers it
 		}
+	}
+}
+
+// succeeded finishes a delivery whose handler committed (or that was a
+// duplicate): it clears the failures earlier runs recorded, counts it and
+// acknowledges it. failedHere says a run of this delivery failed before.
+func (c *Consumer[TTx]) succeeded(ctx context.Context, j job, res Result, failedHere bool) {
+	d := j.d
+	if failedHere || d.Attempt() > 1 {
+		// Earlier runs, here or in another instance, may have recorded
+		// failures; retention deletes them if this fails.
+		if err := c.cs.ClearFailures(ctx, c.ib.consumer, j.msg.ID); err != nil {
+			c.log.Warn("could not clear the failures recorded before the message was applied", "message_id", j.msg.ID, "error", err)
+		}
+	}
+	if res == Duplicate {
+		c.duplicates.Add(1)
+		c.log.Info("duplicate delivery skipped", "message_id", j.msg.ID, "type", j.msg.Type, "delivery", d.Attempt())
+	} else {
+		c.applied.Add(1)
+	}
+	if err := d.Ack(ctx); err != nil {
+		c.log.Warn("ack failed; the message will come again and be skipped", "message_id", j.msg.ID, "error", err)
 	}
 }
 
@@ -395,7 +428,7 @@ func (c *Consumer[TTx]) wait(ctx context.Context, del broker.Delivery, d time.Du
 		if left <= 0 {
 			return true
 		}
-		if !sleep(ctx, min(left, c.cfg.ExtendEvery)) {
+		if !waits.Sleep(ctx, min(left, c.cfg.ExtendEvery)) {
 			return false
 		}
 		_ = del.Extend(ctx)
@@ -453,28 +486,34 @@ func (c *Consumer[TTx]) maintain(ctx, work context.Context) {
 	}
 }
 
+// cleanupChunk is how many markers or failures one delete removes at most.
+const cleanupChunk = 10000
+
+// replayBatch is how many replay requests one pass reads at most.
+const replayBatch = 100
+
 // cleanup deletes inbox markers and recorded failures older than the
 // retention window now, in chunks, and returns how many markers it deleted.
 func (c *Consumer[TTx]) cleanup(ctx context.Context) int64 {
 	var total int64
 	before := time.Now().Add(-c.cfg.Retention)
 	for {
-		n, err := c.cs.DeleteFailures(ctx, before, 10000)
+		n, err := c.cs.DeleteFailures(ctx, before, cleanupChunk)
 		if err != nil {
 			c.log.Warn("deleting old recorded failures failed", "error", err)
 		}
-		if err != nil || n < 10000 {
+		if err != nil || n < cleanupChunk {
 			break
 		}
 	}
 	for {
-		n, err := c.cs.DeleteMarkers(ctx, before, 10000)
+		n, err := c.cs.DeleteMarkers(ctx, before, cleanupChunk)
 		total += n
 		if err != nil {
 			c.log.Warn("inbox cleanup failed", "error", err)
 			return total
 		}
-		if n < 10000 {
+		if n < cleanupChunk {
 			if total > 0 {
 				c.log.Info("inbox markers deleted", "count", total, "older_than", c.cfg.Retention)
 			}
@@ -484,7 +523,7 @@ func (c *Consumer[TTx]) cleanup(ctx context.Context) int64 {
 }
 
 func (c *Consumer[TTx]) replay(ctx, work context.Context) {
-	ps, err := c.cs.ReplayRequested(ctx, c.ib.consumer, 100)
+	ps, err := c.cs.ReplayRequested(ctx, c.ib.consumer, replayBatch)
 	if err != nil {
 		c.log.Warn("could not read replay requests", "error", err)
 		return
@@ -508,16 +547,5 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 		}
 		c.replayed.Add(1)
 		c.log.Info("parked message replayed", "parked_id", p.ID, "message_id", msg.ID)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -75,7 +75,7 @@ func onEachDatabase(t *testing.T, onSQL func(*testing.T, database[*sql.Tx]), onP
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
-		pg := testenv.Postgres(t, true)
+		pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 		onPgx(t, database[pgx.Tx]{
 			writer: func(cfg outbox.Config) *outbox.Writer[pgx.Tx] { return outbox.New(postgres.Pgx(), cfg) },
 			begin: func(t *testing.T) pgx.Tx {
@@ -145,7 +145,7 @@ func testWriteEventsClearsOnlyOnSuccess[TTx any](t *testing.T, db database[TTx])
 }
 
 func TestDatabaseSQLManyMessages(t *testing.T) {
-	pg := testenv.Postgres(t, true)
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
 	db, err := sql.Open("pgx", pg.URL)
 	testenv.Must(t, err, "open")

@@ -41,11 +41,11 @@ func TestWriteBeforeMigrating(t *testing.T) {
 		check(t, sqlTx(t, db, outbox.New(sqlite.DatabaseSQL(), outbox.Config{}), msg), "sqlite.Migrate")
 	})
 	t.Run("mysql", func(t *testing.T) {
-		my := testenv.MySQL(t, false)
+		my := testenv.MySQL(t, nil)
 		check(t, sqlTx(t, my.DB, outbox.New(mysql.DatabaseSQL(), outbox.Config{}), msg), "mysql.Migrate")
 	})
 	t.Run("postgres", func(t *testing.T) {
-		pg := testenv.Postgres(t, false)
+		pg := testenv.Postgres(t, nil)
 		for _, msgs := range [][]courier.Message{{msg}, {msg, courier.NewMessage("orders", "k", "T", nil)}} {
 			tx, err := pg.Pool.Begin(ctx)
 			testenv.Must(t, err, "begin")

@@ -154,6 +154,16 @@
 // database gone silent shows as failing claims like one that refuses
 // connections.
 //
+// # Testing
+//
+// Package store/memstore is an outbox in memory with the stores' semantics
+// and a clock a test moves forward (leases expire and retries fall due
+// without sleeping), and package broker/memory a publisher in memory that
+// fails, rejects or holds messages on demand. A relay runs on them in
+// milliseconds, which suits unit tests of a program's wiring and of its
+// reactions to failures; the tests that count remain those on the
+// database and the broker the program runs on.
+//
 // # Shutdown
 //
 // When Run's context ends the relay stops claiming, finishes the publishing

@@ -14,33 +14,44 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/internal/waits"
 	"github.com/courier-go/courier/store"
 )
 
 // Config tunes a Relay. Zero fields take the defaults given.
 type Config struct {
-	// BatchSize is the most rows one claim leases. Default 1000.
+	// BatchSize is the most rows one claim leases, 1 to 10000. Default
+	// DefaultBatchSize (1000).
 	BatchSize int
 	// Concurrency is how many claimed batches may be publishing at once.
-	// Default 2: one publishing while the next is claimed.
+	// Default DefaultConcurrency (2): one publishing while the next is
+	// claimed.
 	Concurrency int
-	// LeaseDuration is how long claimed rows stay reserved for this relay.
-	// If the relay dies, other relays take the rows over after this long.
-	// Default 30s. It must exceed PublishTimeout.
+	// LeaseDuration is how long claimed rows stay reserved for this relay,
+	// at least 1s. If the relay dies, other relays take the rows over after
+	// this long. Default DefaultLeaseDuration (30s). It must exceed
+	// PublishTimeout by more than half a second.
 	LeaseDuration time.Duration
-	// PublishTimeout bounds publishing one batch. Default 10s.
+	// PublishTimeout bounds publishing one batch. Default
+	// DefaultPublishTimeout (10s), or LeaseDuration/2 when that is shorter.
+	// A batch's publishing also stops half a second before its lease ends,
+	// whichever comes first.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many counted failures make a dead letter.
-	// Default 10. A failure the broker calls permanent
+	// Default DefaultMaxAttempts (10). A failure the broker calls permanent
 	// (broker.ErrRejected) makes one at once.
 	MaxAttempts int
-	// Backoff spaces retries.
+	// Backoff spaces retries, and the pauses while the broker is
+	// unavailable. Each zero field takes its default:
+	// DefaultBackoffInitial (500ms), DefaultBackoffMax (1m),
+	// DefaultBackoffJitter (0.2).
 	Backoff Backoff
 	// PollInterval is how often an idle relay looks for work when no
-	// wake-up arrives. Default 1s.
+	// wake-up arrives. Default DefaultPollInterval (1s); wiring code
+	// usually takes the dialect's (store.Database PollInterval).
 	PollInterval time.Duration
 	// ShutdownTimeout bounds the work done after Run's context ends.
-	// Default 15s.
+	// Default DefaultShutdownTimeout (15s).
 	ShutdownTimeout time.Duration
 	// Notifier, if set, wakes the relay soon after commits.
 	Notifier store.Notifier
@@ -54,36 +65,50 @@ type Config struct {
 // naturally.
 type Backoff = courier.Backoff
 
+// The defaults of Config's zero fields.
+const (
+	DefaultBatchSize       = 1000
+	DefaultConcurrency     = 2
+	DefaultLeaseDuration   = 30 * time.Second
+	DefaultPublishTimeout  = 10 * time.Second // at most LeaseDuration/2
+	DefaultMaxAttempts     = 10
+	DefaultBackoffInitial  = 500 * time.Millisecond
+	DefaultBackoffMax      = time.Minute
+	DefaultBackoffJitter   = 0.2
+	DefaultPollInterval    = time.Second
+	DefaultShutdownTimeout = 15 * time.Second
+)
+
 func (c *Config) setDefaults() {
 	if c.BatchSize == 0 {
-		c.BatchSize = 1000
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 2
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.LeaseDuration == 0 {
-		c.LeaseDuration = 30 * time.Second
+		c.LeaseDuration = DefaultLeaseDuration
 	}
 	if c.PublishTimeout == 0 {
-		c.PublishTimeout = min(10*time.Second, c.LeaseDuration/2)
+		c.PublishTimeout = min(DefaultPublishTimeout, c.LeaseDuration/2)
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 10
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.Backoff.Initial == 0 {
-		c.Backoff.Initial = 500 * time.Millisecond
+		c.Backoff.Initial = DefaultBackoffInitial
 	}
 	if c.Backoff.Max == 0 {
-		c.Backoff.Max = time.Minute
+		c.Backoff.Max = DefaultBackoffMax
 	}
 	if c.Backoff.Jitter == 0 {
-		c.Backoff.Jitter = 0.2
+		c.Backoff.Jitter = DefaultBackoffJitter
 	}
 	if c.PollInterval == 0 {
-		c.PollInterval = time.Second
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 15 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
@@ -312,13 +337,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		return errors.New("relay: Run called twice")
 	}
 	// Work in flight outlives ctx by at most ShutdownTimeout.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	work, cancelWork := waits.Grace(ctx, r.cfg.ShutdownTimeout)
 	defer cancelWork()
-	stopAfter := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(r.cfg.ShutdownTimeout, cancelWork)
-		context.AfterFunc(work, func() { t.Stop() })
-	})
-	defer stopAfter()
 
 	var wg sync.WaitGroup
 	if n := r.cfg.Notifier; n != nil {
@@ -348,23 +368,26 @@ const (
 	minIdleDelay = time.Millisecond
 	// armAfter: once polls have backed off this far without finding work,
 	// the relay arms the notifier and waits for a signal instead.
-	armAfter    = 8 * time.Millisecond
-	maxErrDelay = 5 * time.Second
+	armAfter = 8 * time.Millisecond
 )
 
+var (
+	// claimRetry spaces the claims after a failed one.
+	claimRetry = courier.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	// completeRetry spaces the attempts to record a batch's outcome.
+	completeRetry = courier.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second}
+)
+
+// claimLoop claims batches until ctx ends, at most Concurrency of them
+// publishing at once, each in a goroutine of wg. Between claims it polls
+// or waits for a wake-up (see Wake-ups in the package documentation).
 func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 	slots := make(chan struct{}, r.cfg.Concurrency)
-	n := r.cfg.Notifier
-	armed := false
-	idleDelay := minIdleDelay
-	errDelay := 100 * time.Millisecond
-	defer func() {
-		if armed {
-			_ = n.Disarm(context.WithoutCancel(ctx))
-		}
-	}()
+	p := &poller{n: r.cfg.Notifier, log: r.log, batchSize: r.cfg.BatchSize, pollInterval: r.cfg.PollInterval, idleDelay: minIdleDelay}
+	defer p.disarm(context.WithoutCancel(ctx))
+	failures := 0 // consecutive failed claims
 	for {
-		if !r.sleep(ctx, time.Until(r.pausedUntil())) {
+		if !waits.Sleep(ctx, time.Until(r.pausedUntil())) {
 			return
 		}
 		select {
@@ -372,84 +395,135 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 		case <-ctx.Done():
 			return
 		}
-		claimed := time.Now()
-		batch, err := r.claim(ctx)
-		recs := batch.Records
-		r.noteClaim(err, ctx.Err() != nil)
+		n, err := r.claimBatch(ctx, work, wg, slots)
 		if err != nil {
-			<-slots
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.Warn("claim failed; retrying", "error", err, "retry_in", errDelay)
-			if !r.sleep(ctx, errDelay) {
+			failures++
+			delay := claimRetry.Delay(failures)
+			r.log.Warn("claim failed; retrying", "error", err, "retry_in", delay)
+			if !waits.Sleep(ctx, delay) {
 				return
 			}
-			errDelay = min(errDelay*2, maxErrDelay)
 			continue
 		}
-		errDelay = 100 * time.Millisecond
-		if len(recs) == 0 {
-			<-slots
-		} else {
-			r.batches.Add(1)
-			wg.Go(func() {
-				defer func() { <-slots; r.signalKick() }()
-				r.process(ctx, work, claimed, batch)
-			})
+		failures = 0
+		wait, again := p.next(ctx, n)
+		if again {
+			continue
 		}
-
-		// Busy: poll, and let writers commit without signalling. Quiet for
-		// a few polls: arm the notifier and wait for a signal.
-		var wait time.Duration
-		switch {
-		case len(recs) > 0:
-			idleDelay = minIdleDelay
-			if armed {
-				armed = false
-				if err := n.Disarm(ctx); err != nil {
-					r.log.Debug("disarm wake-ups", "error", err)
-				}
-			}
-			if len(recs) == r.cfg.BatchSize {
-				continue
-			}
-			wait = idleDelay
-		case armed:
-			wait = r.cfg.PollInterval
-		case n == nil || idleDelay < armAfter:
-			wait, idleDelay = idleDelay, min(idleDelay*2, r.cfg.PollInterval)
-		default:
-			ok, err := n.Arm(ctx)
-			if err != nil {
-				r.log.Debug("arm wake-ups", "error", err)
-			}
-			if ok {
-				// Rows committed before arming sent no signal: look once more.
-				armed = true
-				continue
-			}
-			// A writer is mid-transaction (or the listener is down): its
-			// rows come soon, so look again shortly.
-			wait, idleDelay = idleDelay, min(idleDelay*2, r.cfg.PollInterval)
-		}
-		if d := time.Until(r.nextRetry()); d < wait {
-			wait = max(d, 0)
-		}
-		var wake <-chan struct{}
-		if n != nil {
-			wake = n.Wake()
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-wake:
-		case <-r.kick:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !r.idle(ctx, p.wake(), wait) {
 			return
 		}
-		t.Stop()
+	}
+}
+
+// claimBatch claims a batch for the slot the caller took, and returns how
+// many rows it holds. A batch with rows is published in a goroutine of wg,
+// which frees the slot when it is done; otherwise the slot is freed at once.
+func (r *Relay) claimBatch(ctx, work context.Context, wg *sync.WaitGroup, slots chan struct{}) (int, error) {
+	claimed := time.Now()
+	batch, err := r.claim(ctx)
+	r.noteClaim(err, ctx.Err() != nil)
+	if err != nil || len(batch.Records) == 0 {
+		<-slots
+		return 0, err
+	}
+	r.batches.Add(1)
+	wg.Go(func() {
+		defer func() { <-slots; r.signalKick() }()
+		r.process(ctx, work, claimed, batch)
+	})
+	return len(batch.Records), nil
+}
+
+// idle waits up to wait, less when a retry this relay scheduled falls due,
+// for a wake-up, a finished batch or the end of ctx. It reports whether ctx
+// is still live.
+func (r *Relay) idle(ctx context.Context, wake <-chan struct{}, wait time.Duration) bool {
+	if d := time.Until(r.nextRetry()); d < wait {
+		wait = max(d, 0)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-r.kick:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// poller decides how long the claim loop waits between claims: it polls
+// while the relay is busy, letting writers commit without signalling, and
+// after a few empty polls arms the notifier and waits for a signal.
+type poller struct {
+	n            store.Notifier // nil: polling only
+	log          *slog.Logger
+	batchSize    int
+	pollInterval time.Duration
+	armed        bool
+	idleDelay    time.Duration // the next wait while no work is found
+}
+
+// next returns what follows a claim of n rows: claim again at once (again),
+// or wait up to wait.
+func (p *poller) next(ctx context.Context, n int) (wait time.Duration, again bool) {
+	switch {
+	case n > 0:
+		p.idleDelay = minIdleDelay
+		if p.armed {
+			p.armed = false
+			if err := p.n.Disarm(ctx); err != nil {
+				p.log.Debug("disarm wake-ups", "error", err)
+			}
+		}
+		if n == p.batchSize {
+			return 0, true
+		}
+		return p.idleDelay, false
+	case p.armed:
+		return p.pollInterval, false
+	case p.n == nil || p.idleDelay < armAfter:
+		return p.backOff(), false
+	}
+	ok, err := p.n.Arm(ctx)
+	if err != nil {
+		p.log.Debug("arm wake-ups", "error", err)
+	}
+	if ok {
+		// Rows committed before arming sent no signal: look once more.
+		p.armed = true
+		return 0, true
+	}
+	// A writer is mid-transaction (or the listener is down): its rows come
+	// soon, so look again shortly.
+	return p.backOff(), false
+}
+
+// backOff returns the current idle wait and doubles the next one, up to
+// the poll interval.
+func (p *poller) backOff() time.Duration {
+	d := p.idleDelay
+	p.idleDelay = min(p.idleDelay*2, p.pollInterval)
+	return d
+}
+
+// wake returns the notifier's wake-ups, nil without a notifier.
+func (p *poller) wake() <-chan struct{} {
+	if p.n == nil {
+		return nil
+	}
+	return p.n.Wake()
+}
+
+// disarm withdraws an armed notifier when the loop ends.
+func (p *poller) disarm(ctx context.Context) {
+	if p.armed {
+		_ = p.n.Disarm(ctx)
 	}
 }
 
@@ -508,21 +582,6 @@ func (r *Relay) noteComplete(err error) {
 			st.CompleteFailingSince = time.Now()
 		}
 		st.CompleteError = err.Error()
-	}
-}
-
-// sleep waits d or until ctx ends; it reports whether ctx is still live.
-func (r *Relay) sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 
@@ -692,8 +751,7 @@ func (r *Relay) noteBroker(anyOK, allDown bool, downErr error) {
 // duplicate, never a loss). No attempt outlives the lease, so a relay never
 // writes to rows another relay may have taken over.
 func (r *Relay) complete(work context.Context, leaseEnd time.Time, lease int64, out store.Outcome) bool {
-	delay := 50 * time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithDeadline(work, leaseEnd)
 		err := r.store.Complete(cctx, r.cfg.Owner, lease, out)
 		cancel()
@@ -703,16 +761,16 @@ func (r *Relay) complete(work context.Context, leaseEnd time.Time, lease int64, 
 		if err == nil {
 			break
 		}
+		delay := completeRetry.Delay(attempt)
 		if work.Err() != nil || time.Now().Add(delay).After(leaseEnd) {
 			r.log.Error("could not record batch outcome; its messages will be published again after the lease",
 				"error", err, "published", len(out.Published))
 			return false
 		}
 		r.log.Warn("record batch outcome failed; retrying", "error", err, "retry_in", delay)
-		if !r.sleep(work, delay) {
+		if !waits.Sleep(work, delay) {
 			return false
 		}
-		delay = min(delay*2, 2*time.Second)
 	}
 	r.published.Add(int64(len(out.Published)))
 	r.retried.Add(int64(len(out.Retry)))

@@ -49,6 +49,11 @@ type Database interface {
 	// SerialWrites reports that the database runs one write transaction at
 	// a time (SQLite): a writer waits until the one writing has ended.
 	SerialWrites() bool
+	// Rebind rewrites a statement written with ? placeholders into the
+	// dialect's own ($1, $2, … on PostgreSQL), as Driver.Exec does, for
+	// statements run outside the Driver (on a *sql.DB, say). It does not
+	// look inside string literals: the statement must not hold a literal ?.
+	Rebind(query string) string
 }
 
 // Driver is a Database together with the stores that work in the caller's

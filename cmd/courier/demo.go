@@ -17,6 +17,7 @@ import (
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/nats/embedded"
 	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 // demoCmd runs the reference shop (examples/shop) in-process under load
@@ -73,10 +74,11 @@ func (c *demoCmd) Run(e *env) (err error) {
 		return fmt.Errorf("--stream %q is not a JetStream stream name: use letters, digits, - and _ (no spaces, '.', '*', '>' or slashes)", c.Stream)
 	}
 	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
-		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for a NATS server in this process", redact(c.BrokerURL))
+		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for a NATS server in this process", dburl.Redact(c.BrokerURL))
 	}
-	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
-		return fmt.Errorf("--database-url %q: the demo runs on PostgreSQL (postgres://…), or without the flag on SQLite files", redact(c.DatabaseURL))
+	if _, err := dburl.WithSchema(c.DatabaseURL, "courier_demo"); c.DatabaseURL != "" && err != nil {
+		// The services each get a schema of their own (search_path).
+		return fmt.Errorf("--database-url %q: the demo runs on PostgreSQL (postgres://…), or without the flag on SQLite files", dburl.Redact(c.DatabaseURL))
 	}
 	if c.DataDir == "" {
 		dir, err := os.MkdirTemp("", "courier-demo-")
@@ -117,7 +119,7 @@ func (c *demoCmd) Run(e *env) (err error) {
 		if dbs, err = shop.PostgresDatabases(c.DatabaseURL, "courier_demo"); err != nil {
 			return fmt.Errorf("--database-url: %w", err)
 		}
-		where = fmt.Sprintf("PostgreSQL %s, schemas courier_demo_orders, _payment, _inventory, _shipping", redact(c.DatabaseURL))
+		where = fmt.Sprintf("PostgreSQL %s, schemas courier_demo_orders, _payment, _inventory, _shipping", dburl.Redact(c.DatabaseURL))
 		if !c.Keep {
 			if err := dbs.Drop(e.ctx); err != nil {
 				return fmt.Errorf("--database-url: %v", oneLine(err))
@@ -133,7 +135,7 @@ func (c *demoCmd) Run(e *env) (err error) {
 	}
 
 	brokerURL := c.BrokerURL
-	brokerWhere := fmt.Sprintf("NATS JetStream %s, stream %s", redact(brokerURL), c.Stream)
+	brokerWhere := fmt.Sprintf("NATS JetStream %s, stream %s", dburl.Redact(brokerURL), c.Stream)
 	if brokerURL == "" {
 		srv, err := embedded.Start(embedded.Config{Dir: filepath.Join(dir, "nats")})
 		if err != nil {
@@ -219,7 +221,7 @@ func (c *demoCmd) header(w io.Writer, where, broker, logPath string, stock map[s
 func deleteStream(ctx context.Context, url, stream string) error {
 	nc, err := couriernats.Connect(url)
 	if err != nil {
-		return fmt.Errorf("cannot reach NATS at %s: %v; check --broker-url", redact(url), oneLine(err))
+		return fmt.Errorf("cannot reach NATS at %s: %v; check --broker-url", dburl.Redact(url), oneLine(err))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

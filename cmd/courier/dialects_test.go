@@ -19,6 +19,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/sqlite"
 )
 
@@ -94,7 +95,7 @@ func TestEmbeddedDefault(t *testing.T) {
 
 // The database URL picks the dialect: the same commands on MySQL/MariaDB.
 func TestMySQLURL(t *testing.T) {
-	my := testenv.MySQL(t, false)
+	my := testenv.MySQL(t, nil)
 	u := mysqlURL(t, my.DSN)
 	code, out, errOut := runCLI(t, "migrate", "--database-url", u)
 	if code != 0 || !strings.Contains(out, "applied") {
@@ -140,7 +141,7 @@ func TestSQLiteURLForms(t *testing.T) {
 // A mysql:// URL's user and password are percent-decoded: a password with
 // '@', ':' or '/' in it is written %40, %3A, %2F as in any URL.
 func TestMySQLURLPercentEncodedPassword(t *testing.T) {
-	my := testenv.MySQL(t, true)
+	my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 	cfg, err := gomysql.ParseDSN(my.DSN)
 	testenv.Must(t, err, "parse dsn")
 	user, password := testenv.Name("courier_u_"), "a@b:c/d%e?f"

@@ -67,15 +67,15 @@ type dlqReplayCmd struct {
 type dlqDiscardCmd struct{ dlqSelect }
 
 func (c *dbFlags) admin(e *env) (store.Admin, func(), error) {
-	d, err := c.open(e.ctx, false)
+	d, err := c.open(e.ctx, false, "")
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := d.checkSchema(e.ctx); err != nil {
-		d.close()
+	if err := d.CheckSchema(e.ctx); err != nil {
+		d.Close()
 		return nil, nil, err
 	}
-	return d.admin(), d.close, nil
+	return d.Admin(), d.Close, nil
 }
 
 func (c *dlqListCmd) Run(e *env) error {

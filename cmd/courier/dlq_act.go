@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/courier-go/courier/store"
@@ -118,15 +117,15 @@ func (c *dlqReplayCmd) Run(e *env) error {
 	if c.Wait < 0 {
 		return fmt.Errorf("--wait is %s: use a duration such as 30s, or 0 not to wait", c.Wait)
 	}
-	d, err := c.open(e.ctx, false)
+	d, err := c.open(e.ctx, false, "")
 	if err != nil {
 		return err
 	}
-	defer d.close()
-	if err := d.checkSchema(e.ctx); err != nil {
+	defer d.Close()
+	if err := d.CheckSchema(e.ctx); err != nil {
 		return err
 	}
-	a := d.admin()
+	a := d.Admin()
 	letters, err := c.pick(e.ctx, a)
 	if err != nil {
 		return err
@@ -240,7 +239,7 @@ func (c *dlqReplayCmd) repair(l letter) (*repair, error) {
 
 // waitReplays follows each replay until it succeeds, fails again or wait
 // has passed, and reports each outcome.
-func waitReplays(e *env, d *database, letters []letter, wait time.Duration) error {
+func waitReplays(e *env, d store.Driver[*sql.Tx], letters []letter, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	pending := letters
 	failed := 0
@@ -287,8 +286,8 @@ func waitReplays(e *env, d *database, letters []letter, wait time.Duration) erro
 
 // replayOutcome tells whether a replay ended (done), whether it succeeded
 // (ok) and says how, or where it stands.
-func replayOutcome(ctx context.Context, d *database, l letter) (done, ok bool, msg string, err error) {
-	a := d.admin()
+func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done, ok bool, msg string, err error) {
+	a := d.Admin()
 	if l.parked != nil {
 		p, err := a.ParkedMessage(ctx, l.parked.ID)
 		switch {
@@ -302,7 +301,7 @@ func replayOutcome(ctx context.Context, d *database, l letter) (done, ok bool, m
 		}
 		return false, false, "replay requested", nil
 	}
-	attempts, lastErr, inOutbox, err := d.outboxRow(ctx, l.relay.ID)
+	attempts, lastErr, inOutbox, err := outboxRow(ctx, d, l.relay.ID)
 	if err != nil {
 		return false, false, "", err
 	}
@@ -324,18 +323,13 @@ func replayOutcome(ctx context.Context, d *database, l letter) (done, ok bool, m
 
 // outboxRow reads the attempts and last error of outbox row id, and whether
 // it is still there.
-func (d *database) outboxRow(ctx context.Context, id int64) (attempts int, lastErr string, found bool, err error) {
+func outboxRow(ctx context.Context, d store.Driver[*sql.Tx], id int64) (attempts int, lastErr string, found bool, err error) {
 	var le sql.NullString
-	if d.pg != nil {
-		err = d.pg.QueryRow(ctx, `SELECT attempts, last_error FROM courier_outbox WHERE id = $1`, id).Scan(&attempts, &le)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, "", false, nil
-		}
-	} else {
-		err = d.sql.QueryRowContext(ctx, `SELECT attempts, last_error FROM courier_outbox WHERE id = ?`, id).Scan(&attempts, &le)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, "", false, nil
-		}
+	err = d.InTx(ctx, func(tx *sql.Tx) error {
+		return d.QueryRow(ctx, tx, `SELECT attempts, last_error FROM courier_outbox WHERE id = ?`, []any{&attempts, &le}, id)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", false, nil
 	}
 	if err != nil {
 		return 0, "", false, fmt.Errorf("read outbox row %d: %w", id, err)

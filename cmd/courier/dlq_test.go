@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/mysql"
+	"github.com/courier-go/courier/store/postgres"
 	"github.com/courier-go/courier/store/sqlite"
 )
 
@@ -44,7 +46,7 @@ func seedDeadLetters(now string) []string {
 func dlqDatabases(t *testing.T) map[string]func(t *testing.T) dlqDatabase {
 	return map[string]func(t *testing.T) dlqDatabase{
 		"postgres": func(t *testing.T) dlqDatabase {
-			pg := testenv.Postgres(t, true)
+			pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 			db := stdlib.OpenDBFromPool(pg.Pool)
 			t.Cleanup(func() { db.Close() })
 			return dlqDatabase{url: pg.URL, db: db, seed: seedDeadLetters("now()")}
@@ -59,7 +61,7 @@ func dlqDatabases(t *testing.T) map[string]func(t *testing.T) dlqDatabase {
 			return dlqDatabase{url: "sqlite://" + path, db: db, seed: seedDeadLetters(fmt.Sprint(time.Now().UnixMicro()))}
 		},
 		"mysql": func(t *testing.T) dlqDatabase {
-			my := testenv.MySQL(t, true)
+			my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 			return dlqDatabase{url: mysqlURL(t, my.DSN), db: my.DB, seed: seedDeadLetters("NOW(6)")}
 		},
 	}

@@ -109,7 +109,7 @@ func TestMigrateRelayStatus(t *testing.T) {
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
-		pg := testenv.Postgres(t, false)
+		pg := testenv.Postgres(t, nil)
 		migrateRelayStatus(t, pg.URL, len(postgres.Migrations()), func(ctx context.Context, msgs []courier.Message) {
 			tx, err := pg.Pool.Begin(ctx)
 			testenv.Must(t, err, "begin")

@@ -14,6 +14,8 @@ import (
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/nats/embedded"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 type relayCmd struct {
@@ -46,7 +48,7 @@ func (c *relayCmd) check() (relay.Config, error) {
 		}
 	}
 	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
-		return relay.Config{}, fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for the embedded server", redact(c.BrokerURL))
+		return relay.Config{}, fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for the embedded server", dburl.Redact(c.BrokerURL))
 	}
 	if c.EmbeddedPort < 0 || c.EmbeddedPort > 65535 {
 		return relay.Config{}, fmt.Errorf("--embedded-port is %d: use a port from 1 to 65535, or 0 for any free port", c.EmbeddedPort)
@@ -58,12 +60,8 @@ func (c *relayCmd) check() (relay.Config, error) {
 		(strings.ContainsAny(c.SubjectPrefix, " \t\r\n*>") || p == "" || strings.HasPrefix(p, ".") || strings.Contains(p, "..")) {
 		return relay.Config{}, fmt.Errorf("--subject-prefix %q cannot start a NATS subject: use tokens separated by dots, without spaces, '*' or '>', such as courier. (or \"\" for subjects equal to topics)", c.SubjectPrefix)
 	}
-	dialect := "sqlite"
-	if c.DatabaseURL != "" {
-		var err error
-		if dialect, _, err = parseDatabaseURL(c.DatabaseURL); err != nil {
-			return relay.Config{}, err
-		}
+	if _, err := c.dialect(); err != nil {
+		return relay.Config{}, err
 	}
 	if c.PollInterval < 0 {
 		return relay.Config{}, fmt.Errorf("--poll-interval is %s: use more than 0, or leave it out for the database's default", c.PollInterval)
@@ -74,9 +72,6 @@ func (c *relayCmd) check() (relay.Config, error) {
 		LeaseDuration: c.Lease,
 		MaxAttempts:   c.MaxAttempts,
 		PollInterval:  c.PollInterval,
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = pollInterval(dialect)
 	}
 	if c.Lease <= time.Second {
 		// Publishing a batch must end well within its lease: the relay
@@ -104,17 +99,20 @@ func (c *relayCmd) Run(e *env) error {
 		}
 	}
 	embeddedDB := c.DatabaseURL == ""
-	d, err := c.open(e.ctx, embeddedDB)
+	d, err := c.open(e.ctx, embeddedDB, c.ListenURL)
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.Close()
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = d.PollInterval()
+	}
 	if embeddedDB {
-		if _, err := d.migrate(e.ctx); err != nil {
+		if _, err := d.Migrate(e.ctx); err != nil {
 			return err
 		}
 	}
-	st, err := d.relayStore(e.ctx, c.KeepPublished)
+	st, err := d.RelayStore(e.ctx, store.RelayConfig{KeepPublished: c.KeepPublished})
 	if err != nil {
 		return err
 	}
@@ -122,7 +120,7 @@ func (c *relayCmd) Run(e *env) error {
 	var announce []func() // where things are, once all is ready
 	if embeddedDB {
 		announce = append(announce, func() {
-			e.log.Info("database: embedded SQLite file (the default; set --database-url for another)", "path", d.where)
+			e.log.Info("database: embedded SQLite file (the default; set --database-url for another)", "path", d.String())
 		})
 	}
 	brokerURL := c.BrokerURL
@@ -149,7 +147,7 @@ func (c *relayCmd) Run(e *env) error {
 		natsgo.ReconnectHandler(func(*natsgo.Conn) { e.log.Info("broker reconnected") }))
 	if err != nil {
 		return fmt.Errorf("cannot reach NATS at %s: %v; check --broker-url (COURIER_BROKER_URL) and that nats-server runs with JetStream (-js)",
-			redact(brokerURL), oneLine(err))
+			dburl.Redact(brokerURL), oneLine(err))
 	}
 	defer nc.Close()
 	mapping := couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""}
@@ -163,11 +161,7 @@ func (c *relayCmd) Run(e *env) error {
 		return err
 	}
 	if !c.NoListen {
-		listen := c.ListenURL
-		if listen == "" {
-			listen = c.DatabaseURL
-		}
-		n, err := d.notifier(listen, e.log)
+		n, err := d.Notifier(e.log)
 		if err != nil {
 			return fmt.Errorf("--listen-url: %w", err)
 		}
@@ -182,7 +176,7 @@ func (c *relayCmd) Run(e *env) error {
 	for _, a := range announce {
 		a()
 	}
-	e.log.Info("relaying", "database", d.where, "dialect", d.dialect, "broker", redact(brokerURL), "stream", c.Stream,
+	e.log.Info("relaying", "database", d.String(), "dialect", d.Dialect(), "broker", dburl.Redact(brokerURL), "stream", c.Stream,
 		"subject_prefix", c.SubjectPrefix, "poll_interval", cfg.PollInterval)
 	return r.Run(e.ctx)
 }

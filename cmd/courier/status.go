@@ -12,15 +12,15 @@ type statusCmd struct {
 }
 
 func (c *statusCmd) Run(e *env) error {
-	d, err := c.open(e.ctx, false)
+	d, err := c.open(e.ctx, false, "")
 	if err != nil {
 		return err
 	}
-	defer d.close()
-	if err := d.checkSchema(e.ctx); err != nil {
+	defer d.Close()
+	if err := d.CheckSchema(e.ctx); err != nil {
 		return err
 	}
-	st, err := d.stats(e.ctx)
+	st, err := d.Admin().Stats(e.ctx)
 	if err != nil {
 		return err
 	}

@@ -74,14 +74,14 @@ type auditOrder struct {
 //     refunded) and holds its stock; a cancelled one holds neither money nor
 //     stock.
 func AuditShop(ctx context.Context, dbs Databases) (*Audit, error) {
-	open := map[string]*DB{}
+	open := map[string]*serviceDB{}
 	defer func() {
 		for _, db := range open {
 			db.Close()
 		}
 	}()
 	for _, s := range Services {
-		db, err := OpenDB(ctx, dbs.URL(s))
+		db, err := openDB(ctx, dbs.URL(s))
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +118,7 @@ func AuditShop(ctx context.Context, dbs Databases) (*Audit, error) {
 	return a, nil
 }
 
-func (a *Audit) readOrders(ctx context.Context, db *DB) (map[string]auditOrder, error) {
+func (a *Audit) readOrders(ctx context.Context, db *serviceDB) (map[string]auditOrder, error) {
 	rows, err := db.sql.QueryContext(ctx, `SELECT id, sku, qty, amount, status, reason, created_at, finished_at FROM shop_orders`)
 	if err != nil {
 		return nil, err
@@ -159,7 +159,7 @@ func (a *Audit) readOrders(ctx context.Context, db *DB) (map[string]auditOrder, 
 	return orders, rows.Err()
 }
 
-func (a *Audit) checkPayment(ctx context.Context, db *DB, orders map[string]auditOrder) error {
+func (a *Audit) checkPayment(ctx context.Context, db *serviceDB, orders map[string]auditOrder) error {
 	type charge struct {
 		id     string
 		amount int64
@@ -231,7 +231,7 @@ func (a *Audit) checkPayment(ctx context.Context, db *DB, orders map[string]audi
 	return nil
 }
 
-func (a *Audit) checkInventory(ctx context.Context, db *DB, orders map[string]auditOrder) error {
+func (a *Audit) checkInventory(ctx context.Context, db *serviceDB, orders map[string]auditOrder) error {
 	type sku struct{ initial, available, reserved int64 }
 	skus := map[string]*sku{}
 	err := query(ctx, db, `SELECT sku, initial, available FROM shop_stock`, func(s scan) error {
@@ -298,14 +298,14 @@ func (a *Audit) checkInventory(ctx context.Context, db *DB, orders map[string]au
 	return nil
 }
 
-func (a *Audit) checkShipping(ctx context.Context, db *DB, orders map[string]auditOrder) error {
+func (a *Audit) checkShipping(ctx context.Context, db *serviceDB, orders map[string]auditOrder) error {
 	prepared := map[string]bool{}
 	err := query(ctx, db, `SELECT order_id, status FROM shop_shipments`, func(s scan) error {
 		var order, status string
 		if err := s(&order, &status); err != nil {
 			return err
 		}
-		if status == ShipmentStatusPrepared {
+		if status == shipmentPrepared {
 			prepared[order] = true
 			a.Shipments++
 		}
@@ -356,8 +356,8 @@ func (a *Audit) reorder() {
 	})
 }
 
-// Percentile returns the p-th percentile (0–100) of the sorted durations.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
+// percentile returns the p-th percentile (0–100) of the sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
@@ -368,7 +368,7 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 type scan func(dest ...any) error
 
 // query runs q and calls row for every row.
-func query(ctx context.Context, db *DB, q string, row func(scan) error) error {
+func query(ctx context.Context, db *serviceDB, q string, row func(scan) error) error {
 	rows, err := db.sql.QueryContext(ctx, q)
 	if err != nil {
 		return err

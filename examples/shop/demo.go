@@ -119,7 +119,7 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
 		return nil, err
 	}
 	defer s.Stop()
-	ordersDB, err := OpenDB(ctx, cfg.Databases.Orders)
+	ordersDB, err := openDB(ctx, cfg.Databases.Orders)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +230,7 @@ func entryInvariant(l LoadResult, a *Audit) Invariant {
 			len(l.Orders), len(ids), a.Orders, l.Replays, l.ReplayMismatches)}
 }
 
-func countEnded(ctx context.Context, db *DB) (int, error) {
+func countEnded(ctx context.Context, db *serviceDB) (int, error) {
 	var n int
 	err := db.sql.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM shop_orders WHERE status <> ?`), StatusOpen).Scan(&n)
 	return n, err
@@ -238,7 +238,7 @@ func countEnded(ctx context.Context, db *DB) (int, error) {
 
 // countIgnored counts the saga events recorded as ignored, from Courier's
 // saga history table.
-func countIgnored(ctx context.Context, db *DB) (int, error) {
+func countIgnored(ctx context.Context, db *serviceDB) (int, error) {
 	var n int
 	err := db.sql.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM courier_saga_history WHERE outcome = ?`), "ignored").Scan(&n)
 	return n, err

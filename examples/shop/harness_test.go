@@ -20,6 +20,7 @@ import (
 	"github.com/courier-go/courier/examples/shop"
 	"github.com/courier-go/courier/idempotency"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 // stack is where one test's shop runs: four databases and a broker.
@@ -197,7 +198,7 @@ func load(t *testing.T, s *shop.Shop, n int, cfg shop.LoadConfig) shop.LoadResul
 func (st *stack) settle(t *testing.T, timeout time.Duration) *shop.Audit {
 	t.Helper()
 	ctx := context.Background()
-	db, err := shop.OpenDB(ctx, st.dbs.Orders)
+	db, err := dburl.Open(ctx, st.dbs.Orders, dburl.Options{BarePaths: true, Create: true, CreateSchema: true})
 	testenv.Must(t, err, "open the orders database")
 	defer db.Close()
 	var open int
@@ -234,7 +235,7 @@ func (st *stack) publish(t *testing.T, msgs ...courier.Message) {
 // counter counts rows of a service's database.
 func (st *stack) count(t *testing.T, service, query string) int {
 	t.Helper()
-	db, err := shop.OpenDB(context.Background(), st.dbs.URL(service))
+	db, err := dburl.Open(context.Background(), st.dbs.URL(service), dburl.Options{BarePaths: true, Create: true, CreateSchema: true})
 	testenv.Must(t, err, "open "+service)
 	defer db.Close()
 	var n int

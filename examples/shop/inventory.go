@@ -63,8 +63,8 @@ func (s *InventoryService) Run(ctx context.Context) error {
 }
 
 // seed stores the initial stock of SKUs the database does not know yet.
-func (s *InventoryService) seed(ctx context.Context, db *DB) error {
-	return db.inTx(ctx, func(tx *sql.Tx) error {
+func (s *InventoryService) seed(ctx context.Context, db *serviceDB) error {
+	return db.InTx(ctx, func(tx *sql.Tx) error {
 		for sku, q := range s.stock {
 			known, err := exists(ctx, tx, db.q(`SELECT 1 FROM shop_stock WHERE sku = ?`), sku)
 			if err != nil {

@@ -41,7 +41,7 @@ type OrdersConfig struct {
 type OrdersService struct {
 	*base
 	cfg OrdersConfig
-	def saga.Definition[OrderData]
+	def saga.Definition[orderData]
 
 	addrMu sync.Mutex
 	addr   string
@@ -64,7 +64,7 @@ func NewOrders(cfg OrdersConfig) (*OrdersService, error) {
 	if cfg.KeyLockTimeout <= 0 {
 		cfg.KeyLockTimeout = 5 * time.Second
 	}
-	return &OrdersService{base: b, cfg: cfg, def: OrderSaga(cfg.Timeouts), addr: cfg.HTTPAddr}, nil
+	return &OrdersService{base: b, cfg: cfg, def: orderSaga(cfg.Timeouts), addr: cfg.HTTPAddr}, nil
 }
 
 // Addr returns the address the HTTP API listens on (the one it will listen
@@ -86,18 +86,18 @@ func (o *OrdersService) Run(ctx context.Context) error {
 // ordersNode is one incarnation of the orders service.
 type ordersNode struct {
 	*node
-	orch   *saga.Orchestrator[OrderData, *sql.Tx]
+	orch   *saga.Orchestrator[orderData, *sql.Tx]
 	sagas  store.Sagas[*sql.Tx]
 	status map[string]string // terminal saga state → order status
 }
 
 func (o *OrdersService) setup(_ context.Context, n *node, drain time.Duration) (incarnation, error) {
-	sagas := n.db.sagas()
+	sagas := n.db.Sagas()
 	orch, err := saga.New(o.def, sagas, n.w, saga.Config{Logger: n.log})
 	if err != nil {
 		return incarnation{}, err
 	}
-	keys, err := idempotency.New(n.db.idempotency(), idempotency.Config{LockTimeout: o.cfg.KeyLockTimeout, Logger: n.log})
+	keys, err := idempotency.New(n.db.Idempotency(), idempotency.Config{LockTimeout: o.cfg.KeyLockTimeout, Logger: n.log})
 	if err != nil {
 		return incarnation{}, err
 	}
@@ -140,7 +140,7 @@ func (on *ordersNode) apply(ctx context.Context, tx *sql.Tx, msg courier.Message
 	if !out.Applied || !ended {
 		return nil
 	}
-	rec, err := on.sagas.Load(ctx, tx, SagaType, msg.Key)
+	rec, err := on.sagas.Load(ctx, tx, sagaType, msg.Key)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func (on *ordersNode) create(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusServiceUnavailable, "the order could not be stored; retry with the same Idempotency-Key")
 		return
 	}
-	inst, err := on.orch.Start(ctx, tx, id, OrderData{Customer: in.Customer, SKU: in.SKU, Qty: in.Qty, Amount: in.Amount})
+	inst, err := on.orch.Start(ctx, tx, id, orderData{Customer: in.Customer, SKU: in.SKU, Qty: in.Qty, Amount: in.Amount})
 	if err != nil {
 		on.log.Error("start saga", "order_id", id, "error", err)
 		problem(w, http.StatusServiceUnavailable, "the order could not be started; retry with the same Idempotency-Key")

@@ -51,17 +51,17 @@ type paymentNode struct {
 
 // Charge statuses.
 const (
-	ChargeStatusCharged = "charged"
-	// ChargeStatusVoid marks an order refunded before any charge arrived:
+	chargeCharged = "charged"
+	// chargeVoid marks an order refunded before any charge arrived:
 	// a late ChargeRequested is declined.
-	ChargeStatusVoid = "void"
+	chargeVoid = "void"
 )
 
 func (p *paymentNode) charge(ctx context.Context, tx *sql.Tx, msg courier.Message, c ChargeRequested) error {
 	var chargeID, status string
 	err := tx.QueryRowContext(ctx, p.db.q(`SELECT id, status FROM shop_charges WHERE order_id = ?`), c.OrderID).Scan(&chargeID, &status)
 	switch {
-	case err == nil && status == ChargeStatusCharged: // charged already: the same answer again
+	case err == nil && status == chargeCharged: // charged already: the same answer again
 		return p.reply(ctx, tx, msg, PaymentSucceeded{OrderID: c.OrderID, ChargeID: chargeID}, "")
 	case err == nil:
 		return p.reply(ctx, tx, msg, PaymentDeclined{OrderID: c.OrderID}, "order was refunded before the charge arrived")
@@ -73,7 +73,7 @@ func (p *paymentNode) charge(ctx context.Context, tx *sql.Tx, msg courier.Messag
 		return p.reply(ctx, tx, msg, PaymentDeclined{OrderID: c.OrderID}, "card declined")
 	}
 	chargeID = "ch_" + uuid.NewString()
-	if err := p.insertCharge(ctx, tx, chargeID, c.OrderID, c.Customer, c.Amount, ChargeStatusCharged); err != nil {
+	if err := p.insertCharge(ctx, tx, chargeID, c.OrderID, c.Customer, c.Amount, chargeCharged); err != nil {
 		return err
 	}
 	return p.reply(ctx, tx, msg, PaymentSucceeded{OrderID: c.OrderID, ChargeID: chargeID}, "")
@@ -97,13 +97,13 @@ func (p *paymentNode) refund(ctx context.Context, tx *sql.Tx, msg courier.Messag
 	err := tx.QueryRowContext(ctx, p.db.q(`SELECT id, amount, status FROM shop_charges WHERE order_id = ?`), c.OrderID).Scan(&chargeID, &amount, &status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		if err := p.insertCharge(ctx, tx, "void_"+uuid.NewString(), c.OrderID, "", 0, ChargeStatusVoid); err != nil {
+		if err := p.insertCharge(ctx, tx, "void_"+uuid.NewString(), c.OrderID, "", 0, chargeVoid); err != nil {
 			return err
 		}
 		return p.reply(ctx, tx, msg, PaymentRefunded{OrderID: c.OrderID}, "")
 	case err != nil:
 		return err
-	case status == ChargeStatusVoid:
+	case status == chargeVoid:
 		return p.reply(ctx, tx, msg, PaymentRefunded{OrderID: c.OrderID}, "")
 	}
 	refunded, err := exists(ctx, tx, p.db.q(`SELECT 1 FROM shop_refunds WHERE order_id = ?`), c.OrderID)

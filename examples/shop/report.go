@@ -50,7 +50,7 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 		fmt.Fprintf(&b, "Throughput  %.0f orders/s: %d orders ended in %s, from the first order placed to the last saga's end\n",
 			float64(ended)/span.Seconds(), ended, round(span))
 		fmt.Fprintf(&b, "Latency     p50 %s, p99 %s, max %s, from POST /orders to the saga's end state\n",
-			round(Percentile(a.Latencies, 50)), round(Percentile(a.Latencies, 99)), round(Percentile(a.Latencies, 100)))
+			round(percentile(a.Latencies, 50)), round(percentile(a.Latencies, 99)), round(percentile(a.Latencies, 100)))
 	}
 
 	var total Metrics

@@ -8,8 +8,8 @@ import (
 	"github.com/courier-go/courier/saga"
 )
 
-// SagaType is the order saga's type in the saga store.
-const SagaType = "order"
+// sagaType is the order saga's type in the saga store.
+const sagaType = "order"
 
 // States of an order. The happy path is Placed → PaymentPending → Paid →
 // InventoryReserved → ShippingReady; a failure or a timeout goes through
@@ -24,9 +24,9 @@ const (
 	StateCancelled         = "Cancelled"
 )
 
-// OrderData is the saga's own data: what the commands need, and what the
+// orderData is the saga's own data: what the commands need, and what the
 // replies told it.
-type OrderData struct {
+type orderData struct {
 	Customer   string `json:"customer"`
 	SKU        string `json:"sku"`
 	Qty        int    `json:"qty"`
@@ -54,24 +54,24 @@ func (t *Timeouts) setDefaults() {
 	}
 }
 
-// OrderSaga returns the order saga: charge, reserve, ship. Every step has a
+// orderSaga returns the order saga: charge, reserve, ship. Every step has a
 // timeout and a compensation; see the package documentation for why the
 // shipping step can be undone.
-func OrderSaga(t Timeouts) saga.Definition[OrderData] {
+func orderSaga(t Timeouts) saga.Definition[orderData] {
 	t.setDefaults()
-	return saga.Definition[OrderData]{
-		Type:              SagaType,
+	return saga.Definition[orderData]{
+		Type:              sagaType,
 		Initial:           StatePlaced,
 		CompensatingState: StateCompensating,
 		CancelledState:    StateCancelled,
-		Steps: []saga.Step[OrderData]{
+		Steps: []saga.Step[orderData]{
 			{
 				Name: "payment", Pending: StatePaymentPending, Done: StatePaid,
-				Command: command(TopicPayment, func(id string, d *OrderData) any {
+				Command: command(TopicPayment, func(id string, d *orderData) any {
 					return ChargeRequested{OrderID: id, Customer: d.Customer, Amount: d.Amount}
 				}),
 				Succeeded: courier.TypeName(PaymentSucceeded{}), Failed: courier.TypeName(PaymentDeclined{}),
-				OnReply: func(d *OrderData, r courier.Message) error {
+				OnReply: func(d *orderData, r courier.Message) error {
 					if r.Type != courier.TypeName(PaymentSucceeded{}) {
 						return nil
 					}
@@ -83,26 +83,26 @@ func OrderSaga(t Timeouts) saga.Definition[OrderData] {
 					return nil
 				},
 				Timeout: t.Step, CompensationTimeout: t.Compensation,
-				Compensate:  command(TopicPayment, func(id string, _ *OrderData) any { return RefundRequested{OrderID: id} }),
+				Compensate:  command(TopicPayment, func(id string, _ *orderData) any { return RefundRequested{OrderID: id} }),
 				Compensated: courier.TypeName(PaymentRefunded{}),
 			},
 			{
 				Name: "inventory", Done: StateInventoryReserved,
-				Command: command(TopicInventory, func(id string, d *OrderData) any {
+				Command: command(TopicInventory, func(id string, d *orderData) any {
 					return ReserveStock{OrderID: id, SKU: d.SKU, Qty: d.Qty}
 				}),
 				Succeeded: courier.TypeName(StockReserved{}), Failed: courier.TypeName(StockUnavailable{}),
 				Timeout: t.Step, CompensationTimeout: t.Compensation,
-				Compensate:  command(TopicInventory, func(id string, _ *OrderData) any { return ReleaseStock{OrderID: id} }),
+				Compensate:  command(TopicInventory, func(id string, _ *orderData) any { return ReleaseStock{OrderID: id} }),
 				Compensated: courier.TypeName(StockReleased{}),
 			},
 			{
 				Name: "shipping", Done: StateShippingReady,
-				Command: command(TopicShipping, func(id string, d *OrderData) any {
+				Command: command(TopicShipping, func(id string, d *orderData) any {
 					return PrepareShipment{OrderID: id, Customer: d.Customer, SKU: d.SKU, Qty: d.Qty}
 				}),
 				Succeeded: courier.TypeName(ShipmentPrepared{}), Failed: courier.TypeName(ShipmentFailed{}),
-				OnReply: func(d *OrderData, r courier.Message) error {
+				OnReply: func(d *orderData, r courier.Message) error {
 					if r.Type != courier.TypeName(ShipmentPrepared{}) {
 						return nil
 					}
@@ -114,7 +114,7 @@ func OrderSaga(t Timeouts) saga.Definition[OrderData] {
 					return nil
 				},
 				Timeout: t.Step, CompensationTimeout: t.Compensation,
-				Compensate:  command(TopicShipping, func(id string, _ *OrderData) any { return CancelShipment{OrderID: id} }),
+				Compensate:  command(TopicShipping, func(id string, _ *orderData) any { return CancelShipment{OrderID: id} }),
 				Compensated: courier.TypeName(ShipmentCancelled{}),
 			},
 		},
@@ -123,8 +123,8 @@ func OrderSaga(t Timeouts) saga.Definition[OrderData] {
 
 // command builds a step's command: build's value as JSON on topic, keyed by
 // the order id.
-func command(topic string, build func(id string, d *OrderData) any) func(string, *OrderData) (courier.Message, error) {
-	return func(id string, d *OrderData) (courier.Message, error) {
+func command(topic string, build func(id string, d *orderData) any) func(string, *orderData) (courier.Message, error) {
+	return func(id string, d *orderData) (courier.Message, error) {
 		return courier.NewJSON(topic, id, build(id, d))
 	}
 }

@@ -73,12 +73,13 @@ var (
 	}
 )
 
-// ddl writes a table of the lists above in dialect's types.
+// ddl writes a table of the lists above in the types of dialect (a
+// store.Database's Dialect()).
 func ddl(dialect, table string) string {
 	types := map[string][]string{
-		SQLite:   {"{id}", "TEXT", "{str}", "TEXT", "{int}", "INTEGER"},
-		Postgres: {"{id}", "text", "{str}", "text", "{int}", "bigint"},
-		MySQL:    {"{id}", "VARCHAR(191)", "{str}", "VARCHAR(255)", "{int}", "BIGINT"},
+		"sqlite":   {"{id}", "TEXT", "{str}", "TEXT", "{int}", "INTEGER"},
+		"postgres": {"{id}", "text", "{str}", "text", "{int}", "bigint"},
+		"mysql":    {"{id}", "VARCHAR(191)", "{str}", "VARCHAR(255)", "{int}", "BIGINT"},
 	}
 	return strings.NewReplacer(types[dialect]...).Replace(table)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/saga"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 // Service names, also their inbox consumer names.
@@ -137,7 +138,7 @@ func (b *base) Metrics() Metrics {
 // node is one incarnation's plumbing: the database, the outbox writer that
 // wakes the in-process relay, and the broker connection.
 type node struct {
-	db      *DB
+	db      *serviceDB
 	w       *outbox.Writer[*sql.Tx]
 	wake    *store.LocalNotifier
 	nc      *natsgo.Conn
@@ -194,7 +195,7 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	defer cancel()
 	log := b.cfg.Logger
 
-	db, err := OpenDB(life, b.cfg.DatabaseURL)
+	db, err := openDB(life, b.cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("shop %s: %w", b.name, err)
 	}
@@ -212,13 +213,13 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 		return fmt.Errorf("shop %s: %w", b.name, err)
 	}
 	wake := store.NewLocalNotifier()
-	n := &node{db: db, w: outbox.New(db.outbox(), outbox.Config{Notify: wake.Signal}), wake: wake, nc: nc, mapping: mapping, log: log}
+	n := &node{db: db, w: outbox.New(db.Inserter(), outbox.Config{Notify: wake.Signal}), wake: wake, nc: nc, mapping: mapping, log: log}
 
 	inc, err := setup(life, n, drain)
 	if err != nil {
 		return fmt.Errorf("shop %s: %w", b.name, err)
 	}
-	st, err := db.relayStore(life)
+	st, err := db.RelayStore(life, store.RelayConfig{})
 	if err != nil {
 		return fmt.Errorf("shop %s: relay store: %w", b.name, err)
 	}
@@ -242,11 +243,11 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	}
 	defer sub.Close()
 	chaos := NewChaos(sub, ChaosConfig{Duplicate: faults.DuplicateRate, Reorder: faults.ReorderRate})
-	ib, err := inbox.New(db.inbox(), b.name)
+	ib, err := inbox.New(db.Inbox(), b.name)
 	if err != nil {
 		return err
 	}
-	cons, err := inbox.NewConsumer(ib, chaos, db.consumerStore(), withFaults(b.Faults, inc.handler), inbox.ConsumerConfig{
+	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, inc.handler), inbox.ConsumerConfig{
 		Concurrency: 8, MaxDeliveries: 25, Backoff: courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: log,
 	})
@@ -284,7 +285,7 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 			return nil
 		})
 	}
-	log.Info("service started", "database", db.String(), "dialect", db.Dialect(), "broker", redact(b.cfg.BrokerURL), "topic", mapping.Subject(topic))
+	log.Info("service started", "database", db.String(), "dialect", db.Dialect(), "broker", dburl.Redact(b.cfg.BrokerURL), "topic", mapping.Subject(topic))
 	b.once.Do(func() { close(b.started) })
 	err = g.Wait()
 	log.Info("service stopped", "error", err)

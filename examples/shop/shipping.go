@@ -14,11 +14,11 @@ import (
 
 // Shipment statuses.
 const (
-	ShipmentStatusPrepared  = "prepared"
-	ShipmentStatusCancelled = "cancelled"
-	// ShipmentStatusVoid marks an order whose shipment was cancelled before
+	shipmentPrepared  = "prepared"
+	shipmentCancelled = "cancelled"
+	// shipmentVoid marks an order whose shipment was cancelled before
 	// it was prepared: a late PrepareShipment is refused.
-	ShipmentStatusVoid = "void"
+	shipmentVoid = "void"
 )
 
 // ShippingService prepares parcels and cancels them:
@@ -61,7 +61,7 @@ func (s *shippingNode) prepare(ctx context.Context, tx *sql.Tx, msg courier.Mess
 	var id, status string
 	err := tx.QueryRowContext(ctx, s.db.q(`SELECT id, status FROM shop_shipments WHERE order_id = ?`), c.OrderID).Scan(&id, &status)
 	switch {
-	case err == nil && status == ShipmentStatusPrepared: // prepared already: the same answer again
+	case err == nil && status == shipmentPrepared: // prepared already: the same answer again
 		return s.reply(ctx, tx, msg, ShipmentPrepared{OrderID: c.OrderID, ShipmentID: id}, "")
 	case err == nil:
 		return s.reply(ctx, tx, msg, ShipmentFailed{OrderID: c.OrderID}, "shipment was cancelled before it was prepared")
@@ -74,7 +74,7 @@ func (s *shippingNode) prepare(ctx context.Context, tx *sql.Tx, msg courier.Mess
 	id = "sh_" + uuid.NewString()
 	now := time.Now().UnixMicro()
 	if _, err := tx.ExecContext(ctx, s.db.q(`INSERT INTO shop_shipments (order_id, id, customer, sku, qty, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-		c.OrderID, id, c.Customer, c.SKU, c.Qty, ShipmentStatusPrepared, now, now); err != nil {
+		c.OrderID, id, c.Customer, c.SKU, c.Qty, shipmentPrepared, now, now); err != nil {
 		return err
 	}
 	return s.reply(ctx, tx, msg, ShipmentPrepared{OrderID: c.OrderID, ShipmentID: id}, "")
@@ -90,17 +90,17 @@ func (s *shippingNode) cancel(ctx context.Context, tx *sql.Tx, msg courier.Messa
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		if _, err := tx.ExecContext(ctx, s.db.q(`INSERT INTO shop_shipments (order_id, id, customer, sku, qty, status, created_at, updated_at) VALUES (?, ?, '', '', 0, ?, ?, ?)`),
-			c.OrderID, "sh_"+uuid.NewString(), ShipmentStatusVoid, now, now); err != nil {
+			c.OrderID, "sh_"+uuid.NewString(), shipmentVoid, now, now); err != nil {
 			return err
 		}
 		return s.reply(ctx, tx, msg, ShipmentCancelled{OrderID: c.OrderID}, "")
 	case err != nil:
 		return err
-	case status == ShipmentStatusPrepared:
+	case status == shipmentPrepared:
 		if _, err := tx.ExecContext(ctx, s.db.q(`UPDATE shop_shipments SET status = ?, updated_at = ? WHERE order_id = ? AND status = ?`),
-			ShipmentStatusCancelled, now, c.OrderID, ShipmentStatusPrepared); err != nil {
+			shipmentCancelled, now, c.OrderID, shipmentPrepared); err != nil {
 			return err
 		}
 	}
-	return s.reply(ctx, tx, msg, ShipmentCancelled{OrderID: c.OrderID, Cancelled: status != ShipmentStatusVoid}, "")
+	return s.reply(ctx, tx, msg, ShipmentCancelled{OrderID: c.OrderID, Cancelled: status != shipmentVoid}, "")
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/courier-go/courier/store/dburl"
 )
 
 // Databases names each service's database (see Config.DatabaseURL).
@@ -45,7 +47,7 @@ func PostgresDatabases(base, prefix string) (Databases, error) {
 		name string
 		dst  *string
 	}{{Orders, &d.Orders}, {Payment, &d.Payment}, {Inventory, &d.Inventory}, {Shipping, &d.Shipping}} {
-		u, err := WithSchema(base, prefix+"_"+s.name)
+		u, err := dburl.WithSchema(base, prefix+"_"+s.name)
 		if err != nil {
 			return Databases{}, err
 		}
@@ -58,7 +60,7 @@ func PostgresDatabases(base, prefix string) (Databases, error) {
 func (d Databases) Drop(ctx context.Context) error {
 	var errs []error
 	for _, s := range Services {
-		errs = append(errs, DropSchema(ctx, d.URL(s)))
+		errs = append(errs, dburl.DropSchema(ctx, d.URL(s)))
 	}
 	return errors.Join(errs...)
 }

@@ -40,8 +40,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/courier-go/courier/broker/nats/embedded"
-	"github.com/courier-go/courier/store/mysql"
-	"github.com/courier-go/courier/store/postgres"
 )
 
 // Environment variables read by this package.
@@ -178,8 +176,9 @@ type PG struct {
 }
 
 // Postgres creates a fresh schema, dropped when the test ends, and returns
-// pools on it. With migrate, Courier's migrations are applied.
-func Postgres(t testing.TB, migrate bool) *PG {
+// pools on it. Unless migrate is nil it is applied to the pool, typically
+// Courier's migrations: testenv.Postgres(t, testenv.Migrate(postgres.NewDriver)).
+func Postgres(t testing.TB, migrate func(context.Context, *pgxpool.Pool) error) *PG {
 	t.Helper()
 	base := Need(t, EnvPostgres)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -211,12 +210,25 @@ func Postgres(t testing.TB, migrate bool) *PG {
 		t.Fatalf("connect: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	if migrate {
-		if _, err := postgres.Migrate(ctx, pool); err != nil {
+	if migrate != nil {
+		if err := migrate(ctx, pool); err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
 	}
 	return &PG{URL: u, Schema: schema, Pool: pool, Admin: admin}
+}
+
+// Migrate returns the migrate argument of [Postgres] and [MySQL] that
+// applies Courier's migrations through the driver a dialect's constructor
+// returns on the test's handle, such as postgres.NewDriver or
+// mysql.NewDriver.
+func Migrate[H any, D interface {
+	Migrate(ctx context.Context) ([]int, error)
+}](driver func(H) D) func(context.Context, H) error {
+	return func(ctx context.Context, h H) error {
+		_, err := driver(h).Migrate(ctx)
+		return err
+	}
 }
 
 // WithSearchPath returns the connection URL base with search_path set.
@@ -237,6 +249,9 @@ type MySQLDB struct {
 	// DSN connects to the test's database (the base DSN with its database
 	// name replaced).
 	DSN string
+	// URL is the same database as a mysql:// URL, the form store/dburl
+	// opens.
+	URL string
 	// Name is the database's name.
 	Name string
 	// DB is a pool on DSN.
@@ -246,8 +261,9 @@ type MySQLDB struct {
 }
 
 // MySQL creates a fresh database, dropped when the test ends, and returns
-// pools on it. With migrate, Courier's migrations are applied.
-func MySQL(t testing.TB, migrate bool) *MySQLDB {
+// pools on it. Unless migrate is nil it is applied to the database,
+// typically Courier's migrations: testenv.MySQL(t, testenv.Migrate(mysql.NewDriver)).
+func MySQL(t testing.TB, migrate func(context.Context, *sql.DB) error) *MySQLDB {
 	t.Helper()
 	base := Need(t, EnvMySQL)
 	cfg, err := gomysql.ParseDSN(base)
@@ -280,12 +296,26 @@ func MySQL(t testing.TB, migrate bool) *MySQLDB {
 	}
 	db.SetMaxOpenConns(20)
 	t.Cleanup(func() { db.Close() })
-	if migrate {
-		if _, err := mysql.Migrate(ctx, db); err != nil {
+	if migrate != nil {
+		if err := migrate(ctx, db); err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
 	}
-	return &MySQLDB{DSN: dsn, Name: name, DB: db, Admin: admin}
+	return &MySQLDB{DSN: dsn, URL: mysqlURL(cfg), Name: name, DB: db, Admin: admin}
+}
+
+// mysqlURL returns the mysql:// URL of the DSN cfg formats, with the same
+// parameters.
+func mysqlURL(cfg *gomysql.Config) string {
+	u := url.URL{Scheme: "mysql", User: url.User(cfg.User), Host: cfg.Addr, Path: "/" + cfg.DBName}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	// The parameters follow the last @ (a password may hold one; the
+	// parameters are query-escaped).
+	dsn := cfg.FormatDSN()
+	_, u.RawQuery, _ = strings.Cut(dsn[strings.LastIndex(dsn, "@")+1:], "?")
+	return u.String()
 }
 
 // NATS returns the URL of the machine's NATS server (COURIER_TEST_NATS_URL),

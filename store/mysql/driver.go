@@ -64,6 +64,9 @@ func (d Driver) Admin() store.Admin { return Admin(d.db) }
 // SerialWrites reports false.
 func (Driver) SerialWrites() bool { return false }
 
+// Rebind returns query as it is: the driver takes ? placeholders.
+func (Driver) Rebind(query string) string { return query }
+
 // Inserter returns [DatabaseSQL].
 func (Driver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
 

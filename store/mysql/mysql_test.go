@@ -20,7 +20,7 @@ import (
 // loc and the session's time_zone change nothing: occurred_at comes back as
 // written, and the stats clock is UTC now.
 func TestTimesIgnoreDSNAndSessionZone(t *testing.T) {
-	my := testenv.MySQL(t, true)
+	my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 	ctx := context.Background()
 	occurred := time.Date(2024, 3, 31, 1, 30, 0, 123456000, time.UTC) // inside a DST change in Europe
 	for _, params := range []map[string]string{
@@ -82,7 +82,7 @@ func TestTimesIgnoreDSNAndSessionZone(t *testing.T) {
 
 // Without a database in the DSN, Migrate says where to put one.
 func TestMigrateNeedsDatabase(t *testing.T) {
-	my := testenv.MySQL(t, false)
+	my := testenv.MySQL(t, nil)
 	cfg, err := gomysql.ParseDSN(my.DSN)
 	testenv.Must(t, err, "parse dsn")
 	cfg.DBName = ""
@@ -96,7 +96,7 @@ func TestMigrateNeedsDatabase(t *testing.T) {
 
 // A lost claim turn row (someone emptied the table) is named, with the fix.
 func TestClaimLockRowMissing(t *testing.T) {
-	my := testenv.MySQL(t, true)
+	my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 	ctx := context.Background()
 	st, err := mysql.NewStore(ctx, my.DB, mysql.StoreConfig{})
 	testenv.Must(t, err, "store")

@@ -17,12 +17,12 @@ import (
 func TestClock(t *testing.T) {
 	t.Run("pgx", func(t *testing.T) {
 		clocktest.Run(t, func(t *testing.T, c store.Clock) store.Driver[pgx.Tx] {
-			return postgres.NewDriver(testenv.Postgres(t, true).Pool).WithClock(c)
+			return postgres.NewDriver(testenv.Postgres(t, testenv.Migrate(postgres.NewDriver)).Pool).WithClock(c)
 		})
 	})
 	t.Run("database/sql", func(t *testing.T) {
 		clocktest.Run(t, func(t *testing.T, c store.Clock) store.Driver[*sql.Tx] {
-			d := postgres.NewSQLDriver(testenv.Postgres(t, true).Pool).WithClock(c)
+			d := postgres.NewSQLDriver(testenv.Postgres(t, testenv.Migrate(postgres.NewDriver)).Pool).WithClock(c)
 			t.Cleanup(func() { d.DB().Close() })
 			return d
 		})

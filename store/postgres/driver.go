@@ -45,6 +45,7 @@ func (database) PollInterval() time.Duration          { return DefaultPollInterv
 func (d database) ConsumerStore() store.ConsumerStore { return ConsumerStore(d.pool) }
 func (d database) Admin() store.Admin                 { return admin(d) }
 func (database) SerialWrites() bool                   { return false }
+func (database) Rebind(query string) string           { return sqltx.Dollar(query) }
 
 // Driver is PostgreSQL through pgx: a store.Driver whose stores work in
 // pgx.Tx transactions.

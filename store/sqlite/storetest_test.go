@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/sqlite"
 	"github.com/courier-go/courier/store/storetest"
 )
@@ -23,41 +22,19 @@ func openFile(t testing.TB) (*sql.DB, string) {
 	return db, path
 }
 
-// harness gives the conformance suite a fresh file per test.
-func harness() storetest.Harness {
-	return storetest.Harness{Open: func(t testing.TB) *storetest.DB {
-		db, _ := openFile(t)
-		return &storetest.DB{
-			SQL:     db,
-			Writers: []storetest.Writer{storetest.SQLWriter(db, sqlite.DatabaseSQL())},
-			NewStore: func(ctx context.Context, keep bool) (store.RelayStore, error) {
-				return sqlite.NewStore(ctx, db, sqlite.StoreConfig{KeepPublished: keep})
-			},
-			Migrate:       func(ctx context.Context) ([]int, error) { return sqlite.Migrate(ctx, db) },
-			SchemaVersion: func(ctx context.Context) (int, error) { return sqlite.SchemaVersion(ctx, db) },
-			CheckSchema:   func(ctx context.Context) error { return sqlite.CheckSchema(ctx, db) },
-			Migrations:    sqlite.Migrations,
-			ExportSQL:     sqlite.ExportSQL,
-			Inboxes:       []storetest.Inbox{storetest.InboxOf("database/sql", sqlite.SQLInbox(db))},
-			ConsumerStore: sqlite.ConsumerStore(db),
-			Admin:         sqlite.Admin(db),
-			Idempotency:   []storetest.Idempotency{storetest.IdempotencyOf("database/sql", sqlite.SQLIdempotency(db))},
-			SerialWrites:  true,
-			ExecScript: func(ctx context.Context, script string) error {
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					return err
-				}
-				defer tx.Rollback()
-				if _, err := tx.ExecContext(ctx, script); err != nil {
-					return err
-				}
-				return tx.Commit()
-			},
-		}
-	}}
-}
-
+// The conformance suite, on a fresh file per test.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, harness())
+	storetest.Exercise(t, func(t testing.TB) storetest.Harness[*sql.Tx] {
+		db, _ := openFile(t)
+		d := sqlite.NewDriver(db)
+		// An exported script runs in one transaction, as the sqlite3 shell
+		// runs a file of statements.
+		script := func(ctx context.Context, script string) error {
+			return d.InTx(ctx, func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, script)
+				return err
+			})
+		}
+		return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: script}
+	})
 }

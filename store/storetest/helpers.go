@@ -4,40 +4,31 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"testing"
 	"time"
 
 	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
 )
 
+// testDB is one test's database: the driver under test and what the
+// suite adds to it.
+type testDB[TTx any] struct {
+	store.Driver[TTx]
+	execScript func(ctx context.Context, script string) error
+}
+
 // open returns a fresh database, migrated when migrate is true.
-func open(t *testing.T, h Harness, migrate bool) *DB {
+func open[TTx any](t *testing.T, h opener[TTx], migrate bool) *testDB[TTx] {
 	t.Helper()
-	db := h.Open(t)
-	if db == nil {
-		t.Fatal("storetest: Harness.Open returned nil")
+	hs := h(t)
+	if hs.Driver == nil || hs.ExecScript == nil {
+		t.Fatal("storetest: the Harness lacks its Driver or its ExecScript")
 	}
-	if len(db.Writers) == 0 {
-		t.Fatal("storetest: DB.Writers is empty: give at least the database/sql inserter (storetest.SQLWriter)")
-	}
-	if len(db.Inboxes) == 0 || len(db.Idempotency) == 0 {
-		t.Fatal("storetest: DB.Inboxes or DB.Idempotency is empty: give at least the database/sql implementations " +
-			"(storetest.InboxOf(\"database/sql\", dialect.SQLInbox(db)), storetest.IdempotencyOf(…))")
-	}
-	for name, missing := range map[string]bool{
-		"SQL": db.SQL == nil, "NewStore": db.NewStore == nil, "Migrate": db.Migrate == nil,
-		"SchemaVersion": db.SchemaVersion == nil, "CheckSchema": db.CheckSchema == nil,
-		"Migrations": db.Migrations == nil, "ExportSQL": db.ExportSQL == nil, "ExecScript": db.ExecScript == nil,
-		"ConsumerStore": db.ConsumerStore == nil, "Admin": db.Admin == nil,
-	} {
-		if missing {
-			t.Fatalf("storetest: DB.%s is nil: set it to the dialect's function (see storetest.DB)", name)
-		}
-	}
+	db := &testDB[TTx]{Driver: hs.Driver, execScript: hs.ExecScript}
 	if migrate {
 		if _, err := db.Migrate(context.Background()); err != nil {
 			t.Fatalf("migrate: %v", err)
@@ -46,51 +37,97 @@ func open(t *testing.T, h Harness, migrate bool) *DB {
 	return db
 }
 
-func (db *DB) rebind(q string) string {
-	if db.Rebind == nil {
-		return q
-	}
-	return db.Rebind(q)
-}
-
-// queryRow runs a portable query with ? placeholders and scans its one row.
-func (db *DB) queryRow(t *testing.T, dest []any, q string, args ...any) {
+// queryRow runs a query with ? placeholders in a transaction of its own and
+// scans its one row.
+func (db *testDB[TTx]) queryRow(t *testing.T, dest []any, q string, args ...any) {
 	t.Helper()
-	if err := db.SQL.QueryRowContext(context.Background(), db.rebind(q), args...).Scan(dest...); err != nil {
+	ctx := context.Background()
+	if err := db.InTx(ctx, func(tx TTx) error { return db.QueryRow(ctx, tx, q, dest, args...) }); err != nil {
 		t.Fatalf("query %q: %v", q, err)
 	}
 }
 
-// exec runs a portable statement with ? placeholders.
-func (db *DB) exec(t *testing.T, q string, args ...any) {
+// exec runs a statement with ? placeholders in a transaction of its own.
+func (db *testDB[TTx]) exec(t *testing.T, q string, args ...any) {
 	t.Helper()
-	if _, err := db.SQL.ExecContext(context.Background(), db.rebind(q), args...); err != nil {
+	ctx := context.Background()
+	if err := db.InTx(ctx, func(tx TTx) error { _, err := db.Exec(ctx, tx, q, args...); return err }); err != nil {
 		t.Fatalf("exec %q: %v", q, err)
 	}
 }
 
 // count returns the number of rows of table.
-func (db *DB) count(t *testing.T, table string) int {
+func (db *testDB[TTx]) count(t *testing.T, table string) int {
 	t.Helper()
 	var n int
 	db.queryRow(t, []any{&n}, "SELECT count(*) FROM "+table)
 	return n
 }
 
-func (db *DB) newStore(t *testing.T, keepPublished bool) store.RelayStore {
+func (db *testDB[TTx]) newStore(t *testing.T, keepPublished bool) store.RelayStore {
 	t.Helper()
-	st, err := db.NewStore(context.Background(), keepPublished)
+	st, err := db.RelayStore(context.Background(), store.RelayConfig{KeepPublished: keepPublished})
 	if err != nil {
 		t.Fatalf("new store: %v", err)
 	}
 	return st
 }
 
-// write commits msgs with the first writer.
-func (db *DB) write(t *testing.T, msgs ...courier.Message) {
+// insert validates msgs, as the outbox writer does before it inserts, and
+// inserts them in tx.
+func (db *testDB[TTx]) insert(ctx context.Context, tx TTx, msgs ...courier.Message) error {
+	for i := range msgs {
+		if err := msgs[i].Validate(courier.Limits{}); err != nil {
+			return fmt.Errorf("message %d of %d: %w", i+1, len(msgs), err)
+		}
+	}
+	return db.Inserter().Insert(ctx, tx, msgs)
+}
+
+// errRollback makes a transaction of the suite roll back.
+var errRollback = errors.New("storetest: roll back")
+
+// inTx runs fn in a transaction begun with begin (a store's InTx) and
+// commits it, or rolls it back when commit is false: a rollback asked for
+// is no error.
+func inTx[TTx any](begin func(context.Context, func(TTx) error) error, commit bool, fn func(tx TTx) error) error {
+	err := begin(context.Background(), func(tx TTx) error {
+		if err := fn(tx); err != nil || commit {
+			return err
+		}
+		return errRollback
+	})
+	if !commit && errors.Is(err, errRollback) {
+		return nil
+	}
+	return err
+}
+
+// reportInTx runs op in a transaction as [inTx] does and returns what op
+// reported, failing the test (with what) on an error.
+func reportInTx[TTx any](t *testing.T, begin func(context.Context, func(TTx) error) error, commit bool,
+	op func(tx TTx) (bool, error), what string, args ...any) bool {
 	t.Helper()
-	if err := db.Writers[0].Write(context.Background(), outbox.Config{}, msgs, true); err != nil {
-		t.Fatalf("write %d messages with %s: %v", len(msgs), db.Writers[0].Name, err)
+	var reported bool
+	err := inTx(begin, commit, func(tx TTx) (err error) {
+		reported, err = op(tx)
+		return err
+	})
+	must(t, err, what, args...)
+	return reported
+}
+
+// writeTx inserts msgs in a transaction of its own and commits it, or rolls
+// it back when commit is false.
+func (db *testDB[TTx]) writeTx(ctx context.Context, msgs []courier.Message, commit bool) error {
+	return inTx(db.InTx, commit, func(tx TTx) error { return db.insert(ctx, tx, msgs...) })
+}
+
+// write commits msgs.
+func (db *testDB[TTx]) write(t *testing.T, msgs ...courier.Message) {
+	t.Helper()
+	if err := db.writeTx(context.Background(), msgs, true); err != nil {
+		t.Fatalf("write %d messages: %v", len(msgs), err)
 	}
 }
 
@@ -197,7 +234,7 @@ func decodeHistory(t *testing.T, raw []byte) []entry {
 }
 
 // failedRow reads a pending row's failure columns.
-func (db *DB) failedRow(t *testing.T, seq int64) (attempts int, lastError string, history []entry) {
+func (db *testDB[TTx]) failedRow(t *testing.T, seq int64) (attempts int, lastError string, history []entry) {
 	t.Helper()
 	var raw []byte
 	var lastErr *string
@@ -206,4 +243,31 @@ func (db *DB) failedRow(t *testing.T, seq int64) (attempts int, lastError string
 		lastError = *lastErr
 	}
 	return attempts, lastError, decodeHistory(t, raw)
+}
+
+// must fails the test on a non-nil error, saying what failed.
+func must(t *testing.T, err error, what string, args ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
+	}
+}
+
+// near fails unless got is within margin of want. The margin covers a
+// database server's clock, which is not the test's.
+func near(t *testing.T, what string, got, want time.Time, margin time.Duration) {
+	t.Helper()
+	if d := got.Sub(want); d < -margin || d > margin {
+		t.Errorf("%s is %s, want %s ± %s", what, got, want, margin)
+	}
+}
+
+// clockMargin is how far the database's clock may be from the test's.
+const clockMargin = 10 * time.Second
+
+// panics reports whether fn panicked.
+func panics(fn func()) (panicked bool) {
+	defer func() { panicked = recover() != nil }()
+	fn()
+	return false
 }

@@ -48,7 +48,7 @@ func TestBadInputNeverLosesANeighbour(t *testing.T) {
 		badInput(t, store.Driver[*sql.Tx](d))
 	})
 	t.Run("postgres", func(t *testing.T) {
-		pg := testenv.Postgres(t, true)
+		pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 		badInput(t, store.Driver[pgx.Tx](postgres.NewDriver(pg.Pool)))
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,44 +51,18 @@ func TestMain(m *testing.M) {
 
 // runClaimer is the process that freezes: it claims once through a
 // connection that stops the process at stop, then completes its batch.
-func runClaimer(dialect, target, stop string) error {
+func runClaimer(name, target, stop string) error {
 	ctx := context.Background()
-	hook := &stopOnce{pattern: stop}
-	var st store.RelayStore
-	var err error
-	switch dialect {
-	case "postgres":
-		cfg, perr := pgxpool.ParseConfig(target)
-		if perr != nil {
-			return perr
-		}
-		cfg.ConnConfig.Tracer = hook
-		pool, perr := pgxpool.NewWithConfig(ctx, cfg)
-		if perr != nil {
-			return perr
-		}
-		defer pool.Close()
-		st, err = postgres.NewStore(ctx, pool, postgres.StoreConfig{})
-	case "mysql":
-		cfg, perr := gomysql.ParseDSN(target)
-		if perr != nil {
-			return perr
-		}
-		conn, perr := gomysql.NewConnector(cfg)
-		if perr != nil {
-			return perr
-		}
-		db := sql.OpenDB(hookConnector{base: conn, stop: hook})
-		defer db.Close()
-		st, err = mysql.NewStore(ctx, db, mysql.StoreConfig{})
-	case "sqlite":
-		dsn := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_journal_mode=WAL&_txlock=immediate", target, sqlite.DefaultBusyTimeout.Milliseconds())
-		db := sql.OpenDB(hookConnector{base: dsnConnector{dsn: dsn, drv: &sqlitedrv.Driver{}}, stop: hook})
-		defer db.Close()
-		st, err = sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
-	default:
-		return fmt.Errorf("unknown dialect %q", dialect)
+	i := slices.IndexFunc(dialects, func(d dialect) bool { return d.name == name })
+	if i < 0 {
+		return fmt.Errorf("unknown dialect %q", name)
 	}
+	db, closeDB, err := dialects[i].hooked(target, &stopOnce{pattern: stop})
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	st, err := db.RelayStore(ctx, store.RelayConfig{})
 	if err != nil {
 		return err
 	}
@@ -114,10 +89,23 @@ type target struct {
 	write func(ctx context.Context, msgs ...courier.Message) error
 }
 
+// driverTarget is the target at addr that d's stores work on.
+func driverTarget[TTx any](t *testing.T, addr string, d store.Driver[TTx]) target {
+	st, err := d.RelayStore(context.Background(), store.RelayConfig{})
+	testenv.Must(t, err, "store")
+	w := outbox.New(d.Inserter(), outbox.Config{})
+	return target{addr: addr, store: st, write: func(ctx context.Context, msgs ...courier.Message) error {
+		return d.InTx(ctx, func(tx TTx) error { return w.Write(ctx, tx, msgs...) })
+	}}
+}
+
 type dialect struct {
 	name  string
 	stops []string // statements the claimer freezes at (see runClaimer)
 	open  func(t *testing.T) target
+	// hooked opens, in the claimer's process, the database at a target's
+	// addr through connections that call hook before each statement.
+	hooked func(addr string, hook *stopOnce) (db store.Database, closeDB func(), err error)
 }
 
 var dialects = []dialect{
@@ -128,21 +116,20 @@ var dialects = []dialect{
 			"WHERE id = ANY", // the rows' contents are about to be read
 		},
 		open: func(t *testing.T) target {
-			pg := testenv.Postgres(t, true)
-			st, err := postgres.NewStore(context.Background(), pg.Pool, postgres.StoreConfig{})
-			testenv.Must(t, err, "store")
-			w := outbox.New(postgres.Pgx(), outbox.Config{})
-			return target{addr: pg.URL, store: st, write: func(ctx context.Context, msgs ...courier.Message) error {
-				tx, err := pg.Pool.Begin(ctx)
-				if err != nil {
-					return err
-				}
-				defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit
-				if err := w.Write(ctx, tx, msgs...); err != nil {
-					return err
-				}
-				return tx.Commit(ctx)
-			}}
+			pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+			return driverTarget(t, pg.URL, postgres.NewDriver(pg.Pool))
+		},
+		hooked: func(addr string, hook *stopOnce) (store.Database, func(), error) {
+			cfg, err := pgxpool.ParseConfig(addr)
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg.ConnConfig.Tracer = hook
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			return postgres.NewDriver(pool), pool.Close, nil
 		},
 	},
 	{
@@ -153,10 +140,20 @@ var dialects = []dialect{
 			"SELECT id, attempts",               // the rows' contents are about to be read
 		},
 		open: func(t *testing.T) target {
-			my := testenv.MySQL(t, true)
-			st, err := mysql.NewStore(context.Background(), my.DB, mysql.StoreConfig{})
-			testenv.Must(t, err, "store")
-			return target{addr: my.DSN, store: st, write: sqlWrite(my.DB, mysql.DatabaseSQL())}
+			my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
+			return driverTarget(t, my.DSN, mysql.NewDriver(my.DB))
+		},
+		hooked: func(addr string, hook *stopOnce) (store.Database, func(), error) {
+			cfg, err := gomysql.ParseDSN(addr)
+			if err != nil {
+				return nil, nil, err
+			}
+			conn, err := gomysql.NewConnector(cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			db := sql.OpenDB(hookConnector{base: conn, stop: hook})
+			return mysql.NewDriver(db), func() { db.Close() }, nil
 		},
 	},
 	{
@@ -170,28 +167,17 @@ var dialects = []dialect{
 			db, err := sqlite.Open(path)
 			testenv.Must(t, err, "open")
 			t.Cleanup(func() { db.Close() })
-			_, err = sqlite.Migrate(context.Background(), db)
+			d := sqlite.NewDriver(db)
+			_, err = d.Migrate(context.Background())
 			testenv.Must(t, err, "migrate")
-			st, err := sqlite.NewStore(context.Background(), db, sqlite.StoreConfig{})
-			testenv.Must(t, err, "store")
-			return target{addr: path, store: st, write: sqlWrite(db, sqlite.DatabaseSQL())}
+			return driverTarget(t, path, d)
+		},
+		hooked: func(addr string, hook *stopOnce) (store.Database, func(), error) {
+			dsn := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_journal_mode=WAL&_txlock=immediate", addr, sqlite.DefaultBusyTimeout.Milliseconds())
+			db := sql.OpenDB(hookConnector{base: dsnConnector{dsn: dsn, drv: &sqlitedrv.Driver{}}, stop: hook})
+			return sqlite.NewDriver(db), func() { db.Close() }, nil
 		},
 	},
-}
-
-func sqlWrite(db *sql.DB, ins store.Inserter[*sql.Tx]) func(context.Context, ...courier.Message) error {
-	w := outbox.New(ins, outbox.Config{})
-	return func(ctx context.Context, msgs ...courier.Message) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback() //nolint:errcheck // no-op after Commit
-		if err := w.Write(ctx, tx, msgs...); err != nil {
-			return err
-		}
-		return tx.Commit()
-	}
 }
 
 func TestOthersGoOnWhileARelayIsFrozenMidClaim(t *testing.T) {

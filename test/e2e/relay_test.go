@@ -1,10 +1,10 @@
-package storetest
+package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +69,22 @@ func (b *broker) startRelay(st store.RelayStore, cfg relay.Config) *relay.Relay 
 	return r
 }
 
+// startRelays runs n relays on st, each with a store.LocalNotifier of its
+// own, and returns an outbox Notify that wakes them all.
+func (b *broker) startRelays(st store.RelayStore, n int) (notify func(), relays []*relay.Relay) {
+	var notifiers []*store.LocalNotifier
+	for range n {
+		ln := store.NewLocalNotifier()
+		notifiers = append(notifiers, ln)
+		relays = append(relays, b.startRelay(st, relayConfig(ln)))
+	}
+	return func() {
+		for _, ln := range notifiers {
+			ln.Signal()
+		}
+	}, relays
+}
+
 // count returns the number of messages in the stream.
 func (b *broker) count() int {
 	b.t.Helper()
@@ -84,40 +100,7 @@ func (b *broker) count() int {
 // received reads the whole stream in order.
 func (b *broker) received() []courier.Message {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	total := b.count()
-	if total == 0 {
-		return nil
-	}
-	js, err := jetstream.New(b.nc)
-	testenv.Must(b.t, err, "jetstream")
-	s, err := js.Stream(ctx, b.stream)
-	testenv.Must(b.t, err, "stream")
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	testenv.Must(b.t, err, "ordered consumer")
-	out := make([]courier.Message, 0, total)
-	for len(out) < total {
-		batch, err := c.FetchNoWait(min(1000, total-len(out)))
-		testenv.Must(b.t, err, "fetch")
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			msg, err := b.mapping.FromNATS(&natsgo.Msg{Subject: m.Subject(), Header: natsgo.Header(m.Headers()), Data: m.Data()})
-			testenv.Must(b.t, err, "decode")
-			out = append(out, msg)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			b.t.Fatalf("fetch: %v", err)
-		}
-		if got == 0 {
-			if ctx.Err() != nil {
-				b.t.Fatalf("read %d of %d stream messages", len(out), total)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return out
+	return testenv.StreamMessages(b.t, b.nc, b.stream, b.mapping)
 }
 
 // relayConfig is a fast-moving relay configuration for tests.
@@ -132,34 +115,58 @@ func relayConfig(n store.Notifier) relay.Config {
 	}
 }
 
+// write writes msgs with w in a transaction of d and commits it.
+func write[TTx any](t *testing.T, d store.Driver[TTx], w *outbox.Writer[TTx], msgs ...courier.Message) {
+	t.Helper()
+	ctx := context.Background()
+	if err := d.InTx(ctx, func(tx TTx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("write %d messages: %v", len(msgs), err)
+	}
+}
+
+// relayStore returns d's relay store.
+func relayStore[TTx any](t *testing.T, d store.Driver[TTx]) store.RelayStore {
+	t.Helper()
+	st, err := d.RelayStore(context.Background(), store.RelayConfig{})
+	testenv.Must(t, err, "relay store")
+	return st
+}
+
+// pending returns the number of unpublished messages in st.
+func pending(t *testing.T, st store.RelayStore) int64 {
+	t.Helper()
+	s, err := st.Stats(context.Background())
+	testenv.Must(t, err, "stats")
+	return s.Pending
+}
+
 // A relay that has gone idle, with a poll interval of a minute, publishes a
-// message within moments of its commit: the writer's Notify reaches the
-// relay's store.LocalNotifier, whose follow-up wake-ups catch the commit.
-func testWakeUp(t *testing.T, h Harness) {
-	db := open(t, h, true)
+// message within moments of its commit: the outbox writer calls its Notify
+// once per write, and that reaches the relay's store.LocalNotifier, whose
+// follow-up wake-ups catch the commit.
+func testWakeUp[TTx any](t *testing.T, d store.Driver[TTx]) {
 	b := newBroker(t)
 	n := store.NewLocalNotifier()
 	cfg := relayConfig(n)
 	cfg.PollInterval = time.Minute
-	b.startRelay(db.newStore(t, false), cfg)
+	b.startRelay(relayStore(t, d), cfg)
 	time.Sleep(100 * time.Millisecond) // the relay finds nothing, arms and waits
-	for i, w := range db.Writers {
-		msg := courier.NewMessage("events", "wake", "Woken", []byte(w.Name))
-		committed := time.Now()
-		if err := w.Write(context.Background(), outbox.Config{Notify: n.Signal}, []courier.Message{msg}, true); err != nil {
-			t.Fatalf("%s: write: %v", w.Name, err)
-		}
-		testenv.Eventually(t, 20*time.Second, func() bool { return b.count() == i+1 },
-			"%s: the message committed after the relay went idle was not published: the wake-up was lost (poll interval 1m)", w.Name)
-		t.Logf("%s: published %s after the commit", w.Name, time.Since(committed).Round(time.Millisecond))
+	var notified atomic.Int32
+	w := outbox.New(d.Inserter(), outbox.Config{Notify: func() { notified.Add(1); n.Signal() }})
+	committed := time.Now()
+	write(t, d, w, courier.NewMessage("events", "wake", "Woken", []byte("wake up")))
+	if got := notified.Load(); got != 1 {
+		t.Fatalf("outbox.Config.Notify called %d times for one write, want 1", got)
 	}
+	testenv.Eventually(t, 20*time.Second, func() bool { return b.count() == 1 },
+		"the message committed after the relay went idle was not published: the wake-up was lost (poll interval 1m)")
+	t.Logf("published %s after the commit", time.Since(committed).Round(time.Millisecond))
 }
 
 // Three relays move a few thousand messages on a few hundred keys through an
 // embedded NATS server: every message arrives, and each key's messages
 // arrive in the order they were written.
-func testEndToEnd(t *testing.T, h Harness) {
-	db := open(t, h, true)
+func testEndToEnd[TTx any](t *testing.T, d store.Driver[TTx]) {
 	b := newBroker(t)
 	n, keys, per := 3000, 300, 50
 	if testing.Short() {
@@ -168,19 +175,9 @@ func testEndToEnd(t *testing.T, h Harness) {
 	// One store for the three relays, as in one process (a dialect may
 	// queue its relays' claims in the process); relays in several processes
 	// are the business of the dialects' own tests.
-	st := db.newStore(t, false)
-	var notifiers []*store.LocalNotifier
-	var relays []*relay.Relay
-	for range 3 {
-		ln := store.NewLocalNotifier()
-		notifiers = append(notifiers, ln)
-		relays = append(relays, b.startRelay(st, relayConfig(ln)))
-	}
-	cfg := outbox.Config{Notify: func() {
-		for _, ln := range notifiers {
-			ln.Signal()
-		}
-	}}
+	st := relayStore(t, d)
+	notify, relays := b.startRelays(st, 3)
+	w := outbox.New(d.Inserter(), outbox.Config{Notify: notify})
 	start := time.Now()
 	var written []courier.Message
 	for done := 0; done < n; done += per {
@@ -190,13 +187,10 @@ func testEndToEnd(t *testing.T, h Harness) {
 			msgs[i] = courier.NewMessage("events", fmt.Sprintf("key-%d", seq%keys), "Numbered",
 				fmt.Appendf(nil, `{"seq":%d}`, seq), courier.WithContentType(courier.ContentTypeJSON))
 		}
-		w := db.Writers[(done/per)%len(db.Writers)]
-		if err := w.Write(context.Background(), cfg, msgs, true); err != nil {
-			t.Fatalf("%s: write: %v", w.Name, err)
-		}
+		write(t, d, w, msgs...)
 		written = append(written, msgs...)
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool { return stats(t, st).Pending == 0 }, "outbox not drained: %+v", stats(t, st))
+	testenv.Eventually(t, 60*time.Second, func() bool { return pending(t, st) == 0 }, "outbox not drained: %d pending", testenv.Lazy(func() any { return pending(t, st) }))
 	elapsed := time.Since(start)
 	got := b.received()
 	dups := checkDelivery(t, written, got)
@@ -208,36 +202,6 @@ func testEndToEnd(t *testing.T, h Harness) {
 }
 
 // checkDelivery verifies that every written message is in the stream and
-// that each key's messages first appear in write order. It returns the
-// number of duplicates.
-func checkDelivery(t *testing.T, written, got []courier.Message) (dups int) {
-	t.Helper()
-	firstSeen := make(map[[16]byte]int, len(got))
-	for i, m := range got {
-		if _, ok := firstSeen[m.ID]; ok {
-			dups++
-			continue
-		}
-		firstSeen[m.ID] = i
-	}
-	lastPos := map[string]int{}
-	lost := 0
-	for _, m := range written {
-		pos, ok := firstSeen[m.ID]
-		if !ok {
-			lost++
-			if lost <= 5 {
-				t.Errorf("message %s (key %s) never reached the broker", m.ID, m.Key)
-			}
-			continue
-		}
-		if prev, ok := lastPos[m.Key]; ok && pos < prev {
-			t.Errorf("key %s out of order: message %s at stream position %d after position %d", m.Key, m.ID, pos, prev)
-		}
-		lastPos[m.Key] = pos
-	}
-	if lost > 0 {
-		t.Fatalf("%d of %d messages lost", lost, len(written))
-	}
-	return dups
-}
+// that each key's messages first appear in write order (see
+// testenv.CheckDelivery).
+var checkDelivery = testenv.CheckDelivery

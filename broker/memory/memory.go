@@ -1,0 +1,222 @@
+// Package memory is a broker in memory: a [broker.Publisher] that keeps what
+// it is sent and fails on demand, for unit tests of a relay (or of code that
+// publishes) that should run in milliseconds. Faults follow the broker
+// package's contract: an outage wraps [broker.ErrUnavailable], a permanent
+// refusal wraps [broker.ErrRejected], any other failure is a refusal that
+// counts against the message.
+//
+//	pub := memory.NewPublisher()
+//	pub.FailNext(3)          // the next three messages meet an outage
+//	pub.Reject(poison.ID)    // refused for good: a dead letter at once
+//	pub.Hold()               // publishes wait …
+//	pub.Release()            // … until released
+//	got := pub.Messages()    // what the broker acknowledged, in order
+//
+// It is no substitute for tests against the real broker: it accepts any
+// subject, size and header.
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+)
+
+// ErrOutage is the cause of the outages the Publisher simulates; the errors
+// it returns wrap it and [broker.ErrUnavailable].
+var ErrOutage = errors.New("memory: broker down")
+
+// Publisher is a [broker.Publisher] in memory. It is safe for concurrent
+// use. The zero value is not usable; call [NewPublisher].
+type Publisher struct {
+	mu       sync.Mutex
+	acked    []courier.Message
+	calls    [][]courier.Message
+	attempts map[uuid.UUID]int
+	failNext int  // messages left to fail as an outage
+	down     bool // every message fails as an outage
+	rejected map[uuid.UUID]error
+	failing  map[uuid.UUID]int // counted failures left per message; <0: for ever
+	gate     chan struct{}     // non-nil: publishes wait for it to close
+	held     chan struct{}     // a value per publish that starts waiting
+}
+
+var _ broker.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher that acknowledges every message.
+func NewPublisher() *Publisher {
+	return &Publisher{
+		attempts: make(map[uuid.UUID]int),
+		rejected: make(map[uuid.UUID]error),
+		failing:  make(map[uuid.UUID]int),
+		held:     make(chan struct{}, 1024),
+	}
+}
+
+// Publish implements [broker.Publisher]. While the Publisher is held it
+// first waits for Release; a context that ends meanwhile fails every message
+// as an outage. Then each message, in order, meets the faults set up: an
+// outage (Down, FailNext), a permanent refusal (Reject), a counted failure
+// (Fail); otherwise it is acknowledged and kept.
+func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
+	errs := make([]error, len(msgs))
+	p.mu.Lock()
+	p.calls = append(p.calls, slices.Clone(msgs))
+	gate := p.gate
+	p.mu.Unlock()
+	if gate != nil {
+		select {
+		case p.held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			for i := range errs {
+				errs[i] = broker.Unavailable(fmt.Errorf("memory: publish held until the context ended: %w", ctx.Err()))
+			}
+			p.count(msgs)
+			return errs
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, m := range msgs {
+		p.attempts[m.ID]++
+		errs[i] = p.fault(m)
+		if errs[i] == nil {
+			p.acked = append(p.acked, m)
+		}
+	}
+	return errs
+}
+
+// count records an attempt of each message.
+func (p *Publisher) count(msgs []courier.Message) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		p.attempts[m.ID]++
+	}
+}
+
+// fault returns the error m meets, nil if none. p.mu is held.
+func (p *Publisher) fault(m courier.Message) error {
+	switch {
+	case p.down:
+		return broker.Unavailable(ErrOutage)
+	case p.failNext > 0:
+		p.failNext--
+		return broker.Unavailable(ErrOutage)
+	}
+	if err, ok := p.rejected[m.ID]; ok {
+		return broker.Rejected(err)
+	}
+	if n, ok := p.failing[m.ID]; ok {
+		switch {
+		case n > 0:
+			p.failing[m.ID] = n - 1
+		case n == 0:
+			delete(p.failing, m.ID)
+			return nil
+		}
+		return fmt.Errorf("memory: message %s refused", m.ID)
+	}
+	return nil
+}
+
+// Down starts (true) or ends (false) an outage: every message fails with an
+// error wrapping [broker.ErrUnavailable] until it ends.
+func (p *Publisher) Down(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+}
+
+// FailNext makes the next n messages fail as an outage
+// ([broker.ErrUnavailable]).
+func (p *Publisher) FailNext(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failNext = n
+}
+
+// Reject makes every publish of message id fail for good, with an error
+// wrapping [broker.ErrRejected] and reason.
+func (p *Publisher) Reject(id uuid.UUID, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rejected[id] = errors.New(reason)
+}
+
+// Fail makes the next n publishes of message id fail with an error that
+// counts against it (neither unavailable nor rejected); n < 0 fails them
+// all.
+func (p *Publisher) Fail(id uuid.UUID, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n < 0 {
+		p.failing[id] = -1
+		return
+	}
+	p.failing[id] = n
+}
+
+// Hold makes publishes wait, before any message is handled, until Release
+// or their context ends. [Publisher.Held] tells when one has started
+// waiting.
+func (p *Publisher) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+}
+
+// Release lets the held publishes go on, and the later ones go through.
+func (p *Publisher) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+}
+
+// Held receives a value each time a publish starts waiting while the
+// Publisher is held (values beyond 1024 unread ones are dropped).
+func (p *Publisher) Held() <-chan struct{} { return p.held }
+
+// Messages returns the acknowledged messages in the order they were
+// acknowledged, duplicates included.
+func (p *Publisher) Messages() []courier.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.acked)
+}
+
+// Calls returns the messages of each Publish call, in call order,
+// whatever became of them.
+func (p *Publisher) Calls() [][]courier.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([][]courier.Message, len(p.calls))
+	for i, c := range p.calls {
+		out[i] = slices.Clone(c)
+	}
+	return out
+}
+
+// Attempts returns how many times message id was handed to Publish.
+func (p *Publisher) Attempts(id uuid.UUID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.attempts[id]
+}

@@ -1,0 +1,84 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/memory"
+)
+
+func TestFaults(t *testing.T) {
+	ctx := context.Background()
+	p := memory.NewPublisher()
+	a := courier.NewMessage("t", "a", "T", nil)
+	b := courier.NewMessage("t", "b", "T", nil)
+	c := courier.NewMessage("t", "c", "T", nil)
+
+	p.FailNext(1)
+	p.Reject(b.ID, "too large")
+	p.Fail(c.ID, 2)
+	for round, want := range [][3]error{
+		{broker.ErrUnavailable, broker.ErrRejected, errAny},
+		{nil, broker.ErrRejected, errAny},
+		{nil, broker.ErrRejected, nil},
+	} {
+		errs := p.Publish(ctx, []courier.Message{a, b, c})
+		for i, err := range errs {
+			if !matches(err, want[i]) {
+				t.Fatalf("round %d, message %d: %v, want %v", round, i, err, want[i])
+			}
+		}
+	}
+	if errs := p.Publish(ctx, []courier.Message{c}); errs[0] != nil {
+		t.Fatalf("after its failures: %v", errs[0])
+	}
+	if got := p.Messages(); len(got) != 4 || got[0].ID != a.ID || got[1].ID != a.ID || got[2].ID != c.ID {
+		t.Fatalf("acknowledged %d messages", len(got))
+	}
+	if p.Attempts(b.ID) != 3 || len(p.Calls()) != 4 {
+		t.Fatalf("%d attempts of b, %d calls; want 3 and 4", p.Attempts(b.ID), len(p.Calls()))
+	}
+
+	p.Down(true)
+	if errs := p.Publish(ctx, []courier.Message{a}); !errors.Is(errs[0], broker.ErrUnavailable) || !errors.Is(errs[0], memory.ErrOutage) {
+		t.Fatalf("while down: %v", errs[0])
+	}
+	p.Down(false)
+
+	p.Hold()
+	done := make(chan []error)
+	go func() { done <- p.Publish(ctx, []courier.Message{a}) }()
+	<-p.Held()
+	select {
+	case <-done:
+		t.Fatal("a held publish returned")
+	case <-time.After(10 * time.Millisecond):
+	}
+	p.Release()
+	if errs := <-done; errs[0] != nil {
+		t.Fatalf("released publish: %v", errs[0])
+	}
+
+	p.Hold()
+	short, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	if errs := p.Publish(short, []courier.Message{a}); !errors.Is(errs[0], broker.ErrUnavailable) {
+		t.Fatalf("held publish whose context ended: %v", errs[0])
+	}
+}
+
+var errAny = errors.New("any counted failure")
+
+func matches(err, want error) bool {
+	switch want {
+	case nil:
+		return err == nil
+	case errAny:
+		return err != nil && !errors.Is(err, broker.ErrUnavailable) && !errors.Is(err, broker.ErrRejected)
+	}
+	return errors.Is(err, want)
+}

@@ -1,0 +1,436 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/memory"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/memstore"
+)
+
+// The tests named TestUnit run the relay on the outbox and the broker in
+// memory (store/memstore, broker/memory): the ordering rules, outages,
+// poison messages and shutdown, in milliseconds, with the store's clock
+// moved forward instead of sleeping for leases and retries. The tests on
+// the real database and broker (the rest of this package) stay the proof;
+// these ones pin the relay's own logic down and run first.
+
+// unit is one test's outbox, broker and clock in memory.
+type unit struct {
+	t     *testing.T
+	clock *memstore.Clock
+	st    *memstore.Store
+	pub   *memory.Publisher
+	w     *outbox.Writer[*memstore.Tx]
+}
+
+func newUnit(t *testing.T) *unit {
+	clock := memstore.NewClock()
+	st := memstore.New(memstore.Config{Now: clock.Now})
+	return &unit{t: t, clock: clock, st: st, pub: memory.NewPublisher(), w: outbox.New(st, outbox.Config{})}
+}
+
+// config polls every few milliseconds and retries failed messages after an
+// hour, which only the store's clock makes pass.
+func (u *unit) config() relay.Config {
+	return relay.Config{
+		BatchSize:     100,
+		LeaseDuration: time.Minute,
+		PollInterval:  5 * time.Millisecond,
+		Backoff:       relay.Backoff{Initial: time.Hour, Max: time.Hour},
+		Notifier:      u.st.NewNotifier(),
+		Logger:        testLogger(u.t),
+	}
+}
+
+// start runs a relay until the test ends; stop cancels its context and
+// waits for Run to return.
+func (u *unit) start(cfg relay.Config) (r *relay.Relay, stop func()) {
+	u.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r, done := u.run(ctx, cfg)
+	stop = func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			u.t.Fatal("relay did not stop within 10s")
+		}
+	}
+	u.t.Cleanup(stop)
+	return r, stop
+}
+
+// run runs a relay until ctx ends; done is closed when Run has returned.
+func (u *unit) run(ctx context.Context, cfg relay.Config) (r *relay.Relay, done <-chan struct{}) {
+	u.t.Helper()
+	r, err := relay.New(u.st, u.pub, cfg)
+	if err != nil {
+		u.t.Fatalf("new relay: %v", err)
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		if err := r.Run(ctx); err != nil {
+			u.t.Errorf("relay.Run: %v", err)
+		}
+	}()
+	return r, ch
+}
+
+// write commits msgs in one transaction.
+func (u *unit) write(msgs ...courier.Message) {
+	u.t.Helper()
+	ctx := context.Background()
+	if err := u.st.InTx(ctx, func(tx *memstore.Tx) error { return u.w.Write(ctx, tx, msgs...) }); err != nil {
+		u.t.Fatalf("write: %v", err)
+	}
+}
+
+// eventually polls cond every millisecond for up to 10 seconds.
+func (u *unit) eventually(cond func() bool, format string, args ...any) {
+	u.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			u.t.Fatalf("after 10s: "+format, args...)
+		}
+	}
+}
+
+func (u *unit) stats() store.Stats {
+	u.t.Helper()
+	s, err := u.st.Stats(context.Background())
+	if err != nil {
+		u.t.Fatalf("stats: %v", err)
+	}
+	return s
+}
+
+// published reports whether the broker acknowledged every message of msgs.
+func (u *unit) published(msgs ...courier.Message) bool {
+	got := map[uuid.UUID]bool{}
+	for _, m := range u.pub.Messages() {
+		got[m.ID] = true
+	}
+	for _, m := range msgs {
+		if !got[m.ID] {
+			return false
+		}
+	}
+	return true
+}
+
+// msg is a message of key whose payload names it.
+func msg(key, name string) courier.Message {
+	return courier.NewMessage("events", key, "T", []byte(name))
+}
+
+// names lists the payloads of msgs.
+func names(msgs []courier.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = string(m.Payload)
+	}
+	return out
+}
+
+// ofKey returns the payloads of the acknowledged messages of key, in order.
+func (u *unit) ofKey(key string) []string {
+	var out []string
+	for _, m := range u.pub.Messages() {
+		if m.Key == key {
+			out = append(out, string(m.Payload))
+		}
+	}
+	return out
+}
+
+// Rule 1, through the relay: three relays with small batches publish every
+// message of many keys once, each key in write order.
+func TestUnitRelaysKeepPerKeyOrder(t *testing.T) {
+	u := newUnit(t)
+	var written []courier.Message
+	for i := range 1500 {
+		written = append(written, msg(fmt.Sprintf("k%d", i%37), fmt.Sprint(i)))
+	}
+	for _, cfg := range []int{7, 25, 60} {
+		c := u.config()
+		c.BatchSize, c.Concurrency = cfg, 2
+		u.start(c)
+	}
+	for i := 0; i < len(written); i += 5 {
+		u.write(written[i:min(i+5, len(written))]...)
+	}
+	u.eventually(func() bool { return u.stats().Pending == 0 }, "outbox not drained: %+v", u.stats())
+	if dups := checkDelivery(t, written, u.pub.Messages()); dups != 0 {
+		t.Fatalf("%d duplicates without any lease expiring", dups)
+	}
+}
+
+// Rule 2: each round of a batch sends the next message of every key, so a
+// key's messages go out one after another and other keys do not wait.
+func TestUnitRoundsSendOneMessagePerKey(t *testing.T) {
+	u := newUnit(t)
+	u.write(msg("a", "a1"), msg("a", "a2"), msg("b", "b1"), msg("a", "a3"), msg("c", "c1"), msg("c", "c2"))
+	r, _ := u.start(u.config())
+	u.eventually(func() bool { return r.Metrics().Published == 6 }, "published %d of 6", r.Metrics().Published)
+	var rounds [][]string
+	for _, c := range u.pub.Calls() {
+		rounds = append(rounds, names(c))
+	}
+	want := [][]string{{"a1", "b1", "c1"}, {"a2", "c2"}, {"a3"}}
+	if !slices.EqualFunc(rounds, want, slices.Equal) {
+		t.Fatalf("rounds %v, want %v", rounds, want)
+	}
+}
+
+// Rule 3: a failed message keeps the rest of its key from being sent, in its
+// batch and in later claims, until it is published; the key's rows written
+// meanwhile wait too; other keys never wait. The retry is claimed alone.
+func TestUnitFailedMessageHoldsItsKey(t *testing.T) {
+	u := newUnit(t)
+	a1 := msg("a", "a1")
+	u.pub.Fail(a1.ID, 1)
+	u.write(a1, msg("a", "a2"), msg("b", "b1"), msg("a", "a3"), msg("b", "b2"))
+	r, _ := u.start(u.config())
+	u.eventually(func() bool { return r.Metrics().Retried == 1 && r.Metrics().Published == 2 }, "metrics %+v", r.Metrics())
+	if m := r.Metrics(); m.Released != 2 {
+		t.Fatalf("metrics %+v: want a2 and a3 released", m)
+	}
+	if got := u.ofKey("b"); !slices.Equal(got, []string{"b1", "b2"}) {
+		t.Fatalf("key b published %v while a1 failed, want b1 b2", got)
+	}
+
+	// a is held by a1's retry: a4, written with c1, is not claimed with it.
+	c1 := msg("c", "c1")
+	u.write(msg("a", "a4"), c1)
+	u.eventually(func() bool { return u.published(c1) }, "c1 not published while a backs off")
+	if got := u.ofKey("a"); len(got) != 0 {
+		t.Fatalf("key a published %v while a1 waits for its retry", got)
+	}
+	pending := u.st.Pending()
+	if s := u.stats(); s.InBackoff != 1 || s.Pending != 4 || pending[0].Record.Attempts != 1 || pending[0].RetryAt.IsZero() {
+		t.Fatalf("stats %+v, first row %+v: want a1 backing off after 1 attempt, and 4 pending", s, pending[0])
+	}
+
+	calls := len(u.pub.Calls())
+	u.clock.Advance(time.Hour)
+	u.eventually(func() bool { return u.stats().Pending == 0 }, "key a not drained after a1's retry came due: %+v", u.stats())
+	if got := u.ofKey("a"); !slices.Equal(got, []string{"a1", "a2", "a3", "a4"}) {
+		t.Fatalf("key a published %v, want a1 a2 a3 a4", got)
+	}
+	if retry := u.pub.Calls()[calls]; !slices.Equal(names(retry), []string{"a1"}) {
+		t.Fatalf("the retry's round sent %v, want a1 alone", names(retry))
+	}
+}
+
+// An outage pauses the relay without counting attempts: a backlog builds
+// up, no message becomes a dead letter (MaxAttempts is 1), and it drains in
+// order once the broker is back.
+func TestUnitOutagePausesWithoutDeadLetters(t *testing.T) {
+	u := newUnit(t)
+	cfg := u.config()
+	cfg.MaxAttempts = 1
+	cfg.Backoff = relay.Backoff{Initial: time.Millisecond, Max: 4 * time.Millisecond}
+	u.pub.Down(true)
+	r, _ := u.start(cfg)
+	var written []courier.Message
+	for i := range 300 {
+		written = append(written, msg(fmt.Sprintf("k%d", i%10), fmt.Sprint(i)))
+	}
+	u.write(written...)
+	u.eventually(func() bool { return r.State().BrokerOutages >= 5 }, "state %+v", r.State())
+	s, st := u.stats(), r.State()
+	if !st.BrokerDown || !strings.Contains(st.BrokerError, memory.ErrOutage.Error()) || st.PausedUntil.IsZero() {
+		t.Fatalf("state %+v: want the broker down, the outage's error and a pause", st)
+	}
+	if st.Check(time.Hour) != nil || st.Check(0) == nil {
+		t.Fatalf("Check: %v with an hour's grace, %v with none", st.Check(time.Hour), st.Check(0))
+	}
+	if s.DeadLetters != 0 || s.Pending != 300 || st.Metrics.DeadLettered != 0 || st.Metrics.Published != 0 {
+		t.Fatalf("during the outage: stats %+v, metrics %+v; want 300 pending and no dead letter", s, st.Metrics)
+	}
+	for _, row := range u.st.Pending() {
+		if row.Record.Attempts != 0 {
+			t.Fatalf("row %d has %d attempts after an outage, want 0", row.Record.Seq, row.Record.Attempts)
+		}
+	}
+
+	u.pub.Down(false)
+	u.eventually(func() bool { return u.stats().Pending == 0 }, "backlog not drained after the outage: %+v", u.stats())
+	checkDelivery(t, written, u.pub.Messages())
+	u.eventually(func() bool { return !r.State().BrokerDown }, "broker still down in %+v", r.State())
+	if m := r.Metrics(); m.DeadLettered != 0 || m.Retried == 0 {
+		t.Fatalf("metrics %+v: want retries and no dead letter", m)
+	}
+}
+
+// A message the broker rejects for good is a dead letter at once, and one
+// that keeps failing after MaxAttempts; either way its key moves on, and
+// other keys flow meanwhile.
+func TestUnitPoisonMessagesBecomeDeadLetters(t *testing.T) {
+	u := newUnit(t)
+	cfg := u.config()
+	cfg.MaxAttempts = 3
+	rejected, failing := msg("p", "rejected"), msg("q", "failing")
+	u.pub.Reject(rejected.ID, "larger than max_payload")
+	u.pub.Fail(failing.ID, -1)
+	var others []courier.Message
+	for i := range 50 {
+		others = append(others, msg(fmt.Sprintf("o%d", i%5), fmt.Sprint(i)))
+	}
+	afterP, afterQ := msg("p", "after"), msg("q", "after")
+	u.write(append([]courier.Message{rejected, failing, afterP, afterQ}, others...)...)
+	r, _ := u.start(cfg)
+
+	u.eventually(func() bool { return u.published(others...) && u.published(afterP) }, "other keys or p's next message not published")
+	dead := u.st.DeadLetters()
+	if len(dead) != 1 || dead[0].MessageID != rejected.ID.String() || dead[0].Attempts != 1 ||
+		!strings.Contains(dead[0].LastError, "larger than max_payload") || len(dead[0].History) != 1 {
+		t.Fatalf("dead letters %+v: want the rejected message, after one attempt, with the broker's reason", dead)
+	}
+	if u.published(afterQ) {
+		t.Fatal("q's next message was published while q's first failed")
+	}
+
+	for attempt := 1; attempt < cfg.MaxAttempts; attempt++ {
+		u.eventually(func() bool { return u.pub.Attempts(failing.ID) == attempt && u.stats().InBackoff == 1 },
+			"attempt %d: %d attempts, stats %+v", attempt, u.pub.Attempts(failing.ID), u.stats())
+		u.clock.Advance(time.Hour)
+	}
+	u.eventually(func() bool { return u.published(afterQ) }, "q's next message not published after q's first became a dead letter")
+	dead = u.st.DeadLetters()
+	if len(dead) != 2 || dead[1].MessageID != failing.ID.String() || dead[1].Attempts != 3 || len(dead[1].History) != 3 {
+		t.Fatalf("dead letters %+v: want the failing message after 3 attempts, with its history", dead)
+	}
+	if m := r.Metrics(); m.DeadLettered != 2 || m.Retried != 2 {
+		t.Fatalf("metrics %+v: want 2 dead letters, 2 retries", m)
+	}
+}
+
+// Shutdown finishes the round in flight, records it and releases the rest
+// of the batch at once: nothing is lost and nothing stays leased.
+func TestUnitShutdownFinishesRoundAndReleasesRest(t *testing.T) {
+	u := newUnit(t)
+	u.write(msg("h", "h1"), msg("h", "h2"), msg("h", "h3"), msg("o", "o1"), msg("h", "h4"))
+	u.pub.Hold()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, done := u.run(ctx, u.config())
+	<-u.pub.Held()
+	cancel()
+	u.pub.Release()
+	<-done
+	if got := names(u.pub.Messages()); !slices.Equal(got, []string{"h1", "o1"}) {
+		t.Fatalf("published %v during shutdown, want the round in flight: h1 o1", got)
+	}
+	if s := u.stats(); s.Pending != 3 || s.Leased != 0 {
+		t.Fatalf("after shutdown: %+v, want h2..h4 pending and released", s)
+	}
+	if m := r.Metrics(); m.Released != 3 || m.Published != 2 {
+		t.Fatalf("metrics %+v, want 2 published, 3 released", m)
+	}
+
+	next, _ := u.start(u.config())
+	u.eventually(func() bool { return next.Metrics().Published == 3 }, "the released rows were not published")
+	if got := u.ofKey("h"); !slices.Equal(got, []string{"h1", "h2", "h3", "h4"}) {
+		t.Fatalf("key h published %v", got)
+	}
+}
+
+// A shutdown that cannot finish in time (the broker does not answer) records
+// nothing: the rows stay leased until the lease ends, and are published by
+// the next relay then, attempts untouched.
+func TestUnitShutdownTimeoutLeavesRowsToTheLease(t *testing.T) {
+	u := newUnit(t)
+	cfg := u.config()
+	cfg.ShutdownTimeout = 20 * time.Millisecond
+	u.write(msg("k", "1"), msg("k", "2"), msg("l", "3"))
+	u.pub.Hold()
+	_, stop := u.start(cfg)
+	<-u.pub.Held()
+	stop()
+	if s := u.stats(); s.Pending != 3 || s.Leased != 3 || s.InBackoff != 0 {
+		t.Fatalf("after a shutdown that timed out: %+v, want 3 pending, still leased", s)
+	}
+	u.pub.Release()
+	next, _ := u.start(u.config())
+	u.clock.Advance(cfg.LeaseDuration)
+	u.eventually(func() bool { return next.Metrics().Published == 3 }, "rows of the expired lease not published: %+v", u.stats())
+	if got := u.ofKey("k"); !slices.Equal(got, []string{"1", "2"}) {
+		t.Fatalf("key k published %v", got)
+	}
+	for _, m := range u.pub.Messages() {
+		want := 2 // held in the first round, then published
+		if string(m.Payload) == "2" {
+			want = 1 // behind 1, never sent in the first batch
+		}
+		if n := u.pub.Attempts(m.ID); n != want {
+			t.Fatalf("message %s handed to the broker %d times, want %d", m.Payload, n, want)
+		}
+	}
+}
+
+// failingStore is the store in memory with a database outage on demand.
+type failingStore struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+var errDatabaseDown = errors.New("database unreachable")
+
+func (s *failingStore) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	if s.down.Load() {
+		return store.Batch{}, errDatabaseDown
+	}
+	return s.Store.Claim(ctx, owner, limit, lease)
+}
+
+func (s *failingStore) Complete(ctx context.Context, owner string, lease int64, o store.Outcome) error {
+	if s.down.Load() {
+		return errDatabaseDown
+	}
+	return s.Store.Complete(ctx, owner, lease, o)
+}
+
+// A database outage shows in State as failing claims and is retried until
+// the database is back; nothing is lost and nothing counts against the
+// messages.
+func TestUnitDatabaseOutageIsRetried(t *testing.T) {
+	u := newUnit(t)
+	fs := &failingStore{Store: u.st}
+	fs.down.Store(true)
+	r, err := relay.New(fs, u.pub, u.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	written := []courier.Message{msg("k", "1"), msg("k", "2"), msg("l", "3")}
+	u.write(written...)
+	u.eventually(func() bool { return r.State().ClaimFailures >= 1 }, "state %+v", r.State())
+	if st := r.State(); st.ClaimError != errDatabaseDown.Error() || st.ClaimFailingSince.IsZero() || st.Check(0) == nil {
+		t.Fatalf("state %+v: want failing claims with the database's error", st)
+	}
+	fs.down.Store(false)
+	u.eventually(func() bool { return u.stats().Pending == 0 }, "outbox not drained after the database came back: %+v", u.stats())
+	checkDelivery(t, written, u.pub.Messages())
+	if st := r.State(); st.ClaimFailures != 0 || st.ClaimError != "" || st.Metrics.Retried != 0 {
+		t.Fatalf("state %+v: want claims healthy again and no retries", st)
+	}
+}
