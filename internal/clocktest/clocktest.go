@@ -89,6 +89,19 @@ func write[TTx any](t *testing.T, d store.Driver[TTx], key string) {
 	}), "write")
 }
 
+// relayAt opens a database whose stores use a new Clock, writes a message
+// of key "k" and returns the clock, the database's Driver and its relay
+// store.
+func relayAt[TTx any](t *testing.T, open func(*testing.T, store.Clock) store.Driver[TTx]) (*Clock, store.Driver[TTx], store.RelayStore) {
+	t.Helper()
+	clock := NewClock(start())
+	d := open(t, clock.Now)
+	s, err := d.RelayStore(context.Background(), store.RelayConfig{})
+	must(t, err, "relay store")
+	write(t, d, "k")
+	return clock, d, s
+}
+
 func claim(t *testing.T, s store.RelayStore, owner string, lease time.Duration) store.Batch {
 	t.Helper()
 	b, err := s.Claim(context.Background(), owner, 10, lease)
@@ -108,11 +121,7 @@ func stats(t *testing.T, s store.RelayStore) store.Stats {
 // then changes nothing.
 func leaseExpires[TTx any](t *testing.T, open func(*testing.T, store.Clock) store.Driver[TTx]) {
 	ctx := context.Background()
-	clock := NewClock(start())
-	d := open(t, clock.Now)
-	s, err := d.RelayStore(ctx, store.RelayConfig{})
-	must(t, err, "relay store")
-	write(t, d, "k")
+	clock, _, s := relayAt(t, open)
 	const lease = 30 * time.Second
 	t0 := clock.Now()
 	a := claim(t, s, "a", lease)
@@ -149,11 +158,7 @@ func leaseExpires[TTx any](t *testing.T, open func(*testing.T, store.Clock) stor
 // claimable when the clock reaches the retry time, not before.
 func retryWaits[TTx any](t *testing.T, open func(*testing.T, store.Clock) store.Driver[TTx]) {
 	ctx := context.Background()
-	clock := NewClock(start())
-	d := open(t, clock.Now)
-	s, err := d.RelayStore(ctx, store.RelayConfig{})
-	must(t, err, "relay store")
-	write(t, d, "k")
+	clock, d, s := relayAt(t, open)
 	b := claim(t, s, "a", time.Minute)
 	if len(b.Records) != 1 {
 		t.Fatalf("claimed %d rows, want 1", len(b.Records))
