@@ -190,15 +190,24 @@ func retryWaits[TTx any](t *testing.T, open func(*testing.T, store.Clock) store.
 	}
 }
 
+// lockFor and retain are the key checks' lock timeout and retention.
+const lockFor, retain = 10 * time.Second, time.Hour
+
+// keysAt opens a database whose stores use a new Clock and returns the
+// clock, the database's Driver and its key store.
+func keysAt[TTx any](t *testing.T, open func(*testing.T, store.Clock) store.Driver[TTx]) (*Clock, store.Driver[TTx], store.Idempotency[TTx]) {
+	t.Helper()
+	clock := NewClock(start())
+	d := open(t, clock.Now)
+	return clock, d, d.Idempotency()
+}
+
 // keyLockTimesOut: a request takes over an in-flight key when the clock
 // reaches the first owner's lock end, not before, and the first owner can
 // no longer complete it.
 func keyLockTimesOut[TTx any](t *testing.T, open func(*testing.T, store.Clock) store.Driver[TTx]) {
 	ctx := context.Background()
-	clock := NewClock(start())
-	d := open(t, clock.Now)
-	keys := d.Idempotency()
-	const lockFor, retain = 10 * time.Second, time.Hour
+	clock, d, keys := keysAt(t, open)
 	claimAs := func(owner uuid.UUID) (store.KeyRecord, bool) {
 		t.Helper()
 		rec, mine, err := keys.Claim(ctx, store.KeyClaim{Scope: "s", Key: "k", Fingerprint: []byte("f"),
@@ -248,10 +257,7 @@ func keyLockTimesOut[TTx any](t *testing.T, open func(*testing.T, store.Clock) s
 // expiry; then a request runs anew, and DeleteExpired removes it.
 func keyExpires[TTx any](t *testing.T, open func(*testing.T, store.Clock) store.Driver[TTx]) {
 	ctx := context.Background()
-	clock := NewClock(start())
-	d := open(t, clock.Now)
-	keys := d.Idempotency()
-	const lockFor, retain = 10 * time.Second, time.Hour
+	clock, d, keys := keysAt(t, open)
 	// run claims key and, when it gets it, completes it; it reports whether
 	// it got the key.
 	run := func(key string) bool {
