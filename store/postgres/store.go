@@ -175,7 +175,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 		b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5)", owner, limit, lease, claims.Window(limit), floor)
 	} else {
 		b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5, $6)",
-			owner, limit, lease, claims.Window(limit), floor, s.cfg.Clock())
+			owner, limit, lease, claims.Window(limit), floor, at)
 	}
 	br := s.pool.SendBatch(ctx, &b)
 	_, err := br.Exec()
