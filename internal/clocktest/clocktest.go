@@ -1,7 +1,7 @@
 // Package clocktest checks a dialect's stores against a clock the test
 // controls (store.Clock): lease ends, retry delays, Idempotency-Key locks
 // and expiries pass when the clock passes them, and not a microsecond
-// before, without the test sleeping.
+// before, without the test sleeping; inbox markers carry the clock's time.
 //
 // A dialect's test builds a clocked Driver with its WithClock and hands it
 // to Run:
@@ -69,6 +69,7 @@ func Run[TTx any](t *testing.T, open func(t *testing.T, c store.Clock) store.Dri
 	t.Run("RetryWaitsForItsDelay", func(t *testing.T) { retryWaits(t, open) })
 	t.Run("KeyLockTimesOut", func(t *testing.T) { keyLockTimesOut(t, open) })
 	t.Run("KeyExpires", func(t *testing.T) { keyExpires(t, open) })
+	t.Run("MarkersAtTheClock", func(t *testing.T) { markersAtTheClock(t, open) })
 }
 
 // start is where the tests' clocks begin: an hour ahead of the real clock,
@@ -303,6 +304,38 @@ func keyExpires[TTx any](t *testing.T, open func(*testing.T, store.Clock) store.
 	}
 	if !run("deleted") {
 		t.Fatal("after DeleteExpired, a request did not run anew")
+	}
+}
+
+// markersAtTheClock: inbox markers are recorded at the clock's time, so
+// retention (DeleteMarkers) removes the ones from before a cut on the
+// clock and keeps the others.
+func markersAtTheClock[TTx any](t *testing.T, open func(*testing.T, store.Clock) store.Driver[TTx]) {
+	ctx := context.Background()
+	clock := NewClock(start())
+	d := open(t, clock.Now)
+	ib := d.Inbox()
+	mark := func(id uuid.UUID) bool {
+		t.Helper()
+		var fresh bool
+		must(t, ib.InTx(ctx, func(tx TTx) error {
+			var err error
+			fresh, err = ib.Mark(ctx, tx, "c", id)
+			return err
+		}), "mark")
+		return fresh
+	}
+	old, recent := uuid.New(), uuid.New()
+	mark(old)
+	clock.Add(time.Second)
+	mark(recent)
+	n, err := d.ConsumerStore().DeleteMarkers(ctx, clock.Now(), 10)
+	must(t, err, "delete markers")
+	if n != 1 {
+		t.Fatalf("DeleteMarkers before the clock's time removed %d markers, want 1 (the older one)", n)
+	}
+	if !mark(old) || mark(recent) {
+		t.Fatal("retention removed the wrong marker")
 	}
 }
 

@@ -49,6 +49,7 @@ func withClock(d sqlstore.Dialect, clock store.Clock) sqlstore.Dialect {
 	}
 	d.Now, d.NowArgs = "?", func() []any { return []any{formatTime(clock())} }
 	d.DeleteExpiredKeysSQL = strings.Replace(d.DeleteExpiredKeysSQL, serverNow, "?", 1)
+	d.MarkSQL = strings.Replace(d.MarkSQL, serverNow, "?", 1)
 	db := d.DB
 	d.Stats = func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) }
 	return d

@@ -67,8 +67,8 @@ func (d Driver) WithClock(c store.Clock) Driver {
 // Inserter returns [Pgx].
 func (Driver) Inserter() store.Inserter[pgx.Tx] { return Pgx() }
 
-// Inbox returns [PgxInbox] on the pool.
-func (d Driver) Inbox() store.Inbox[pgx.Tx] { return PgxInbox(d.pool) }
+// Inbox returns [PgxInbox] on the pool, with the driver's clock.
+func (d Driver) Inbox() store.Inbox[pgx.Tx] { return pgxInbox{d.pool, d.clock} }
 
 // Idempotency returns [PgxIdempotency] on the pool, with the driver's clock.
 func (d Driver) Idempotency() store.Idempotency[pgx.Tx] { return pgxIdem{d.pool, d.clock} }
@@ -124,8 +124,8 @@ func (d SQLDriver) DB() *sql.DB { return d.db }
 // Inserter returns [DatabaseSQL].
 func (SQLDriver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
 
-// Inbox returns [SQLInbox] on the driver's *sql.DB.
-func (d SQLDriver) Inbox() store.Inbox[*sql.Tx] { return SQLInbox(d.db) }
+// Inbox returns [SQLInbox] on the driver's *sql.DB, with its clock.
+func (d SQLDriver) Inbox() store.Inbox[*sql.Tx] { return sqlInbox{d.db, d.clock} }
 
 // Idempotency returns [SQLIdempotency] on the driver's *sql.DB, with its
 // clock.

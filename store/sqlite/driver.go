@@ -80,8 +80,11 @@ func (Driver) Rebind(query string) string { return query }
 // Inserter returns [DatabaseSQL].
 func (Driver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
 
-// Inbox returns [SQLInbox] on the driver's database.
-func (d Driver) Inbox() store.Inbox[*sql.Tx] { return SQLInbox(d.db) }
+// Inbox returns [SQLInbox] on the driver's database, with the driver's
+// clock.
+func (d Driver) Inbox() store.Inbox[*sql.Tx] {
+	return withClock(dialect(d.db, newQueue()), d.clock).Inbox()
+}
 
 // Idempotency returns [SQLIdempotency] on the driver's database, with the
 // driver's clock.
