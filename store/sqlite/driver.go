@@ -15,13 +15,23 @@ const DefaultPollInterval = 100 * time.Millisecond
 
 // Driver is SQLite through database/sql: a store.Driver whose stores work in
 // *sql.Tx transactions.
-type Driver struct{ db *sql.DB }
+type Driver struct {
+	db    *sql.DB
+	clock store.Clock // nil: this process's time.Now
+}
 
 var _ store.Driver[*sql.Tx] = Driver{}
 
 // NewDriver returns the Driver on db. The database stays the caller's to
 // close.
-func NewDriver(db *sql.DB) Driver { return Driver{db} }
+func NewDriver(db *sql.DB) Driver { return Driver{db: db} }
+
+// WithClock returns a copy of d whose stores take the time they compare
+// with from c instead of time.Now (see [store.Clock]).
+func (d Driver) WithClock(c store.Clock) Driver {
+	d.clock = c
+	return d
+}
 
 // Dialect returns "sqlite".
 func (Driver) Dialect() string { return "sqlite" }
@@ -46,7 +56,7 @@ func (Driver) ExportSQL() []store.Migration { return ExportSQL() }
 
 // RelayStore returns [NewStore] on the driver's database.
 func (d Driver) RelayStore(ctx context.Context, cfg store.RelayConfig) (store.RelayStore, error) {
-	return NewStore(ctx, d.db, StoreConfig{KeepPublished: cfg.KeepPublished})
+	return NewStore(ctx, d.db, StoreConfig{KeepPublished: cfg.KeepPublished, Clock: d.clock})
 }
 
 // Notifier returns nil: SQLite has no wake-ups across processes.
@@ -58,8 +68,8 @@ func (Driver) PollInterval() time.Duration { return DefaultPollInterval }
 // ConsumerStore returns [ConsumerStore] on the driver's database.
 func (d Driver) ConsumerStore() store.ConsumerStore { return ConsumerStore(d.db) }
 
-// Admin returns [Admin] on the driver's database.
-func (d Driver) Admin() store.Admin { return Admin(d.db) }
+// Admin returns [Admin] on the driver's database, with the driver's clock.
+func (d Driver) Admin() store.Admin { return withClock(dialect(d.db, newQueue()), d.clock).Admin() }
 
 // SerialWrites reports true.
 func (Driver) SerialWrites() bool { return true }
@@ -70,11 +80,15 @@ func (Driver) Rebind(query string) string { return query }
 // Inserter returns [DatabaseSQL].
 func (Driver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
 
-// Inbox returns [SQLInbox] on the driver's database.
-func (d Driver) Inbox() store.Inbox[*sql.Tx] { return SQLInbox(d.db) }
+// Inbox returns [SQLInbox] on the driver's database, with the driver's
+// clock.
+func (d Driver) Inbox() store.Inbox[*sql.Tx] {
+	return withClock(dialect(d.db, newQueue()), d.clock).Inbox()
+}
 
-// Idempotency returns [SQLIdempotency] on the driver's database.
-func (d Driver) Idempotency() store.Idempotency[*sql.Tx] { return SQLIdempotency(d.db) }
+// Idempotency returns [SQLIdempotency] on the driver's database, with the
+// driver's clock.
+func (d Driver) Idempotency() store.Idempotency[*sql.Tx] { return sqlIdempotency(d.db, d.clock) }
 
 // Sagas returns [SQLSagas] on the driver's database.
 func (d Driver) Sagas() store.Sagas[*sql.Tx] { return SQLSagas(d.db) }
