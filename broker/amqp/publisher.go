@@ -76,6 +76,7 @@ var _ broker.Publisher = (*Publisher)(nil)
 
 // session is one channel in confirm mode.
 type session struct {
+	conn    *amqp091.Connection // the connection ch is on
 	ch      *amqp091.Channel
 	returns chan amqp091.Return
 	closes  chan *amqp091.Error
@@ -106,8 +107,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	return p, nil
 }
 
-// Close closes the connection and waits for the Publisher's goroutines.
-// Publish must not be called after Close.
+// Close closes the connection, waiting at most DialTimeout for the broker
+// to agree, and waits for the Publisher's goroutines. Publish must not be
+// called after Close.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	p.closed = true
@@ -115,7 +117,7 @@ func (p *Publisher) Close() error {
 	p.mu.Unlock()
 	var err error
 	if conn != nil && !conn.IsClosed() {
-		err = conn.Close()
+		err = conn.CloseDeadline(time.Now().Add(p.cfg.DialTimeout))
 	}
 	p.wg.Wait()
 	return err
@@ -161,14 +163,15 @@ func (p *Publisher) connection() (*amqp091.Connection, error) {
 
 // open makes s a live channel in confirm mode.
 func (p *Publisher) open(s *session) error {
-	if s.ch != nil && !s.ch.IsClosed() {
-		return nil
-	}
-	s.ch = nil
 	conn, err := p.connection()
 	if err != nil {
+		p.discard(s)
 		return err
 	}
+	if s.ch != nil && !s.ch.IsClosed() && s.conn == conn {
+		return nil
+	}
+	p.discard(s)
 	ch, err := conn.Channel()
 	if err != nil {
 		return broker.Unavailable(fmt.Errorf("amqp: open channel: %w", err))
@@ -177,7 +180,7 @@ func (p *Publisher) open(s *session) error {
 		_ = ch.Close()
 		return broker.Unavailable(fmt.Errorf("amqp: confirm mode: %w", err))
 	}
-	s.ch = ch
+	s.conn, s.ch = conn, ch
 	s.reason = nil
 	s.closes = ch.NotifyClose(make(chan *amqp091.Error, 1))
 	s.returns = ch.NotifyReturn(make(chan amqp091.Return, returnsBuffer))
@@ -193,12 +196,23 @@ func (p *Publisher) discard(s *session) {
 		return
 	}
 	p.wg.Go(func() {
-		go func() {
-			for range returns { // closed with the channel
-			}
-		}()
-		_ = ch.Close()
+		for range returns { // closed with the channel
+		}
 	})
+	p.wg.Go(func() { _ = ch.Close() })
+}
+
+// abandon closes conn in the background, within DialTimeout, and makes the
+// next Publish dial a new connection: a confirm did not come, and a
+// connection whose peer went silent takes the heartbeat's time to close by
+// itself, during which opening a channel on it would hang.
+func (p *Publisher) abandon(conn *amqp091.Connection) {
+	p.mu.Lock()
+	if p.conn == conn {
+		p.conn = nil
+	}
+	p.mu.Unlock()
+	p.wg.Go(func() { _ = conn.CloseDeadline(time.Now().Add(p.cfg.DialTimeout)) })
 }
 
 // closeReason returns why s's channel closed, nil if unknown.
@@ -236,11 +250,12 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 		return fail(broker.Unavailable(fmt.Errorf("amqp: waiting for a free channel: %w", ctx.Err())))
 	}
 	defer func() { p.pool <- s }()
+	if reason := p.blocked.Load(); reason != nil {
+		// A blocked connection answers nothing, not even channel.open.
+		return fail(broker.Unavailable(fmt.Errorf("amqp: RabbitMQ blocks publishing on this connection (%s): a memory or disk alarm is raised; free memory or disk on the broker", *reason)))
+	}
 	if err := p.open(s); err != nil {
 		return fail(err)
-	}
-	if reason := p.blocked.Load(); reason != nil {
-		return fail(broker.Unavailable(fmt.Errorf("amqp: RabbitMQ blocks publishing on this connection (%s): a memory or disk alarm is raised; free memory or disk on the broker", *reason)))
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ConfirmTimeout)
 	defer cancel()
@@ -333,7 +348,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 				ErrNacked, exchange, p.cfg.RoutingKey(m.Topic))
 		}
 	}
-	if timedOut || s.ch.IsClosed() {
+	switch {
+	case timedOut && p.blocked.Load() == nil:
+		p.abandon(s.conn)
+		p.discard(s)
+	case timedOut || s.ch.IsClosed():
 		p.discard(s)
 	}
 	return errs

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
@@ -60,6 +61,55 @@ func TestTooLargeIsRejected(t *testing.T) {
 		t.Errorf("the others, second time: %v", err)
 	}
 	if n := queueDepth(t, cfg, q); n < 3 {
+		t.Errorf("queue holds %d messages", n)
+	}
+}
+
+// A memory alarm blocks publishers: publishing fails as an outage, never
+// counted, and resumes when the alarm clears.
+func TestMemoryAlarmIsUnavailable(t *testing.T) {
+	cfg, q := setup(t, amqp.Topology{Queue: "alarm"})
+	rabbitmqctl(t, "await_startup")
+	pub, err := amqp.NewPublisher(amqp.PublisherConfig{Config: cfg, ConfirmTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	mustPublish(t, pub, messages("orders", 10, 2))
+
+	old := strings.TrimSpace(rabbitmqctl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.0000001")
+	cleared := false
+	clear := func() {
+		if !cleared {
+			cleared = true
+			rabbitmqctl(t, "eval", "vm_memory_monitor:set_vm_memory_high_watermark("+old+").")
+		}
+	}
+	t.Cleanup(clear)
+	for i := range 3 {
+		start := time.Now()
+		errs := pub.Publish(context.Background(), messages("orders", 10, 2))
+		for j, err := range errs {
+			if !errors.Is(err, broker.ErrUnavailable) {
+				t.Fatalf("publish %d during the alarm, message %d: %v", i, j, err)
+			}
+		}
+		t.Logf("publish %d during the alarm failed in %s: %v", i, time.Since(start).Round(time.Millisecond), errs[0])
+	}
+	clear()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := errors.Join(pub.Publish(context.Background(), messages("orders", 10, 2))...)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, broker.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("after the alarm: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := queueDepth(t, cfg, q); n < 20 {
 		t.Errorf("queue holds %d messages", n)
 	}
 }

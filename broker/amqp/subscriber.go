@@ -42,7 +42,7 @@ type Subscriber struct {
 	nextDial   time.Time // no attempt before
 
 	timersMu sync.Mutex
-	timers   map[*time.Timer]struct{} // pending Retry delays
+	timers   map[*time.Timer]struct{} // pending Retry delays; nil once closed
 }
 
 var _ broker.Subscriber = (*Subscriber)(nil)
@@ -177,7 +177,7 @@ func (s *Subscriber) Close() error {
 	for t := range s.timers {
 		t.Stop()
 	}
-	clear(s.timers)
+	s.timers = nil
 	s.timersMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -190,10 +190,14 @@ func (s *Subscriber) Close() error {
 	return err
 }
 
-// after runs f after d unless the subscriber closes first.
-func (s *Subscriber) after(d time.Duration, f func()) {
+// after runs f after d unless the subscriber closes first. It fails once
+// the subscriber is closed.
+func (s *Subscriber) after(d time.Duration, f func()) error {
 	s.timersMu.Lock()
 	defer s.timersMu.Unlock()
+	if s.timers == nil {
+		return errors.New("amqp: subscriber closed: the delivery comes back when its connection closes")
+	}
 	var t *time.Timer
 	t = time.AfterFunc(d, func() {
 		s.timersMu.Lock()
@@ -205,6 +209,7 @@ func (s *Subscriber) after(d time.Duration, f func()) {
 		}
 	})
 	s.timers[t] = struct{}{}
+	return nil
 }
 
 // delivery is one AMQP delivery.
@@ -240,8 +245,7 @@ func (d *delivery) Retry(_ context.Context, delay time.Duration) error {
 	if delay <= 0 {
 		return d.d.Nack(false, true)
 	}
-	d.s.after(delay, func() { _ = d.d.Nack(false, true) })
-	return nil
+	return d.s.after(delay, func() { _ = d.d.Nack(false, true) })
 }
 
 // Extend does nothing: RabbitMQ holds a delivery until its channel closes.
