@@ -1,10 +1,11 @@
 package amqp_test
 
 import (
-	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/courier-go/courier/internal/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.M(m).Run()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.M(m)) }
