@@ -29,8 +29,9 @@
 // plus the message's own headers (trace context, correlation id, …) as
 // string headers. [broker.Raw] carries the properties as the headers
 // Message-Id, Type and Content-Type, so a parked delivery decodes again from
-// its Raw alone. Headers whose names start with "x-" are RabbitMQ's
-// (x-delivery-count, x-death, …) and are not copied into decoded messages.
+// its Raw alone. The headers RabbitMQ adds to deliveries (x-delivery-count,
+// x-death, x-first-death-*, x-last-death-*, x-received-from) are not copied
+// into decoded messages.
 //
 // RabbitMQ does not deduplicate: a message the relay publishes twice (its
 // confirm was lost to a connection drop) is delivered twice, and the inbox
@@ -155,34 +156,42 @@ const (
 const DefaultExchange = "courier"
 
 // Features says what RabbitMQ, through this package, gives Courier. It is
-// the one place these properties are stated; tests and documentation read
-// them from here.
+// the one place these properties are stated; the conformance test and the
+// documentation follow it.
 var Features = struct {
 	// Dedup: RabbitMQ does not drop a message published twice.
 	Dedup bool
-	// OrderPerQueue: a queue delivers in publish order to a single
-	// (active) consumer.
-	OrderPerQueue bool
-	// AttemptCount: Attempt counts deliveries exactly on quorum queues
-	// (x-delivery-count).
-	AttemptCount bool
+	// PerKeyOrder: a queue delivers one publisher's messages in publish
+	// order to a single (active) consumer.
+	PerKeyOrder bool
+	// AttemptsSurviveClose: a quorum queue counts deliveries itself
+	// (x-delivery-count), so Attempt goes on counting on another
+	// subscriber.
+	AttemptsSurviveClose bool
+	// RedeliversWhileOpen: RabbitMQ redelivers an unacknowledged delivery
+	// only when its channel closes (or consumer_timeout, 30 minutes by
+	// default, closes it).
+	RedeliversWhileOpen bool
+	// OversizeRejected: a message over max_message_size is refused for
+	// good (broker.ErrRejected).
+	OversizeRejected bool
+	// UnroutableFails: a message no queue takes fails (mandatory flag and
+	// basic.return) instead of being acknowledged and lost.
+	UnroutableFails bool
 	// BrokerDelay: RabbitMQ does not delay a redelivery; Retry waits in
 	// the consumer's process.
 	BrokerDelay bool
 	// Extend: RabbitMQ has no per-delivery deadline to extend.
 	Extend bool
-	// Unroutable: a message no queue takes fails (mandatory + return).
-	Unroutable bool
-	// SizeLimit: a message over max_message_size is rejected for good.
-	SizeLimit bool
 }{
-	Dedup:         false,
-	OrderPerQueue: true,
-	AttemptCount:  true,
-	BrokerDelay:   false,
-	Extend:        false,
-	Unroutable:    true,
-	SizeLimit:     true,
+	Dedup:                false,
+	PerKeyOrder:          true,
+	AttemptsSurviveClose: true,
+	RedeliversWhileOpen:  false,
+	OversizeRejected:     true,
+	UnroutableFails:      true,
+	BrokerDelay:          false,
+	Extend:               false,
 }
 
 // Config says where the broker is and how topics map to routing keys.
@@ -344,6 +353,17 @@ func headerString(v any) string {
 	}
 }
 
+// brokerHeader reports whether name is a header RabbitMQ adds to a delivery
+// (redelivery count, dead-lettering history, shovel or federation origin),
+// not one the message was published with.
+func brokerHeader(name string) bool {
+	switch name {
+	case "x-delivery-count", "x-death", "x-received-from":
+		return true
+	}
+	return strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-")
+}
+
 // ErrMalformed is returned (wrapped) by Decode for a delivery that lacks
 // Courier's headers or carries invalid ones. It is courier.ErrMalformed.
 var ErrMalformed = courier.ErrMalformed
@@ -391,7 +411,7 @@ func (c Config) Decode(r broker.Raw) (courier.Message, error) {
 		case RawMessageID, RawType, RawContentType, HeaderKey, HeaderVersion, HeaderOccurredAt:
 			continue
 		}
-		if strings.HasPrefix(k, "x-") || len(vs) == 0 {
+		if brokerHeader(k) || len(vs) == 0 {
 			continue
 		}
 		m.SetHeader(k, vs[0])

@@ -246,8 +246,30 @@ func TestMissingQueue(t *testing.T) {
 
 func TestUnreachableIsUnavailable(t *testing.T) {
 	cfg := amqp.Config{URL: "amqp://guest:guest@127.0.0.1:1/", DialTimeout: time.Second}
-	_, err := amqp.NewPublisher(amqp.PublisherConfig{Config: cfg})
-	if !errors.Is(err, broker.ErrUnavailable) {
-		t.Fatalf("publisher on a closed port: %v", err)
+	pub, err := amqp.NewPublisher(amqp.PublisherConfig{Config: cfg})
+	testenv.Must(t, err, "new publisher") // does not connect
+	defer pub.Close()
+	if err := pub.Connect(); !errors.Is(err, broker.ErrUnavailable) {
+		t.Fatalf("connect to a closed port: %v", err)
 	}
+	for range 2 { // dialling, then inside the backoff
+		for i, err := range pub.Publish(context.Background(), messages("orders", 3, 1)) {
+			if !errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrRejected) {
+				t.Errorf("message %d: %v", i, err)
+			}
+		}
+	}
+}
+
+func TestWrongCredentials(t *testing.T) {
+	cfg, _ := setup(t, amqp.Topology{})
+	cfg.URL = strings.Replace(cfg.URL, "guest:guest@", "guest:wrong@", 1)
+	pub, err := amqp.NewPublisher(amqp.PublisherConfig{Config: cfg})
+	testenv.Must(t, err, "new publisher")
+	defer pub.Close()
+	err = pub.Connect()
+	if err == nil || strings.Contains(err.Error(), "wrong") {
+		t.Fatalf("connect with a wrong password: %v (and the password must not show)", err)
+	}
+	t.Logf("wrong password: %v", err)
 }

@@ -46,6 +46,13 @@ type PublisherConfig struct {
 	// to the last confirm. Messages not confirmed by then fail with
 	// broker.ErrUnavailable. Default 10s.
 	ConfirmTimeout time.Duration
+	// MaxMessageSize is the broker's max_message_size in bytes, if known:
+	// a message whose payload is larger is refused for good before it is
+	// sent (broker.ErrRejected), and the other messages of its batch go
+	// through. Default 0: learned from the first message RabbitMQ refuses
+	// for its size, which closes the channel under the rest of that batch
+	// (they fail as broker.ErrUnavailable and are retried).
+	MaxMessageSize int64
 }
 
 // returnsBuffer is the capacity of each channel's basic.return listener.
@@ -83,9 +90,10 @@ type session struct {
 	reason  *amqp091.Error // why the channel closed, once known
 }
 
-// NewPublisher returns a Publisher and connects it. It fails when the URL
-// is invalid or the broker cannot be reached (the error then wraps
-// broker.ErrUnavailable).
+// NewPublisher returns a Publisher. It does not connect: the first Publish
+// does, so a relay can start while the broker is down. Call Connect to
+// find out at once whether the URL and credentials work. It fails on an
+// invalid configuration.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.Config = cfg.Config.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -97,14 +105,30 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = 10 * time.Second
 	}
+	if cfg.MaxMessageSize < 0 {
+		return nil, fmt.Errorf("amqp: PublisherConfig.MaxMessageSize is %d: use 0 (learned) or the broker's max_message_size", cfg.MaxMessageSize)
+	}
+	if _, err := amqp091.ParseURI(cfg.URL); err != nil {
+		return nil, fmt.Errorf("amqp: Config.URL: %w", err)
+	}
 	p := &Publisher{cfg: cfg, pool: make(chan *session, cfg.Channels)}
+	p.maxSize.Store(cfg.MaxMessageSize)
 	for range cfg.Channels {
 		p.pool <- &session{}
 	}
-	if _, err := p.connection(); err != nil {
-		return nil, err
-	}
 	return p, nil
+}
+
+// Connect connects now unless connected, and returns why it cannot: the
+// broker is unreachable (wrapping broker.ErrUnavailable), the credentials
+// are refused, the vhost does not exist. Publish connects by itself; a
+// program calls Connect at start-up to report a wrong URL at once.
+func (p *Publisher) Connect() error {
+	p.mu.Lock()
+	p.nextDial = time.Time{} // now, whatever the backoff says
+	p.mu.Unlock()
+	_, err := p.connection()
+	return err
 }
 
 // Close closes the connection, waiting at most DialTimeout for the broker
@@ -215,17 +239,23 @@ func (p *Publisher) abandon(conn *amqp091.Connection) {
 	p.wg.Go(func() { _ = conn.CloseDeadline(time.Now().Add(p.cfg.DialTimeout)) })
 }
 
-// closeReason returns why s's channel closed, nil if unknown.
+// closeReason returns why s's channel closed, nil if it did not or the
+// reason is unknown. amqp091-go marks the channel closed before it hands
+// out the reason, so it waits a little for it.
 func (s *session) closeReason() *amqp091.Error {
-	if s.reason == nil {
-		select {
-		case e, ok := <-s.closes:
-			if ok {
-				s.reason = e
-			}
-		default:
-		}
+	if s.reason != nil || s.closes == nil || s.ch == nil || !s.ch.IsClosed() {
+		return s.reason
 	}
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case e, ok := <-s.closes:
+		if ok {
+			s.reason = e
+		}
+	case <-t.C:
+	}
+	s.closes = nil // asked once: not again for this channel
 	return s.reason
 }
 
@@ -395,9 +425,12 @@ func (p *Publisher) unconfirmed(s *session, m *courier.Message, err error) error
 // tooLarge is the permanent refusal of a message over RabbitMQ's
 // max_message_size.
 func (p *Publisher) tooLarge(m *courier.Message, limit int64, reason *amqp091.Error) error {
-	why := "RabbitMQ refused a message of that size on this connection before"
-	if reason != nil {
+	why := "learned from RabbitMQ's refusal of an earlier message"
+	switch {
+	case reason != nil:
 		why = reason.Reason
+	case limit == p.cfg.MaxMessageSize:
+		why = "PublisherConfig.MaxMessageSize"
 	}
 	return broker.Rejected(fmt.Errorf("amqp: routing key %q: the payload is %d bytes, over RabbitMQ's max_message_size of %d bytes (%s): shrink the payload (store large data elsewhere and send a reference) or raise max_message_size in rabbitmq.conf, then replay the dead letter",
 		p.cfg.RoutingKey(m.Topic), len(m.Payload), limit, why))
