@@ -58,17 +58,27 @@
 //   - channel closed with 406 PRECONDITION_FAILED "message size … is larger
 //     than configured max size …" (RabbitMQ's max_message_size, 128 MiB by
 //     default in 3.x, 16 MiB in 4.x): wraps broker.ErrRejected, so the relay
-//     makes the message a dead letter at once. The Publisher remembers the
-//     limit and refuses larger messages before sending them, so one message
-//     too large does not close the channel under the rest of the batch.
+//     makes the message a dead letter at once. RabbitMQ says so by closing
+//     the channel, under the messages after it in the batch (they fail as
+//     broker.ErrUnavailable and are retried); the Publisher then remembers
+//     the limit and refuses larger messages before sending them. Set
+//     PublisherConfig.MaxMessageSize to the broker's limit to have that from
+//     the start.
 //   - everything else (connection refused or lost, channel closed for any
 //     other reason, a confirm that does not come within ConfirmTimeout or
 //     before ctx ends, publishing blocked by a memory or disk alarm) wraps
 //     broker.ErrUnavailable: an outage never produces dead letters.
 //
+// NewPublisher does not connect; the first Publish does (Publisher.Connect
+// connects at once, to report a wrong URL or credentials at start-up).
 // After a connection loss the next Publish dials again, spaced by
 // Config.Backoff: a Publish inside the backoff window fails at once with
-// broker.ErrUnavailable instead of waiting.
+// broker.ErrUnavailable instead of waiting. A confirm that does not come in
+// time drops the connection too (unless RabbitMQ said it blocks publishing),
+// since a connection whose peer went silent is only noticed after two
+// missed heartbeats. Calls into the client that wait for the broker's
+// answer (opening a channel) are not bounded by ctx, only by the
+// connection's heartbeat.
 //
 // # Consuming
 //

@@ -73,18 +73,27 @@ func NewSubscriber(ctx context.Context, cfg SubscriberConfig) (*Subscriber, erro
 func (s *Subscriber) consume(ctx context.Context) (<-chan amqp091.Delivery, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return nil, errors.New("amqp: subscriber closed")
-	}
-	if s.deliveries != nil {
-		return s.deliveries, nil
-	}
-	if wait := time.Until(s.nextDial); wait > 0 {
+	for {
+		if s.closed {
+			return nil, errors.New("amqp: subscriber closed")
+		}
+		if s.deliveries != nil {
+			return s.deliveries, nil
+		}
+		wait := time.Until(s.nextDial)
+		if wait <= 0 {
+			break
+		}
+		// Wait without the lock, so Close need not.
+		s.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			t.Stop()
+		}
+		t.Stop()
+		s.mu.Lock()
+		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 	}
