@@ -215,7 +215,8 @@ type Config struct {
 	// RoutingKeyPrefix is prepended to a message's topic to form its
 	// routing key. Default "": the routing key is the topic.
 	RoutingKeyPrefix string
-	// DialTimeout bounds connecting and the AMQP handshake. Default 5s.
+	// DialTimeout bounds connecting and the AMQP handshake. Default 5s;
+	// the URL's connection_timeout parameter (milliseconds) wins.
 	DialTimeout time.Duration
 	// Heartbeat is the AMQP heartbeat interval: a connection silent for two
 	// of them counts as lost. Default 10s.
@@ -290,9 +291,13 @@ func (c Config) Topic(routingKey string) string {
 
 // dial connects to the broker.
 func (c Config) dial() (*amqp091.Connection, error) {
+	timeout := c.DialTimeout
+	if uri, err := amqp091.ParseURI(c.URL); err == nil && uri.ConnectionTimeout > 0 {
+		timeout = time.Duration(uri.ConnectionTimeout) * time.Millisecond
+	}
 	conn, err := amqp091.DialConfig(c.URL, amqp091.Config{
 		Heartbeat:  c.Heartbeat,
-		Dial:       amqp091.DefaultDial(c.DialTimeout),
+		Dial:       amqp091.DefaultDial(timeout),
 		Properties: amqp091.Table{"connection_name": "courier"},
 	})
 	if err != nil {
