@@ -95,6 +95,29 @@ func (e *rejectedError) Unwrap() []error {
 	return []error{ErrRejected, e.err}
 }
 
+// RetryAfterError is implemented by publish errors that know when the
+// broker will take messages again: an HTTP endpoint that answered 429 or 503
+// with a Retry-After header, a circuit breaker that is open for a while
+// longer. Such errors also wrap ErrUnavailable; RetryAfter is the delay the
+// broker asked for, from the moment the error was made (0: no earlier than
+// at once). A relay may wait at least that long before it publishes to the
+// broker again, instead of its own backoff. Use [RetryAfter] to find it in an
+// error chain.
+type RetryAfterError interface {
+	error
+	RetryAfter() time.Duration
+}
+
+// RetryAfter returns the delay of the first error in err's chain that
+// implements [RetryAfterError], and whether there is one.
+func RetryAfter(err error) (time.Duration, bool) {
+	var ra RetryAfterError
+	if errors.As(err, &ra) {
+		return ra.RetryAfter(), true
+	}
+	return 0, false
+}
+
 // Subscriber hands a consumer the messages of its subscription, one
 // delivery at a time, until they are acknowledged. Brokers redeliver a
 // message that is neither acknowledged nor dropped.

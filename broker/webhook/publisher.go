@@ -1,0 +1,456 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+)
+
+// Defaults of PublisherConfig's zero fields.
+const (
+	DefaultTimeout         = 10 * time.Second
+	DefaultConcurrency     = 16
+	DefaultMaxRetryAfter   = 10 * time.Minute
+	DefaultBreakerFailures = 5
+	DefaultBreakerOpenFor  = 30 * time.Second
+)
+
+// PublisherConfig tunes a Publisher. Zero fields take the defaults given.
+type PublisherConfig struct {
+	// Endpoints maps topics to endpoint URLs (http:// or https://).
+	Endpoints map[string]string
+	// Endpoint, if set, returns the URL of a topic that Endpoints does not
+	// list; "" means none.
+	Endpoint func(topic string) string
+	// DefaultEndpoint is the URL of the topics neither Endpoints nor
+	// Endpoint name. A message whose topic has no endpoint fails with a
+	// counted error that names the topic.
+	DefaultEndpoint string
+	// Secrets sign each request, "whsec_" + base64 key each; every one
+	// signs (webhook-signature carries one signature per secret), so a
+	// receiver that knows any of them accepts the request. Required.
+	Secrets []string
+	// Timeout bounds each request, answer included. Default
+	// DefaultTimeout (10s).
+	Timeout time.Duration
+	// Concurrency caps the requests in flight of one Publish call (keys
+	// sent concurrently). Default DefaultConcurrency (16).
+	Concurrency int
+	// MaxRetryAfter caps how long a Retry-After answer holds an endpoint
+	// back. Default DefaultMaxRetryAfter (10m).
+	MaxRetryAfter time.Duration
+	// Client sends the requests. Default: a client of its own. Its
+	// CheckRedirect is replaced so that redirects are never followed, and
+	// its Timeout is left alone (Timeout applies per request anyway).
+	Client *http.Client
+	// Breaker tunes the circuit breaker of each endpoint.
+	Breaker BreakerConfig
+}
+
+// BreakerConfig tunes the circuit breaker each endpoint has.
+type BreakerConfig struct {
+	// Failures is how many consecutive failures of an endpoint open its
+	// breaker: requests that got no answer, 429, 5xx. Answers that blame
+	// the message (3xx, 4xx but 429) count as successes of the endpoint.
+	// Default DefaultBreakerFailures (5).
+	Failures uint32
+	// OpenFor is how long an open breaker fails messages without a request
+	// before it lets one probe through. Default DefaultBreakerOpenFor (30s).
+	OpenFor time.Duration
+	// Disabled turns the breakers off.
+	Disabled bool
+}
+
+// Publisher POSTs messages to HTTP endpoints (see the package
+// documentation). It is safe for concurrent use.
+type Publisher struct {
+	cfg    PublisherConfig
+	keys   [][]byte
+	client *http.Client
+
+	mu        sync.Mutex
+	endpoints map[string]*endpoint
+}
+
+var _ broker.Publisher = (*Publisher)(nil)
+
+// endpoint is the state kept per URL: its breaker and how long a
+// Retry-After holds it back.
+type endpoint struct {
+	url *url.URL
+	cb  *gobreaker.CircuitBreaker[struct{}]
+
+	mu       sync.Mutex
+	until    time.Time // Retry-After: no request before
+	openedAt time.Time // when the breaker last opened
+}
+
+// NewPublisher checks cfg and returns a Publisher.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	keys, err := parseSecrets(cfg.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Endpoints == nil && cfg.Endpoint == nil && cfg.DefaultEndpoint == "" {
+		return nil, errors.New("webhook: no endpoint: set PublisherConfig.Endpoints, Endpoint or DefaultEndpoint")
+	}
+	for topic, u := range cfg.Endpoints {
+		if _, err := parseURL(u); err != nil {
+			return nil, fmt.Errorf("webhook: endpoint of topic %q: %w", topic, err)
+		}
+	}
+	if cfg.DefaultEndpoint != "" {
+		if _, err := parseURL(cfg.DefaultEndpoint); err != nil {
+			return nil, fmt.Errorf("webhook: DefaultEndpoint: %w", err)
+		}
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.MaxRetryAfter <= 0 {
+		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if cfg.Breaker.Failures == 0 {
+		cfg.Breaker.Failures = DefaultBreakerFailures
+	}
+	if cfg.Breaker.OpenFor <= 0 {
+		cfg.Breaker.OpenFor = DefaultBreakerOpenFor
+	}
+	client := &http.Client{}
+	if cfg.Client != nil {
+		*client = *cfg.Client
+	}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Publisher{cfg: cfg, keys: keys, client: client, endpoints: make(map[string]*endpoint)}, nil
+}
+
+func parseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return nil, err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("URL %q: use http:// or https://", s)
+	case u.Host == "":
+		return nil, fmt.Errorf("URL %q has no host", s)
+	}
+	return u, nil
+}
+
+// endpointOf returns the URL of topic, "" when none is configured.
+func (p *Publisher) endpointOf(topic string) string {
+	if u, ok := p.cfg.Endpoints[topic]; ok {
+		return u
+	}
+	if p.cfg.Endpoint != nil {
+		if u := p.cfg.Endpoint(topic); u != "" {
+			return u
+		}
+	}
+	return p.cfg.DefaultEndpoint
+}
+
+// endpoint returns the state of URL raw, creating it on first use.
+func (p *Publisher) endpoint(raw string) (*endpoint, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ep, ok := p.endpoints[raw]; ok {
+		return ep, nil
+	}
+	u, err := parseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	ep := &endpoint{url: u}
+	if !p.cfg.Breaker.Disabled {
+		ep.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+			Name:        u.Redacted(),
+			MaxRequests: 1,
+			Timeout:     p.cfg.Breaker.OpenFor,
+			ReadyToTrip: func(c gobreaker.Counts) bool {
+				return c.ConsecutiveFailures >= p.cfg.Breaker.Failures
+			},
+			OnStateChange: func(_ string, _, to gobreaker.State) {
+				if to == gobreaker.StateOpen {
+					ep.mu.Lock()
+					ep.openedAt = time.Now()
+					ep.mu.Unlock()
+				}
+			},
+			IsSuccessful: func(err error) bool { return !endpointFailure(err) },
+			IsExcluded:   func(err error) bool { return errors.Is(err, errCallerGone) },
+		})
+	}
+	p.endpoints[raw] = ep
+	return ep, nil
+}
+
+// errCallerGone marks a request abandoned because Publish's context ended:
+// it says nothing about the endpoint.
+var errCallerGone = errors.New("publish context ended")
+
+// Publish implements broker.Publisher. Messages of one key are sent one
+// after the other, each once the previous one was answered with 2xx; when
+// one fails, the later messages of its key are not sent and fail with
+// broker.ErrUnavailable (they wait for it). Keys are sent concurrently, up
+// to Concurrency requests at a time.
+func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
+	errs := make([]error, len(msgs))
+	chains := map[string][]int{}
+	var order []string
+	for i := range msgs {
+		k := msgs[i].Key
+		if _, ok := chains[k]; !ok {
+			order = append(order, k)
+		}
+		chains[k] = append(chains[k], i)
+	}
+	sem := make(chan struct{}, p.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for _, k := range order {
+		wg.Add(1)
+		go func(chain []int) {
+			defer wg.Done()
+			for n, i := range chain {
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+				}
+				if ctx.Err() != nil {
+					for _, j := range chain[n:] {
+						errs[j] = broker.Unavailable(fmt.Errorf("webhook: not sent: %w", ctx.Err()))
+					}
+					return
+				}
+				errs[i] = p.send(ctx, &msgs[i])
+				<-sem
+				if errs[i] != nil {
+					for _, j := range chain[n+1:] {
+						errs[j] = broker.Unavailable(fmt.Errorf("webhook: not sent: message %s of key %q before it failed (%v)", msgs[i].ID, msgs[i].Key, errs[i]))
+					}
+					return
+				}
+			}
+		}(chains[k])
+	}
+	wg.Wait()
+	return errs
+}
+
+// send POSTs m to its topic's endpoint and classifies the outcome.
+func (p *Publisher) send(ctx context.Context, m *courier.Message) error {
+	raw := p.endpointOf(m.Topic)
+	if raw == "" {
+		return fmt.Errorf("webhook: topic %q has no endpoint: add it to PublisherConfig.Endpoints or set DefaultEndpoint", m.Topic)
+	}
+	ep, err := p.endpoint(raw)
+	if err != nil {
+		return fmt.Errorf("webhook: endpoint of topic %q: %w", m.Topic, err)
+	}
+	req, err := p.request(ctx, ep.url, m)
+	if err != nil {
+		return err
+	}
+	ep.mu.Lock()
+	wait := time.Until(ep.until)
+	ep.mu.Unlock()
+	if wait > 0 {
+		return broker.Unavailable(&retryAfterError{
+			err:   fmt.Errorf("webhook: %s asked not to be sent anything for %s more (Retry-After)", ep.url.Redacted(), wait.Round(time.Millisecond)),
+			after: wait,
+		})
+	}
+	if ep.cb == nil {
+		return p.do(ctx, ep, req, m)
+	}
+	_, err = ep.cb.Execute(func() (struct{}, error) { return struct{}{}, p.do(ctx, ep, req, m) })
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		ep.mu.Lock()
+		left := time.Until(ep.openedAt.Add(p.cfg.Breaker.OpenFor))
+		ep.mu.Unlock()
+		return broker.Unavailable(&retryAfterError{
+			err:   fmt.Errorf("webhook: %s: circuit breaker %v after %d consecutive failures; no request sent", ep.url.Redacted(), err, p.cfg.Breaker.Failures),
+			after: max(left, 0),
+		})
+	}
+	return err
+}
+
+// request builds the signed POST of m to u. A header the wire cannot carry
+// unchanged is a permanent refusal.
+func (p *Publisher) request(ctx context.Context, u *url.URL, m *courier.Message) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(m.Payload))
+	if err != nil {
+		return nil, fmt.Errorf("webhook: request to %s: %w", u.Redacted(), err)
+	}
+	h := req.Header
+	names := make([]string, 0, len(m.Headers))
+	for k, v := range m.Headers {
+		switch {
+		case !validName(k):
+			return nil, broker.Rejected(fmt.Errorf("webhook: header name %q cannot be sent over HTTP: use letters, digits and -", k))
+		case reserved[strings.ToLower(k)]:
+			return nil, broker.Rejected(fmt.Errorf("webhook: header %q is set by the webhook wire format: rename the message's header", k))
+		case !validValue(v):
+			return nil, broker.Rejected(fmt.Errorf("webhook: the value of header %q has control characters or white space at an end, which HTTP does not carry unchanged", k))
+		}
+		h[k] = append(h[k], v)
+		names = append(names, k)
+	}
+	for name, v := range map[string]string{HeaderKey: m.Key, HeaderType: m.Type, HeaderTopic: m.Topic} {
+		if !validValue(v) {
+			return nil, broker.Rejected(fmt.Errorf("webhook: the message's %s %q has control characters or white space at an end, which HTTP does not carry unchanged", strings.TrimPrefix(name, "Courier-"), v))
+		}
+	}
+	id := m.ID.String()
+	ts := time.Now().Unix()
+	h[HeaderID] = []string{id}
+	h[HeaderTimestamp] = []string{strconv.FormatInt(ts, 10)}
+	h[HeaderSignature] = []string{signature(p.keys, id, ts, m.Payload)}
+	h.Set(HeaderContentType, m.ContentType)
+	h.Set(HeaderTopic, m.Topic)
+	h.Set(HeaderKey, m.Key)
+	h.Set(HeaderType, m.Type)
+	h.Set(HeaderVersion, strconv.Itoa(m.Version))
+	h.Set(HeaderOccurredAt, m.OccurredAt.UTC().Format(time.RFC3339Nano))
+	if len(names) > 0 {
+		h.Set(HeaderNames, strings.Join(names, " "))
+	}
+	return req, nil
+}
+
+// do sends req with the per-request timeout and classifies the answer.
+func (p *Publisher) do(ctx context.Context, ep *endpoint, req *http.Request, m *courier.Message) error {
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	where := ep.url.Redacted()
+	resp, err := p.client.Do(req.WithContext(rctx))
+	if err != nil {
+		if ctx.Err() != nil {
+			return broker.Unavailable(fmt.Errorf("webhook: POST %s: %w (%w)", where, errCallerGone, ctx.Err()))
+		}
+		if rctx.Err() != nil {
+			return broker.Unavailable(fmt.Errorf("webhook: POST %s: no answer within %s", where, p.cfg.Timeout))
+		}
+		return broker.Unavailable(fmt.Errorf("webhook: POST %s: %w", where, err))
+	}
+	detail, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
+	_ = resp.Body.Close()
+	return p.classify(ep, resp, m, strings.TrimSpace(string(detail)))
+}
+
+// statusError is an HTTP answer other than 2xx.
+type statusError struct {
+	url    string
+	status string
+	code   int
+	detail string
+	fix    string
+}
+
+func (e *statusError) Error() string {
+	s := fmt.Sprintf("webhook: POST %s: %s", e.url, e.status)
+	if e.detail != "" {
+		s += fmt.Sprintf(" (%q)", e.detail)
+	}
+	if e.fix != "" {
+		s += ": " + e.fix
+	}
+	return s
+}
+
+// retryAfterError carries the delay a Retry-After header or an open
+// breaker asks for; it implements broker.RetryAfterError.
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string             { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error             { return e.err }
+func (e *retryAfterError) RetryAfter() time.Duration { return e.after }
+
+// endpointFailure reports whether err counts against the endpoint's
+// breaker: no answer, or an answer saying the endpoint is unwell.
+func endpointFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.code == http.StatusTooManyRequests || se.code >= 500
+	}
+	return errors.Is(err, broker.ErrUnavailable)
+}
+
+func (p *Publisher) classify(ep *endpoint, resp *http.Response, m *courier.Message, detail string) error {
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		return nil
+	}
+	se := &statusError{url: ep.url.Redacted(), status: resp.Status, code: code, detail: detail}
+	switch {
+	case code == http.StatusTooManyRequests, code == http.StatusBadGateway,
+		code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout:
+		se.fix = "the endpoint is unavailable; retrying without counting"
+		if after, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			after = min(after, p.cfg.MaxRetryAfter)
+			ep.mu.Lock()
+			if until := time.Now().Add(after); until.After(ep.until) {
+				ep.until = until
+			}
+			ep.mu.Unlock()
+			se.fix = fmt.Sprintf("the endpoint asked to wait %s (Retry-After)", after)
+			return broker.Unavailable(&retryAfterError{err: se, after: after})
+		}
+		return broker.Unavailable(se)
+	case code == http.StatusGone:
+		se.fix = fmt.Sprintf("the endpoint refuses message %s for good (410 Gone); it becomes a dead letter", m.ID)
+		return broker.Rejected(se)
+	case code >= 300 && code < 400:
+		se.fix = fmt.Sprintf("redirects are not followed: point topic %q at the final URL (Location: %q)", m.Topic, resp.Header.Get("Location"))
+	case code == http.StatusRequestEntityTooLarge:
+		se.fix = fmt.Sprintf("the payload of %d bytes is too large for the endpoint: shrink it or raise the endpoint's limit", len(m.Payload))
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		se.fix = "check that the endpoint knows one of the publisher's secrets and that the clocks agree"
+	case code == http.StatusNotFound:
+		se.fix = fmt.Sprintf("check the endpoint URL of topic %q", m.Topic)
+	}
+	return se
+}
+
+// parseRetryAfter reads a Retry-After value: delay seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s < 0 {
+			return 0, false
+		}
+		return time.Duration(min(s, int64(365*24*3600))) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(t.Sub(now), 0), true
+}
