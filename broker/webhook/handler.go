@@ -237,17 +237,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	for {
+	var why string
+	for why == "" {
 		select {
 		case v := <-d.verdict:
-			switch v.kind {
-			case verdictAck:
-				w.WriteHeader(http.StatusOK)
-			case verdictDrop:
-				w.WriteHeader(http.StatusAccepted)
-			default:
-				busy(w, int(math.Ceil(v.delay.Seconds())), "the consumer asked for the message again later")
-			}
+			answer(w, v)
 			return
 		case <-d.extend:
 			if !timer.Stop() {
@@ -255,14 +249,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			timer.Reset(h.wait)
 		case <-timer.C:
-			busy(w, 1, "the consumer did not finish the message in time")
-			return
+			why = "the consumer did not finish the message in time"
 		case <-h.closed:
-			busy(w, 1, "the receiver is shutting down")
-			return
+			why = "the receiver is shutting down"
 		case <-r.Context().Done():
-			return
+			why = "the sender hung up"
 		}
+	}
+	if !d.end(why) {
+		answer(w, <-d.verdict)
+		return
+	}
+	busy(w, 1, why)
+}
+
+// answer writes the response a verdict asks for.
+func answer(w http.ResponseWriter, v verdict) {
+	switch v.kind {
+	case verdictAck:
+		w.WriteHeader(http.StatusOK)
+	case verdictDrop:
+		w.WriteHeader(http.StatusAccepted)
+	default:
+		busy(w, int(math.Ceil(v.delay.Seconds())), "the consumer asked for the message again later")
 	}
 }
 
@@ -375,18 +384,47 @@ type delivery struct {
 	attempt int
 	verdict chan verdict
 	extend  chan struct{}
+
+	mu    sync.Mutex
+	state int // stateWaiting, stateGiven, stateEnded
+	why   string
 }
+
+// states of a delivery.
+const (
+	stateWaiting = iota
+	stateGiven
+	stateEnded
+)
 
 func (d *delivery) Raw() broker.Raw { return d.raw }
 func (d *delivery) Attempt() int    { return d.attempt }
 
+// give hands the waiting request its verdict.
 func (d *delivery) give(v verdict) error {
-	select {
-	case d.verdict <- v:
-		return nil
-	default:
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch d.state {
+	case stateGiven:
 		return errors.New("webhook: the delivery already has its verdict")
+	case stateEnded:
+		return fmt.Errorf("webhook: the request of message %s was already answered 503 (%s): the sender sends it again", d.raw.Headers[http.CanonicalHeaderKey(HeaderID)], d.why)
 	}
+	d.state = stateGiven
+	d.verdict <- v
+	return nil
+}
+
+// end marks the request answered without a verdict; false when a verdict
+// came first (it is in d.verdict).
+func (d *delivery) end(why string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state == stateGiven {
+		return false
+	}
+	d.state, d.why = stateEnded, why
+	return true
 }
 
 // Ack answers the request 200 OK, if it is still waiting.

@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -350,10 +351,26 @@ func (p *Publisher) do(ctx context.Context, ep *endpoint, req *http.Request, m *
 		}
 		return broker.Unavailable(fmt.Errorf("webhook: POST %s: %w", where, err))
 	}
-	detail, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
 	_ = resp.Body.Close()
-	return p.classify(ep, resp, m, strings.TrimSpace(string(detail)))
+	return p.classify(ep, resp, m, answerDetail(resp.Header.Get("Content-Type"), body))
+}
+
+// answerDetail is what an error answer's body says: a problem+json body's
+// title and detail, else the start of the body.
+func answerDetail(contentType string, body []byte) string {
+	if strings.HasPrefix(contentType, "application/problem+json") {
+		var pr struct{ Title, Detail string }
+		if json.Unmarshal(body, &pr) == nil && (pr.Title != "" || pr.Detail != "") {
+			return strings.TrimSuffix(pr.Title+": "+pr.Detail, ": ")
+		}
+	}
+	s := strings.TrimSpace(string(body))
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
 }
 
 // statusError is an HTTP answer other than 2xx.
@@ -368,7 +385,7 @@ type statusError struct {
 func (e *statusError) Error() string {
 	s := fmt.Sprintf("webhook: POST %s: %s", e.url, e.status)
 	if e.detail != "" {
-		s += fmt.Sprintf(" (%q)", e.detail)
+		s += fmt.Sprintf(" (the endpoint says: %s)", strings.ToValidUTF8(e.detail, "?"))
 	}
 	if e.fix != "" {
 		s += ": " + e.fix
