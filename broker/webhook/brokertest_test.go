@@ -111,4 +111,3 @@ func (r *recorder) stored(testing.TB) []courier.Message {
 	defer r.mu.Unlock()
 	return append([]courier.Message(nil), r.msgs...)
 }
-
