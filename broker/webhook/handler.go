@@ -161,6 +161,16 @@ type HandlerConfig struct {
 // one message id this Handler has seen (a bounded memory, reset when it
 // grows past 100 000 ids); Extend restarts the request's wait.
 //
+// A verdict given after the request was answered without one (Wait ran
+// out, Close, the sender hung up) returns an error saying so; the sender
+// sends the message again and the inbox skips it if it was applied.
+//
+// A Retry's Retry-After holds back every message the sender has for this
+// endpoint for that long, not only the retried one (HTTP has no other way
+// to say it). With inbox.ConsumerConfig.KeepOrder the consumer retries in
+// place instead, extending the request, so keep its backoff well under the
+// sender's Timeout or expect the sender to give up and send again.
+//
 // Close makes Next fail and answers waiting requests 503; a Handler is not
 // reopened, so register a new one to consume again.
 type Handler struct {

@@ -67,7 +67,23 @@
 // consecutive failures of the endpoint (unavailable answers, 5xx, no
 // answer) it opens, and for BreakerConfig.OpenFor every message to the
 // endpoint fails with broker.ErrUnavailable without a request; then one
-// request probes the endpoint and closes the breaker if it succeeds.
+// request probes the endpoint and closes the breaker if it succeeds. 3xx and
+// 4xx answers show the endpoint is up and never open it.
+//
+// When Publish gives up waiting (the relay's publish timeout ends ctx), the
+// requests in flight are abandoned with broker.ErrUnavailable and do not
+// count against the endpoint.
+//
+// # Conformance
+//
+// The publisher passes the broker conformance suite (broker/brokertest)
+// with these features: no Dedup, an oversize payload (over the receiver's
+// MaxBodyBytes, answered 413) refused as a counted failure, not as
+// broker.ErrRejected. The Handler does not fit the suite's Subscriber shape:
+// its requests wait for a consumer, so nothing is stored for a subscriber
+// that comes later, and a message comes again only when the sender sends it
+// again; the suite reads what a Handler received instead. Per-key order is
+// tested by the package's own tests, through a relay and an inbox consumer.
 package webhook
 
 import (
