@@ -53,7 +53,8 @@ type PublisherConfig struct {
 	// MaxRetryAfter caps how long a Retry-After answer holds an endpoint
 	// back. Default DefaultMaxRetryAfter (10m).
 	MaxRetryAfter time.Duration
-	// Client sends the requests. Default: a client of its own. Its
+	// Client sends the requests. Default: a client of its own, on a copy of
+	// http.DefaultTransport keeping Concurrency idle connections per host. Its
 	// CheckRedirect is replaced so that redirects are never followed, and
 	// its Timeout is left alone (Timeout applies per request anyway).
 	Client *http.Client
@@ -136,6 +137,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	client := &http.Client{}
 	if cfg.Client != nil {
 		*client = *cfg.Client
+	} else if t, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = t.Clone()
+		t.MaxIdleConnsPerHost = cfg.Concurrency // keys sent at once reuse their connections
+		client.Transport = t
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &Publisher{cfg: cfg, keys: keys, client: client, endpoints: make(map[string]*endpoint)}, nil
