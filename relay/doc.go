@@ -75,6 +75,9 @@
 // returns. While every publish of a batch fails that way, the relay logs
 // that the broker is unavailable and pauses claiming for the same backoff; a
 // counted failure never pauses it, so one bad subject slows no other key.
+// A broker that says how long to wait (an HTTP endpoint's Retry-After,
+// broker.RetryAfterError) gets at least that wait before the message's
+// retry, capped at Backoff.Max.
 //
 // # Isolation
 //

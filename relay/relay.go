@@ -709,12 +709,25 @@ func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
 		r.log.Warn("publish failed; will retry", "message_id", rec.Message.ID, "key", rec.Message.Key,
 			"attempt", attempts, "retry_in", f.Delay, "error", err)
 	}
+	f.Delay = r.honourRetryAfter(f.Delay, err)
 	out.Retry = append(out.Retry, f)
 	r.mu.Lock()
 	if at := time.Now().Add(f.Delay); r.retryAt.IsZero() || at.Before(r.retryAt) {
 		r.retryAt = at
 	}
 	r.mu.Unlock()
+}
+
+// honourRetryAfter lengthens delay to the wait the broker asked for (an
+// HTTP endpoint's Retry-After, see broker.RetryAfterError), capped at the
+// backoff's Max so a far-off date cannot hold a key back for longer than
+// the relay would on its own. A shorter wish than delay changes nothing.
+func (r *Relay) honourRetryAfter(delay time.Duration, err error) time.Duration {
+	wish, ok := broker.RetryAfter(err)
+	if !ok {
+		return delay
+	}
+	return max(delay, min(wish, r.cfg.Backoff.Max))
 }
 
 // noteBroker tracks outages: while whole batches fail because the broker is

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/memory"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
@@ -33,6 +34,7 @@ type unit struct {
 	clock *memstore.Clock
 	st    *memstore.Store
 	pub   *memory.Publisher
+	via   broker.Publisher // when set, the relay publishes through it instead of pub
 	w     *outbox.Writer[*memstore.Tx]
 }
 
@@ -76,7 +78,11 @@ func (u *unit) start(cfg relay.Config) (r *relay.Relay, stop func()) {
 // run runs a relay until ctx ends; done is closed when Run has returned.
 func (u *unit) run(ctx context.Context, cfg relay.Config) (r *relay.Relay, done <-chan struct{}) {
 	u.t.Helper()
-	r, err := relay.New(u.st, u.pub, cfg)
+	var pub broker.Publisher = u.pub
+	if u.via != nil {
+		pub = u.via
+	}
+	r, err := relay.New(u.st, pub, cfg)
 	if err != nil {
 		u.t.Fatalf("new relay: %v", err)
 	}
@@ -433,4 +439,54 @@ func TestUnitDatabaseOutageIsRetried(t *testing.T) {
 	if st := r.State(); st.ClaimFailures != 0 || st.ClaimError != "" || st.Metrics.Retried != 0 {
 		t.Fatalf("state %+v: want claims healthy again and no retries", st)
 	}
+}
+
+// retryAfterError is a counted failure that asks for a wait, as an HTTP
+// endpoint's Retry-After does.
+type retryAfterError struct{ wait time.Duration }
+
+func (e retryAfterError) Error() string             { return "endpoint asked to wait" }
+func (e retryAfterError) RetryAfter() time.Duration { return e.wait }
+
+// asksToWait fails the first publish of one message with a Retry-After.
+type asksToWait struct {
+	*memory.Publisher
+	id    uuid.UUID
+	wait  time.Duration
+	asked atomic.Bool
+}
+
+func (p *asksToWait) Publish(ctx context.Context, msgs []courier.Message) []error {
+	if len(msgs) == 1 && msgs[0].ID == p.id && p.asked.CompareAndSwap(false, true) {
+		return []error{retryAfterError{p.wait}}
+	}
+	return p.Publisher.Publish(ctx, msgs)
+}
+
+// A broker's Retry-After longer than the backoff sets the retry time, up to
+// the backoff's Max; the message is not tried again before it.
+func TestUnitRetryAfterIsHonoured(t *testing.T) {
+	u := newUnit(t)
+	a1 := msg("a", "a1")
+	pub := &asksToWait{Publisher: u.pub, id: a1.ID, wait: 2 * time.Hour}
+	cfg := u.config()
+	cfg.Backoff = relay.Backoff{Initial: time.Hour, Max: 3 * time.Hour}
+	u.write(a1)
+	u.via = pub
+	r, _ := u.start(cfg)
+	u.eventually(func() bool { return r.Metrics().Retried == 1 }, "metrics %+v", r.Metrics())
+	pending := u.st.Pending()
+	if len(pending) != 1 {
+		t.Fatalf("pending %+v, want a1 alone", pending)
+	}
+	if wait := pending[0].RetryAt.Sub(u.clock.Now()); wait < 2*time.Hour-time.Minute || wait > 2*time.Hour {
+		t.Fatalf("a1 retries in %v, want the 2h the broker asked for (the backoff says 1h)", wait)
+	}
+	u.clock.Advance(time.Hour + time.Minute)
+	time.Sleep(50 * time.Millisecond) // ten polls: a1 must not go out yet
+	if u.published(a1) {
+		t.Fatal("a1 published before its Retry-After passed")
+	}
+	u.clock.Advance(time.Hour)
+	u.eventually(func() bool { return u.published(a1) }, "a1 not published after its Retry-After")
 }
