@@ -44,7 +44,7 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 	testenv.Must(t, err, "listen")
 	defer l.Close()
 	taken := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	for _, v := range []string{"COURIER_DATABASE_URL", "COURIER_BROKER_URL"} {
+	for _, v := range []string{"COURIER_DATABASE_URL", "COURIER_BROKER_URL", "COURIER_WEBHOOK_SECRET"} {
 		t.Setenv(v, "")
 		os.Unsetenv(v)
 	}
@@ -60,7 +60,8 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 		{[]string{"status", "--database-url", "sqlite:///no/such/dir/x.db"}, 1, "no SQLite database at /no/such/dir/x.db"},
 		{[]string{"status", "--database-url", "postgres://nobody@127.0.0.1:1/x"}, 1, "cannot reach the database at postgres://nobody@127.0.0.1:1/x"},
 		{[]string{"status", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}, 1, "postgres://u:xxxxx@127.0.0.1:1/x"},
-		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "http://x"}, 1, "is not a NATS URL"},
+		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "redis://x"}, 1, "is not a broker URL Courier knows: use nats://host:4222"},
+		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "amqp://u:secret@x:bad/"}, 1, "is not a RabbitMQ URL"},
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "nats://x:1", "--batch-size", "0"}, 1, "--batch-size is 0"},
 		{[]string{"relay", "--embedded-port", taken}, 1, "embedded nats: cannot listen on 127.0.0.1:" + taken},
 		{[]string{"frobnicate"}, 2, "unexpected argument frobnicate"},

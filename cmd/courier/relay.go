@@ -1,39 +1,38 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/courier-go/courier/broker/brokerurl"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/nats/embedded"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/dburl"
 )
 
 type relayCmd struct {
 	dbFlags
-	BrokerURL     string        `name:"broker-url" help:"NATS URL, e.g. nats://localhost:4222. Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
-	DataDir       string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
-	EmbeddedPort  int           `help:"Port of the embedded NATS server (0: any free port)." default:"4222" env:"COURIER_EMBEDDED_PORT"`
-	ListenURL     string        `name:"listen-url" help:"PostgreSQL URL for LISTEN wake-ups; must be a direct session connection, not PgBouncer in transaction mode (default: --database-url)." env:"COURIER_LISTEN_URL"`
-	NoListen      bool          `help:"Do not LISTEN for wake-ups (PostgreSQL); poll only." env:"COURIER_NO_LISTEN"`
-	Stream        string        `help:"JetStream stream to publish into." default:"COURIER" env:"COURIER_STREAM"`
-	SubjectPrefix string        `help:"Prefix that turns a topic into a subject." default:"courier." env:"COURIER_SUBJECT_PREFIX"`
-	NoStream      bool          `name:"no-create-stream" help:"Do not create the stream when it is missing (it is managed elsewhere)." env:"COURIER_NO_CREATE_STREAM"`
-	BatchSize     int           `help:"Messages claimed per batch." default:"1000" env:"COURIER_BATCH_SIZE"`
-	Concurrency   int           `help:"Batches publishing at once." default:"2" env:"COURIER_CONCURRENCY"`
-	Lease         time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s" env:"COURIER_LEASE"`
-	MaxAttempts   int           `help:"Failed attempts before a message becomes a dead letter." default:"10" env:"COURIER_MAX_ATTEMPTS"`
-	PollInterval  time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)." env:"COURIER_POLL_INTERVAL"`
-	KeepPublished bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it yourself)." env:"COURIER_KEEP_PUBLISHED"`
+	BrokerURL        string        `name:"broker-url" help:"Broker to publish to; the URL picks it: nats://host:4222 (or tls://), amqp://user:password@host:5672/vhost?exchange=courier&prefix=, https://endpoint (webhooks, signed with the secrets of --webhook-secret-env). Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
+	WebhookSecretEnv string        `name:"webhook-secret-env" help:"Environment variable holding the secrets that sign webhook requests (https:// --broker-url): whsec_… secrets, comma-separated during a rotation (the first is the new one). Never put them in the URL." default:"COURIER_WEBHOOK_SECRET" env:"COURIER_WEBHOOK_SECRET_ENV"`
+	DataDir          string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
+	EmbeddedPort     int           `help:"Port of the embedded NATS server (0: any free port)." default:"4222" env:"COURIER_EMBEDDED_PORT"`
+	ListenURL        string        `name:"listen-url" help:"PostgreSQL URL for LISTEN wake-ups; must be a direct session connection, not PgBouncer in transaction mode (default: --database-url)." env:"COURIER_LISTEN_URL"`
+	NoListen         bool          `help:"Do not LISTEN for wake-ups (PostgreSQL); poll only." env:"COURIER_NO_LISTEN"`
+	Stream           string        `help:"JetStream stream to publish into (NATS)." default:"COURIER" env:"COURIER_STREAM"`
+	SubjectPrefix    string        `help:"Prefix that turns a topic into a subject (NATS)." default:"courier." env:"COURIER_SUBJECT_PREFIX"`
+	NoStream         bool          `name:"no-create-stream" help:"Do not create the stream (NATS) or declare the exchange (RabbitMQ) when it is missing (it is managed elsewhere)." env:"COURIER_NO_CREATE_STREAM"`
+	BatchSize        int           `help:"Messages claimed per batch." default:"1000" env:"COURIER_BATCH_SIZE"`
+	Concurrency      int           `help:"Batches publishing at once." default:"2" env:"COURIER_CONCURRENCY"`
+	Lease            time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s" env:"COURIER_LEASE"`
+	MaxAttempts      int           `help:"Failed attempts before a message becomes a dead letter." default:"10" env:"COURIER_MAX_ATTEMPTS"`
+	PollInterval     time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)." env:"COURIER_POLL_INTERVAL"`
+	KeepPublished    bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it yourself)." env:"COURIER_KEEP_PUBLISHED"`
 }
 
 // check validates every flag, before anything is opened or created, and
@@ -47,8 +46,10 @@ func (c *relayCmd) check() (relay.Config, error) {
 			return relay.Config{}, fmt.Errorf("%s is %d: use 1 or more", f.name, f.v)
 		}
 	}
-	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
-		return relay.Config{}, fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for the embedded server", dburl.Redact(c.BrokerURL))
+	if c.BrokerURL != "" {
+		if _, err := brokerurl.Parse(c.BrokerURL, brokerurl.Options{Flag: "--broker-url", WebhookSecretEnv: c.WebhookSecretEnv}); err != nil {
+			return relay.Config{}, err
+		}
 	}
 	if c.EmbeddedPort < 0 || c.EmbeddedPort > 65535 {
 		return relay.Config{}, fmt.Errorf("--embedded-port is %d: use a port from 1 to 65535, or 0 for any free port", c.EmbeddedPort)
@@ -138,28 +139,15 @@ func (c *relayCmd) Run(e *env) error {
 				"url", brokerURL, "data", dir)
 		})
 	}
-	nc, err := couriernats.Connect(brokerURL,
-		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
-			if err != nil {
-				e.log.Warn("broker disconnected", "error", err)
-			}
-		}),
-		natsgo.ReconnectHandler(func(*natsgo.Conn) { e.log.Info("broker reconnected") }))
+	b, err := brokerurl.Open(e.ctx, brokerURL, c.brokerOptions(e))
 	if err != nil {
-		return fmt.Errorf("cannot reach NATS at %s: %v; check --broker-url (COURIER_BROKER_URL) and that nats-server runs with JetStream (-js)",
-			dburl.Redact(brokerURL), oneLine(err))
-	}
-	defer nc.Close()
-	mapping := couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""}
-	if !c.NoStream {
-		if err := couriernats.EnsureStream(e.ctx, nc, mapping, couriernats.StreamConfig{Name: c.Stream}); err != nil {
-			return c.streamError(e.ctx, nc, mapping, err)
+		var se *brokerurl.StreamError
+		if errors.As(err, &se) {
+			return c.streamError(se)
 		}
-	}
-	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
-	if err != nil {
 		return err
 	}
+	defer b.Close()
 	if !c.NoListen {
 		n, err := d.Notifier(e.log)
 		if err != nil {
@@ -169,48 +157,56 @@ func (c *relayCmd) Run(e *env) error {
 			cfg.Notifier = n
 		}
 	}
-	r, err := relay.New(st, pub, cfg)
+	r, err := relay.New(st, b, cfg)
 	if err != nil {
 		return flagError(err)
 	}
 	for _, a := range announce {
 		a()
 	}
-	e.log.Info("relaying", "database", d.String(), "dialect", d.Dialect(), "broker", dburl.Redact(brokerURL), "stream", c.Stream,
-		"subject_prefix", c.SubjectPrefix, "poll_interval", cfg.PollInterval)
+	where := []any{"database", d.String(), "dialect", d.Dialect(), "broker", b.String()}
+	switch b.Kind() {
+	case brokerurl.NATS:
+		where = append(where, "stream", c.Stream, "subject_prefix", c.SubjectPrefix)
+	case brokerurl.Webhook:
+		where = append(where, "secrets_from", c.WebhookSecretEnv)
+	}
+	e.log.Info("relaying", append(where, "poll_interval", cfg.PollInterval)...)
 	return r.Run(e.ctx)
 }
 
-// subjectOverlap is JetStream's error code for a stream whose subjects
-// overlap another stream's.
-const subjectOverlap jetstream.ErrorCode = 10065
+// brokerOptions says how brokerurl opens --broker-url.
+func (c *relayCmd) brokerOptions(e *env) brokerurl.Options {
+	return brokerurl.Options{
+		Flag:             "--broker-url",
+		Env:              "COURIER_BROKER_URL",
+		Logger:           e.log,
+		NATS:             couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""},
+		Stream:           c.Stream,
+		NoCreate:         c.NoStream,
+		Channels:         c.Concurrency,
+		WebhookSecretEnv: c.WebhookSecretEnv,
+	}
+}
 
 // streamError explains why the stream could not be created, with the fix.
-func (c *relayCmd) streamError(ctx context.Context, nc *natsgo.Conn, mapping couriernats.Config, err error) error {
-	var apiErr *jetstream.APIError
+func (c *relayCmd) streamError(se *brokerurl.StreamError) error {
 	switch {
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == subjectOverlap:
-		var others []string
-		if js, jerr := jetstream.New(nc); jerr == nil {
-			names := js.StreamNames(ctx, jetstream.WithStreamListSubject(mapping.Subjects()))
-			for n := range names.Name() {
-				others = append(others, n)
-			}
-		}
+	case se.Overlap != nil:
 		which := "another stream"
-		if len(others) > 0 {
-			which = "stream " + strings.Join(others, ", ")
+		if len(se.Overlap) > 0 {
+			which = "stream " + strings.Join(se.Overlap, ", ")
 		}
 		fix := "pass --stream with the name of the stream that captures them"
-		if len(others) == 1 {
-			fix = "pass --stream " + others[0] + " to publish into it"
+		if len(se.Overlap) == 1 {
+			fix = "pass --stream " + se.Overlap[0] + " to publish into it"
 		}
 		return fmt.Errorf("cannot create stream %s: its subjects %s overlap those of %s; %s, or --subject-prefix for subjects of your own (--no-create-stream if streams are managed elsewhere)",
-			c.Stream, mapping.Subjects(), which, fix)
-	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
-		return fmt.Errorf("%v; enable JetStream on the server (nats-server -js)", err)
+			c.Stream, se.Subjects, which, fix)
+	case errors.Is(se.Err, jetstream.ErrJetStreamNotEnabled), errors.Is(se.Err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("%v; enable JetStream on the server (nats-server -js)", se.Err)
 	}
-	return fmt.Errorf("%v; check that the server runs JetStream (nats-server -js) and that --stream and --subject-prefix suit it", err)
+	return fmt.Errorf("%v; check that the server runs JetStream (nats-server -js) and that --stream and --subject-prefix suit it", se.Err)
 }
 
 // flagError rewrites "Config.BatchSize" in relay errors as the flag users set.

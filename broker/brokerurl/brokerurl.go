@@ -1,0 +1,419 @@
+// Package brokerurl turns a broker URL into an open [broker.Publisher]: it
+// is the one place that knows which URL names which broker, so that wiring
+// code (the courier CLI, services, tests) does not switch over broker names.
+//
+// The URLs it knows:
+//
+//	nats://host:4222 (also tls://; several servers comma-separated)   NATS JetStream
+//	amqp://user:password@host:5672/vhost?exchange=courier&prefix=     RabbitMQ (also amqps://)
+//	https://endpoint/path (also http://)                              webhooks: every topic to that endpoint
+//
+// Webhook signing secrets never come from the URL: they come from
+// Options.WebhookSecrets or the environment variable Options.WebhookSecretEnv
+// (default COURIER_WEBHOOK_SECRET), "whsec_…" secrets comma-separated so
+// that keys rotate without a gap (see package broker/webhook).
+//
+// Open connects, so that a wrong address or credentials show at start-up,
+// and creates what the broker needs unless told not to: the JetStream
+// stream on NATS (Options.Stream, capturing every subject under the
+// prefix), the exchange on RabbitMQ.
+//
+//	b, err := brokerurl.Open(ctx, os.Getenv("BROKER_URL"), brokerurl.Options{})
+//	if err != nil {
+//		return err
+//	}
+//	defer b.Close()
+//	r, err := relay.New(st, b, relay.Config{})
+package brokerurl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/amqp"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/broker/webhook"
+)
+
+// Forms lists the broker URLs Parse accepts, for error messages.
+const Forms = "nats://host:4222 (or tls://), amqp://user:password@host:5672/vhost, https://endpoint (or http://)"
+
+// DefaultWebhookSecretEnv is the environment variable webhook secrets are
+// read from when Options names none.
+const DefaultWebhookSecretEnv = "COURIER_WEBHOOK_SECRET"
+
+// Kinds of broker a URL names (URL.Kind, Broker.Kind).
+const (
+	NATS    = "nats"
+	AMQP    = "amqp"
+	Webhook = "webhook"
+)
+
+// Options says how to read and open a URL. The zero value opens the URL
+// with each broker's defaults, creating the stream or exchange.
+type Options struct {
+	// Flag is how error messages name the URL, such as "--broker-url".
+	// Default: "broker URL".
+	Flag string
+	// Env is the environment variable that also sets the URL, named in
+	// the message of a broker that cannot be reached. Default: none.
+	Env string
+	// Logger logs connection losses and recoveries (NATS). Default: none.
+	Logger *slog.Logger
+
+	// NATS is how topics map to subjects on NATS. Default: subjects
+	// "courier." + topic.
+	NATS couriernats.Config
+	// Stream is the JetStream stream Open creates on NATS when it is
+	// missing. Default couriernats.DefaultStream ("COURIER").
+	Stream string
+	// NoCreate opens the broker without creating anything: no stream on
+	// NATS, no exchange on RabbitMQ (they are managed elsewhere).
+	NoCreate bool
+
+	// Channels is how many AMQP channels publish at once; set it to the
+	// relay's concurrency. Default 2.
+	Channels int
+
+	// WebhookSecrets sign webhook requests ("whsec_" + base64 key each).
+	// Default: read from the environment variable WebhookSecretEnv.
+	WebhookSecrets []string
+	// WebhookSecretEnv is the environment variable holding the webhook
+	// secrets, comma-separated. Default DefaultWebhookSecretEnv.
+	WebhookSecretEnv string
+}
+
+func (o Options) flag() string {
+	if o.Flag == "" {
+		return "broker URL"
+	}
+	return o.Flag
+}
+
+// check names where the URL is set, for messages that ask to check it.
+func (o Options) check() string {
+	if o.Env == "" {
+		return o.flag()
+	}
+	return o.flag() + " (" + o.Env + ")"
+}
+
+func (o Options) secretEnv() string {
+	if o.WebhookSecretEnv == "" {
+		return DefaultWebhookSecretEnv
+	}
+	return o.WebhookSecretEnv
+}
+
+func (o Options) stream() string {
+	if o.Stream == "" {
+		return couriernats.DefaultStream
+	}
+	return o.Stream
+}
+
+// URL is a parsed broker URL.
+type URL struct {
+	// Kind is NATS, AMQP or Webhook.
+	Kind string
+	// Raw is the URL as given.
+	Raw string
+	// Where is the URL without its password: what messages and logs may
+	// show.
+	Where string
+	// AMQP is the RabbitMQ configuration of an AMQP URL.
+	AMQP amqp.Config
+	// WebhookSecrets are the secrets that sign a webhook URL's requests
+	// (Options.WebhookSecrets, or those of the environment variable).
+	WebhookSecrets []string
+}
+
+// Parse reads raw. It fails, with a message that names Options.Flag and
+// the forms it accepts, for an empty string, a scheme it does not know, or
+// a URL of a known scheme that its broker would not open, and for a
+// webhook URL without secrets; the message never holds the password.
+func Parse(raw string, opts Options) (URL, error) {
+	u := URL{Raw: raw, Where: Redact(raw)}
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok && raw != "" {
+		return URL{}, fmt.Errorf("%s %q is not a broker URL: use %s", opts.flag(), u.Where, Forms)
+	}
+	switch strings.ToLower(scheme) {
+	case "":
+		if raw == "" {
+			return URL{}, fmt.Errorf("%s is empty: use %s", opts.flag(), Forms)
+		}
+		return URL{}, fmt.Errorf("%s %q is not a broker URL: use %s", opts.flag(), u.Where, Forms)
+	case "nats", "tls":
+		u.Kind = NATS
+		for _, s := range strings.Split(raw, ",") {
+			if p, err := url.Parse(strings.TrimSpace(s)); err != nil || p.Host == "" {
+				return URL{}, fmt.Errorf("%s %q is not a NATS URL: use nats://host:4222, several comma-separated", opts.flag(), u.Where)
+			}
+		}
+	case "amqp", "amqps":
+		cfg, err := amqp.ParseURL(raw)
+		if err != nil {
+			return URL{}, fmt.Errorf("%s %q is not a RabbitMQ URL (%s): use amqp://user:password@host:5672/vhost?exchange=courier&prefix=", opts.flag(), u.Where, redactIn(err.Error(), raw))
+		}
+		u.Kind, u.AMQP = AMQP, cfg
+	case "http", "https":
+		p, err := url.Parse(raw)
+		if err != nil || p.Host == "" {
+			return URL{}, fmt.Errorf("%s %q is not a webhook endpoint URL: use https://host/path", opts.flag(), u.Where)
+		}
+		for name := range p.Query() {
+			if n := strings.ToLower(name); strings.Contains(n, "secret") || strings.Contains(n, "whsec") {
+				return URL{}, fmt.Errorf("%s: webhook secrets never go in the URL (query parameter %q): set them in %s, comma-separated", opts.flag(), name, opts.secretEnv())
+			}
+		}
+		u.Kind = Webhook
+		if u.WebhookSecrets = opts.WebhookSecrets; len(u.WebhookSecrets) == 0 {
+			u.WebhookSecrets = SplitSecrets(os.Getenv(opts.secretEnv()))
+		}
+		if len(u.WebhookSecrets) == 0 {
+			return URL{}, fmt.Errorf("%s %s is a webhook endpoint and no secret signs its requests: set %s to whsec_… secrets, comma-separated (the first signs; all are sent during a rotation)",
+				opts.flag(), u.Where, opts.secretEnv())
+		}
+	default:
+		return URL{}, fmt.Errorf("%s %q is not a broker URL Courier knows: use %s", opts.flag(), u.Where, Forms)
+	}
+	return u, nil
+}
+
+// Broker is an open broker: a broker.Publisher for the relay, closed with
+// Close.
+type Broker struct {
+	broker.Publisher
+
+	kind  string
+	where string
+	nc    *natsgo.Conn
+	close func() error
+}
+
+// Kind returns NATS, AMQP or Webhook.
+func (b *Broker) Kind() string { return b.kind }
+
+// String returns the broker's URL without its password.
+func (b *Broker) String() string { return b.where }
+
+// NATS returns the connection of a NATS broker, nil for other brokers.
+func (b *Broker) NATS() *natsgo.Conn { return b.nc }
+
+// Close closes the publisher and its connections.
+func (b *Broker) Close() error {
+	if b.close == nil {
+		return nil
+	}
+	return b.close()
+}
+
+// Open parses raw (see Parse), connects to the broker and creates what it
+// needs (see the package documentation), and returns its Publisher.
+func Open(ctx context.Context, raw string, opts Options) (*Broker, error) {
+	u, err := Parse(raw, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{kind: u.Kind, where: u.Where}
+	switch u.Kind {
+	case NATS:
+		err = openNATS(ctx, b, u, opts)
+	case AMQP:
+		err = openAMQP(ctx, b, u, opts)
+	case Webhook:
+		err = openWebhook(b, u, opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func openNATS(ctx context.Context, b *Broker, u URL, opts Options) error {
+	var nopts []natsgo.Option
+	if log := opts.Logger; log != nil {
+		nopts = append(nopts,
+			natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+				if err != nil {
+					log.Warn("broker disconnected", "error", err)
+				}
+			}),
+			natsgo.ReconnectHandler(func(*natsgo.Conn) { log.Info("broker reconnected") }))
+	}
+	nc, err := couriernats.Connect(u.Raw, nopts...)
+	if err != nil {
+		return fmt.Errorf("cannot reach NATS at %s: %v; check %s and that nats-server runs with JetStream (-js)",
+			u.Where, oneLine(redactIn(err.Error(), u.Raw)), opts.check())
+	}
+	if !opts.NoCreate {
+		if err := couriernats.EnsureStream(ctx, nc, opts.NATS, couriernats.StreamConfig{Name: opts.stream()}); err != nil {
+			serr := streamError(ctx, nc, opts, err)
+			nc.Close()
+			return serr
+		}
+	}
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: opts.NATS})
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	b.Publisher, b.nc = pub, nc
+	b.close = func() error { nc.Close(); return nil }
+	return nil
+}
+
+// StreamError is returned by Open when the NATS stream cannot be created.
+type StreamError struct {
+	// Stream is the stream's name and Subjects the subjects it would
+	// capture.
+	Stream, Subjects string
+	// Overlap holds the streams whose subjects overlap Subjects, when that
+	// is why (JetStream error 10065); it is empty when they could not be
+	// listed.
+	Overlap []string
+	// Err is JetStream's error.
+	Err error
+}
+
+func (e *StreamError) Error() string {
+	if e.Overlap != nil {
+		return fmt.Sprintf("cannot create stream %s: its subjects %s overlap those of stream %s; publish into that stream, or use subjects of your own",
+			e.Stream, e.Subjects, strings.Join(e.Overlap, ", "))
+	}
+	return e.Err.Error()
+}
+
+func (e *StreamError) Unwrap() error { return e.Err }
+
+// subjectOverlap is JetStream's error code for a stream whose subjects
+// overlap another stream's.
+const subjectOverlap jetstream.ErrorCode = 10065
+
+// streamError wraps EnsureStream's err in a *StreamError, listing the
+// streams that capture the subjects when that is why.
+func streamError(ctx context.Context, nc *natsgo.Conn, opts Options, err error) error {
+	e := &StreamError{Stream: opts.stream(), Subjects: opts.NATS.Subjects(), Err: err}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == subjectOverlap {
+		e.Overlap = []string{}
+		if js, jerr := jetstream.New(nc); jerr == nil {
+			names := js.StreamNames(ctx, jetstream.WithStreamListSubject(e.Subjects))
+			for n := range names.Name() {
+				e.Overlap = append(e.Overlap, n)
+			}
+		}
+	}
+	return e
+}
+
+func openAMQP(ctx context.Context, b *Broker, u URL, opts Options) error {
+	if !opts.NoCreate {
+		if err := amqp.EnsureTopology(ctx, u.AMQP, amqp.Topology{}); err != nil {
+			return fmt.Errorf("cannot declare exchange %s on RabbitMQ at %s: %v; check %s",
+				u.AMQP.Exchange, u.Where, oneLine(redactIn(err.Error(), u.Raw)), opts.check())
+		}
+	}
+	pub, err := amqp.NewPublisher(amqp.PublisherConfig{Config: u.AMQP, Channels: opts.Channels})
+	if err != nil {
+		return fmt.Errorf("%s: %v", opts.flag(), redactIn(err.Error(), u.Raw))
+	}
+	if err := pub.Connect(); err != nil {
+		_ = pub.Close()
+		return fmt.Errorf("cannot reach RabbitMQ at %s: %v; check %s", u.Where, oneLine(redactIn(err.Error(), u.Raw)), opts.check())
+	}
+	b.Publisher = pub
+	b.close = pub.Close
+	return nil
+}
+
+func openWebhook(b *Broker, u URL, opts Options) error {
+	// Parse made sure there are secrets; NewPublisher checks their form.
+	pub, err := webhook.NewPublisher(webhook.PublisherConfig{DefaultEndpoint: u.Raw, Secrets: u.WebhookSecrets})
+	if err != nil {
+		return fmt.Errorf("%s %s: %v (secrets from %s)", opts.flag(), u.Where, redactIn(err.Error(), u.Raw), opts.secretEnv())
+	}
+	b.Publisher = pub
+	return nil
+}
+
+// SplitSecrets splits a comma-separated list of secrets, dropping blanks.
+func SplitSecrets(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Redact returns raw with the password of each of its URLs (several
+// comma-separated NATS URLs included) replaced by xxxxx, whether or not
+// the URL parses.
+func Redact(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		if pw := password(p); pw != "" {
+			parts[i] = strings.Replace(p, ":"+pw+"@", ":xxxxx@", 1)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// password returns the password in the user information of URL s, ""
+// when it has none. It reads s by hand, so that a URL that does not parse
+// (a bad port) is redacted too.
+func password(s string) string {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return ""
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return ""
+	}
+	if slash := strings.IndexAny(rest, "/?#"); slash >= 0 && slash < at {
+		if at2 := strings.LastIndex(rest[:slash], "@"); at2 >= 0 {
+			at = at2
+		} else {
+			return ""
+		}
+	}
+	_, pw, ok := strings.Cut(rest[:at], ":")
+	if !ok {
+		return ""
+	}
+	return pw
+}
+
+// redactIn replaces the passwords of raw's URLs wherever they occur in s
+// (a client's error may quote the URL).
+func redactIn(s, raw string) string {
+	for _, p := range strings.Split(raw, ",") {
+		pw := password(p)
+		if pw == "" {
+			continue
+		}
+		s = strings.ReplaceAll(s, pw, "xxxxx")
+		if dec, err := url.PathUnescape(pw); err == nil && dec != pw {
+			s = strings.ReplaceAll(s, dec, "xxxxx")
+		}
+	}
+	return s
+}
+
+// oneLine joins a multi-line error message into one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

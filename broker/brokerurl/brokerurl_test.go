@@ -1,0 +1,259 @@
+package brokerurl_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/broker/brokerurl"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/broker/webhook"
+	"github.com/courier-go/courier/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.M(m).Run() }
+
+// secret is the Standard Webhooks example secret.
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+func TestParse(t *testing.T) {
+	t.Setenv(brokerurl.DefaultWebhookSecretEnv, "")
+	opts := brokerurl.Options{Flag: "--broker-url"}
+	hooks := brokerurl.Options{Flag: "--broker-url", WebhookSecrets: []string{secret}}
+	good := []struct {
+		raw   string
+		opts  brokerurl.Options
+		kind  string
+		where string
+	}{
+		{"nats://127.0.0.1:4222", opts, brokerurl.NATS, "nats://127.0.0.1:4222"},
+		{"tls://u:pw@nats.example:4222", opts, brokerurl.NATS, "tls://u:xxxxx@nats.example:4222"},
+		{"nats://a:4222,nats://u:pw@b:4222", opts, brokerurl.NATS, "nats://a:4222,nats://u:xxxxx@b:4222"},
+		{"amqp://guest:guest@127.0.0.1:5672/", opts, brokerurl.AMQP, "amqp://guest:xxxxx@127.0.0.1:5672/"},
+		{"amqps://u:p%40ss@rabbit:5671/shop?exchange=events&prefix=shop.", opts, brokerurl.AMQP, "amqps://u:xxxxx@rabbit:5671/shop?exchange=events&prefix=shop."},
+		{"https://hooks.example/courier", hooks, brokerurl.Webhook, "https://hooks.example/courier"},
+		{"http://u:pw@127.0.0.1:8080/in", hooks, brokerurl.Webhook, "http://u:xxxxx@127.0.0.1:8080/in"},
+	}
+	for _, c := range good {
+		u, err := brokerurl.Parse(c.raw, c.opts)
+		if err != nil || u.Kind != c.kind || u.Where != c.where {
+			t.Errorf("Parse(%q) = %q %q, %v; want %q %q", c.raw, u.Kind, u.Where, err, c.kind, c.where)
+		}
+	}
+	u, _ := brokerurl.Parse("amqp://guest:guest@127.0.0.1:5672/shop?exchange=events&prefix=shop.&heartbeat=5", opts)
+	if u.AMQP.Exchange != "events" || u.AMQP.RoutingKeyPrefix != "shop." || strings.Contains(u.AMQP.URL, "exchange") {
+		t.Errorf("AMQP config: %+v", u.AMQP)
+	}
+
+	bad := []struct {
+		raw, want string
+	}{
+		{"", "--broker-url is empty: use " + brokerurl.Forms},
+		{"localhost:4222", "is not a broker URL: use nats://"},
+		{"redis://u:hunter2@x", `--broker-url "redis://u:xxxxx@x" is not a broker URL Courier knows: use nats://host:4222 (or tls://), amqp://`},
+		{"nats://", "is not a NATS URL"},
+		{"amqp://u:hunter2@x:bad/", `"amqp://u:xxxxx@x:bad/" is not a RabbitMQ URL`},
+		{"https://", "is not a webhook endpoint URL"},
+		{"https://x/hook", "no secret signs its requests: set COURIER_WEBHOOK_SECRET to whsec_"},
+		{"https://x/hook?webhook_secret=" + secret, `webhook secrets never go in the URL (query parameter "webhook_secret")`},
+	}
+	for _, c := range bad {
+		_, err := brokerurl.Parse(c.raw, opts)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "MfKQ") {
+			t.Errorf("Parse(%q): %v; want an error containing %q, without the password", c.raw, err, c.want)
+		}
+	}
+
+	t.Setenv("HOOK_KEYS", " "+secret+" , whsec_b2xk ")
+	u, err := brokerurl.Parse("https://x/hook", brokerurl.Options{WebhookSecretEnv: "HOOK_KEYS"})
+	if err != nil || len(u.WebhookSecrets) != 2 || u.WebhookSecrets[0] != secret || u.WebhookSecrets[1] != "whsec_b2xk" {
+		t.Errorf("secrets from HOOK_KEYS: %q, %v", u.WebhookSecrets, err)
+	}
+	if _, err := brokerurl.Parse("https://x/hook", brokerurl.Options{WebhookSecretEnv: "NO_SUCH_KEYS"}); err == nil || !strings.Contains(err.Error(), "set NO_SUCH_KEYS") {
+		t.Errorf("secrets from an unset variable: %v", err)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for raw, want := range map[string]string{
+		"amqp://guest:guest@h:5672/":    "amqp://guest:xxxxx@h:5672/",
+		"amqp://guest@h:5672/":          "amqp://guest@h:5672/",
+		"https://h/a@b":                 "https://h/a@b",
+		"https://u:p@h/a@b":             "https://u:xxxxx@h/a@b",
+		"nats://a:1,tls://u:p@b:2":      "nats://a:1,tls://u:xxxxx@b:2",
+		"kafka://h1:9092,h2:9092?x=y:z": "kafka://h1:9092,h2:9092?x=y:z",
+	} {
+		if got := brokerurl.Redact(raw); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func publish(t *testing.T, b *brokerurl.Broker, topic string, n int) []courier.Message {
+	t.Helper()
+	msgs := make([]courier.Message, n)
+	for i := range msgs {
+		msgs[i] = courier.NewMessage(topic, "k", "T", []byte{byte(i)})
+	}
+	for i, err := range b.Publish(ctx(t), msgs) {
+		if err != nil {
+			t.Fatalf("publish %d to %s: %v", i, b, err)
+		}
+	}
+	return msgs
+}
+
+func TestOpenNATS(t *testing.T) {
+	url := testenv.NATSOrEmbedded(t)
+	stream := testenv.Name("BURL")
+	mapping := couriernats.Config{SubjectPrefix: strings.ToLower(stream) + "."}
+	opts := brokerurl.Options{Stream: stream, NATS: mapping}
+	b, err := brokerurl.Open(ctx(t), url, opts)
+	testenv.Must(t, err, "open")
+	defer b.Close()
+	t.Cleanup(func() {
+		if js, err := jetstream.New(b.NATS()); err == nil {
+			_ = js.DeleteStream(context.Background(), stream)
+		}
+	})
+	if b.Kind() != brokerurl.NATS || b.String() != url {
+		t.Errorf("kind %q, String %q", b.Kind(), b.String())
+	}
+	sent := publish(t, b, "orders", 3)
+	got := testenv.StreamMessages(t, b.NATS(), stream, mapping)
+	if len(got) != 3 || got[0].ID != sent[0].ID || got[0].Topic != "orders" {
+		t.Fatalf("stream holds %v", got)
+	}
+
+	// Another stream over the same subjects: JetStream refuses it, and the
+	// error names the stream that has them.
+	_, err = brokerurl.Open(ctx(t), url, brokerurl.Options{Stream: stream + "_2", NATS: mapping})
+	var se *brokerurl.StreamError
+	if !errors.As(err, &se) || len(se.Overlap) != 1 || se.Overlap[0] != stream || !strings.Contains(err.Error(), "overlap those of stream "+stream) {
+		t.Fatalf("overlapping stream: %v", err)
+	}
+	// NoCreate leaves streams alone.
+	nb, err := brokerurl.Open(ctx(t), url, brokerurl.Options{Stream: stream + "_2", NATS: mapping, NoCreate: true})
+	testenv.Must(t, err, "open without creating")
+	nb.Close()
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	opts := brokerurl.Options{Flag: "--broker-url", Env: "COURIER_BROKER_URL", NoCreate: true}
+	for raw, want := range map[string]string{
+		"nats://u:hunter2@127.0.0.1:1":  "cannot reach NATS at nats://u:xxxxx@127.0.0.1:1",
+		"amqp://u:hunter2@127.0.0.1:1/": "cannot reach RabbitMQ at amqp://u:xxxxx@127.0.0.1:1/",
+	} {
+		_, err := brokerurl.Open(ctx(t), raw, opts)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "check --broker-url (COURIER_BROKER_URL)") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Open(%q): %v; want %q", raw, err, want)
+		}
+	}
+	opts.NoCreate = false
+	_, err := brokerurl.Open(ctx(t), "amqp://u:hunter2@127.0.0.1:1/", opts)
+	if err == nil || !strings.Contains(err.Error(), "cannot declare exchange courier on RabbitMQ at amqp://u:xxxxx@127.0.0.1:1/") || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("Open AMQP, creating: %v", err)
+	}
+}
+
+func TestOpenAMQP(t *testing.T) {
+	base := testenv.AMQP(t)
+	exchange := testenv.Name("courier_burl_")
+	raw := base + "?exchange=" + exchange + "&prefix=shop."
+	b, err := brokerurl.Open(ctx(t), raw, brokerurl.Options{})
+	testenv.Must(t, err, "open")
+	defer b.Close()
+	if b.Kind() != brokerurl.AMQP || strings.Contains(b.String(), "guest:guest") {
+		t.Errorf("kind %q, String %q", b.Kind(), b.String())
+	}
+	cfg, err := amqp.ParseURL(raw)
+	testenv.Must(t, err, "parse")
+	queue := testenv.Name("burl_")
+	testenv.Must(t, amqp.EnsureTopology(ctx(t), cfg, amqp.Topology{Queue: queue, Topics: []string{"orders"}}), "queue")
+	t.Cleanup(func() {
+		conn, err := amqp091.Dial(cfg.URL)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+			_ = ch.ExchangeDelete(exchange, false, false)
+		}
+	})
+	publish(t, b, "orders", 5)
+	sub, err := amqp.NewSubscriber(ctx(t), amqp.SubscriberConfig{Config: cfg, Queue: queue})
+	testenv.Must(t, err, "subscriber")
+	defer sub.Close()
+	for i := range 5 {
+		d, err := sub.Next(ctx(t))
+		testenv.Must(t, err, "next")
+		m, err := sub.Decode(d.Raw())
+		testenv.Must(t, err, "decode")
+		if m.Topic != "orders" || m.Payload[0] != byte(i) {
+			t.Fatalf("delivery %d: %+v", i, m)
+		}
+		testenv.Must(t, d.Ack(ctx(t)), "ack")
+	}
+
+	// NoCreate: an exchange that does not exist is the message's failure,
+	// not Open's.
+	nb, err := brokerurl.Open(ctx(t), base+"?exchange="+exchange+"_none", brokerurl.Options{NoCreate: true})
+	testenv.Must(t, err, "open without creating")
+	defer nb.Close()
+	errs := nb.Publish(ctx(t), []courier.Message{courier.NewMessage("orders", "k", "T", nil)})
+	if !errors.Is(errs[0], amqp.ErrNoExchange) {
+		t.Errorf("publish to a missing exchange: %v", errs[0])
+	}
+}
+
+func TestOpenWebhook(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := webhook.Verify(r, secret); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		got = append(got, r.Header.Get(webhook.HeaderTopic))
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	t.Setenv("TEST_HOOK_SECRET", "whsec_YS1uZXdlci1rZXktb2YtMjQtYnl0ZXMh, "+secret) // rotation: a new key first
+	b, err := brokerurl.Open(ctx(t), srv.URL+"/in", brokerurl.Options{WebhookSecretEnv: "TEST_HOOK_SECRET"})
+	testenv.Must(t, err, "open")
+	defer b.Close()
+	if b.Kind() != brokerurl.Webhook || b.String() != srv.URL+"/in" {
+		t.Errorf("kind %q, String %q", b.Kind(), b.String())
+	}
+	publish(t, b, "orders", 2)
+	publish(t, b, "payments", 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, " ") != "orders orders payments" {
+		t.Fatalf("endpoint received %q", got)
+	}
+
+	t.Setenv("TEST_HOOK_SECRET", "whsec_c2hvcnQ=")
+	if _, err := brokerurl.Open(ctx(t), srv.URL, brokerurl.Options{WebhookSecretEnv: "TEST_HOOK_SECRET"}); err == nil ||
+		!strings.Contains(err.Error(), "secret 1 has 5 bytes of key") || !strings.Contains(err.Error(), "(secrets from TEST_HOOK_SECRET)") || strings.Contains(err.Error(), "c2hvcnQ") {
+		t.Errorf("short secret: %v", err)
+	}
+}
