@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/broker/webhook"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store/sqlite"
+)
+
+// relayOutbox writes 100 messages over 4 keys to a new SQLite database and
+// runs `courier relay --broker-url brokerURL args…` as a child process
+// (env added to its environment) until the outbox is drained, then stops
+// it with SIGTERM. It returns the messages written and the relay's logs.
+func relayOutbox(t *testing.T, brokerURL string, env []string, args ...string) ([]courier.Message, string) {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "courier.db")
+	url := "sqlite://" + path
+	if code, out, errOut := runCLI(t, "migrate", "--database-url", url); code != 0 {
+		t.Fatalf("migrate: %d %q %q", code, out, errOut)
+	}
+	msgs := make([]courier.Message, 100)
+	for i := range msgs {
+		msgs[i] = courier.NewMessage("orders", fmt.Sprintf("k%d", i%4), "OrderPlaced", []byte(fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	db, err := sqlite.Open(path)
+	testenv.Must(t, err, "open")
+	tx, err := db.BeginTx(ctx, nil)
+	testenv.Must(t, err, "begin")
+	testenv.Must(t, outbox.New(sqlite.DatabaseSQL(), outbox.Config{}).Write(ctx, tx, msgs...), "write")
+	testenv.Must(t, tx.Commit(), "commit")
+	testenv.Must(t, db.Close(), "close")
+
+	status := func() map[string]float64 {
+		code, out, errOut := runCLI(t, "status", "--json", "--database-url", url)
+		if code != 0 {
+			t.Fatalf("status: %d %s", code, errOut)
+		}
+		var m map[string]float64
+		testenv.Must(t, json.Unmarshal([]byte(out), &m), "status json")
+		return m
+	}
+	cmd := exec.Command(os.Args[0], append([]string{"relay", "--log-format", "json", "--broker-url", brokerURL}, args...)...)
+	cmd.Env = append(append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL="+url), env...)
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	testenv.Must(t, cmd.Start(), "start relay")
+	done := false
+	defer func() {
+		if !done {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		s := status()
+		return s["pending"] == 0 && s["leased"] == 0 && s["in_backoff"] == 0
+	}, "relay did not drain the outbox: %s; logs:\n%s", testenv.Lazy(func() any { return status() }), &logs)
+	if s := status(); s["dead_letters"] != 0 {
+		t.Fatalf("dead letters: %v; logs:\n%s", s, &logs)
+	}
+	testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "sigterm")
+	err = cmd.Wait()
+	done = true
+	if err != nil {
+		t.Fatalf("relay exit after SIGTERM: %v\n%s", err, logs.String())
+	}
+	if !strings.Contains(logs.String(), "relay stopped") {
+		t.Fatalf("no clean stop in logs:\n%s", logs.String())
+	}
+	return msgs, logs.String()
+}
+
+// courier relay drains a SQLite outbox into RabbitMQ: --broker-url amqp://,
+// the exchange declared by the relay, a queue bound to it receives every
+// message in per-key order.
+func TestRelayToRabbitMQ(t *testing.T) {
+	base := testenv.AMQP(t)
+	exchange := testenv.Name("courier_cli_")
+	raw := base + "?exchange=" + exchange + "&prefix=shop."
+	cfg, err := amqp.ParseURL(raw)
+	testenv.Must(t, err, "parse")
+	queue := testenv.Name("cli_")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The queue first: a message no queue receives is refused (mandatory).
+	testenv.Must(t, amqp.EnsureTopology(ctx, cfg, amqp.Topology{Queue: queue, Topics: []string{"orders"}}), "topology")
+	t.Cleanup(func() {
+		if conn, err := amqp091.Dial(cfg.URL); err == nil {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(queue, false, false, false)
+				_ = ch.ExchangeDelete(exchange, false, false)
+			}
+			conn.Close()
+		}
+	})
+
+	written, logs := relayOutbox(t, raw, nil)
+	if strings.Contains(logs, "guest:guest") || !strings.Contains(logs, `"broker":"amqp://guest:xxxxx@`) {
+		t.Errorf("logs show the broker URL unredacted or not at all:\n%s", logs)
+	}
+	sub, err := amqp.NewSubscriber(ctx, amqp.SubscriberConfig{Config: cfg, Queue: queue, Prefetch: 100})
+	testenv.Must(t, err, "subscriber")
+	defer sub.Close()
+	var got []courier.Message
+	for len(got) < len(written) {
+		d, err := sub.Next(ctx)
+		testenv.Must(t, err, fmt.Sprintf("delivery %d", len(got)+1))
+		m, err := sub.Decode(d.Raw())
+		testenv.Must(t, err, "decode")
+		testenv.Must(t, d.Ack(ctx), "ack")
+		got = append(got, m)
+	}
+	testenv.CheckDelivery(t, written, got)
+}
+
+// webhookSecret is the Standard Webhooks example secret.
+const webhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// courier relay drains a SQLite outbox into a webhook endpoint: --broker-url
+// http://, requests signed with the secrets of --webhook-secret-env, every
+// message received in per-key order.
+func TestRelayToWebhook(t *testing.T) {
+	var mu sync.Mutex
+	var got []courier.Message
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := webhook.Verify(r, webhookSecret); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		id, err := uuid.Parse(r.Header.Get(webhook.HeaderID))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		got = append(got, courier.Message{ID: id, Key: r.Header.Get(webhook.HeaderKey), Topic: r.Header.Get(webhook.HeaderTopic)})
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+
+	// Rotation: a new secret first, the one the endpoint knows second.
+	secrets := "SHOP_HOOK_SECRET=whsec_YS1uZXdlci1rZXktb2YtMjQtYnl0ZXMh," + webhookSecret
+	written, logs := relayOutbox(t, srv.URL+"/courier", []string{secrets}, "--webhook-secret-env", "SHOP_HOOK_SECRET")
+	if strings.Contains(logs, "MfKQ9r8") {
+		t.Errorf("logs show a secret:\n%s", logs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if testenv.CheckDelivery(t, written, got); got[0].Topic != "orders" {
+		t.Errorf("topic %q", got[0].Topic)
+	}
+
+	// Without a secret the relay refuses to start, naming the variable.
+	t.Setenv("COURIER_WEBHOOK_SECRET", "")
+	os.Unsetenv("COURIER_WEBHOOK_SECRET")
+	code, _, stderr := runCLI(t, "relay", "--database-url", "sqlite://"+filepath.Join(t.TempDir(), "x.db"), "--broker-url", srv.URL)
+	if code != 1 || !strings.Contains(stderr, "set COURIER_WEBHOOK_SECRET to whsec_") {
+		t.Errorf("relay without a webhook secret: exit %d, %q", code, stderr)
+	}
+}
