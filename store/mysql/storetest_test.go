@@ -8,13 +8,14 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/storetest"
 )
 
 // The conformance suite, on a fresh database per test.
 func TestConformance(t *testing.T) {
-	storetest.Exercise(t, func(t testing.TB) storetest.Harness[*sql.Tx] {
+	storetest.Exercise(t, func(t testing.TB, _ store.Clock) storetest.Harness[*sql.Tx] {
 		my := testenv.MySQL(t, nil)
 		return storetest.Harness[*sql.Tx]{Driver: mysql.NewDriver(my.DB), ExecScript: func(ctx context.Context, script string) error {
 			// As the mysql client runs a script: on a connection that
@@ -31,6 +32,6 @@ func TestConformance(t *testing.T) {
 			defer multi.Close()
 			_, err = multi.ExecContext(ctx, script)
 			return err
-		}}
+		}, RealClock: true}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
 	"github.com/courier-go/courier/store/storetest"
 )
@@ -25,17 +26,17 @@ func execScript(pg *testenv.PG) func(ctx context.Context, script string) error {
 // The conformance suite, on a fresh schema per test, through each driver.
 func TestConformance(t *testing.T) {
 	t.Run("pgx", func(t *testing.T) {
-		storetest.Exercise(t, func(t testing.TB) storetest.Harness[pgx.Tx] {
+		storetest.Exercise(t, func(t testing.TB, _ store.Clock) storetest.Harness[pgx.Tx] {
 			pg := testenv.Postgres(t, nil)
-			return storetest.Harness[pgx.Tx]{Driver: postgres.NewDriver(pg.Pool), ExecScript: execScript(pg)}
+			return storetest.Harness[pgx.Tx]{Driver: postgres.NewDriver(pg.Pool), ExecScript: execScript(pg), RealClock: true}
 		})
 	})
 	t.Run("database/sql", func(t *testing.T) {
-		storetest.Exercise(t, func(t testing.TB) storetest.Harness[*sql.Tx] {
+		storetest.Exercise(t, func(t testing.TB, _ store.Clock) storetest.Harness[*sql.Tx] {
 			pg := testenv.Postgres(t, nil)
 			d := postgres.NewSQLDriver(pg.Pool)
 			t.Cleanup(func() { d.DB().Close() })
-			return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: execScript(pg)}
+			return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: execScript(pg), RealClock: true}
 		})
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/sqlite"
 	"github.com/courier-go/courier/store/storetest"
 )
@@ -24,7 +25,7 @@ func openFile(t testing.TB) (*sql.DB, string) {
 
 // The conformance suite, on a fresh file per test.
 func TestConformance(t *testing.T) {
-	storetest.Exercise(t, func(t testing.TB) storetest.Harness[*sql.Tx] {
+	storetest.Exercise(t, func(t testing.TB, _ store.Clock) storetest.Harness[*sql.Tx] {
 		db, _ := openFile(t)
 		d := sqlite.NewDriver(db)
 		// An exported script runs in one transaction, as the sqlite3 shell
@@ -35,6 +36,6 @@ func TestConformance(t *testing.T) {
 				return err
 			})
 		}
-		return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: script}
+		return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: script, RealClock: true}
 	})
 }
