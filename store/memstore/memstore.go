@@ -15,14 +15,16 @@
 //
 // # Semantics
 //
-// They are the dialects' (see store/postgres): a claim leases rows to an
-// owner until the clock passes the lease's end, takes a key's rows in Seq
-// order and none of them while another row of the key is leased or waiting
-// for a retry, and takes a row whose retry has come due alone, without the
-// rows of its key behind it. Complete does nothing unless the lease is still
-// live and its owner's; ending the lease releases the rows the outcome does
-// not mention. Publishing deletes a row (and copies it to the published rows
-// with Config.KeepPublished); a dead letter keeps the row's attempts and its
+// They are the dialects' (see store/postgres), and the relay store's part of
+// their conformance suite (storetest.ExerciseRelayStore) holds the store in
+// memory to them too: a claim leases rows to an owner until the clock passes
+// the lease's end, takes a key's rows in Seq order and none of them while
+// another row of the key is leased or waiting for a retry, and takes a row
+// whose retry has come due alone, without the rows of its key behind it.
+// Complete does nothing unless the lease is still live and its owner's;
+// ending the lease releases the rows the outcome does not mention.
+// Publishing deletes a row (and copies it to the published rows with
+// Config.KeepPublished); a dead letter keeps the row's attempts and its
 // history of failures, the latest 20 of them.
 //
 // Seq is allocated when a row is inserted and the row becomes visible when
