@@ -26,6 +26,9 @@ import (
 type benchDialect struct {
 	name  string // as store.Database.Dialect() says it; keys the results
 	label string // as printed in tables
+	// inProcess: the database runs inside the relay process (no server),
+	// so there is no server CPU apart from the relay's.
+	inProcess bool
 	// fresh creates a fresh migrated database of the dialect, nil for
 	// PostgreSQL, which runs on the drain section's environment.
 	fresh func(b *Bench, ctx context.Context) (*freshDB, error)
@@ -34,7 +37,7 @@ type benchDialect struct {
 // benchDialects are the measured dialects, in the order of their table.
 var benchDialects = []benchDialect{
 	{name: "postgres", label: "PostgreSQL"},
-	{name: "sqlite", label: "SQLite", fresh: (*Bench).newSQLiteFile},
+	{name: "sqlite", label: "SQLite", inProcess: true, fresh: (*Bench).newSQLiteFile},
 	{name: "mysql", label: "MySQL/MariaDB", fresh: (*Bench).newMySQLDatabase},
 }
 

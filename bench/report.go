@@ -232,6 +232,13 @@ func renderTables(res *Results, cfg config) string {
 	return sb.String()
 }
 
+// inProcess reports whether the dialect named name runs inside the relay
+// process (see benchDialect).
+func inProcess(name string) bool {
+	d, err := dialectByName(name)
+	return err == nil && d.inProcess
+}
+
 // measured reports whether any of figs has samples.
 func measured(res *Results, figs []Figure) bool {
 	for _, f := range figs {
@@ -266,7 +273,7 @@ func renderDialects(sb *strings.Builder, fn *footnotes, res *Results, runs, n in
 			case ok:
 			case i == 0 && len(res.SkippedOf(f.ID, d)) > 0:
 				c = "not measured (" + strings.Join(res.SkippedOf(f.ID, d), "; ") + ")"
-			case f.ID == "dialect_cpu_db" && d == "sqlite" && measured(res, dialectFigures[:1]):
+			case f.ID == "dialect_cpu_db" && inProcess(d) && measured(res, dialectFigures[:1]):
 				c = "in the relay process"
 			}
 			sb.WriteString(" " + c + " |")

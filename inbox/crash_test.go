@@ -16,12 +16,12 @@ import (
 )
 
 const (
-	envChild        = "COURIER_TEST_INBOX_CHILD"
-	envChildDialect = "COURIER_TEST_INBOX_DIALECT"
-	envChildDSN     = "COURIER_TEST_INBOX_DSN"
-	envChildNATS    = "COURIER_TEST_INBOX_NATS"
-	envChildPrefix  = "COURIER_TEST_INBOX_PREFIX"
-	envChildStream  = "COURIER_TEST_INBOX_STREAM"
+	envChild       = "COURIER_TEST_INBOX_CHILD"
+	envChildTx     = "COURIER_TEST_INBOX_TX"  // the parent's transaction type (see childDialect)
+	envChildURL    = "COURIER_TEST_INBOX_URL" // the database
+	envChildNATS   = "COURIER_TEST_INBOX_NATS"
+	envChildPrefix = "COURIER_TEST_INBOX_PREFIX"
+	envChildStream = "COURIER_TEST_INBOX_STREAM"
 )
 
 // TestConsumerChildProcess is not a test: it is the consumer process that
@@ -31,14 +31,11 @@ func TestConsumerChildProcess(t *testing.T) {
 	if os.Getenv(envChild) != "1" {
 		return
 	}
-	pg, std := dialectNamed(os.Getenv(envChildDialect))
-	switch {
-	case pg.connect != nil:
+	pg, std := childDialect(os.Getenv(envChildTx))
+	if pg.connect != nil {
 		consumeAndDie(t, pg)
-	case std.connect != nil:
+	} else {
 		consumeAndDie(t, std)
-	default:
-		t.Fatalf("%s names no dialect", envChildDialect)
 	}
 }
 
@@ -54,7 +51,7 @@ func consumeAndDie[TTx any](t *testing.T, d dialect[TTx]) {
 // childConsumer connects a child process's "ledger" inbox and subscription
 // to the database and stream its parent named in the environment.
 func childConsumer[TTx any](t *testing.T, d dialect[TTx]) (*database[TTx], *couriernats.Subscriber, *inbox.Inbox[TTx]) {
-	db := d.connect(t, os.Getenv(envChildDSN))
+	db := d.connect(t, os.Getenv(envChildURL))
 	nc, err := couriernats.Connect(os.Getenv(envChildNATS))
 	if err != nil {
 		panic(err)
@@ -101,7 +98,7 @@ func testKilledBetweenCommitAndAck[TTx any](t *testing.T, d dialect[TTx]) {
 	m := courier.NewMessage("ledger", "acct-1", "Credit", []byte("+100"))
 	e.publish(m)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envChild+"=1", envChildDialect+"="+d.name, envChildDSN+"="+e.db.dsn, envChildNATS+"="+e.natsURL,
+	cmd.Env = append(os.Environ(), envChild+"=1", envChildTx+"="+txType[TTx](), envChildURL+"="+e.db.url, envChildNATS+"="+e.natsURL,
 		envChildPrefix+"="+e.mapping.SubjectPrefix, envChildStream+"="+e.stream)
 	cmd.Stderr = os.Stderr
 	testenv.Must(t, cmd.Start(), "start consumer")

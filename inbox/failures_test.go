@@ -146,14 +146,11 @@ func TestConsumerDyingInHandlerChildProcess(t *testing.T) {
 	if os.Getenv(envChildDieInHandler) != "1" {
 		return
 	}
-	pg, std := dialectNamed(os.Getenv(envChildDialect))
-	switch {
-	case pg.connect != nil:
+	pg, std := childDialect(os.Getenv(envChildTx))
+	if pg.connect != nil {
 		dieInHandler(t, pg)
-	case std.connect != nil:
+	} else {
 		dieInHandler(t, std)
-	default:
-		t.Fatalf("%s names no dialect", envChildDialect)
 	}
 }
 
@@ -185,7 +182,7 @@ func testCrashesAreNotFailures[TTx any](t *testing.T, d dialect[TTx]) {
 	e.publish(m)
 	for range 2 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerDyingInHandlerChildProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envChildDieInHandler+"=1", envChildDialect+"="+d.name, envChildDSN+"="+e.db.dsn,
+		cmd.Env = append(os.Environ(), envChildDieInHandler+"=1", envChildTx+"="+txType[TTx](), envChildURL+"="+e.db.url,
 			envChildNATS+"="+e.natsURL, envChildPrefix+"="+e.mapping.SubjectPrefix, envChildStream+"="+e.stream)
 		cmd.Stderr = os.Stderr
 		testenv.Must(t, cmd.Start(), "start consumer")

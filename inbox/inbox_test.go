@@ -328,7 +328,7 @@ func testFourInstancesExactlyOnce[TTx any](t *testing.T, d dialect[TTx]) {
 	e := newEnv(t, d)
 	n := 10000
 	switch {
-	case raceEnabled && d.name == "sqlite":
+	case raceEnabled && e.db.driver.SerialWrites():
 		n = 1000
 	case testing.Short():
 		n = 2000

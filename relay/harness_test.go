@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -324,78 +323,13 @@ func (h *harness) waitDrained(timeout time.Duration) {
 // received reads the whole stream in order.
 func (h *harness) received() []courier.Message {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	js, err := jetstream.New(h.nc)
-	testenv.Must(h.t, err, "jetstream")
-	s, err := js.Stream(ctx, h.stream)
-	testenv.Must(h.t, err, "stream")
-	info, err := s.Info(ctx)
-	testenv.Must(h.t, err, "stream info")
-	total := int(info.State.Msgs)
-	if total == 0 {
-		return nil
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	testenv.Must(h.t, err, "ordered consumer")
-	out := make([]courier.Message, 0, total)
-	for len(out) < total {
-		batch, err := c.FetchNoWait(min(1000, total-len(out)))
-		testenv.Must(h.t, err, "fetch")
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			msg, err := h.mapping.FromNATS(&natsgo.Msg{Subject: m.Subject(), Header: natsgo.Header(m.Headers()), Data: m.Data()})
-			testenv.Must(h.t, err, "decode")
-			out = append(out, msg)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			h.t.Fatalf("fetch: %v", err)
-		}
-		if got == 0 {
-			if ctx.Err() != nil {
-				h.t.Fatalf("read %d of %d stream messages", len(out), total)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return out
+	return testenv.StreamMessages(h.t, h.nc, h.stream, h.mapping)
 }
 
 // checkDelivery verifies that every written message is in the stream, and
-// that each key's messages first appear in write order. It returns the number
-// of duplicates.
-func checkDelivery(t *testing.T, written, got []courier.Message) (dups int) {
-	t.Helper()
-	firstSeen := make(map[[16]byte]int, len(got))
-	for i, m := range got {
-		if _, ok := firstSeen[m.ID]; ok {
-			dups++
-			continue
-		}
-		firstSeen[m.ID] = i
-	}
-	lastPos := map[string]int{}
-	lost := 0
-	for _, m := range written {
-		pos, ok := firstSeen[m.ID]
-		if !ok {
-			lost++
-			if lost <= 5 {
-				t.Errorf("message %s (key %s) never reached the broker", m.ID, m.Key)
-			}
-			continue
-		}
-		if prev, ok := lastPos[m.Key]; ok && pos < prev {
-			t.Errorf("key %s out of order: message %s at stream position %d after position %d", m.Key, m.ID, pos, prev)
-		}
-		lastPos[m.Key] = pos
-	}
-	if lost > 0 {
-		t.Fatalf("%d of %d messages lost", lost, len(written))
-	}
-	return dups
-}
+// that each key's messages first appear in write order (see
+// testenv.CheckDelivery).
+var checkDelivery = testenv.CheckDelivery
 
 func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("COURIER_TEST_LOG") != "" {

@@ -4,14 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
@@ -62,39 +59,39 @@ func orderSaga() saga.Definition[Order] {
 // fixture is an orchestrator on a fresh database of one dialect, with a
 // clock the test moves.
 type fixture struct {
-	t       testing.TB
-	dialect string
-	db      *sql.DB
-	sagas   store.Sagas[*sql.Tx]
-	orch    *saga.Orchestrator[Order, *sql.Tx]
-	mu      sync.Mutex
-	now     time.Time
+	t      testing.TB
+	db     *sql.DB
+	driver store.Driver[*sql.Tx]
+	sagas  store.Sagas[*sql.Tx]
+	orch   *saga.Orchestrator[Order, *sql.Tx]
+	mu     sync.Mutex
+	now    time.Time
 }
 
 // dialects opens a fresh, migrated database of each dialect whose service
-// is available (SQLite always).
+// is available (SQLite always): its Driver, and the pool the Driver's
+// transactions run on.
 var dialects = []struct {
 	name string
-	open func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx])
+	open func(t testing.TB) (*sql.DB, store.Driver[*sql.Tx])
 }{
-	{"postgres", func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx]) {
+	{"postgres", func(t testing.TB) (*sql.DB, store.Driver[*sql.Tx]) {
 		pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
-		db, err := sql.Open("pgx", pg.URL)
-		testenv.Must(t, err, "open")
-		t.Cleanup(func() { db.Close() })
-		return db, postgres.SQLSagas(db), postgres.DatabaseSQL()
+		d := postgres.NewSQLDriver(pg.Pool)
+		return d.DB(), d
 	}},
-	{"sqlite", func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx]) {
+	{"sqlite", func(t testing.TB) (*sql.DB, store.Driver[*sql.Tx]) {
 		db, err := sqlite.Open(filepath.Join(t.TempDir(), "saga.db"))
 		testenv.Must(t, err, "open")
 		t.Cleanup(func() { db.Close() })
-		_, err = sqlite.Migrate(context.Background(), db)
+		d := sqlite.NewDriver(db)
+		_, err = d.Migrate(context.Background())
 		testenv.Must(t, err, "migrate")
-		return db, sqlite.SQLSagas(db), sqlite.DatabaseSQL()
+		return db, d
 	}},
-	{"mysql", func(t testing.TB) (*sql.DB, store.Sagas[*sql.Tx], store.Inserter[*sql.Tx]) {
+	{"mysql", func(t testing.TB) (*sql.DB, store.Driver[*sql.Tx]) {
 		my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
-		return my.DB, mysql.SQLSagas(my.DB), mysql.DatabaseSQL()
+		return my.DB, mysql.NewDriver(my.DB)
 	}},
 }
 
@@ -106,13 +103,13 @@ func each(t *testing.T, fn func(t *testing.T, f *fixture)) {
 }
 
 func newFixture(t testing.TB, dialect string) *fixture {
-	f := &fixture{t: t, dialect: dialect, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	f := &fixture{t: t, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
 	for _, d := range dialects {
 		if d.name == dialect {
-			var ins store.Inserter[*sql.Tx]
-			f.db, f.sagas, ins = d.open(t)
+			f.db, f.driver = d.open(t)
+			f.sagas = f.driver.Sagas()
 			var err error
-			f.orch, err = saga.New(orderSaga(), f.sagas, outbox.New(ins, outbox.Config{}),
+			f.orch, err = saga.New(orderSaga(), f.sagas, outbox.New(f.driver.Inserter(), outbox.Config{}),
 				saga.Config{Now: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }})
 			testenv.Must(t, err, "orchestrator")
 		}
@@ -120,16 +117,8 @@ func newFixture(t testing.TB, dialect string) *fixture {
 	return f
 }
 
-// q rewrites $n placeholders for the dialect.
-func (f *fixture) q(query string) string {
-	if f.dialect == "postgres" {
-		return query
-	}
-	for i := 9; i >= 1; i-- {
-		query = strings.ReplaceAll(query, fmt.Sprintf("$%d", i), "?")
-	}
-	return query
-}
+// q rewrites a query written with ? placeholders for the dialect.
+func (f *fixture) q(query string) string { return f.driver.Rebind(query) }
 
 func (f *fixture) advance(d time.Duration) {
 	f.mu.Lock()
@@ -169,7 +158,7 @@ func (f *fixture) handle(m courier.Message) saga.Outcome {
 // commands takes the saga's commands for id out of the outbox, in order.
 func (f *fixture) commands(id string) []string {
 	f.t.Helper()
-	rows, err := f.db.Query(f.q("SELECT id, type FROM courier_outbox WHERE ordering_key = $1 ORDER BY id"), id)
+	rows, err := f.db.Query(f.q("SELECT id, type FROM courier_outbox WHERE ordering_key = ? ORDER BY id"), id)
 	testenv.Must(f.t, err, "read commands")
 	var out []string
 	var last int64
@@ -180,7 +169,7 @@ func (f *fixture) commands(id string) []string {
 	}
 	testenv.Must(f.t, rows.Err(), "rows")
 	rows.Close()
-	_, err = f.db.Exec(f.q("DELETE FROM courier_outbox WHERE ordering_key = $1 AND id <= $2"), id, last)
+	_, err = f.db.Exec(f.q("DELETE FROM courier_outbox WHERE ordering_key = ? AND id <= ?"), id, last)
 	testenv.Must(f.t, err, "take commands")
 	return out
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,12 +81,13 @@ func (c *migrateCmd) export(e *env) error {
 		return fmt.Errorf("--dir: %w", err)
 	}
 	stamp := time.Now().UTC().Truncate(time.Second)
+	whole := dollarQuoted(all)
 	for i, m := range ms {
 		prefix := fmt.Sprintf("%04d", c.Start+i)
 		if c.Prefix == "timestamp" {
 			prefix = stamp.Add(time.Duration(i) * time.Second).Format("20060102150405")
 		}
-		for _, f := range exportFiles(c.Tool, dialect, prefix, m, c.Down) {
+		for _, f := range exportFiles(c.Tool, prefix, m, c.Down, whole) {
 			name := filepath.Join(c.Dir, f.name)
 			if _, err := os.Stat(name); err == nil {
 				return fmt.Errorf("--dir: %s exists already: export into an empty directory, or pick other numbers with --start, --since or --prefix timestamp", name)
@@ -101,9 +104,21 @@ func (c *migrateCmd) export(e *env) error {
 // exportFile is one file of an exported migration.
 type exportFile struct{ name, body string }
 
+// dollarQuoted reports whether any of the scripts ms holds a dollar-quoted
+// string ($$ … $$, $body$ … $body$): PostgreSQL's function bodies, whose
+// semicolons a tool that splits scripts into statements must not split at.
+func dollarQuoted(ms []store.Migration) bool {
+	return slices.ContainsFunc(ms, func(m store.Migration) bool { return dollarQuote.MatchString(m.SQL) })
+}
+
+// dollarQuote matches the opening of a dollar-quoted string.
+var dollarQuote = regexp.MustCompile(`\$[A-Za-z_]*\$`)
+
 // exportFiles lays out migration m as tool expects it, under prefix (its
-// number or timestamp).
-func exportFiles(tool, dialect, prefix string, m store.Migration, down bool) []exportFile {
+// number or timestamp). whole runs each script as one statement where tool
+// would split it (goose): set when the dialect's scripts hold function
+// bodies (see dollarQuoted), for every script of the dialect alike.
+func exportFiles(tool, prefix string, m store.Migration, down, whole bool) []exportFile {
 	base := prefix + "_courier_" + m.Name
 	irreversible := fmt.Sprintf("-- courier migration %04d_%s cannot be reverted: restore a backup, or drop Courier's courier_* tables by hand.\n", m.Version, m.Name)
 	switch tool {
@@ -115,9 +130,7 @@ func exportFiles(tool, dialect, prefix string, m store.Migration, down bool) []e
 		return fs
 	case "goose":
 		up := m.SQL
-		if dialect == "postgres" {
-			// PL/pgSQL bodies hold semicolons: run the script as one
-			// statement.
+		if whole {
 			up = "-- +goose StatementBegin\n" + strings.TrimRight(up, "\n") + "\n-- +goose StatementEnd\n"
 		}
 		return []exportFile{{base + ".sql", "-- +goose Up\n" + up + "\n-- +goose Down\n" + irreversible}}

@@ -249,6 +249,9 @@ type MySQLDB struct {
 	// DSN connects to the test's database (the base DSN with its database
 	// name replaced).
 	DSN string
+	// URL is the same database as a mysql:// URL, the form store/dburl
+	// opens.
+	URL string
 	// Name is the database's name.
 	Name string
 	// DB is a pool on DSN.
@@ -298,7 +301,21 @@ func MySQL(t testing.TB, migrate func(context.Context, *sql.DB) error) *MySQLDB 
 			t.Fatalf("migrate: %v", err)
 		}
 	}
-	return &MySQLDB{DSN: dsn, Name: name, DB: db, Admin: admin}
+	return &MySQLDB{DSN: dsn, URL: mysqlURL(cfg), Name: name, DB: db, Admin: admin}
+}
+
+// mysqlURL returns the mysql:// URL of the DSN cfg formats, with the same
+// parameters.
+func mysqlURL(cfg *gomysql.Config) string {
+	u := url.URL{Scheme: "mysql", User: url.User(cfg.User), Host: cfg.Addr, Path: "/" + cfg.DBName}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	// The parameters follow the last @ (a password may hold one; the
+	// parameters are query-escaped).
+	dsn := cfg.FormatDSN()
+	_, u.RawQuery, _ = strings.Cut(dsn[strings.LastIndex(dsn, "@")+1:], "?")
+	return u.String()
 }
 
 // NATS returns the URL of the machine's NATS server (COURIER_TEST_NATS_URL),

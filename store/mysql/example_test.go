@@ -24,25 +24,22 @@ func Example() {
 	if _, err := mysql.Migrate(ctx, db); err != nil {
 		panic(err)
 	}
-	w := outbox.New(mysql.DatabaseSQL(), outbox.Config{})
+	d := mysql.NewDriver(db) // hands out every store of the database
+	w := outbox.New(d.Inserter(), outbox.Config{})
 
-	tx, err := db.BeginTx(ctx, nil)
+	// The order and its message are committed together, or neither is.
+	err = d.InTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id, total) VALUES (?, ?)", "order-42", 1999); err != nil {
+			return err
+		}
+		msg, err := courier.NewJSON("orders", "order-42", map[string]any{"order_id": "order-42", "total": 1999},
+			courier.WithType("OrderPlaced"))
+		if err != nil {
+			return err
+		}
+		return w.Write(ctx, tx, msg)
+	})
 	if err != nil {
-		panic(err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id, total) VALUES (?, ?)", "order-42", 1999); err != nil {
-		panic(err)
-	}
-	msg, err := courier.NewJSON("orders", "order-42", map[string]any{"order_id": "order-42", "total": 1999},
-		courier.WithType("OrderPlaced"))
-	if err != nil {
-		panic(err)
-	}
-	if err := w.Write(ctx, tx, msg); err != nil {
-		panic(err)
-	}
-	if err := tx.Commit(); err != nil { // the order and its message, or neither
 		panic(err)
 	}
 }

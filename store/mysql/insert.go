@@ -3,19 +3,11 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
-	"strings"
-	"time"
-
-	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
 )
-
-const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at"
 
 // DatabaseSQL returns the outbox inserter for database/sql transactions on
 // MySQL or MariaDB (*sql.Tx from github.com/go-sql-driver/mysql, also the one
@@ -58,74 +50,7 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 }
 
 func insertChunk(ctx context.Context, tx *sql.Tx, chunk []courier.Message) error {
-	var q strings.Builder
-	q.WriteString("INSERT INTO courier_outbox (" + insertColumns + ") VALUES ")
-	args := make([]any, 0, len(chunk)*9)
-	for i := range chunk {
-		m := &chunk[i]
-		h := columns.HeadersText(m.Headers)
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
-		args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h,
-			formatTime(m.OccurredAt))
-	}
-	if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-		return insertError(fmt.Errorf("mysql: insert %d outbox messages: %w", len(chunk), err))
-	}
-	return nil
-}
-
-// datetimeLayout is DATETIME(6) as text.
-const datetimeLayout = "2006-01-02 15:04:05.000000"
-
-// formatTime renders t in UTC for a DATETIME(6) column. Passing text rather
-// than a time.Time keeps the value independent of the DSN's loc.
-func formatTime(t time.Time) string { return t.UTC().Format(datetimeLayout) }
-
-// utcTime scans a DATETIME(6) column holding UTC into a time.Time, with or
-// without parseTime in the DSN: the driver returns text, or a time.Time
-// whose wall clock is the stored text read in the DSN's loc, which is
-// re-read as UTC.
-type utcTime struct {
-	t     *time.Time
-	valid bool
-}
-
-func (u *utcTime) Scan(v any) error {
-	switch x := v.(type) {
-	case nil:
-		u.valid = false
-		return nil
-	case time.Time:
-		*u.t = time.Date(x.Year(), x.Month(), x.Day(), x.Hour(), x.Minute(), x.Second(), x.Nanosecond(), time.UTC)
-	case []byte:
-		return u.parse(string(x))
-	case string:
-		return u.parse(x)
-	default:
-		return fmt.Errorf("mysql: cannot read %T as a DATETIME", v)
-	}
-	u.valid = true
-	return nil
-}
-
-func (u *utcTime) parse(s string) error {
-	t, err := time.ParseInLocation("2006-01-02 15:04:05.999999", s, time.UTC)
-	if err != nil {
-		return fmt.Errorf("mysql: read DATETIME %q: %w", s, err)
-	}
-	*u.t, u.valid = t, true
-	return nil
-}
-
-// insertError adds the fix to an insert that failed because the outbox
-// table does not exist (ER_NO_SUCH_TABLE).
-func insertError(err error) error {
-	var myErr *gomysql.MySQLError
-	if errors.As(err, &myErr) && myErr.Number == 1146 {
-		return store.MissingSchema(err, "mysql.Migrate")
-	}
-	return err
+	q, args := columns.Insert(chunk, times.Encode, ", created_at", "(?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
+	_, err := tx.ExecContext(ctx, q, args...)
+	return migrations.InsertError(err, len(chunk), errorNumber(err) == errNoSuchTable)
 }

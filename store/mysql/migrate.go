@@ -10,22 +10,10 @@ import (
 	"strings"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/schema"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
-
-//go:embed migrations/*.sql
-var migrationFS embed.FS
-
-// Migrations returns the schema's migrations in version order.
-func Migrations() []store.Migration {
-	ms, err := store.LoadMigrations(migrationFS, "migrations")
-	if err != nil {
-		panic(err) // the embedded files are fixed at build time; tests cover them
-	}
-	return ms
-}
 
 // versionTable records applied migrations; applied_at is UTC.
 const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
@@ -34,6 +22,17 @@ const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
     applied_at  DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (version)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;`
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrations are the embedded scripts, with what exported scripts need:
+// the version table and the statement that records a migration in it.
+var migrations = schema.New(migrationFS, versionTable, "MySQL 8.0, MariaDB 10.6+", "mysql.Migrate",
+	"INSERT IGNORE INTO courier_schema_migrations (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));")
+
+// Migrations returns the MySQL schema's migrations in version order.
+func Migrations() []store.Migration { return migrations.Load() }
 
 // migrateLockTimeout bounds the wait for another Migrate.
 const migrateLockTimeout = 60 * time.Second
@@ -84,16 +83,12 @@ func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	if _, err := conn.ExecContext(ctx, versionTable); err != nil {
 		return nil, fmt.Errorf("create version table: %w", err)
 	}
-	current, err := schemaVersion(ctx, conn)
+	pending, err := migrations.Pending(SchemaVersion(ctx, conn))
 	if err != nil {
 		return nil, err
 	}
-	ms := Migrations()
-	if current > store.Latest(ms) {
-		return nil, fmt.Errorf("database is at version %d, this binary knows up to %d: %w", current, store.Latest(ms), store.ErrSchemaNewer)
-	}
 	var applied []int
-	for _, m := range ms[current:] {
+	for _, m := range pending {
 		for i, stmt := range statements(m.SQL) {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
 				return applied, fmt.Errorf("apply %04d_%s, statement %d (%s): %w; MySQL commits DDL at once, so the statements before it stay applied: fix the cause and run Migrate again",
@@ -158,52 +153,25 @@ func checkServer(ctx context.Context, q Querier) error {
 }
 
 // Querier runs a query; *sql.DB, *sql.Conn and *sql.Tx are Queriers.
-type Querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+type Querier = sqltx.Querier
+
+// CheckSchema reports whether the MySQL schema behind q is the one this
+// binary knows, failing with the errors of [store.CheckVersion].
+func CheckSchema(ctx context.Context, q Querier) error {
+	return migrations.Check(SchemaVersion(ctx, q))
 }
 
 // SchemaVersion returns the highest migration version applied to the
-// database, 0 when Courier's schema is absent.
+// MySQL database behind q, 0 when Courier's schema is absent.
 func SchemaVersion(ctx context.Context, q Querier) (int, error) {
-	return schemaVersion(ctx, q)
+	return migrations.Version(func(v *int) error {
+		return q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM courier_schema_migrations").Scan(v)
+	}, func(err error) bool { return errorNumber(err) == errNoSuchTable })
 }
 
-// errNoSuchTable is MySQL's ER_NO_SUCH_TABLE.
-const errNoSuchTable = 1146
-
-func schemaVersion(ctx context.Context, q Querier) (int, error) {
-	var v int
-	err := q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM courier_schema_migrations").Scan(&v)
-	var myErr *gomysql.MySQLError
-	if errors.As(err, &myErr) && myErr.Number == errNoSuchTable {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("mysql: read schema version: %w", err)
-	}
-	return v, nil
-}
-
-// CheckSchema returns nil when the database's schema is exactly the one this
-// binary knows, an error wrapping [store.ErrSchemaOutdated] when migrations
-// are missing, and one wrapping [store.ErrSchemaNewer] when the database is
-// ahead of the binary.
-func CheckSchema(ctx context.Context, q Querier) error {
-	v, err := schemaVersion(ctx, q)
-	if err != nil {
-		return err
-	}
-	return store.CheckVersion(v, Migrations(), "mysql.Migrate")
-}
-
-// ExportSQL returns each migration as a standalone script for an external
-// migration tool (goose, golang-migrate, Atlas, Flyway…): the migration's DDL
-// followed by the statements that record it in courier_schema_migrations, so
-// Courier's own schema check agrees afterwards. A script holds several
-// statements: run it with the mysql client or a tool that splits
-// statements, or on a connection with multiStatements=true.
-func ExportSQL() []store.Migration {
-	return store.ExportScripts(Migrations(), "MySQL 8.0, MariaDB 10.6+", versionTable, func(m store.Migration) string {
-		return fmt.Sprintf("INSERT IGNORE INTO courier_schema_migrations (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));", m.Version, m.Name)
-	})
-}
+// ExportSQL returns the MySQL migrations as scripts for an external
+// migration tool (goose, golang-migrate, Atlas, Flyway…), each recording
+// itself in courier_schema_migrations (see [store.ExportScripts]). A script
+// holds several statements: run it with the mysql client or a tool that
+// splits statements, or on a connection with multiStatements=true.
+func ExportSQL() []store.Migration { return migrations.Export() }

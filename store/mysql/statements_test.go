@@ -1,8 +1,12 @@
 package mysql
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // Every embedded migration splits into statements that each start with a
@@ -31,5 +35,41 @@ func TestStatements(t *testing.T) {
 				t.Errorf("migration %d: statement %q holds a semicolon or a comment", m.Version, firstLine(s))
 			}
 		}
+	}
+}
+
+// DATETIME(6) columns hold UTC, read back whatever the DSN's parseTime and
+// loc.
+func TestTimeCodec(t *testing.T) {
+	at := time.Date(2024, 3, 31, 1, 30, 0, 123456000, time.UTC)
+	text := times.Encode(at).(string)
+	if text != "2024-03-31 01:30:00.123456" {
+		t.Fatalf("Encode = %q", text)
+	}
+	tokyo := time.FixedZone("JST", 9*3600)
+	for _, src := range []any{text, []byte(text), time.Date(2024, 3, 31, 1, 30, 0, 123456000, tokyo)} {
+		got, err := times.Decode(src)
+		if err != nil || !got.Equal(at) {
+			t.Errorf("Decode(%T) = %v, %v; want %v", src, got, err, at)
+		}
+	}
+	if _, err := times.Decode(42); err == nil {
+		t.Error("Decode(int) succeeded")
+	}
+}
+
+func TestDialectStatements(t *testing.T) {
+	// Retries and dead letters keep the latest columns.HistoryCap failures.
+	trim := "IF(JSON_LENGTH(COALESCE(o.history, JSON_ARRAY())) >= " + strconv.Itoa(columns.HistoryCap) + ", "
+	if !strings.Contains(retrySQL, trim) || !strings.Contains(deadSQL, trim) {
+		t.Errorf("the statements that append a failure do not trim the history at %d", columns.HistoryCap)
+	}
+	d := dialect(nil)
+	q, args, err := d.ReplayFailed(7, "boom")
+	if err != nil || q != replayFailedSQL || len(args) != 3 || args[0] != "boom" || args[2] != int64(7) {
+		t.Errorf("ReplayFailed = %q, %v, %v", q, args, err)
+	}
+	if !strings.HasSuffix(d.ParkSQL(), "UTC_TIMESTAMP(6))") {
+		t.Errorf("ParkSQL does not take the server's clock:\n%s", d.ParkSQL())
 	}
 }

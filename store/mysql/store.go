@@ -112,11 +112,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/claims"
+	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqlstore"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 // StoreConfig tunes a Store. The zero value is ready to use.
@@ -201,109 +205,130 @@ SELECT ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?, UTC_TIMESTAMP(6)
 FROM courier_outbox_claimer WHERE id = 1 AND holder = ? AND until > UTC_TIMESTAMP(6)
 FOR UPDATE`
 
-const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version,
-       content_type, payload, headers, occurred_at
+const rowsSQL = `SELECT ` + sqlstore.RecordColumns + `
 FROM courier_outbox WHERE id IN (%s) ORDER BY id`
 
 const dropLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ?`
 
 // Claim implements store.RelayStore.
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
-	if limit < 1 {
-		return store.Batch{}, fmt.Errorf("mysql: claim: limit is %d: use 1 or more", limit)
-	}
-	batch, err := s.claim(ctx, owner, limit, lease)
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("mysql: claim: %w", err)
-	}
-	return batch, nil
+	return claims.Run("mysql", limit, func() (store.Batch, error) { return s.claim(ctx, owner, limit, lease) })
 }
 
 func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
-	var batch store.Batch
 	// A first look without the turn: a claim that finds nothing writes
 	// nothing (taking and ending a turn are two commits).
+	pick, err := s.look(ctx, limit)
+	if err != nil || len(pick.IDs()) == 0 {
+		return store.Batch{}, err
+	}
+	token, err := s.takeTurn(ctx)
+	if err != nil {
+		return store.Batch{}, err
+	}
+	t := &turn{db: s.db, token: token}
+	defer t.end(ctx)
+	id, ids, err := s.recordLease(ctx, t, owner, limit, lease, pick)
+	if err != nil || len(ids) == 0 {
+		return store.Batch{}, err
+	}
+	t.end(ctx)
+
+	// The rows are leased to owner now; reading them holds no lock.
+	recs, err := s.readRows(ctx, ids)
+	if err != nil {
+		return store.Batch{}, err
+	}
+	if len(recs) == 0 { // all published meanwhile by a relay whose lease ran out
+		_, err := s.db.ExecContext(ctx, dropLeaseSQL, id)
+		return store.Batch{}, err
+	}
+	return store.Batch{Lease: id, Records: recs}, nil
+}
+
+// look reads the clock and the held keys, drops the expired leases and
+// picks up to limit free rows, without the turn.
+func (s *Store) look(ctx context.Context, limit int) (*claims.Picker, error) {
 	now, err := s.now(ctx)
 	if err != nil {
-		return batch, err
+		return nil, err
 	}
 	held, expired, err := s.heldKeys(ctx, now)
 	if err != nil {
-		return batch, err
+		return nil, err
 	}
 	if expired {
 		if err := s.dropExpired(ctx, now); err != nil {
-			return batch, fmt.Errorf("drop expired leases: %w", err)
+			return nil, fmt.Errorf("drop expired leases: %w", err)
 		}
 	}
-	pick, err := s.scan(ctx, held, limit, now)
-	if err != nil || len(pick.IDs()) == 0 {
-		return batch, err
-	}
+	return s.scan(ctx, held, limit, now)
+}
 
-	token, err := s.takeTurn(ctx)
+// turn is a claim's turn, named by its token.
+type turn struct {
+	db    *sql.DB
+	token string
+	ended bool
+}
+
+// end ends the turn, once; when that fails, the turn runs out by itself.
+func (t *turn) end(ctx context.Context) {
+	if t.ended {
+		return
+	}
+	t.ended = true
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTurn)
+	defer cancel()
+	_, _ = t.db.ExecContext(ectx, endTurnSQL, t.token)
+}
+
+// recordLease records, during turn t, the lease of pick's rows, and
+// returns its id and the leased rows' ids (none when no row is left to
+// claim).
+//
+// During the turn no other claim runs. Keys another claim took since the
+// first look are held now; when the picks include one, it looks again.
+// Otherwise the picks stand: a key not held now was not held in between
+// either, or its holder has completed, publishing or releasing the rows
+// this claim picked, which keeps its rows in order.
+func (s *Store) recordLease(ctx context.Context, t *turn, owner string, limit int, lease time.Duration, pick *claims.Picker) (int64, []int64, error) {
+	now, err := s.now(ctx)
 	if err != nil {
-		return batch, err
+		return 0, nil, err
 	}
-	ended := false
-	endTurn := func() {
-		if !ended {
-			ended = true
-			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTurn)
-			defer cancel()
-			_, _ = s.db.ExecContext(ectx, endTurnSQL, token) // else the turn runs out by itself
-		}
-	}
-	defer endTurn()
-
-	// During the turn no other claim runs. Keys another claim took since the
-	// first look are held now; when the picks include one, look again.
-	// Otherwise the picks stand: a key not held now was not held in between
-	// either, or its holder has completed, publishing or releasing the rows
-	// this claim picked, which keeps its rows in order.
-	if now, err = s.now(ctx); err != nil {
-		return batch, err
-	}
-	if held, _, err = s.heldKeys(ctx, now); err != nil {
-		return batch, err
+	held, _, err := s.heldKeys(ctx, now)
+	if err != nil {
+		return 0, nil, err
 	}
 	if pick.Holds(held) {
 		if pick, err = s.scan(ctx, held, limit, now); err != nil || len(pick.IDs()) == 0 {
-			return batch, err
+			return 0, nil, err
 		}
 	}
 	ids := pick.IDs()
 	idsJSON, err := json.Marshal(ids)
 	if err != nil {
-		return batch, err
+		return 0, nil, err
 	}
 	keysJSON, err := json.Marshal(pick.Keys())
 	if err != nil {
-		return batch, err
+		return 0, nil, err
 	}
-	res, err := s.db.ExecContext(ctx, leaseSQL, owner, lease.Microseconds(), string(idsJSON), string(keysJSON), token)
+	res, err := s.db.ExecContext(ctx, leaseSQL, owner, lease.Microseconds(), string(idsJSON), string(keysJSON), t.token)
 	if err != nil {
-		return batch, fmt.Errorf("record lease: %w", err)
+		return 0, nil, fmt.Errorf("record lease: %w", err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return batch, fmt.Errorf("record lease: %w", err)
+		return 0, nil, fmt.Errorf("record lease: %w", err)
 	} else if n == 0 {
-		return batch, fmt.Errorf("the claim took longer than its turn (%s) and recorded nothing; it is tried again", claimTurn)
+		return 0, nil, fmt.Errorf("the claim took longer than its turn (%s) and recorded nothing; it is tried again", claimTurn)
 	}
-	if batch.Lease, err = res.LastInsertId(); err != nil {
-		return batch, fmt.Errorf("record lease: %w", err)
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, nil, fmt.Errorf("record lease: %w", err)
 	}
-	endTurn()
-
-	// The rows are leased to owner now; reading them holds no lock.
-	if batch.Records, err = s.readRows(ctx, ids); err != nil {
-		return batch, err
-	}
-	if len(batch.Records) == 0 { // all published meanwhile by a relay whose lease ran out
-		_, err := s.db.ExecContext(ctx, dropLeaseSQL, batch.Lease)
-		return store.Batch{}, err
-	}
-	return batch, nil
+	return id, ids, nil
 }
 
 // now reads the server's clock, formatted for the claim's statements: one
@@ -311,7 +336,7 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 // not due for any of them.
 func (s *Store) now(ctx context.Context) (string, error) {
 	var now time.Time
-	if err := s.db.QueryRowContext(ctx, nowSQL).Scan(&utcTime{t: &now}); err != nil {
+	if err := s.db.QueryRowContext(ctx, nowSQL).Scan(utcTime(&now)); err != nil {
 		return "", fmt.Errorf("read the clock: %w", err)
 	}
 	return now.Format(dateTimeLayout), nil
@@ -321,7 +346,7 @@ func (s *Store) now(ctx context.Context) (string, error) {
 func (s *Store) heldKeys(ctx context.Context, now string) (map[string]struct{}, bool, error) {
 	held := make(map[string]struct{})
 	expired := false
-	err := queryEach(ctx, s.db, leasesSQL, []any{now}, func(rows *sql.Rows) error {
+	err := sqlstore.QueryEach(ctx, s.db, leasesSQL, []any{now}, func(rows *sql.Rows) error {
 		var (
 			id   int64
 			live bool
@@ -346,7 +371,7 @@ func (s *Store) heldKeys(ctx context.Context, now string) (map[string]struct{}, 
 	if err != nil {
 		return nil, false, fmt.Errorf("read leased keys: %w", err)
 	}
-	err = queryEach(ctx, s.db, retryKeysSQL, []any{now}, func(rows *sql.Rows) error {
+	err = sqlstore.QueryEach(ctx, s.db, retryKeysSQL, []any{now}, func(rows *sql.Rows) error {
 		var k string
 		if err := rows.Scan(&k); err != nil {
 			return err
@@ -369,7 +394,7 @@ func (s *Store) scan(ctx context.Context, held map[string]struct{}, limit int, n
 	for pick.Examined < window {
 		n := 0
 		full := false
-		err := queryEach(ctx, s.db, scanSQL, []any{after, now, chunk}, func(rows *sql.Rows) error {
+		err := sqlstore.QueryEach(ctx, s.db, scanSQL, []any{after, now, chunk}, func(rows *sql.Rows) error {
 			var key string
 			var retried bool
 			if err := rows.Scan(&after, &key, &retried); err != nil {
@@ -438,59 +463,21 @@ func (s *Store) takeTurn(ctx context.Context) (string, error) {
 
 // dropExpired deletes the expired leases that nobody holds locked.
 func (s *Store) dropExpired(ctx context.Context, now string) error {
-	tx, err := s.db.BeginTx(ctx, readCommitted())
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	var ids []int64
-	err = queryEach(ctx, tx, expiredSQL, []any{now}, func(rows *sql.Rows) error {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+	return sqltx.InTx(ctx, s.db, readCommitted(), "", func(tx *sql.Tx) error {
+		ids, err := sqlstore.Column[int64](ctx, tx, expiredSQL, now)
+		if err != nil || len(ids) == 0 {
 			return err
 		}
-		ids = append(ids, id)
-		return nil
+		in, args := inList(ids)
+		_, err = tx.ExecContext(ctx, "DELETE FROM courier_outbox_leases WHERE id IN ("+in+")", args...)
+		return err
 	})
-	if err != nil || len(ids) == 0 {
-		return err
-	}
-	in, args := inList(ids)
-	if _, err := tx.ExecContext(ctx, "DELETE FROM courier_outbox_leases WHERE id IN ("+in+")", args...); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // readRows reads the rows with the given ids, in id order.
 func (s *Store) readRows(ctx context.Context, ids []int64) ([]store.Record, error) {
 	in, args := inList(ids)
-	recs := make([]store.Record, 0, len(ids))
-	err := queryEach(ctx, s.db, fmt.Sprintf(rowsSQL, in), args, func(rows *sql.Rows) error {
-		var (
-			r       store.Record
-			m       = &r.Message
-			headers []byte
-		)
-		if err := rows.Scan(&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
-			&m.ContentType, &m.Payload, &headers, &utcTime{t: &m.OccurredAt}); err != nil {
-			return err
-		}
-		if headers != nil {
-			if err := json.Unmarshal(headers, &m.Headers); err != nil {
-				return fmt.Errorf("row %d: decode headers: %w", r.Seq, err)
-			}
-		}
-		if m.Payload == nil {
-			m.Payload = []byte{}
-		}
-		recs = append(recs, r)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read rows: %w", err)
-	}
-	return recs, nil
+	return sqlstore.ReadRecords(ctx, s.db, times, len(ids), fmt.Sprintf(rowsSQL, in), args...)
 }
 
 // inList returns "?, ?, …" for ids and the ids as arguments.
@@ -500,23 +487,6 @@ func inList(ids []int64) (string, []any) {
 		args[i] = id
 	}
 	return strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", "), args
-}
-
-// queryEach runs a query and calls fn for each row.
-func queryEach(ctx context.Context, q interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, query string, args []any, fn func(*sql.Rows) error) error {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
 }
 
 // leaseLiveSQL guards Complete: a relay whose lease has ended changes
@@ -539,21 +509,22 @@ const failuresTable = `JSON_TABLE(?, '$[*]' COLUMNS (
     delay_us BIGINT     PATH '$.delay_us',
     counted  INT        PATH '$.counted')) AS f`
 
-// historyAppend appends a failure to o.history, keeping the latest 20.
-const historyAppend = `JSON_ARRAY_APPEND(
-    IF(JSON_LENGTH(COALESCE(o.history, JSON_ARRAY())) >= 20, JSON_REMOVE(o.history, '$[0]'), COALESCE(o.history, JSON_ARRAY())),
+// historyAppend appends a failure to o.history, keeping the latest
+// columns.HistoryCap.
+var historyAppend = `JSON_ARRAY_APPEND(
+    IF(JSON_LENGTH(COALESCE(o.history, JSON_ARRAY())) >= ` + strconv.Itoa(columns.HistoryCap) + `, JSON_REMOVE(o.history, '$[0]'), COALESCE(o.history, JSON_ARRAY())),
     '$',
     JSON_OBJECT('at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%dT%H:%i:%s.%fZ'),
                 'error', f.err,
                 'counted', JSON_EXTRACT(IF(f.counted, 'true', 'false'), '$')))`
 
-const retrySQL = `UPDATE courier_outbox AS o JOIN ` + failuresTable + ` ON o.id = f.id
+var retrySQL = `UPDATE courier_outbox AS o JOIN ` + failuresTable + ` ON o.id = f.id
 SET o.attempts = o.attempts + f.counted,
     o.last_error = f.err,
     o.retry_at = UTC_TIMESTAMP(6) + INTERVAL f.delay_us MICROSECOND,
     o.history = ` + historyAppend
 
-const deadSQL = `INSERT INTO courier_outbox_dead_letters
+var deadSQL = `INSERT INTO courier_outbox_dead_letters
     (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
      occurred_at, created_at, attempts, last_error, history, dead_at)
 SELECT o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers,
@@ -568,6 +539,20 @@ type failureJSON struct {
 	Error   string `json:"error"`
 	DelayUS int64  `json:"delay_us"`
 	Counted int    `json:"counted"`
+}
+
+// recordFailures runs query, retrySQL or deadSQL, for the failures fs, if
+// any.
+func recordFailures(ctx context.Context, tx *sql.Tx, query string, fs []store.Failure) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	arg, err := failuresJSON(fs)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, query, arg)
+	return err
 }
 
 func failuresJSON(fs []store.Failure) (string, error) {
@@ -593,27 +578,24 @@ func (s *Store) Complete(ctx context.Context, owner string, lease int64, o store
 }
 
 func (s *Store) complete(ctx context.Context, owner string, lease int64, o store.Outcome) error {
-	tx, err := s.db.BeginTx(ctx, readCommitted())
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	var id int64
-	err = tx.QueryRowContext(ctx, leaseLiveSQL, lease, owner).Scan(&id)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		// Expired or not ours: change nothing but our own lease row.
-	case err != nil:
-		return fmt.Errorf("check lease: %w", err)
-	default:
-		if err := s.record(ctx, tx, o); err != nil {
-			return err
+	return sqltx.InTx(ctx, s.db, readCommitted(), "", func(tx *sql.Tx) error {
+		var id int64
+		err := tx.QueryRowContext(ctx, leaseLiveSQL, lease, owner).Scan(&id)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			// Expired or not ours: change nothing but our own lease row.
+		case err != nil:
+			return fmt.Errorf("check lease: %w", err)
+		default:
+			if err := s.record(ctx, tx, o); err != nil {
+				return err
+			}
 		}
-	}
-	if _, err := tx.ExecContext(ctx, endLeaseSQL, lease, owner); err != nil {
-		return fmt.Errorf("end lease: %w", err)
-	}
-	return tx.Commit()
+		if _, err := tx.ExecContext(ctx, endLeaseSQL, lease, owner); err != nil {
+			return fmt.Errorf("end lease: %w", err)
+		}
+		return nil
+	})
 }
 
 func (s *Store) record(ctx context.Context, tx *sql.Tx, o store.Outcome) error {
@@ -628,23 +610,13 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, o store.Outcome) error {
 			return fmt.Errorf("delete published: %w", err)
 		}
 	}
-	if len(o.Retry) > 0 {
-		fs, err := failuresJSON(o.Retry)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, retrySQL, fs); err != nil {
-			return fmt.Errorf("record retries: %w", err)
-		}
+	if err := recordFailures(ctx, tx, retrySQL, o.Retry); err != nil {
+		return fmt.Errorf("record retries: %w", err)
+	}
+	if err := recordFailures(ctx, tx, deadSQL, o.Dead); err != nil {
+		return fmt.Errorf("record dead letters: %w", err)
 	}
 	if len(o.Dead) > 0 {
-		fs, err := failuresJSON(o.Dead)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, deadSQL, fs); err != nil {
-			return fmt.Errorf("record dead letters: %w", err)
-		}
 		ids := make([]int64, len(o.Dead))
 		for i, f := range o.Dead {
 			ids[i] = f.Seq
@@ -674,8 +646,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 // have a connection but no Store.
 func Stats(ctx context.Context, q Querier) (store.Stats, error) {
 	var st store.Stats
-	oldest := utcTime{t: &st.OldestPending}
-	if err := q.QueryRowContext(ctx, statsSQL).Scan(&st.Pending, &st.Leased, &st.InBackoff, &oldest, &utcTime{t: &st.Now}, &st.DeadLetters); err != nil {
+	if err := q.QueryRowContext(ctx, statsSQL).Scan(&st.Pending, &st.Leased, &st.InBackoff, utcTime(&st.OldestPending), utcTime(&st.Now), &st.DeadLetters); err != nil {
 		return st, fmt.Errorf("mysql: stats: %w", err)
 	}
 	return st, nil

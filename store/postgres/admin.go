@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // Admin returns the operators' view of the database behind pool.
@@ -33,12 +33,7 @@ func scanDead(row pgx.Row) (store.DeadLetter, error) {
 	if err != nil {
 		return d, err
 	}
-	if len(hist) > 0 {
-		if err := json.Unmarshal(hist, &d.History); err != nil {
-			return d, fmt.Errorf("history of dead letter %d: %w", d.ID, err)
-		}
-	}
-	return d, nil
+	return d, columns.DecodeJSON(hist, &d.History, "history of dead letter", d.ID)
 }
 
 func (a admin) DeadLetters(ctx context.Context, limit int) ([]store.DeadLetter, error) {
@@ -54,23 +49,16 @@ func (a admin) DeadLetter(ctx context.Context, id int64) (store.DeadLetter, erro
 }
 
 func (a admin) ReplayDeadLetter(ctx context.Context, id int64) error {
-	tag, err := a.pool.Exec(ctx, `WITH d AS (DELETE FROM courier_outbox_dead_letters WHERE id = $1 RETURNING *)
+	return a.one(ctx, "replay dead letter", id, `WITH d AS (DELETE FROM courier_outbox_dead_letters WHERE id = $1 RETURNING *)
 INSERT INTO courier_outbox (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
                             occurred_at, created_at, history)
 OVERRIDING SYSTEM VALUE
 SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, history
 FROM d`, id)
-	if err != nil {
-		return fmt.Errorf("postgres: replay dead letter %d: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return store.ErrNotFound
-	}
-	return nil
 }
 
 func (a admin) DiscardDeadLetter(ctx context.Context, id int64) error {
-	return a.deleteOne(ctx, `DELETE FROM courier_outbox_dead_letters WHERE id = $1`, id)
+	return a.one(ctx, "discard dead letter", id, `DELETE FROM courier_outbox_dead_letters WHERE id = $1`, id)
 }
 
 func (a admin) Parked(ctx context.Context, consumer string, limit int) ([]store.Parked, error) {
@@ -91,29 +79,28 @@ func (a admin) ParkedMessage(ctx context.Context, id int64) (store.Parked, error
 }
 
 func (a admin) RequestReplay(ctx context.Context, id int64) error {
-	return a.deleteOne(ctx, `UPDATE courier_inbox_dead_letters SET replay_requested = now() WHERE id = $1`, id)
+	return a.one(ctx, "request replay", id, `UPDATE courier_inbox_dead_letters SET replay_requested = now() WHERE id = $1`, id)
 }
 
 func (a admin) RepairParked(ctx context.Context, id int64, messageID string, headers map[string][]string) error {
-	tag, err := a.pool.Exec(ctx, `UPDATE courier_inbox_dead_letters SET message_id = $2, headers = $3 WHERE id = $1`, id, messageID, headers)
-	if err != nil {
-		return fmt.Errorf("postgres: repair parked message %d: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return store.ErrNotFound
-	}
-	return nil
+	return a.one(ctx, "repair parked message", id, `UPDATE courier_inbox_dead_letters SET message_id = $2, headers = $3 WHERE id = $1`,
+		id, messageID, headers)
 }
 
 func (a admin) DiscardParked(ctx context.Context, id int64) error {
-	return a.deleteOne(ctx, `DELETE FROM courier_inbox_dead_letters WHERE id = $1`, id)
+	return a.one(ctx, "discard parked message", id, `DELETE FROM courier_inbox_dead_letters WHERE id = $1`, id)
 }
 
-// deleteOne runs a statement that should touch exactly the row id.
-func (a admin) deleteOne(ctx context.Context, sql string, id int64) error {
-	tag, err := a.pool.Exec(ctx, sql, id)
+// one runs a statement that should touch exactly the row id (its
+// arguments are args, or id alone), and returns store.ErrNotFound when it
+// touched none.
+func (a admin) one(ctx context.Context, what string, id int64, sql string, args ...any) error {
+	if len(args) == 0 {
+		args = []any{id}
+	}
+	tag, err := a.pool.Exec(ctx, sql, args...)
 	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
+		return fmt.Errorf("postgres: %s %d: %w", what, id, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return store.ErrNotFound

@@ -39,19 +39,13 @@ WHERE consumer = $1 AND message_id = $2 ORDER BY id`, consumer, [16]byte(id))
 
 // ClearFailures implements store.ConsumerStore.
 func (c consumerStore) ClearFailures(ctx context.Context, consumer string, id uuid.UUID) error {
-	_, err := c.pool.Exec(ctx, `DELETE FROM courier_inbox_failures WHERE consumer = $1 AND message_id = $2`, consumer, [16]byte(id))
-	if err != nil {
-		return fmt.Errorf("postgres: clear failures of %s: %w", id, err)
-	}
-	return nil
+	_, err := c.exec(ctx, "clear failures of "+id.String(), `DELETE FROM courier_inbox_failures WHERE consumer = $1 AND message_id = $2`,
+		consumer, [16]byte(id))
+	return err
 }
 
 // DeleteFailures implements store.ConsumerStore.
 func (c consumerStore) DeleteFailures(ctx context.Context, before time.Time, limit int) (int64, error) {
-	tag, err := c.pool.Exec(ctx, `DELETE FROM courier_inbox_failures WHERE id = ANY(ARRAY(
+	return c.exec(ctx, "delete recorded failures", `DELETE FROM courier_inbox_failures WHERE id = ANY(ARRAY(
     SELECT id FROM courier_inbox_failures WHERE failed_at < $1 LIMIT $2))`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: delete recorded failures: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 // claimKeySQL inserts the record, or takes over an in-flight one whose lock
@@ -137,7 +138,7 @@ func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdem{db} 
 type sqlIdem struct{ db *sql.DB }
 
 func (s sqlIdem) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return inSQLTx(ctx, s.db, fn)
+	return sqltx.InTx(ctx, s.db, nil, "postgres: ", fn)
 }
 
 func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {

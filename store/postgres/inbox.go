@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 const markSQL = `INSERT INTO courier_inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
@@ -42,7 +43,7 @@ func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return sqlInbox{db} }
 type sqlInbox struct{ db *sql.DB }
 
 func (i sqlInbox) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return inSQLTx(ctx, i.db, fn)
+	return sqltx.InTx(ctx, i.db, nil, "postgres: ", fn)
 }
 
 func (sqlInbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UUID) (bool, error) {
@@ -52,32 +53,6 @@ func (sqlInbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.U
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
-}
-
-// inSQLTx runs fn in a database/sql transaction. It rolls the transaction
-// back whenever it is not committed, also when fn panics (as pgx.BeginFunc
-// does): left open, it would keep its locks and its connection.
-func inSQLTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) (err error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if rerr := ignoreDone(tx.Rollback()); rerr != nil && err != nil {
-			err = errors.Join(err, rerr)
-		}
-	}()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-func ignoreDone(err error) error {
-	if errors.Is(err, sql.ErrTxDone) {
-		return nil
-	}
-	return err
 }
 
 // ConsumerStore returns the store of parked deliveries and inbox markers on
@@ -116,12 +91,7 @@ func scanParked(row pgx.Row) (store.Parked, error) {
 	if err != nil {
 		return p, err
 	}
-	if len(hist) > 0 {
-		if err := json.Unmarshal(hist, &p.History); err != nil {
-			return p, fmt.Errorf("history of parked delivery %d: %w", p.ID, err)
-		}
-	}
-	return p, nil
+	return p, columns.DecodeJSON(hist, &p.History, "history of parked delivery", p.ID)
 }
 
 func (c consumerStore) ReplayRequested(ctx context.Context, consumer string, limit int) ([]store.Parked, error) {
@@ -141,21 +111,24 @@ func (c consumerStore) Unpark(ctx context.Context, id int64) error {
 }
 
 func (c consumerStore) ReplayFailed(ctx context.Context, id int64, msg string) error {
-	_, err := c.pool.Exec(ctx, `UPDATE courier_inbox_dead_letters
+	_, err := c.exec(ctx, fmt.Sprintf("record failed replay of %d", id), `UPDATE courier_inbox_dead_letters
 SET replay_requested = NULL, last_error = $2, attempts = attempts + 1,
     history = coalesce(history, '[]') || jsonb_build_array(jsonb_build_object('at', now(), 'error', $2::text))
 WHERE id = $1`, id, msg)
-	if err != nil {
-		return fmt.Errorf("postgres: record failed replay of %d: %w", id, err)
-	}
-	return nil
+	return err
 }
 
 func (c consumerStore) DeleteMarkers(ctx context.Context, before time.Time, limit int) (int64, error) {
-	tag, err := c.pool.Exec(ctx, `DELETE FROM courier_inbox WHERE ctid = ANY(ARRAY(
+	return c.exec(ctx, "delete inbox markers", `DELETE FROM courier_inbox WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM courier_inbox WHERE processed_at < $1 LIMIT $2))`, before, limit)
+}
+
+// exec runs query and returns the number of rows it affected; what names
+// it in errors.
+func (c consumerStore) exec(ctx context.Context, what, query string, args ...any) (int64, error) {
+	tag, err := c.pool.Exec(ctx, query, args...)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: delete inbox markers: %w", err)
+		return 0, fmt.Errorf("postgres: %s: %w", what, err)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -3,26 +3,22 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-const insertColumns = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at"
-
-const insertOne = "INSERT INTO courier_outbox (" + insertColumns + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+const insertOne = "INSERT INTO courier_outbox (" + columns.Names + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 // insertMany takes one array per column, so the statement text (and its
 // cached plan) is the same whatever the number of messages.
-const insertMany = "INSERT INTO courier_outbox (" + insertColumns + ") " +
+const insertMany = "INSERT INTO courier_outbox (" + columns.Names + ") " +
 	"SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[], $9::timestamptz[])"
 
 // Pgx returns the outbox inserter for pgx transactions (pgx.Tx), to pass to
@@ -36,10 +32,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 		m := &msgs[0]
 		h := columns.HeadersJSON(m.Headers)
 		_, err := tx.Exec(ctx, insertOne, [16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt)
-		if err != nil {
-			return insertError(fmt.Errorf("postgres: insert outbox message: %w", err))
-		}
-		return nil
+		return migrations.InsertError(err, 1, errorCode(err) == undefinedTable)
 	}
 	var (
 		// [16]byte, not uuid.UUID or string: those reach pgx as strings,
@@ -66,10 +59,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, columns.Payload(m.Payload), m.OccurredAt
 	}
 	_, err := tx.Exec(ctx, insertMany, ids, topics, keys, types, versions, cts, payloads, headers, times)
-	if err != nil {
-		return insertError(fmt.Errorf("postgres: insert %d outbox messages: %w", len(msgs), err))
-	}
-	return nil
+	return migrations.InsertError(err, len(msgs), errorCode(err) == undefinedTable)
 }
 
 // QueueMessages validates msgs against limits (zero fields: Courier's
@@ -91,7 +81,7 @@ func QueueMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message)
 	for i := range msgs {
 		m := &msgs[i]
 		if err := m.Validate(limits); err != nil {
-			return insertError(fmt.Errorf("postgres: message %d of %d: %w", i+1, len(msgs), err))
+			return fmt.Errorf("postgres: message %d of %d: %w", i+1, len(msgs), err)
 		}
 		h := columns.HeadersJSON(m.Headers)
 		args[i] = []any{[16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt}
@@ -115,32 +105,11 @@ const sqlChunk = 1000
 func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Message) error {
 	for start := 0; start < len(msgs); start += sqlChunk {
 		chunk := msgs[start:min(start+sqlChunk, len(msgs))]
-		var q strings.Builder
-		q.WriteString("INSERT INTO courier_outbox (" + insertColumns + ") VALUES ")
-		args := make([]any, 0, len(chunk)*9)
-		for i := range chunk {
-			m := &chunk[i]
-			hv := columns.HeadersText(m.Headers)
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			n := len(args)
-			fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
-			args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), hv, m.OccurredAt)
-		}
-		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-			return insertError(fmt.Errorf("postgres: insert %d outbox messages: %w", len(chunk), err))
+		q, args := columns.Insert(chunk, func(t time.Time) any { return t }, "", "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		_, err := tx.ExecContext(ctx, sqltx.Dollar(q), args...)
+		if err := migrations.InsertError(err, len(chunk), errorCode(err) == undefinedTable); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// insertError adds the fix to an insert that failed because the outbox
-// table does not exist (undefined_table).
-func insertError(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return store.MissingSchema(err, "postgres.Migrate")
-	}
-	return err
 }

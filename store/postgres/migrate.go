@@ -3,32 +3,30 @@ package postgres
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/schema"
 )
-
-//go:embed migrations/*.sql
-var migrationFS embed.FS
-
-// Migrations returns the schema's migrations in version order.
-func Migrations() []store.Migration {
-	ms, err := store.LoadMigrations(migrationFS, "migrations")
-	if err != nil {
-		panic(err) // the embedded files are fixed at build time; tests cover them
-	}
-	return ms
-}
 
 const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
     version     integer     PRIMARY KEY,
     name        text        NOT NULL,
     applied_at  timestamptz NOT NULL DEFAULT now()
 );`
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrations are the embedded scripts, with what exported scripts need:
+// the version table and the statement that records a migration in it.
+var migrations = schema.New(migrationFS, versionTable, "PostgreSQL", "postgres.Migrate",
+	"INSERT INTO courier_schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;")
+
+// Migrations returns the PostgreSQL schema's migrations in version order.
+func Migrations() []store.Migration { return migrations.Load() }
 
 // migrateLock serialises concurrent Migrate calls on one database.
 const migrateLock = int64(0x636f7572_6d696772) // "courmigr"
@@ -56,23 +54,17 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 		return nil, fmt.Errorf("postgres: migrate: lock: %w", err)
 	}
 	if _, err := tx.Exec(ctx, versionTable); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "3F000" { // invalid_schema_name
+		if errorCode(err) == invalidSchemaName {
 			return nil, fmt.Errorf("postgres: migrate: the schema in the connection's search_path does not exist; create it first (CREATE SCHEMA …): %w", err)
 		}
 		return nil, fmt.Errorf("postgres: migrate: create version table: %w", err)
 	}
-	current, err := schemaVersion(ctx, tx)
+	pending, err := migrations.Pending(SchemaVersion(ctx, tx))
 	if err != nil {
-		return nil, err
-	}
-	ms := Migrations()
-	if current > store.Latest(ms) {
-		return nil, fmt.Errorf("postgres: migrate: database is at version %d, this binary knows up to %d: %w",
-			current, store.Latest(ms), store.ErrSchemaNewer)
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
 	}
 	var applied []int
-	for _, m := range ms[current:] {
+	for _, m := range pending {
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("postgres: migrate: apply %04d_%s: %w", m.Version, m.Name, err)
 		}
@@ -87,48 +79,25 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 	return applied, nil
 }
 
+// SchemaVersion returns the highest migration version applied to the
+// PostgreSQL database behind q, 0 when Courier's schema is absent.
+func SchemaVersion(ctx context.Context, q Querier) (int, error) {
+	return migrations.Version(func(v *int) error {
+		return q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM courier_schema_migrations").Scan(v)
+	}, func(err error) bool { return errorCode(err) == undefinedTable })
+}
+
 // Querier runs a query; pools, connections and transactions are Queriers.
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// SchemaVersion returns the highest migration version applied to the
-// database, 0 when Courier's schema is absent.
-func SchemaVersion(ctx context.Context, q Querier) (int, error) {
-	return schemaVersion(ctx, q)
-}
-
-func schemaVersion(ctx context.Context, q Querier) (int, error) {
-	var v int
-	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM courier_schema_migrations").Scan(&v)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("postgres: read schema version: %w", err)
-	}
-	return v, nil
-}
-
-// CheckSchema returns nil when the database's schema is exactly the one this
-// binary knows, an error wrapping [store.ErrSchemaOutdated] when migrations
-// are missing, and one wrapping [store.ErrSchemaNewer] when the database is
-// ahead of the binary.
+// CheckSchema returns nil when the PostgreSQL schema behind q is at this
+// binary's version ([Migrations]), else the error of [store.CheckVersion].
 func CheckSchema(ctx context.Context, q Querier) error {
-	v, err := schemaVersion(ctx, q)
-	if err != nil {
-		return err
-	}
-	return store.CheckVersion(v, Migrations(), "postgres.Migrate")
+	return migrations.Check(SchemaVersion(ctx, q))
 }
 
-// ExportSQL returns each migration as a standalone script for an external
-// migration tool (goose, golang-migrate, Atlas, Flyway…): the migration's DDL
-// followed by the statements that record it in courier_schema_migrations, so
-// Courier's own schema check agrees afterwards.
-func ExportSQL() []store.Migration {
-	return store.ExportScripts(Migrations(), "PostgreSQL", versionTable, func(m store.Migration) string {
-		return fmt.Sprintf("INSERT INTO courier_schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;", m.Version, m.Name)
-	})
-}
+// ExportSQL returns each PostgreSQL migration followed by the INSERT that
+// records it, for an external migration tool ([store.ExportScripts]).
+func ExportSQL() []store.Migration { return migrations.Export() }

@@ -3,16 +3,17 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqlstore"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 const (
@@ -25,16 +26,9 @@ const (
 	dueSagaSQL     = `SELECT id FROM courier_sagas WHERE saga_type = $1 AND deadline IS NOT NULL AND deadline <= $2 AND phase IN ('running', 'compensating') ORDER BY deadline LIMIT $3`
 )
 
-func sagaArgs(r store.SagaRecord) ([]any, error) {
-	pending, err := json.Marshal(r.Pending)
-	if err != nil {
-		return nil, err
-	}
-	var data any
-	if len(r.Data) > 0 {
-		data = string(r.Data)
-	}
-	return []any{r.Type, r.ID, r.State, r.Phase, r.Step, string(pending), data, r.Reason, r.Deadline, r.Attempts, r.Version, r.CreatedAt, r.UpdatedAt}, nil
+func sagaArgs(r store.SagaRecord) []any {
+	return []any{r.Type, r.ID, r.State, r.Phase, r.Step, columns.Steps(r.Pending), columns.Text(r.Data), r.Reason, r.Deadline,
+		r.Attempts, r.Version, r.CreatedAt, r.UpdatedAt}
 }
 
 type scanner interface{ Scan(dest ...any) error }
@@ -49,16 +43,12 @@ func scanSaga(row scanner) (store.SagaRecord, error) {
 		}
 		return r, fmt.Errorf("postgres: load saga: %w", err)
 	}
-	if err := json.Unmarshal(pending, &r.Pending); err != nil {
+	var err error
+	if r.Pending, err = columns.ParseSteps(pending); err != nil {
 		return r, fmt.Errorf("postgres: saga %s pending compensations: %w", r.ID, err)
 	}
 	r.Data = data
 	return r, nil
-}
-
-func isUniqueViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
 func historyRows(rows interface {
@@ -80,22 +70,26 @@ func historyRows(rows interface {
 	return out, rows.Err()
 }
 
-// SQLSagas returns the saga store for database/sql transactions on db.
-func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] { return sqlSagas{db} }
+// execFunc runs a statement in a transaction, of database/sql or of pgx,
+// and returns the number of rows it affected.
+type execFunc func(ctx context.Context, sql string, args ...any) (int64, error)
 
-type sqlSagas struct{ db *sql.DB }
-
-func (s sqlSagas) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return inSQLTx(ctx, s.db, fn)
+func sqlExec(tx *sql.Tx) execFunc {
+	return func(ctx context.Context, query string, args ...any) (int64, error) {
+		return sqltx.Exec(ctx, tx, query, args...)
+	}
 }
 
-func (sqlSagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error {
-	args, err := sagaArgs(r)
-	if err != nil {
-		return err
+func pgxExec(tx pgx.Tx) execFunc {
+	return func(ctx context.Context, sql string, args ...any) (int64, error) {
+		tag, err := tx.Exec(ctx, sql, args...)
+		return tag.RowsAffected(), err
 	}
-	if _, err := tx.ExecContext(ctx, createSagaSQL, args...); err != nil {
-		if isUniqueViolation(err) {
+}
+
+func createSaga(ctx context.Context, exec execFunc, r store.SagaRecord) error {
+	if _, err := exec(ctx, createSagaSQL, sagaArgs(r)...); err != nil {
+		if errorCode(err) == uniqueViolation {
 			return store.ErrSagaExists
 		}
 		return fmt.Errorf("postgres: create saga: %w", err)
@@ -103,29 +97,45 @@ func (sqlSagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) erro
 	return nil
 }
 
+func updateSaga(ctx context.Context, exec execFunc, r store.SagaRecord, expect int) (bool, error) {
+	args := sagaArgs(r)
+	n, err := exec(ctx, updateSagaSQL, r.Type, r.ID, r.State, r.Phase, r.Step, args[5], args[6], r.Reason, r.Deadline, r.Attempts, r.Version, r.UpdatedAt, expect)
+	if err != nil {
+		return false, fmt.Errorf("postgres: update saga: %w", err)
+	}
+	return n == 1, nil
+}
+
+func recordSaga(ctx context.Context, exec execFunc, e store.SagaEvent) error {
+	if _, err := exec(ctx, recordSagaSQL, e.Type, e.SagaID, e.At, e.EventID, e.EventType, e.From, e.To, e.Outcome, e.Reason); err != nil {
+		return fmt.Errorf("postgres: record saga event: %w", err)
+	}
+	return nil
+}
+
+// SQLSagas returns the saga store for database/sql transactions on db.
+func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] { return sqlSagas{db} }
+
+type sqlSagas struct{ db *sql.DB }
+
+func (s sqlSagas) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return sqltx.InTx(ctx, s.db, nil, "postgres: ", fn)
+}
+
+func (sqlSagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error {
+	return createSaga(ctx, sqlExec(tx), r)
+}
+
 func (sqlSagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.SagaRecord, error) {
 	return scanSaga(tx.QueryRowContext(ctx, loadSagaSQL, typ, id))
 }
 
 func (sqlSagas) Update(ctx context.Context, tx *sql.Tx, r store.SagaRecord, expect int) (bool, error) {
-	args, err := sagaArgs(r)
-	if err != nil {
-		return false, err
-	}
-	res, err := tx.ExecContext(ctx, updateSagaSQL, r.Type, r.ID, r.State, r.Phase, r.Step, args[5], args[6], r.Reason, r.Deadline, r.Attempts, r.Version, r.UpdatedAt, expect)
-	if err != nil {
-		return false, fmt.Errorf("postgres: update saga: %w", err)
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return updateSaga(ctx, sqlExec(tx), r, expect)
 }
 
 func (sqlSagas) Record(ctx context.Context, tx *sql.Tx, e store.SagaEvent) error {
-	_, err := tx.ExecContext(ctx, recordSagaSQL, e.Type, e.SagaID, e.At, e.EventID, e.EventType, e.From, e.To, e.Outcome, e.Reason)
-	if err != nil {
-		return fmt.Errorf("postgres: record saga event: %w", err)
-	}
-	return nil
+	return recordSaga(ctx, sqlExec(tx), e)
 }
 
 func (s sqlSagas) History(ctx context.Context, typ, id string) ([]store.SagaEvent, error) {
@@ -137,20 +147,11 @@ func (s sqlSagas) History(ctx context.Context, typ, id string) ([]store.SagaEven
 }
 
 func (s sqlSagas) Due(ctx context.Context, typ string, now time.Time, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, dueSagaSQL, typ, now, limit)
+	ids, err := sqlstore.Column[string](ctx, s.db, dueSagaSQL, typ, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: due sagas: %w", err)
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return ids, nil
 }
 
 // PgxSagas returns the saga store for pgx transactions on pool.
@@ -163,17 +164,7 @@ func (s pgxSagas) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 func (pgxSagas) Create(ctx context.Context, tx pgx.Tx, r store.SagaRecord) error {
-	args, err := sagaArgs(r)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, createSagaSQL, args...); err != nil {
-		if isUniqueViolation(err) {
-			return store.ErrSagaExists
-		}
-		return fmt.Errorf("postgres: create saga: %w", err)
-	}
-	return nil
+	return createSaga(ctx, pgxExec(tx), r)
 }
 
 func (pgxSagas) Load(ctx context.Context, tx pgx.Tx, typ, id string) (store.SagaRecord, error) {
@@ -181,23 +172,11 @@ func (pgxSagas) Load(ctx context.Context, tx pgx.Tx, typ, id string) (store.Saga
 }
 
 func (pgxSagas) Update(ctx context.Context, tx pgx.Tx, r store.SagaRecord, expect int) (bool, error) {
-	args, err := sagaArgs(r)
-	if err != nil {
-		return false, err
-	}
-	tag, err := tx.Exec(ctx, updateSagaSQL, r.Type, r.ID, r.State, r.Phase, r.Step, args[5], args[6], r.Reason, r.Deadline, r.Attempts, r.Version, r.UpdatedAt, expect)
-	if err != nil {
-		return false, fmt.Errorf("postgres: update saga: %w", err)
-	}
-	return tag.RowsAffected() == 1, nil
+	return updateSaga(ctx, pgxExec(tx), r, expect)
 }
 
 func (pgxSagas) Record(ctx context.Context, tx pgx.Tx, e store.SagaEvent) error {
-	_, err := tx.Exec(ctx, recordSagaSQL, e.Type, e.SagaID, e.At, e.EventID, e.EventType, e.From, e.To, e.Outcome, e.Reason)
-	if err != nil {
-		return fmt.Errorf("postgres: record saga event: %w", err)
-	}
-	return nil
+	return recordSaga(ctx, pgxExec(tx), e)
 }
 
 func (s pgxSagas) History(ctx context.Context, typ, id string) ([]store.SagaEvent, error) {

@@ -77,6 +77,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,6 +85,7 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/claims"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // StoreConfig tunes a Store. The zero value is ready to use.
@@ -210,12 +212,13 @@ INSERT INTO courier_outbox_published
     (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)
 SELECT * FROM published`
 
-// historyEntry appends one failure to history, keeping the latest 20.
-const historyEntry = `CASE WHEN jsonb_array_length(coalesce(o.history, '[]')) >= 20 THEN o.history - 0
+// historyEntry appends one failure to history, keeping the latest
+// columns.HistoryCap.
+var historyEntry = `CASE WHEN jsonb_array_length(coalesce(o.history, '[]')) >= ` + strconv.Itoa(columns.HistoryCap) + ` THEN o.history - 0
      ELSE coalesce(o.history, '[]') END
   || jsonb_build_array(jsonb_build_object('at', now(), 'error', f.err, 'counted', f.counted))`
 
-const retrySQL = `UPDATE courier_outbox o
+var retrySQL = `UPDATE courier_outbox o
 SET attempts = o.attempts + f.counted::int,
     last_error = f.err,
     retry_at = now() + f.delay_us * interval '1 microsecond',
@@ -223,7 +226,7 @@ SET attempts = o.attempts + f.counted::int,
 FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::bool[]) AS f(id, err, delay_us, counted)
 WHERE o.id = f.id AND ` + leaseLive
 
-const deadSQL = `WITH f AS (
+var deadSQL = `WITH f AS (
     SELECT * FROM unnest($1::bigint[], $4::text[], $5::bool[]) AS f(id, err, counted)
 ), dead AS (
     DELETE FROM courier_outbox o USING f

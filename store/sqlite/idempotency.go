@@ -3,14 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
 // claimKeySQL inserts the record, or takes over an in-flight one whose lock
@@ -25,9 +23,6 @@ ON CONFLICT (scope, idem_key) DO UPDATE
         created_at = excluded.created_at, expires_at = excluded.expires_at
     WHERE k.expires_at <= ?6
        OR (k.state = 'in_flight' AND k.locked_until <= ?6 AND k.fingerprint = excluded.fingerprint)`
-
-const readKeySQL = `SELECT fingerprint, state, owner, locked_until, status, headers, body
-FROM courier_idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 // SQLIdempotency returns the idempotency-key store for handlers that work in
 // database/sql transactions on db, a pool opened with [Open] (or with a DSN
@@ -58,95 +53,36 @@ FROM courier_idempotency_keys WHERE scope = ? AND idem_key = ?`
 // and in WAL mode a transaction that has read before another one committed
 // cannot take the write lock at all. It fails with SQLITE_BUSY at once,
 // without waiting, a failure every idempotent request would then risk.
-func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return &sqlIdem{db: db, turn: newQueue()} }
+func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] {
+	turn := newQueue()
+	d := dialect(db, turn)
+	return sqlIdem{Keys: d.Keys(), d: d, turn: turn}
+}
 
 type sqlIdem struct {
-	db   *sql.DB
-	turn queue
+	sqlstore.Keys
+	d    sqlstore.Dialect
+	turn queue // shared with InTx's transactions
 }
 
-func (s *sqlIdem) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return s.turn.run(ctx, func() error { return inTx(ctx, s.db, fn) })
-}
-
-func (s *sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
+func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
 	rec := store.KeyRecord{Scope: c.Scope, Key: c.Key}
 	var mine bool
+	owner := c.Owner.String()
 	err := s.turn.run(ctx, func() error {
-		return immediate(ctx, s.db, func(conn *sql.Conn) error {
+		return immediate(ctx, s.d.DB, func(conn *sql.Conn) error {
 			now := time.Now()
-			if _, err := conn.ExecContext(ctx, claimKeySQL, c.Scope, c.Key, columns.Payload(c.Fingerprint), c.Owner.String(),
+			if _, err := conn.ExecContext(ctx, claimKeySQL, c.Scope, c.Key, columns.Payload(c.Fingerprint), owner,
 				now.Add(c.LockFor).UnixMicro(), now.UnixMicro(), now.Add(c.Retain).UnixMicro()); err != nil {
 				return err
 			}
-			var (
-				state, owner string
-				lockedUntil  int64
-				status       sql.NullInt64
-				headers      []byte
-			)
-			if err := conn.QueryRowContext(ctx, readKeySQL, c.Scope, c.Key).Scan(&rec.Fingerprint, &state, &owner, &lockedUntil,
-				&status, &headers, &rec.Response.Body); err != nil {
-				return fmt.Errorf("read the record back: %w", err)
-			}
-			mine = owner == c.Owner.String()
-			rec.Done = state == "done"
-			rec.LockedUntil = time.UnixMicro(lockedUntil).UTC()
-			rec.Response.Status = int(status.Int64)
-			if len(headers) > 0 {
-				if err := json.Unmarshal(headers, &rec.Response.Headers); err != nil {
-					return fmt.Errorf("stored response headers: %w", err)
-				}
-			}
-			return nil
+			var err error
+			mine, err = s.d.ReadKey(ctx, conn, &rec, owner)
+			return err
 		})
 	})
 	if err != nil {
 		return rec, false, fmt.Errorf("sqlite: claim idempotency key: %w", err)
 	}
 	return rec, mine, nil
-}
-
-const completeKeySQL = `UPDATE courier_idempotency_keys
-SET state = 'done', status = ?, headers = ?, body = ?
-WHERE scope = ? AND idem_key = ? AND owner = ? AND state = 'in_flight'`
-
-func (*sqlIdem) Complete(ctx context.Context, tx *sql.Tx, scope, key string, owner uuid.UUID, resp store.StoredResponse) (bool, error) {
-	h, err := jsonOrNull(resp.Headers, len(resp.Headers))
-	if err != nil {
-		return false, fmt.Errorf("sqlite: complete idempotency key: encode headers: %w", err)
-	}
-	res, err := tx.ExecContext(ctx, completeKeySQL, resp.Status, h, columns.Payload(resp.Body), scope, key, owner.String())
-	if err != nil {
-		return false, fmt.Errorf("sqlite: complete idempotency key: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("sqlite: complete idempotency key: %w", err)
-	}
-	return n == 1, nil
-}
-
-const releaseKeySQL = `DELETE FROM courier_idempotency_keys WHERE scope = ? AND idem_key = ? AND owner = ? AND state = 'in_flight'`
-
-func (s *sqlIdem) Release(ctx context.Context, scope, key string, owner uuid.UUID) error {
-	if _, err := s.db.ExecContext(ctx, releaseKeySQL, scope, key, owner.String()); err != nil {
-		return fmt.Errorf("sqlite: release idempotency key: %w", err)
-	}
-	return nil
-}
-
-const deleteExpiredKeysSQL = `DELETE FROM courier_idempotency_keys WHERE (scope, idem_key) IN (
-    SELECT scope, idem_key FROM courier_idempotency_keys WHERE expires_at <= ? LIMIT ?)`
-
-func (s *sqlIdem) DeleteExpired(ctx context.Context, limit int) (int64, error) {
-	res, err := s.db.ExecContext(ctx, deleteExpiredKeysSQL, time.Now().UnixMicro(), limit)
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: delete expired idempotency keys: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: delete expired idempotency keys: %w", err)
-	}
-	return n, nil
 }

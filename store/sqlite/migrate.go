@@ -8,19 +8,9 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/schema"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
-
-//go:embed migrations/*.sql
-var migrationFS embed.FS
-
-// Migrations returns the schema's migrations in version order.
-func Migrations() []store.Migration {
-	ms, err := store.LoadMigrations(migrationFS, "migrations")
-	if err != nil {
-		panic(err) // the embedded files are fixed at build time; tests cover them
-	}
-	return ms
-}
 
 // versionTable records applied migrations. applied_at is informational; its
 // default (SQLite's clock, in microseconds like every other time Courier
@@ -30,6 +20,17 @@ const versionTable = `CREATE TABLE IF NOT EXISTS courier_schema_migrations (
     name        TEXT    NOT NULL,
     applied_at  INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
 );`
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrations are the embedded scripts, with what exported scripts need:
+// the version table and the statement that records a migration in it.
+var migrations = schema.New(migrationFS, versionTable, "SQLite", "sqlite.Migrate",
+	"INSERT OR IGNORE INTO courier_schema_migrations (version, name) VALUES (%d, '%s');")
+
+// Migrations returns the SQLite schema's migrations in version order.
+func Migrations() []store.Migration { return migrations.Load() }
 
 // Migrate applies the migrations the database lacks, each in order, all in
 // one transaction, and returns the versions it applied (none when the schema
@@ -46,16 +47,11 @@ func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 		if _, err := conn.ExecContext(ctx, versionTable); err != nil {
 			return fmt.Errorf("create version table: %w", err)
 		}
-		current, err := schemaVersion(ctx, conn)
+		pending, err := migrations.Pending(SchemaVersion(ctx, conn))
 		if err != nil {
 			return err
 		}
-		ms := Migrations()
-		if current > store.Latest(ms) {
-			return fmt.Errorf("database is at version %d, this binary knows up to %d: %w",
-				current, store.Latest(ms), store.ErrSchemaNewer)
-		}
-		for _, m := range ms[current:] {
+		for _, m := range pending {
 			if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
 				return fmt.Errorf("apply %04d_%s: %w", m.Version, m.Name, err)
 			}
@@ -74,17 +70,17 @@ func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 }
 
 // Querier runs a query; *sql.DB, *sql.Conn and *sql.Tx are Queriers.
-type Querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+type Querier = sqltx.Querier
+
+// CheckSchema compares the version of the SQLite file behind q with
+// [Migrations] and fails as [store.CheckVersion] does.
+func CheckSchema(ctx context.Context, q Querier) error {
+	return migrations.Check(SchemaVersion(ctx, q))
 }
 
 // SchemaVersion returns the highest migration version applied to the
-// database, 0 when Courier's schema is absent.
+// SQLite database behind q, 0 when Courier's schema is absent.
 func SchemaVersion(ctx context.Context, q Querier) (int, error) {
-	return schemaVersion(ctx, q)
-}
-
-func schemaVersion(ctx context.Context, q Querier) (int, error) {
 	var tables int
 	if err := q.QueryRowContext(ctx,
 		"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'courier_schema_migrations'").Scan(&tables); err != nil {
@@ -100,25 +96,7 @@ func schemaVersion(ctx context.Context, q Querier) (int, error) {
 	return v, nil
 }
 
-// CheckSchema returns nil when the database's schema is exactly the one this
-// binary knows, an error wrapping [store.ErrSchemaOutdated] when migrations
-// are missing, and one wrapping [store.ErrSchemaNewer] when the database is
-// ahead of the binary.
-func CheckSchema(ctx context.Context, q Querier) error {
-	v, err := schemaVersion(ctx, q)
-	if err != nil {
-		return err
-	}
-	return store.CheckVersion(v, Migrations(), "sqlite.Migrate")
-}
-
-// ExportSQL returns each migration as a standalone script for an external
-// migration tool (goose, golang-migrate, Atlas, Flyway…): the migration's DDL
-// followed by the statements that record it in courier_schema_migrations, so
-// Courier's own schema check agrees afterwards. Run each script once, in one
-// transaction, as those tools do.
-func ExportSQL() []store.Migration {
-	return store.ExportScripts(Migrations(), "SQLite", versionTable, func(m store.Migration) string {
-		return fmt.Sprintf("INSERT OR IGNORE INTO courier_schema_migrations (version, name) VALUES (%d, '%s');", m.Version, m.Name)
-	})
-}
+// ExportSQL returns the SQLite migrations as scripts for tools like goose or
+// golang-migrate ([store.ExportScripts] says what they hold). Run each
+// script once, in one transaction, as those tools do.
+func ExportSQL() []store.Migration { return migrations.Export() }

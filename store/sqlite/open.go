@@ -9,6 +9,7 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // DefaultBusyTimeout is how long Open's connections wait for another
@@ -96,7 +97,9 @@ func rollback(ctx context.Context, conn *sql.Conn) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_, err := conn.ExecContext(rctx, "ROLLBACK")
-	if err != nil && !strings.Contains(err.Error(), "no transaction is active") {
+	// ROLLBACK fails with plain SQLITE_ERROR when no transaction is open
+	// (nothing to end); any other failure leaves the connection in doubt.
+	if err != nil && errorCode(err) != sqlite3.SQLITE_ERROR {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // closes the connection
 	}
 }

@@ -1,9 +1,7 @@
 package sqlite
 
 import (
-	"context"
 	"database/sql"
-	"strings"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/sqlsagas"
@@ -14,10 +12,4 @@ import (
 // with BEGIN IMMEDIATE, so transitions of one instance queue for the write
 // lock; the version check still guards against a transition whose load
 // happened in an earlier transaction.
-func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] {
-	return sqlsagas.New(db, sqlsagas.Dialect{
-		Name:        "sqlite",
-		InTx:        func(ctx context.Context, fn func(*sql.Tx) error) error { return inTx(ctx, db, fn) },
-		IsDuplicate: func(err error) bool { return strings.Contains(err.Error(), "UNIQUE constraint failed") },
-	})
-}
+func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] { return sqlsagas.New(dialect(db, nil)) }

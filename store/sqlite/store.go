@@ -114,10 +114,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/claims"
+	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
 // StoreConfig tunes a Store. The zero value is ready to use.
@@ -187,8 +190,7 @@ LIMIT ?2`
 
 const leaseSQL = `INSERT INTO courier_outbox_leases (owner, until, ids, keys, created_at) VALUES (?, ?, ?, ?, ?)`
 
-const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version,
-       content_type, payload, headers, occurred_at
+const rowsSQL = `SELECT ` + sqlstore.RecordColumns + `
 FROM courier_outbox WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id`
 
 const dropLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ?`
@@ -209,22 +211,14 @@ func (s *Store) write(ctx context.Context, fn func(conn *sql.Conn) error) error 
 // holds the lock only to check its picks again and record its lease (see
 // the package documentation).
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
-	if limit < 1 {
-		return store.Batch{}, fmt.Errorf("sqlite: claim: limit is %d: use 1 or more", limit)
-	}
-	batch, err := s.claim(ctx, owner, limit, lease)
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("sqlite: claim: %w", err)
-	}
-	return batch, nil
+	return claims.Run("sqlite", limit, func() (store.Batch, error) { return s.claim(ctx, owner, limit, lease) })
 }
 
 func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
-	var batch store.Batch
 	select {
 	case s.turn <- struct{}{}:
 	case <-ctx.Done():
-		return batch, ctx.Err()
+		return store.Batch{}, ctx.Err()
 	}
 	released := false
 	release := func() {
@@ -235,16 +229,43 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 	}
 	defer release()
 
-	// The held keys first, the free rows after, against one clock reading
-	// (see store/internal/claims); no lock is held meanwhile.
+	pick, expired, err := s.look(ctx, limit)
+	if err != nil || (len(pick.IDs()) == 0 && !expired) {
+		return store.Batch{}, err
+	}
+	id, idsJSON, err := s.recordLease(ctx, owner, lease, pick)
+	release()
+	if err != nil || idsJSON == nil {
+		return store.Batch{}, err
+	}
+
+	// The rows are leased to owner now; reading them holds no lock.
+	recs, err := sqlstore.ReadRecords(ctx, s.db, times, len(pick.IDs()), rowsSQL, string(idsJSON))
+	if err != nil {
+		return store.Batch{}, err
+	}
+	if len(recs) == 0 { // published meanwhile by a relay whose lease ran out
+		err := s.write(ctx, func(conn *sql.Conn) error {
+			_, err := conn.ExecContext(ctx, dropLeaseSQL, id)
+			return err
+		})
+		return store.Batch{}, err
+	}
+	return store.Batch{Lease: id, Records: recs}, nil
+}
+
+// look reads the held keys first and the free rows after, against one
+// clock reading (see store/internal/claims), without any lock, and picks up
+// to limit rows. It also reports whether any lease has expired.
+func (s *Store) look(ctx context.Context, limit int) (*claims.Picker, bool, error) {
 	now := time.Now().UnixMicro()
 	held, expired, err := heldKeys(ctx, s.db, now)
 	if err != nil {
-		return batch, err
+		return nil, false, err
 	}
 	pick := claims.NewPicker(held, limit)
 	errFull := errors.New("batch full") // stops the scan
-	err = queryEach(ctx, s.db, scanSQL, []any{now, claims.Window(limit)}, func(rows *sql.Rows) error {
+	err = sqlstore.QueryEach(ctx, s.db, scanSQL, []any{now, claims.Window(limit)}, func(rows *sql.Rows) error {
 		var id int64
 		var key string
 		var retried bool
@@ -257,16 +278,21 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 		return nil
 	})
 	if err != nil && !errors.Is(err, errFull) {
-		return batch, fmt.Errorf("scan pending: %w", err)
+		return nil, false, fmt.Errorf("scan pending: %w", err)
 	}
-	if len(pick.IDs()) == 0 && !expired {
-		return batch, nil
-	}
+	return pick, expired, nil
+}
 
-	// The write lock: drop expired leases, drop the picks whose key another
-	// process's claim or a retry has taken since, record the lease.
-	var idsJSON []byte
-	err = immediate(ctx, s.db, func(conn *sql.Conn) error {
+// recordLease takes the write lock, drops expired leases, drops the picks
+// whose key another process's claim or a retry has taken since, and records
+// the lease of the rest. It returns the lease's id and its rows' ids as a
+// JSON array, nil when no row is left.
+func (s *Store) recordLease(ctx context.Context, owner string, lease time.Duration, pick *claims.Picker) (int64, []byte, error) {
+	var (
+		id      int64
+		idsJSON []byte
+	)
+	err := immediate(ctx, s.db, func(conn *sql.Conn) error {
 		now := time.Now()
 		nowUS := now.UnixMicro()
 		if _, err := conn.ExecContext(ctx, expiredSQL, nowUS); err != nil {
@@ -294,57 +320,23 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 		if err != nil {
 			return fmt.Errorf("record lease: %w", err)
 		}
-		if batch.Lease, err = res.LastInsertId(); err != nil {
+		if id, err = res.LastInsertId(); err != nil {
 			return fmt.Errorf("record lease: %w", err)
 		}
 		return nil
 	})
-	release()
-	if err != nil || idsJSON == nil {
-		return store.Batch{}, err
-	}
-
-	// The rows are leased to owner now; reading them holds no lock.
-	batch.Records = make([]store.Record, 0, len(pick.IDs()))
-	err = queryEach(ctx, s.db, rowsSQL, []any{string(idsJSON)}, func(rows *sql.Rows) error {
-		var (
-			r        store.Record
-			m        = &r.Message
-			headers  []byte
-			occurred int64
-		)
-		if err := rows.Scan(&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
-			&m.ContentType, &m.Payload, &headers, &occurred); err != nil {
-			return err
-		}
-		if headers != nil {
-			if err := json.Unmarshal(headers, &m.Headers); err != nil {
-				return fmt.Errorf("row %d: decode headers: %w", r.Seq, err)
-			}
-		}
-		m.OccurredAt = time.UnixMicro(occurred).UTC()
-		batch.Records = append(batch.Records, r)
-		return nil
-	})
 	if err != nil {
-		return store.Batch{}, fmt.Errorf("read rows: %w", err)
+		return 0, nil, err
 	}
-	if len(batch.Records) == 0 { // published meanwhile by a relay whose lease ran out
-		err := s.write(ctx, func(conn *sql.Conn) error {
-			_, err := conn.ExecContext(ctx, dropLeaseSQL, batch.Lease)
-			return err
-		})
-		return store.Batch{}, err
-	}
-	return batch, nil
+	return id, idsJSON, nil
 }
 
 // heldKeys reads the keys held at now (unix microseconds) and whether any
 // lease has expired.
-func heldKeys(ctx context.Context, q querier, now int64) (map[string]struct{}, bool, error) {
+func heldKeys(ctx context.Context, q sqlstore.Conn, now int64) (map[string]struct{}, bool, error) {
 	held := make(map[string]struct{})
 	expired := false
-	err := queryEach(ctx, q, heldSQL, []any{now}, func(rows *sql.Rows) error {
+	err := sqlstore.QueryEach(ctx, q, heldSQL, []any{now}, func(rows *sql.Rows) error {
 		var k sql.NullString
 		if err := rows.Scan(&k); err != nil {
 			return err
@@ -360,27 +352,6 @@ func heldKeys(ctx context.Context, q querier, now int64) (map[string]struct{}, b
 		return nil, false, fmt.Errorf("read held keys: %w", err)
 	}
 	return held, expired, nil
-}
-
-// querier runs queries: *sql.DB and *sql.Conn are queriers.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// queryEach runs a query and calls fn for each row, until fn returns an
-// error.
-func queryEach(ctx context.Context, q querier, query string, args []any, fn func(*sql.Rows) error) error {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
 }
 
 // leaseLiveSQL guards Complete: a relay whose lease has ended changes
@@ -407,14 +378,15 @@ const failuresParam = `(SELECT json_extract(value, '$.id') AS id,
         json_extract(value, '$.entry') AS entry
  FROM json_each(?1))`
 
-// historyAppend appends f.entry to o.history, keeping the latest 20.
-// json() restores the entry's JSON type, which a subquery column loses.
-const historyAppend = `json_insert(
-    CASE WHEN json_array_length(coalesce(o.history, '[]')) >= 20 THEN json_remove(o.history, '$[0]')
+// historyAppend appends f.entry to o.history, keeping the latest
+// columns.HistoryCap. json() restores the entry's JSON type, which a
+// subquery column loses.
+var historyAppend = `json_insert(
+    CASE WHEN json_array_length(coalesce(o.history, '[]')) >= ` + strconv.Itoa(columns.HistoryCap) + ` THEN json_remove(o.history, '$[0]')
          ELSE coalesce(o.history, '[]') END,
     '$[#]', json(f.entry))`
 
-const retrySQL = `UPDATE courier_outbox AS o
+var retrySQL = `UPDATE courier_outbox AS o
 SET attempts = o.attempts + f.counted,
     last_error = f.error,
     retry_at = f.retry_at,
@@ -422,7 +394,7 @@ SET attempts = o.attempts + f.counted,
 FROM ` + failuresParam + ` AS f
 WHERE o.id = f.id`
 
-const deadSQL = `INSERT INTO courier_outbox_dead_letters
+var deadSQL = `INSERT INTO courier_outbox_dead_letters
     (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
      occurred_at, created_at, attempts, last_error, history, dead_at)
 SELECT o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers,

@@ -277,7 +277,7 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	r.stream = testenv.Name("CHAOS")
 	prefix := strings.ToLower(r.stream) + "."
-	common := []string{envNATS + "=" + natsURL, envPrefix + "=" + prefix, envStream + "=" + r.stream, envDialect + "=" + d.name}
+	common := []string{envNATS + "=" + natsURL, envPrefix + "=" + prefix, envStream + "=" + r.stream}
 	// Relays freeze themselves mid-claim while this file exists.
 	freezeFlag := filepath.Join(t.TempDir(), "freeze")
 	testenv.Must(t, os.WriteFile(freezeFlag, nil, 0o600), "freeze flag")
@@ -286,11 +286,11 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	r.natsProc = &proc{name: "nats", env: []string{envRole + "=nats", envDir + "=" + filepath.Join(t.TempDir(), "nats"), envPort + "=" + strconv.Itoa(port)}}
 	for i := range s.relays {
 		r.relays = append(r.relays, &proc{name: fmt.Sprintf("relay %d", i), env: append([]string{envRole + "=relay",
-			envDB + "=" + r.db.relayDB(i), envFail + "=0.02", envFreeze + "=0.02", envFreezeWhile + "=" + freezeFlag}, common...)})
+			envDB + "=" + r.db.relayURL(i), envFail + "=0.02", envFreeze + "=0.02", envFreezeWhile + "=" + freezeFlag}, common...)})
 	}
 	for i := range s.partitions {
 		r.consumers = append(r.consumers, &proc{name: fmt.Sprintf("consumer %d", i), env: append([]string{envRole + "=consumer",
-			envDB + "=" + r.db.consumerDB(i), envTopic + "=" + fmt.Sprintf("part%d", i),
+			envDB + "=" + r.db.consumerURL(i), envTopic + "=" + fmt.Sprintf("part%d", i),
 			envDup + "=0.02", envReorder + "=0.02"}, common...)})
 	}
 	all := append(append([]*proc{r.natsProc}, r.relays...), r.consumers...)
@@ -853,7 +853,7 @@ func (r *run) measurePause(ctx context.Context, p *proc, since time.Time, how st
 	if c1 > c0 {
 		pa.published = c1 - c0
 	}
-	if pa.invalid == "" && pa.published == 0 && pa.pending > 0 && r.dialect == "sqlite" && r.writeLockHeld(ctx) {
+	if pa.invalid == "" && pa.published == 0 && pa.pending > 0 && r.db.producerDB.SerialWrites() && r.writeLockHeld(ctx) {
 		pa.invalid = "it froze holding SQLite's write lock, which stops every writer of the file (documented in store/sqlite)"
 	}
 	pa.stopped = time.Since(since)

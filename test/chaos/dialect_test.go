@@ -5,13 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/dburl"
 	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/postgres"
 	"github.com/courier-go/courier/store/sqlite"
@@ -43,10 +43,13 @@ var dialects = []dialect{
 // databases are one run's producer and consumer databases as the test sees
 // them.
 type databases struct {
-	// relayDB and consumerDB return the envDB value of relay or consumer i.
-	relayDB, consumerDB func(i int) string
+	// relayURL and consumerURL return the database URL (envDB) of relay
+	// or consumer i.
+	relayURL, consumerURL func(i int) string
 	// producer and consumer are pools for the checker's plain queries.
 	producer, consumer *sql.DB
+	// producerDB is the producer's database as its Driver sees it.
+	producerDB store.Database
 	// producerAdmin and consumerAdmin are the operators' views.
 	producerAdmin, consumerAdmin store.Admin
 	// write commits msgs in one transaction of the producer's database.
@@ -65,24 +68,22 @@ func setupPostgres(t *testing.T) *databases {
 	ctx := context.Background()
 	_, err := consumer.Pool.Exec(ctx, `CREATE TABLE effects (n bigint GENERATED ALWAYS AS IDENTITY, message_id text NOT NULL, k text NOT NULL, seq int NOT NULL)`)
 	testenv.Must(t, err, "effects table")
-	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	pd := postgres.NewDriver(producer.Pool)
 	view := func(pool *pgxpool.Pool) *sql.DB {
 		db := stdlib.OpenDBFromPool(pool)
 		t.Cleanup(func() { db.Close() })
 		return db
 	}
 	return &databases{
-		relayDB: func(i int) string {
+		relayURL: func(i int) string {
 			return producer.URL + "&application_name=" + fmt.Sprintf("chaos_relay_%s_%d", producer.Schema, i)
 		},
-		consumerDB: func(i int) string {
+		consumerURL: func(i int) string {
 			return consumer.URL + "&application_name=" + fmt.Sprintf("chaos_consumer_%s_%d", consumer.Schema, i)
 		},
-		producer: view(producer.Pool), consumer: view(consumer.Pool),
-		producerAdmin: postgres.Admin(producer.Pool), consumerAdmin: postgres.Admin(consumer.Pool),
-		write: func(ctx context.Context, msgs []courier.Message) error {
-			return pgx.BeginFunc(ctx, producer.Pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
-		},
+		producer: view(producer.Pool), consumer: view(consumer.Pool), producerDB: pd,
+		producerAdmin: pd.Admin(), consumerAdmin: postgres.NewDriver(consumer.Pool).Admin(),
+		write: writer(pd),
 		terminate: func(ctx context.Context) (int, error) {
 			var n int
 			err := producer.Admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
@@ -116,20 +117,20 @@ func setupMySQL(t *testing.T) *databases {
 		_, err = producer.Admin.ExecContext(ctx, "GRANT ALL PRIVILEGES ON "+db+".* TO '"+user+"'@'%'")
 		testenv.Must(t, err, "grant")
 	}
-	asUser := func(dsn string) string {
-		cfg, err := gomysql.ParseDSN(dsn)
-		testenv.Must(t, err, "parse dsn")
-		cfg.User, cfg.Passwd = user, ""
-		return cfg.FormatDSN()
+	asUser := func(raw string) string {
+		u, err := url.Parse(raw)
+		testenv.Must(t, err, "parse url")
+		u.User = url.User(user)
+		return u.String()
 	}
-	relayDSN, consumerDSN := asUser(producer.DSN), asUser(consumer.DSN)
-	w := outbox.New(mysql.DatabaseSQL(), outbox.Config{})
+	relayURL, consumerURL := asUser(producer.URL), asUser(consumer.URL)
+	pd := mysql.NewDriver(producer.DB)
 	return &databases{
-		relayDB:    func(int) string { return relayDSN },
-		consumerDB: func(int) string { return consumerDSN },
-		producer:   producer.DB, consumer: consumer.DB,
-		producerAdmin: mysql.Admin(producer.DB), consumerAdmin: mysql.Admin(consumer.DB),
-		write: func(ctx context.Context, msgs []courier.Message) error { return sqlWrite(ctx, producer.DB, w, msgs) },
+		relayURL:    func(int) string { return relayURL },
+		consumerURL: func(int) string { return consumerURL },
+		producer:    producer.DB, consumer: consumer.DB, producerDB: pd,
+		producerAdmin: pd.Admin(), consumerAdmin: mysql.NewDriver(consumer.DB).Admin(),
+		write: writer(pd),
 		terminate: func(ctx context.Context) (int, error) {
 			rows, err := producer.Admin.QueryContext(ctx, `SELECT id FROM information_schema.processlist WHERE user = ?`, user)
 			if err != nil {
@@ -163,90 +164,68 @@ func setupMySQL(t *testing.T) *databases {
 func setupSQLite(t *testing.T) *databases {
 	dir := t.TempDir()
 	ctx := context.Background()
-	open := func(name string) (string, *sql.DB) {
+	open := func(name string) (string, *sql.DB, sqlite.Driver) {
 		path := filepath.Join(dir, name)
 		db, err := sqlite.Open(path)
 		testenv.Must(t, err, "open "+name)
 		t.Cleanup(func() { db.Close() })
-		_, err = sqlite.Migrate(ctx, db)
+		d := sqlite.NewDriver(db)
+		_, err = d.Migrate(ctx)
 		testenv.Must(t, err, "migrate "+name)
-		return path, db
+		return "sqlite://" + path, db, d
 	}
-	producerPath, producer := open("producer.db")
-	consumerPath, consumer := open("consumer.db")
+	producerURL, producer, pd := open("producer.db")
+	consumerURL, consumer, cd := open("consumer.db")
 	_, err := consumer.ExecContext(ctx, `CREATE TABLE effects (n INTEGER PRIMARY KEY AUTOINCREMENT, message_id TEXT NOT NULL, k TEXT NOT NULL, seq INTEGER NOT NULL)`)
 	testenv.Must(t, err, "effects table")
-	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{})
 	return &databases{
-		relayDB:    func(int) string { return producerPath },
-		consumerDB: func(int) string { return consumerPath },
-		producer:   producer, consumer: consumer,
-		producerAdmin: sqlite.Admin(producer), consumerAdmin: sqlite.Admin(consumer),
-		write: func(ctx context.Context, msgs []courier.Message) error { return sqlWrite(ctx, producer, w, msgs) },
+		relayURL:    func(int) string { return producerURL },
+		consumerURL: func(int) string { return consumerURL },
+		producer:    producer, consumer: consumer, producerDB: pd,
+		producerAdmin: pd.Admin(), consumerAdmin: cd.Admin(),
+		write: writer(pd),
 	}
 }
 
-func sqlWrite(ctx context.Context, db *sql.DB, w *outbox.Writer[*sql.Tx], msgs []courier.Message) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
+// writer returns the databases' write on d: one transaction per batch.
+func writer[TTx any](d store.Driver[TTx]) func(ctx context.Context, msgs []courier.Message) error {
+	w := outbox.New(d.Inserter(), outbox.Config{})
+	return func(ctx context.Context, msgs []courier.Message) error {
+		return d.InTx(ctx, func(tx TTx) error { return w.Write(ctx, tx, msgs...) })
 	}
-	defer tx.Rollback()
-	if err := w.Write(ctx, tx, msgs...); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
-// openRelayStore opens, in a relay process, the relay's store on the
-// database named by dsn, and its wake-up notifier where the dialect has one.
-func openRelayStore(ctx context.Context, dialect, dsn string, log *slog.Logger) (store.RelayStore, store.Notifier, func(), error) {
-	switch dialect {
-	case "postgres":
-		pool, err := pgxpool.New(ctx, dsn)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
-		if err != nil {
-			pool.Close()
-			return nil, nil, nil, err
-		}
-		n, err := postgres.NewNotifier(dsn, log)
-		if err != nil {
-			pool.Close()
-			return nil, nil, nil, err
-		}
-		return st, n, pool.Close, nil
-	case "mysql", "sqlite":
-		db, err := openSQL(dialect, dsn)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		var st store.RelayStore
-		if dialect == "mysql" {
-			st, err = mysql.NewStore(ctx, db, mysql.StoreConfig{})
-		} else {
-			st, err = sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
-		}
-		if err != nil {
-			db.Close()
-			return nil, nil, nil, err
-		}
-		return st, nil, func() { db.Close() }, nil
-	}
-	return nil, nil, nil, fmt.Errorf("unknown dialect %q", dialect)
-}
-
-func openSQL(dialect, dsn string) (*sql.DB, error) {
-	if dialect == "sqlite" {
-		return sqlite.Open(dsn)
-	}
-	db, err := sql.Open("mysql", dsn)
+// openDatabase opens, in a relay or consumer process, the database its
+// URL names (every dialect through database/sql, as the courier command
+// does), with at most 10 connections: every process of the run shares the
+// server's connection limit.
+func openDatabase(ctx context.Context, raw string) (*dburl.DB, error) {
+	db, err := dburl.Open(ctx, raw, dburl.Options{})
 	if err != nil {
 		return nil, err
 	}
-	db.SetMaxOpenConns(10)
-	db.SetConnMaxIdleTime(time.Minute)
+	db.SQL().SetMaxOpenConns(10)
+	db.SQL().SetConnMaxIdleTime(time.Minute)
 	return db, nil
+}
+
+// openRelayStore opens, in a relay process, the relay's store on the
+// database its URL names, and its wake-up notifier where the dialect has
+// one.
+func openRelayStore(ctx context.Context, raw string, log *slog.Logger) (store.RelayStore, store.Notifier, func(), error) {
+	db, err := openDatabase(ctx, raw)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, err := db.RelayStore(ctx, store.RelayConfig{})
+	if err != nil {
+		db.Close()
+		return nil, nil, nil, err
+	}
+	n, err := db.Notifier(log)
+	if err != nil {
+		db.Close()
+		return nil, nil, nil, err
+	}
+	return st, n, db.Close, nil
 }

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,9 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	couriernats "github.com/courier-go/courier/broker/nats"
@@ -25,22 +21,18 @@ import (
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/mysql"
-	"github.com/courier-go/courier/store/postgres"
-	"github.com/courier-go/courier/store/sqlite"
 )
 
 // The test binary plays every process of a chaos run: COURIER_CHAOS_ROLE
 // says which. Settings come in the environment.
 const (
 	envRole        = "COURIER_CHAOS_ROLE"
-	envPG          = "COURIER_CHAOS_PG"      // role shop: the service's database
-	envDialect     = "COURIER_CHAOS_DIALECT" // relays, consumers: postgres, mysql or sqlite
-	envDB          = "COURIER_CHAOS_DB"      // producer's (relays) or consumer's (consumers) database: URL, DSN or file
-	envNATS        = "COURIER_CHAOS_NATS"    // client URL
-	envDir         = "COURIER_CHAOS_DIR"     // NATS store (role nats)
-	envPort        = "COURIER_CHAOS_PORT"    // NATS port (role nats)
-	envPrefix      = "COURIER_CHAOS_PREFIX"  // subject prefix
+	envPG          = "COURIER_CHAOS_PG"     // role shop: the service's database
+	envDB          = "COURIER_CHAOS_DB"     // producer's (relays) or consumer's (consumers) database URL (see store/dburl)
+	envNATS        = "COURIER_CHAOS_NATS"   // client URL
+	envDir         = "COURIER_CHAOS_DIR"    // NATS store (role nats)
+	envPort        = "COURIER_CHAOS_PORT"   // NATS port (role nats)
+	envPrefix      = "COURIER_CHAOS_PREFIX" // subject prefix
 	envStream      = "COURIER_CHAOS_STREAM"
 	envTopic       = "COURIER_CHAOS_TOPIC"        // consumer's topic
 	envFail        = "COURIER_CHAOS_FAIL"         // relays: fraction of publishes that fail
@@ -116,7 +108,7 @@ func runNATS(ctx context.Context) error {
 }
 
 func runRelay(ctx context.Context, log *slog.Logger) error {
-	st, notifier, closeStore, err := openRelayStore(ctx, os.Getenv(envDialect), os.Getenv(envDB), log)
+	st, notifier, closeStore, err := openRelayStore(ctx, os.Getenv(envDB), log)
 	if err != nil {
 		return err
 	}
@@ -273,27 +265,12 @@ func runConsumer(ctx context.Context, log *slog.Logger) error {
 	csub := &chaosSubscriber{Subscriber: sub, dup: dup, reorder: reorder}
 	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: 8, MaxDeliveries: 1000,
 		Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}, Logger: log}
-	switch d, dsn := os.Getenv(envDialect), os.Getenv(envDB); d {
-	case "postgres":
-		pool, err := pgxpool.New(ctx, dsn)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		return consume(ctx, postgres.PgxInbox(pool), topic, csub, postgres.ConsumerStore(pool), applyEffectPgx, cfg)
-	case "mysql", "sqlite":
-		db, err := openSQL(d, dsn)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		if d == "mysql" {
-			return consume(ctx, mysql.SQLInbox(db), topic, csub, mysql.ConsumerStore(db), applyEffectSQL, cfg)
-		}
-		return consume(ctx, sqlite.SQLInbox(db), topic, csub, sqlite.ConsumerStore(db), applyEffectSQL, cfg)
-	default:
-		return fmt.Errorf("unknown dialect %q", d)
+	db, err := openDatabase(ctx, os.Getenv(envDB))
+	if err != nil {
+		return err
 	}
+	defer db.Close()
+	return consume(ctx, db.Inbox(), topic, csub, db.ConsumerStore(), applyEffect(db), cfg)
 }
 
 func consume[TTx any](ctx context.Context, st store.Inbox[TTx], name string, sub broker.Subscriber, cs store.ConsumerStore,
@@ -309,24 +286,17 @@ func consume[TTx any](ctx context.Context, st store.Inbox[TTx], name string, sub
 	return c.Run(ctx)
 }
 
-// applyEffectPgx and applyEffectSQL are the consumer's side effect: one row
-// per application, in the order applied.
-func applyEffectPgx(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
-	seq, err := payloadSeq(msg)
-	if err != nil {
+// applyEffect is the consumer's side effect on db: one row per
+// application, in the order applied.
+func applyEffect[TTx any](db store.Driver[TTx]) inbox.Handler[TTx] {
+	return func(ctx context.Context, tx TTx, msg courier.Message) error {
+		seq, err := payloadSeq(msg)
+		if err != nil {
+			return err
+		}
+		_, err = db.Exec(ctx, tx, "INSERT INTO effects (message_id, k, seq) VALUES (?, ?, ?)", msg.ID.String(), msg.Key, seq)
 		return err
 	}
-	_, err = tx.Exec(ctx, "INSERT INTO effects (message_id, k, seq) VALUES ($1, $2, $3)", msg.ID.String(), msg.Key, seq)
-	return err
-}
-
-func applyEffectSQL(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
-	seq, err := payloadSeq(msg)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO effects (message_id, k, seq) VALUES (?, ?, ?)", msg.ID.String(), msg.Key, seq)
-	return err
 }
 
 func payloadSeq(msg courier.Message) (int, error) {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -101,40 +100,7 @@ func (b *broker) count() int {
 // received reads the whole stream in order.
 func (b *broker) received() []courier.Message {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	total := b.count()
-	if total == 0 {
-		return nil
-	}
-	js, err := jetstream.New(b.nc)
-	testenv.Must(b.t, err, "jetstream")
-	s, err := js.Stream(ctx, b.stream)
-	testenv.Must(b.t, err, "stream")
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	testenv.Must(b.t, err, "ordered consumer")
-	out := make([]courier.Message, 0, total)
-	for len(out) < total {
-		batch, err := c.FetchNoWait(min(1000, total-len(out)))
-		testenv.Must(b.t, err, "fetch")
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			msg, err := b.mapping.FromNATS(&natsgo.Msg{Subject: m.Subject(), Header: natsgo.Header(m.Headers()), Data: m.Data()})
-			testenv.Must(b.t, err, "decode")
-			out = append(out, msg)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			b.t.Fatalf("fetch: %v", err)
-		}
-		if got == 0 {
-			if ctx.Err() != nil {
-				b.t.Fatalf("read %d of %d stream messages", len(out), total)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return out
+	return testenv.StreamMessages(b.t, b.nc, b.stream, b.mapping)
 }
 
 // relayConfig is a fast-moving relay configuration for tests.
@@ -236,36 +202,6 @@ func testEndToEnd[TTx any](t *testing.T, d store.Driver[TTx]) {
 }
 
 // checkDelivery verifies that every written message is in the stream and
-// that each key's messages first appear in write order. It returns the
-// number of duplicates.
-func checkDelivery(t *testing.T, written, got []courier.Message) (dups int) {
-	t.Helper()
-	firstSeen := make(map[[16]byte]int, len(got))
-	for i, m := range got {
-		if _, ok := firstSeen[m.ID]; ok {
-			dups++
-			continue
-		}
-		firstSeen[m.ID] = i
-	}
-	lastPos := map[string]int{}
-	lost := 0
-	for _, m := range written {
-		pos, ok := firstSeen[m.ID]
-		if !ok {
-			lost++
-			if lost <= 5 {
-				t.Errorf("message %s (key %s) never reached the broker", m.ID, m.Key)
-			}
-			continue
-		}
-		if prev, ok := lastPos[m.Key]; ok && pos < prev {
-			t.Errorf("key %s out of order: message %s at stream position %d after position %d", m.Key, m.ID, pos, prev)
-		}
-		lastPos[m.Key] = pos
-	}
-	if lost > 0 {
-		t.Fatalf("%d of %d messages lost", lost, len(written))
-	}
-	return dups
-}
+// that each key's messages first appear in write order (see
+// testenv.CheckDelivery).
+var checkDelivery = testenv.CheckDelivery

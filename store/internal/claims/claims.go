@@ -13,6 +13,12 @@
 // between counts as not yet due in both reads.
 package claims
 
+import (
+	"fmt"
+
+	"github.com/courier-go/courier/store"
+)
+
 // Window is the most free rows a claim of limit rows looks at. Rows of held
 // keys are skipped as they are met, so a held key's backlog costs a claim a
 // scan over that backlog and no more: other keys' rows behind up to Window
@@ -101,4 +107,17 @@ func (p *Picker) Keys() []string {
 		}
 	}
 	return keys
+}
+
+// Run checks a claim's limit and runs claim, whose errors it wraps with
+// dialect's name ("mysql: claim: …").
+func Run(dialect string, limit int, claim func() (store.Batch, error)) (store.Batch, error) {
+	if limit < 1 {
+		return store.Batch{}, fmt.Errorf("%s: claim: limit is %d: use 1 or more", dialect, limit)
+	}
+	batch, err := claim()
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("%s: claim: %w", dialect, err)
+	}
+	return batch, nil
 }

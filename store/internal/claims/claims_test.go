@@ -1,8 +1,11 @@
 package claims
 
 import (
+	"errors"
 	"slices"
 	"testing"
+
+	"github.com/courier-go/courier/store"
 )
 
 func TestPicker(t *testing.T) {
@@ -46,5 +49,19 @@ func TestRetriedRowAlone(t *testing.T) {
 func TestWindow(t *testing.T) {
 	if Window(1) != 25_000 || Window(1000) != 25_000 || Window(5000) != 125_000 {
 		t.Fatalf("Window = %d, %d, %d", Window(1), Window(1000), Window(5000))
+	}
+}
+
+func TestRun(t *testing.T) {
+	if _, err := Run("x", 0, func() (store.Batch, error) { panic("called") }); err == nil || err.Error() != "x: claim: limit is 0: use 1 or more" {
+		t.Errorf("Run with limit 0 = %v", err)
+	}
+	_, err := Run("x", 1, func() (store.Batch, error) { return store.Batch{Lease: 1}, errors.New("boom") })
+	if err == nil || err.Error() != "x: claim: boom" {
+		t.Errorf("Run of a failing claim = %v", err)
+	}
+	b, err := Run("x", 1, func() (store.Batch, error) { return store.Batch{Lease: 2}, nil })
+	if err != nil || b.Lease != 2 {
+		t.Errorf("Run = %+v, %v", b, err)
 	}
 }

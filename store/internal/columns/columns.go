@@ -2,7 +2,19 @@
 // columns hold them.
 package columns
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/courier-go/courier"
+)
+
+// HistoryCap is the most failures a message's history keeps: the relay's
+// statements that append a failure drop the oldest one beyond it, in every
+// dialect.
+const HistoryCap = 20
 
 // Payload returns p, or an empty slice when p is nil: payload columns are
 // NOT NULL, and an empty payload is a payload.
@@ -29,6 +41,79 @@ func HeadersJSON(h map[string]string) []byte {
 func HeadersText(h map[string]string) any {
 	if b := HeadersJSON(h); b != nil {
 		return string(b)
+	}
+	return nil
+}
+
+// Names are the outbox columns that [Insert] fills from a message, in its
+// order.
+const Names = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at"
+
+// Insert returns one INSERT of msgs into courier_outbox and its arguments,
+// built without I/O. Each message is a VALUES tuple row, with ? placeholders:
+// its columns are Names (occurred_at encoded by at) and then more, a list
+// such as ", created_at" or "", whose arguments extra holds. Headers are
+// sent as text (see HeadersText).
+func Insert(msgs []courier.Message, at func(time.Time) any, more, row string, extra ...any) (string, []any) {
+	var q strings.Builder
+	q.WriteString("INSERT INTO courier_outbox (" + Names + more + ") VALUES ")
+	args := make([]any, 0, len(msgs)*(9+len(extra)))
+	for i := range msgs {
+		m := &msgs[i]
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(row)
+		args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, Payload(m.Payload),
+			HeadersText(m.Headers), at(m.OccurredAt))
+		args = append(args, extra...)
+	}
+	return q.String(), args
+}
+
+// Steps encodes a saga's pending steps as the JSON array its pending column
+// holds ("null" when there are none, as always).
+func Steps(steps []int) string {
+	b, _ := json.Marshal(steps) // a list of ints always encodes
+	return string(b)
+}
+
+// ParseSteps decodes a pending column written by Steps.
+func ParseSteps(b []byte) ([]int, error) {
+	var steps []int
+	err := json.Unmarshal(b, &steps)
+	return steps, err
+}
+
+// Text returns b as a text parameter, nil (NULL) when it is empty.
+func Text(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// JSONOrNull encodes v as JSON text, or returns nil (NULL) when n, its
+// length, is 0.
+func JSONOrNull(v any, n int) (any, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}
+
+// DecodeJSON decodes a JSON column into v unless it is NULL or empty; what
+// and id name the column's row in the error ("history of dead letter 7").
+func DecodeJSON(b []byte, v any, what string, id int64) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s %d: %w", what, id, err)
 	}
 	return nil
 }

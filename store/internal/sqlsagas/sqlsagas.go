@@ -1,42 +1,29 @@
 // Package sqlsagas is the saga store (store.Sagas) of the database/sql
 // dialects whose courier_sagas tables have the same columns, '?'
 // placeholders and times as Unix microseconds: MySQL/MariaDB and SQLite.
-// Each dialect says how it runs a transaction, how it locks the loaded row
-// and how it recognises a duplicate key.
+// Each dialect says, in its sqlstore.Dialect, how it runs a transaction, how
+// it locks the loaded row and how it recognises a duplicate key.
 package sqlsagas
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
-// Dialect is what differs between the dialects.
-type Dialect struct {
-	// Name prefixes errors, e.g. "mysql".
-	Name string
-	// InTx runs fn in a transaction on the dialect's pool and commits it
-	// when fn returns nil.
-	InTx func(ctx context.Context, fn func(*sql.Tx) error) error
-	// LockRow ends the statement that loads an instance for a transition,
-	// e.g. " FOR UPDATE"; empty where the transaction already excludes
-	// other writers.
-	LockRow string
-	// IsDuplicate reports whether err is a duplicate-key error.
-	IsDuplicate func(error) bool
-}
-
-// New returns the saga store on db.
-func New(db *sql.DB, d Dialect) store.Sagas[*sql.Tx] { return sagas{db: db, d: d} }
+// New returns the saga store of d's database. It uses d's Name, DB, InTx,
+// LockRow (which locks the loaded instance) and IsDuplicate.
+func New(d sqlstore.Dialect) store.Sagas[*sql.Tx] { return sagas{db: d.DB, d: d} }
 
 type sagas struct {
 	db *sql.DB
-	d  Dialect
+	d  sqlstore.Dialect
 }
 
 const sagaColumns = `saga_type, id, state, phase, step, pending, data, reason, deadline, attempts, version, created_at, updated_at`
@@ -51,12 +38,8 @@ func micros(t *time.Time) any {
 }
 
 func (s sagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error {
-	pending, err := json.Marshal(r.Pending)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO courier_sagas (`+sagaColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.Type, r.ID, r.State, r.Phase, r.Step, string(pending), nullText(r.Data), r.Reason, micros(r.Deadline), r.Attempts,
+	_, err := tx.ExecContext(ctx, `INSERT INTO courier_sagas (`+sagaColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.Type, r.ID, r.State, r.Phase, r.Step, columns.Steps(r.Pending), columns.Text(r.Data), r.Reason, micros(r.Deadline), r.Attempts,
 		r.Version, r.CreatedAt.UnixMicro(), r.UpdatedAt.UnixMicro())
 	if err != nil {
 		if s.d.IsDuplicate(err) {
@@ -65,13 +48,6 @@ func (s sagas) Create(ctx context.Context, tx *sql.Tx, r store.SagaRecord) error
 		return fmt.Errorf(s.d.Name+": create saga: %w", err)
 	}
 	return nil
-}
-
-func nullText(b []byte) any {
-	if len(b) == 0 {
-		return nil
-	}
-	return string(b)
 }
 
 func (s sagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.SagaRecord, error) {
@@ -88,7 +64,7 @@ func (s sagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.Saga
 	if err != nil {
 		return r, fmt.Errorf(s.d.Name+": load saga: %w", err)
 	}
-	if err := json.Unmarshal([]byte(pending), &r.Pending); err != nil {
+	if r.Pending, err = columns.ParseSteps([]byte(pending)); err != nil {
 		return r, fmt.Errorf(s.d.Name+": saga %s pending compensations: %w", id, err)
 	}
 	if data.Valid {
@@ -103,13 +79,9 @@ func (s sagas) Load(ctx context.Context, tx *sql.Tx, typ, id string) (store.Saga
 }
 
 func (s sagas) Update(ctx context.Context, tx *sql.Tx, r store.SagaRecord, expect int) (bool, error) {
-	pending, err := json.Marshal(r.Pending)
-	if err != nil {
-		return false, err
-	}
 	res, err := tx.ExecContext(ctx, `UPDATE courier_sagas SET state = ?, phase = ?, step = ?, pending = ?, data = ?, reason = ?,
     deadline = ?, attempts = ?, version = ?, updated_at = ? WHERE saga_type = ? AND id = ? AND version = ?`,
-		r.State, r.Phase, r.Step, string(pending), nullText(r.Data), r.Reason, micros(r.Deadline), r.Attempts, r.Version,
+		r.State, r.Phase, r.Step, columns.Steps(r.Pending), columns.Text(r.Data), r.Reason, micros(r.Deadline), r.Attempts, r.Version,
 		r.UpdatedAt.UnixMicro(), r.Type, r.ID, expect)
 	if err != nil {
 		return false, fmt.Errorf(s.d.Name+": update saga: %w", err)
@@ -149,20 +121,11 @@ FROM courier_saga_history WHERE saga_type = ? AND saga_id = ? ORDER BY seq`, typ
 }
 
 func (s sagas) Due(ctx context.Context, typ string, now time.Time, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id FROM courier_sagas
+	ids, err := sqlstore.Column[string](ctx, s.db, `SELECT id FROM courier_sagas
 WHERE saga_type = ? AND deadline IS NOT NULL AND deadline <= ? AND phase IN ('running', 'compensating')
 ORDER BY deadline LIMIT ?`, typ, now.UnixMicro(), limit)
 	if err != nil {
 		return nil, fmt.Errorf(s.d.Name+": due sagas: %w", err)
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return ids, nil
 }

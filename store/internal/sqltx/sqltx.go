@@ -68,3 +68,9 @@ func Dollar(query string) string {
 	}
 	return b.String()
 }
+
+// Querier runs a query that returns one row; *sql.DB, *sql.Conn and *sql.Tx
+// are Queriers.
+type Querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}

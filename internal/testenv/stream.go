@@ -1,0 +1,92 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/courier-go/courier"
+	couriernats "github.com/courier-go/courier/broker/nats"
+)
+
+// StreamMessages reads the whole JetStream stream on nc in order, decoding
+// each message with mapping. It fails t when the stream cannot be read
+// within a minute.
+func StreamMessages(t testing.TB, nc *natsgo.Conn, stream string, mapping couriernats.Config) []courier.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	Must(t, err, "jetstream")
+	s, err := js.Stream(ctx, stream)
+	Must(t, err, "stream")
+	info, err := s.Info(ctx)
+	Must(t, err, "stream info")
+	total := int(info.State.Msgs)
+	if total == 0 {
+		return nil
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	Must(t, err, "ordered consumer")
+	out := make([]courier.Message, 0, total)
+	for len(out) < total {
+		batch, err := c.FetchNoWait(min(1000, total-len(out)))
+		Must(t, err, "fetch")
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			msg, err := mapping.FromNATS(&natsgo.Msg{Subject: m.Subject(), Header: natsgo.Header(m.Headers()), Data: m.Data()})
+			Must(t, err, "decode")
+			out = append(out, msg)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			t.Fatalf("fetch: %v", err)
+		}
+		if got == 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("read %d of %d stream messages", len(out), total)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+// CheckDelivery verifies that every written message is in got (a stream
+// read in order) and that each key's messages first appear in write order.
+// It returns the number of duplicates.
+func CheckDelivery(t testing.TB, written, got []courier.Message) (dups int) {
+	t.Helper()
+	firstSeen := make(map[[16]byte]int, len(got))
+	for i, m := range got {
+		if _, ok := firstSeen[m.ID]; ok {
+			dups++
+			continue
+		}
+		firstSeen[m.ID] = i
+	}
+	lastPos := map[string]int{}
+	lost := 0
+	for _, m := range written {
+		pos, ok := firstSeen[m.ID]
+		if !ok {
+			lost++
+			if lost <= 5 {
+				t.Errorf("message %s (key %s) never reached the broker", m.ID, m.Key)
+			}
+			continue
+		}
+		if prev, ok := lastPos[m.Key]; ok && pos < prev {
+			t.Errorf("key %s out of order: message %s at stream position %d after position %d", m.Key, m.ID, pos, prev)
+		}
+		lastPos[m.Key] = pos
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d messages lost", lost, len(written))
+	}
+	return dups
+}

@@ -1,0 +1,209 @@
+// Package sqlstore is the code that Courier's database/sql dialects with '?'
+// placeholders, MySQL/MariaDB and SQLite, share: the operators' view
+// (store.Admin), the consuming side's parked deliveries, failures and
+// markers (store.ConsumerStore), the inbox (store.Inbox) and the parts of
+// the idempotency-key store that do not claim. Their tables have the same
+// columns; what differs is described by a [Dialect]: how a transaction
+// runs, how times are written and read, what "now" is, and the few
+// statements whose SQL differs.
+//
+// Statements are built from the Dialect without I/O (as Watermill's schema
+// adapters build theirs), so each dialect's SQL can be checked in unit
+// tests.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/courier-go/courier/store"
+)
+
+// Conn runs statements: *sql.DB, *sql.Conn and *sql.Tx are Conns.
+type Conn interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Dialect is what differs between the dialects.
+type Dialect struct {
+	// Name prefixes errors, e.g. "mysql".
+	Name string
+	// DB is the pool every statement runs on.
+	DB *sql.DB
+	// InTx runs fn in a transaction of the inbox's or the idempotency
+	// store's caller and commits it when fn returns nil.
+	InTx func(ctx context.Context, fn func(*sql.Tx) error) error
+	// WriteTx runs fn in a transaction that writes, as replaying a dead
+	// letter does, and commits it when fn returns nil.
+	WriteTx func(ctx context.Context, fn func(Conn) error) error
+	// LockRow ends a statement that reads a row the transaction then
+	// changes, e.g. " FOR UPDATE"; empty where the transaction already
+	// excludes other writers.
+	LockRow string
+	// IsDuplicate reports whether err is a duplicate-key error.
+	IsDuplicate func(err error) bool
+	// Now is the SQL of the current time in statements that record when
+	// something happened: an expression such as "UTC_TIMESTAMP(6)" or a
+	// placeholder "?" that NowArgs fills.
+	Now string
+	// NowArgs returns the arguments of Now; nil when Now takes none.
+	NowArgs func() []any
+	// Times is the codec of time columns.
+	Times
+	// CheckConsumer refuses a consumer name the schema cannot hold; nil
+	// where any name fits.
+	CheckConsumer func(consumer string) error
+	// Stats reports the outbox's state.
+	Stats func(ctx context.Context) (store.Stats, error)
+	// MarkSQL inserts an inbox marker (consumer, message_id, then Now's
+	// arguments) unless it exists, affecting one row when it inserts.
+	MarkSQL string
+	// DeleteMarkersSQL deletes up to ?2 markers processed before ?1,
+	// oldest first.
+	DeleteMarkersSQL string
+	// DeleteFailuresSQL deletes up to ?2 recorded failures from before
+	// ?1, oldest first.
+	DeleteFailuresSQL string
+	// DeleteExpiredKeysSQL deletes up to a limit (its last argument)
+	// idempotency records past their expiry; Now's arguments come first.
+	DeleteExpiredKeysSQL string
+	// ReplayFailed returns the statement that records a failed replay of
+	// the parked delivery id, and its arguments: it clears
+	// replay_requested, sets last_error to msg, counts the attempt and
+	// appends {at, error} to the history.
+	ReplayFailed func(id int64, msg string) (string, []any, error)
+}
+
+func (d Dialect) errorf(format string, args ...any) error {
+	return fmt.Errorf(d.Name+": "+format, args...)
+}
+
+// now returns Now's arguments.
+func (d Dialect) now() []any {
+	if d.NowArgs == nil {
+		return nil
+	}
+	return d.NowArgs()
+}
+
+// The stores of a dialect's database. Each is a value: make them with the
+// Dialect's methods of the same names.
+type (
+	// Admin is the operators' view (store.Admin) of a dialect's database.
+	Admin struct{ d Dialect }
+	// Consumers is the store of parked deliveries, failures and inbox markers
+	// (store.ConsumerStore) of a dialect's database.
+	Consumers struct{ d Dialect }
+	// Inbox is the inbox (store.Inbox) for handlers that work in database/sql
+	// transactions on a dialect's database.
+	Inbox struct{ d Dialect }
+	// Keys is the part of the idempotency-key store (store.Idempotency) that
+	// the dialects share: everything but the claim, which each dialect builds
+	// from its own locking, reading the record back with [Dialect.ReadKey].
+	Keys struct{ d Dialect }
+)
+
+var (
+	_ store.Admin          = Admin{}
+	_ store.ConsumerStore  = Consumers{}
+	_ store.Inbox[*sql.Tx] = Inbox{}
+)
+
+// Admin returns the operators' view of d's database.
+func (d Dialect) Admin() Admin { return Admin{d} }
+
+// Consumers returns the consumer store of d's database.
+func (d Dialect) Consumers() Consumers { return Consumers{d} }
+
+// Inbox returns the inbox of d's database.
+func (d Dialect) Inbox() Inbox { return Inbox{d} }
+
+// Keys returns the shared part of the idempotency-key store of d's
+// database.
+func (d Dialect) Keys() Keys { return Keys{d} }
+
+// Times is a dialect's codec of time columns.
+type Times struct {
+	// Encode returns t as an argument of a time column.
+	Encode func(t time.Time) any
+	// Decode reads a time column's non-NULL value.
+	Decode func(src any) (time.Time, error)
+}
+
+// Time is a scan destination for a time column of a dialect: it stores
+// the decoded value in *T, and reports in Valid whether the column was not
+// NULL.
+type Time struct {
+	T      *time.Time
+	Valid  bool
+	decode func(any) (time.Time, error)
+}
+
+// Dest returns a scan destination for a time column that stores it in *t.
+func (c Times) Dest(t *time.Time) *Time { return &Time{T: t, decode: c.Decode} }
+
+// Scan implements sql.Scanner.
+func (t *Time) Scan(src any) error {
+	if src == nil {
+		t.Valid = false
+		return nil
+	}
+	v, err := t.decode(src)
+	if err != nil {
+		return err
+	}
+	*t.T, t.Valid = v, true
+	return nil
+}
+
+// QueryEach runs a query on q and calls fn for each row, until fn returns
+// an error.
+func QueryEach(ctx context.Context, q Conn, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// queryAll runs a query on q and scans each row with scan.
+func queryAll[T any](ctx context.Context, q Conn, scan func(interface{ Scan(...any) error }) (T, error), query string, args ...any) ([]T, error) {
+	var out []T
+	err := QueryEach(ctx, q, query, args, func(rows *sql.Rows) error {
+		v, err := scan(rows)
+		if err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
+
+// affected runs a statement and returns the number of rows it affected.
+func affected(ctx context.Context, q Conn, query string, args ...any) (int64, error) {
+	res, err := q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// Column runs a query of one column on q and returns its values.
+func Column[T any](ctx context.Context, q Conn, query string, args ...any) ([]T, error) {
+	return queryAll(ctx, q, func(row interface{ Scan(...any) error }) (T, error) {
+		var v T
+		err := row.Scan(&v)
+		return v, err
+	}, query, args...)
+}
