@@ -20,10 +20,14 @@ import (
 // handlers work in.
 type dialect[TTx any] struct {
 	name string
-	// open returns a fresh database for the test, migrated, with an orders
-	// table.
-	open func(t *testing.T) *database[TTx]
+	// openAt returns a fresh database for the test, migrated, with an
+	// orders table, whose key store compares with clock (nil: the
+	// database's clock).
+	openAt func(t *testing.T, clock store.Clock) *database[TTx]
 }
+
+// open returns a fresh database whose key store uses the database's clock.
+func (d dialect[TTx]) open(t *testing.T) *database[TTx] { return d.openAt(t, nil) }
 
 // database is one test's database.
 type database[TTx any] struct {
@@ -50,14 +54,14 @@ func onEachDialect(t *testing.T, pg func(*testing.T, dialect[pgx.Tx]), std func(
 func postgresDialect() dialect[pgx.Tx] {
 	return dialect[pgx.Tx]{
 		name: "postgres",
-		open: func(t *testing.T) *database[pgx.Tx] {
+		openAt: func(t *testing.T, clock store.Clock) *database[pgx.Tx] {
 			pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 			_, err := pg.Pool.Exec(context.Background(), `CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, item text NOT NULL)`)
 			testenv.Must(t, err, "orders table")
 			db := stdlib.OpenDBFromPool(pg.Pool)
 			t.Cleanup(func() { db.Close() })
 			return &database[pgx.Tx]{
-				sql: db, keys: postgres.PgxIdempotency(pg.Pool), outbox: postgres.Pgx(),
+				sql: db, keys: postgres.NewDriver(pg.Pool).WithClock(clock).Idempotency(), outbox: postgres.Pgx(),
 				insertOrder: func(ctx context.Context, tx pgx.Tx, item string) (id int64, err error) {
 					err = tx.QueryRow(ctx, "INSERT INTO orders (item) VALUES ($1) RETURNING id", item).Scan(&id)
 					return id, err
@@ -90,7 +94,7 @@ func execSQL(ctx context.Context, tx *sql.Tx, query string) error {
 func sqliteDialect() dialect[*sql.Tx] {
 	return dialect[*sql.Tx]{
 		name: "sqlite",
-		open: func(t *testing.T) *database[*sql.Tx] {
+		openAt: func(t *testing.T, clock store.Clock) *database[*sql.Tx] {
 			db, err := sqlite.Open(filepath.Join(t.TempDir(), "shop.db"))
 			testenv.Must(t, err, "open")
 			t.Cleanup(func() { db.Close() })
@@ -99,7 +103,8 @@ func sqliteDialect() dialect[*sql.Tx] {
 			testenv.Must(t, err, "migrate")
 			_, err = db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY AUTOINCREMENT, item TEXT NOT NULL)`)
 			testenv.Must(t, err, "orders table")
-			return &database[*sql.Tx]{sql: db, keys: sqlite.SQLIdempotency(db), outbox: sqlite.DatabaseSQL(), insertOrder: insertOrder, exec: execSQL}
+			keys := sqlite.NewDriver(db).WithClock(clock).Idempotency()
+			return &database[*sql.Tx]{sql: db, keys: keys, outbox: sqlite.DatabaseSQL(), insertOrder: insertOrder, exec: execSQL}
 		},
 	}
 }
@@ -107,12 +112,13 @@ func sqliteDialect() dialect[*sql.Tx] {
 func mysqlDialect() dialect[*sql.Tx] {
 	return dialect[*sql.Tx]{
 		name: "mysql",
-		open: func(t *testing.T) *database[*sql.Tx] {
+		openAt: func(t *testing.T, clock store.Clock) *database[*sql.Tx] {
 			my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 			_, err := my.DB.ExecContext(context.Background(),
 				`CREATE TABLE orders (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, item TEXT NOT NULL) DEFAULT CHARSET=utf8mb4`)
 			testenv.Must(t, err, "orders table")
-			return &database[*sql.Tx]{sql: my.DB, keys: mysql.SQLIdempotency(my.DB), outbox: mysql.DatabaseSQL(), insertOrder: insertOrder, exec: execSQL}
+			keys := mysql.NewDriver(my.DB).WithClock(clock).Idempotency()
+			return &database[*sql.Tx]{sql: my.DB, keys: keys, outbox: mysql.DatabaseSQL(), insertOrder: insertOrder, exec: execSQL}
 		},
 	}
 }

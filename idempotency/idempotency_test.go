@@ -17,6 +17,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/idempotency"
+	"github.com/courier-go/courier/internal/clocktest"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 )
@@ -279,13 +280,15 @@ func testPanicReleasesKey[TTx any](t *testing.T, d dialect[TTx]) {
 }
 
 // The first attempt's process dies mid-handler: its key stays in flight until
-// the lock times out, then the retry runs and succeeds, once.
+// the lock times out, then the retry runs and succeeds, once. The key store's
+// clock is the test's, moved past the lock's end instead of sleeping.
 func TestCrashedOwnerIsTakenOver(t *testing.T) {
 	onEachDialect(t, testCrashedOwnerIsTakenOver, testCrashedOwnerIsTakenOver)
 }
 
 func testCrashedOwnerIsTakenOver[TTx any](t *testing.T, d dialect[TTx]) {
-	db := d.open(t)
+	clock := clocktest.NewClock(time.Now())
+	db := d.openAt(t, clock.Now)
 	keys, err := idempotency.New(db.keys, idempotency.Config{LockTimeout: time.Second})
 	testenv.Must(t, err, "keys")
 	ctx := context.Background()
@@ -306,7 +309,7 @@ func testCrashedOwnerIsTakenOver[TTx any](t *testing.T, d dialect[TTx]) {
 	} else if _, ok := err.(*idempotency.InFlightError); !ok {
 		t.Fatalf("retry during the lock: %v, want InFlightError", err)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	clock.Add(time.Second)
 	out, err := keys.Do(ctx, req, run)
 	if err != nil || out.Replayed || ran != 1 {
 		t.Fatalf("after the lock: %+v %v, ran %d", out, err, ran)
@@ -317,12 +320,15 @@ func testCrashedOwnerIsTakenOver[TTx any](t *testing.T, d dialect[TTx]) {
 	}
 }
 
+// A key past its retention runs anew, and Cleanup removes expired keys; the
+// key store's clock is the test's.
 func TestExpiredKeyRunsAgain(t *testing.T) {
 	onEachDialect(t, testExpiredKeyRunsAgain, testExpiredKeyRunsAgain)
 }
 
 func testExpiredKeyRunsAgain[TTx any](t *testing.T, d dialect[TTx]) {
-	keys, err := idempotency.New(d.open(t).keys, idempotency.Config{LockTimeout: time.Second, Retention: time.Second})
+	clock := clocktest.NewClock(time.Now())
+	keys, err := idempotency.New(d.openAt(t, clock.Now).keys, idempotency.Config{LockTimeout: time.Second, Retention: time.Second})
 	testenv.Must(t, err, "keys")
 	ctx := context.Background()
 	req := idempotency.Request{Key: "old", Fingerprint: idempotency.Fingerprint("POST", "/orders", nil)}
@@ -335,11 +341,11 @@ func testExpiredKeyRunsAgain[TTx any](t *testing.T, d dialect[TTx]) {
 	if out, _ := keys.Do(ctx, req, run); !out.Replayed {
 		t.Fatal("not replayed within retention")
 	}
-	time.Sleep(1100 * time.Millisecond)
+	clock.Add(time.Second)
 	if out, err := keys.Do(ctx, req, run); err != nil || out.Replayed || ran != 2 {
 		t.Fatalf("after expiry: %+v %v, ran %d; want a new execution", out, err, ran)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	clock.Add(time.Second)
 	if n, err := keys.Cleanup(ctx); err != nil || n != 1 {
 		t.Fatalf("cleanup removed %d, %v; want the expired key", n, err)
 	}

@@ -95,7 +95,10 @@ type RelayConfig struct {
 // is the database's own clock (the server's on PostgreSQL and MySQL, the
 // process's on SQLite), which is what production wants: relays on several
 // hosts then share one clock. Tests set a Clock they control and move time
-// forward instead of sleeping until a deadline passes.
+// forward instead of sleeping until a deadline passes: each dialect's
+// Driver has a WithClock that returns a Driver whose stores use it, and
+// its StoreConfig a Clock field for the relay's store built without a
+// Driver.
 type Clock func() time.Time
 
 // Now returns c's time, or the zero time when c is nil (the database's

@@ -8,6 +8,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/brokertest"
 	"github.com/courier-go/courier/broker/memory"
 )
 
@@ -81,4 +82,24 @@ func matches(err, want error) bool {
 		return err != nil && !errors.Is(err, broker.ErrUnavailable) && !errors.Is(err, broker.ErrRejected)
 	}
 	return errors.Is(err, want)
+}
+
+// The publisher part of the conformance suite: what the Publisher keeps is
+// what the destination holds, and Down is the outage. It claims no
+// features: it keeps duplicates and accepts any size.
+func TestConformance(t *testing.T) {
+	brokertest.Run(t, brokertest.Harness{
+		New: func(t testing.TB) brokertest.Instance {
+			pub := memory.NewPublisher()
+			return brokertest.Instance{
+				Topic:     "orders",
+				Publisher: pub,
+				Stored:    func(testing.TB) []courier.Message { return pub.Messages() },
+				Unreachable: func(testing.TB) broker.Publisher {
+					pub.Down(true)
+					return pub
+				},
+			}
+		},
+	})
 }

@@ -4,10 +4,10 @@
 //
 // A test that needs an external service reads its URL from an environment
 // variable (COURIER_TEST_POSTGRES_URL, COURIER_TEST_MYSQL_URL,
-// COURIER_TEST_NATS_URL). When the variable is unset the test is skipped, so
-// `go test ./...` passes on a laptop with nothing installed. When
-// COURIER_TEST_REQUIRE_SERVICES=1 (CI sets it) a missing variable fails the
-// test instead.
+// COURIER_TEST_NATS_URL, COURIER_TEST_AMQP_URL). When the variable is unset
+// the test is skipped, so `go test ./...` passes on a laptop with nothing
+// installed. When COURIER_TEST_REQUIRE_SERVICES=1 (CI sets it) a missing
+// variable fails the test instead.
 //
 // A test that needs some NATS server, not the machine's in particular, calls
 // [NATSOrEmbedded]: the machine's server when COURIER_TEST_NATS_URL is set,
@@ -53,6 +53,10 @@ const (
 	EnvNATS    = "COURIER_TEST_NATS_URL"
 	EnvRequire = "COURIER_TEST_REQUIRE_SERVICES"
 )
+
+// EnvAMQP is the amqp:// URL of a RabbitMQ broker whose user may declare
+// exchanges and queues, such as amqp://guest:guest@127.0.0.1:5672/.
+const EnvAMQP = "COURIER_TEST_AMQP_URL"
 
 // Need returns the value of the environment variable env, skipping the test
 // when it is unset (failing it when services are required).
@@ -324,6 +328,13 @@ func mysqlURL(cfg *gomysql.Config) string {
 func NATS(t testing.TB) string {
 	t.Helper()
 	return Need(t, EnvNATS)
+}
+
+// AMQP returns the URL of the machine's RabbitMQ (COURIER_TEST_AMQP_URL),
+// skipping the test when it is unset.
+func AMQP(t testing.TB) string {
+	t.Helper()
+	return Need(t, EnvAMQP)
 }
 
 // NATSOrEmbedded returns the URL of a NATS server with JetStream for the

@@ -57,14 +57,19 @@ const claimAttempts = 5
 // UTC_TIMESTAMP(6), so requests served by different machines agree on them.
 // Scopes and keys are compared byte for byte and may be up to 1024 bytes
 // long each.
-func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] {
-	d := dialect(db)
-	return sqlIdem{Keys: d.Keys(), d: d}
+func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdempotency(db, nil) }
+
+// sqlIdempotency is SQLIdempotency with clock's time instead of the
+// server's when clock is not nil.
+func sqlIdempotency(db *sql.DB, clock store.Clock) sqlIdem {
+	d := withClock(dialect(db), clock)
+	return sqlIdem{Keys: d.Keys(), d: d, clock: clock}
 }
 
 type sqlIdem struct {
 	sqlstore.Keys
-	d sqlstore.Dialect
+	d     sqlstore.Dialect
+	clock store.Clock
 }
 
 // checkKey refuses a scope or key the schema would truncate or reject.
@@ -98,10 +103,12 @@ func (s sqlIdem) claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, 
 	fp, owner := columns.Payload(c.Fingerprint), c.Owner.String()
 	lockUS, retainUS := c.LockFor.Microseconds(), c.Retain.Microseconds()
 	err := sqltx.InTx(ctx, s.d.DB, readCommitted(), "", func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, lockKeySQL, c.Scope, c.Key, fp, owner, lockUS, retainUS); err != nil {
+		q, args := clocked(s.clock, lockKeySQL, c.Scope, c.Key, fp, owner, lockUS, retainUS)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, takeOverSQL, fp, owner, lockUS, retainUS, c.Scope, c.Key, owner, fp); err != nil {
+		q, args = clocked(s.clock, takeOverSQL, fp, owner, lockUS, retainUS, c.Scope, c.Key, owner, fp)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
 		var err error

@@ -93,7 +93,8 @@
 // columns as UTC, so relays on different machines agree on lease ends and
 // retry times (as on PostgreSQL), and so do the inbox's processed_at and
 // the idempotency keys' lock and expiry times. [store.Stats].Now is the
-// server's clock.
+// server's clock. A store given a [store.Clock] ([StoreConfig].Clock,
+// [Driver.WithClock]) takes its time from that clock instead.
 //
 // # Wake-ups
 //
@@ -129,6 +130,10 @@ type StoreConfig struct {
 	// courier_outbox_published (with published_at) instead of only deleting
 	// it. Trim the table with a retention job.
 	KeepPublished bool
+	// Clock is the time lease ends, retry times and claim turns are
+	// compared with and computed from; nil is the server's
+	// UTC_TIMESTAMP(6). See [store.Clock].
+	Clock store.Clock
 }
 
 // Store is the relay's view of a MySQL or MariaDB outbox. It is safe for
@@ -315,7 +320,7 @@ func (s *Store) recordLease(ctx context.Context, t *turn, owner string, limit in
 	if err != nil {
 		return 0, nil, err
 	}
-	res, err := s.db.ExecContext(ctx, leaseSQL, owner, lease.Microseconds(), string(idsJSON), string(keysJSON), t.token)
+	res, err := s.exec(ctx, s.db, leaseSQL, owner, lease.Microseconds(), string(idsJSON), string(keysJSON), t.token)
 	if err != nil {
 		return 0, nil, fmt.Errorf("record lease: %w", err)
 	}
@@ -331,10 +336,13 @@ func (s *Store) recordLease(ctx context.Context, t *turn, owner string, limit in
 	return id, ids, nil
 }
 
-// now reads the server's clock, formatted for the claim's statements: one
-// reading for all of them, so a retry that comes due during the claim is
-// not due for any of them.
+// now reads the server's clock (or the store's), formatted for the claim's
+// statements: one reading for all of them, so a retry that comes due
+// during the claim is not due for any of them.
 func (s *Store) now(ctx context.Context) (string, error) {
+	if s.cfg.Clock != nil {
+		return formatTime(s.cfg.Clock()), nil
+	}
 	var now time.Time
 	if err := s.db.QueryRowContext(ctx, nowSQL).Scan(utcTime(&now)); err != nil {
 		return "", fmt.Errorf("read the clock: %w", err)
@@ -429,7 +437,7 @@ func (s *Store) takeTurn(ctx context.Context) (string, error) {
 	const firstWait = 500 * time.Microsecond
 	wait := firstWait
 	for {
-		res, err := s.db.ExecContext(ctx, takeTurnSQL, token, claimTurn.Microseconds())
+		res, err := s.exec(ctx, s.db, takeTurnSQL, token, claimTurn.Microseconds())
 		if err != nil {
 			return "", fmt.Errorf("take a turn: %w", err)
 		}
@@ -533,6 +541,12 @@ FROM courier_outbox AS o JOIN ` + failuresTable + ` ON o.id = f.id`
 
 const endLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ? AND owner = ?`
 
+// exec runs the statement query on q at the store's clock (see clocked).
+func (s *Store) exec(ctx context.Context, q sqlstore.Conn, query string, args ...any) (sql.Result, error) {
+	query, args = clocked(s.cfg.Clock, query, args...)
+	return q.ExecContext(ctx, query, args...)
+}
+
 // failureJSON is one failure as failuresTable reads it.
 type failureJSON struct {
 	ID      int64  `json:"id"`
@@ -543,7 +557,7 @@ type failureJSON struct {
 
 // recordFailures runs query, retrySQL or deadSQL, for the failures fs, if
 // any.
-func recordFailures(ctx context.Context, tx *sql.Tx, query string, fs []store.Failure) error {
+func (s *Store) recordFailures(ctx context.Context, tx *sql.Tx, query string, fs []store.Failure) error {
 	if len(fs) == 0 {
 		return nil
 	}
@@ -551,7 +565,7 @@ func recordFailures(ctx context.Context, tx *sql.Tx, query string, fs []store.Fa
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, query, arg)
+	_, err = s.exec(ctx, tx, query, arg)
 	return err
 }
 
@@ -580,7 +594,8 @@ func (s *Store) Complete(ctx context.Context, owner string, lease int64, o store
 func (s *Store) complete(ctx context.Context, owner string, lease int64, o store.Outcome) error {
 	return sqltx.InTx(ctx, s.db, readCommitted(), "", func(tx *sql.Tx) error {
 		var id int64
-		err := tx.QueryRowContext(ctx, leaseLiveSQL, lease, owner).Scan(&id)
+		q, args := clocked(s.cfg.Clock, leaseLiveSQL, lease, owner)
+		err := tx.QueryRowContext(ctx, q, args...).Scan(&id)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			// Expired or not ours: change nothing but our own lease row.
@@ -602,7 +617,7 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, o store.Outcome) error {
 	if len(o.Published) > 0 {
 		in, args := inList(o.Published)
 		if s.cfg.KeepPublished {
-			if _, err := tx.ExecContext(ctx, fmt.Sprintf(archiveSQL, in), args...); err != nil {
+			if _, err := s.exec(ctx, tx, fmt.Sprintf(archiveSQL, in), args...); err != nil {
 				return fmt.Errorf("archive published: %w", err)
 			}
 		}
@@ -610,10 +625,10 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, o store.Outcome) error {
 			return fmt.Errorf("delete published: %w", err)
 		}
 	}
-	if err := recordFailures(ctx, tx, retrySQL, o.Retry); err != nil {
+	if err := s.recordFailures(ctx, tx, retrySQL, o.Retry); err != nil {
 		return fmt.Errorf("record retries: %w", err)
 	}
-	if err := recordFailures(ctx, tx, deadSQL, o.Dead); err != nil {
+	if err := s.recordFailures(ctx, tx, deadSQL, o.Dead); err != nil {
 		return fmt.Errorf("record dead letters: %w", err)
 	}
 	if len(o.Dead) > 0 {
@@ -639,14 +654,17 @@ const statsSQL = `SELECT
 
 // Stats implements store.RelayStore.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
-	return Stats(ctx, s.db)
+	return stats(ctx, s.db, s.cfg.Clock)
 }
 
 // Stats reports the state of the outbox reachable through q, for tools that
 // have a connection but no Store.
-func Stats(ctx context.Context, q Querier) (store.Stats, error) {
+func Stats(ctx context.Context, q Querier) (store.Stats, error) { return stats(ctx, q, nil) }
+
+func stats(ctx context.Context, q Querier, clock store.Clock) (store.Stats, error) {
 	var st store.Stats
-	if err := q.QueryRowContext(ctx, statsSQL).Scan(&st.Pending, &st.Leased, &st.InBackoff, utcTime(&st.OldestPending), utcTime(&st.Now), &st.DeadLetters); err != nil {
+	query, args := clocked(clock, statsSQL)
+	if err := q.QueryRowContext(ctx, query, args...).Scan(&st.Pending, &st.Leased, &st.InBackoff, utcTime(&st.OldestPending), utcTime(&st.Now), &st.DeadLetters); err != nil {
 		return st, fmt.Errorf("mysql: stats: %w", err)
 	}
 	return st, nil

@@ -13,11 +13,15 @@ import (
 )
 
 // Admin returns the operators' view of the database behind pool.
-func Admin(pool *pgxpool.Pool) store.Admin { return admin{pool} }
+func Admin(pool *pgxpool.Pool) store.Admin { return admin{pool, nil} }
 
-type admin struct{ pool *pgxpool.Pool }
+// admin has database's fields, so a database converts to its admin.
+type admin struct {
+	pool  *pgxpool.Pool
+	clock store.Clock // for Stats; nil: now()
+}
 
-func (a admin) Stats(ctx context.Context) (store.Stats, error) { return stats(ctx, a.pool) }
+func (a admin) Stats(ctx context.Context) (store.Stats, error) { return stats(ctx, a.pool, a.clock) }
 
 const deadColumns = `id, message_id::text, topic, ordering_key, type, version, content_type, payload, headers,
        occurred_at, created_at, attempts, last_error, history, dead_at`

@@ -20,8 +20,11 @@ import (
 const DefaultPollInterval = time.Second
 
 // database is what both drivers share: everything that goes through the
-// pool.
-type database struct{ pool *pgxpool.Pool }
+// pool, and the clock its stores compare with (nil: the server's now()).
+type database struct {
+	pool  *pgxpool.Pool
+	clock store.Clock
+}
 
 func (database) Dialect() string                              { return "postgres" }
 func (d database) Ping(ctx context.Context) error             { return d.pool.Ping(ctx) }
@@ -33,14 +36,14 @@ func (d database) CheckSchema(ctx context.Context) error { return CheckSchema(ct
 func (database) Migrations() []store.Migration           { return Migrations() }
 func (database) ExportSQL() []store.Migration            { return ExportSQL() }
 func (d database) RelayStore(ctx context.Context, cfg store.RelayConfig) (store.RelayStore, error) {
-	return NewStore(ctx, d.pool, StoreConfig{KeepPublished: cfg.KeepPublished})
+	return NewStore(ctx, d.pool, StoreConfig{KeepPublished: cfg.KeepPublished, Clock: d.clock})
 }
 func (d database) Notifier(log *slog.Logger) (store.Notifier, error) {
 	return NewNotifier(d.pool.Config().ConnString(), log)
 }
 func (database) PollInterval() time.Duration          { return DefaultPollInterval }
 func (d database) ConsumerStore() store.ConsumerStore { return ConsumerStore(d.pool) }
-func (d database) Admin() store.Admin                 { return Admin(d.pool) }
+func (d database) Admin() store.Admin                 { return admin(d) }
 func (database) SerialWrites() bool                   { return false }
 func (database) Rebind(query string) string           { return sqltx.Dollar(query) }
 
@@ -52,16 +55,23 @@ var _ store.Driver[pgx.Tx] = Driver{}
 
 // NewDriver returns the pgx Driver on pool. The pool stays the caller's to
 // close.
-func NewDriver(pool *pgxpool.Pool) Driver { return Driver{database{pool}} }
+func NewDriver(pool *pgxpool.Pool) Driver { return Driver{database{pool: pool}} }
+
+// WithClock returns a copy of d whose stores take the time they compare
+// with from c instead of the server's clock (see [store.Clock]).
+func (d Driver) WithClock(c store.Clock) Driver {
+	d.clock = c
+	return d
+}
 
 // Inserter returns [Pgx].
 func (Driver) Inserter() store.Inserter[pgx.Tx] { return Pgx() }
 
-// Inbox returns [PgxInbox] on the pool.
-func (d Driver) Inbox() store.Inbox[pgx.Tx] { return PgxInbox(d.pool) }
+// Inbox returns [PgxInbox] on the pool, with the driver's clock.
+func (d Driver) Inbox() store.Inbox[pgx.Tx] { return pgxInbox{d.pool, d.clock} }
 
-// Idempotency returns [PgxIdempotency] on the pool.
-func (d Driver) Idempotency() store.Idempotency[pgx.Tx] { return PgxIdempotency(d.pool) }
+// Idempotency returns [PgxIdempotency] on the pool, with the driver's clock.
+func (d Driver) Idempotency() store.Idempotency[pgx.Tx] { return pgxIdem{d.pool, d.clock} }
 
 // Sagas returns [PgxSagas] on the pool.
 func (d Driver) Sagas() store.Sagas[pgx.Tx] { return PgxSagas(d.pool) }
@@ -97,7 +107,15 @@ var _ store.Driver[*sql.Tx] = SQLDriver{}
 // are *sql.Tx on a *sql.DB that shares the pool's connections. The pool
 // stays the caller's to close.
 func NewSQLDriver(pool *pgxpool.Pool) SQLDriver {
-	return SQLDriver{database{pool}, stdlib.OpenDBFromPool(pool)}
+	return SQLDriver{database{pool: pool}, stdlib.OpenDBFromPool(pool)}
+}
+
+// WithClock returns a copy of d whose stores take the time they compare
+// with from c instead of the server's clock (see [store.Clock]). The copy
+// shares d's *sql.DB.
+func (d SQLDriver) WithClock(c store.Clock) SQLDriver {
+	d.clock = c
+	return d
 }
 
 // DB returns the *sql.DB the driver's transactions run on.
@@ -106,11 +124,12 @@ func (d SQLDriver) DB() *sql.DB { return d.db }
 // Inserter returns [DatabaseSQL].
 func (SQLDriver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
 
-// Inbox returns [SQLInbox] on the driver's *sql.DB.
-func (d SQLDriver) Inbox() store.Inbox[*sql.Tx] { return SQLInbox(d.db) }
+// Inbox returns [SQLInbox] on the driver's *sql.DB, with its clock.
+func (d SQLDriver) Inbox() store.Inbox[*sql.Tx] { return sqlInbox{d.db, d.clock} }
 
-// Idempotency returns [SQLIdempotency] on the driver's *sql.DB.
-func (d SQLDriver) Idempotency() store.Idempotency[*sql.Tx] { return SQLIdempotency(d.db) }
+// Idempotency returns [SQLIdempotency] on the driver's *sql.DB, with its
+// clock.
+func (d SQLDriver) Idempotency() store.Idempotency[*sql.Tx] { return sqlIdem{d.db, d.clock} }
 
 // Sagas returns [SQLSagas] on the driver's *sql.DB.
 func (d SQLDriver) Sagas() store.Sagas[*sql.Tx] { return SQLSagas(d.db) }

@@ -38,9 +38,12 @@ FROM courier_idempotency_keys WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS 
 
 // PgxIdempotency returns the idempotency-key store for handlers that work in
 // pgx transactions on pool.
-func PgxIdempotency(pool *pgxpool.Pool) store.Idempotency[pgx.Tx] { return pgxIdem{pool} }
+func PgxIdempotency(pool *pgxpool.Pool) store.Idempotency[pgx.Tx] { return pgxIdem{pool, nil} }
 
-type pgxIdem struct{ pool *pgxpool.Pool }
+type pgxIdem struct {
+	pool  *pgxpool.Pool
+	clock store.Clock // nil: now()
+}
 
 func (p pgxIdem) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, p.pool, fn)
@@ -48,7 +51,8 @@ func (p pgxIdem) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 
 func (p pgxIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
 	return claimKey(c, func() pgx.Row {
-		return p.pool.QueryRow(ctx, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner, c.LockFor, c.Retain)
+		q, args := clocked(p.clock, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner, c.LockFor, c.Retain)
+		return p.pool.QueryRow(ctx, q, args...)
 	})
 }
 
@@ -124,7 +128,8 @@ const deleteExpiredKeysSQL = `DELETE FROM courier_idempotency_keys WHERE ctid = 
     SELECT ctid FROM courier_idempotency_keys WHERE expires_at <= now() LIMIT $1))`
 
 func (p pgxIdem) DeleteExpired(ctx context.Context, limit int) (int64, error) {
-	tag, err := p.pool.Exec(ctx, deleteExpiredKeysSQL, limit)
+	q, args := clocked(p.clock, deleteExpiredKeysSQL, limit)
+	tag, err := p.pool.Exec(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: delete expired idempotency keys: %w", err)
 	}
@@ -133,9 +138,12 @@ func (p pgxIdem) DeleteExpired(ctx context.Context, limit int) (int64, error) {
 
 // SQLIdempotency returns the idempotency-key store for handlers that work in
 // database/sql transactions on db.
-func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdem{db} }
+func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdem{db, nil} }
 
-type sqlIdem struct{ db *sql.DB }
+type sqlIdem struct {
+	db    *sql.DB
+	clock store.Clock // nil: now()
+}
 
 func (s sqlIdem) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return sqltx.InTx(ctx, s.db, nil, "postgres: ", fn)
@@ -143,8 +151,9 @@ func (s sqlIdem) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
 
 func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
 	return claimKey(c, func() pgx.Row {
-		return s.db.QueryRowContext(ctx, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner.String(),
+		q, args := clocked(s.clock, claimKeySQL, c.Scope, c.Key, c.Fingerprint, c.Owner.String(),
 			c.LockFor.String(), c.Retain.String())
+		return s.db.QueryRowContext(ctx, q, args...)
 	})
 }
 
@@ -169,7 +178,8 @@ func (s sqlIdem) Release(ctx context.Context, scope, key string, owner uuid.UUID
 }
 
 func (s sqlIdem) DeleteExpired(ctx context.Context, limit int) (int64, error) {
-	res, err := s.db.ExecContext(ctx, deleteExpiredKeysSQL, limit)
+	q, args := clocked(s.clock, deleteExpiredKeysSQL, limit)
+	res, err := s.db.ExecContext(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: delete expired idempotency keys: %w", err)
 	}

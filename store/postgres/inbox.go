@@ -18,18 +18,35 @@ import (
 
 const markSQL = `INSERT INTO courier_inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 
+// markAtSQL is markSQL for an inbox with a clock: processed_at is $3, the
+// clock's time, instead of now().
+const markAtSQL = `INSERT INTO courier_inbox (consumer, message_id, processed_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+
+// mark returns the statement that marks id consumed by consumer, and its
+// arguments, at clock's time (nil: now()).
+func mark(clock store.Clock, consumer string, id any) (string, []any) {
+	if clock == nil {
+		return markSQL, []any{consumer, id}
+	}
+	return markAtSQL, []any{consumer, id, clock()}
+}
+
 // PgxInbox returns the inbox for handlers that work in pgx transactions on
 // pool.
-func PgxInbox(pool *pgxpool.Pool) store.Inbox[pgx.Tx] { return pgxInbox{pool} }
+func PgxInbox(pool *pgxpool.Pool) store.Inbox[pgx.Tx] { return pgxInbox{pool, nil} }
 
-type pgxInbox struct{ pool *pgxpool.Pool }
+type pgxInbox struct {
+	pool  *pgxpool.Pool
+	clock store.Clock // processed_at's; nil: now()
+}
 
 func (i pgxInbox) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, i.pool, fn)
 }
 
-func (pgxInbox) Mark(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID) (bool, error) {
-	tag, err := tx.Exec(ctx, markSQL, consumer, [16]byte(id)) // uuid.UUID would be encoded through its string form
+func (i pgxInbox) Mark(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID) (bool, error) {
+	q, args := mark(i.clock, consumer, [16]byte(id)) // uuid.UUID would be encoded through its string form
+	tag, err := tx.Exec(ctx, q, args...)
 	if err != nil {
 		return false, fmt.Errorf("postgres: inbox marker: %w", err)
 	}
@@ -38,16 +55,20 @@ func (pgxInbox) Mark(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UU
 
 // SQLInbox returns the inbox for handlers that work in database/sql
 // transactions on db (PostgreSQL through pgx's stdlib driver or lib/pq).
-func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return sqlInbox{db} }
+func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return sqlInbox{db, nil} }
 
-type sqlInbox struct{ db *sql.DB }
+type sqlInbox struct {
+	db    *sql.DB
+	clock store.Clock // processed_at's; nil: now()
+}
 
 func (i sqlInbox) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return sqltx.InTx(ctx, i.db, nil, "postgres: ", fn)
 }
 
-func (sqlInbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UUID) (bool, error) {
-	res, err := tx.ExecContext(ctx, markSQL, consumer, id.String())
+func (i sqlInbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UUID) (bool, error) {
+	q, args := mark(i.clock, consumer, id.String())
+	res, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return false, fmt.Errorf("postgres: inbox marker: %w", err)
 	}

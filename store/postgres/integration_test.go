@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/clocktest"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
@@ -17,11 +18,13 @@ import (
 // Claims scan from a floor that has moved past published rows; a row whose
 // transaction commits long after it was inserted, and a dead letter replayed
 // under its old id, both sit below that floor and are still claimed (by the
-// next full pass).
+// next full pass). The store's clock, which the floor follows, moves only
+// when the test moves it.
 func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
-	st, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{})
+	clock := clocktest.NewClock(time.Now())
+	st, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{Clock: clock.Now})
 	testenv.Must(t, err, "store")
 	w := outbox.New(postgres.Pgx(), outbox.Config{})
 	write := func(msgs ...courier.Message) {
@@ -31,11 +34,12 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 		testenv.Must(t, tx.Commit(ctx), "commit")
 	}
 	msg := func(key string) courier.Message { return courier.NewMessage("events", key, "T", []byte(key)) }
-	// drain claims and publishes until want is claimed or the time is up,
-	// reporting whether it was.
+	// drain claims and publishes, moving the clock on between claims,
+	// until want is claimed or the clock has moved on by within, reporting
+	// whether it was.
 	drain := func(want courier.Message, within time.Duration) bool {
-		deadline := time.Now().Add(within)
-		for time.Now().Before(deadline) {
+		deadline := clock.Now().Add(within)
+		for clock.Now().Before(deadline) {
 			b, err := st.Claim(ctx, "r", 100, time.Minute)
 			testenv.Must(t, err, "claim")
 			found := false
@@ -48,7 +52,7 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 			if found {
 				return true
 			}
-			time.Sleep(20 * time.Millisecond)
+			clock.Add(20 * time.Millisecond)
 		}
 		return false
 	}
@@ -66,7 +70,7 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 		if !drain(last, 5*time.Second) {
 			t.Fatalf("round %d: a committed row was not claimed", i)
 		}
-		time.Sleep(400 * time.Millisecond)
+		clock.Add(400 * time.Millisecond)
 	}
 	testenv.Must(t, tx.Commit(ctx), "commit the long transaction")
 	if !drain(late, 10*time.Second) {
@@ -88,7 +92,7 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 		if !drain(last, 5*time.Second) {
 			t.Fatal("a committed row was not claimed")
 		}
-		time.Sleep(400 * time.Millisecond)
+		clock.Add(400 * time.Millisecond)
 	}
 	testenv.Must(t, postgres.Admin(pg.Pool).ReplayDeadLetter(ctx, b.Records[0].Seq), "replay")
 	if !drain(dead, 10*time.Second) {

@@ -15,7 +15,8 @@
 //
 //  1. takes a transaction-scoped advisory lock, so claims are serialised, and
 //     drops expired leases;
-//  2. reads, in one statement and so against one snapshot and one now(),
+//  2. reads, in one statement and so against one snapshot and one time
+//     (now(), or [StoreConfig].Clock's),
 //     the held keys (those of live leases and of rows waiting for a retry)
 //     and the oldest free rows (neither leased nor waiting for a retry; a
 //     primary-key range scan, leased ids filtered through a hashed subplan);
@@ -78,6 +79,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,6 +97,10 @@ type StoreConfig struct {
 	// it. It costs about as much as the delete itself; trim the table with a
 	// retention job.
 	KeepPublished bool
+	// Clock is the time lease ends and retry times are compared with and
+	// computed from, and the scan floor's (see Claiming); nil is the
+	// server's now() and the process's time.Now. See [store.Clock].
+	Clock store.Clock
 }
 
 // Store is the relay's view of a PostgreSQL outbox. It is safe for concurrent
@@ -158,10 +164,19 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 		minPending int64
 	)
 	start := time.Now()
-	floor := s.floor.floor(start)
+	at := start // the floor's time: the clock's, when the store has one
+	if s.cfg.Clock != nil {
+		at = s.cfg.Clock()
+	}
+	floor := s.floor.floor(at)
 	var b pgx.Batch
 	b.Queue(asyncCommit)
-	b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5)", owner, limit, lease, claims.Window(limit), floor)
+	if s.cfg.Clock == nil {
+		b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5)", owner, limit, lease, claims.Window(limit), floor)
+	} else {
+		b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5, $6)",
+			owner, limit, lease, claims.Window(limit), floor, at)
+	}
 	br := s.pool.SendBatch(ctx, &b)
 	_, err := br.Exec()
 	if err == nil {
@@ -173,7 +188,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
 	}
-	s.floor.note(start, floor, minPending, time.Since(start))
+	s.floor.note(at, floor, minPending, time.Since(start))
 	if lid == nil || len(ids) == 0 {
 		return store.Batch{}, nil
 	}
@@ -253,15 +268,15 @@ func (s *Store) Complete(ctx context.Context, owner string, lease int64, o store
 		if s.cfg.KeepPublished {
 			q = archiveSQL
 		}
-		b.Queue(q, o.Published, lease, owner)
+		s.queue(&b, q, o.Published, lease, owner)
 	}
 	if len(o.Retry) > 0 {
 		ids, errs, delays, counted := failureColumns(o.Retry)
-		b.Queue(retrySQL, ids, lease, owner, errs, delays, counted)
+		s.queue(&b, retrySQL, ids, lease, owner, errs, delays, counted)
 	}
 	if len(o.Dead) > 0 {
 		ids, errs, _, counted := failureColumns(o.Dead)
-		b.Queue(deadSQL, ids, lease, owner, errs, counted)
+		s.queue(&b, deadSQL, ids, lease, owner, errs, counted)
 	}
 	b.Queue(endLeaseSQL, lease, owner)
 	// A batch runs as one implicit transaction: all of it or none.
@@ -269,6 +284,12 @@ func (s *Store) Complete(ctx context.Context, owner string, lease int64, o store
 		return fmt.Errorf("postgres: complete batch: %w", err)
 	}
 	return nil
+}
+
+// queue adds the statement query to b, at the store's clock (see clocked).
+func (s *Store) queue(b *pgx.Batch, query string, args ...any) {
+	query, args = clocked(s.cfg.Clock, query, args...)
+	b.Queue(query, args...)
 }
 
 func failureColumns(fs []store.Failure) (ids []int64, errs []string, delays []int64, counted []bool) {
@@ -292,13 +313,14 @@ const statsSQL = `SELECT
 
 // Stats implements store.RelayStore.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
-	return stats(ctx, s.pool)
+	return stats(ctx, s.pool, s.cfg.Clock)
 }
 
-func stats(ctx context.Context, q Querier) (store.Stats, error) {
+func stats(ctx context.Context, q Querier, clock store.Clock) (store.Stats, error) {
 	var st store.Stats
 	var oldest *time.Time
-	if err := q.QueryRow(ctx, statsSQL).Scan(&st.Pending, &st.Leased, &st.InBackoff, &oldest, &st.Now, &st.DeadLetters); err != nil {
+	query, args := clocked(clock, statsSQL)
+	if err := q.QueryRow(ctx, query, args...).Scan(&st.Pending, &st.Leased, &st.InBackoff, &oldest, &st.Now, &st.DeadLetters); err != nil {
 		return st, fmt.Errorf("postgres: stats: %w", err)
 	}
 	if oldest != nil {
@@ -310,4 +332,18 @@ func stats(ctx context.Context, q Querier) (store.Stats, error) {
 
 // Stats reports the state of the outbox reachable through q, for tools that
 // have a connection but no Store.
-func Stats(ctx context.Context, q Querier) (store.Stats, error) { return stats(ctx, q) }
+func Stats(ctx context.Context, q Querier) (store.Stats, error) { return stats(ctx, q, nil) }
+
+// clocked returns the statement query with its arguments args for a store
+// whose clock is clock. Without a clock that is query and args unchanged:
+// the statement reads the server's now(). With one, every now() in query
+// becomes one more parameter, after args, holding the clock's time. (Not
+// coalesce($n, now()) in one statement for both: the planner cannot see a
+// parameter's value in a generic plan, which could change the plans
+// production runs.)
+func clocked(clock store.Clock, query string, args ...any) (string, []any) {
+	if clock == nil {
+		return query, args
+	}
+	return strings.ReplaceAll(query, "now()", fmt.Sprintf("$%d::timestamptz", len(args)+1)), append(args, clock())
+}

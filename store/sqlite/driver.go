@@ -15,28 +15,38 @@ const DefaultPollInterval = 100 * time.Millisecond
 
 // Driver is SQLite through database/sql: a store.Driver whose stores work in
 // *sql.Tx transactions.
-type Driver struct{ db *sql.DB }
+type Driver struct {
+	sqlDB
+	clock store.Clock // nil: this process's time.Now
+}
 
 var _ store.Driver[*sql.Tx] = Driver{}
 
 // NewDriver returns the Driver on db. The database stays the caller's to
 // close.
-func NewDriver(db *sql.DB) Driver { return Driver{db} }
+func NewDriver(db *sql.DB) Driver { return Driver{sqlDB: sqlDB{SQL: db, Prefix: "sqlite: "}} }
+
+// sqlDB gives Driver Ping, Rebind, InTx, Exec and QueryRow.
+type sqlDB = sqltx.DB
+
+// WithClock returns a copy of d whose stores take the time they compare
+// with from c instead of time.Now (see [store.Clock]).
+func (d Driver) WithClock(c store.Clock) Driver {
+	d.clock = c
+	return d
+}
 
 // Dialect returns "sqlite".
 func (Driver) Dialect() string { return "sqlite" }
 
-// Ping checks that the database answers.
-func (d Driver) Ping(ctx context.Context) error { return d.db.PingContext(ctx) }
-
 // Migrate is [Migrate] on the driver's database.
-func (d Driver) Migrate(ctx context.Context) ([]int, error) { return Migrate(ctx, d.db) }
+func (d Driver) Migrate(ctx context.Context) ([]int, error) { return Migrate(ctx, d.SQL) }
 
 // SchemaVersion is [SchemaVersion] on the driver's database.
-func (d Driver) SchemaVersion(ctx context.Context) (int, error) { return SchemaVersion(ctx, d.db) }
+func (d Driver) SchemaVersion(ctx context.Context) (int, error) { return SchemaVersion(ctx, d.SQL) }
 
 // CheckSchema is [CheckSchema] on the driver's database.
-func (d Driver) CheckSchema(ctx context.Context) error { return CheckSchema(ctx, d.db) }
+func (d Driver) CheckSchema(ctx context.Context) error { return CheckSchema(ctx, d.SQL) }
 
 // Migrations returns [Migrations].
 func (Driver) Migrations() []store.Migration { return Migrations() }
@@ -46,7 +56,7 @@ func (Driver) ExportSQL() []store.Migration { return ExportSQL() }
 
 // RelayStore returns [NewStore] on the driver's database.
 func (d Driver) RelayStore(ctx context.Context, cfg store.RelayConfig) (store.RelayStore, error) {
-	return NewStore(ctx, d.db, StoreConfig{KeepPublished: cfg.KeepPublished})
+	return NewStore(ctx, d.SQL, StoreConfig{KeepPublished: cfg.KeepPublished, Clock: d.clock})
 }
 
 // Notifier returns nil: SQLite has no wake-ups across processes.
@@ -56,40 +66,26 @@ func (Driver) Notifier(*slog.Logger) (store.Notifier, error) { return nil, nil }
 func (Driver) PollInterval() time.Duration { return DefaultPollInterval }
 
 // ConsumerStore returns [ConsumerStore] on the driver's database.
-func (d Driver) ConsumerStore() store.ConsumerStore { return ConsumerStore(d.db) }
+func (d Driver) ConsumerStore() store.ConsumerStore { return ConsumerStore(d.SQL) }
 
-// Admin returns [Admin] on the driver's database.
-func (d Driver) Admin() store.Admin { return Admin(d.db) }
+// Admin returns [Admin] on the driver's database, with the driver's clock.
+func (d Driver) Admin() store.Admin { return withClock(dialect(d.SQL, newQueue()), d.clock).Admin() }
 
 // SerialWrites reports true.
 func (Driver) SerialWrites() bool { return true }
 
-// Rebind returns query as it is: the driver takes ? placeholders.
-func (Driver) Rebind(query string) string { return query }
-
 // Inserter returns [DatabaseSQL].
 func (Driver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
 
-// Inbox returns [SQLInbox] on the driver's database.
-func (d Driver) Inbox() store.Inbox[*sql.Tx] { return SQLInbox(d.db) }
+// Inbox returns [SQLInbox] on the driver's database, with the driver's
+// clock.
+func (d Driver) Inbox() store.Inbox[*sql.Tx] {
+	return withClock(dialect(d.SQL, newQueue()), d.clock).Inbox()
+}
 
-// Idempotency returns [SQLIdempotency] on the driver's database.
-func (d Driver) Idempotency() store.Idempotency[*sql.Tx] { return SQLIdempotency(d.db) }
+// Idempotency returns [SQLIdempotency] on the driver's database, with the
+// driver's clock.
+func (d Driver) Idempotency() store.Idempotency[*sql.Tx] { return sqlIdempotency(d.SQL, d.clock) }
 
 // Sagas returns [SQLSagas] on the driver's database.
-func (d Driver) Sagas() store.Sagas[*sql.Tx] { return SQLSagas(d.db) }
-
-// InTx runs fn in a transaction of the driver's database.
-func (d Driver) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return sqltx.InTx(ctx, d.db, nil, "sqlite: ", fn)
-}
-
-// Exec runs query in tx and returns the rows it affected.
-func (Driver) Exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
-	return sqltx.Exec(ctx, tx, query, args...)
-}
-
-// QueryRow runs query in tx and scans its row into dest.
-func (Driver) QueryRow(ctx context.Context, tx *sql.Tx, query string, dest []any, args ...any) error {
-	return sqltx.QueryRow(ctx, tx, query, dest, args...)
-}
+func (d Driver) Sagas() store.Sagas[*sql.Tx] { return SQLSagas(d.SQL) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"time"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
@@ -53,16 +52,21 @@ ON CONFLICT (scope, idem_key) DO UPDATE
 // and in WAL mode a transaction that has read before another one committed
 // cannot take the write lock at all. It fails with SQLITE_BUSY at once,
 // without waiting, a failure every idempotent request would then risk.
-func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] {
+func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdempotency(db, nil) }
+
+// sqlIdempotency is SQLIdempotency with clock's time instead of this
+// process's when clock is not nil.
+func sqlIdempotency(db *sql.DB, clock store.Clock) sqlIdem {
 	turn := newQueue()
-	d := dialect(db, turn)
-	return sqlIdem{Keys: d.Keys(), d: d, turn: turn}
+	d := withClock(dialect(db, turn), clock)
+	return sqlIdem{Keys: d.Keys(), d: d, turn: turn, clock: clock}
 }
 
 type sqlIdem struct {
 	sqlstore.Keys
-	d    sqlstore.Dialect
-	turn queue // shared with InTx's transactions
+	d     sqlstore.Dialect
+	turn  queue // shared with InTx's transactions
+	clock store.Clock
 }
 
 func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
@@ -71,7 +75,7 @@ func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, 
 	owner := c.Owner.String()
 	err := s.turn.run(ctx, func() error {
 		return immediate(ctx, s.d.DB, func(conn *sql.Conn) error {
-			now := time.Now()
+			now := nowOf(s.clock)
 			if _, err := conn.ExecContext(ctx, claimKeySQL, c.Scope, c.Key, columns.Payload(c.Fingerprint), owner,
 				now.Add(c.LockFor).UnixMicro(), now.UnixMicro(), now.Add(c.Retain).UnixMicro()); err != nil {
 				return err

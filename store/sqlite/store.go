@@ -97,7 +97,9 @@
 // expires_at, and [store.Stats].Now are the writing process's time.Now(),
 // stored as INTEGER microseconds since the Unix epoch (UTC), as is
 // occurred_at. The processes sharing a file run on one machine (WAL needs a
-// local file system) and so share its clock.
+// local file system) and so share its clock. A store given a [store.Clock]
+// ([StoreConfig].Clock, [Driver.WithClock]) takes its time from that clock
+// instead.
 //
 // # Wake-ups
 //
@@ -129,6 +131,10 @@ type StoreConfig struct {
 	// courier_outbox_published (with published_at) instead of only deleting
 	// it. Trim the table with a retention job.
 	KeepPublished bool
+	// Clock is the time lease ends and retry times are compared with and
+	// computed from, and the time the store records; nil is this process's
+	// time.Now. See [store.Clock].
+	Clock store.Clock
 }
 
 // Store is the relay's view of a SQLite outbox. It is safe for concurrent
@@ -258,7 +264,7 @@ func (s *Store) claim(ctx context.Context, owner string, limit int, lease time.D
 // clock reading (see store/internal/claims), without any lock, and picks up
 // to limit rows. It also reports whether any lease has expired.
 func (s *Store) look(ctx context.Context, limit int) (*claims.Picker, bool, error) {
-	now := time.Now().UnixMicro()
+	now := nowOf(s.cfg.Clock).UnixMicro()
 	held, expired, err := heldKeys(ctx, s.db, now)
 	if err != nil {
 		return nil, false, err
@@ -293,7 +299,7 @@ func (s *Store) recordLease(ctx context.Context, owner string, lease time.Durati
 		idsJSON []byte
 	)
 	err := immediate(ctx, s.db, func(conn *sql.Conn) error {
-		now := time.Now()
+		now := nowOf(s.cfg.Clock)
 		nowUS := now.UnixMicro()
 		if _, err := conn.ExecContext(ctx, expiredSQL, nowUS); err != nil {
 			return fmt.Errorf("drop expired leases: %w", err)
@@ -439,7 +445,7 @@ func failuresJSON(fs []store.Failure, now time.Time) (string, error) {
 // transaction; ending the lease releases the rows it does not mention.
 func (s *Store) Complete(ctx context.Context, owner string, lease int64, o store.Outcome) error {
 	err := s.write(ctx, func(conn *sql.Conn) error {
-		now := time.Now()
+		now := nowOf(s.cfg.Clock)
 		var live bool
 		if err := conn.QueryRowContext(ctx, leaseLiveSQL, lease, owner, now.UnixMicro()).Scan(&live); err != nil {
 			return fmt.Errorf("check lease: %w", err)
@@ -507,16 +513,19 @@ const statsSQL = `SELECT
     (SELECT created_at FROM courier_outbox ORDER BY id LIMIT 1),
     (SELECT count(*) FROM courier_outbox_dead_letters)`
 
-// Stats implements store.RelayStore. Now is this process's clock.
+// Stats implements store.RelayStore. Now is this process's clock, or the
+// store's.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
-	return Stats(ctx, s.db)
+	return stats(ctx, s.db, s.cfg.Clock)
 }
 
 // Stats reports the state of the outbox reachable through q, for tools that
 // have a connection but no Store. Now is this process's clock.
-func Stats(ctx context.Context, q Querier) (store.Stats, error) {
+func Stats(ctx context.Context, q Querier) (store.Stats, error) { return stats(ctx, q, nil) }
+
+func stats(ctx context.Context, q Querier, clock store.Clock) (store.Stats, error) {
 	var st store.Stats
-	now := time.Now()
+	now := nowOf(clock)
 	var oldest sql.NullInt64
 	if err := q.QueryRowContext(ctx, statsSQL, now.UnixMicro()).Scan(&st.Pending, &st.Leased, &st.InBackoff, &oldest, &st.DeadLetters); err != nil {
 		return st, fmt.Errorf("sqlite: stats: %w", err)

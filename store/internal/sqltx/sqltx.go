@@ -74,3 +74,35 @@ func Dollar(query string) string {
 type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
+
+// DB is the database/sql part every dialect's Driver shares: the methods
+// that need only the *sql.DB and take ? placeholders as they are. A dialect
+// embeds it through an unexported alias, so its Driver gains the methods
+// and no exported field.
+type DB struct {
+	// SQL is the database.
+	SQL *sql.DB
+	// Prefix starts the errors of begin and commit, such as "mysql: ".
+	Prefix string
+}
+
+// Ping checks that the database answers.
+func (d DB) Ping(ctx context.Context) error { return d.SQL.PingContext(ctx) }
+
+// Rebind returns query as it is: the driver takes ? placeholders.
+func (DB) Rebind(query string) string { return query }
+
+// InTx runs fn in a transaction of the database (see [InTx]).
+func (d DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return InTx(ctx, d.SQL, nil, d.Prefix, fn)
+}
+
+// Exec runs query in tx and returns the rows it affected.
+func (DB) Exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
+	return Exec(ctx, tx, query, args...)
+}
+
+// QueryRow runs query in tx and scans its row into dest.
+func (DB) QueryRow(ctx context.Context, tx *sql.Tx, query string, dest []any, args ...any) error {
+	return QueryRow(ctx, tx, query, dest, args...)
+}

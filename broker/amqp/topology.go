@@ -1,0 +1,113 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// Topology is a consuming service's queue and what it receives.
+type Topology struct {
+	// Queue is the durable quorum queue to declare. Empty: only the
+	// exchange is declared.
+	Queue string
+	// Topics are bound to the queue, each as its routing key
+	// (RoutingKeyPrefix+topic); topic-exchange wildcards work ("orders.*",
+	// "#"). Empty: every topic under the prefix (RoutingKeyPrefix+"#").
+	Topics []string
+	// SingleActiveConsumer makes the queue deliver to one consumer at a
+	// time (x-single-active-consumer), the others standing by: per-key
+	// order with several instances of a service.
+	SingleActiveConsumer bool
+	// DeliveryLimit sets x-delivery-limit: after that many redeliveries the
+	// queue dead-letters the message, or deletes it when no
+	// DeadLetterExchange is set. 0 leaves the broker's default (none in
+	// RabbitMQ 3.x, 20 in 4.x). Keep it above the inbox consumer's
+	// MaxDeliveries; see the package documentation.
+	DeliveryLimit int
+	// DeadLetterExchange sets x-dead-letter-exchange: where the queue sends
+	// the messages it gives up on. Declare that exchange (and a queue bound
+	// to it) yourself.
+	DeadLetterExchange string
+	// DeadLetterRoutingKey sets x-dead-letter-routing-key; empty keeps each
+	// message's routing key.
+	DeadLetterRoutingKey string
+}
+
+// QueueArgs returns the arguments Topology declares its queue with.
+func (t Topology) QueueArgs() amqp091.Table {
+	args := amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum}
+	if t.SingleActiveConsumer {
+		args[amqp091.SingleActiveConsumerArg] = true
+	}
+	if t.DeliveryLimit > 0 {
+		args["x-delivery-limit"] = t.DeliveryLimit
+	}
+	if t.DeadLetterExchange != "" {
+		args["x-dead-letter-exchange"] = t.DeadLetterExchange
+	}
+	if t.DeadLetterRoutingKey != "" {
+		args["x-dead-letter-routing-key"] = t.DeadLetterRoutingKey
+	}
+	return args
+}
+
+// EnsureTopology declares cfg's exchange (durable, type topic) and, when
+// t.Queue is set, a durable quorum queue bound to it for t.Topics. It is
+// idempotent; a queue that exists with other arguments makes it fail with
+// RabbitMQ's 406 PRECONDITION_FAILED (delete the queue or keep its
+// arguments).
+func EnsureTopology(ctx context.Context, cfg Config, t Topology) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if t.DeliveryLimit < 0 {
+		return fmt.Errorf("amqp: Topology.DeliveryLimit is %d: use 0 (the broker's default) or more", t.DeliveryLimit)
+	}
+	conn, err := cfg.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp: open channel: %w", err)
+	}
+	step := func(what string, err error) error {
+		if err != nil {
+			return fmt.Errorf("amqp: %s: %w", what, err)
+		}
+		return ctx.Err()
+	}
+	if err := step("declare exchange "+cfg.Exchange,
+		ch.ExchangeDeclare(cfg.Exchange, amqp091.ExchangeTopic, true, false, false, false, nil)); err != nil {
+		return err
+	}
+	if t.Queue == "" {
+		if len(t.Topics) > 0 {
+			return errors.New("amqp: Topology.Topics without Topology.Queue: name the queue to bind them to")
+		}
+		return nil
+	}
+	_, err = ch.QueueDeclare(t.Queue, true, false, false, false, t.QueueArgs())
+	if err := step("declare quorum queue "+t.Queue, err); err != nil {
+		return err
+	}
+	keys := make([]string, 0, max(len(t.Topics), 1))
+	for _, topic := range t.Topics {
+		keys = append(keys, cfg.RoutingKey(topic))
+	}
+	if len(keys) == 0 {
+		keys = append(keys, cfg.RoutingKeyPrefix+"#")
+	}
+	for _, k := range keys {
+		if err := step(fmt.Sprintf("bind queue %s to %s with %q", t.Queue, cfg.Exchange, k),
+			ch.QueueBind(t.Queue, k, cfg.Exchange, false, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

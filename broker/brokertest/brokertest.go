@@ -1,0 +1,151 @@
+// Package brokertest is the conformance suite of Courier's brokers: the
+// behaviour a broker.Publisher and a broker.Subscriber promise, written once
+// and run against every broker package. A broker's test file calls [Run]
+// with a [Harness]: the broker's [Features], stated in one place, and a
+// function that builds a fresh destination (a stream, a topic, a queue) for
+// each test:
+//
+//	func TestConformance(t *testing.T) {
+//		brokertest.Run(t, brokertest.Harness{
+//			Features: brokertest.Features{Dedup: true, PerKeyOrder: true, …},
+//			New: func(t testing.TB) brokertest.Instance {
+//				… // a fresh destination, removed by t.Cleanup
+//				return brokertest.Instance{Topic: topic, Publisher: pub, Subscribe: …, Unreachable: …}
+//			},
+//		})
+//	}
+//
+// What every broker is tested for:
+//
+//   - Publish acknowledges each message (nil errors) and the messages reach
+//     the destination.
+//   - Payloads and headers round-trip byte for byte: every byte value 0–255,
+//     an empty payload, unicode keys and header values, the message's id,
+//     type, version, content type and time (needs a Subscriber or Stored).
+//   - An unreachable broker fails every message with an error wrapping
+//     broker.ErrUnavailable and none wrapping broker.ErrRejected: an outage
+//     never makes dead letters (needs Unreachable).
+//
+// And what a broker declares in its Features:
+//
+//   - Dedup: a message published twice (same id) is stored once.
+//   - OversizeBytes: a message with a payload of that size is refused with
+//     an error that counts against it (not broker.ErrUnavailable), wrapping
+//     broker.ErrRejected when OversizeRejected says the refusal is
+//     permanent; the other messages of the call are published.
+//   - Subscriber (Instance.Subscribe set): a delivery neither acknowledged
+//     nor dropped comes again after Close, to the next subscriber; Retry
+//     redelivers after its delay with Attempt counted up; an acknowledged or
+//     dropped delivery does not come again; RedeliversAfter and
+//     AttemptsSurviveClose refine what is checked.
+//   - PerKeyOrder: the messages of each key, published by one publisher over
+//     several calls, reach the subscriber in publish order.
+//
+// Every test gets a destination of its own and talks to the broker for
+// real; nothing is mocked. The tests run in parallel unless Features.Serial.
+package brokertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+)
+
+// Features is what a broker promises beyond what every broker must do. Each
+// broker package declares its Features in one place (its conformance test,
+// mirrored in its package documentation); the suite tests each one claimed
+// and skips the tests of those not claimed.
+type Features struct {
+	// Dedup: the broker drops a re-publication of a message id (within
+	// its deduplication window), so a message the relay publishes twice is
+	// stored once.
+	Dedup bool
+	// PerKeyOrder: messages of one key from one publisher reach a
+	// subscriber in the order they were published.
+	PerKeyOrder bool
+	// OversizeBytes, when above 0, is a payload size the broker refuses
+	// (larger than the broker or the destination accepts).
+	OversizeBytes int
+	// OversizeRejected: the refusal of an oversize message is permanent
+	// and wraps broker.ErrRejected (else it is a counted failure).
+	OversizeRejected bool
+	// RedeliversAfter, when above 0, is how long the broker waits for an
+	// acknowledgement before it redelivers to the same, still open
+	// subscriber (JetStream's AckWait). 0: an unacknowledged delivery comes
+	// again only after Close (or a rebalance).
+	RedeliversAfter time.Duration
+	// AttemptsSurviveClose: the broker counts deliveries itself, so a
+	// delivery that comes again to a new subscriber has an Attempt above 1.
+	// Without it Attempt is counted by the subscriber and starts at 1 again.
+	AttemptsSurviveClose bool
+	// Serial runs the suite's tests one after the other instead of in
+	// parallel.
+	Serial bool
+}
+
+// Harness is how the suite reaches a broker.
+type Harness struct {
+	// Features the broker claims.
+	Features Features
+	// New builds a fresh destination for one test, removed when the test
+	// ends (t.Cleanup), and returns how to reach it.
+	New func(t testing.TB) Instance
+}
+
+// Instance is one test's fresh destination.
+type Instance struct {
+	// Topic is the message topic that leads to the destination; the suite
+	// publishes every message on it.
+	Topic string
+	// Publisher publishes to the broker.
+	Publisher broker.Publisher
+	// Subscribe, when set, returns a new subscriber that receives the
+	// destination's messages. Every subscriber of one Instance belongs to
+	// the same consumer (durable consumer, consumer group, queue): a
+	// delivery one of them did not acknowledge comes to the next. The suite
+	// closes each subscriber it gets; the harness may close it again in
+	// t.Cleanup.
+	Subscribe func(t testing.TB) broker.Subscriber
+	// Stored, when set, returns the messages the destination holds, in
+	// order, decoded, duplicates included. The suite counts what was stored
+	// with it (Dedup, the messages around an oversize one) and uses it in
+	// place of a subscriber where there is none.
+	Stored func(t testing.TB) []courier.Message
+	// Unreachable, when set, makes the broker unreachable and returns a
+	// publisher that then publishes to it: Publisher after the broker has
+	// been stopped, or a publisher pointed at an address nothing answers.
+	Unreachable func(t testing.TB) broker.Publisher
+}
+
+// Run runs the suite, one subtest per behaviour, each on a destination of
+// its own from h.New.
+func Run(t *testing.T, h Harness) {
+	if h.New == nil {
+		t.Fatal("brokertest: Harness.New is nil: give a function that builds a fresh destination")
+	}
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Harness)
+	}{
+		{"PublishAndAck", testPublishAndAck},
+		{"RoundTrip", testRoundTrip},
+		{"Dedup", testDedup},
+		{"Unreachable", testUnreachable},
+		{"Oversize", testOversize},
+		{"UnackedRedelivered", testUnackedRedelivered},
+		{"UnackedRedeliveredWhileOpen", testRedeliveredWhileOpen},
+		{"Retry", testRetry},
+		{"AckedNotRedelivered", testAckedNotRedelivered},
+		{"PerKeyOrder", testPerKeyOrder},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !h.Features.Serial {
+				t.Parallel()
+			}
+			tc.fn(t, h)
+		})
+	}
+}

@@ -1,0 +1,86 @@
+package nats_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/brokertest"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/internal/testenv"
+)
+
+// ackWait is the consumers' AckWait in the conformance suite: JetStream
+// redelivers an unacknowledged message after it.
+const ackWait = time.Second
+
+// features are what JetStream promises, as package nats documents them:
+// Nats-Msg-Id deduplication within the stream's window, per-key order (one
+// stream, one publisher, acknowledgements in order), a payload over the
+// server's max_payload refused for good by the client, redelivery after
+// AckWait counted by the server.
+func features(maxPayload int64) brokertest.Features {
+	return brokertest.Features{
+		Dedup:                true,
+		PerKeyOrder:          true,
+		OversizeBytes:        int(maxPayload) + 1,
+		OversizeRejected:     true,
+		RedeliversAfter:      ackWait,
+		AttemptsSurviveClose: true,
+	}
+}
+
+// The conformance suite on the machine's NATS server (embedded when
+// COURIER_TEST_NATS_URL is unset), a stream of its own per test.
+func TestConformance(t *testing.T) {
+	url := testenv.NATSOrEmbedded(t)
+	nc := testenv.Connect(t, url)
+	brokertest.Run(t, brokertest.Harness{
+		Features: features(nc.MaxPayload()),
+		New: func(t testing.TB) brokertest.Instance {
+			ctx := context.Background()
+			stream := testenv.Name("BT")
+			mapping := couriernats.Config{SubjectPrefix: stream + "."}
+			testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: stream, Memory: true}), "ensure stream")
+			t.Cleanup(func() { deleteStream(nc, stream) })
+			pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, AckTimeout: 5 * time.Second})
+			testenv.Must(t, err, "publisher")
+			return brokertest.Instance{
+				Topic:     "orders",
+				Publisher: pub,
+				Subscribe: func(t testing.TB) broker.Subscriber {
+					s, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
+						Config: mapping, Stream: stream, Consumer: "brokertest", AckWait: ackWait,
+					})
+					testenv.Must(t, err, "subscriber")
+					t.Cleanup(func() { _ = s.Close() })
+					return s
+				},
+				Stored: func(t testing.TB) []courier.Message {
+					return testenv.StreamMessages(t, nc, stream, mapping)
+				},
+				Unreachable: func(t testing.TB) broker.Publisher {
+					return stoppedServer(t)
+				},
+			}
+		},
+	})
+}
+
+// stoppedServer returns a publisher connected to an embedded server that
+// has then been shut down.
+func stoppedServer(t testing.TB) broker.Publisher {
+	srv := testenv.EmbeddedNATS(t)
+	nc, err := couriernats.Connect(srv.ClientURL(), natsgo.MaxReconnects(-1))
+	testenv.Must(t, err, "connect")
+	t.Cleanup(nc.Close)
+	testenv.Must(t, couriernats.EnsureStream(context.Background(), nc, couriernats.Config{}, couriernats.StreamConfig{Memory: true}), "ensure stream")
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{AckTimeout: time.Second})
+	testenv.Must(t, err, "publisher")
+	srv.Shutdown()
+	return pub
+}
