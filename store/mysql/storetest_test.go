@@ -15,9 +15,9 @@ import (
 
 // The conformance suite, on a fresh database per test.
 func TestConformance(t *testing.T) {
-	storetest.Exercise(t, func(t testing.TB, _ store.Clock) storetest.Harness[*sql.Tx] {
+	storetest.Exercise(t, func(t testing.TB, clock store.Clock) storetest.Harness[*sql.Tx] {
 		my := testenv.MySQL(t, nil)
-		return storetest.Harness[*sql.Tx]{Driver: mysql.NewDriver(my.DB), ExecScript: func(ctx context.Context, script string) error {
+		return storetest.Harness[*sql.Tx]{Driver: mysql.NewDriver(my.DB).WithClock(clock), ExecScript: func(ctx context.Context, script string) error {
 			// As the mysql client runs a script: on a connection that
 			// accepts several statements at once.
 			cfg, err := gomysql.ParseDSN(my.DSN)
@@ -32,6 +32,6 @@ func TestConformance(t *testing.T) {
 			defer multi.Close()
 			_, err = multi.ExecContext(ctx, script)
 			return err
-		}, RealClock: true}
+		}}
 	})
 }

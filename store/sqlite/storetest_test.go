@@ -25,9 +25,9 @@ func openFile(t testing.TB) (*sql.DB, string) {
 
 // The conformance suite, on a fresh file per test.
 func TestConformance(t *testing.T) {
-	storetest.Exercise(t, func(t testing.TB, _ store.Clock) storetest.Harness[*sql.Tx] {
+	storetest.Exercise(t, func(t testing.TB, clock store.Clock) storetest.Harness[*sql.Tx] {
 		db, _ := openFile(t)
-		d := sqlite.NewDriver(db)
+		d := sqlite.NewDriver(db).WithClock(clock)
 		// An exported script runs in one transaction, as the sqlite3 shell
 		// runs a file of statements.
 		script := func(ctx context.Context, script string) error {
@@ -36,6 +36,6 @@ func TestConformance(t *testing.T) {
 				return err
 			})
 		}
-		return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: script, RealClock: true}
+		return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: script}
 	})
 }

@@ -55,7 +55,6 @@ func openDB[TTx any](t testing.TB, h opener[TTx], clock store.Clock, migrate boo
 		RelayStore:   d.RelayStore,
 		SerialWrites: d.SerialWrites(),
 		Inspect:      sqlInspector[TTx]{d},
-		RealClock:    hs.RealClock,
 	}}}
 	if migrate {
 		if _, err := db.Migrate(context.Background()); err != nil {
@@ -161,11 +160,6 @@ func (db *relayDB[TTx]) insert(ctx context.Context, tx TTx, msgs ...courier.Mess
 		}
 	}
 	return db.Inserter.Insert(ctx, tx, msgs)
-}
-
-// elapse lets d pass for the stores, counted from since (see [elapse]).
-func (db *relayDB[TTx]) elapse(since time.Time, d time.Duration) {
-	elapse(db.clock, db.RealClock, since, d)
 }
 
 // failures returns the failure record of the pending row seq, and false

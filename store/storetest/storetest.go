@@ -43,7 +43,6 @@ package storetest
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/sqltx"
@@ -60,10 +59,6 @@ type Harness[TTx any] struct {
 	// ExecScript runs a script of several statements (an exported
 	// migration) the way an external migration tool would.
 	ExecScript func(ctx context.Context, script string) error
-	// RealClock says that Driver's stores read the database's clock, not
-	// the one open was given: the suite then waits for each deadline to
-	// pass as well as moving its clock.
-	RealClock bool
 }
 
 // opener creates a fresh, empty database (no Courier schema yet) for one
@@ -84,10 +79,7 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 	runRelayTests(t, func(t testing.TB, clock store.Clock) RelayHarness[TTx] {
 		return openDB(t, open, clock, true).RelayHarness
 	})
-	tests := []struct {
-		name string
-		fn   func(*testing.T, opener[TTx])
-	}{
+	runParallel(t, []test[opener[TTx]]{
 		{"Migrations", testMigrations[TTx]},
 		{"MigrateConcurrently", testMigrateConcurrently[TTx]},
 		{"SchemaNewer", testSchemaNewer[TTx]},
@@ -102,11 +94,22 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim[TTx]},
 		{"IdempotencyTakeoverAndExpiry", testIdempotencyExpiry[TTx]},
 		{"IdempotencyConcurrentClaims", testIdempotencyConcurrent[TTx]},
-	}
+	}, func(*testing.T) opener[TTx] { return open })
+}
+
+// test is one behaviour of the suite, checked on an A.
+type test[A any] struct {
+	name string
+	fn   func(*testing.T, A)
+}
+
+// runParallel runs each of tests as a parallel subtest, on what arg
+// returns for it.
+func runParallel[A any](t *testing.T, tests []test[A], arg func(*testing.T) A) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(t, open)
+			tc.fn(t, arg(t))
 		})
 	}
 }
@@ -130,10 +133,6 @@ type RelayHarness[TTx any] struct {
 	// Complete and Stats return (failure records, dead letters, published
 	// rows); the checks that need it are skipped without it.
 	Inspect Inspector
-	// RealClock says that the relay stores read a clock of their own, not
-	// the one open was given: the suite then waits for each deadline to
-	// pass as well as moving its clock.
-	RealClock bool
 }
 
 // Inspector shows what a relay store keeps beyond what its API returns.
@@ -189,10 +188,7 @@ func ExerciseRelayStore[TTx any](t *testing.T, open func(t testing.TB, clock sto
 // runRelayTests runs the relay store's tests, each on an outbox from open
 // with a clock of its own.
 func runRelayTests[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) RelayHarness[TTx]) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, *relayDB[TTx])
-	}{
+	runParallel(t, []test[*relayDB[TTx]]{
 		{"AtomicWrite", testAtomicWrite[TTx]},
 		{"EmptyPayload", testEmptyPayload[TTx]},
 		{"ClaimOrder", testClaimOrder[TTx]},
@@ -212,29 +208,14 @@ func runRelayTests[TTx any](t *testing.T, open func(t testing.TB, clock store.Cl
 		{"LargePayload", testLargePayload[TTx]},
 		{"UnicodeKeys", testUnicodeKeys[TTx]},
 		{"OrderOfUnserialisedWriters", testOrderUnserialised[TTx]},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			clock := memstore.NewClock()
-			h := open(t, clock.Now)
-			if h.Inserter == nil || h.InTx == nil || h.RelayStore == nil {
-				t.Fatal("storetest: the RelayHarness lacks its Inserter, InTx or RelayStore")
-			}
-			tc.fn(t, &relayDB[TTx]{RelayHarness: h, clock: clock})
-		})
-	}
-}
-
-// elapse lets d pass for the stores, counted from since (a reading of
-// time.Now taken once the deadline was set): it moves clock forward by d
-// and, when the stores read a clock of their own (realClock), waits until
-// since+d has passed, with a margin for the database's clock.
-func elapse(clock *memstore.Clock, realClock bool, since time.Time, d time.Duration) {
-	clock.Advance(d)
-	if realClock {
-		time.Sleep(time.Until(since.Add(d + 300*time.Millisecond)))
-	}
+	}, func(t *testing.T) *relayDB[TTx] {
+		clock := memstore.NewClock()
+		h := open(t, clock.Now)
+		if h.Inserter == nil || h.InTx == nil || h.RelayStore == nil {
+			t.Fatal("storetest: the RelayHarness lacks its Inserter, InTx or RelayStore")
+		}
+		return &relayDB[TTx]{RelayHarness: h, clock: clock}
+	})
 }
 
 // DollarPlaceholders rewrites a statement written with ? placeholders into
