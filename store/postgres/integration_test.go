@@ -175,8 +175,11 @@ func TestNotifierWakesOnlyWhenArmed(t *testing.T) {
 	}
 
 	// Not armed: commits notify nobody.
-	time.Sleep(200 * time.Millisecond) // the listener is up
-	drain()
+	select { // the listener signals once it listens: rows may have committed before
+	case <-n.Wake():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener did not start listening within 10s")
+	}
 	write()
 	select {
 	case <-n.Wake():
