@@ -236,6 +236,143 @@ func TestCommitsInOrder(t *testing.T) {
 	}
 }
 
+// tally counts the deliveries of a test's consumers.
+type tally struct {
+	mu       sync.Mutex
+	seen     map[[16]byte]int
+	received chan struct{} // a value per acknowledged delivery
+}
+
+func newTally() *tally {
+	return &tally{seen: map[[16]byte]int{}, received: make(chan struct{}, 1<<16)}
+}
+
+// consume acknowledges what s delivers until ctx ends; a delivery in hand
+// when ctx ends is left unacknowledged, as by a member that crashed in its
+// handler. It returns the number of deliveries it acknowledged.
+func (c *tally) consume(t *testing.T, ctx context.Context, s broker.Subscriber, acked *atomic.Int32) int {
+	n := 0
+	for {
+		d, err := s.Next(ctx)
+		if err != nil {
+			return n
+		}
+		m, err := s.Decode(d.Raw())
+		if err != nil {
+			t.Errorf("decode: %v", err)
+			return n
+		}
+		time.Sleep(time.Millisecond) // a handler's transaction
+		if ctx.Err() != nil {
+			return n
+		}
+		if err := d.Ack(ctx); err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("ack: %v", err)
+			}
+			return n
+		}
+		n++
+		acked.Add(1)
+		c.mu.Lock()
+		c.seen[m.ID]++
+		c.mu.Unlock()
+		c.received <- struct{}{}
+	}
+}
+
+// wait waits until every message of written was acknowledged at least once
+// and returns how many deliveries were duplicates.
+func (c *tally) wait(t *testing.T, written []courier.Message) int {
+	t.Helper()
+	missing := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := 0
+		for _, m := range written {
+			if c.seen[m.ID] == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.Eventually(t, 60*time.Second, func() bool { return missing() == 0 }, "%v of %d messages never acknowledged", testenv.Lazy(func() any { return missing() }), len(written))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dups := 0
+	for _, n := range c.seen {
+		dups += n - 1
+	}
+	return dups
+}
+
+// member runs a consumer of the group on s until stopped.
+type member struct {
+	acked atomic.Int32 // deliveries acknowledged so far
+	stop  func() int   // cancels the consumer and returns acked
+}
+
+func (c *tally) member(t *testing.T, s broker.Subscriber) *member {
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{}
+	done := make(chan struct{})
+	go func() { defer close(done); c.consume(t, ctx, s, &m.acked) }()
+	m.stop = func() int {
+		cancel()
+		<-done
+		return int(m.acked.Load())
+	}
+	t.Cleanup(func() { m.stop() })
+	return m
+}
+
+func publishAll(t *testing.T, pub broker.Publisher, ms []courier.Message) {
+	t.Helper()
+	for _, err := range pub.Publish(context.Background(), ms) {
+		testenv.Must(t, err, "publish")
+	}
+}
+
+func keyed(total, keys int) []courier.Message {
+	var out []courier.Message
+	for i := range total {
+		out = append(out, courier.NewMessage("orders", fmt.Sprintf("key-%d", i%keys), "T", []byte(fmt.Sprint(i))))
+	}
+	return out
+}
+
+// nothingLeft checks the group's committed offsets once the members are
+// closed: a new member receives again at most the records the members held
+// unacknowledged when they stopped (each a message acknowledged before, in
+// another delivery), and no message that was never acknowledged.
+func (c *tally) nothingLeft(t *testing.T, sc kafka.SubscriberConfig, members int) {
+	t.Helper()
+	last := subscriber(t, sc)
+	again := 0
+	for {
+		wait, stop := context.WithTimeout(context.Background(), 3*time.Second)
+		d, err := last.Next(wait)
+		stop()
+		if err != nil {
+			break
+		}
+		m, err := last.Decode(d.Raw())
+		testenv.Must(t, err, "decode")
+		testenv.Must(t, d.Ack(context.Background()), "ack")
+		c.mu.Lock()
+		acked := c.seen[m.ID] > 0
+		c.mu.Unlock()
+		if !acked {
+			t.Fatalf("message %s came to a new member though nobody acknowledged it before", m.Payload)
+		}
+		again++
+	}
+	if limit := members * (sc.Prefetch + 1); again > limit {
+		t.Fatalf("%d acknowledged messages came again to a new member, more than the %d the members may have held: their acknowledgements were not committed", again, limit)
+	}
+	t.Logf("a new member received %d records the closed members held", again)
+}
+
 // A second member joining mid-stream takes over partitions; nothing is
 // lost: every message is received, and once all are acknowledged a new
 // member of the group receives none again.
@@ -243,77 +380,86 @@ func TestRebalanceLosesNothing(t *testing.T) {
 	_, cfg := setup(t, 8, nil)
 	pub := publisher(t, kafka.PublisherConfig{Config: cfg})
 	sc := kafka.SubscriberConfig{Config: cfg, Group: "billing", Topics: []string{"orders"}, Prefetch: 10}
-	const total, keys = 600, 24
-	var written []courier.Message
-	for i := range total {
-		written = append(written, courier.NewMessage("orders", fmt.Sprintf("key-%d", i%keys), "T", []byte(fmt.Sprint(i))))
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var mu sync.Mutex
-	seen := map[[16]byte]int{}
-	received := make(chan struct{}, total*2)
-	var byMember [2]atomic.Int32
-	consume := func(member int, s broker.Subscriber) {
-		for {
-			d, err := s.Next(ctx)
-			if err != nil {
-				return
-			}
-			m, err := s.Decode(d.Raw())
-			if err != nil {
-				t.Errorf("decode: %v", err)
-				return
-			}
-			time.Sleep(time.Millisecond) // a handler's transaction
-			if err := d.Ack(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("ack: %v", err)
-			}
-			mu.Lock()
-			seen[m.ID]++
-			mu.Unlock()
-			byMember[member].Add(1)
-			received <- struct{}{}
-		}
-	}
-	var wg sync.WaitGroup
+	written := keyed(600, 24)
+	c := newTally()
 	a := subscriber(t, sc)
-	wg.Go(func() { consume(0, a) })
-	for start := 0; start < total; start += 50 {
-		for _, err := range pub.Publish(ctx, written[start:start+50]) {
-			testenv.Must(t, err, "publish")
-		}
-		if start == total/4 {
-			for range total / 8 { // the first member is busy when the second joins
-				<-received
+	ma := c.member(t, a)
+	var b *kafka.Subscriber
+	var mb *member
+	for start := 0; start < len(written); start += 50 {
+		publishAll(t, pub, written[start:start+50])
+		if start == 150 {
+			for range 75 { // the first member is busy when the second joins
+				<-c.received
 			}
-			b := subscriber(t, sc)
-			wg.Go(func() { consume(1, b) })
+			b = subscriber(t, sc)
+			mb = c.member(t, b)
 		}
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) == total
-	}, "received %v of %d messages", testenv.Lazy(func() any { mu.Lock(); defer mu.Unlock(); return len(seen) }), total)
-	cancel()
-	wg.Wait()
-	dups := 0
-	for _, n := range seen {
-		dups += n - 1
-	}
-	t.Logf("%d messages, %d delivered again after the rebalance; first member %d deliveries, second %d", total, dups, byMember[0].Load(), byMember[1].Load())
-	if byMember[1].Load() == 0 {
+	dups := c.wait(t, written)
+	na, nb := ma.stop(), mb.stop()
+	t.Logf("%d messages, %d delivered again after the rebalance; first member acknowledged %d, second %d", len(written), dups, na, nb)
+	if nb == 0 {
 		t.Fatal("the second member received nothing: no partition moved")
 	}
 	testenv.Must(t, a.Close(), "close the first member")
+	testenv.Must(t, b.Close(), "close the second member")
+	c.nothingLeft(t, sc, 2)
+}
 
-	// Everything was acknowledged: the group's committed offsets cover it.
-	last := subscriber(t, sc)
-	wait, stop := context.WithTimeout(context.Background(), 3*time.Second)
-	defer stop()
-	if d, err := last.Next(wait); err == nil {
-		t.Fatalf("message %s came again to a new member after every message was acknowledged", d.Raw().Data)
+// A member leaving mid-stream with a delivery in hand (not acknowledged)
+// and records fetched but not handed out: its partitions move to the other
+// member, which receives all of those.
+func TestMemberLeavesMidStream(t *testing.T) {
+	_, cfg := setup(t, 8, nil)
+	pub := publisher(t, kafka.PublisherConfig{Config: cfg})
+	sc := kafka.SubscriberConfig{Config: cfg, Group: "billing", Topics: []string{"orders"}, Prefetch: 10}
+	written := keyed(1200, 24)
+	c := newTally()
+	a, b := subscriber(t, sc), subscriber(t, sc)
+	ma, mb := c.member(t, a), c.member(t, b)
+	// Publish until both members have partitions and acknowledged some.
+	next := 0
+	for ; next < len(written) && (ma.acked.Load() < 20 || mb.acked.Load() < 20); next += 20 {
+		publishAll(t, pub, written[next:next+20])
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ma.acked.Load() == 0 || mb.acked.Load() == 0 {
+		t.Fatalf("after %d messages the members acknowledged %d and %d: the group never split the partitions", next, ma.acked.Load(), mb.acked.Load())
+	}
+	na := ma.stop() // in the middle of a delivery, most likely
+	testenv.Must(t, a.Close(), "close the leaving member")
+	publishAll(t, pub, written[next:])
+	dups := c.wait(t, written)
+	nb := mb.stop()
+	t.Logf("%d messages, %d delivered again; the leaving member acknowledged %d, the other %d", len(written), dups, na, nb)
+	testenv.Must(t, b.Close(), "close the other member")
+	c.nothingLeft(t, sc, 1)
+}
+
+// Acknowledging a record commits its partition only: a partition the
+// member owns but has nothing acknowledged in keeps the group's offset
+// (a commit of offset 0 there would bring its whole history again).
+func TestAckCommitsOnlyItsPartition(t *testing.T) {
+	_, cfg := setup(t, 4, nil)
+	pub := publisher(t, kafka.PublisherConfig{Config: cfg})
+	sc := kafka.SubscriberConfig{Config: cfg, Group: "g", Topics: []string{"orders"}}
+	publishAll(t, pub, keyed(40, 20))
+	first := subscriber(t, sc)
+	drain(t, first, 40)
+	testenv.Must(t, first.Close(), "close")
+
+	later := courier.NewMessage("orders", "key-0", "T", []byte("later"))
+	publishAll(t, pub, []courier.Message{later})
+	second := subscriber(t, sc)
+	if got := drain(t, second, 1); got[0].ID != later.ID {
+		t.Fatalf("the second member got %s, want the message published later", got[0].Payload)
+	}
+	testenv.Must(t, second.Close(), "close")
+	third := subscriber(t, sc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if d, err := third.Next(ctx); err == nil {
+		t.Fatalf("message %s came again after all were acknowledged", d.Raw().Data)
 	}
 }

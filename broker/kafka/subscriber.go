@@ -85,10 +85,10 @@ type topicPartition struct {
 // partition is what the Subscriber knows of one partition it owns.
 type partition struct {
 	tp        topicPartition
-	gone      bool     // revoked or lost: its records' acks commit nothing
-	inflight  []*entry // records handed out or queued, in offset order, not yet committed
-	commitTo  kgo.EpochOffset
-	committed int64 // -1: nothing committed by this Subscriber
+	gone      bool            // revoked or lost: its records' acks commit nothing
+	inflight  []*entry        // records handed out or queued, in offset order, not yet committed
+	commitTo  kgo.EpochOffset // the offset to commit; -1 until a record is done
+	committed int64           // the offset committed by this Subscriber; -1: none
 }
 
 // entry is one record of a partition, from fetch to commit.
@@ -213,7 +213,10 @@ func (s *Subscriber) assigned(_ context.Context, _ *kgo.Client, assigned map[str
 	for topic, ps := range assigned {
 		for _, p := range ps {
 			tp := topicPartition{topic, p}
-			s.parts[tp] = &partition{tp: tp, committed: -1}
+			if s.parts[tp] != nil {
+				continue // still ours: keep what is known of it
+			}
+			s.parts[tp] = &partition{tp: tp, commitTo: kgo.EpochOffset{Epoch: -1, Offset: -1}, committed: -1}
 		}
 	}
 }
@@ -331,7 +334,9 @@ func (s *Subscriber) commitLocked(ctx context.Context) error {
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	var parts []*partition
 	for tp, p := range s.parts {
-		if p.gone || p.commitTo.Offset <= p.committed {
+		// Nothing done yet (commitTo -1) commits nothing: offset 0 would
+		// rewind the group to the partition's start.
+		if p.gone || p.commitTo.Offset < 0 || p.commitTo.Offset <= p.committed {
 			continue
 		}
 		if offsets[tp.topic] == nil {
