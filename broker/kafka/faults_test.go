@@ -463,3 +463,30 @@ func TestAckCommitsOnlyItsPartition(t *testing.T) {
 		t.Fatalf("message %s came again after all were acknowledged", d.Raw().Data)
 	}
 }
+
+// While the cluster is gone Next waits (its context ends it) and Close
+// still returns, without committing.
+func TestSubscriberOutlivesCluster(t *testing.T) {
+	c, cfg := setup(t, 2, nil)
+	pub := publisher(t, kafka.PublisherConfig{Config: cfg})
+	publishAll(t, pub, keyed(4, 2))
+	s := subscriber(t, kafka.SubscriberConfig{Config: cfg, Group: "g", Topics: []string{"orders"}})
+	drain(t, s, 4)
+	c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if d, err := s.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next while the cluster is gone: %v, %v; want it to wait until its context ends", d, err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		testenv.Must(t, err, "close")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close hangs while the cluster is gone")
+	}
+	if _, err := s.Next(context.Background()); !errors.Is(err, broker.ErrUnavailable) {
+		t.Fatalf("Next after Close: %v; want ErrUnavailable", err)
+	}
+}

@@ -179,8 +179,10 @@ func (s *Subscriber) poll(ctx context.Context) {
 			s.cl.AllowRebalance()
 			return
 		}
+		failed := false
 		fetches.EachError(func(topic string, p int32, err error) {
 			if !errors.Is(err, context.Canceled) {
+				failed = true
 				s.log.Warn("kafka: fetch failed; retrying", "topic", topic, "partition", p, "error", err)
 			}
 		})
@@ -197,8 +199,20 @@ func (s *Subscriber) poll(ctx context.Context) {
 		s.mu.Unlock()
 		s.cl.AllowRebalance()
 		s.signal(s.wake)
+		if failed && fetches.NumRecords() == 0 {
+			// A poll that returns errors returns at once: pause rather
+			// than spin (and log) while the trouble lasts.
+			select {
+			case <-time.After(pollBackoff):
+			case <-ctx.Done():
+				return
+			}
+		}
 	}
 }
+
+// pollBackoff is the pause after a poll that fetched nothing but errors.
+const pollBackoff = 500 * time.Millisecond
 
 func (s *Subscriber) signal(ch chan struct{}) {
 	select {
