@@ -17,9 +17,9 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/idempotency"
-	"github.com/courier-go/courier/internal/clocktest"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store/memstore"
 )
 
 // shop is the entry point of seed exercise A: POST /orders creates an order
@@ -287,7 +287,8 @@ func TestCrashedOwnerIsTakenOver(t *testing.T) {
 }
 
 func testCrashedOwnerIsTakenOver[TTx any](t *testing.T, d dialect[TTx]) {
-	clock := clocktest.NewClock(time.Now())
+	clock := memstore.NewClock()
+	clock.Set(time.Now())
 	db := d.openAt(t, clock.Now)
 	keys, err := idempotency.New(db.keys, idempotency.Config{LockTimeout: time.Second})
 	testenv.Must(t, err, "keys")
@@ -309,7 +310,7 @@ func testCrashedOwnerIsTakenOver[TTx any](t *testing.T, d dialect[TTx]) {
 	} else if _, ok := err.(*idempotency.InFlightError); !ok {
 		t.Fatalf("retry during the lock: %v, want InFlightError", err)
 	}
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	out, err := keys.Do(ctx, req, run)
 	if err != nil || out.Replayed || ran != 1 {
 		t.Fatalf("after the lock: %+v %v, ran %d", out, err, ran)
@@ -327,7 +328,8 @@ func TestExpiredKeyRunsAgain(t *testing.T) {
 }
 
 func testExpiredKeyRunsAgain[TTx any](t *testing.T, d dialect[TTx]) {
-	clock := clocktest.NewClock(time.Now())
+	clock := memstore.NewClock()
+	clock.Set(time.Now())
 	keys, err := idempotency.New(d.openAt(t, clock.Now).keys, idempotency.Config{LockTimeout: time.Second, Retention: time.Second})
 	testenv.Must(t, err, "keys")
 	ctx := context.Background()
@@ -341,11 +343,11 @@ func testExpiredKeyRunsAgain[TTx any](t *testing.T, d dialect[TTx]) {
 	if out, _ := keys.Do(ctx, req, run); !out.Replayed {
 		t.Fatal("not replayed within retention")
 	}
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	if out, err := keys.Do(ctx, req, run); err != nil || out.Replayed || ran != 2 {
 		t.Fatalf("after expiry: %+v %v, ran %d; want a new execution", out, err, ran)
 	}
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	if n, err := keys.Cleanup(ctx); err != nil || n != 1 {
 		t.Fatalf("cleanup removed %d, %v; want the expired key", n, err)
 	}

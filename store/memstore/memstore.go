@@ -15,14 +15,16 @@
 //
 // # Semantics
 //
-// They are the dialects' (see store/postgres): a claim leases rows to an
-// owner until the clock passes the lease's end, takes a key's rows in Seq
-// order and none of them while another row of the key is leased or waiting
-// for a retry, and takes a row whose retry has come due alone, without the
-// rows of its key behind it. Complete does nothing unless the lease is still
-// live and its owner's; ending the lease releases the rows the outcome does
-// not mention. Publishing deletes a row (and copies it to the published rows
-// with Config.KeepPublished); a dead letter keeps the row's attempts and its
+// They are the dialects' (see store/postgres), and the relay store's part of
+// their conformance suite (storetest.ExerciseRelayStore) holds the store in
+// memory to them too: a claim leases rows to an owner until the clock passes
+// the lease's end, takes a key's rows in Seq order and none of them while
+// another row of the key is leased or waiting for a retry, and takes a row
+// whose retry has come due alone, without the rows of its key behind it.
+// Complete does nothing unless the lease is still live and its owner's;
+// ending the lease releases the rows the outcome does not mention.
+// Publishing deletes a row (and copies it to the published rows with
+// Config.KeepPublished); a dead letter keeps the row's attempts and its
 // history of failures, the latest 20 of them.
 //
 // Seq is allocated when a row is inserted and the row becomes visible when
@@ -276,6 +278,30 @@ func (s *Store) index(seq int64) int {
 // Complete implements [store.RelayStore]: the outcome is applied only while
 // the lease is live and owner's, and the lease ends either way.
 func (s *Store) Complete(ctx context.Context, owner string, leaseID int64, o store.Outcome) error {
+	return s.complete(ctx, owner, leaseID, o, s.keep)
+}
+
+// RelayStore returns a relay store on s's outbox configured by cfg, as
+// [store.Database.RelayStore] does: its Claim and Stats are s's, and its
+// Complete keeps published rows when cfg.KeepPublished says so, whatever
+// s's Config. It never fails; the error is there for the signature.
+func (s *Store) RelayStore(_ context.Context, cfg store.RelayConfig) (store.RelayStore, error) {
+	return relayView{s, cfg.KeepPublished}, nil
+}
+
+// relayView is s with its own KeepPublished.
+type relayView struct {
+	*Store
+	keep bool
+}
+
+// Complete implements [store.RelayStore].
+func (v relayView) Complete(ctx context.Context, owner string, leaseID int64, o store.Outcome) error {
+	return v.complete(ctx, owner, leaseID, o, v.keep)
+}
+
+// complete applies o, keeping the published rows when keep is true.
+func (s *Store) complete(ctx context.Context, owner string, leaseID int64, o store.Outcome, keep bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: complete batch: %w", err)
 	}
@@ -291,7 +317,7 @@ func (s *Store) Complete(ctx context.Context, owner string, leaseID int64, o sto
 		return nil // expired: the rows may belong to another relay
 	}
 	for _, seq := range o.Published {
-		s.publish(seq, now)
+		s.publish(seq, now, keep)
 	}
 	for _, f := range o.Retry {
 		if i := s.index(f.Seq); i >= 0 {
@@ -318,13 +344,13 @@ func (r *row) fail(f store.Failure, now time.Time) {
 	}
 }
 
-// publish deletes the pending row seq, keeping a copy with KeepPublished.
-func (s *Store) publish(seq int64, now time.Time) {
+// publish deletes the pending row seq, keeping a copy when keep is true.
+func (s *Store) publish(seq int64, now time.Time, keep bool) {
 	i := s.index(seq)
 	if i < 0 {
 		return
 	}
-	if s.keep {
+	if keep {
 		p := s.rows[i].snapshot()
 		p.PublishedAt = now.UTC()
 		s.published = append(s.published, p)
@@ -411,8 +437,9 @@ func (s *Store) Pending() []Row {
 	return out
 }
 
-// Published returns the published rows kept with Config.KeepPublished, in
-// the order they were published.
+// Published returns the published rows kept with Config.KeepPublished (or
+// by a [Store.RelayStore] with RelayConfig.KeepPublished), in the order they
+// were published.
 func (s *Store) Published() []Row {
 	s.mu.Lock()
 	defer s.mu.Unlock()

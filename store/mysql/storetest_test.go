@@ -8,15 +8,16 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/storetest"
 )
 
 // The conformance suite, on a fresh database per test.
 func TestConformance(t *testing.T) {
-	storetest.Exercise(t, func(t testing.TB) storetest.Harness[*sql.Tx] {
+	storetest.Exercise(t, func(t testing.TB, clock store.Clock) storetest.Harness[*sql.Tx] {
 		my := testenv.MySQL(t, nil)
-		return storetest.Harness[*sql.Tx]{Driver: mysql.NewDriver(my.DB), ExecScript: func(ctx context.Context, script string) error {
+		return storetest.Harness[*sql.Tx]{Driver: mysql.NewDriver(my.DB).WithClock(clock), ExecScript: func(ctx context.Context, script string) error {
 			// As the mysql client runs a script: on a connection that
 			// accepts several statements at once.
 			cfg, err := gomysql.ParseDSN(my.DSN)

@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/internal/clocktest"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/memstore"
 	"github.com/courier-go/courier/store/postgres"
 )
 
@@ -23,7 +23,8 @@ import (
 func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
-	clock := clocktest.NewClock(time.Now())
+	clock := memstore.NewClock()
+	clock.Set(time.Now())
 	st, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{Clock: clock.Now})
 	testenv.Must(t, err, "store")
 	w := outbox.New(postgres.Pgx(), outbox.Config{})
@@ -52,7 +53,7 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 			if found {
 				return true
 			}
-			clock.Add(20 * time.Millisecond)
+			clock.Advance(20 * time.Millisecond)
 		}
 		return false
 	}
@@ -70,7 +71,7 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 		if !drain(last, 5*time.Second) {
 			t.Fatalf("round %d: a committed row was not claimed", i)
 		}
-		clock.Add(400 * time.Millisecond)
+		clock.Advance(400 * time.Millisecond)
 	}
 	testenv.Must(t, tx.Commit(ctx), "commit the long transaction")
 	if !drain(late, 10*time.Second) {
@@ -92,7 +93,7 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 		if !drain(last, 5*time.Second) {
 			t.Fatal("a committed row was not claimed")
 		}
-		clock.Add(400 * time.Millisecond)
+		clock.Advance(400 * time.Millisecond)
 	}
 	testenv.Must(t, postgres.Admin(pg.Pool).ReplayDeadLetter(ctx, b.Records[0].Seq), "replay")
 	if !drain(dead, 10*time.Second) {
@@ -174,8 +175,11 @@ func TestNotifierWakesOnlyWhenArmed(t *testing.T) {
 	}
 
 	// Not armed: commits notify nobody.
-	time.Sleep(200 * time.Millisecond) // the listener is up
-	drain()
+	select { // the listener signals once it listens: rows may have committed before
+	case <-n.Wake():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener did not start listening within 10s")
+	}
 	write()
 	select {
 	case <-n.Wake():

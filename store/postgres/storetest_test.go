@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
 	"github.com/courier-go/courier/store/storetest"
 )
@@ -25,15 +26,15 @@ func execScript(pg *testenv.PG) func(ctx context.Context, script string) error {
 // The conformance suite, on a fresh schema per test, through each driver.
 func TestConformance(t *testing.T) {
 	t.Run("pgx", func(t *testing.T) {
-		storetest.Exercise(t, func(t testing.TB) storetest.Harness[pgx.Tx] {
+		storetest.Exercise(t, func(t testing.TB, clock store.Clock) storetest.Harness[pgx.Tx] {
 			pg := testenv.Postgres(t, nil)
-			return storetest.Harness[pgx.Tx]{Driver: postgres.NewDriver(pg.Pool), ExecScript: execScript(pg)}
+			return storetest.Harness[pgx.Tx]{Driver: postgres.NewDriver(pg.Pool).WithClock(clock), ExecScript: execScript(pg)}
 		})
 	})
 	t.Run("database/sql", func(t *testing.T) {
-		storetest.Exercise(t, func(t testing.TB) storetest.Harness[*sql.Tx] {
+		storetest.Exercise(t, func(t testing.TB, clock store.Clock) storetest.Harness[*sql.Tx] {
 			pg := testenv.Postgres(t, nil)
-			d := postgres.NewSQLDriver(pg.Pool)
+			d := postgres.NewSQLDriver(pg.Pool).WithClock(clock)
 			t.Cleanup(func() { d.DB().Close() })
 			return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: execScript(pg)}
 		})

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/sqlite"
 	"github.com/courier-go/courier/store/storetest"
 )
@@ -24,9 +25,9 @@ func openFile(t testing.TB) (*sql.DB, string) {
 
 // The conformance suite, on a fresh file per test.
 func TestConformance(t *testing.T) {
-	storetest.Exercise(t, func(t testing.TB) storetest.Harness[*sql.Tx] {
+	storetest.Exercise(t, func(t testing.TB, clock store.Clock) storetest.Harness[*sql.Tx] {
 		db, _ := openFile(t)
-		d := sqlite.NewDriver(db)
+		d := sqlite.NewDriver(db).WithClock(clock)
 		// An exported script runs in one transaction, as the sqlite3 shell
 		// runs a file of statements.
 		script := func(ctx context.Context, script string) error {

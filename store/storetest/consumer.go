@@ -158,6 +158,7 @@ func testInboxConcurrent[TTx any](t *testing.T, h opener[TTx]) {
 
 // DeleteMarkers removes markers older than its cut-off, at most limit at a
 // time, and nothing newer; a message whose marker was removed is fresh again.
+// Markers carry the store's clock's time.
 func testMarkerRetention[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
@@ -167,8 +168,8 @@ func testMarkerRetention[TTx any](t *testing.T, h opener[TTx]) {
 		old[i] = uuid.New()
 		mark(t, ib, "c", old[i], true)
 	}
-	time.Sleep(200 * time.Millisecond)
-	cut := time.Now().Add(-100 * time.Millisecond)
+	db.clock.Advance(time.Second)
+	cut := db.clock.Now().Add(-100 * time.Millisecond)
 	recent := uuid.New()
 	mark(t, ib, "c", recent, true)
 	var deleted []int64
@@ -188,7 +189,7 @@ func testMarkerRetention[TTx any](t *testing.T, h opener[TTx]) {
 	if !mark(t, ib, "c", old[0], true) {
 		t.Fatal("a deleted marker still makes its message a duplicate")
 	}
-	if n, err := db.ConsumerStore().DeleteMarkers(ctx, time.Now().Add(time.Hour), 100); err != nil || n != 2 {
+	if n, err := db.ConsumerStore().DeleteMarkers(ctx, db.clock.Now().Add(time.Hour), 100); err != nil || n != 2 {
 		t.Fatalf("DeleteMarkers(an hour from now) = %d, %v; want the 2 left", n, err)
 	}
 }
@@ -605,34 +606,42 @@ func testIdempotencyClaim[TTx any](t *testing.T, h opener[TTx]) {
 }
 
 // An in-flight key whose lock expired goes to the next claim of the same
-// request, and the old owner can no longer complete it; a record past its
-// expiry counts as absent; DeleteExpired removes expired records, limit at
-// a time.
+// request, when the clock reaches the lock's end and not a microsecond
+// before, and the old owner can no longer complete it; a record counts as
+// absent from its expiry on, not before; DeleteExpired removes expired
+// records, limit at a time, and nothing live.
 func testIdempotencyExpiry[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
 	st := db.Idempotency()
 	fp := fingerprint("POST /orders")
 	key := "lock"
-	// (That a key is not taken over within its lock is tested with a
-	// longer lock in testIdempotencyClaim; this one only has to end.)
-	first := keyClaim("s", key, fp, 200*time.Millisecond, time.Hour)
+	const lockFor, retain = 10 * time.Second, 20 * time.Second
+	t0 := db.stopClock()
+	first := keyClaim("s", key, fp, lockFor, time.Hour)
 	claimKey(t, st, first)
-	expired := keyClaim("s", "expired", fp, 100*time.Millisecond, 200*time.Millisecond)
+	expired := keyClaim("s", "expired", fp, lockFor, retain)
 	claimKey(t, st, expired)
 	if !completeKey(t, st, "s", expired.Key, expired.Owner, store.StoredResponse{Status: 200, Body: []byte("old")}, true) {
 		t.Fatal("complete")
 	}
 	for i := range 3 {
-		claimKey(t, st, keyClaim("s", "short-"+string(rune('a'+i)), fp, 100*time.Millisecond, 100*time.Millisecond))
+		claimKey(t, st, keyClaim("s", "short-"+string(rune('a'+i)), fp, lockFor, lockFor))
 	}
-	time.Sleep(300 * time.Millisecond)
 
+	db.clock.Set(t0.Add(lockFor - tick))
+	if rec, mine := claimKey(t, st, keyClaim("s", key, fp, time.Minute, time.Hour)); mine || rec.Done || !rec.LockedUntil.Equal(t0.Add(lockFor)) {
+		t.Fatalf("a microsecond before the lock's end: mine %v, %+v; want the key in flight until %s", mine, rec, t0.Add(lockFor))
+	}
+	if n, err := st.DeleteExpired(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("a microsecond before any expiry, DeleteExpired removed %d, %v; want 0", n, err)
+	}
+	db.clock.Set(t0.Add(lockFor))
 	if rec, mine := claimKey(t, st, keyClaim("s", key, fingerprint("POST /other"), time.Minute, time.Hour)); mine || !bytes.Equal(rec.Fingerprint, fp) {
 		t.Fatalf("a different request took over an expired lock: mine %v, %+v", mine, rec)
 	}
 	second := keyClaim("s", key, fp, time.Minute, time.Hour)
-	if rec, mine := claimKey(t, st, second); !mine || rec.Done || time.Until(rec.LockedUntil) < 30*time.Second {
+	if rec, mine := claimKey(t, st, second); !mine || rec.Done || !rec.LockedUntil.Equal(t0.Add(lockFor+time.Minute)) {
 		t.Fatalf("the same request did not take over an expired lock: mine %v, %+v", mine, rec)
 	}
 	if completeKey(t, st, "s", key, first.Owner, store.StoredResponse{Status: 200}, true) {
@@ -640,12 +649,6 @@ func testIdempotencyExpiry[TTx any](t *testing.T, h opener[TTx]) {
 	}
 	if !completeKey(t, st, "s", key, second.Owner, store.StoredResponse{Status: 200}, true) {
 		t.Fatal("the new owner could not complete the key")
-	}
-
-	// Past its expiry, a done record is replaced, whatever the request.
-	rec, mine := claimKey(t, st, keyClaim("s", expired.Key, fingerprint("POST /new"), time.Minute, time.Hour))
-	if !mine || rec.Done || !bytes.Equal(rec.Fingerprint, fingerprint("POST /new")) || len(rec.Response.Body) != 0 {
-		t.Fatalf("claim of an expired key: mine %v, %+v; want a fresh record", mine, rec)
 	}
 
 	var deleted []int64
@@ -657,10 +660,25 @@ func testIdempotencyExpiry[TTx any](t *testing.T, h opener[TTx]) {
 		deleted = append(deleted, n)
 	}
 	if !slices.Equal(deleted, []int64{2, 1, 0}) {
-		t.Fatalf("DeleteExpired(limit 2) of 3 expired keys deleted %v, want [2 1 0]", deleted)
+		t.Fatalf("DeleteExpired(limit 2) at the expiry of 3 keys deleted %v, want [2 1 0]", deleted)
 	}
+
+	// Past its expiry, a done record is replaced, whatever the request.
+	db.clock.Set(t0.Add(retain - tick))
+	if rec, mine := claimKey(t, st, keyClaim("s", expired.Key, fp, time.Minute, time.Hour)); mine || !rec.Done || string(rec.Response.Body) != "old" {
+		t.Fatalf("a microsecond before its expiry: mine %v, %+v; want the stored response", mine, rec)
+	}
+	db.clock.Set(t0.Add(retain))
+	rec, mine := claimKey(t, st, keyClaim("s", expired.Key, fingerprint("POST /new"), time.Minute, time.Hour))
+	if !mine || rec.Done || !bytes.Equal(rec.Fingerprint, fingerprint("POST /new")) || len(rec.Response.Body) != 0 {
+		t.Fatalf("claim of an expired key: mine %v, %+v; want a fresh record", mine, rec)
+	}
+
 	if _, mine := claimKey(t, st, keyClaim("s", key, fp, time.Minute, time.Hour)); mine {
 		t.Fatal("DeleteExpired deleted a live key")
+	}
+	if n, err := st.DeleteExpired(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("with every key live, DeleteExpired removed %d, %v; want 0", n, err)
 	}
 }
 
@@ -673,13 +691,12 @@ func testIdempotencyConcurrent[TTx any](t *testing.T, h opener[TTx]) {
 	fp := fingerprint("POST /pay")
 	key := "pay"
 	// A key whose lock, and a record that, will have expired by the
-	// second and third rounds.
-	locked := keyClaim("s", "locked", fp, 200*time.Millisecond, time.Hour)
+	// second and third rounds, once the clock has moved on.
+	locked := keyClaim("s", "locked", fp, time.Minute, time.Hour)
 	claimKey(t, st, locked)
-	old := keyClaim("s", "old", fingerprint("POST /old"), time.Minute, 200*time.Millisecond)
+	old := keyClaim("s", "old", fingerprint("POST /old"), time.Minute, time.Minute)
 	claimKey(t, st, old)
 	completeKey(t, st, old.Scope, old.Key, old.Owner, store.StoredResponse{Status: 200}, true)
-	expired := time.Now().Add(300 * time.Millisecond)
 
 	round := func(what string, key string) store.KeyClaim {
 		t.Helper()
@@ -720,7 +737,7 @@ func testIdempotencyConcurrent[TTx any](t *testing.T, h opener[TTx]) {
 	start := time.Now()
 	round("fresh key", key)
 	t.Logf("50 concurrent claims of a fresh key took %s", time.Since(start).Round(time.Millisecond))
-	time.Sleep(time.Until(expired))
+	db.clock.Advance(time.Minute)
 	winner := round("expired lock", locked.Key)
 	round("expired record", old.Key)
 	if !completeKey(t, st, winner.Scope, winner.Key, winner.Owner, store.StoredResponse{Status: 200}, true) {

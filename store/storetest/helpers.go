@@ -12,23 +12,50 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/memstore"
 )
 
 // testDB is one test's database: the driver under test and what the
-// suite adds to it.
+// suite adds to it, the relay store's part included.
 type testDB[TTx any] struct {
 	store.Driver[TTx]
+	*relayDB[TTx]
 	execScript func(ctx context.Context, script string) error
 }
 
-// open returns a fresh database, migrated when migrate is true.
+// relayDB is one test's outbox and the suite's clock.
+type relayDB[TTx any] struct {
+	RelayHarness[TTx]
+	clock *memstore.Clock
+}
+
+// open returns a fresh database with a clock of its own, migrated when
+// migrate is true.
 func open[TTx any](t *testing.T, h opener[TTx], migrate bool) *testDB[TTx] {
 	t.Helper()
-	hs := h(t)
+	clock := memstore.NewClock()
+	db := openDB(t, h, clock.Now, migrate)
+	db.clock = clock
+	return db
+}
+
+// openDB returns a fresh database whose stores read clock, migrated when
+// migrate is true. Its relayDB has no clock: open or runRelayTests gives it
+// the one behind clock.
+func openDB[TTx any](t testing.TB, h opener[TTx], clock store.Clock, migrate bool) *testDB[TTx] {
+	t.Helper()
+	hs := h(t, clock)
 	if hs.Driver == nil || hs.ExecScript == nil {
 		t.Fatal("storetest: the Harness lacks its Driver or its ExecScript")
 	}
-	db := &testDB[TTx]{Driver: hs.Driver, execScript: hs.ExecScript}
+	d := hs.Driver
+	db := &testDB[TTx]{Driver: d, execScript: hs.ExecScript, relayDB: &relayDB[TTx]{RelayHarness: RelayHarness[TTx]{
+		Inserter:     d.Inserter(),
+		InTx:         d.InTx,
+		RelayStore:   d.RelayStore,
+		SerialWrites: d.SerialWrites(),
+		Inspect:      sqlInspector[TTx]{d},
+	}}}
 	if migrate {
 		if _, err := db.Migrate(context.Background()); err != nil {
 			t.Fatalf("migrate: %v", err)
@@ -42,7 +69,7 @@ func open[TTx any](t *testing.T, h opener[TTx], migrate bool) *testDB[TTx] {
 func (db *testDB[TTx]) queryRow(t *testing.T, dest []any, q string, args ...any) {
 	t.Helper()
 	ctx := context.Background()
-	if err := db.InTx(ctx, func(tx TTx) error { return db.QueryRow(ctx, tx, q, dest, args...) }); err != nil {
+	if err := db.Driver.InTx(ctx, func(tx TTx) error { return db.QueryRow(ctx, tx, q, dest, args...) }); err != nil {
 		t.Fatalf("query %q: %v", q, err)
 	}
 }
@@ -51,7 +78,7 @@ func (db *testDB[TTx]) queryRow(t *testing.T, dest []any, q string, args ...any)
 func (db *testDB[TTx]) exec(t *testing.T, q string, args ...any) {
 	t.Helper()
 	ctx := context.Background()
-	if err := db.InTx(ctx, func(tx TTx) error { _, err := db.Exec(ctx, tx, q, args...); return err }); err != nil {
+	if err := db.Driver.InTx(ctx, func(tx TTx) error { _, err := db.Exec(ctx, tx, q, args...); return err }); err != nil {
 		t.Fatalf("exec %q: %v", q, err)
 	}
 }
@@ -64,7 +91,58 @@ func (db *testDB[TTx]) count(t *testing.T, table string) int {
 	return n
 }
 
-func (db *testDB[TTx]) newStore(t *testing.T, keepPublished bool) store.RelayStore {
+// sqlInspector is the Inspector of a Driver's relay stores: what they keep,
+// read with SQL and the Driver's Admin.
+type sqlInspector[TTx any] struct{ d store.Driver[TTx] }
+
+// Failures implements [Inspector].
+func (i sqlInspector[TTx]) Failures(ctx context.Context, seq int64) (Failures, error) {
+	var (
+		f       Failures
+		lastErr *string
+		raw     []byte
+	)
+	err := i.d.InTx(ctx, func(tx TTx) error {
+		return i.d.QueryRow(ctx, tx, "SELECT attempts, last_error, history FROM courier_outbox WHERE id = ?",
+			[]any{&f.Attempts, &lastErr, &raw}, seq)
+	})
+	if err != nil {
+		return Failures{}, err
+	}
+	if lastErr != nil {
+		f.LastError = *lastErr
+	}
+	if raw != nil {
+		if err := json.Unmarshal(raw, &f.History); err != nil {
+			return Failures{}, fmt.Errorf("history %s is not a JSON array of entries with RFC 3339 times: %w", raw, err)
+		}
+	}
+	return f, nil
+}
+
+// DeadLetters implements [Inspector] with the Driver's Admin.
+func (i sqlInspector[TTx]) DeadLetters(ctx context.Context) ([]store.DeadLetter, error) {
+	return i.d.Admin().DeadLetters(ctx, 100000)
+}
+
+// Published implements [Inspector].
+func (i sqlInspector[TTx]) Published(ctx context.Context, seq int64) (p Published, ok bool, err error) {
+	err = i.d.InTx(ctx, func(tx TTx) error {
+		var n int
+		if err := i.d.QueryRow(ctx, tx, "SELECT count(*) FROM courier_outbox_published WHERE id = ?", []any{&n}, seq); err != nil || n == 0 {
+			return err
+		}
+		var dated int
+		ok = true
+		err := i.d.QueryRow(ctx, tx, "SELECT message_id, attempts, payload, CASE WHEN published_at IS NULL THEN 0 ELSE 1 END "+
+			"FROM courier_outbox_published WHERE id = ?", []any{&p.MessageID, &p.Attempts, &p.Payload, &dated}, seq)
+		p.Dated = dated == 1
+		return err
+	})
+	return p, ok, err
+}
+
+func (db *relayDB[TTx]) newStore(t *testing.T, keepPublished bool) store.RelayStore {
 	t.Helper()
 	st, err := db.RelayStore(context.Background(), store.RelayConfig{KeepPublished: keepPublished})
 	if err != nil {
@@ -75,13 +153,49 @@ func (db *testDB[TTx]) newStore(t *testing.T, keepPublished bool) store.RelaySto
 
 // insert validates msgs, as the outbox writer does before it inserts, and
 // inserts them in tx.
-func (db *testDB[TTx]) insert(ctx context.Context, tx TTx, msgs ...courier.Message) error {
+func (db *relayDB[TTx]) insert(ctx context.Context, tx TTx, msgs ...courier.Message) error {
 	for i := range msgs {
 		if err := msgs[i].Validate(courier.Limits{}); err != nil {
 			return fmt.Errorf("message %d of %d: %w", i+1, len(msgs), err)
 		}
 	}
-	return db.Inserter().Insert(ctx, tx, msgs)
+	return db.Inserter.Insert(ctx, tx, msgs)
+}
+
+// failures returns the failure record of the pending row seq, and false
+// when the harness has no Inspector.
+func (db *relayDB[TTx]) failures(t *testing.T, seq int64) (Failures, bool) {
+	t.Helper()
+	if db.Inspect == nil {
+		return Failures{}, false
+	}
+	f, err := db.Inspect.Failures(context.Background(), seq)
+	must(t, err, "failures of row %d", seq)
+	return f, true
+}
+
+// deadLetters returns the dead letters, and false when the harness has no
+// Inspector.
+func (db *relayDB[TTx]) deadLetters(t *testing.T) ([]store.DeadLetter, bool) {
+	t.Helper()
+	if db.Inspect == nil {
+		return nil, false
+	}
+	ds, err := db.Inspect.DeadLetters(context.Background())
+	must(t, err, "dead letters")
+	return ds, true
+}
+
+// published returns the kept copy of the published row seq (ok false when
+// there is none), and inspected false when the harness has no Inspector.
+func (db *relayDB[TTx]) published(t *testing.T, seq int64) (p Published, ok, inspected bool) {
+	t.Helper()
+	if db.Inspect == nil {
+		return Published{}, false, false
+	}
+	p, ok, err := db.Inspect.Published(context.Background(), seq)
+	must(t, err, "published row %d", seq)
+	return p, ok, true
 }
 
 // errRollback makes a transaction of the suite roll back.
@@ -119,12 +233,12 @@ func reportInTx[TTx any](t *testing.T, begin func(context.Context, func(TTx) err
 
 // writeTx inserts msgs in a transaction of its own and commits it, or rolls
 // it back when commit is false.
-func (db *testDB[TTx]) writeTx(ctx context.Context, msgs []courier.Message, commit bool) error {
+func (db *relayDB[TTx]) writeTx(ctx context.Context, msgs []courier.Message, commit bool) error {
 	return inTx(db.InTx, commit, func(tx TTx) error { return db.insert(ctx, tx, msgs...) })
 }
 
 // write commits msgs.
-func (db *testDB[TTx]) write(t *testing.T, msgs ...courier.Message) {
+func (db *relayDB[TTx]) write(t *testing.T, msgs ...courier.Message) {
 	t.Helper()
 	if err := db.writeTx(context.Background(), msgs, true); err != nil {
 		t.Fatalf("write %d messages: %v", len(msgs), err)
@@ -207,42 +321,6 @@ func sameMessage(t *testing.T, got, want courier.Message) {
 	case !got.OccurredAt.Equal(want.OccurredAt.Truncate(time.Microsecond)) || got.OccurredAt.Location() != time.UTC:
 		t.Errorf("message %s: occurred at %s, want %s in UTC", want.ID, got.OccurredAt, want.OccurredAt.Truncate(time.Microsecond))
 	}
-}
-
-// entry is one element of a row's failure history.
-type entry struct {
-	At      string `json:"at"`
-	Error   string `json:"error"`
-	Counted bool   `json:"counted"`
-}
-
-func decodeHistory(t *testing.T, raw []byte) []entry {
-	t.Helper()
-	if raw == nil {
-		return nil
-	}
-	var h []entry
-	if err := json.Unmarshal(raw, &h); err != nil {
-		t.Fatalf("history %s is not a JSON array of entries: %v", raw, err)
-	}
-	for _, e := range h {
-		if _, err := time.Parse(time.RFC3339Nano, e.At); err != nil {
-			t.Errorf("history entry time %q is not RFC 3339: %v", e.At, err)
-		}
-	}
-	return h
-}
-
-// failedRow reads a pending row's failure columns.
-func (db *testDB[TTx]) failedRow(t *testing.T, seq int64) (attempts int, lastError string, history []entry) {
-	t.Helper()
-	var raw []byte
-	var lastErr *string
-	db.queryRow(t, []any{&attempts, &lastErr, &raw}, "SELECT attempts, last_error, history FROM courier_outbox WHERE id = ?", seq)
-	if lastErr != nil {
-		lastError = *lastErr
-	}
-	return attempts, lastError, decodeHistory(t, raw)
 }
 
 // must fails the test on a non-nil error, saying what failed.

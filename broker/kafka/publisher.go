@@ -1,0 +1,208 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+)
+
+// DefaultMaxMessageBytes is the default PublisherConfig.MaxMessageBytes:
+// franz-go's default batch size, just under Kafka's default
+// message.max.bytes (1,048,588), so that with Kafka's defaults the client
+// refuses a record too large before the broker would.
+const DefaultMaxMessageBytes = 1_000_012
+
+// PublisherConfig tunes a Publisher.
+type PublisherConfig struct {
+	Config
+	// AckTimeout bounds the wait of one Publish call for Kafka's
+	// acknowledgements; messages without one by then fail with
+	// broker.ErrUnavailable (the client may still deliver them later: the
+	// relay publishes them again, and consumers' inboxes drop the
+	// duplicate). It is also franz-go's RecordDeliveryTimeout. Default 30s.
+	AckTimeout time.Duration
+	// MaxMessageBytes caps the size of a record batch, hence of one
+	// record, before compression: franz-go's ProducerBatchMaxBytes. Set it
+	// at or below the smallest max.message.bytes of the topics published
+	// to, so that Kafka never refuses a batch as too large (see
+	// Publisher.Publish). Default DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// Options are more franz-go options (TLS, SASL, client id, …), applied
+	// after Courier's. Leave the producer's acks and idempotence at their
+	// defaults: the relay's guarantees rest on them.
+	Options []kgo.Opt
+}
+
+// Publisher produces messages to Kafka through a franz-go client it owns.
+// It is safe for concurrent use; Close it when done.
+type Publisher struct {
+	cl  *kgo.Client
+	cfg PublisherConfig
+}
+
+var _ broker.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher on the cluster cfg names. It does not
+// connect yet: the first Publish does, and an unreachable cluster shows up
+// there as broker.ErrUnavailable.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = 30 * time.Second
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID("courier"),
+		kgo.ProducerBatchMaxBytes(int32(min(cfg.MaxMessageBytes, 1<<30))),
+		kgo.RecordDeliveryTimeout(cfg.AckTimeout),
+	}, cfg.Options...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: new client: %w", err)
+	}
+	return &Publisher{cl: cl, cfg: cfg}, nil
+}
+
+// Client returns the franz-go client the Publisher produces with.
+func (p *Publisher) Client() *kgo.Client { return p.cl }
+
+// Close flushes nothing and closes the client: records still unacknowledged
+// fail, and their Publish calls report broker.ErrUnavailable.
+func (p *Publisher) Close() { p.cl.Close() }
+
+// ErrNoTopic is wrapped by the error Publish returns for a message whose
+// Kafka topic does not exist (and the cluster does not create topics on
+// first use). Kafka is up; the message cannot be stored until an operator
+// creates the topic or the message's topic is corrected, so the failure
+// counts against the message (it is neither broker.ErrUnavailable nor
+// broker.ErrRejected).
+var ErrNoTopic = errors.New("kafka: the topic does not exist")
+
+// Publish implements broker.Publisher. It hands every message to the client
+// (records of one key go to one partition, in slice order) and waits for
+// Kafka's acknowledgements (acks=all), at most AckTimeout or until ctx ends.
+//
+// Errors, per message:
+//
+//   - broker.ErrUnavailable: no acknowledgement in time (the cluster is
+//     unreachable, a partition has no leader, too few in-sync replicas),
+//     ctx ended, the client is closed, or Kafka answered with an error it
+//     calls retriable after the client's own retries. Also any error that
+//     is not one of Kafka's: a network failure is not the message's fault.
+//   - broker.ErrRejected, for good: a record larger than MaxMessageBytes
+//     (refused by the client) or than the topic's max.message.bytes
+//     (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE), a record the broker calls
+//     invalid (INVALID_RECORD), an invalid topic name
+//     (INVALID_TOPIC_EXCEPTION). Each error names the topic and the fix.
+//   - ErrNoTopic, counted: the topic does not exist (the client asks the
+//     cluster's metadata a few times first, see franz-go's
+//     UnknownTopicRetries).
+//   - Any other error of Kafka's (not authorised to write the topic, a
+//     policy violation, a timestamp out of range) counts against the
+//     message without being permanent.
+//
+// Kafka refuses a whole batch when the batch is over the topic's
+// max.message.bytes, and franz-go then fails every record buffered for that
+// partition with MESSAGE_TOO_LARGE, messages that would fit among them.
+// Publish therefore produces each message that failed so alone, in order,
+// and reports what Kafka says of it alone: only a message too large by
+// itself is rejected.
+func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+	defer cancel()
+	errs := p.produce(ctx, msgs)
+	for i, err := range errs {
+		if errors.Is(err, kerr.MessageTooLarge) && ctx.Err() == nil {
+			errs[i] = p.produce(ctx, msgs[i:i+1])[0]
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = p.classify(&msgs[i], err)
+		}
+	}
+	return errs
+}
+
+// produce produces msgs and waits for each promise or for ctx; it returns
+// the raw errors (nil for acknowledged records).
+func (p *Publisher) produce(ctx context.Context, msgs []courier.Message) []error {
+	type result struct {
+		i   int
+		err error
+	}
+	// Buffered for every promise, so a promise that comes after Publish
+	// returned does not block the client.
+	results := make(chan result, len(msgs))
+	for i := range msgs {
+		p.cl.Produce(ctx, p.cfg.ToRecord(&msgs[i]), func(_ *kgo.Record, err error) {
+			results <- result{i, err}
+		})
+	}
+	errs := make([]error, len(msgs))
+	pending := make([]bool, len(msgs))
+	for i := range pending {
+		pending[i] = true
+	}
+	for left := len(msgs); left > 0; left-- {
+		select {
+		case r := <-results:
+			errs[r.i], pending[r.i] = r.err, false
+		case <-ctx.Done():
+			for i, waiting := range pending {
+				if waiting {
+					errs[i] = fmt.Errorf("no acknowledgement: %w", ctx.Err())
+				}
+			}
+			return errs
+		}
+	}
+	return errs
+}
+
+// classify sorts err, the failure of m's record (see Publish).
+func (p *Publisher) classify(m *courier.Message, err error) error {
+	topic := p.cfg.Topic(m.Topic)
+	var ke *kerr.Error
+	isKafka := errors.As(err, &ke)
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries),
+		errors.Is(err, kgo.ErrClientClosed), errors.Is(err, kgo.ErrMaxBuffered), errors.As(err, &netErr):
+		return broker.Unavailable(fmt.Errorf("kafka: topic %q: %w", topic, err))
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return broker.Rejected(fmt.Errorf("kafka: topic %q: %w: the message's payload is %d bytes, over the client's MaxMessageBytes (%d) or the topic's max.message.bytes: shrink the payload (store large data elsewhere and send a reference) or raise both limits, then replay the dead letter",
+			topic, err, len(m.Payload), p.cfg.MaxMessageBytes))
+	case errors.Is(err, kerr.InvalidRecord):
+		return broker.Rejected(fmt.Errorf("kafka: topic %q: %w: the broker's validation refused the record (a schema or policy check on the topic): fix the message, then replay the dead letter", topic, err))
+	case errors.Is(err, kerr.InvalidTopicException):
+		return broker.Rejected(fmt.Errorf("kafka: topic %q (message topic %q) is not a valid Kafka topic name (%w): use at most 249 characters of letters, digits, '.', '_' and '-', and check the topic prefix",
+			topic, m.Topic, err))
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		return fmt.Errorf("%w: %q (message topic %q): create it (kafka-topics.sh --create --topic %s, or EnsureTopic) or check the message's topic and the topic prefix (%v)",
+			ErrNoTopic, topic, m.Topic, topic, err)
+	case isKafka && (ke.Retriable || errors.Is(err, kerr.CorruptMessage) || errors.Is(err, kerr.OutOfOrderSequenceNumber) ||
+		errors.Is(err, kerr.InvalidProducerEpoch) || errors.Is(err, kerr.ClusterAuthorizationFailed)):
+		// Kafka's own trouble or the producer's state, not the message:
+		// a record corrupted in transit, the idempotent producer's
+		// sequence, or a client not allowed to produce at all.
+		return broker.Unavailable(fmt.Errorf("kafka: topic %q: %w", topic, err))
+	case isKafka:
+		return fmt.Errorf("kafka: topic %q: %w", topic, err)
+	}
+	return broker.Unavailable(fmt.Errorf("kafka: topic %q: %w", topic, err))
+}
