@@ -4,19 +4,28 @@
 //
 // The URLs it knows:
 //
-//	nats://host:4222 (also tls://; several servers comma-separated)   NATS JetStream
+//	kafka://host1:9092,host2:9092?topic_prefix=shop.                  Apache Kafka
 //	amqp://user:password@host:5672/vhost?exchange=courier&prefix=     RabbitMQ (also amqps://)
 //	https://endpoint/path (also http://)                              webhooks: every topic to that endpoint
+//	nats://host:4222 (also tls://; several servers comma-separated)   NATS JetStream
+//
+// See each broker's package for what its URL's parameters mean:
+// broker/kafka (ParseURL), broker/amqp (ParseURL), broker/webhook,
+// broker/nats.
 //
 // Webhook signing secrets never come from the URL: they come from
 // Options.WebhookSecrets or the environment variable Options.WebhookSecretEnv
 // (default COURIER_WEBHOOK_SECRET), "whsec_…" secrets comma-separated so
 // that keys rotate without a gap (see package broker/webhook).
 //
-// Open connects, so that a wrong address or credentials show at start-up,
-// and creates what the broker needs unless told not to: the JetStream
-// stream on NATS (Options.Stream, capturing every subject under the
-// prefix), the exchange on RabbitMQ.
+// Open connects, so that a wrong address or credentials show at start-up
+// (Kafka, RabbitMQ, NATS; a webhook endpoint is only reached by the first
+// message), and creates what the broker needs unless told not to: the
+// JetStream stream on NATS (Options.Stream, capturing every subject under
+// the prefix), the exchange on RabbitMQ. Kafka topics are not created:
+// create them with broker/kafka's EnsureTopic or the cluster's tools (a
+// message whose topic does not exist fails with kafka.ErrNoTopic and is
+// retried).
 //
 //	b, err := brokerurl.Open(ctx, os.Getenv("BROKER_URL"), brokerurl.Options{})
 //	if err != nil {
@@ -34,18 +43,23 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/broker/kafka"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/webhook"
 )
 
 // Forms lists the broker URLs Parse accepts, for error messages.
-const Forms = "nats://host:4222 (or tls://), amqp://user:password@host:5672/vhost, https://endpoint (or http://)"
+const Forms = "kafka://host1:9092,host2:9092, amqp://user:password@host:5672/vhost, https://endpoint (or http://), nats://host:4222 (or tls://)"
+
+// PingTimeout bounds the check Open makes that a Kafka cluster answers.
+const PingTimeout = 10 * time.Second
 
 // DefaultWebhookSecretEnv is the environment variable webhook secrets are
 // read from when Options names none.
@@ -53,9 +67,10 @@ const DefaultWebhookSecretEnv = "COURIER_WEBHOOK_SECRET"
 
 // Kinds of broker a URL names (URL.Kind, Broker.Kind).
 const (
-	NATS    = "nats"
+	Kafka   = "kafka"
 	AMQP    = "amqp"
 	Webhook = "webhook"
+	NATS    = "nats"
 )
 
 // Options says how to read and open a URL. The zero value opens the URL
@@ -123,13 +138,15 @@ func (o Options) stream() string {
 
 // URL is a parsed broker URL.
 type URL struct {
-	// Kind is NATS, AMQP or Webhook.
+	// Kind is Kafka, AMQP, Webhook or NATS.
 	Kind string
 	// Raw is the URL as given.
 	Raw string
 	// Where is the URL without its password: what messages and logs may
 	// show.
 	Where string
+	// Kafka is the configuration of a Kafka URL.
+	Kafka kafka.Config
 	// AMQP is the RabbitMQ configuration of an AMQP URL.
 	AMQP amqp.Config
 	// WebhookSecrets are the secrets that sign a webhook URL's requests
@@ -160,6 +177,13 @@ func Parse(raw string, opts Options) (URL, error) {
 				return URL{}, fmt.Errorf("%s %q is not a NATS URL: use nats://host:4222, several comma-separated", opts.flag(), u.Where)
 			}
 		}
+	case "kafka":
+		cfg, err := kafka.ParseURL(raw)
+		if err != nil {
+			return URL{}, fmt.Errorf("%s %q is not a Kafka URL (%s): use kafka://host1:9092,host2:9092?topic_prefix=", opts.flag(), u.Where,
+				strings.TrimPrefix(redactIn(err.Error(), raw), "kafka: "))
+		}
+		u.Kind, u.Kafka = Kafka, cfg
 	case "amqp", "amqps":
 		cfg, err := amqp.ParseURL(raw)
 		if err != nil {
@@ -197,11 +221,12 @@ type Broker struct {
 
 	kind  string
 	where string
+	url   URL
 	nc    *natsgo.Conn
 	close func() error
 }
 
-// Kind returns NATS, AMQP or Webhook.
+// Kind returns Kafka, AMQP, Webhook or NATS.
 func (b *Broker) Kind() string { return b.kind }
 
 // String returns the broker's URL without its password.
@@ -209,6 +234,13 @@ func (b *Broker) String() string { return b.where }
 
 // NATS returns the connection of a NATS broker, nil for other brokers.
 func (b *Broker) NATS() *natsgo.Conn { return b.nc }
+
+// Kafka returns the configuration of a Kafka broker (zero for others).
+func (b *Broker) Kafka() kafka.Config { return b.url.Kafka }
+
+// AMQP returns the configuration of a RabbitMQ broker (zero for others);
+// its URL holds the password.
+func (b *Broker) AMQP() amqp.Config { return b.url.AMQP }
 
 // Close closes the publisher and its connections.
 func (b *Broker) Close() error {
@@ -225,10 +257,12 @@ func Open(ctx context.Context, raw string, opts Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{kind: u.Kind, where: u.Where}
+	b := &Broker{kind: u.Kind, where: u.Where, url: u}
 	switch u.Kind {
 	case NATS:
 		err = openNATS(ctx, b, u, opts)
+	case Kafka:
+		err = openKafka(ctx, b, u, opts)
 	case AMQP:
 		err = openAMQP(ctx, b, u, opts)
 	case Webhook:
@@ -315,6 +349,22 @@ func streamError(ctx context.Context, nc *natsgo.Conn, opts Options, err error) 
 		}
 	}
 	return e
+}
+
+func openKafka(ctx context.Context, b *Broker, u URL, opts Options) error {
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Config: u.Kafka})
+	if err != nil {
+		return fmt.Errorf("%s %s: %v", opts.flag(), u.Where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	if err := pub.Client().Ping(pctx); err != nil {
+		pub.Close()
+		return fmt.Errorf("cannot reach Kafka at %s: %v; check %s and that the brokers listen there", u.Where, oneLine(err.Error()), opts.check())
+	}
+	b.Publisher = pub
+	b.close = func() error { pub.Close(); return nil }
+	return nil
 }
 
 func openAMQP(ctx context.Context, b *Broker, u URL, opts Options) error {

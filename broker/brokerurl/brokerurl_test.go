@@ -12,10 +12,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/brokerurl"
+	"github.com/courier-go/courier/broker/kafka"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/webhook"
 	"github.com/courier-go/courier/internal/testenv"
@@ -36,6 +39,8 @@ func TestParse(t *testing.T) {
 		kind  string
 		where string
 	}{
+		{"kafka://k1:9092,k2:9092?topic_prefix=shop.", opts, brokerurl.Kafka, "kafka://k1:9092,k2:9092?topic_prefix=shop."},
+		{"kafka://k1", opts, brokerurl.Kafka, "kafka://k1"},
 		{"nats://127.0.0.1:4222", opts, brokerurl.NATS, "nats://127.0.0.1:4222"},
 		{"tls://u:pw@nats.example:4222", opts, brokerurl.NATS, "tls://u:xxxxx@nats.example:4222"},
 		{"nats://a:4222,nats://u:pw@b:4222", opts, brokerurl.NATS, "nats://a:4222,nats://u:xxxxx@b:4222"},
@@ -50,6 +55,10 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) = %q %q, %v; want %q %q", c.raw, u.Kind, u.Where, err, c.kind, c.where)
 		}
 	}
+	k, _ := brokerurl.Parse("kafka://k1,k2:9093?topic_prefix=shop.", opts)
+	if strings.Join(k.Kafka.Brokers, " ") != "k1:9092 k2:9093" || k.Kafka.TopicPrefix != "shop." {
+		t.Errorf("Kafka config: %+v", k.Kafka)
+	}
 	u, _ := brokerurl.Parse("amqp://guest:guest@127.0.0.1:5672/shop?exchange=events&prefix=shop.&heartbeat=5", opts)
 	if u.AMQP.Exchange != "events" || u.AMQP.RoutingKeyPrefix != "shop." || strings.Contains(u.AMQP.URL, "exchange") {
 		t.Errorf("AMQP config: %+v", u.AMQP)
@@ -59,8 +68,11 @@ func TestParse(t *testing.T) {
 		raw, want string
 	}{
 		{"", "--broker-url is empty: use " + brokerurl.Forms},
-		{"localhost:4222", "is not a broker URL: use nats://"},
-		{"redis://u:hunter2@x", `--broker-url "redis://u:xxxxx@x" is not a broker URL Courier knows: use nats://host:4222 (or tls://), amqp://`},
+		{"localhost:4222", "is not a broker URL: use kafka://host1:9092"},
+		{"redis://u:hunter2@x", `--broker-url "redis://u:xxxxx@x" is not a broker URL Courier knows: use kafka://host1:9092,host2:9092, amqp://user:password@host:5672/vhost, https://endpoint (or http://), nats://host:4222 (or tls://)`},
+		{"kafka://", "is not a Kafka URL (URL \"kafka://\" names no broker: use kafka://host:9092): use kafka://host1:9092,host2:9092?topic_prefix="},
+		{"kafka://k1:9092?prefix=shop.", `unknown parameter "prefix" (known: topic_prefix)`},
+		{"kafka://k1:9092/shop", "is not a Kafka URL"},
 		{"nats://", "is not a NATS URL"},
 		{"amqp://u:hunter2@x:bad/", `"amqp://u:xxxxx@x:bad/" is not a RabbitMQ URL`},
 		{"https://", "is not a webhook endpoint URL"},
@@ -159,6 +171,7 @@ func TestOpenUnreachable(t *testing.T) {
 	for raw, want := range map[string]string{
 		"nats://u:hunter2@127.0.0.1:1":  "cannot reach NATS at nats://u:xxxxx@127.0.0.1:1",
 		"amqp://u:hunter2@127.0.0.1:1/": "cannot reach RabbitMQ at amqp://u:xxxxx@127.0.0.1:1/",
+		"kafka://127.0.0.1:1":           "cannot reach Kafka at kafka://127.0.0.1:1",
 	} {
 		_, err := brokerurl.Open(ctx(t), raw, opts)
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "check --broker-url (COURIER_BROKER_URL)") || strings.Contains(err.Error(), "hunter2") {
@@ -255,5 +268,43 @@ func TestOpenWebhook(t *testing.T) {
 	if _, err := brokerurl.Open(ctx(t), srv.URL, brokerurl.Options{WebhookSecretEnv: "TEST_HOOK_SECRET"}); err == nil ||
 		!strings.Contains(err.Error(), "secret 1 has 5 bytes of key") || !strings.Contains(err.Error(), "(secrets from TEST_HOOK_SECRET)") || strings.Contains(err.Error(), "c2hvcnQ") {
 		t.Errorf("short secret: %v", err)
+	}
+}
+
+func TestOpenKafka(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(2))
+	testenv.Must(t, err, "kfake")
+	defer c.Close()
+	raw := "kafka://" + strings.Join(c.ListenAddrs(), ",") + "?topic_prefix=shop."
+	b, err := brokerurl.Open(ctx(t), raw, brokerurl.Options{})
+	testenv.Must(t, err, "open")
+	defer b.Close()
+	if b.Kind() != brokerurl.Kafka || b.String() != raw {
+		t.Errorf("kind %q, String %q", b.Kind(), b.String())
+	}
+	cfg, err := kafka.ParseURL(raw)
+	testenv.Must(t, err, "parse")
+	adm, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	testenv.Must(t, err, "admin")
+	defer adm.Close()
+	testenv.Must(t, kafka.EnsureTopic(ctx(t), adm, cfg, "orders", kafka.TopicConfig{Partitions: 2}), "topic")
+	sent := publish(t, b, "orders", 3)
+
+	sub, err := kafka.NewSubscriber(ctx(t), kafka.SubscriberConfig{Config: cfg, Group: "billing", Topics: []string{"orders"}})
+	testenv.Must(t, err, "subscriber")
+	defer sub.Close()
+	seen := map[[16]byte]bool{}
+	for range sent {
+		d, err := sub.Next(ctx(t))
+		testenv.Must(t, err, "next")
+		m, err := sub.Decode(d.Raw())
+		testenv.Must(t, err, "decode")
+		seen[m.ID] = m.Topic == "orders"
+		testenv.Must(t, d.Ack(ctx(t)), "ack")
+	}
+	for _, m := range sent {
+		if !seen[m.ID] {
+			t.Errorf("message %s not received on topic orders", m.ID)
+		}
 	}
 }

@@ -60,7 +60,7 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 		{[]string{"status", "--database-url", "sqlite:///no/such/dir/x.db"}, 1, "no SQLite database at /no/such/dir/x.db"},
 		{[]string{"status", "--database-url", "postgres://nobody@127.0.0.1:1/x"}, 1, "cannot reach the database at postgres://nobody@127.0.0.1:1/x"},
 		{[]string{"status", "--database-url", "postgres://u:secret@127.0.0.1:1/x"}, 1, "postgres://u:xxxxx@127.0.0.1:1/x"},
-		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "redis://x"}, 1, "is not a broker URL Courier knows: use nats://host:4222"},
+		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "redis://x"}, 1, "is not a broker URL Courier knows: use kafka://host1:9092,host2:9092, amqp://"},
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "amqp://u:secret@x:bad/"}, 1, "is not a RabbitMQ URL"},
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "nats://x:1", "--batch-size", "0"}, 1, "--batch-size is 0"},
 		{[]string{"relay", "--embedded-port", taken}, 1, "embedded nats: cannot listen on 127.0.0.1:" + taken},

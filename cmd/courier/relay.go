@@ -18,7 +18,7 @@ import (
 
 type relayCmd struct {
 	dbFlags
-	BrokerURL        string        `name:"broker-url" help:"Broker to publish to; the URL picks it: nats://host:4222 (or tls://), amqp://user:password@host:5672/vhost?exchange=courier&prefix=, https://endpoint (webhooks, signed with the secrets of --webhook-secret-env). Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
+	BrokerURL        string        `name:"broker-url" help:"Broker to publish to; the URL picks it: kafka://host1:9092,host2:9092?topic_prefix=, amqp://user:password@host:5672/vhost?exchange=courier&prefix=, https://endpoint (webhooks, signed with the secrets of --webhook-secret-env), nats://host:4222 (or tls://). Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
 	WebhookSecretEnv string        `name:"webhook-secret-env" help:"Environment variable holding the secrets that sign webhook requests (https:// --broker-url): whsec_… secrets, comma-separated during a rotation (the first is the new one). Never put them in the URL." default:"COURIER_WEBHOOK_SECRET" env:"COURIER_WEBHOOK_SECRET_ENV"`
 	DataDir          string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
 	EmbeddedPort     int           `help:"Port of the embedded NATS server (0: any free port)." default:"4222" env:"COURIER_EMBEDDED_PORT"`
@@ -168,6 +168,10 @@ func (c *relayCmd) Run(e *env) error {
 	switch b.Kind() {
 	case brokerurl.NATS:
 		where = append(where, "stream", c.Stream, "subject_prefix", c.SubjectPrefix)
+	case brokerurl.Kafka:
+		where = append(where, "topic_prefix", b.Kafka().TopicPrefix)
+	case brokerurl.AMQP:
+		where = append(where, "exchange", b.AMQP().Exchange, "routing_key_prefix", b.AMQP().RoutingKeyPrefix)
 	case brokerurl.Webhook:
 		where = append(where, "secrets_from", c.WebhookSecretEnv)
 	}
