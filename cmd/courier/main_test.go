@@ -142,15 +142,7 @@ func migrateRelayStatus(t *testing.T, url string, migrations int, write func(con
 	}
 	write(ctx, msgs)
 
-	status := func() map[string]float64 {
-		code, out, errOut := runCLI(t, "status", "--json", "--database-url", url)
-		if code != 0 {
-			t.Fatalf("status: %d %s", code, errOut)
-		}
-		var m map[string]float64
-		testenv.Must(t, json.Unmarshal([]byte(out), &m), "status json")
-		return m
-	}
+	status := func() map[string]float64 { return outboxStatus(t, url) }
 	if s := status(); s["pending"] != 100 || s["oldest_pending_age_seconds"] <= 0 {
 		t.Fatalf("status before relaying: %v", s)
 	}

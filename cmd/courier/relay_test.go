@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/kafka"
 	"github.com/courier-go/courier/broker/webhook"
@@ -54,15 +55,7 @@ func relayOutbox(t *testing.T, brokerURL string, env []string, args ...string) (
 	testenv.Must(t, tx.Commit(), "commit")
 	testenv.Must(t, db.Close(), "close")
 
-	status := func() map[string]float64 {
-		code, out, errOut := runCLI(t, "status", "--json", "--database-url", url)
-		if code != 0 {
-			t.Fatalf("status: %d %s", code, errOut)
-		}
-		var m map[string]float64
-		testenv.Must(t, json.Unmarshal([]byte(out), &m), "status json")
-		return m
-	}
+	status := func() map[string]float64 { return outboxStatus(t, url) }
 	cmd := exec.Command(os.Args[0], append([]string{"relay", "--log-format", "json", "--broker-url", brokerURL}, args...)...)
 	cmd.Env = append(append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL="+url), env...)
 	var logs bytes.Buffer
@@ -92,6 +85,35 @@ func relayOutbox(t *testing.T, brokerURL string, env []string, args ...string) (
 		t.Fatalf("no clean stop in logs:\n%s", logs.String())
 	}
 	return msgs, logs.String()
+}
+
+// outboxStatus returns what `courier status --json` says of the database
+// at url.
+func outboxStatus(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	code, out, errOut := runCLI(t, "status", "--json", "--database-url", url)
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errOut)
+	}
+	var m map[string]float64
+	testenv.Must(t, json.Unmarshal([]byte(out), &m), "status json")
+	return m
+}
+
+// receive acknowledges n deliveries of sub and returns their messages, in
+// the order they came.
+func receive(ctx context.Context, t *testing.T, sub broker.Subscriber, n int) []courier.Message {
+	t.Helper()
+	got := make([]courier.Message, 0, n)
+	for len(got) < n {
+		d, err := sub.Next(ctx)
+		testenv.Must(t, err, fmt.Sprintf("delivery %d", len(got)+1))
+		m, err := sub.Decode(d.Raw())
+		testenv.Must(t, err, "decode")
+		testenv.Must(t, d.Ack(ctx), "ack")
+		got = append(got, m)
+	}
+	return got
 }
 
 // courier relay drains a SQLite outbox into RabbitMQ: --broker-url amqp://,
@@ -125,15 +147,7 @@ func TestRelayToRabbitMQ(t *testing.T) {
 	sub, err := amqp.NewSubscriber(ctx, amqp.SubscriberConfig{Config: cfg, Queue: queue, Prefetch: 100})
 	testenv.Must(t, err, "subscriber")
 	defer sub.Close()
-	var got []courier.Message
-	for len(got) < len(written) {
-		d, err := sub.Next(ctx)
-		testenv.Must(t, err, fmt.Sprintf("delivery %d", len(got)+1))
-		m, err := sub.Decode(d.Raw())
-		testenv.Must(t, err, "decode")
-		testenv.Must(t, d.Ack(ctx), "ack")
-		got = append(got, m)
-	}
+	got := receive(ctx, t, sub, len(written))
 	testenv.CheckDelivery(t, written, got)
 }
 
@@ -208,15 +222,7 @@ func TestRelayToKafka(t *testing.T) {
 	sub, err := kafka.NewSubscriber(ctx, kafka.SubscriberConfig{Config: cfg, Group: "cli", Topics: []string{"orders"}})
 	testenv.Must(t, err, "subscriber")
 	defer sub.Close()
-	var got []courier.Message
-	for len(got) < len(written) {
-		d, err := sub.Next(ctx)
-		testenv.Must(t, err, fmt.Sprintf("delivery %d", len(got)+1))
-		m, err := sub.Decode(d.Raw())
-		testenv.Must(t, err, "decode")
-		testenv.Must(t, d.Ack(ctx), "ack")
-		got = append(got, m)
-	}
+	got := receive(ctx, t, sub, len(written))
 	// A key's messages share a partition, so their order across the
 	// partitions read here holds per key.
 	testenv.CheckDelivery(t, written, got)
