@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -47,7 +48,7 @@ func (c *relayCmd) check() (relay.Config, error) {
 		}
 	}
 	if c.BrokerURL != "" {
-		if _, err := brokerurl.Parse(c.BrokerURL, brokerurl.Options{Flag: "--broker-url", WebhookSecretEnv: c.WebhookSecretEnv}); err != nil {
+		if _, err := brokerurl.Parse(c.BrokerURL, c.brokerOptions(nil)); err != nil {
 			return relay.Config{}, err
 		}
 	}
@@ -139,7 +140,7 @@ func (c *relayCmd) Run(e *env) error {
 				"url", brokerURL, "data", dir)
 		})
 	}
-	b, err := brokerurl.Open(e.ctx, brokerURL, c.brokerOptions(e))
+	b, err := brokerurl.Open(e.ctx, brokerURL, c.brokerOptions(e.log))
 	if err != nil {
 		var se *brokerurl.StreamError
 		if errors.As(err, &se) {
@@ -179,12 +180,13 @@ func (c *relayCmd) Run(e *env) error {
 	return r.Run(e.ctx)
 }
 
-// brokerOptions says how brokerurl opens --broker-url.
-func (c *relayCmd) brokerOptions(e *env) brokerurl.Options {
+// brokerOptions says how brokerurl reads and opens --broker-url; log
+// reports connection losses.
+func (c *relayCmd) brokerOptions(log *slog.Logger) brokerurl.Options {
 	return brokerurl.Options{
 		Flag:             "--broker-url",
 		Env:              "COURIER_BROKER_URL",
-		Logger:           e.log,
+		Logger:           log,
 		NATS:             couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""},
 		Stream:           c.Stream,
 		NoCreate:         c.NoStream,
