@@ -3,6 +3,9 @@
 //
 //	courier migrate --database-url postgres://localhost/app
 //	courier relay   --database-url postgres://localhost/app --broker-url nats://localhost:4222
+//	courier relay   --database-url postgres://localhost/app --broker-url kafka://k1:9092,k2:9092
+//	courier relay   --database-url postgres://localhost/app --broker-url amqp://guest:guest@localhost:5672/
+//	COURIER_WEBHOOK_SECRET=whsec_… courier relay --database-url … --broker-url https://hooks.example.com/courier
 //	courier status  --database-url postgres://localhost/app
 //
 // Every flag can also be set through the environment variable named in
@@ -11,7 +14,6 @@ package main
 
 import (
 	"context"
-
 	"fmt"
 	"io"
 	"log/slog"
