@@ -13,6 +13,16 @@
 //
 // plus the message's own headers (trace context, correlation id, …).
 //
+// # CloudEvents
+//
+// With PublisherConfig.CloudEvents set, a message also carries the
+// CloudEvents attributes of the NATS binding's binary content mode (ce-id,
+// ce-source, ce-type, ce-subject, … and content-type; see package
+// broker/cloudevents), next to Courier's headers, which stay. FromNATS
+// leaves those attributes out of a decoded message's headers, and decodes a
+// message that carries CloudEvents attributes instead of Courier's headers
+// (see cloudevents.Decode).
+//
 // # Errors
 //
 // Publish tells failures of the message from failures of the broker (see
@@ -69,6 +79,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/cloudevents"
 )
 
 // Header names Courier sets on every JetStream message.
@@ -136,7 +147,11 @@ var ErrMalformed = courier.ErrMalformed
 // with an error wrapping ErrMalformed when a required header is missing or
 // invalid.
 func (c Config) FromNATS(msg *natsgo.Msg) (courier.Message, error) {
+	if msg.Header.Get(HeaderType) == "" && cloudevents.IsEvent(cloudevents.PrefixNATS, msg.Header.Get) {
+		return c.fromEvent(msg)
+	}
 	m := courier.Message{Topic: c.Topic(msg.Subject), Payload: msg.Data}
+	ce := cloudevents.IsEvent(cloudevents.PrefixNATS, msg.Header.Get)
 	bad := func(field string, err error) (courier.Message, error) {
 		if err != nil {
 			return courier.Message{}, fmt.Errorf("%w: header %s: %v", ErrMalformed, field, err)
@@ -172,9 +187,45 @@ func (c Config) FromNATS(msg *natsgo.Msg) (courier.Message, error) {
 		if strings.HasPrefix(k, "Nats-") || len(vs) == 0 {
 			continue
 		}
+		if ce && (k == cloudevents.ContentTypeHeader || cloudevents.Written(cloudevents.PrefixNATS, k)) {
+			continue
+		}
 		m.SetHeader(k, vs[0])
 	}
 	return m, nil
+}
+
+// fromEvent decodes a message that carries CloudEvents attributes instead
+// of Courier's headers.
+func (c Config) fromEvent(msg *natsgo.Msg) (courier.Message, error) {
+	m, err := cloudevents.Decode(cloudevents.PrefixNATS, msg.Header.Get)
+	if err != nil {
+		return courier.Message{}, err
+	}
+	m.Topic, m.Payload = c.Topic(msg.Subject), msg.Data
+	if m.ContentType = msg.Header.Get(cloudevents.ContentTypeHeader); m.ContentType == "" {
+		m.ContentType = msg.Header.Get(HeaderContentType)
+	}
+	for k, vs := range msg.Header {
+		if strings.HasPrefix(k, "Nats-") || len(vs) == 0 || k == HeaderContentType || k == cloudevents.ContentTypeHeader || cloudevents.Written(cloudevents.PrefixNATS, k) {
+			continue
+		}
+		m.SetHeader(k, vs[0])
+	}
+	return m, nil
+}
+
+// toNATS converts a message to a JetStream message, with its CloudEvents
+// attributes when the Publisher has them on.
+func (p *Publisher) toNATS(m *courier.Message) *natsgo.Msg {
+	nm := p.cfg.ToNATS(m)
+	if p.ce != nil {
+		for _, a := range p.ce.Attributes(cloudevents.PrefixNATS, m) {
+			nm.Header[a.Name] = []string{a.Value}
+		}
+		nm.Header[cloudevents.ContentTypeHeader] = []string{m.ContentType}
+	}
+	return nm
 }
 
 // ErrNoStream is wrapped by the error Publish returns for a message whose
@@ -191,7 +242,8 @@ var ErrNoStream = errors.New("nats: no stream binds the subject")
 type Publisher struct {
 	js     jetstream.JetStream
 	cfg    Config
-	lookup time.Duration // bound on one stream lookup
+	ce     *cloudevents.Config // nil: CloudEvents off
+	lookup time.Duration       // bound on one stream lookup
 
 	mu    sync.Mutex
 	bound map[string]struct{} // subjects a stream acknowledged
@@ -213,12 +265,21 @@ type PublisherConfig struct {
 	// MaxPending caps unacknowledged publishes on the connection; Publish
 	// waits for room beyond it. Default 16384.
 	MaxPending int
+	// CloudEvents, if set, adds the CloudEvents attributes of the binary
+	// content mode to every message, next to Courier's headers (see the
+	// package documentation). Its Source is required. Default nil: off.
+	CloudEvents *cloudevents.Config
 }
 
 // NewPublisher returns a Publisher on nc. For a relay, connect with
 // [Connect] (or set nats.ReconnectBufSize(-1) yourself) so publishes fail
 // fast while the connection is down instead of queueing behind it.
 func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
+	if cfg.CloudEvents != nil {
+		if err := cfg.CloudEvents.Check("nats: PublisherConfig.CloudEvents"); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 5 * time.Second
 	}
@@ -229,7 +290,7 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &Publisher{js: js, cfg: cfg.Config, lookup: min(cfg.AckTimeout, time.Second), bound: make(map[string]struct{})}, nil
+	return &Publisher{js: js, cfg: cfg.Config, ce: cfg.CloudEvents.Clone(), lookup: min(cfg.AckTimeout, time.Second), bound: make(map[string]struct{})}, nil
 }
 
 // Publish implements broker.Publisher.
@@ -272,7 +333,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 				continue
 			}
 		}
-		f, err := p.js.PublishMsgAsync(p.cfg.ToNATS(&msgs[i]), jetstream.WithRetryAttempts(0))
+		f, err := p.js.PublishMsgAsync(p.toNATS(&msgs[i]), jetstream.WithRetryAttempts(0))
 		if err != nil {
 			errs[i] = p.classify(&msgs[i], err)
 			continue
