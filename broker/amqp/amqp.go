@@ -33,6 +33,19 @@
 // x-death, x-first-death-*, x-last-death-*, x-received-from) are not copied
 // into decoded messages.
 //
+// # CloudEvents
+//
+// With PublisherConfig.CloudEvents set, a message also carries the
+// CloudEvents attributes of the AMQP binding's binary content mode as
+// headers (cloudEvents:id, cloudEvents:source, cloudEvents:type, …; the
+// content-type property is datacontenttype; see package broker/cloudevents),
+// next to Courier's headers, which stay. The binding allows the prefixes
+// "cloudEvents:" and "cloudEvents_"; Courier writes the first, which the
+// CloudEvents Go SDK reads, and Decode reads both: it leaves the attributes
+// out of a decoded message's headers, and decodes a message that carries
+// CloudEvents attributes instead of Courier's headers (see
+// cloudevents.Decode).
+//
 // RabbitMQ does not deduplicate: a message the relay publishes twice (its
 // confirm was lost to a connection drop) is delivered twice, and the inbox
 // recognises the second copy by its message id.
@@ -145,6 +158,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/cloudevents"
 )
 
 // Header names Courier sets on every AMQP message.
@@ -399,6 +413,16 @@ func (c Config) Decode(r broker.Raw) (courier.Message, error) {
 		}
 		return courier.Message{}, fmt.Errorf("%w: %s is missing", ErrMalformed, field)
 	}
+	var ce string // the CloudEvents prefix, if any
+	for _, p := range []string{cloudevents.PrefixAMQP, cloudevents.PrefixAMQPUnderscore} {
+		if cloudevents.IsEvent(p, get) {
+			ce = p
+			break
+		}
+	}
+	if ce != "" && get(HeaderVersion) == "" {
+		return c.fromEvent(r, ce, get)
+	}
 	m := courier.Message{Topic: c.Topic(r.Subject), Payload: r.Data}
 	id := get(RawMessageID)
 	if id == "" {
@@ -426,7 +450,32 @@ func (c Config) Decode(r broker.Raw) (courier.Message, error) {
 		case RawMessageID, RawType, RawContentType, HeaderKey, HeaderVersion, HeaderOccurredAt:
 			continue
 		}
-		if brokerHeader(k) || len(vs) == 0 {
+		if brokerHeader(k) || len(vs) == 0 || (ce != "" && cloudevents.Written(ce, k)) {
+			continue
+		}
+		m.SetHeader(k, vs[0])
+	}
+	return m, nil
+}
+
+// fromEvent decodes a delivery that carries CloudEvents attributes (with
+// prefix ce) instead of Courier's headers. The content type is the
+// content-type property, else the datacontenttype attribute.
+func (c Config) fromEvent(r broker.Raw, ce string, get func(string) string) (courier.Message, error) {
+	m, err := cloudevents.Decode(ce, get)
+	if err != nil {
+		return courier.Message{}, err
+	}
+	m.Topic, m.Payload = c.Topic(r.Subject), r.Data
+	if m.ContentType = get(RawContentType); m.ContentType == "" {
+		m.ContentType = get(ce + cloudevents.AttrDataContentType)
+	}
+	for k, vs := range r.Headers {
+		switch k {
+		case RawMessageID, RawType, RawContentType, HeaderKey, HeaderOccurredAt:
+			continue
+		}
+		if brokerHeader(k) || len(vs) == 0 || cloudevents.Written(ce, k) {
 			continue
 		}
 		m.SetHeader(k, vs[0])

@@ -15,6 +15,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/cloudevents"
 )
 
 // ErrUnroutable is wrapped by the error Publish returns for a message that
@@ -53,6 +54,22 @@ type PublisherConfig struct {
 	// for its size, which closes the channel under the rest of that batch
 	// (they fail as broker.ErrUnavailable and are retried).
 	MaxMessageSize int64
+	// CloudEvents, if set, adds the CloudEvents attributes of the binary
+	// content mode to every message, next to Courier's headers (see the
+	// package documentation). Its Source is required. Default nil: off.
+	CloudEvents *cloudevents.Config
+}
+
+// publishing converts a message to the AMQP message Publish sends, with its
+// CloudEvents attributes when the Publisher has them on.
+func (p *Publisher) publishing(m *courier.Message) amqp091.Publishing {
+	pub := Publishing(m)
+	if ce := p.cfg.CloudEvents; ce != nil {
+		for _, a := range ce.Attributes(cloudevents.PrefixAMQP, m) {
+			pub.Headers[a.Name] = a.Value
+		}
+	}
+	return pub
 }
 
 // returnsBuffer is the capacity of each channel's basic.return listener.
@@ -104,6 +121,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = 10 * time.Second
+	}
+	if cfg.CloudEvents != nil {
+		if err := cfg.CloudEvents.Check("amqp: PublisherConfig.CloudEvents"); err != nil {
+			return nil, err
+		}
+		cfg.CloudEvents = cfg.CloudEvents.Clone()
 	}
 	if cfg.MaxMessageSize < 0 {
 		return nil, fmt.Errorf("amqp: PublisherConfig.MaxMessageSize is %d: use 0 (learned) or the broker's max_message_size", cfg.MaxMessageSize)
@@ -323,7 +346,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 			errs[i] = p.unconfirmed(s, m, sendErr)
 			continue
 		}
-		c, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, p.cfg.RoutingKey(m.Topic), true, false, Publishing(m))
+		c, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, p.cfg.RoutingKey(m.Topic), true, false, p.publishing(m))
 		if err != nil {
 			var ae *amqp091.Error
 			if !errors.As(err, &ae) && !s.ch.IsClosed() && ctx.Err() == nil {

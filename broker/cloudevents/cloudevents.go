@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 
@@ -94,6 +95,9 @@ type Config struct {
 func (c *Config) Check(field string) error {
 	if c.Source == "" {
 		return fmt.Errorf("%s.Source is empty: set the CloudEvents source, a URI reference naming the producer such as \"/shop/orders\" or \"https://shop.example.com\"", field)
+	}
+	if strings.ContainsFunc(c.Source, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return fmt.Errorf("%s.Source %q contains white space or a control character: percent-encode them, every binding carries the source as a header", field, c.Source)
 	}
 	if _, err := url.Parse(c.Source); err != nil {
 		return fmt.Errorf("%s.Source %q is not a URI reference (%v): use a path such as \"/shop/orders\" or an absolute URI", field, c.Source, err)

@@ -83,6 +83,9 @@ func TestCheck(t *testing.T) {
 	if err := (&cloudevents.Config{Source: "http://[::1"}).Check("x"); err == nil {
 		t.Fatal("invalid URI accepted")
 	}
+	if err := (&cloudevents.Config{Source: "/shop orders"}).Check("x"); err == nil {
+		t.Fatal("white space accepted")
+	}
 	if err := (&cloudevents.Config{Source: "/shop"}).Check("x"); err != nil {
 		t.Fatal(err)
 	}

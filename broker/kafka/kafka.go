@@ -15,6 +15,17 @@
 // record's timestamp is the time of publication, not OccurredAt, so that a
 // replayed dead letter is not at once older than the topic's retention.
 //
+// # CloudEvents
+//
+// With PublisherConfig.CloudEvents set, a record also carries the
+// CloudEvents attributes of the Kafka binding's binary content mode (ce_id,
+// ce_source, ce_type, ce_subject, … and content-type; see package
+// broker/cloudevents), next to Courier's headers, which stay. FromRaw
+// leaves those attributes out of a decoded message's headers, and decodes a
+// record that carries CloudEvents attributes instead of Courier's headers
+// (see cloudevents.Decode; the record key stands in for a missing
+// ce_subject).
+//
 // # Partitions and order
 //
 // Records are partitioned by franz-go's default partitioner, which hashes a
@@ -74,6 +85,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/cloudevents"
 )
 
 // Header names Courier sets on every record.
@@ -205,6 +217,10 @@ func (c Config) FromRaw(raw broker.Raw) (courier.Message, error) {
 		}
 		return ""
 	}
+	ce := cloudevents.IsEvent(cloudevents.PrefixKafka, get)
+	if ce && get(HeaderType) == "" {
+		return c.fromEvent(raw, get)
+	}
 	bad := func(field string, err error) (courier.Message, error) {
 		if err != nil {
 			return courier.Message{}, fmt.Errorf("%w: header %s: %v", ErrMalformed, field, err)
@@ -237,9 +253,38 @@ func (c Config) FromRaw(raw broker.Raw) (courier.Message, error) {
 		case HeaderID, HeaderKey, HeaderType, HeaderVersion, HeaderOccurredAt, HeaderContentType:
 			continue
 		}
+		if ce && (k == cloudevents.ContentTypeHeader || cloudevents.Written(cloudevents.PrefixKafka, k)) {
+			continue
+		}
 		if len(vs) > 0 {
 			m.SetHeader(k, vs[0])
 		}
+	}
+	return m, nil
+}
+
+// fromEvent decodes a record that carries CloudEvents attributes instead of
+// Courier's headers. The record key (Courier-Key, see Raw) stands in for a
+// missing ce_subject.
+func (c Config) fromEvent(raw broker.Raw, get func(string) string) (courier.Message, error) {
+	m, err := cloudevents.Decode(cloudevents.PrefixKafka, func(k string) string {
+		if v := get(k); v != "" || k != cloudevents.PrefixKafka+cloudevents.AttrSubject {
+			return v
+		}
+		return get(HeaderKey)
+	})
+	if err != nil {
+		return courier.Message{}, err
+	}
+	m.Topic, m.Payload = c.MessageTopic(raw.Subject), raw.Data
+	if m.ContentType = get(cloudevents.ContentTypeHeader); m.ContentType == "" {
+		m.ContentType = get(HeaderContentType)
+	}
+	for k, vs := range raw.Headers {
+		if len(vs) == 0 || k == HeaderKey || k == HeaderContentType || k == cloudevents.ContentTypeHeader || cloudevents.Written(cloudevents.PrefixKafka, k) {
+			continue
+		}
+		m.SetHeader(k, vs[0])
 	}
 	return m, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/cloudevents"
 )
 
 // DefaultMaxMessageBytes is the default PublisherConfig.MaxMessageBytes:
@@ -39,6 +41,10 @@ type PublisherConfig struct {
 	// after Courier's. Leave the producer's acks and idempotence at their
 	// defaults: the relay's guarantees rest on them.
 	Options []kgo.Opt
+	// CloudEvents, if set, adds the CloudEvents attributes of the binary
+	// content mode to every record, next to Courier's headers (see the
+	// package documentation). Its Source is required. Default nil: off.
+	CloudEvents *cloudevents.Config
 }
 
 // Publisher produces messages to Kafka through a franz-go client it owns.
@@ -56,6 +62,12 @@ var _ broker.Publisher = (*Publisher)(nil)
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.CloudEvents != nil {
+		if err := cfg.CloudEvents.Check("kafka: PublisherConfig.CloudEvents"); err != nil {
+			return nil, err
+		}
+		cfg.CloudEvents = cfg.CloudEvents.Clone()
 	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 30 * time.Second
@@ -148,7 +160,7 @@ func (p *Publisher) produce(ctx context.Context, msgs []courier.Message) []error
 	// returned does not block the client.
 	results := make(chan result, len(msgs))
 	for i := range msgs {
-		p.cl.Produce(ctx, p.cfg.ToRecord(&msgs[i]), func(_ *kgo.Record, err error) {
+		p.cl.Produce(ctx, p.toRecord(&msgs[i]), func(_ *kgo.Record, err error) {
 			results <- result{i, err}
 		})
 	}
@@ -171,6 +183,23 @@ func (p *Publisher) produce(ctx context.Context, msgs []courier.Message) []error
 		}
 	}
 	return errs
+}
+
+// toRecord converts a message to a Kafka record, with its CloudEvents
+// attributes when the Publisher has them on.
+func (p *Publisher) toRecord(m *courier.Message) *kgo.Record {
+	r := p.cfg.ToRecord(m)
+	if ce := p.cfg.CloudEvents; ce != nil {
+		// A message header of the same name would shadow an attribute.
+		r.Headers = slices.DeleteFunc(r.Headers, func(h kgo.RecordHeader) bool {
+			return h.Key == cloudevents.ContentTypeHeader || cloudevents.Written(cloudevents.PrefixKafka, h.Key)
+		})
+		for _, a := range ce.Attributes(cloudevents.PrefixKafka, m) {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: a.Name, Value: []byte(a.Value)})
+		}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: cloudevents.ContentTypeHeader, Value: []byte(m.ContentType)})
+	}
+	return r
 }
 
 // classify sorts err, the failure of m's record (see Publish).
