@@ -18,6 +18,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/cloudevents"
 )
 
 // Defaults of PublisherConfig's zero fields.
@@ -60,6 +61,11 @@ type PublisherConfig struct {
 	Client *http.Client
 	// Breaker tunes the circuit breaker of each endpoint.
 	Breaker BreakerConfig
+	// CloudEvents, if set, adds the CloudEvents attributes of the HTTP
+	// binding's binary content mode to every request, next to Courier's
+	// headers (see the package documentation). Its Source is required.
+	// Default nil: off.
+	CloudEvents *cloudevents.Config
 }
 
 // BreakerConfig tunes the circuit breaker each endpoint has.
@@ -105,6 +111,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	keys, err := parseSecrets(cfg.Secrets)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.CloudEvents != nil {
+		if err := cfg.CloudEvents.Check("webhook: PublisherConfig.CloudEvents"); err != nil {
+			return nil, err
+		}
+		cfg.CloudEvents = cfg.CloudEvents.Clone()
 	}
 	if cfg.Endpoints == nil && cfg.Endpoint == nil && cfg.DefaultEndpoint == "" {
 		return nil, errors.New("webhook: no endpoint: set PublisherConfig.Endpoints, Endpoint or DefaultEndpoint")
@@ -313,6 +325,8 @@ func (p *Publisher) request(ctx context.Context, u *url.URL, m *courier.Message)
 			return nil, broker.Rejected(fmt.Errorf("webhook: header name %q cannot be sent over HTTP: use letters, digits and -", k))
 		case reserved[strings.ToLower(k)]:
 			return nil, broker.Rejected(fmt.Errorf("webhook: header %q is set by the webhook wire format: rename the message's header", k))
+		case p.cfg.CloudEvents != nil && cloudevents.Written(cloudevents.PrefixHTTP, k):
+			return nil, broker.Rejected(fmt.Errorf("webhook: header %q is a CloudEvents attribute, which the publisher sets (PublisherConfig.CloudEvents): rename the message's header", k))
 		case !validValue(v):
 			return nil, broker.Rejected(fmt.Errorf("webhook: the value of header %q has control characters or white space at an end, which HTTP does not carry unchanged", k))
 		}
@@ -337,6 +351,11 @@ func (p *Publisher) request(ctx context.Context, u *url.URL, m *courier.Message)
 	h.Set(HeaderOccurredAt, m.OccurredAt.UTC().Format(time.RFC3339Nano))
 	if len(names) > 0 {
 		h.Set(HeaderNames, strings.Join(names, " "))
+	}
+	if ce := p.cfg.CloudEvents; ce != nil {
+		for _, a := range ce.Attributes(cloudevents.PrefixHTTP, m) {
+			h.Set(a.Name, a.Value)
+		}
 	}
 	return req, nil
 }

@@ -27,6 +27,16 @@
 // plus the message's own headers (trace context, correlation id, …), one HTTP
 // header each.
 //
+// With PublisherConfig.CloudEvents set, a request is also a CloudEvent in
+// the HTTP binding's binary content mode: the headers ce-specversion, ce-id,
+// ce-source, ce-type, ce-subject, ce-time and ce-courierversion are added
+// (Content-Type is datacontenttype; see package broker/cloudevents), and
+// Courier's headers stay, so a [Handler] receives the request as before
+// and a CloudEvents receiver reads the event. A message header that would
+// be one of these attributes is refused (broker.ErrRejected). The
+// Handler reads Courier's headers only: a request must carry them, and the
+// Standard Webhooks signature, anyway.
+//
 // Secrets are Standard Webhooks secrets: "whsec_" followed by the key in
 // base64 (the prefix may be left out). The publisher signs with every secret
 // it is given and the receiver accepts a request that any of its secrets
