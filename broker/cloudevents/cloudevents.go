@@ -20,9 +20,13 @@
 // "content-type" header (Kafka, NATS; see ContentTypeHeader).
 //
 // Courier's own headers stay: Courier's subscribers read them as before and
-// ignore the CloudEvents attributes, and CloudEvents consumers ignore
-// Courier's headers. Courier's decoders also accept a message that carries
-// only CloudEvents attributes (see Decode).
+// leave the CloudEvents attributes out of a message's headers, and
+// CloudEvents consumers ignore Courier's headers. A message header named
+// like one of the attributes is replaced by the attribute (the webhook
+// publisher refuses the message instead). The NATS, Kafka and AMQP decoders
+// also accept a message that carries only CloudEvents attributes (see
+// Decode); the webhook Handler does not, since a request must carry the
+// Standard Webhooks signature, hence come from a Courier-aware sender.
 package cloudevents
 
 import (

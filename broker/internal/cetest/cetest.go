@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
@@ -152,4 +153,16 @@ func Diff(e *event.Event, m courier.Message, source string) []string {
 	want("courierversion", fmt.Sprint(e.Extensions()["courierversion"]), fmt.Sprint(m.Version))
 	want("data", string(e.Data()), string(m.Payload))
 	return d
+}
+
+// SameMessage returns "" when got, a message a Courier decoder read back,
+// equals want field by field (times compared as instants), and what
+// differs otherwise.
+func SameMessage(got, want courier.Message) string {
+	if got.ID != want.ID || got.Topic != want.Topic || got.Key != want.Key || got.Type != want.Type || got.Version != want.Version ||
+		got.ContentType != want.ContentType || string(got.Payload) != string(want.Payload) || !got.OccurredAt.Equal(want.OccurredAt) ||
+		!maps.Equal(got.Headers, want.Headers) {
+		return fmt.Sprintf("decoded %+v, want %+v", got, want)
+	}
+	return ""
 }
