@@ -400,6 +400,9 @@ var ErrMalformed = courier.ErrMalformed
 // Decode converts a delivery's raw form back to a Courier message. It fails
 // with an error wrapping ErrMalformed when a required header is missing or
 // invalid.
+// A delivery without Courier-Version that carries CloudEvents attributes
+// (cloudEvents:specversion or cloudEvents_specversion) is decoded from
+// them (see cloudevents.Decode).
 func (c Config) Decode(r broker.Raw) (courier.Message, error) {
 	get := func(name string) string {
 		if vs := r.Headers[name]; len(vs) > 0 {

@@ -209,6 +209,8 @@ func Raw(r *kgo.Record) broker.Raw {
 
 // FromRaw converts a delivery back to a Courier message. It fails with an
 // error wrapping ErrMalformed when a required header is missing or invalid.
+// A record without Courier-Type that carries CloudEvents attributes
+// (ce_specversion) is decoded from them (see cloudevents.Decode).
 func (c Config) FromRaw(raw broker.Raw) (courier.Message, error) {
 	m := courier.Message{Topic: c.MessageTopic(raw.Subject), Payload: raw.Data}
 	get := func(k string) string {
@@ -281,7 +283,11 @@ func (c Config) fromEvent(raw broker.Raw, get func(string) string) (courier.Mess
 		m.ContentType = get(HeaderContentType)
 	}
 	for k, vs := range raw.Headers {
-		if len(vs) == 0 || k == HeaderKey || k == HeaderContentType || k == cloudevents.ContentTypeHeader || cloudevents.Written(cloudevents.PrefixKafka, k) {
+		switch k {
+		case HeaderID, HeaderKey, HeaderVersion, HeaderOccurredAt, HeaderContentType, cloudevents.ContentTypeHeader:
+			continue
+		}
+		if len(vs) == 0 || cloudevents.Written(cloudevents.PrefixKafka, k) {
 			continue
 		}
 		m.SetHeader(k, vs[0])

@@ -145,7 +145,9 @@ var ErrMalformed = courier.ErrMalformed
 
 // FromNATS converts a JetStream message back to a Courier message. It fails
 // with an error wrapping ErrMalformed when a required header is missing or
-// invalid.
+// invalid. A message without Courier-Type that carries CloudEvents
+// attributes (ce-specversion) is decoded from them (see
+// cloudevents.Decode).
 func (c Config) FromNATS(msg *natsgo.Msg) (courier.Message, error) {
 	if msg.Header.Get(HeaderType) == "" && cloudevents.IsEvent(cloudevents.PrefixNATS, msg.Header.Get) {
 		return c.fromEvent(msg)
@@ -207,7 +209,11 @@ func (c Config) fromEvent(msg *natsgo.Msg) (courier.Message, error) {
 		m.ContentType = msg.Header.Get(HeaderContentType)
 	}
 	for k, vs := range msg.Header {
-		if strings.HasPrefix(k, "Nats-") || len(vs) == 0 || k == HeaderContentType || k == cloudevents.ContentTypeHeader || cloudevents.Written(cloudevents.PrefixNATS, k) {
+		switch k {
+		case HeaderKey, HeaderVersion, HeaderOccurredAt, HeaderContentType, cloudevents.ContentTypeHeader:
+			continue
+		}
+		if strings.HasPrefix(k, "Nats-") || len(vs) == 0 || cloudevents.Written(cloudevents.PrefixNATS, k) {
 			continue
 		}
 		m.SetHeader(k, vs[0])
