@@ -7,6 +7,7 @@
 //	courier relay   --database-url postgres://localhost/app --broker-url amqp://guest:guest@localhost:5672/
 //	COURIER_WEBHOOK_SECRET=whsec_… courier relay --database-url … --broker-url https://hooks.example.com/courier
 //	courier status  --database-url postgres://localhost/app
+//	courier dashboard --database-url postgres://localhost/app --addr 127.0.0.1:8080
 //
 // Every flag can also be set through the environment variable named in
 // `courier <command> --help` (COURIER_DATABASE_URL, COURIER_BROKER_URL, …).
@@ -36,6 +37,8 @@ type cli struct {
 	Demo    demoCmd    `cmd:"" help:"Run the reference shop under load and faults, then check its invariants (nothing to install)."`
 	Shop    shopCmd    `cmd:"" help:"Run one service of the reference shop as a process of its own."`
 	Version versionCmd `cmd:"" help:"Print the version."`
+
+	Dashboard dashboardCmd `cmd:"" help:"Serve the web dashboard: the outbox, dead letters and parked messages (replay, discard), consumers, sagas; on 127.0.0.1:8080 unless told."`
 }
 
 // env is what a command runs with.
