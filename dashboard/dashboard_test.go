@@ -22,7 +22,7 @@ import (
 	"github.com/courier-go/courier/dashboard"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/sqlite"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.M(m)) }
@@ -32,21 +32,32 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.M(m)) }
 // the last time; and deliveries parked the way a consumer parks them.
 type fixture struct {
 	db  *sql.DB
-	drv sqlite.Driver
+	drv *dburl.DB
 	// dead maps each dead letter's message id to its topic.
 	dead map[string]string
 }
 
 func newFixture(t *testing.T, topics []string, errs []string) *fixture {
+	return newFixtureAt(t, "sqlite://"+filepath.Join(t.TempDir(), "courier.db"), topics, errs)
+}
+
+// databases are the dialects the handler test runs on: SQLite always,
+// PostgreSQL and MySQL/MariaDB when their variables are set.
+var databases = map[string]func(t *testing.T) string{
+	"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "courier.db") },
+	"postgres": func(t *testing.T) string { return testenv.Postgres(t, nil).URL },
+	"mysql":    func(t *testing.T) string { return testenv.MySQL(t, nil).URL },
+}
+
+func newFixtureAt(t *testing.T, dbURL string, topics []string, errs []string) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "courier.db"))
+	drv, err := dburl.Open(ctx, dbURL, dburl.Options{Create: true})
 	testenv.Must(t, err, "open")
-	t.Cleanup(func() { db.Close() })
-	drv := sqlite.NewDriver(db)
+	t.Cleanup(drv.Close)
 	_, err = drv.Migrate(ctx)
 	testenv.Must(t, err, "migrate")
-	f := &fixture{db: db, drv: drv, dead: map[string]string{}}
+	f := &fixture{db: drv.SQL(), drv: drv, dead: map[string]string{}}
 	msgs := make([]courier.Message, len(topics))
 	for i, topic := range topics {
 		id, _ := uuid.NewV7()
@@ -85,7 +96,7 @@ func (f *fixture) park(t *testing.T, consumer, subject, why string) {
 func (f *fixture) inOutbox(t *testing.T, messageID string) bool {
 	t.Helper()
 	var n int
-	err := f.db.QueryRow("SELECT count(*) FROM courier_outbox WHERE message_id = ?", messageID).Scan(&n)
+	err := f.db.QueryRow(f.drv.Rebind("SELECT count(*) FROM courier_outbox WHERE message_id = ?"), messageID).Scan(&n)
 	testenv.Must(t, err, "count outbox")
 	return n == 1
 }
@@ -154,7 +165,13 @@ func serve(t *testing.T, cfg dashboard.Config) *httptest.Server {
 }
 
 func TestDeadLettersOverHTTP(t *testing.T) {
-	f := newFixture(t, []string{"orders", "orders", "payments"}, []string{"message too big", "schema rejected"})
+	for name, url := range databases {
+		t.Run(name, func(t *testing.T) { testDeadLettersOverHTTP(t, url(t)) })
+	}
+}
+
+func testDeadLettersOverHTTP(t *testing.T, dbURL string) {
+	f := newFixtureAt(t, dbURL, []string{"orders", "orders", "payments"}, []string{"message too big", "schema rejected"})
 	f.park(t, "billing", "courier.payments", "card declined")
 	srv := serve(t, dashboard.Config{Database: f.drv, Sagas: f.drv.Sagas()})
 	c := newClient(t, srv.URL)
