@@ -282,7 +282,7 @@ func (h *Handler) parse() error {
 		"ago":   ago,
 		"when":  when,
 		"clip":  clip,
-		"bytes": showPayload,
+		"add1":  func(i int) int { return i + 1 },
 	}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html")
 	if err != nil {
