@@ -278,11 +278,11 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 // content block.
 func (h *Handler) parse() error {
 	funcs := template.FuncMap{
-		"path":  func(p string) string { return h.cfg.Prefix + p },
-		"ago":   ago,
-		"when":  when,
-		"clip":  clip,
-		"add1":  func(i int) int { return i + 1 },
+		"path": func(p string) string { return h.cfg.Prefix + p },
+		"ago":  ago,
+		"when": when,
+		"clip": clip,
+		"add1": func(i int) int { return i + 1 },
 	}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html")
 	if err != nil {
