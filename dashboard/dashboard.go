@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -192,7 +193,7 @@ func (h *Handler) secure(next http.Handler) http.Handler {
 		}
 		if h.cfg.Token != "" && r.URL.Path != "/login" && !h.authorized(r) {
 			if r.Method == http.MethodGet && r.Header.Get("Authorization") == "" {
-				http.Redirect(w, r, h.cfg.Prefix+"/login", http.StatusSeeOther)
+				http.Redirect(w, r, h.cfg.Prefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="courier"`)
@@ -251,8 +252,12 @@ func (h *Handler) authorized(r *http.Request) bool {
 func (h *Handler) session() string { return h.sign("session", h.cfg.Token) }
 
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+		next = "/"
+	}
 	if r.Method == http.MethodGet {
-		h.render(w, r, "login", map[string]any{"Title": "Log in"})
+		h.render(w, r, "login", map[string]any{"Title": "Log in", "Next": next})
 		return
 	}
 	if h.cfg.Token == "" {
@@ -261,12 +266,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(h.cfg.Token)) != 1 {
 		w.WriteHeader(http.StatusUnauthorized)
-		h.render(w, r, "login", map[string]any{"Title": "Log in", "Error": "That is not the token. The dashboard was started with it (--token)."})
+		h.render(w, r, "login", map[string]any{"Title": "Log in", "Next": next, "Error": "That is not the token. The dashboard was started with it (--token)."})
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: h.session(), Path: h.cookiePath(), HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int((12 * time.Hour).Seconds())})
-	http.Redirect(w, r, h.cfg.Prefix+"/", http.StatusSeeOther)
+	http.Redirect(w, r, h.cfg.Prefix+next, http.StatusSeeOther)
 }
 
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {

@@ -285,13 +285,16 @@ func TestToken(t *testing.T) {
 	if code != 200 || !strings.Contains(page, "Log in") {
 		t.Fatalf("without the token a page sends to the login: %d\n%s", code, page)
 	}
-	form := url.Values{"csrf": {csrfOf(t, page)}, "token": {"wrong"}}
+	form := url.Values{"csrf": {csrfOf(t, page)}, "token": {"wrong"}, "next": {"/dead-letters"}}
 	if code, _ = c.post("/login", form, nil); code != http.StatusUnauthorized {
 		t.Fatalf("login with a wrong token: %d, want 401", code)
 	}
 	form.Set("token", "s3cret-token")
-	if code, page = c.post("/login", form, nil); code != 200 || !strings.Contains(page, `id="dead">1<`) {
-		t.Fatalf("login: %d\n%s", code, page)
+	if code, page = c.post("/login", form, nil); code != 200 || !strings.Contains(page, "<h1>Dead letters</h1>") {
+		t.Fatalf("login goes back to the page asked for: %d\n%s", code, page)
+	}
+	if code, page = c.get("/"); code != 200 || !strings.Contains(page, `id="dead">1<`) {
+		t.Fatalf("overview after login: %d\n%s", code, page)
 	}
 	dead := f.deadLetters(t)
 	// A post without the session or the token is refused even with the
