@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/dashboard"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 // dashboardCmd serves the web dashboard until stopped.
@@ -35,29 +36,51 @@ func (c *dashboardCmd) Run(e *env) error {
 	if err := d.CheckSchema(e.ctx); err != nil {
 		return err
 	}
-	h, err := dashboard.New(dashboard.Config{Database: d, Sagas: d.Sagas(), Token: c.Token, Logger: e.log})
+	stop, failed, err := serveDashboard(e, d, c.Addr, c.Token, "--addr")
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", c.Addr)
-	if err != nil {
-		return fmt.Errorf("--addr %s: %w; pick another port, such as --addr 127.0.0.1:8081", c.Addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
-	fmt.Fprintf(e.stdout, "dashboard of %s on http://%s/ (stop with Ctrl-C)\n", d, ln.Addr())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	select {
-	case err := <-served:
-		return fmt.Errorf("dashboard: %w", err)
+	case err := <-failed:
+		return err
 	case <-e.ctx.Done():
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	err = srv.Shutdown(ctx)
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
+	return stop()
+}
+
+// serveDashboard serves the dashboard of d on addr in the background. stop
+// shuts it down, waiting for requests in flight up to shutdownTimeout;
+// failed receives an error if the server stops by itself. flag names the
+// address's option in errors.
+func serveDashboard(e *env, d *dburl.DB, addr, token, flag string) (stop func() error, failed <-chan error, err error) {
+	h, err := dashboard.New(dashboard.Config{Database: d, Sagas: d.Sagas(), Token: token, Logger: e.log})
+	if err != nil {
+		return nil, nil, err
 	}
-	e.log.Info("dashboard stopped")
-	return err
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %s: %w; pick another port, such as %s 127.0.0.1:8081", flag, addr, err, flag)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(e.stdout, "dashboard of %s on http://%s/ (stop with Ctrl-C)\n", d, ln.Addr())
+	served := make(chan error, 1)
+	fail := make(chan error, 1)
+	go func() {
+		err := srv.Serve(ln)
+		served <- err
+		if !errors.Is(err, http.ErrServerClosed) {
+			fail <- fmt.Errorf("dashboard: %w", err)
+		}
+	}()
+	stop = func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		err := srv.Shutdown(ctx)
+		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		e.log.Info("dashboard stopped")
+		return err
+	}
+	return stop, fail, nil
 }
