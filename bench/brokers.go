@@ -416,9 +416,9 @@ func (r *webhookReceiver) counts() (total, distinct, refused int64) {
 
 // brokerRelayStarter returns what starts a drain child's Courier relay on
 // env's schema (the drain section's store and notifier) publishing to
-// s.BrokerURL through brokerurl.Open, with nothing created (the parent made
-// the stream, topic, exchange and queue) and NATS subjects under env's
-// prefix.
+// s.BrokerURL with the publisher brokerurl.Open makes, with nothing created
+// (the parent made the stream, topic, exchange and queue) and NATS subjects
+// under env's prefix.
 func brokerRelayStarter(s *drainSpec) (func(context.Context) (Relay, error), error) {
 	return func(ctx context.Context) (Relay, error) {
 		st, cfg, closeDB, err := openCourierStore(ctx, &s.Env)
@@ -435,7 +435,11 @@ func brokerRelayStarter(s *drainSpec) (func(context.Context) (Relay, error), err
 			closeDB()
 			return nil, err
 		}
-		return runCourierRelay(st, br, cfg, func() {
+		// The relay gets the publisher the URL opened, not the Broker
+		// that embeds it: a publisher's optional interfaces (such as
+		// broker.OrderKeeper, which lets the relay pipeline a key's
+		// messages) are visible on it alone.
+		return runCourierRelay(st, br.Publisher, cfg, func() {
 			_ = br.Close()
 			closeDB()
 		})
@@ -508,8 +512,9 @@ func brokerSettingsText(cfg config) string {
 	return fmt.Sprintf(`- **Courier relay drain per broker** (Courier alone): %s messages over 10,000 keys, and then %s on one key, written beforehand
   into a fresh PostgreSQL schema with Courier's outbox writer (transactions of 1000, the drain section's fill), then drained by a
   child process running the drain section's relay (`+"`"+`postgres.NewStore`+"`"+` with default settings, the LISTEN/NOTIFY notifier,
-  `+"`"+`relay.Config`+"`"+` otherwise default: batches of 1000, 2 in flight) with its publisher opened by `+"`"+`brokerurl.Open`+"`"+` (as the
-  courier CLI opens it; nothing created), the clock stopped when every message is acknowledged and marked. Destinations, fresh for
+  `+"`"+`relay.Config`+"`"+` otherwise default: batches of 1000, 2 in flight) with the publisher `+"`"+`brokerurl.Open`+"`"+` makes (the
+  `+"`"+`Broker`+"`"+`'s `+"`"+`Publisher`+"`"+` field, whose optional interfaces such as `+"`"+`broker.OrderKeeper`+"`"+` the relay sees; nothing
+  created), the clock stopped when every message is acknowledged and marked. Destinations, fresh for
   each drain: **NATS**, a stream on the `+"`"+`-nats`+"`"+` server (file storage, 2-minute duplicate window, as in every other drain);
   **Kafka**, a kfake cluster (`+"`"+`github.com/twmb/franz-go/pkg/kfake`+"`"+`, one broker, in memory, topic `+"`"+`events`+"`"+` with %d
   partitions) started in the parent process, published to with Courier's Kafka publisher (franz-go, acks=all, idempotent, other
