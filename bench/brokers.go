@@ -517,8 +517,8 @@ func brokerSettingsText(cfg config) string {
   created), the clock stopped when every message is acknowledged and marked. Destinations, fresh for
   each drain: **NATS**, a stream on the `+"`"+`-nats`+"`"+` server (file storage, 2-minute duplicate window, as in every other drain);
   **Kafka**, a kfake cluster (`+"`"+`github.com/twmb/franz-go/pkg/kfake`+"`"+`, one broker, in memory, topic `+"`"+`events`+"`"+` with %d
-  partitions) started in the parent process, published to with Courier's Kafka publisher (franz-go, acks=all, idempotent, other
-  producer settings franz-go's defaults); **RabbitMQ**, an exchange and a durable quorum queue bound to `+"`"+`events`+"`"+` on the
+  partitions) started in the parent process, published to with Courier's Kafka publisher (franz-go, acks=all, idempotent, the rest as
+  `+"`"+`kafka.NewPublisher`+"`"+` sets it); **RabbitMQ**, an exchange and a durable quorum queue bound to `+"`"+`events`+"`"+` on the
   `+"`"+`-amqp`+"`"+` server (publisher confirms, 2 channels); **webhook**, an HTTP server on a loopback port of the parent process that
   verifies each request (`+"`"+`webhook.Verifier`+"`"+`) and answers 204, with Courier's webhook publisher (16 requests in flight per
   batch, one key's messages one at a time). Afterwards the broker must hold exactly the messages written (stream count, the
