@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,8 +31,8 @@ import (
 // ([NATSTransport], the default), Kafka ([KafkaTransport]), RabbitMQ
 // ([AMQPTransport]) or plain HTTP webhooks ([WebhookTransport]).
 //
-// Each topic is consumed by the services listed in [Consumers]; a
-// transport delivers every message of a topic to each of them.
+// A transport delivers every message of a topic to each service that
+// consumes it ([Consumers]).
 type Transport interface {
 	// Setup creates what the shop's topics need on the broker, unless it
 	// exists, and starts what the transport serves itself. It is
@@ -67,10 +68,15 @@ type Link struct {
 	Close func() error
 }
 
-// Consumers maps each topic to the services that consume it: every
-// command goes to the service that carries it out, every reply to orders.
-var Consumers = map[string][]string{
+// consumers maps each topic to the services that consume it.
+var consumers = map[string][]string{
 	TopicOrders: {Orders}, TopicPayment: {Payment}, TopicInventory: {Inventory}, TopicShipping: {Shipping},
+}
+
+// Consumers returns the services that consume topic: every command goes to
+// the service that carries it out, every reply to orders.
+func Consumers(topic string) []string {
+	return slices.Clone(consumers[topic])
 }
 
 // topics returns the shop's topics in the order the saga visits them.
@@ -374,7 +380,7 @@ func (t *AMQPTransport) queue(service string) string {
 // queue bound to its topic.
 func (t *AMQPTransport) Setup(ctx context.Context) error {
 	for _, topic := range topics() {
-		for _, s := range Consumers[topic] {
+		for _, s := range consumers[topic] {
 			err := courieramqp.EnsureTopology(ctx, t.Config, courieramqp.Topology{
 				Queue: t.queue(s), Topics: []string{topic}, SingleActiveConsumer: true, DeliveryLimit: amqpDeliveryLimit,
 			})

@@ -102,7 +102,7 @@ func (t *WebhookTransport) Setup(context.Context) error {
 		return errors.New("shop: the webhook transport is closed; make a new one")
 	}
 	for _, topic := range topics() {
-		for _, s := range Consumers[topic] {
+		for _, s := range consumers[topic] {
 			if t.endpoints[s] != nil {
 				continue
 			}
@@ -156,7 +156,7 @@ func (t *WebhookTransport) Open(_ context.Context, service, _ string, _ *slog.Lo
 		client := &http.Client{Transport: transport}
 		pub.clients = append(pub.clients, client)
 		endpoints := map[string]string{}
-		for topic, consumers := range Consumers {
+		for topic, consumers := range consumers {
 			for _, c := range consumers {
 				if c == s {
 					endpoints[topic] = se.url
@@ -231,7 +231,7 @@ func (f *fanout) Publish(ctx context.Context, msgs []courier.Message) []error {
 	for i := range msgs {
 		ps := f.routes[msgs[i].Topic]
 		if len(ps) == 0 {
-			errs[i] = []error{fmt.Errorf("shop: no service consumes topic %q: add it to shop.Consumers", msgs[i].Topic)}
+			errs[i] = []error{fmt.Errorf("shop: no service consumes topic %q: no endpoint to send it to", msgs[i].Topic)}
 		}
 		for _, p := range ps {
 			batches[p] = append(batches[p], i)
