@@ -72,6 +72,19 @@ func TestDemoCommandBrokers(t *testing.T) {
 	}
 }
 
+// A RabbitMQ that does not answer at the default URL gets an error that
+// says how to start one, which flag names another, and which brokers need
+// nothing installed.
+func TestDemoUnreachableRabbitMQ(t *testing.T) {
+	refused := fmt.Errorf("amqp: connect: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	err := unreachable("amqp", "RabbitMQ at "+defaultAMQPURL, true, refused)
+	for _, want := range []string{"--broker amqp: cannot reach RabbitMQ at", "start RabbitMQ", "--broker-url amqp://", "kafka and webhook need nothing installed"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
 // courier shop SERVICE runs each service as a process of its own: four
 // processes on their own SQLite files and one NATS server take an order
 // from POST /orders to ShippingReady, then stop cleanly on SIGTERM.
