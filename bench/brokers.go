@@ -435,11 +435,9 @@ func brokerRelayStarter(s *drainSpec) (func(context.Context) (Relay, error), err
 			closeDB()
 			return nil, err
 		}
-		// The relay gets the publisher the URL opened, not the Broker
-		// that embeds it: a publisher's optional interfaces (such as
-		// broker.OrderKeeper, which lets the relay pipeline a key's
-		// messages) are visible on it alone.
-		return runCourierRelay(st, br.Publisher, cfg, func() {
+		// The Broker, as courier relay hands it: it passes its
+		// publisher's broker.OrderKeeper on.
+		return runCourierRelay(st, br, cfg, func() {
 			_ = br.Close()
 			closeDB()
 		})
