@@ -84,6 +84,7 @@ type Store struct {
 	dead      []store.DeadLetter // in order of death
 	published []Row
 	notifiers []*store.LocalNotifier
+	locks     map[string]bool // maintenance locks held (Operations)
 }
 
 var (
