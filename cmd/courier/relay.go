@@ -33,7 +33,8 @@ type relayCmd struct {
 	Lease            time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s" env:"COURIER_LEASE"`
 	MaxAttempts      int           `help:"Failed attempts before a message becomes a dead letter." default:"10" env:"COURIER_MAX_ATTEMPTS"`
 	PollInterval     time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)." env:"COURIER_POLL_INTERVAL"`
-	KeepPublished    bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it yourself)." env:"COURIER_KEEP_PUBLISHED"`
+	KeepPublished    bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it with --cleanup-every and --cleanup-keep-published, or courier cleanup)." env:"COURIER_KEEP_PUBLISHED"`
+	Cleanup          relayCleanup  `embed:"" prefix:"cleanup-" envprefix:"COURIER_CLEANUP_"`
 }
 
 // check validates every flag, before anything is opened or created, and
@@ -84,6 +85,9 @@ func (c *relayCmd) check() (relay.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return relay.Config{}, flagError(err)
 	}
+	if err := c.Cleanup.check(); err != nil {
+		return relay.Config{}, err
+	}
 	return cfg, nil
 }
 
@@ -117,6 +121,9 @@ func (c *relayCmd) Run(e *env) error {
 	st, err := d.RelayStore(e.ctx, store.RelayConfig{KeepPublished: c.KeepPublished})
 	if err != nil {
 		return err
+	}
+	if c.Cleanup.Every > 0 {
+		defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
 	}
 
 	var announce []func() // where things are, once all is ready
