@@ -69,7 +69,7 @@ func (f retentionFlags) cleaner(e *env, ops store.Operations, keep map[store.Tab
 type cleanupCmd struct {
 	dbFlags
 	retentionFlags `embed:"" envprefix:"COURIER_"`
-	JSON bool `help:"Print JSON instead of a table." env:"COURIER_JSON"`
+	JSON           bool `help:"Print JSON instead of a table." env:"COURIER_JSON"`
 }
 
 func (c *cleanupCmd) Run(e *env) error {

@@ -33,13 +33,14 @@ type cli struct {
 
 	Migrate migrateCmd `cmd:"" help:"Create or upgrade Courier's tables, or print their SQL."`
 	Relay   relayCmd   `cmd:"" help:"Move committed outbox messages to the broker until stopped (SIGINT/SIGTERM)."`
-	Status    statusCmd    `cmd:"" help:"Show the outbox per topic, relays' leases, dead letters, consumers, sagas and idempotency keys; --fail-if-… for probes."`
-	Reconcile reconcileCmd `cmd:"" help:"Find what is stuck (ended leases, messages failing for long, overdue sagas, keys left in flight); --repair puts it right."`
-	Cleanup   cleanupCmd   `cmd:"" help:"Delete old published copies, inbox markers, expired idempotency keys, finished sagas… in small batches."`
+	Status  statusCmd  `cmd:"" help:"Show the outbox per topic, relays' leases, dead letters, consumers, sagas and idempotency keys; --fail-if-… for probes."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"List, show, replay or discard dead letters."`
 	Demo    demoCmd    `cmd:"" help:"Run the reference shop under load and faults, then check its invariants (nothing to install)."`
 	Shop    shopCmd    `cmd:"" help:"Run one service of the reference shop as a process of its own."`
 	Version versionCmd `cmd:"" help:"Print the version."`
+
+	Reconcile reconcileCmd `cmd:"" help:"Find what is stuck (ended leases, messages failing for long, overdue sagas, keys left in flight); --repair puts it right."`
+	Cleanup   cleanupCmd   `cmd:"" help:"Delete old published copies, inbox markers, expired idempotency keys, finished sagas… in small batches."`
 }
 
 // env is what a command runs with.
