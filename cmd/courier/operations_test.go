@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,5 +183,55 @@ func TestReconcileAndCleanup(t *testing.T) {
 	}
 	if _, st, _ := statusJSONOf(t, "--database-url", url); st.Published.N != 0 || st.Keys.Completed.N != 0 {
 		t.Fatalf("status after the cleanup: published %+v, keys %+v", st.Published, st.Keys)
+	}
+}
+
+// courier relay --cleanup-every runs a cleanup in the background: copies
+// of messages published an hour ago go while it relays.
+func TestRelayCleanupEvery(t *testing.T) {
+	for _, args := range [][]string{{"--cleanup-every=-1s"}, {"--cleanup-every", "1m", "--cleanup-keep-published=-1h"}} {
+		if code, _, errOut := runCLI(t, append([]string{"relay", "--database-url", "sqlite:///no/such/dir/x.db"}, args...)...); code != 1 ||
+			!strings.Contains(errOut, "--cleanup-") {
+			t.Fatalf("relay %v: exit %d, %s; want the flag named before anything is opened", args, code, errOut)
+		}
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relay.db")
+	url := "sqlite://" + path
+	if code, out, errOut := runCLI(t, "migrate", "--database-url", url); code != 0 {
+		t.Fatalf("migrate: %d %q %q", code, out, errOut)
+	}
+	db, err := sqlite.Open(path)
+	testenv.Must(t, err, "open")
+	d := sqlite.NewDriver(db).WithClock(past)
+	rs, err := d.RelayStore(ctx, store.RelayConfig{KeepPublished: true})
+	testenv.Must(t, err, "relay store")
+	for i := range 5 {
+		msg := courier.NewMessage("orders", "k", "T", []byte{byte(i)})
+		testenv.Must(t, d.InTx(ctx, func(tx *sql.Tx) error { return d.Inserter().Insert(ctx, tx, []courier.Message{msg}) }), "write")
+		b, err := rs.Claim(ctx, "relay-1", 10, time.Minute)
+		testenv.Must(t, err, "claim")
+		testenv.Must(t, rs.Complete(ctx, "relay-1", b.Lease, store.Outcome{Published: []int64{b.Records[0].Seq}}), "publish")
+	}
+	testenv.Must(t, db.Close(), "close")
+
+	cmd := exec.Command(os.Args[0], "relay", "--log-format", "json", "--embedded-port", "0", "--data-dir", filepath.Join(dir, "nats"),
+		"--keep-published", "--cleanup-every", "1h", "--cleanup-keep-published", "30m", "--cleanup-batch", "2")
+	cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL="+url)
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	testenv.Must(t, cmd.Start(), "start relay")
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		_, st, _ := statusJSONOf(t, "--database-url", url)
+		return st.Published.N == 0
+	}, "the relay's cleanup did not delete the old published copies; logs:\n%s", &logs)
+	testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "sigterm")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("relay exit after SIGTERM: %v\n%s", err, &logs)
+	}
+	if !strings.Contains(logs.String(), `"msg":"cleanup","table":"published","deleted":5`) {
+		t.Fatalf("the relay did not log its cleanup:\n%s", &logs)
 	}
 }

@@ -122,9 +122,6 @@ func (c *relayCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if c.Cleanup.Every > 0 {
-		defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
-	}
 
 	var announce []func() // where things are, once all is ready
 	if embeddedDB {
@@ -184,6 +181,9 @@ func (c *relayCmd) Run(e *env) error {
 		where = append(where, "secrets_from", c.WebhookSecretEnv)
 	}
 	e.log.Info("relaying", append(where, "poll_interval", cfg.PollInterval)...)
+	if c.Cleanup.Every > 0 {
+		defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
+	}
 	return r.Run(e.ctx)
 }
 

@@ -136,7 +136,7 @@ func (c *statusCmd) check(st store.Status) []string {
 
 // printStatus writes st as aligned tables, the outbox's first.
 func printStatus(w io.Writer, st store.Status) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
 	row := func(cells ...any) {
 		for _, c := range cells {
