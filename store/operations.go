@@ -56,18 +56,19 @@ type Operations interface {
 	TryLock(ctx context.Context, name string) (release func(), ok bool, err error)
 }
 
-// CountLimit is how many rows a Status count reads at most; beyond it the
-// count is the database's estimate (PostgreSQL's pg_class.reltuples, MySQL's
-// information_schema.TABLES), or CountLimit itself when there is none.
+// CountLimit is how many rows a Status count reads at most. A table the
+// database estimates (PostgreSQL's pg_class.reltuples, MySQL's
+// information_schema.TABLES) to hold more is not read at all: the estimate
+// is the count. When the estimate is missing or too low and there are more
+// rows than this, the count is CountLimit, a lower bound.
 const CountLimit = 100_000
 
 // Count is the number of rows of a table that grows with traffic.
 type Count struct {
 	// N is the count.
 	N int64 `json:"n"`
-	// Estimated is true when N exceeds CountLimit and comes from the
-	// database's statistics (or is CountLimit, a lower bound, when it
-	// keeps none).
+	// Estimated is true when N exceeds CountLimit: it comes from the
+	// database's statistics, or is CountLimit, a lower bound.
 	Estimated bool `json:"estimated,omitempty"`
 }
 

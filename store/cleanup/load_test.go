@@ -25,6 +25,9 @@ import (
 // published rows to delete.
 const envLoadRows = "COURIER_CLEANUP_LOAD_ROWS"
 
+// envLoadPause sets the Cleaner's Pause in TestWritersDuringCleanup.
+const envLoadPause = "COURIER_CLEANUP_LOAD_PAUSE"
+
 // TestWritersDuringCleanup measures what a cleanup costs the application's
 // writers on PostgreSQL. It is a measurement, not a check, and runs only
 // when asked:
@@ -37,7 +40,8 @@ const envLoadRows = "COURIER_CLEANUP_LOAD_ROWS"
 // path of outbox.Writer) for 15 s alone, then again while a Cleaner deletes
 // every old row in batches of 1,000 (until it is done), then alone again,
 // and logs each phase's transactions per second and latencies, and the
-// cleanup's rows per second. docs/operations.md records results.
+// cleanup's rows per second. COURIER_CLEANUP_LOAD_PAUSE (e.g. 10ms) sets the
+// pause between batches. docs/operations.md records results.
 func TestWritersDuringCleanup(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv(envLoadRows))
 	if n <= 0 {
@@ -64,7 +68,8 @@ FROM generate_series($1::bigint, $2::bigint) AS g`, done+1, min(done+500_000, n)
 	alone := writers(t, pg.Pool, 15*time.Second, nil)
 	t.Logf("writers alone:          %s", alone)
 
-	c := &cleanup.Cleaner{Ops: postgres.Operations(pg.Pool), Keep: map[store.Table]time.Duration{store.TablePublished: 24 * time.Hour}}
+	pause, _ := time.ParseDuration(os.Getenv(envLoadPause))
+	c := &cleanup.Cleaner{Ops: postgres.Operations(pg.Pool), Keep: map[store.Table]time.Duration{store.TablePublished: 24 * time.Hour}, Pause: pause}
 	var rep cleanup.Report
 	var took time.Duration
 	during := writers(t, pg.Pool, 0, func() {
@@ -75,7 +80,7 @@ FROM generate_series($1::bigint, $2::bigint) AS g`, done+1, min(done+500_000, n)
 	testenv.Must(t, err, "cleanup")
 	deleted := rep.Deleted[store.TablePublished]
 	t.Logf("writers during cleanup: %s", during)
-	t.Logf("cleanup deleted %d rows in %s: %.0f rows/s", deleted, took.Round(time.Millisecond), float64(deleted)/took.Seconds())
+	t.Logf("cleanup (pause %s) deleted %d rows in %s: %.0f rows/s", pause, deleted, took.Round(time.Millisecond), float64(deleted)/took.Seconds())
 	if deleted != int64(n) {
 		t.Errorf("cleanup deleted %d rows, want %d", deleted, n)
 	}

@@ -122,27 +122,28 @@ func (o Ops) one(ctx context.Context, query string, args []any, dest ...any) err
 }
 
 // count counts the rows of table that where selects (a condition, or
-// "1 = 1"), reading at most store.CountLimit+1 of them, and falls back to
-// the database's estimate of the whole table, less minus, beyond.
+// "1 = 1"). Where the database keeps an estimate of the table's rows and
+// it exceeds store.CountLimit, that estimate less minus is the count, read
+// without touching the table; otherwise the rows are counted, reading at
+// most store.CountLimit+1 of them (and the count is store.CountLimit, a
+// lower bound marked as an estimate, when there are more).
 func (o Ops) count(ctx context.Context, table, where string, args []any, minus int64) (store.Count, error) {
+	if o.d.Estimate != "" {
+		var est int64
+		if err := o.one(ctx, o.d.Estimate, []any{table}, &est); err != nil {
+			return store.Count{}, err
+		}
+		if est-minus > store.CountLimit {
+			return store.Count{N: est - minus, Estimated: true}, nil
+		}
+	}
 	var n int64
 	q := `SELECT count(*) FROM (SELECT 1 AS one FROM ` + table + ` WHERE ` + where + ` LIMIT ` + fmt.Sprint(store.CountLimit+1) + `) AS c`
 	if err := o.one(ctx, q, args, &n); err != nil {
 		return store.Count{}, err
 	}
-	if n <= store.CountLimit {
-		return store.Count{N: n}, nil
+	if n > store.CountLimit {
+		return store.Count{N: store.CountLimit, Estimated: true}, nil
 	}
-	c := store.Count{N: store.CountLimit, Estimated: true}
-	if o.d.Estimate == "" {
-		return c, nil
-	}
-	var est int64
-	if err := o.one(ctx, o.d.Estimate, []any{table}, &est); err != nil {
-		return c, err
-	}
-	if est-minus > c.N {
-		c.N = est - minus
-	}
-	return c, nil
+	return store.Count{N: n}, nil
 }
