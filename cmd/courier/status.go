@@ -156,7 +156,7 @@ func printStatus(w io.Writer, st store.Status) {
 		row(r.Owner, r.Leases, r.Rows, r.Expired, relative(st.Now, r.Until))
 	}
 	if len(st.Relays) == 0 {
-		row("(no leases)")
+		fmt.Fprintln(tw, "(no leases)")
 	}
 	row()
 	row("CONSUMERS", "parked", "replay asked", "failing msgs", "failures", "oldest")
@@ -168,7 +168,7 @@ func printStatus(w io.Writer, st store.Status) {
 		row(c.Consumer, c.Parked, c.ReplayRequested, c.FailingMessages, c.Failures, ago(st.Now, oldest))
 	}
 	if len(st.Consumers) == 0 {
-		row("(nothing parked or failing)")
+		fmt.Fprintln(tw, "(nothing parked or failing)")
 	}
 	row()
 	row("SAGAS", "phase", "state", "count", "")
@@ -179,7 +179,7 @@ func printStatus(w io.Writer, st store.Status) {
 		row(s.Type, "overdue", "", s.Count, "deadline "+ago(st.Now, s.OldestDeadline))
 	}
 	if len(st.Sagas) == 0 {
-		row("(none)")
+		fmt.Fprintln(tw, "(no sagas)")
 	}
 	row()
 	row("TABLES", "rows", "", "", "oldest")
