@@ -52,7 +52,9 @@ var long = flag.Bool("long", false, "run the long chaos tests: 100,000 messages 
 func TestMain(m *testing.M) {
 	runRole()
 	flag.Parse()
-	os.Exit(testenv.M(m).Run())
+	code := testenv.M(m).Run()
+	removeCourierBinary()
+	os.Exit(code)
 }
 
 // settings of one run.
@@ -72,7 +74,10 @@ func (s settings) String() string {
 // proc is one supervised child process, restarted whenever it dies until
 // the run stops it.
 type proc struct {
-	name    string
+	name string
+	// cmdline is the program and arguments to run; empty: this test
+	// binary, in the role env gives it.
+	cmdline []string
 	env     []string
 	stderr  *os.File // where its log goes; default os.Stderr
 	mu      sync.Mutex
@@ -86,6 +91,9 @@ type proc struct {
 
 func (p *proc) start(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if len(p.cmdline) > 0 {
+		cmd = exec.Command(p.cmdline[0], p.cmdline[1:]...)
+	}
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stderr = os.Stderr
 	if p.stderr != nil {
@@ -243,6 +251,9 @@ type run struct {
 	stream  string
 	token   string              // held by the relay that is stopped (see takeFreezeToken)
 	js      jetstream.JetStream // the test's own view of the stream
+	// delivered is what the consumer received, in order, on a broker
+	// whose log the test does not read back itself (js is nil then).
+	delivered *deliveryLog
 
 	natsProc          *proc
 	relays, consumers []*proc
