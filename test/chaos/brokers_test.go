@@ -76,17 +76,17 @@ func rabbitMQ(t *testing.T) target {
 func TestRelayKillsRabbitMQ(t *testing.T) {
 	s := transportSettings()
 	rr := startRelays(t, rabbitMQ(t), s)
-	rr.killRelays(time.Now().Add(s.chaosFor), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), s.chaosFor)
+	defer cancel()
+	rr.killRelays(ctx, 1)
 	rr.finish()
 }
 
-// Courier relay processes publishing to Kafka (kfake, franz-go's cluster,
-// started by the test and reached over its TCP listeners) are SIGKILLed one
-// after another, at random, while the producer writes: every message
-// reaches its topic and is applied once, each key's in the order written,
-// and no message becomes a dead letter.
-func TestRelayKillsKafka(t *testing.T) {
-	s := transportSettings()
+// kafkaCluster starts a Kafka cluster in the test process (kfake,
+// franz-go's, reached over its TCP listeners) with s's topics, three
+// partitions each, and returns the target that publishes there and
+// consumes them as one consumer group.
+func kafkaCluster(t *testing.T, s settings) target {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
 	testenv.Must(t, err, "kfake")
 	t.Cleanup(c.Close)
@@ -97,16 +97,27 @@ func TestRelayKillsKafka(t *testing.T) {
 	defer cancel()
 	adm, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
 	testenv.Must(t, err, "admin client")
+	defer adm.Close()
 	for _, topic := range topics(s) {
 		testenv.Must(t, kafka.EnsureTopic(ctx, adm, cfg, topic, kafka.TopicConfig{Partitions: 3}), "create topic "+topic)
 	}
-	adm.Close()
-	tgt := target{name: "kafka", url: raw, lease: 3 * time.Second, concurrency: 8,
+	return target{name: "kafka", url: raw, lease: 3 * time.Second, concurrency: 8,
 		subscribe: func(ctx context.Context) (broker.Subscriber, error) {
 			return kafka.NewSubscriber(ctx, kafka.SubscriberConfig{Config: cfg, Group: "chaos", Topics: topics(s), Prefetch: 500})
 		}}
-	rr := startRelays(t, tgt, s)
-	rr.killRelays(time.Now().Add(s.chaosFor), 1)
+}
+
+// Courier relay processes publishing to Kafka are SIGKILLed one after
+// another, at random, while the producer writes: every message reaches its
+// topic and is applied once, each key's in the order written, and no
+// message becomes a dead letter. It holds whether the relay publishes a
+// key's messages one at a time or pipelined.
+func TestRelayKillsKafka(t *testing.T) {
+	s := transportSettings()
+	rr := startRelays(t, kafkaCluster(t, s), s)
+	ctx, cancel := context.WithTimeout(context.Background(), s.chaosFor)
+	defer cancel()
+	rr.killRelays(ctx, 1)
 	rr.finish()
 }
 
@@ -151,9 +162,13 @@ func TestRabbitMQRestartMidDrain(t *testing.T) {
 		rabbitmqctl(t, "stop_app")
 		stopped := time.Since(began)
 		time.Sleep(2 * time.Second)
+		held := rr.pendingWork(ctx)
 		rabbitmqctl(t, "start_app")
-		t.Logf("restart %d: %d messages in the outbox when stop_app began; stop_app took %s, start_app done %s after it began",
-			i+1, pending, stopped.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+		t.Logf("restart %d: %d messages in the outbox when stop_app began, %d when start_app began; stop_app took %s, start_app done %s after it began",
+			i+1, pending, held, stopped.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+		if held == 0 {
+			t.Errorf("restart %d met no work: the outbox was empty while RabbitMQ was down", i+1)
+		}
 		rr.count("RabbitMQ stop_app, start_app 2s later", 1)
 	}
 	time.Sleep(time.Until(deadline))

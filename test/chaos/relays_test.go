@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,6 +104,9 @@ type target struct {
 	// lease is the relays' --lease; a relay publishes a batch for half of
 	// it at most.
 	lease time.Duration
+	// role, if set, runs the relays as this test binary in that role
+	// (url and lease unused) instead of the courier command.
+	role string
 	// subscribe opens the consumer's subscription to what the relays
 	// publish.
 	subscribe func(ctx context.Context) (broker.Subscriber, error)
@@ -130,9 +134,12 @@ func startRelays(t *testing.T, tgt target, s settings) *relayRun {
 	dialect, db := transportDatabases(t)
 	rr := &relayRun{target: tgt, stop: make(chan struct{}), run: &run{t: t, began: time.Now(), s: s,
 		dialect: tgt.name + "/" + dialect, db: db, faults: map[string]int{}, delivered: &deliveryLog{}}}
-	t.Logf("%s run on %s: %d messages over %d keys and %d topics, %d courier relay processes (--lease %s, --max-attempts %d), %s of faults",
-		tgt.name, dialect, s.messages, s.keys, s.partitions, s.relays, tgt.lease, transportMaxAttempts, s.chaosFor)
-	bin := courierBinary(t)
+	relays := fmt.Sprintf("courier relay processes (--lease %s, --max-attempts %d)", tgt.lease, transportMaxAttempts)
+	if tgt.role != "" {
+		relays = "relay processes of role " + tgt.role
+	}
+	t.Logf("%s run on %s: %d messages over %d keys and %d topics, %d %s, %s of faults",
+		tgt.name, dialect, s.messages, s.keys, s.partitions, s.relays, relays, s.chaosFor)
 	dir := t.TempDir()
 	logFile := func(name string) *os.File {
 		path := filepath.Join(dir, name)
@@ -143,10 +150,15 @@ func startRelays(t *testing.T, tgt target, s settings) *relayRun {
 		return f
 	}
 	for i := range s.relays {
-		rr.relays = append(rr.relays, &proc{name: fmt.Sprintf("relay %d", i), stderr: logFile(fmt.Sprintf("relay%d.log", i)), env: tgt.env,
-			cmdline: []string{bin, "relay", "--log-format", "text", "--log-level", "warn", "--broker-url", tgt.url,
+		p := &proc{name: fmt.Sprintf("relay %d", i), stderr: logFile(fmt.Sprintf("relay%d.log", i)), env: tgt.env}
+		if tgt.role != "" {
+			p.env = append([]string{envRole + "=" + tgt.role, envDB + "=" + db.relayURL(i)}, tgt.env...)
+		} else {
+			p.cmdline = []string{courierBinary(t), "relay", "--log-format", "text", "--log-level", "warn", "--broker-url", tgt.url,
 				"--database-url", db.relayURL(i), "--lease", tgt.lease.String(), "--max-attempts", strconv.Itoa(transportMaxAttempts),
-				"--batch-size", "200"}})
+				"--batch-size", "200"}
+		}
+		rr.relays = append(rr.relays, p)
 	}
 
 	// The consumer, in this process: it lives through the whole run.
@@ -193,12 +205,16 @@ func (rr *relayRun) stopRelays() {
 }
 
 // killRelays SIGKILLs a relay picked at random every 0.3–1.5s (times
-// every) until the time is up. Every third kill or so comes a moment after
+// every) until ctx ends. Every third kill or so comes a moment after
 // a backlog was written at once, to catch relays in the middle of
 // publishing it, between the broker's ack and the mark.
-func (rr *relayRun) killRelays(until time.Time, every float64) {
-	for i := 0; time.Now().Before(until); i++ {
-		time.Sleep(time.Duration(float64(300+rand.IntN(1200))*every) * time.Millisecond)
+func (rr *relayRun) killRelays(ctx context.Context, every float64) {
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(float64(300+rand.IntN(1200))*every) * time.Millisecond):
+		}
 		if rand.IntN(3) == 0 {
 			rr.writeBacklog(fmt.Sprintf("kill%d", i), 200, 20)
 			time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
@@ -237,8 +253,8 @@ func (rr *relayRun) finish() {
 	res := check(t, context.Background(), rr.run, msgs)
 	rr.stopRelays()
 	for i, p := range rr.relays {
-		t.Logf("%s: %d runs", p.name, p.runs)
 		log := readFile(rr.logs[i])
+		t.Logf("%s: %d runs; longest pause for the broker: %s", p.name, p.runs, longestPause(log).Round(time.Millisecond))
 		if n := strings.Count(log, "WARNING: DATA RACE"); n > 0 {
 			report, _, _ := strings.Cut(log[strings.Index(log, "WARNING: DATA RACE"):], "\n==================")
 			t.Errorf("%s: the race detector reported %d data races; the first:\n%s", p.name, n, report)
@@ -250,6 +266,21 @@ func (rr *relayRun) finish() {
 	t.Logf("summary %s: %s; faults %v; %s; %d deliveries of %d messages (%d more than once, skipped by the inbox); %s of faults, settled %s later, %s in all",
 		rr.dialect, res.messages, rr.faults, res, deliveries, distinct, deliveries-distinct, rr.s.chaosFor,
 		res.settled.Round(100*time.Millisecond), time.Since(rr.began).Round(100*time.Millisecond))
+}
+
+// pauseRE finds how long a relay paused claiming, in its log, after whole
+// batches failed with the broker unavailable.
+var pauseRE = regexp.MustCompile(`msg="broker unavailable; pausing" .*\bpause=(\S+)`)
+
+// longestPause returns the longest pause a relay's log shows.
+func longestPause(log string) time.Duration {
+	var longest time.Duration
+	for _, m := range pauseRE.FindAllStringSubmatch(log, -1) {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			longest = max(longest, d)
+		}
+	}
+	return longest
 }
 
 // lastLines returns the last n lines of the file at path.

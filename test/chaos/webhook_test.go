@@ -2,17 +2,21 @@ package chaos
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/webhook"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/relay"
 )
 
 // webhookSecret signs the relays' requests (the Standard Webhooks
@@ -21,16 +25,22 @@ const webhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // What the faulty endpoint does with a request.
 const (
-	answered     = "answered by the handler"
-	unavailable  = "503 with Retry-After: 1"
-	stallBefore  = "stalled past the publish timeout, never handled"
-	stallAfter   = "applied, then the answer stalled past the publish timeout"
-	resetBefore  = "connection reset before the handler"
-	resetAfter   = "applied, then the connection reset"
-	webhookLease = 6 * time.Second
-	// webhookStall outlasts the relays' publish timeout (half their
-	// lease), which ends their requests.
-	webhookStall = webhookLease/2 + time.Second
+	answered    = "answered by the handler"
+	unavailable = "503 with Retry-After: 1"
+	stallBefore = "stalled past the sender's timeout, never handled"
+	stallAfter  = "applied, then the answer stalled past the sender's timeout"
+	resetBefore = "connection reset before the handler"
+	resetAfter  = "applied, then the connection reset"
+)
+
+// Settings of the webhook relay processes (role webhook-relay): their
+// requests time out after webhookTimeout, well within their publish
+// timeout (half of webhookLease), and a breaker that opens stays open for
+// webhookOpenFor.
+const (
+	webhookTimeout = time.Second
+	webhookLease   = 4 * time.Second
+	webhookOpenFor = time.Second
 )
 
 // faultModes are the endpoint's faults, each on for a while, and what
@@ -40,7 +50,7 @@ var faultModes = []struct {
 	outcomes []string
 }{
 	{"answers 503 with Retry-After", []string{unavailable}},
-	{"stalls past the publish timeout", []string{stallBefore, stallAfter}},
+	{"stalls past the sender's timeout", []string{stallBefore, stallAfter}},
 	{"resets connections", []string{resetBefore, resetAfter}},
 	{"all of these at once", []string{unavailable, stallBefore, stallAfter, resetBefore, resetAfter}},
 }
@@ -49,8 +59,9 @@ var faultModes = []struct {
 // mode is on: then it does to each request one of the mode's outcomes
 // instead, in turn, some after the handler applied the message.
 type faultyEndpoint struct {
-	h    *webhook.Handler
-	quit chan struct{} // ends the stalls
+	h     *webhook.Handler
+	stall time.Duration // longer than the sender waits for an answer
+	quit  chan struct{} // ends the stalls
 
 	mu     sync.Mutex
 	mode   int // index in faultModes + 1; 0: healthy
@@ -93,12 +104,12 @@ func (e *faultyEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusServiceUnavailable)
 	case stallBefore:
-		e.stall()
+		e.wait()
 		w.WriteHeader(http.StatusServiceUnavailable) // to nobody: the sender gave up
 	case stallAfter:
 		rec := httptest.NewRecorder()
 		e.h.ServeHTTP(rec, r)
-		e.stall()
+		e.wait()
 		for k, v := range rec.Header() {
 			w.Header()[k] = v
 		}
@@ -112,9 +123,10 @@ func (e *faultyEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (e *faultyEndpoint) stall() {
+// wait stalls the request.
+func (e *faultyEndpoint) wait() {
 	select {
-	case <-time.After(webhookStall):
+	case <-time.After(e.stall):
 	case <-e.quit:
 	}
 }
@@ -131,32 +143,56 @@ func reset(w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
-// Courier relay processes publish to a webhook endpoint (a real HTTP
-// server in front of a webhook.Handler that feeds the inbox consumer)
-// which, for a while each, answers 503 with Retry-After, stalls past the
-// relays' publish timeout, resets connections (before its handler and
-// after the handler applied the message) and all of these at once, then
-// recovers. Relays are SIGKILLed now and then meanwhile, so that fresh
-// ones, whose circuit breakers are closed, meet every fault. Every message
-// is applied once, each key's in the order written, and none becomes a dead
-// letter (--max-attempts 3: an unavailable endpoint never counts).
+// Relay processes publish to a webhook endpoint (a real HTTP server in
+// front of a webhook.Handler that feeds the inbox consumer) which, for a
+// while each, answers 503 with Retry-After, stalls past the sender's
+// timeout, resets connections (before its handler, and after the handler
+// applied the message) and all of these at once, then recovers; relays are
+// SIGKILLed now and then meanwhile. Every message is applied once, each
+// key's in the order written, and none becomes a dead letter (the relays
+// count 3 failed attempts at most: an unavailable endpoint never counts).
+//
+// The relays are this test binary's (role webhook-relay), whose requests
+// time out after a second and whose circuit breakers stay open for one.
+// With -long the run is repeated with `courier relay`, whose webhook
+// requests wait 10s and whose breakers stay open 30s (neither is a flag), so
+// that its recovery takes a minute or so: the kills there also bring fresh
+// relays, with closed breakers, to meet every fault.
 func TestWebhookEndpointFaults(t *testing.T) {
+	t.Run("relay-role", func(t *testing.T) {
+		webhookFaults(t, target{name: "webhook", role: webhookRelayRole, lease: webhookLease}, webhookTimeout+time.Second)
+	})
+	if *long {
+		t.Run("courier-relay", func(t *testing.T) {
+			// The relay's publish timeout, half its lease, ends the requests.
+			webhookFaults(t, target{name: "webhook", lease: 6 * time.Second}, 4*time.Second)
+		})
+	}
+}
+
+// webhookFaults runs the endpoint's faults on relays like tgt's (the
+// endpoint and the consumer are filled in here); stall outlasts their
+// wait for an answer.
+func webhookFaults(t *testing.T, tgt target, stall time.Duration) {
 	s := transportSettings()
 	h, err := webhook.NewHandler(webhook.HandlerConfig{VerifierConfig: webhook.VerifierConfig{Secrets: []string{webhookSecret}},
-		Wait: webhookLease / 3})
+		Wait: min(tgt.lease/3, webhookTimeout*8/10)})
 	testenv.Must(t, err, "handler")
-	e := &faultyEndpoint{h: h, quit: make(chan struct{}), served: map[string]int{}}
+	e := &faultyEndpoint{h: h, stall: stall, quit: make(chan struct{}), served: map[string]int{}}
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(e.quit) })
-	tgt := target{name: "webhook", url: srv.URL + "/courier", env: []string{"COURIER_WEBHOOK_SECRET=" + webhookSecret},
-		lease: webhookLease, concurrency: 16,
-		subscribe: func(context.Context) (broker.Subscriber, error) { return h, nil }}
+	tgt.url = srv.URL + "/courier"
+	tgt.env = []string{"COURIER_WEBHOOK_SECRET=" + webhookSecret, envEndpoint + "=" + tgt.url}
+	tgt.concurrency = 16
+	tgt.subscribe = func(context.Context) (broker.Subscriber, error) { return h, nil }
 	rr := startRelays(t, tgt, s)
 
 	until := time.Now().Add(s.chaosFor)
+	faulting, faultsOver := context.WithCancel(context.Background())
+	defer faultsOver()
 	var kills sync.WaitGroup
-	kills.Go(func() { rr.killRelays(until, 2) })
+	kills.Go(func() { rr.killRelays(faulting, 2) })
 	// Each mode stays on for 1.5s at least, until each of its outcomes met
 	// a request, 5s at most; healthy for 1–2s in between. Every mode at
 	// least once, then at random until the time is up.
@@ -182,6 +218,7 @@ func TestWebhookEndpointFaults(t *testing.T) {
 		t.Logf("the endpoint %s for %s", faultModes[mode].name, time.Since(on).Round(100*time.Millisecond))
 		rr.count("endpoint "+faultModes[mode].name, 1)
 	}
+	faultsOver()
 	kills.Wait()
 	e.mu.Lock()
 	for o, n := range e.served {
@@ -196,4 +233,38 @@ func TestWebhookEndpointFaults(t *testing.T) {
 		}
 	}
 	rr.finish()
+}
+
+// webhookRelayRole is the role of the webhook relay processes.
+const webhookRelayRole = "webhook-relay"
+
+// envEndpoint is the webhook endpoint's URL (role webhook-relay).
+const envEndpoint = "COURIER_CHAOS_ENDPOINT"
+
+// runWebhookRelay relays the outbox of envDB to the webhook endpoint of
+// envEndpoint, with short timeouts (see webhookTimeout).
+func runWebhookRelay(ctx context.Context, log *slog.Logger) error {
+	st, notifier, closeStore, err := openRelayStore(ctx, os.Getenv(envDB), log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	pub, err := webhook.NewPublisher(webhook.PublisherConfig{DefaultEndpoint: os.Getenv(envEndpoint), Secrets: []string{webhookSecret},
+		Timeout: webhookTimeout, Breaker: webhook.BreakerConfig{OpenFor: webhookOpenFor}})
+	if err != nil {
+		return err
+	}
+	cfg := relay.Config{
+		BatchSize: 200, LeaseDuration: webhookLease, MaxAttempts: transportMaxAttempts,
+		Backoff:      courier.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2},
+		PollInterval: 200 * time.Millisecond, Logger: log,
+	}
+	if notifier != nil {
+		cfg.Notifier = notifier
+	}
+	r, err := relay.New(st, pub, cfg)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
 }
