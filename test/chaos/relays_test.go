@@ -104,8 +104,8 @@ type target struct {
 	// lease is the relays' --lease; a relay publishes a batch for half of
 	// it at most.
 	lease time.Duration
-	// role, if set, runs the relays as this test binary in that role
-	// (url and lease unused) instead of the courier command.
+	// role, if set, runs the relays as this test binary in that role,
+	// which has its own settings, instead of the courier command.
 	role string
 	// subscribe opens the consumer's subscription to what the relays
 	// publish.
@@ -114,11 +114,10 @@ type target struct {
 	concurrency int
 }
 
-// relayRun is one transport run: courier relay processes publishing one
-// outbox to target, the producer writing meanwhile, and the inbox consumer.
+// relayRun is one transport run: relay processes publishing one outbox to
+// a target, the producer writing meanwhile, and the inbox consumer.
 type relayRun struct {
 	*run
-	target  target
 	relays  []*proc
 	logs    []string // the relays' logs, then the consumer's
 	stop    chan struct{}
@@ -132,7 +131,7 @@ type relayRun struct {
 // s.chaosFor.
 func startRelays(t *testing.T, tgt target, s settings) *relayRun {
 	dialect, db := transportDatabases(t)
-	rr := &relayRun{target: tgt, stop: make(chan struct{}), run: &run{t: t, began: time.Now(), s: s,
+	rr := &relayRun{stop: make(chan struct{}), run: &run{t: t, began: time.Now(), s: s,
 		dialect: tgt.name + "/" + dialect, db: db, faults: map[string]int{}, delivered: &deliveryLog{}}}
 	relays := fmt.Sprintf("courier relay processes (--lease %s, --max-attempts %d)", tgt.lease, transportMaxAttempts)
 	if tgt.role != "" {
