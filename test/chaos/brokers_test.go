@@ -155,8 +155,7 @@ func TestRabbitMQRestartMidDrain(t *testing.T) {
 		// Spread the restarts over the run, each after a backlog of
 		// messages of keys of its own.
 		time.Sleep(time.Until(rr.began.Add(s.chaosFor * time.Duration(1+3*i) / 7)))
-		rr.writeBacklog(fmt.Sprintf("backlog%d", i), 600, 30)
-		time.Sleep(200 * time.Millisecond)
+		rr.writeBacklog(fmt.Sprintf("backlog%d", i), 1000, 40)
 		pending := rr.pendingWork(ctx)
 		began := time.Now()
 		rabbitmqctl(t, "stop_app")
