@@ -57,8 +57,8 @@ type Config struct {
 	// Default Grace plus relay.DefaultLeaseDuration; set it to Grace plus
 	// your relay's LeaseDuration.
 	Stall time.Duration
-	// Database, if set, is pinged: store.Database, *sql.DB and
-	// *pgxpool.Pool have Ping.
+	// Database, if set, is pinged: a store.Database (a dialect's
+	// Driver, such as sqlite.NewDriver(db)) and *pgxpool.Pool have Ping.
 	Database interface {
 		Ping(ctx context.Context) error
 	}
