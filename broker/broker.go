@@ -49,6 +49,36 @@ type Publisher interface {
 	Publish(ctx context.Context, msgs []courier.Message) []error
 }
 
+// OrderKeeper is implemented by a Publisher that can take several messages
+// of one key in one Publish call and still keep their order, so that the
+// relay hands it a key's run of messages at once ("pipelined") instead of
+// waiting for each acknowledgement before it sends the next. Kafka's
+// idempotent producer is such a publisher: it keeps a partition's order
+// across its own retries, and fails a partition's later records when one
+// fails.
+//
+// KeepsKeyOrder reports whether, for the Publish calls that follow, this
+// promise holds: within one call, messages that share a topic and a key
+// are stored by the broker in slice order; and when one of them fails with
+// an error that does not wrap [ErrRejected], none of the later messages of
+// that topic and key in the call is stored (each of them fails too). A
+// message rejected for good does not hold back the later ones: the relay
+// makes it a dead letter, and its key moves on.
+//
+// A publisher whose support depends on the broker (a server version, a
+// stream setting) reports it when it knows; false keeps the relay at one
+// message per key per round trip, which is always safe.
+type OrderKeeper interface {
+	KeepsKeyOrder() bool
+}
+
+// KeepsKeyOrder reports whether p implements [OrderKeeper] and keeps a key's
+// order when pipelined.
+func KeepsKeyOrder(p Publisher) bool {
+	ok, is := p.(OrderKeeper)
+	return is && ok.KeepsKeyOrder()
+}
+
 // ErrUnavailable marks publish errors caused by the broker rather than by the
 // message: connection lost, timeouts, a broker or stream not ready to store
 // messages. It does not cover a broker that answers that nothing accepts the

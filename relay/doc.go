@@ -46,10 +46,18 @@
 //     each round sends the next message of every key at once, so a batch
 //     spread over many keys is one round, and a burst on one key is published
 //     at the speed of a broker round trip per message, still claimed and
-//     marked a whole batch at a time.
+//     marked a whole batch at a time. A broker that keeps a key's order
+//     when several of its messages are in flight (broker.OrderKeeper: Kafka,
+//     whose idempotent producer keeps a partition's order) gets each key's
+//     run of messages to one topic in one round instead, without waiting
+//     for each acknowledgement: a burst on one key then goes at the speed
+//     of many keys.
 //  3. When a message fails, the later messages of its key in the batch are not
-//     sent; they are released, and rule 1 holds them back until the failed
-//     message is published or becomes a dead letter. Other keys never wait.
+//     sent (or, pipelined, the broker stores none of them); they are
+//     released, and rule 1 holds them back until the failed message is
+//     published or becomes a dead letter. A message the broker rejects for
+//     good is a dead letter at once and does not hold its key: the rest of
+//     the key's run goes on in the same batch. Other keys never wait.
 //
 // # Failures
 //

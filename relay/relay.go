@@ -642,39 +642,62 @@ func (r *Relay) process(ctx, work context.Context, claimed time.Time, batch stor
 	released := 0
 
 	chains := chainsByKey(recs)
+	pipelined := broker.KeepsKeyOrder(r.pub)
 	var out store.Outcome
-	msgs := make([]courier.Message, 0, len(chains))
-	idx := make([]int, 0, len(chains))
+	msgs := make([]courier.Message, 0, len(recs))
+	runs := make([]int, 0, len(chains))
 	anyOK, allDown := false, true
 	var downErr error // an ErrUnavailable error of the batch
 	for len(chains) > 0 {
 		if ctx.Err() != nil || pubCtx.Err() != nil {
 			break
 		}
-		msgs, idx = msgs[:0], idx[:0]
+		// Each round sends every key's next message, or, to a publisher
+		// that keeps a key's order, its next run of messages to one topic.
+		msgs, runs = msgs[:0], runs[:0]
 		for _, c := range chains {
-			i := c[0]
-			msgs = append(msgs, recs[i].Message)
-			idx = append(idx, i)
+			n := 1
+			if pipelined {
+				n = sameTopicRun(recs, c)
+			}
+			for _, i := range c[:n] {
+				msgs = append(msgs, recs[i].Message)
+			}
+			runs = append(runs, n)
 		}
 		errs := r.pub.Publish(pubCtx, msgs)
 		next := chains[:0]
-		for j, c := range chains {
-			rec := &recs[idx[j]]
-			if err := errs[j]; err != nil {
-				r.fail(&out, rec, err)
+		j := 0
+		for k, c := range chains {
+			sent, held := runs[k], false
+			for _, i := range c[:sent] {
+				rec, err := &recs[i], errs[j]
+				j++
+				if held { // after a failure of its key: not stored
+					released++
+					continue
+				}
+				if err == nil {
+					anyOK, allDown = true, false
+					out.Published = append(out.Published, rec.Seq)
+					continue
+				}
 				if !errors.Is(err, broker.ErrUnavailable) {
 					allDown = false
 				} else if downErr == nil {
 					downErr = err
 				}
-				released += len(c) - 1 // later messages of the key wait
-				continue
+				r.fail(&out, rec, err)
+				// A message rejected for good is a dead letter at once
+				// and leaves the order; any other failure holds the
+				// key's later messages back (see broker.OrderKeeper).
+				held = !permanent(err)
 			}
-			anyOK, allDown = true, false
-			out.Published = append(out.Published, rec.Seq)
-			if len(c) > 1 {
-				next = append(next, c[1:])
+			switch {
+			case held:
+				released += len(c) - sent
+			case len(c) > sent:
+				next = append(next, c[sent:])
 			}
 		}
 		chains = next
@@ -705,6 +728,24 @@ func chainsByKey(recs []store.Record) [][]int {
 	return chains
 }
 
+// sameTopicRun is how many of chain c's leading records share the first
+// one's topic.
+func sameTopicRun(recs []store.Record, c []int) int {
+	topic := recs[c[0]].Message.Topic
+	n := 1
+	for n < len(c) && recs[c[n]].Message.Topic == topic {
+		n++
+	}
+	return n
+}
+
+// permanent reports whether err is a refusal for good, which makes a message
+// a dead letter at once: ErrRejected without ErrUnavailable.
+func permanent(err error) bool {
+	return errors.Is(err, broker.ErrRejected) && !errors.Is(err, broker.ErrUnavailable)
+}
+
+// fail records rec's failed publish in out, as a retry or a dead letter.
 func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
 	f := store.Failure{Seq: rec.Seq, Error: err.Error()}
 	if errors.Is(err, broker.ErrUnavailable) {
@@ -714,7 +755,7 @@ func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
 	} else {
 		f.Counted = true
 		attempts := rec.Attempts + 1
-		if permanent := errors.Is(err, broker.ErrRejected); permanent || attempts >= r.cfg.MaxAttempts {
+		if permanent := permanent(err); permanent || attempts >= r.cfg.MaxAttempts {
 			out.Dead = append(out.Dead, f)
 			r.log.Error("message dead-lettered", "message_id", rec.Message.ID, "key", rec.Message.Key,
 				"topic", rec.Message.Topic, "attempts", attempts, "permanent", permanent, "error", err)

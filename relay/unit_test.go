@@ -164,24 +164,30 @@ func (u *unit) ofKey(key string) []string {
 }
 
 // Rule 1, through the relay: three relays with small batches publish every
-// message of many keys once, each key in write order.
+// message of many keys once, each key in write order, whether the broker
+// takes one message per key per round or a key's run at once.
 func TestUnitRelaysKeepPerKeyOrder(t *testing.T) {
-	u := newUnit(t)
-	var written []courier.Message
-	for i := range 1500 {
-		written = append(written, msg(fmt.Sprintf("k%d", i%37), fmt.Sprint(i)))
-	}
-	for _, cfg := range []int{7, 25, 60} {
-		c := u.config()
-		c.BatchSize, c.Concurrency = cfg, 2
-		u.start(c)
-	}
-	for i := 0; i < len(written); i += 5 {
-		u.write(written[i:min(i+5, len(written))]...)
-	}
-	u.eventually(func() bool { return u.stats().Pending == 0 }, "outbox not drained: %+v", u.stats())
-	if dups := checkDelivery(t, written, u.pub.Messages()); dups != 0 {
-		t.Fatalf("%d duplicates without any lease expiring", dups)
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
+			u := newUnit(t)
+			u.pub.KeepOrder(pipelined)
+			var written []courier.Message
+			for i := range 1500 {
+				written = append(written, msg(fmt.Sprintf("k%d", i%37), fmt.Sprint(i)))
+			}
+			for _, cfg := range []int{7, 25, 60} {
+				c := u.config()
+				c.BatchSize, c.Concurrency = cfg, 2
+				u.start(c)
+			}
+			for i := 0; i < len(written); i += 5 {
+				u.write(written[i:min(i+5, len(written))]...)
+			}
+			u.eventually(func() bool { return u.stats().Pending == 0 }, "outbox not drained: %+v", u.stats())
+			if dups := checkDelivery(t, written, u.pub.Messages()); dups != 0 {
+				t.Fatalf("%d duplicates without any lease expiring", dups)
+			}
+		})
 	}
 }
 
@@ -199,6 +205,66 @@ func TestUnitRoundsSendOneMessagePerKey(t *testing.T) {
 	want := [][]string{{"a1", "b1", "c1"}, {"a2", "c2"}, {"a3"}}
 	if !slices.EqualFunc(rounds, want, slices.Equal) {
 		t.Fatalf("rounds %v, want %v", rounds, want)
+	}
+}
+
+// Rule 2, pipelined: a broker that keeps a key's order (broker.OrderKeeper)
+// gets each key's run of messages to one topic in one round; a message to
+// another topic starts the key's next round.
+func TestUnitPipelinedRoundsSendAKeysRun(t *testing.T) {
+	u := newUnit(t)
+	u.pub.KeepOrder(true)
+	a4 := msg("a", "a4")
+	a4.Topic = "elsewhere"
+	u.write(msg("a", "a1"), msg("a", "a2"), msg("b", "b1"), msg("a", "a3"), a4, msg("a", "a5"), msg("c", "c1"))
+	r, _ := u.start(u.config())
+	u.eventually(func() bool { return r.Metrics().Published == 7 }, "published %d of 7", r.Metrics().Published)
+	var rounds [][]string
+	for _, c := range u.pub.Calls() {
+		rounds = append(rounds, names(c))
+	}
+	want := [][]string{{"a1", "a2", "a3", "b1", "c1"}, {"a4"}, {"a5"}}
+	if !slices.EqualFunc(rounds, want, slices.Equal) {
+		t.Fatalf("rounds %v, want %v", rounds, want)
+	}
+}
+
+// Rule 3, pipelined: the broker stores none of a key's messages after one
+// that failed; the relay releases them without counting an attempt, and
+// publishes them in order after the failed one. A message rejected for good
+// is a dead letter at once and does not hold its key: the rest of its run is
+// published in the same round.
+func TestUnitPipelinedFailureHoldsTheRestOfItsKey(t *testing.T) {
+	u := newUnit(t)
+	u.pub.KeepOrder(true)
+	a2, p2 := msg("a", "a2"), msg("p", "p2")
+	u.pub.Fail(a2.ID, 1)
+	u.pub.Reject(p2.ID, "too large")
+	u.write(msg("a", "a1"), a2, msg("a", "a3"), msg("a", "a4"), msg("p", "p1"), p2, msg("p", "p3"), msg("b", "b1"))
+	r, _ := u.start(u.config())
+	u.eventually(func() bool { return r.Metrics().Published == 4 && r.Metrics().Retried == 1 }, "metrics %+v", r.Metrics())
+	if m := r.Metrics(); m.Released != 2 || m.DeadLettered != 1 {
+		t.Fatalf("metrics %+v: want a3 and a4 released, p2 a dead letter", m)
+	}
+	if got := u.ofKey("a"); !slices.Equal(got, []string{"a1"}) {
+		t.Fatalf("key a published %v while a2 failed, want a1 alone", got)
+	}
+	if got := u.ofKey("p"); !slices.Equal(got, []string{"p1", "p3"}) {
+		t.Fatalf("key p published %v around its rejected p2, want p1 p3", got)
+	}
+	if calls := u.pub.Calls(); len(calls) != 1 {
+		t.Fatalf("%d publish calls, want the whole batch in one", len(calls))
+	}
+	for _, row := range u.st.Pending() {
+		if want := 0; string(row.Record.Message.Payload) != "a2" && row.Record.Attempts != want {
+			t.Fatalf("%s has %d attempts: a message held back by its key's failure counted one", row.Record.Message.Payload, row.Record.Attempts)
+		}
+	}
+
+	u.clock.Advance(time.Hour)
+	u.eventually(func() bool { return u.stats().Pending == 0 }, "key a not drained after a2's retry came due: %+v", u.stats())
+	if got := u.ofKey("a"); !slices.Equal(got, []string{"a1", "a2", "a3", "a4"}) {
+		t.Fatalf("key a published %v, want a1 a2 a3 a4", got)
 	}
 }
 

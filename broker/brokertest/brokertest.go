@@ -41,6 +41,14 @@
 //   - PerKeyOrder: the messages of each key, published by one publisher over
 //     several calls, reach the subscriber in publish order.
 //
+// And what a publisher declares itself, by implementing broker.OrderKeeper:
+//
+//   - PipelinedKeyOrder: many messages of each key in one call are stored in
+//     call order, also around a message rejected for good (OversizeBytes
+//     with OversizeRejected). What happens after a failure that is not for
+//     good needs the broker's own fault injection: each broker package
+//     tests it.
+//
 // Every test gets a destination of its own and talks to the broker for
 // real; nothing is mocked. The tests run in parallel unless Features.Serial.
 package brokertest
@@ -139,6 +147,7 @@ func Run(t *testing.T, h Harness) {
 		{"Retry", testRetry},
 		{"AckedNotRedelivered", testAckedNotRedelivered},
 		{"PerKeyOrder", testPerKeyOrder},
+		{"PipelinedKeyOrder", testPipelinedKeyOrder},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

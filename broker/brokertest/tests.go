@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -363,5 +364,54 @@ func testPerKeyOrder(t *testing.T, h Harness) {
 			t.Fatalf("key %s: got message %s, want %s next", m.Key, m.Payload, want)
 		}
 		next[m.Key]++
+	}
+}
+
+// A publisher that keeps a key's order when pipelined (broker.OrderKeeper)
+// gets every message in one call, several keys interleaved: each key's
+// messages are stored in call order. With an oversize message in the middle
+// of a key's run, when the broker rejects it for good, the rest of the run
+// is stored after what came before it, in order.
+func testPipelinedKeyOrder(t *testing.T, h Harness) {
+	in := newInstance(t, h)
+	if !broker.KeepsKeyOrder(in.Publisher) {
+		t.Skip("the publisher does not keep a key's order when pipelined (broker.OrderKeeper)")
+	}
+	const keys, perKey = 4, 150
+	var msgs []courier.Message
+	for i := range perKey {
+		for k := range keys {
+			msgs = append(msgs, message(in, fmt.Sprintf("key-%d", k), []byte(fmt.Sprint(i))))
+		}
+	}
+	oversize := -1
+	if h.Features.OversizeBytes > 0 && h.Features.OversizeRejected {
+		oversize = len(msgs) / 2
+		msgs[oversize].Payload = make([]byte, h.Features.OversizeBytes)
+	}
+	var want []courier.Message
+	for i, err := range in.Publisher.Publish(context.Background(), msgs) {
+		switch {
+		case i == oversize && !errors.Is(err, broker.ErrRejected):
+			t.Fatalf("oversize message %d: %v; want it rejected for good", i, err)
+		case i != oversize && err != nil:
+			t.Fatalf("message %d of key %s: %v", i, msgs[i].Key, err)
+		case i != oversize:
+			want = append(want, msgs[i])
+		}
+	}
+	got := received(t, in, want)
+	last := map[string]int{}
+	seen := map[[16]byte]bool{}
+	for _, m := range got {
+		if seen[m.ID] {
+			continue
+		}
+		seen[m.ID] = true
+		n, _ := strconv.Atoi(string(m.Payload))
+		if p, ok := last[m.Key]; ok && n <= p {
+			t.Fatalf("key %s: message %d came after message %d", m.Key, n, p)
+		}
+		last[m.Key] = n
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -491,5 +492,106 @@ func TestSubscriberOutlivesCluster(t *testing.T) {
 	}
 	if _, err := s.Next(context.Background()); !errors.Is(err, broker.ErrUnavailable) {
 		t.Fatalf("Next after Close: %v; want ErrUnavailable", err)
+	}
+}
+
+// Pipelined, a key's run goes out in several produce requests. When Kafka
+// refuses one of them (a counted failure, not for good), the messages
+// Publish reports published are a leading part of the run, Kafka stores
+// exactly those, in order, and every later message of the key fails: the
+// relay may hand a key's run at once (broker.OrderKeeper).
+func TestPipelinedFailureStoresNothingAfter(t *testing.T) {
+	c, cfg := setup(t, 1, nil)
+	// Small batches: the run needs many produce requests.
+	pub := publisher(t, kafka.PublisherConfig{Config: cfg, MaxMessageBytes: 2048})
+	if !broker.KeepsKeyOrder(pub) {
+		t.Fatal("the Kafka publisher does not declare that it keeps a key's order")
+	}
+	var requests atomic.Int32
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if requests.Add(1) != 2 {
+			return nil, nil, false // stored as usual
+		}
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.PolicyViolation.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	ms := make([]courier.Message, 2000)
+	for i := range ms {
+		ms[i] = courier.NewMessage("orders", "k", "T", []byte(fmt.Sprint(i)))
+	}
+	errs := pub.Publish(context.Background(), ms)
+	published := 0
+	for published < len(errs) && errs[published] == nil {
+		published++
+	}
+	if published == len(ms) || requests.Load() < 2 {
+		t.Fatalf("%d produce requests, %d of %d messages published: want a refused request mid-run", requests.Load(), published, len(ms))
+	}
+	for i, err := range errs[published:] {
+		if err == nil {
+			t.Fatalf("message %d published after message %d failed", published+i, published)
+		}
+	}
+	if err := errs[published]; errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrRejected) {
+		t.Fatalf("the refused message: %v; want a counted failure", err)
+	}
+	for i, err := range errs[published+1:] {
+		if !errors.Is(err, broker.ErrUnavailable) {
+			t.Fatalf("message %d, after the refused one: %v; want ErrUnavailable (not its fault)", published+1+i, err)
+		}
+	}
+	c.DropControl()
+	if published > 0 {
+		s := subscriber(t, kafka.SubscriberConfig{Config: cfg, Group: "g", Topics: []string{"orders"}})
+		for i, m := range drain(t, s, published) {
+			if m.ID != ms[i].ID {
+				t.Fatalf("delivery %d is message %s, want %d", i, m.Payload, i)
+			}
+		}
+	}
+	// Nothing beyond: the partition ends where the published part does.
+	adm := admin(t, c)
+	offsets, err := kadm.NewClient(adm).ListEndOffsets(context.Background(), "orders")
+	testenv.Must(t, err, "end offsets")
+	if end, _ := offsets.Lookup("orders", 0); end.Offset != int64(published) {
+		t.Fatalf("partition holds %d records, want the %d published", end.Offset, published)
+	}
+	t.Logf("%d produce requests; %d of %d messages published before the refusal", requests.Load(), published, len(ms))
+}
+
+// Kafka answers INVALID_RECORD for a whole batch when one record of it is
+// invalid; franz-go fails the partition's records with it. Publish produces
+// each of them again alone, so only the record Kafka still refuses alone is
+// rejected: here none, since the refusal came once.
+func TestInvalidRecordBatchSparesTheInnocent(t *testing.T) {
+	c, cfg := setup(t, 1, nil)
+	pub := publisher(t, kafka.PublisherConfig{Config: cfg})
+	n := failProduce(c, kerr.InvalidRecord.Code, 1)
+	ms := msgs("a", "b", "a", "c")
+	for i, err := range pub.Publish(context.Background(), ms) {
+		if err != nil {
+			t.Fatalf("message %d: %v; want it published when produced alone", i, err)
+		}
+	}
+	if n.Load() != 1 {
+		t.Fatalf("%d produce requests refused, want 1", n.Load())
+	}
+	s := subscriber(t, kafka.SubscriberConfig{Config: cfg, Group: "g", Topics: []string{"orders"}})
+	for i, m := range drain(t, s, len(ms)) {
+		if m.ID != ms[i].ID {
+			t.Fatalf("delivery %d is message %s, want %d", i, m.Payload, i)
+		}
 	}
 }

@@ -37,6 +37,13 @@
 // partitions; order holds again only for messages published after the
 // change.
 //
+// The Publisher is a broker.OrderKeeper: the relay hands it a key's whole
+// run of messages in one call instead of one per round trip. Publish buffers
+// every record of a call before the client sends any (manual flushing, one
+// call at a time), so a batch Kafka refuses fails all the later records of
+// its partition in the call, and those are reported not stored: nothing of
+// a key is stored after a message of it that failed.
+//
 // # Features
 //
 // What the conformance suite (package broker/brokertest) checks of this
@@ -45,7 +52,8 @@
 //   - No deduplication by message id: Kafka's idempotent producer removes
 //     the duplicates of its own retries, not a message the relay publishes
 //     again after a crash. Consumers use the inbox, which does.
-//   - Per-key order from one publisher (see above).
+//   - Per-key order from one publisher (see above), also pipelined: many
+//     messages of a key in one call (broker.OrderKeeper).
 //   - A message larger than MaxMessageBytes is refused for good
 //     (broker.ErrRejected).
 //   - An unacknowledged delivery comes again after its subscriber closes, or

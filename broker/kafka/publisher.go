@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -52,9 +53,16 @@ type PublisherConfig struct {
 type Publisher struct {
 	cl  *kgo.Client
 	cfg PublisherConfig
+	// mu makes one call's records all buffered before any is sent (the
+	// client flushes manually), so that a failure fails every later
+	// record of its partition in the call: see KeepsKeyOrder.
+	mu sync.Mutex
 }
 
-var _ broker.Publisher = (*Publisher)(nil)
+var (
+	_ broker.Publisher   = (*Publisher)(nil)
+	_ broker.OrderKeeper = (*Publisher)(nil)
+)
 
 // NewPublisher returns a Publisher on the cluster cfg names. It does not
 // connect yet: the first Publish does, and an unreachable cluster shows up
@@ -80,6 +88,8 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		kgo.ClientID("courier"),
 		kgo.ProducerBatchMaxBytes(int32(min(cfg.MaxMessageBytes, 1<<30))),
 		kgo.RecordDeliveryTimeout(cfg.AckTimeout),
+		kgo.ManualFlushing(),
+		kgo.MaxBufferedRecords(maxBuffered),
 	}, cfg.Options...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -127,31 +137,75 @@ var ErrNoTopic = errors.New("kafka: the topic does not exist")
 //     message without being permanent.
 //
 // Kafka refuses a whole batch when the batch is over the topic's
-// max.message.bytes, and franz-go then fails every record buffered for that
-// partition with MESSAGE_TOO_LARGE, messages that would fit among them.
+// max.message.bytes, or when one of its records is invalid or has a
+// timestamp out of range, and franz-go then fails every record buffered for
+// that partition with the same answer, innocent messages among them.
 // Publish therefore produces each message that failed so alone, in order,
-// and reports what Kafka says of it alone: only a message too large by
-// itself is rejected.
+// and reports what Kafka says of it alone: only a message too large or
+// invalid by itself is rejected. After a message of a key that is not stored, other
+// than rejected for good, the later messages of its key in msgs are not
+// produced again: they fail with broker.ErrUnavailable, so that a key's
+// order holds (see KeepsKeyOrder).
 func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
 	defer cancel()
 	errs := p.produce(ctx, msgs)
+	type topicKey struct{ topic, key string }
+	var held map[topicKey]error // keys with a message not stored, for KeepsKeyOrder
 	for i, err := range errs {
-		if errors.Is(err, kerr.MessageTooLarge) && ctx.Err() == nil {
-			errs[i] = p.produce(ctx, msgs[i:i+1])[0]
+		k := topicKey{msgs[i].Topic, msgs[i].Key}
+		if first, ok := held[k]; ok {
+			if err != nil {
+				errs[i] = broker.Unavailable(fmt.Errorf("kafka: topic %q: not stored: an earlier message of key %q failed: %w", p.cfg.Topic(msgs[i].Topic), msgs[i].Key, first))
+			}
+			continue
 		}
-	}
-	for i, err := range errs {
-		if err != nil {
-			errs[i] = p.classify(&msgs[i], err)
+		if oneRecordsFault(err) && ctx.Err() == nil {
+			err = p.produce(ctx, msgs[i:i+1])[0]
+		}
+		if err == nil {
+			errs[i] = nil
+			continue
+		}
+		errs[i] = p.classify(&msgs[i], err)
+		if !errors.Is(errs[i], broker.ErrRejected) || errors.Is(errs[i], broker.ErrUnavailable) {
+			if held == nil {
+				held = make(map[topicKey]error)
+			}
+			held[k] = errs[i]
 		}
 	}
 	return errs
 }
 
+// KeepsKeyOrder implements broker.OrderKeeper: it is true, so the relay
+// hands the Publisher a key's run of messages at once. Records of one key go
+// to one partition, whose order the idempotent producer keeps across its
+// retries; when a record fails, franz-go fails the partition's later
+// records too, and Publish reports every later message of the key as not
+// stored, also when it produces a message again alone (see Publish).
+func (p *Publisher) KeepsKeyOrder() bool { return true }
+
+// oneRecordsFault reports whether err may be the fault of one record of its
+// batch: Kafka answers for a whole batch, and franz-go then fails every
+// record buffered for the partition with that answer.
+func oneRecordsFault(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.InvalidTimestamp)
+}
+
+// maxBuffered is the most records the client buffers: twice the relay's
+// largest batch. A call with more fails the rest as an outage.
+const maxBuffered = 20_000
+
 // produce produces msgs and waits for each promise or for ctx; it returns
-// the raw errors (nil for acknowledged records).
+// the raw errors (nil for acknowledged records). One call at a time buffers
+// all its records, then flushes them: the client sends nothing before every
+// record of the call is buffered. Were a record buffered after an earlier
+// record of its partition failed, franz-go would send it in a new batch,
+// stored ahead of the failed record's retry.
 func (p *Publisher) produce(ctx context.Context, msgs []courier.Message) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	type result struct {
 		i   int
 		err error
@@ -164,6 +218,7 @@ func (p *Publisher) produce(ctx context.Context, msgs []courier.Message) []error
 			results <- result{i, err}
 		})
 	}
+	_ = p.cl.Flush(ctx) // its only error is ctx's, seen below
 	errs := make([]error, len(msgs))
 	pending := make([]bool, len(msgs))
 	for i := range pending {

@@ -44,6 +44,7 @@ type Publisher struct {
 	down     bool // every message fails as an outage
 	rejected map[uuid.UUID]error
 	failing  map[uuid.UUID]int // counted failures left per message; <0: for ever
+	ordered  bool              // KeepsKeyOrder
 	gate     chan struct{}     // non-nil: publishes wait for it to close
 	held     chan struct{}     // a value per publish that starts waiting
 }
@@ -88,14 +89,44 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	type topicKey struct{ topic, key string }
+	var failed map[topicKey]error // ordered: the keys that failed in this call
 	for i, m := range msgs {
 		p.attempts[m.ID]++
+		if err, ok := failed[topicKey{m.Topic, m.Key}]; ok {
+			errs[i] = broker.Unavailable(fmt.Errorf("memory: not stored: an earlier message of key %q failed: %w", m.Key, err))
+			continue
+		}
 		errs[i] = p.fault(m)
 		if errs[i] == nil {
 			p.acked = append(p.acked, m)
+			continue
+		}
+		if p.ordered && !(errors.Is(errs[i], broker.ErrRejected) && !errors.Is(errs[i], broker.ErrUnavailable)) {
+			if failed == nil {
+				failed = make(map[topicKey]error)
+			}
+			failed[topicKey{m.Topic, m.Key}] = errs[i]
 		}
 	}
 	return errs
+}
+
+// KeepOrder makes the Publisher implement [broker.OrderKeeper]'s promise
+// (true) or not (false, the default): within one Publish call, a message
+// that fails other than for good (Reject) fails the later messages of its
+// topic and key too, so a relay may hand it a key's messages pipelined.
+func (p *Publisher) KeepOrder(keep bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ordered = keep
+}
+
+// KeepsKeyOrder implements [broker.OrderKeeper]: what KeepOrder set.
+func (p *Publisher) KeepsKeyOrder() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ordered
 }
 
 // count records an attempt of each message.

@@ -12,6 +12,33 @@ import (
 	"github.com/courier-go/courier/broker/memory"
 )
 
+// KeepOrder: within a call, a key that failed other than for good stores
+// none of its later messages; a rejected message does not hold its key.
+func TestKeepOrder(t *testing.T) {
+	ctx := context.Background()
+	p := memory.NewPublisher()
+	a1, a2, a3 := courier.NewMessage("t", "a", "T", nil), courier.NewMessage("t", "a", "T", nil), courier.NewMessage("t", "a", "T", nil)
+	b1, b2, b3 := courier.NewMessage("t", "b", "T", nil), courier.NewMessage("t", "b", "T", nil), courier.NewMessage("t", "b", "T", nil)
+	other := courier.NewMessage("u", "a", "T", nil) // same key, another topic
+	p.Fail(a2.ID, 1)
+	p.Reject(b2.ID, "too large")
+	if p.KeepsKeyOrder() || broker.KeepsKeyOrder(p) {
+		t.Fatal("a new Publisher keeps key order; want it off by default")
+	}
+	p.KeepOrder(true)
+	errs := p.Publish(ctx, []courier.Message{a1, b1, a2, b2, other, a3, b3})
+	for i, want := range []error{nil, nil, errAny, broker.ErrRejected, nil, broker.ErrUnavailable, nil} {
+		switch err := errs[i]; {
+		case want == nil && err != nil, want != nil && err == nil,
+			want != nil && want != errAny && !errors.Is(err, want):
+			t.Errorf("message %d: %v, want %v", i, err, want)
+		}
+	}
+	if got := len(p.Messages()); got != 4 {
+		t.Fatalf("%d messages stored, want a1 b1 other b3", got)
+	}
+}
+
 func TestFaults(t *testing.T) {
 	ctx := context.Background()
 	p := memory.NewPublisher()
@@ -91,6 +118,7 @@ func TestConformance(t *testing.T) {
 	brokertest.Run(t, brokertest.Harness{
 		New: func(t testing.TB) brokertest.Instance {
 			pub := memory.NewPublisher()
+			pub.KeepOrder(true)
 			return brokertest.Instance{
 				Topic:     "orders",
 				Publisher: pub,

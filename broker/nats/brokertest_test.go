@@ -37,7 +37,29 @@ func features(maxPayload int64) brokertest.Features {
 // The conformance suite on the machine's NATS server (embedded when
 // COURIER_TEST_NATS_URL is unset), a stream of its own per test.
 func TestConformance(t *testing.T) {
-	url := testenv.NATSOrEmbedded(t)
+	conformance(t, testenv.NATSOrEmbedded(t), stoppedServer)
+}
+
+// The conformance suite on a current nats-server, run as a process of the
+// test (COURIER_TEST_NATS_SERVER); unreachable is that process killed.
+func TestConformanceCurrentServer(t *testing.T) {
+	srv := testenv.StartNATSServer(t, testenv.NATSServerConfig{})
+	conformance(t, srv.URL, func(t testing.TB) broker.Publisher {
+		dead := testenv.StartNATSServer(t, testenv.NATSServerConfig{})
+		nc, err := couriernats.Connect(dead.URL, natsgo.MaxReconnects(-1))
+		testenv.Must(t, err, "connect")
+		t.Cleanup(nc.Close)
+		testenv.Must(t, couriernats.EnsureStream(context.Background(), nc, couriernats.Config{}, couriernats.StreamConfig{}), "ensure stream")
+		pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{AckTimeout: time.Second})
+		testenv.Must(t, err, "publisher")
+		dead.Kill()
+		return pub
+	})
+}
+
+// conformance runs the suite on the server at url, a stream of its own per
+// test; unreachable gives a publisher whose server has gone.
+func conformance(t *testing.T, url string, unreachable func(testing.TB) broker.Publisher) {
 	nc := testenv.Connect(t, url)
 	brokertest.Run(t, brokertest.Harness{
 		Features: features(nc.MaxPayload()),
@@ -63,9 +85,7 @@ func TestConformance(t *testing.T) {
 				Stored: func(t testing.TB) []courier.Message {
 					return testenv.StreamMessages(t, nc, stream, mapping)
 				},
-				Unreachable: func(t testing.TB) broker.Publisher {
-					return stoppedServer(t)
-				},
+				Unreachable: unreachable,
 			}
 		},
 	})
