@@ -53,7 +53,8 @@ func (NopObserver) LeaseLost(int) {}
 
 // traced wraps the relay's publisher: each call to the broker becomes a send
 // span linked to the trace context its messages carry, and is reported to
-// the Observer.
+// the Observer. It forwards the optional interfaces of package broker that
+// the relay asks the publisher about (OrderKeeper): add any new one here.
 type traced struct {
 	pub    broker.Publisher
 	obs    Observer
@@ -104,6 +105,9 @@ func (p traced) Publish(ctx context.Context, msgs []courier.Message) []error {
 	span.End()
 	return errs
 }
+
+// KeepsKeyOrder forwards broker.OrderKeeper.
+func (p traced) KeepsKeyOrder() bool { return broker.KeepsKeyOrder(p.pub) }
 
 // spanName is "send" and the topic, when every message goes to one.
 func (p traced) spanName(msgs []courier.Message) string {
