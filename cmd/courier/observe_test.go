@@ -148,10 +148,11 @@ func TestRelayNotReadyWhileMessagesAge(t *testing.T) {
 	if code, _ := s.get(t, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d", code)
 	}
-	_, metrics := s.get(t, "/metrics")
-	if !strings.Contains(metrics, "courier_relay_retried_messages_total") || strings.Contains(metrics, "courier_relay_retried_messages_total 0\n") {
-		t.Errorf("/metrics counts no retries:\n%s", metrics)
-	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		_, metrics := s.get(t, "/metrics")
+		return strings.Contains(metrics, `courier_relay_publish_errors_total{kind="refused"}`) &&
+			strings.Contains(metrics, "courier_relay_retried_messages_total") && !strings.Contains(metrics, "courier_relay_retried_messages_total 0\n")
+	}, "/metrics never counted the failed publishes:\n%s", testenv.Lazy(func() any { _, b := s.get(t, "/metrics"); return b }))
 }
 
 // Bad observability flags fail before anything starts, naming the flag.
