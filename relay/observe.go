@@ -80,7 +80,15 @@ func (p traced) Publish(ctx context.Context, msgs []courier.Message) []error {
 		} else {
 			span.SetAttributes(msgtrace.BatchCount.Int(len(msgs)))
 		}
+		// One link per trace context: the messages of one transaction
+		// usually share the writer's.
+		seen := make(map[string]bool)
 		for i := range msgs {
+			tp := msgs[i].Headers[courier.HeaderTraceParent]
+			if tp == "" || seen[tp] {
+				continue
+			}
+			seen[tp] = true
 			if sc := msgtrace.Extract(&msgs[i]); sc.IsValid() {
 				span.AddLink(trace.Link{SpanContext: sc})
 			}
