@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/courier-go/courier/metrics"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/memstore"
 )
 
@@ -90,4 +92,40 @@ func value(t *testing.T, c prometheus.Collector, name string) float64 {
 	}
 	t.Fatalf("no counter %s", name)
 	return 0
+}
+
+// failingComplete is a relay store whose outcomes cannot be recorded, as
+// when the database goes away between a claim and its completion.
+type failingComplete struct{ *memstore.Store }
+
+func (failingComplete) Complete(context.Context, string, int64, store.Outcome) error {
+	return errors.New("connection reset by peer")
+}
+
+// A batch whose outcome cannot be recorded before its lease ends counts as
+// a lease lost: its messages will be published again.
+func TestRelayLeaseLoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := memstore.New(memstore.Config{})
+	col, err := metrics.New(metrics.Config{})
+	testenv.Must(t, err, "new")
+	r, err := relay.New(failingComplete{st}, memory.NewPublisher(), relay.Config{
+		Observer: col.Relay(), LeaseDuration: time.Second, PublishTimeout: 100 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+	})
+	testenv.Must(t, err, "relay")
+	w := outbox.New(st, outbox.Config{})
+	testenv.Must(t, st.InTx(ctx, func(tx *memstore.Tx) error {
+		return w.Write(ctx, tx, courier.NewMessage("orders", "a", "OrderPlaced", nil))
+	}), "write")
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	testenv.Eventually(t, 20*time.Second, func() bool { return value(t, col, "courier_relay_lease_losses_total") >= 1 },
+		"no lease loss counted while completions fail")
+	stop()
+	testenv.Must(t, <-done, "run")
+	if got := value(t, col, "courier_relay_published_messages_total"); got != 0 {
+		t.Errorf("published %v, want 0: nothing was recorded", got)
+	}
 }
