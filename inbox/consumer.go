@@ -565,6 +565,7 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 			continue
 		}
 		c.replayed.Add(1)
+		c.cfg.Observer.Replayed(c.ib.consumer, msg)
 		c.log.Info("parked message replayed", "parked_id", p.ID, "message_id", msg.ID)
 	}
 }

@@ -28,6 +28,9 @@ type Observer interface {
 	// Parked is called when a delivery is parked as a consume-side dead
 	// letter; reason is store.ReasonMalformed or store.ReasonFailed.
 	Parked(consumer, reason string)
+	// Replayed is called when a parked message was applied on an
+	// operator's request (courier dlq replay) and unparked.
+	Replayed(consumer string, msg courier.Message)
 }
 
 // NopObserver does nothing. Embed it in an Observer to implement only the
@@ -39,6 +42,9 @@ func (NopObserver) Handled(string, courier.Message, Result, error, time.Duration
 
 // Parked does nothing.
 func (NopObserver) Parked(string, string) {}
+
+// Replayed does nothing.
+func (NopObserver) Replayed(string, courier.Message) {}
 
 // traced runs msg's handler through the inbox in a process span linked to
 // the trace context the message carries, and reports the run to the

@@ -168,9 +168,9 @@ type Collector struct {
 	publishErrors                                                        *prometheus.CounterVec
 	publishDuration, publishLatency                                      prometheus.Histogram
 	// consumer
-	processed, duplicates, failed *prometheus.CounterVec
-	parked                        *prometheus.CounterVec
-	handlerDuration               *prometheus.HistogramVec
+	processed, duplicates, failed, replayed *prometheus.CounterVec
+	parked                                  *prometheus.CounterVec
+	handlerDuration                         *prometheus.HistogramVec
 	// queries
 	queries, queryErrors *prometheus.CounterVec
 	lastSuccess          *prometheus.GaugeVec
@@ -237,6 +237,7 @@ func New(cfg Config) (*Collector, error) {
 	c.processed = byConsumer("courier_consumer_processed_messages_total", "Messages whose handler's effects committed with their inbox marker.")
 	c.duplicates = byConsumer("courier_consumer_duplicate_messages_total", "Deliveries skipped because the message had been applied before.")
 	c.failed = byConsumer("courier_consumer_failed_runs_total", "Handler runs that failed (their transaction rolled back); the message is retried or parked.")
+	c.replayed = byConsumer("courier_consumer_replayed_messages_total", "Parked messages applied on an operator's request (courier dlq replay) and unparked.")
 	c.parked = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "courier_consumer_parked_messages_total",
 		Help: "Deliveries parked as consume-side dead letters, by reason (malformed, failed).",
@@ -276,7 +277,7 @@ func (c *Collector) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		c.claimedBatches, c.claimedMessages, c.published, c.retried, c.dead, c.leaseLost, c.publishErrors,
 		c.publishDuration, c.publishLatency,
-		c.processed, c.duplicates, c.failed, c.parked, c.handlerDuration,
+		c.processed, c.duplicates, c.failed, c.replayed, c.parked, c.handlerDuration,
 		c.queries, c.queryErrors, c.lastSuccess,
 	}
 }

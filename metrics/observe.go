@@ -69,3 +69,7 @@ func (o consumerObserver) Handled(consumer string, _ courier.Message, res inbox.
 func (o consumerObserver) Parked(consumer, reason string) {
 	o.c.parked.WithLabelValues(consumer, reason).Inc()
 }
+
+func (o consumerObserver) Replayed(consumer string, _ courier.Message) {
+	o.c.replayed.WithLabelValues(consumer).Inc()
+}

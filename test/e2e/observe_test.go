@@ -251,3 +251,71 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, labels ...str
 	}
 	return 0
 }
+
+// A message whose handler fails MaxDeliveries times is parked, and counted
+// so with its reason; an operator's replay that succeeds is counted as
+// replayed.
+func TestParkAndReplayCounted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "billing.db"))
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { db.Close() })
+	d := sqlite.NewDriver(db)
+	_, err = d.Migrate(ctx)
+	testenv.Must(t, err, "migrate")
+	col, err := metrics.New(metrics.Config{})
+	testenv.Must(t, err, "metrics")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col)
+
+	b := newBroker(t)
+	ib, err := inbox.New(d.Inbox(), "billing")
+	testenv.Must(t, err, "inbox")
+	var broken atomic.Bool
+	broken.Store(true)
+	handler := func(context.Context, *sql.Tx, courier.Message) error {
+		if broken.Load() {
+			return errors.New("card service down")
+		}
+		return nil
+	}
+	sub, err := couriernats.NewSubscriber(ctx, b.nc, couriernats.SubscriberConfig{
+		Config: b.mapping, Stream: b.stream, Consumer: "billing", Topics: []string{"orders"},
+	})
+	testenv.Must(t, err, "subscriber")
+	defer sub.Close()
+	c, err := inbox.NewConsumer(ib, sub, d.ConsumerStore(), handler, inbox.ConsumerConfig{
+		Observer: col.Consumer(), MaxDeliveries: 2, ReplayEvery: 20 * time.Millisecond,
+		Backoff: courier.Backoff{Initial: 5 * time.Millisecond, Max: 10 * time.Millisecond},
+	})
+	testenv.Must(t, err, "consumer")
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	pub, err := couriernats.NewPublisher(b.nc, couriernats.PublisherConfig{Config: b.mapping})
+	testenv.Must(t, err, "publisher")
+	for _, err := range pub.Publish(ctx, []courier.Message{courier.NewMessage("orders", "order-1", "OrderPlaced", nil)}) {
+		testenv.Must(t, err, "publish")
+	}
+	value := func(name string, labels ...string) float64 { return gathered(t, reg, name, labels...) }
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		return value("courier_consumer_parked_messages_total", "consumer", "billing", "reason", store.ReasonFailed) == 1
+	}, "message not parked")
+	if got := value("courier_consumer_failed_runs_total", "consumer", "billing"); got != 2 {
+		t.Errorf("failed runs %v, want 2 (MaxDeliveries)", got)
+	}
+
+	broken.Store(false)
+	parked, err := d.Admin().Parked(ctx, "billing", 10)
+	testenv.Must(t, err, "parked")
+	if len(parked) != 1 {
+		t.Fatalf("%d parked", len(parked))
+	}
+	testenv.Must(t, d.Admin().RequestReplay(ctx, parked[0].ID), "request replay")
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		return value("courier_consumer_replayed_messages_total", "consumer", "billing") == 1
+	}, "replay not counted")
+}
