@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/metrics"
 	"github.com/courier-go/courier/outbox"
@@ -217,13 +220,48 @@ courier_saga_overdue_instances{state="awaiting_payment",type="order"} 1
 		"courier_idempotency_keys_in_flight", "courier_saga_instances", "courier_saga_overdue_instances"); err != nil {
 		t.Error(err)
 	}
-	// Every name follows the conventions the linter checks.
+}
+
+// Every name follows the conventions Prometheus's linter checks, with
+// every family holding a series.
+func TestNamesPassTheLinter(t *testing.T) {
+	col, err := metrics.New(metrics.Config{
+		Outbox: outboxStats{{Pending: 3, OldestPendingAge: time.Second}},
+		Sagas:  sagaStats{{Type: "order", State: "awaiting_payment", Instances: 4, Overdue: 1}},
+		Keys:   keyStats{{Scope: "POST /orders", InFlight: 2}},
+	})
+	testenv.Must(t, err, "new")
+	msg := courier.NewMessage("orders", "k", "T", nil)
+	r, c := col.Relay(), col.Consumer()
+	r.Claimed(1)
+	r.Published([]courier.Message{msg, msg}, []error{nil, broker.Unavailable(errors.New("down"))}, time.Millisecond)
+	r.Completed(1, 1, 0)
+	r.LeaseLost(1)
+	c.Handled("billing", msg, inbox.Applied, nil, time.Millisecond)
+	c.Handled("billing", msg, 0, errors.New("failed"), time.Millisecond)
+	c.Parked("billing", store.ReasonFailed)
+	c.Replayed("billing", msg)
+	n, err := testutil.GatherAndCount(registry(col))
+	testenv.Must(t, err, "count")
+	if n < 25 {
+		t.Errorf("%d series, want every family to hold one", n)
+	}
 	problems, err := testutil.CollectAndLint(col)
 	testenv.Must(t, err, "lint")
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
 }
+
+func registry(c prometheus.Collector) *prometheus.Registry {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	return reg
+}
+
+type outboxStats []metrics.TopicStats
+
+func (o outboxStats) OutboxStats(context.Context) ([]metrics.TopicStats, error) { return o, nil }
 
 func TestConfigErrorsNameTheField(t *testing.T) {
 	_, err := metrics.New(metrics.Config{MinInterval: -time.Second})
