@@ -128,7 +128,9 @@ type SagaSource interface {
 
 // SagaStats counts the instances of one saga type in one state.
 type SagaStats struct {
-	Type  string
+	// Type is the saga's type (saga.Definition's Type).
+	Type string
+	// State is the instances' state.
 	State string
 	// Instances counts them.
 	Instances int64
@@ -139,7 +141,8 @@ type SagaStats struct {
 
 // KeySource answers the query behind the idempotency-key gauge. No store
 // implements it yet; a program can, with one query counting the in-flight
-// records of courier_idempotency_keys by scope.
+// records of courier_idempotency_keys (see KeyStats.Scope on grouping
+// them).
 type KeySource interface {
 	// KeysInFlight reports the idempotency keys whose request is still
 	// being processed, by scope.
@@ -148,7 +151,11 @@ type KeySource interface {
 
 // KeyStats counts the in-flight idempotency keys of one scope.
 type KeyStats struct {
-	Scope    string
+	// Scope labels the series. Return few of them: usually one total
+	// with Scope "", or one per endpoint. An idempotency.Config Scope per
+	// user would make a series per user.
+	Scope string
+	// InFlight counts the scope's keys whose request has not finished.
 	InFlight int64
 }
 
