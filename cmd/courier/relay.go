@@ -19,6 +19,7 @@ import (
 
 type relayCmd struct {
 	dbFlags
+	observeFlags
 	BrokerURL        string        `name:"broker-url" help:"Broker to publish to; the URL picks it: kafka://host1:9092,host2:9092?topic_prefix=, amqp://user:password@host:5672/vhost?exchange=courier&prefix=, https://endpoint (webhooks, signed with the secrets of --webhook-secret-env), nats://host:4222 (or tls://). Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
 	WebhookSecretEnv string        `name:"webhook-secret-env" help:"Environment variable holding the secrets that sign webhook requests (https:// --broker-url): whsec_… secrets, comma-separated during a rotation (the first is the new one). Never put them in the URL." default:"COURIER_WEBHOOK_SECRET" env:"COURIER_WEBHOOK_SECRET_ENV"`
 	DataDir          string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
@@ -64,6 +65,9 @@ func (c *relayCmd) check() (relay.Config, error) {
 		return relay.Config{}, fmt.Errorf("--subject-prefix %q cannot start a NATS subject: use tokens separated by dots, without spaces, '*' or '>', such as courier. (or \"\" for subjects equal to topics)", c.SubjectPrefix)
 	}
 	if _, err := c.dialect(); err != nil {
+		return relay.Config{}, err
+	}
+	if err := c.observeFlags.check(); err != nil {
 		return relay.Config{}, err
 	}
 	if c.PollInterval < 0 {
@@ -162,9 +166,24 @@ func (c *relayCmd) Run(e *env) error {
 			cfg.Notifier = n
 		}
 	}
+	obs, err := c.observeFlags.listen(d.Admin())
+	if err != nil {
+		return err
+	}
+	if obs != nil {
+		cfg.Observer = obs.col.Relay()
+		defer obs.ln.Close()
+	}
 	r, err := relay.New(st, b, cfg)
 	if err != nil {
 		return flagError(err)
+	}
+	if obs != nil {
+		stop, err := obs.serve(e, r, cfg, d, b)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	for _, a := range announce {
 		a()
