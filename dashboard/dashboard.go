@@ -85,6 +85,7 @@ func (c *Config) validate() error {
 type Handler struct {
 	cfg   Config
 	admin store.Admin
+	ops   store.Operations
 	key   []byte // signs CSRF tokens and sessions
 	pages map[string]*template.Template
 	serve http.Handler
@@ -99,7 +100,7 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, admin: cfg.Database.Admin(), key: make([]byte, 32)}
+	h := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: make([]byte, 32)}
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, fmt.Errorf("dashboard: random key: %w", err)
 	}

@@ -6,16 +6,24 @@
 // Its pages, rendered on the server with html/template and embedded in the
 // binary (no JavaScript is needed):
 //
-//   - Overview: pending messages, the age of the oldest, leased and retried
-//     rows, both kinds of dead letters, how fast the backlog and the dead
-//     letters change between views, dead letters per topic.
+//   - Overview: pending messages and the age of the oldest, leased and
+//     retried rows, both kinds of dead letters; the same per topic; the
+//     relays holding leases (and leases that ended uncompleted); how fast
+//     the backlog, the dead letters and the published messages change
+//     between views.
 //   - Dead letters (relay side: the broker kept rejecting them) and parked
 //     messages (consumer side: a consumer gave up on them), filtered by
 //     topic, consumer and error text; one with its headers, payload and
 //     history of attempts; replay and discard, one or in bulk.
-//   - Consumers with parked messages.
-//   - Sagas: one instance's timeline of transitions and ignored events,
-//     when [Config.Sagas] is set.
+//   - Consumers with parked messages or failed runs of their handler.
+//   - Sagas: instances counted by type, phase and state (filtered by state),
+//     those past their deadline, and one instance's timeline of transitions
+//     and ignored events when [Config.Sagas] is set.
+//   - Idempotency keys: requests in flight, those whose lock expired, and
+//     the keys left in flight.
+//
+// The figures come from [store.Operations] (Status, Reconcile), the dead
+// letters from [store.Admin].
 //
 // # Safety
 //
@@ -35,11 +43,13 @@
 // on the login page or as "Authorization: Bearer TOKEN" (scripts; such a
 // request needs no form token, as no browser sends that header by itself).
 //
-// # What it does not show yet
+// # Limits
 //
-// The store's operators' interface ([store.Admin]) reports the outbox as a
-// whole, so the overview has no per-topic backlog, no relays' leases and no
-// throughput of published messages (the rates are the backlog's change
-// between views); the sagas page has no list of instances by state, and
-// the idempotency keys page has nothing to show.
+// The store counts saga instances by state but does not list them, so the
+// sagas page lists only overdue instances; another instance's timeline is
+// found by its type and id. Published messages are counted only when relays
+// keep copies of them (RelayConfig.KeepPublished, courier relay
+// --keep-published); otherwise the overview's throughput is the backlog's
+// change between views. Lists of dead letters read at most [Config.Limit]
+// of each kind, and the overdue sagas and stale keys at most 200.
 package dashboard

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -40,8 +39,8 @@ func (h *Handler) routes(mux *http.ServeMux) {
 
 // sample is one reading of the outbox, kept to show how fast it changes.
 type sample struct {
-	at            time.Time
-	pending, dead int64
+	at                       time.Time
+	pending, dead, published int64
 }
 
 // keepSamples is how far back the overview's rates look.
@@ -57,11 +56,12 @@ func (h *Handler) record(s sample) (sample, bool) {
 	return first, s.at.Sub(first.at) >= time.Second
 }
 
-// rate is a change per minute, signed, for the overview.
+// rate is how fast the outbox changed between two readings, per minute.
 type rate struct {
-	Over    string
-	Pending string
-	Dead    string
+	Over      string
+	Pending   string
+	Dead      string
+	Published string // "" unless published copies are kept
 }
 
 func perMinute(d int64, over time.Duration) string {
@@ -70,47 +70,31 @@ func perMinute(d int64, over time.Duration) string {
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
-	st, err := h.admin.Stats(r.Context())
+	st, err := h.ops.Status(r.Context())
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	parked, err := h.admin.Parked(r.Context(), "", h.cfg.Limit)
-	if err != nil {
-		h.failErr(w, r, err)
-		return
+	var parked, expired int64
+	for _, c := range st.Consumers {
+		parked += c.Parked
 	}
-	data := map[string]any{"Title": "Overview", "Stats": st, "OldestAge": st.OldestPendingAge(),
-		"Parked": len(parked), "ParkedCapped": len(parked) >= h.cfg.Limit, "Dialect": h.cfg.Database.Dialect()}
-	if first, ok := h.record(sample{at: st.Now, pending: st.Pending, dead: st.DeadLetters}); ok {
+	for _, l := range st.Relays {
+		expired += l.Expired
+	}
+	out := st.Outbox
+	data := map[string]any{"Title": "Overview", "Now": st.Now, "Stats": out, "OldestAge": out.OldestPendingAge(),
+		"Parked": parked, "Dialect": h.cfg.Database.Dialect(), "Topics": st.Topics, "Relays": st.Relays, "Expired": expired,
+		"Published": st.Published}
+	if first, ok := h.record(sample{at: st.Now, pending: out.Pending, dead: out.DeadLetters, published: st.Published.N}); ok {
 		over := st.Now.Sub(first.at)
-		data["Rate"] = rate{Over: ago(over), Pending: perMinute(st.Pending-first.pending, over), Dead: perMinute(st.DeadLetters-first.dead, over)}
+		rt := rate{Over: ago(over), Pending: perMinute(out.Pending-first.pending, over), Dead: perMinute(out.DeadLetters-first.dead, over)}
+		if st.Published.N > 0 && !st.Published.Estimated {
+			rt.Published = perMinute(st.Published.N-first.published, over)
+		}
+		data["Rate"] = rt
 	}
-	data["Topics"] = topicsOfDead(r, h)
 	h.render(w, r, "overview", data)
-}
-
-// topicCount is a topic and how many relay dead letters it has.
-type topicCount struct {
-	Topic string
-	Dead  int
-}
-
-func topicsOfDead(r *http.Request, h *Handler) []topicCount {
-	dead, err := h.admin.DeadLetters(r.Context(), h.cfg.Limit)
-	if err != nil {
-		return nil
-	}
-	n := map[string]int{}
-	for _, d := range dead {
-		n[d.Topic]++
-	}
-	out := make([]topicCount, 0, len(n))
-	for t, c := range n {
-		out = append(out, topicCount{t, c})
-	}
-	slices.SortFunc(out, func(a, b topicCount) int { return cmp.Or(b.Dead-a.Dead, strings.Compare(a.Topic, b.Topic)) })
-	return out
 }
 
 // side is one kind of dead letter: relay-side (the broker kept rejecting
@@ -436,42 +420,17 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 	http.Redirect(w, r, h.cfg.Prefix+back+sep+"done="+url.QueryEscape(msg), http.StatusSeeOther)
 }
 
-// consumerRow is a consumer and its parked messages.
-type consumerRow struct {
-	Consumer        string
-	Parked          int
-	ReplayRequested int
-	Oldest          time.Time
-}
-
 func (h *Handler) consumers(w http.ResponseWriter, r *http.Request) {
-	parked, err := h.admin.Parked(r.Context(), "", h.cfg.Limit)
+	st, err := h.ops.Status(r.Context())
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	by := map[string]*consumerRow{}
-	for _, p := range parked {
-		c := by[p.Consumer]
-		if c == nil {
-			c = &consumerRow{Consumer: p.Consumer, Oldest: p.ParkedAt}
-			by[p.Consumer] = c
-		}
-		c.Parked++
-		if p.ReplayRequested != nil {
-			c.ReplayRequested++
-		}
-		if p.ParkedAt.Before(c.Oldest) {
-			c.Oldest = p.ParkedAt
-		}
-	}
-	rows := make([]consumerRow, 0, len(by))
-	for _, c := range by {
-		rows = append(rows, *c)
-	}
-	slices.SortFunc(rows, func(a, b consumerRow) int { return strings.Compare(a.Consumer, b.Consumer) })
-	h.render(w, r, "consumers", map[string]any{"Title": "Consumers", "Rows": rows, "Capped": len(parked) >= h.cfg.Limit, "Limit": h.cfg.Limit})
+	h.render(w, r, "consumers", map[string]any{"Title": "Consumers", "Rows": st.Consumers, "Markers": st.InboxMarkers})
 }
+
+// listed is how many overdue sagas and stale keys the pages list.
+const listed = 200
 
 func (h *Handler) sagas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -479,7 +438,25 @@ func (h *Handler) sagas(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, h.cfg.Prefix+"/sagas/"+url.PathEscape(t)+"/"+url.PathEscape(id), http.StatusSeeOther)
 		return
 	}
-	h.render(w, r, "sagas", map[string]any{"Title": "Sagas", "History": h.cfg.Sagas != nil})
+	st, err := h.ops.Status(r.Context())
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	rec, err := h.ops.Reconcile(r.Context(), store.ReconcileOptions{Limit: listed})
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	state := strings.TrimSpace(q.Get("state"))
+	counts := slices.DeleteFunc(slices.Clone(st.Sagas), func(c store.SagaCount) bool {
+		return state != "" && c.State != state && c.Phase != state
+	})
+	overdue := slices.DeleteFunc(rec.OverdueSagas, func(o store.OverdueSaga) bool {
+		return state != "" && o.State != state && o.Phase != state
+	})
+	h.render(w, r, "sagas", map[string]any{"Title": "Sagas", "History": h.cfg.Sagas != nil, "Counts": counts,
+		"OverdueByType": st.OverdueSagas, "Overdue": overdue, "Listed": listed, "State": state, "Now": rec.Now})
 }
 
 func (h *Handler) saga(w http.ResponseWriter, r *http.Request) {
@@ -497,7 +474,17 @@ func (h *Handler) saga(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) keys(w http.ResponseWriter, r *http.Request) {
-	h.render(w, r, "keys", map[string]any{"Title": "Idempotency keys"})
+	st, err := h.ops.Status(r.Context())
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	rec, err := h.ops.Reconcile(r.Context(), store.ReconcileOptions{Limit: listed})
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	h.render(w, r, "keys", map[string]any{"Title": "Idempotency keys", "Keys": st.Keys, "Stale": rec.StaleKeys, "Listed": listed, "Now": rec.Now})
 }
 
 // ago shows a duration for people: 3s, 4m10s, 2h5m, 3d4h.
