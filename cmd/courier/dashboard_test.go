@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -98,5 +100,67 @@ func TestDashboardServes(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "dashboard stopped") {
 		t.Fatalf("no clean stop in the logs:\n%s", logs.String())
+	}
+}
+
+// courier relay --dashboard serves the dashboard beside the relay, and
+// refuses an open address without --dashboard-token before it creates
+// anything.
+func TestRelayDashboard(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("COURIER_RELAY_DASHBOARD_TOKEN", "")
+	os.Unsetenv("COURIER_RELAY_DASHBOARD_TOKEN")
+	code, _, stderr := runCLI(t, "relay", "--embedded-port", "0", "--dashboard", "0.0.0.0:0")
+	if code != 1 || !strings.Contains(stderr, "--dashboard-token") {
+		t.Fatalf("relay --dashboard 0.0.0.0:0 without a token: exit %d, %q; want exit 1 naming --dashboard-token", code, stderr)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("the refused relay created %s", left[0].Name())
+	}
+
+	cmd := exec.Command(os.Args[0], "relay", "--log-format", "json", "--embedded-port", "0", "--dashboard", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL=", "COURIER_BROKER_URL=")
+	stderr2, err := cmd.StderrPipe()
+	testenv.Must(t, err, "pipe")
+	testenv.Must(t, cmd.Start(), "start relay")
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var dashURL string
+	relaying := false
+	lines := bufio.NewScanner(stderr2)
+	var logs strings.Builder
+	for dashURL == "" || !relaying {
+		if !lines.Scan() {
+			t.Fatalf("relay exited before relaying and serving the dashboard:\n%s", logs.String())
+		}
+		logs.WriteString(lines.Text() + "\n")
+		var rec map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &rec); err == nil && rec["msg"] == "dashboard serving" {
+			dashURL = fmt.Sprint(rec["url"])
+		}
+		relaying = relaying || rec["msg"] == "relaying"
+	}
+	rest := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for lines.Scan() {
+			b.WriteString(lines.Text() + "\n")
+		}
+		rest <- b.String()
+	}()
+	resp, err := http.Get(dashURL)
+	testenv.Must(t, err, "get the overview")
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(page), `id="pending"`) {
+		t.Fatalf("the relay's dashboard: %d\n%s", resp.StatusCode, page)
+	}
+	testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "sigterm")
+	logs.WriteString(<-rest)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("relay exit after SIGTERM: %v\n%s", err, logs.String())
+	}
+	if !strings.Contains(logs.String(), "dashboard stopped") {
+		t.Fatalf("no dashboard stopped in the relay's logs:\n%s", logs.String())
 	}
 }
