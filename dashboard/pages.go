@@ -43,15 +43,24 @@ type sample struct {
 	pending, dead, published int64
 }
 
-// keepSamples is how far back the overview's rates look.
-const keepSamples = 15 * time.Minute
+// keepSamples is how far back the overview's rates look; sampleEvery is
+// how close two kept readings may be, which bounds how many are kept
+// however often the overview is viewed.
+const (
+	keepSamples = 15 * time.Minute
+	sampleEvery = 10 * time.Second
+)
 
 // record adds a reading and returns the oldest one kept, to compare with.
 func (h *Handler) record(s sample) (sample, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.samples = slices.DeleteFunc(h.samples, func(o sample) bool { return s.at.Sub(o.at) > keepSamples || o.at.After(s.at) })
-	h.samples = append(h.samples, s)
+	if n := len(h.samples); n > 1 && s.at.Sub(h.samples[n-2].at) < sampleEvery {
+		h.samples[n-1] = s // the newest stands in for the one before it
+	} else {
+		h.samples = append(h.samples, s)
+	}
 	first := h.samples[0]
 	return first, s.at.Sub(first.at) >= time.Second
 }
