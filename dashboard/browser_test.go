@@ -141,3 +141,30 @@ document.querySelectorAll('#bulk input[name="id"]:checked').length`))
 		t.Fatalf("a cross-origin post: page says %q, %d dead letters left, want it refused", refused, len(f.deadLetters(t)))
 	}
 }
+
+// With a token, the browser is sent to the login page, and after it back to
+// the page it asked for, its session held in a cookie.
+func TestBrowserLogin(t *testing.T) {
+	ctx := browser(t)
+	f := newFixture(t, []string{"orders"}, []string{"too big"})
+	srv := serve(t, dashboard.Config{Database: f.drv, Token: "correct-horse-battery"})
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+
+	do(t, ctx, "ask for the dead letters", chromedp.Navigate(srv.URL+"/dead-letters?topic=orders"), chromedp.WaitVisible(css(`input[name="token"]`)))
+	do(t, ctx, "wrong token",
+		chromedp.SendKeys(css(`input[name="token"]`), "wrong"),
+		chromedp.Submit(css(`input[name="token"]`)),
+		chromedp.WaitVisible(css(".error")),
+	)
+	do(t, ctx, "right token",
+		chromedp.SendKeys(css(`input[name="token"]`), "correct-horse-battery"),
+		chromedp.Submit(css(`input[name="token"]`)),
+		chromedp.WaitVisible(css("#bulk")),
+	)
+	if n := get(t, ctx, "rows", chromedp.Evaluate[int](`document.querySelectorAll('#bulk input[name="id"]').length`)); n != 1 {
+		t.Fatalf("after logging in, %d dead letters of orders listed, want 1", n)
+	}
+	do(t, ctx, "overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(css("#dead")))
+	do(t, ctx, "log out", chromedp.Click(css(`header form button`)), chromedp.WaitVisible(css(`input[name="token"]`)))
+	do(t, ctx, "after logging out", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(css(`input[name="token"]`)))
+}
