@@ -51,5 +51,9 @@
 // keep copies of them (RelayConfig.KeepPublished, courier relay
 // --keep-published); otherwise the overview's throughput is the backlog's
 // change between views. Lists of dead letters read at most [Config.Limit]
-// of each kind, and the overdue sagas and stale keys at most 200.
+// of each kind, and the overdue sagas and stale keys at most 200. Each view
+// of the overview, consumers, sagas and keys pages runs Status (the last
+// two Reconcile too): bounded queries (see docs/operations.md), but not
+// free on a large database, which is why the pages never refresh by
+// themselves.
 package dashboard
