@@ -120,6 +120,7 @@ type Config struct {
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
+// setDefaults fills zero fields and validates the rest.
 func (c *Config) setDefaults() error {
 	if c.Slot == "" {
 		c.Slot = DefaultSlot
@@ -165,6 +166,10 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// Validate reports the first field that is out of range, naming it and
+// its range; zero fields are fine (they take the defaults).
+func (c Config) Validate() error { return c.setDefaults() }
 
 // Relay publishes the outbox from the log. Run it; it is not restartable
 // concurrently with itself.

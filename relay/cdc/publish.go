@@ -57,7 +57,11 @@ func (r *Relay) session(ctx context.Context) error {
 	in := make(chan batch, 16)
 	prog := &progress{}
 	published := make(chan error, 1)
-	go func() { published <- r.publish(ctx, in, prog) }()
+	go func() {
+		err := r.publish(ctx, in, prog)
+		published <- err
+		cancel() // a publisher that gave up ends the session
+	}()
 	stop := func(err error) error {
 		cancel()
 		if perr := <-published; perr != nil && err == nil && !errors.Is(perr, context.Canceled) {
@@ -135,8 +139,11 @@ func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) er
 		now := time.Now()
 		msgs, runs := p.round(now, pipelined)
 		if len(msgs) == 0 && len(p.unseen) > 0 {
-			if !waits.Sleep(ctx, 10*time.Millisecond) || !p.record(ctx, nil, nil) {
+			if !waits.Sleep(ctx, 10*time.Millisecond) {
 				return ctx.Err()
+			}
+			if err := p.record(ctx, nil, nil); err != nil {
+				return err
 			}
 			continue
 		}
@@ -163,8 +170,8 @@ func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) er
 		published, dead := p.results(runs, errs)
 		r.m.published.Add(int64(len(published)))
 		r.m.dead.Add(int64(len(dead)))
-		if !p.record(ctx, published, dead) {
-			return ctx.Err()
+		if err := p.record(ctx, published, dead); err != nil {
+			return err
 		}
 	}
 }
@@ -183,10 +190,13 @@ type unseen struct {
 // relay that published it too).
 const unseenFor = 10 * time.Second
 
-// record writes what the broker said to the table, retrying while the
-// database fails, and settles the items whose rows it wrote. It returns
-// false when ctx ended first.
-func (p *publisher) record(ctx context.Context, published, dead []*item) bool {
+// record writes what the broker said to the table and settles the items
+// whose rows it wrote. When the database fails twice in a row it returns
+// the error, which ends the session: the relay connects again, and the
+// rows it could not delete are still in the table, to be published again
+// (a duplicate, never a loss). Holding on instead would keep the slot's
+// connection open, and a database shutting down waits for it.
+func (p *publisher) record(ctx context.Context, published, dead []*item) error {
 	for _, u := range p.unseen {
 		if u.dead {
 			dead = append(dead, u.it)
@@ -206,9 +216,12 @@ func (p *publisher) record(ctx context.Context, published, dead []*item) bool {
 		if err == nil {
 			break
 		}
+		if attempt == 2 {
+			return err
+		}
 		p.r.log.Warn("could not record published messages; retrying", "error", err)
 		if !waits.Sleep(ctx, p.r.cfg.Backoff.Delay(attempt)) {
-			return false
+			return ctx.Err()
 		}
 	}
 	isDead := make(map[*item]bool, len(dead))
@@ -238,7 +251,7 @@ func (p *publisher) record(ctx context.Context, published, dead []*item) bool {
 		}
 		p.settle(done)
 	}
-	return true
+	return nil
 }
 
 // add queues a batch's items under their keys and registers its

@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -42,6 +43,7 @@ type reader struct {
 	cur       *batch              // the transaction being received
 	swept     chan map[int64]bool // the rows this session took from the table, once taken
 	skip      map[int64]bool      // what swept gave
+	received  uint64              // the end of what the server sent so far
 	lastSent  time.Time
 }
 
@@ -148,6 +150,32 @@ func (rd *reader) status(ctx context.Context, reply bool) error {
 	return nil
 }
 
+// reply answers a keepalive that asks for one (the server does when it shuts
+// down, and waits for it): it reports what was received as written, and no
+// flush position, which leaves the slot where it was confirmed. Reporting
+// the confirmed position alone would keep a shutting-down server waiting
+// for work the relay cannot finish without it.
+func (rd *reader) reply() error {
+	buf := make([]byte, 0, 34)
+	buf = append(buf, pglogrepl.StandbyStatusUpdateByteID)
+	buf = binary.BigEndian.AppendUint64(buf, rd.received)
+	buf = binary.BigEndian.AppendUint64(buf, 0) // flush: none
+	buf = binary.BigEndian.AppendUint64(buf, 0) // apply: none
+	buf = binary.BigEndian.AppendUint64(buf, uint64(time.Since(pgEpoch).Microseconds()))
+	buf = append(buf, 0)
+	msg, err := (&pgproto3.CopyData{Data: buf}).Encode(nil)
+	if err != nil {
+		return err
+	}
+	if err := rd.conn.Frontend().SendUnbufferedEncodedCopyData(msg); err != nil {
+		return fmt.Errorf("cdc: answer the server's keepalive: %w", err)
+	}
+	return nil
+}
+
+// pgEpoch is the zero of PostgreSQL's timestamps.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func (rd *reader) copyData(ctx context.Context, data []byte) error {
 	if len(data) == 0 {
 		return nil
@@ -164,14 +192,16 @@ func (rd *reader) copyData(ctx context.Context, data []byte) error {
 		if rd.cur == nil && rd.prog.handed.Load() == rd.prog.done.Load() {
 			advance(&rd.prog.confirmed, uint64(ka.ServerWALEnd))
 		}
+		rd.received = max(rd.received, uint64(ka.ServerWALEnd))
 		if ka.ReplyRequested {
-			return rd.status(ctx, false)
+			return rd.reply()
 		}
 	case pglogrepl.XLogDataByteID:
 		xld, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
 			return fmt.Errorf("cdc: log data: %w", err)
 		}
+		rd.received = max(rd.received, uint64(xld.WALStart)+uint64(len(xld.WALData)))
 		m, err := pglogrepl.Parse(xld.WALData)
 		if err != nil {
 			return fmt.Errorf("cdc: decode pgoutput: %w", err)
