@@ -84,16 +84,16 @@ func (r *Relay) session(ctx context.Context) error {
 	// committed before may be only in the table. The rows in the table go
 	// first; the reader holds the log's transactions back meanwhile.
 	rd := &reader{r: r, conn: conn, prog: prog, out: in, relations: map[uint32]*pglogrepl.RelationMessage{},
-		types: pgtype.NewMap(), swept: make(chan map[int64]bool, 1), lastSent: time.Now()}
+		types: pgtype.NewMap(), swept: make(chan *snapshot, 1), lastSent: time.Now()}
 	go func() {
-		swept, err := r.sweep(ctx, in)
+		snap, err := r.sweep(ctx, in)
 		if err != nil {
 			r.log.Warn("could not publish the rows in the table", "error", err)
 			cancel() // the session starts again
 			return
 		}
-		r.log.Info("reading the outbox from the log", "slot", r.cfg.Slot, "from_table", len(swept))
-		rd.swept <- swept
+		r.log.Info("reading the outbox from the log", "slot", r.cfg.Slot, "from_table", snap.rows)
+		rd.swept <- snap
 	}()
 	return stop(rd.run(ctx))
 }

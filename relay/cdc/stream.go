@@ -5,11 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -40,10 +43,11 @@ type reader struct {
 	out       chan<- batch
 	relations map[uint32]*pglogrepl.RelationMessage
 	types     *pgtype.Map
-	cur       *batch              // the transaction being received
-	swept     chan map[int64]bool // the rows this session took from the table, once taken
-	skip      map[int64]bool      // what swept gave
-	received  uint64              // the end of what the server sent so far
+	cur       *batch         // the transaction being received
+	swept     chan *snapshot // the snapshot the table's rows were read in, once read
+	skip      *snapshot      // what swept gave
+	xid       uint32         // the transaction being received
+	received  uint64         // the end of what the server sent so far
 	lastSent  time.Time
 }
 
@@ -218,6 +222,7 @@ func (rd *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 		rd.relations[m.RelationID] = m
 	case *pglogrepl.BeginMessage:
 		rd.cur = &batch{t: &txn{}}
+		rd.xid = m.Xid
 	case *pglogrepl.InsertMessage:
 		rel, ok := rd.relations[m.RelationID]
 		if !ok || rd.cur == nil {
@@ -239,7 +244,7 @@ func (rd *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 			return nil
 		}
 		b.t.end = uint64(m.TransactionEndLSN)
-		return rd.hand(ctx, b)
+		return rd.hand(ctx, b, rd.xid)
 	}
 	return nil
 }
@@ -247,7 +252,7 @@ func (rd *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 // hand gives a committed transaction to the publisher, once the rows in the
 // table have been taken, without the rows taken from there; it confirms the
 // position meanwhile should that take a while.
-func (rd *reader) hand(ctx context.Context, b *batch) error {
+func (rd *reader) hand(ctx context.Context, b *batch, xid uint32) error {
 	tick := time.NewTicker(rd.r.cfg.StatusInterval)
 	defer tick.Stop()
 	for rd.skip == nil {
@@ -261,14 +266,12 @@ func (rd *reader) hand(ctx context.Context, b *batch) error {
 			return ctx.Err()
 		}
 	}
-	items := b.items[:0]
-	for _, it := range b.items {
-		if !rd.skip[it.seq] {
-			items = append(items, it)
-		}
+	if rd.skip.sees(xid) {
+		// Committed before the table was read: its rows were there
+		// (published from there) or were published and deleted before.
+		b.items = nil
 	}
-	b.items = items
-	b.t.left = len(items)
+	b.t.left = len(b.items)
 	rd.prog.handed.Add(1)
 	for {
 		select {
@@ -352,12 +355,24 @@ func advance(v *atomic.Uint64, lsn uint64) {
 }
 
 // sweep hands the rows already in the table to out, oldest first, a page
-// at a time, and returns their ids.
-func (r *Relay) sweep(ctx context.Context, out chan<- batch) (map[int64]bool, error) {
-	swept := map[int64]bool{}
+// at a time, all read in one snapshot, which it returns.
+func (r *Relay) sweep(ctx context.Context, out chan<- batch) (*snapshot, error) {
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var text string
+	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&text); err != nil {
+		return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+	}
+	snap, err := parseSnapshot(text)
+	if err != nil {
+		return nil, err
+	}
 	after := int64(0)
 	for {
-		rows, err := r.pool.Query(ctx, sweepSQL, after, r.cfg.BatchSize)
+		rows, err := tx.Query(ctx, sweepSQL, after, r.cfg.BatchSize)
 		if err != nil {
 			return nil, fmt.Errorf("cdc: read the outbox: %w", err)
 		}
@@ -373,23 +388,76 @@ func (r *Relay) sweep(ctx context.Context, out chan<- batch) (map[int64]bool, er
 			it.msg.Version = int(version)
 			it.msg.OccurredAt = it.msg.OccurredAt.UTC()
 			page = append(page, it)
-			swept[it.seq] = true
 			after = it.seq
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("cdc: read the outbox: %w", err)
 		}
-		if len(page) == 0 {
-			return swept, nil
-		}
-		select {
-		case out <- batch{items: page}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		snap.rows += len(page)
+		if len(page) > 0 {
+			select {
+			case out <- batch{items: page}:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 		if len(page) < r.cfg.BatchSize {
-			return swept, nil
+			return snap, nil
 		}
 	}
+}
+
+// snapshot is a PostgreSQL snapshot (pg_current_snapshot): which
+// transactions' effects it sees.
+type snapshot struct {
+	xmin, xmax uint64
+	xip        map[uint64]bool
+	rows       int // rows read in it
+}
+
+// parseSnapshot reads pg_snapshot's text form, xmin:xmax:xip,….
+func parseSnapshot(text string) (*snapshot, error) {
+	parts := strings.Split(text, ":")
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("cdc: a snapshot %q: want xmin:xmax:xip", text)
+	}
+	s := &snapshot{xip: map[uint64]bool{}}
+	var err error
+	if s.xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
+		return nil, fmt.Errorf("cdc: snapshot %q: %w", text, err)
+	}
+	if s.xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		return nil, fmt.Errorf("cdc: snapshot %q: %w", text, err)
+	}
+	for _, x := range strings.Split(parts[2], ",") {
+		if x == "" {
+			continue
+		}
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("cdc: snapshot %q: %w", text, err)
+		}
+		s.xip[v] = true
+	}
+	return s, nil
+}
+
+// sees reports whether the committed transaction xid (32 bits, as the log
+// gives it) was visible in s. The log brings transactions from about the
+// snapshot's time, so xid is placed in the epoch nearest to xmax.
+func (s *snapshot) sees(xid uint32) bool {
+	full := s.xmax&^0xFFFFFFFF | uint64(xid)
+	if full > s.xmax+(1<<31) && full >= 1<<32 {
+		full -= 1 << 32
+	} else if full+(1<<31) < s.xmax {
+		full += 1 << 32
+	}
+	switch {
+	case full < s.xmin:
+		return true
+	case full >= s.xmax:
+		return false
+	}
+	return !s.xip[full]
 }
