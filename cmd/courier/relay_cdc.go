@@ -16,10 +16,14 @@ type cdcFlags struct {
 	Publication string `help:"Publication on courier_outbox of --mode cdc; made when missing." default:"courier_outbox" env:"COURIER_PUBLICATION"`
 }
 
-// checkCDC validates the CDC flags for dialect.
-func (f cdcFlags) checkCDC(dialect string) error {
+// checkCDC validates the CDC flags for dialect; metricsAddr is
+// --metrics-addr, which the CDC relay does not serve yet.
+func (f cdcFlags) checkCDC(dialect, metricsAddr string) error {
 	if f.Mode != "cdc" {
 		return nil
+	}
+	if metricsAddr != "" {
+		return fmt.Errorf("--metrics-addr is not served with --mode cdc yet: leave it out, and watch the slot's lag in pg_replication_slots")
 	}
 	if dialect != "postgres" {
 		return fmt.Errorf("--mode cdc reads PostgreSQL's write-ahead log: pass a postgres:// --database-url, or use --mode poll on %s", dialect)
