@@ -50,7 +50,7 @@
 // disk fills. Set max_slot_wal_keep_size so that PostgreSQL drops (loses) a
 // slot that falls too far behind instead: the polling relay then publishes
 // the backlog from the table, and a CDC relay started again makes a new
-// slot. Watch the slot's lag (SlotLag, `courier status`). On PostgreSQL 17,
+// slot. Watch the slot's lag (SlotLag, or pg_replication_slots). On PostgreSQL 17,
 // a slot created with failover = true is synchronised to physical standbys
 // (sync_replication_slots), so the relay can follow a failover; on older
 // releases a promoted standby has no slot, and the relay creates one and
