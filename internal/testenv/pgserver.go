@@ -34,16 +34,18 @@ type PGServer struct {
 	port int
 	cred *syscall.Credential
 	cmd  *exec.Cmd
-	done chan struct{}
+	// settings are more -c name=value arguments.
+	settings []string
+	done     chan struct{}
 }
 
-// StartPostgres initialises a data directory and starts a server on it. As
-// root, the server runs as the user postgres, since PostgreSQL refuses to
-// run as root.
-func StartPostgres(t testing.TB) *PGServer {
+// StartPostgres initialises a data directory and starts a server on it,
+// with settings ("name=value") on top of the defaults. As root, the server
+// runs as the user postgres, since PostgreSQL refuses to run as root.
+func StartPostgres(t testing.TB, settings ...string) *PGServer {
 	t.Helper()
 	bin := Need(t, EnvPostgresBin)
-	s := &PGServer{t: t, bin: bin, port: FreePort(t)}
+	s := &PGServer{t: t, bin: bin, port: FreePort(t), settings: settings}
 	base, err := os.MkdirTemp("", "courier-pg-")
 	Must(t, err, "temp dir")
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
@@ -70,9 +72,13 @@ func StartPostgres(t testing.TB) *PGServer {
 // Start starts the server (again) and waits until it accepts queries.
 func (s *PGServer) Start() {
 	s.t.Helper()
-	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.dir, "-p", strconv.Itoa(s.port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+filepath.Dir(s.dir),
-		"-c", "wal_level=logical", "-c", "fsync=off", "-c", "max_wal_senders=10", "-c", "max_replication_slots=10")
+	args := []string{"-D", s.dir, "-p", strconv.Itoa(s.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + filepath.Dir(s.dir),
+		"-c", "wal_level=logical", "-c", "fsync=off", "-c", "max_wal_senders=10", "-c", "max_replication_slots=10"}
+	for _, kv := range s.settings {
+		args = append(args, "-c", kv)
+	}
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	log, err := os.Create(filepath.Join(filepath.Dir(s.dir), "postgres.log"))
 	Must(s.t, err, "log file")

@@ -435,3 +435,66 @@ func TestDatabaseRestart(t *testing.T) {
 	checkOrder(t, want, pub.Messages())
 	t.Logf("%d restarts; %d deliveries for %d messages; stats %+v", restarts, len(pub.Messages()), len(want), r.Stats())
 }
+
+// A slot PostgreSQL gave up (max_slot_wal_keep_size) while the relay was
+// down loses nothing: the relay makes a new slot and publishes the rows
+// still in the table.
+func TestLostSlot(t *testing.T) {
+	srv := testenv.StartPostgres(t, "max_slot_wal_keep_size=1MB")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, srv.URL)
+	testenv.Must(t, err, "pool")
+	t.Cleanup(pool.Close)
+	d := postgres.NewDriver(pool)
+	_, err = d.Migrate(ctx)
+	testenv.Must(t, err, "migrate")
+	w := outbox.New(d.Inserter(), outbox.Config{})
+	pub := memory.NewPublisher()
+	run := func() (*cdc.Relay, func()) {
+		r, err := cdc.New(pool, pub, cdc.Config{StatusInterval: 100 * time.Millisecond,
+			Backoff: relay.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond},
+			Logger:  slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+		testenv.Must(t, err, "relay")
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		return r, func() { cancel(); <-done }
+	}
+	var want []courier.Message
+	write := func(n int) {
+		for range n {
+			m := msg(fmt.Sprintf("k%d", len(want)%5), fmt.Sprint(len(want)))
+			want = append(want, m)
+			testenv.Must(t, d.InTx(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }), "write")
+		}
+	}
+	count := func() int {
+		var n int
+		testenv.Must(t, pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox").Scan(&n), "count")
+		return n
+	}
+	_, stop := run()
+	write(50)
+	testenv.Eventually(t, 30*time.Second, func() bool { return count() == 0 }, "first drain")
+	stop()
+	write(50) // while the relay is down: in the table and the log
+	// Push the slot past max_slot_wal_keep_size.
+	for range 5 {
+		_, err := pool.Exec(ctx, "CREATE TEMP TABLE IF NOT EXISTS filler (b bytea); INSERT INTO filler SELECT decode(repeat('ab', 1000), 'hex') FROM generate_series(1, 2000); SELECT pg_switch_wal()")
+		testenv.Must(t, err, "fill the log")
+	}
+	_, err = pool.Exec(ctx, "CHECKPOINT")
+	testenv.Must(t, err, "checkpoint")
+	var status string
+	testenv.Must(t, pool.QueryRow(ctx, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'courier_outbox'").Scan(&status), "slot status")
+	if status != "lost" {
+		t.Fatalf("slot status %q after filling the log, want lost", status)
+	}
+	r, stop := run()
+	defer stop()
+	testenv.Eventually(t, 30*time.Second, func() bool { return count() == 0 }, "rows left after the slot was lost: %v", testenv.Lazy(func() any { return count() }))
+	write(50) // and the new slot reads the log
+	testenv.Eventually(t, 30*time.Second, func() bool { return count() == 0 }, "rows left on the new slot")
+	checkOrder(t, want, pub.Messages())
+	t.Logf("stats after the slot was lost: %+v", r.Stats())
+}

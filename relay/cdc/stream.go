@@ -81,6 +81,14 @@ func (r *Relay) open(ctx context.Context) (*pgconn.PgConn, error) {
 	return conn, nil
 }
 
+// slotLost reports whether PostgreSQL invalidated the slot (wal_status
+// lost).
+func (r *Relay) slotLost(ctx context.Context) bool {
+	var status string
+	err := r.pool.QueryRow(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Slot).Scan(&status)
+	return err == nil && status == "lost"
+}
+
 // start streams from the slot's confirmed position.
 func (r *Relay) start(ctx context.Context, conn *pgconn.PgConn) error {
 	err := pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
@@ -95,6 +103,16 @@ func (r *Relay) start(ctx context.Context, conn *pgconn.PgConn) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use
 		return fmt.Errorf("%w: %s", errSlotBusy, pgErr.Message)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "55000" && r.slotLost(ctx) {
+		// Lost (max_slot_wal_keep_size): the log it needed is gone. The
+		// rows are still in the table; a new slot and the table's rows
+		// at the next start lose nothing.
+		r.log.Error("the replication slot is lost; making a new one and publishing the table's rows", "slot", r.cfg.Slot, "error", pgErr.Message)
+		if _, derr := r.pool.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); derr != nil {
+			return fmt.Errorf("cdc: drop lost slot %s: %w", r.cfg.Slot, derr)
+		}
+		return fmt.Errorf("cdc: slot %s was lost: %w", r.cfg.Slot, err)
 	}
 	if err != nil {
 		return fmt.Errorf("cdc: start replication on slot %s: %w", r.cfg.Slot, err)
