@@ -186,7 +186,7 @@ func (c *relayCmd) Run(e *env) error {
 			cfg.Notifier = n
 		}
 	}
-	obs, err := c.observeFlags.listen(d.Admin())
+	obs, err := c.observeFlags.listen(d.Operations())
 	if err != nil {
 		return err
 	}
