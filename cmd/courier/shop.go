@@ -32,6 +32,7 @@ type shopFlags struct {
 	DuplicateRate float64       `help:"Probability that a delivery is duplicated." env:"COURIER_SHOP_DUPLICATE_RATE"`
 	ReorderRate   float64       `help:"Probability that a delivery is reordered." env:"COURIER_SHOP_REORDER_RATE"`
 	CrashAfter    time.Duration `help:"Exit abruptly (status 3, nothing drained) this long after starting, for a supervisor to restart the service." env:"COURIER_SHOP_CRASH_AFTER"`
+	MetricsAddr   string        `name:"metrics-addr" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, such as 127.0.0.1:9465. Empty: not served." env:"COURIER_SHOP_METRICS_ADDR"`
 }
 
 func (f shopFlags) config(service string, e *env) (shop.Config, error) {
@@ -44,7 +45,7 @@ func (f shopFlags) config(service string, e *env) (shop.Config, error) {
 		return shop.Config{}, err
 	}
 	return shop.Config{
-		DatabaseURL: url, Transport: tr, Logger: e.log,
+		DatabaseURL: url, Transport: tr, Logger: e.log, MetricsAddr: f.MetricsAddr,
 		Faults: shop.Faults{FailureRate: f.FailureRate, Latency: f.Latency, DuplicateRate: f.DuplicateRate, ReorderRate: f.ReorderRate, CrashAfter: f.CrashAfter},
 	}, nil
 }

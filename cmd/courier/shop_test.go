@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -111,8 +112,12 @@ func shopProcesses(t *testing.T, brokerURL string) {
 
 	var procs []*exec.Cmd
 	var logs []*bytes.Buffer
+	ordersMetrics := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	for _, s := range shop.Services {
 		args := []string{"shop", s, "--database-url", "sqlite://" + filepath.Join(dir, s+".db"), "--broker-url", brokerURL}
+		if s == shop.Orders {
+			args = append(args, "--metrics-addr", ordersMetrics)
+		}
 		if s == shop.Orders {
 			args = append(args, "--http-addr", addr)
 		}
@@ -150,6 +155,40 @@ func shopProcesses(t *testing.T, brokerURL string) {
 	}, "order %s did not reach %s: %s", placed.ID, shop.StateShippingReady, testenv.Lazy(func() any { return view }))
 	if view.ChargeID == "" || view.ShipmentID == "" || len(view.History) < 4 {
 		t.Fatalf("completed order without its charge, shipment or history: %+v", view)
+	}
+	// The orders service serves its metrics and health: its relay
+	// published the saga's commands, its consumer applied the replies,
+	// and its saga instance is counted, finished, by phase.
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + ordersMetrics + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body := string(b)
+		return strings.Contains(body, "courier_relay_published_messages_total") && !strings.Contains(body, "courier_relay_published_messages_total 0\n") &&
+			strings.Contains(body, `courier_consumer_processed_messages_total{consumer="orders"}`) &&
+			strings.Contains(body, `courier_saga_instances{state="completed",type="order"} 1`)
+	}, "the orders service's /metrics lacks its relay, consumer or saga figures:\n%s", testenv.Lazy(func() any {
+		resp, err := http.Get("http://" + ordersMetrics + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "courier_") {
+				lines = append(lines, l)
+			}
+		}
+		return strings.Join(lines, "\n")
+	}))
+	if resp, err := http.Get("http://" + ordersMetrics + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("orders /readyz: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	for i, cmd := range procs {

@@ -44,6 +44,11 @@ type Config struct {
 	// work in flight once Run's context ends. Default 5s. A tiny value makes
 	// every stop a crash: the in-process shop (Start) uses a millisecond.
 	Drain time.Duration
+	// MetricsAddr, when set, is where the service serves /metrics
+	// (Prometheus: its relay, its inbox consumer, its outbox per topic, its
+	// sagas and idempotency keys), /healthz and /readyz, such as
+	// 127.0.0.1:9465. Default: not served.
+	MetricsAddr string
 	// Logger receives the service's logs. Default: discard.
 	Logger *slog.Logger
 }

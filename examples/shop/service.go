@@ -213,10 +213,17 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	if err != nil {
 		return fmt.Errorf("shop %s: relay store: %w", b.name, err)
 	}
+	obs, err := b.observe(db)
+	if err != nil {
+		return fmt.Errorf("shop %s: %w", b.name, err)
+	}
+	if obs != nil {
+		defer obs.ln.Close()
+	}
 	r, err := relay.New(st, link.Publisher, relay.Config{
 		Notifier: wake, PollInterval: 250 * time.Millisecond, LeaseDuration: relayLease, PublishTimeout: relayPublish,
 		Backoff:         courier.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2},
-		ShutdownTimeout: drain, Logger: log,
+		ShutdownTimeout: drain, Logger: log, Observer: obs.relayObserver(),
 	})
 	if err != nil {
 		return fmt.Errorf("shop %s: %w", b.name, err)
@@ -226,10 +233,14 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	if err != nil {
 		return err
 	}
-	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, inc.handler), inbox.ConsumerConfig{
+	ccfg := inbox.ConsumerConfig{
 		Concurrency: 8, KeepOrder: link.KeepOrder, MaxDeliveries: 25, Backoff: courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: log,
-	})
+	}
+	if obs != nil {
+		ccfg.Observer = obs.col.Consumer()
+	}
+	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, inc.handler), ccfg)
 	if err != nil {
 		return err
 	}
@@ -252,6 +263,9 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	g.Go(wake.Run)
 	g.Go(r.Run)
 	g.Go(cons.Run)
+	if obs != nil {
+		g.Go(func(ctx context.Context) error { return obs.serve(ctx, r, db) })
+	}
 	for _, fn := range inc.extra {
 		g.Go(fn)
 	}
