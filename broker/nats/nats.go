@@ -253,9 +253,14 @@ type Publisher struct {
 
 	mu    sync.Mutex
 	bound map[string]struct{} // subjects a stream acknowledged
+
+	batching // atomic batches: see batch.go
 }
 
-var _ broker.Publisher = (*Publisher)(nil)
+var (
+	_ broker.Publisher   = (*Publisher)(nil)
+	_ broker.OrderKeeper = (*Publisher)(nil)
+)
 
 // maxBound caps the subjects a Publisher remembers as bound; beyond it the
 // memory starts afresh (it costs one lookup per subject to rebuild).
@@ -275,6 +280,15 @@ type PublisherConfig struct {
 	// content mode to every message, next to Courier's headers (see the
 	// package documentation). Its Source is required. Default nil: off.
 	CloudEvents *cloudevents.Config
+	// MaxBatches caps the atomic batches one Publish call has in flight at
+	// once, each the run of one key (see Publisher.KeepsKeyOrder). Default
+	// 16: a server takes at most 50 open atomic batches per stream and
+	// 1,000 in all unless configured otherwise, and relays share them.
+	MaxBatches int
+	// NoAtomicBatches turns atomic batches off: KeepsKeyOrder reports
+	// false, and the relay publishes a key's messages one round trip
+	// apart, as it does on servers older than 2.12.
+	NoAtomicBatches bool
 }
 
 // NewPublisher returns a Publisher on nc. For a relay, connect with
@@ -296,7 +310,12 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &Publisher{js: js, cfg: cfg.Config, ce: cfg.CloudEvents.Clone(), lookup: min(cfg.AckTimeout, time.Second), bound: make(map[string]struct{})}, nil
+	if cfg.MaxBatches <= 0 {
+		cfg.MaxBatches = 16
+	}
+	p := &Publisher{js: js, cfg: cfg.Config, ce: cfg.CloudEvents.Clone(), lookup: min(cfg.AckTimeout, time.Second), bound: make(map[string]struct{})}
+	p.batching.init(cfg.MaxBatches, cfg.NoAtomicBatches)
+	return p, nil
 }
 
 // Publish implements broker.Publisher.
@@ -330,9 +349,24 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 // broker.ErrUnavailable.
 func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
 	errs := make([]error, len(msgs))
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	lk := lookups{p: p}
-	for i := range msgs {
+	lk := &lookups{p: p}
+	if !p.pipelines() {
+		all := make([]int, len(msgs))
+		for i := range all {
+			all[i] = i
+		}
+		p.publishEach(ctx, lk, msgs, all, errs)
+		return errs
+	}
+	p.publishRuns(ctx, lk, msgs, errs)
+	return errs
+}
+
+// publishEach publishes the messages msgs[idx] asynchronously, in idx
+// order, and waits for their acknowledgements, setting errs[i] for each.
+func (p *Publisher) publishEach(ctx context.Context, lk *lookups, msgs []courier.Message, idx []int, errs []error) {
+	futures := make([]jetstream.PubAckFuture, len(idx))
+	for n, i := range idx {
 		if subject := p.cfg.Subject(msgs[i].Topic); !p.isBound(subject) {
 			if err := lk.preflight(ctx, msgs[i].Topic); err != nil {
 				errs[i] = err
@@ -344,27 +378,32 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 			errs[i] = p.classify(&msgs[i], err)
 			continue
 		}
-		futures[i] = f
+		futures[n] = f
 	}
-	for i, f := range futures {
+	for n, f := range futures {
 		if f == nil {
 			continue
 		}
-		select {
-		case <-f.Ok():
-			p.setBound(p.cfg.Subject(msgs[i].Topic), true)
-		case err := <-f.Err():
-			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-				p.setBound(p.cfg.Subject(msgs[i].Topic), false)
-				errs[i] = lk.verdict(ctx, msgs[i].Topic, err)
-				continue
-			}
-			errs[i] = p.classify(&msgs[i], err)
-		case <-ctx.Done():
-			errs[i] = broker.Unavailable(fmt.Errorf("waiting for the ack: %w", ctx.Err()))
-		}
+		_, errs[idx[n]] = p.await(ctx, lk, &msgs[idx[n]], f)
 	}
-	return errs
+}
+
+// await waits for f, the acknowledgement of a publish of m, and returns
+// it, or the failure, classified.
+func (p *Publisher) await(ctx context.Context, lk *lookups, m *courier.Message, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-f.Ok():
+		p.setBound(p.cfg.Subject(m.Topic), true)
+		return ack, nil
+	case err := <-f.Err():
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+			p.setBound(p.cfg.Subject(m.Topic), false)
+			return nil, lk.verdict(ctx, m.Topic, err)
+		}
+		return nil, p.classify(m, err)
+	case <-ctx.Done():
+		return nil, broker.Unavailable(fmt.Errorf("waiting for the ack: %w", ctx.Err()))
+	}
 }
 
 func (p *Publisher) isBound(subject string) bool {
@@ -392,6 +431,7 @@ func (p *Publisher) setBound(subject string, bound bool) {
 // lookup that went unanswered.
 type lookups struct {
 	p       *Publisher
+	mu      sync.Mutex // several keys' runs ask at once
 	answers map[string]lookup
 	silent  error // the first unanswered lookup's error
 }
@@ -403,6 +443,8 @@ type lookup struct {
 }
 
 func (l *lookups) ask(ctx context.Context, subject string) lookup {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if a, ok := l.answers[subject]; ok {
 		return a
 	}
