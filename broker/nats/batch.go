@@ -104,9 +104,10 @@ func (p *Publisher) serverBatches() bool {
 
 // pipelines reports whether Publish groups a call's messages by topic and
 // key and keeps the promise of broker.OrderKeeper: once KeepsKeyOrder has
-// said so, or whenever the server could take atomic batches.
+// said so. Until then Publish sends every message at once, as it does on
+// servers without atomic batches.
 func (p *Publisher) pipelines() bool {
-	return p.promised.Load() || p.serverBatches()
+	return p.promised.Load()
 }
 
 // KeepsKeyOrder implements broker.OrderKeeper. It reports true when the

@@ -211,6 +211,9 @@ func TestAtomicBatchAroundAPoisonMessage(t *testing.T) {
 	nc := testenv.Connect(t, currentServer(t))
 	stream, mapping := atomicStream(t, nc, jetstream.StreamConfig{AllowAtomicPublish: true, MaxMsgSize: 4096})
 	pub := newPublisher(t, nc, mapping)
+	if !pub.KeepsKeyOrder() {
+		t.Fatal("KeepsKeyOrder: false, want true")
+	}
 	msgs := run("hot", 40)
 	msgs[17].Payload = make([]byte, 8192)
 	errs := pub.Publish(context.Background(), msgs)
@@ -241,6 +244,9 @@ func TestAtomicBatchDeduplicates(t *testing.T) {
 	nc := testenv.Connect(t, currentServer(t))
 	stream, mapping := atomicStream(t, nc, jetstream.StreamConfig{AllowAtomicPublish: true})
 	pub := newPublisher(t, nc, mapping)
+	if !pub.KeepsKeyOrder() {
+		t.Fatal("KeepsKeyOrder: false, want true")
+	}
 	msgs := run("hot", 1000)
 	for i, err := range pub.Publish(context.Background(), msgs[:300]) {
 		testenv.Must(t, err, fmt.Sprintf("first publish, message %d", i))
@@ -263,12 +269,12 @@ func TestAtomicBatchStreamTurnedOff(t *testing.T) {
 	nc := testenv.Connect(t, currentServer(t))
 	stream, mapping := atomicStream(t, nc, jetstream.StreamConfig{AllowAtomicPublish: true})
 	pub := newPublisher(t, nc, mapping)
+	if !pub.KeepsKeyOrder() {
+		t.Fatal("KeepsKeyOrder: false, want true")
+	}
 	msgs := run("hot", 50)
 	for i, err := range pub.Publish(context.Background(), msgs[:10]) {
 		testenv.Must(t, err, fmt.Sprintf("message %d", i))
-	}
-	if !pub.KeepsKeyOrder() {
-		t.Fatal("KeepsKeyOrder: false, want true")
 	}
 	js, err := jetstream.New(nc)
 	testenv.Must(t, err, "jetstream")
@@ -341,5 +347,94 @@ func TestEnsureStreamAllowsAtomicBatches(t *testing.T) {
 		if got := s.CachedInfo().Config.AllowAtomicPublish; got == off {
 			t.Fatalf("NoAtomicBatches %v: allow_atomic %v", off, got)
 		}
+	}
+}
+
+// A server killed while several keys' runs are in flight in atomic batches:
+// after it restarts, each key's stored messages are a prefix of its run,
+// with no gap (a batch is stored whole or not at all, and no batch of a key
+// is sent before the one before it is acknowledged), and every message
+// Publish reported stored is there.
+func TestAtomicBatchesServerKilled(t *testing.T) {
+	srv := testenv.StartNATSServer(t, testenv.NATSServerConfig{})
+	nc, err := couriernats.Connect(srv.URL)
+	testenv.Must(t, err, "connect")
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err, "jetstream")
+	stream := testenv.Name("KB")
+	mapping := couriernats.Config{SubjectPrefix: stream + "."}
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: stream, Subjects: []string{mapping.Subjects()}, Storage: jetstream.FileStorage, AllowAtomicPublish: true,
+	})
+	testenv.Must(t, err, "create stream")
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, AckTimeout: 2 * time.Second})
+	testenv.Must(t, err, "publisher")
+	if !pub.KeepsKeyOrder() {
+		t.Fatal("KeepsKeyOrder: false, want true")
+	}
+	const keys, perKey = 6, 8000
+	var msgs []courier.Message
+	for k := range keys {
+		msgs = append(msgs, run(fmt.Sprintf("key-%d", k), perKey)...)
+	}
+	done := make(chan []error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		done <- pub.Publish(ctx, msgs)
+	}()
+	s, err := js.Stream(context.Background(), stream)
+	testenv.Must(t, err, "stream")
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		info, err := s.Info(context.Background())
+		return err == nil && info.State.Msgs >= 15000
+	}, "no batch stored")
+	srv.Kill()
+	errs := <-done
+	srv.Start()
+
+	check := testenv.Connect(t, srv.URL)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		cjs, err := jetstream.New(check)
+		if err != nil {
+			return false
+		}
+		_, err = cjs.Stream(context.Background(), stream)
+		return err == nil
+	}, "stream not back after the restart")
+	got := rawStream(t, check, stream)
+	stored := map[string]int{}
+	for _, m := range got {
+		if want := strconv.Itoa(stored[m.key]); m.payload != want {
+			t.Fatalf("key %s: message %s stored after %d messages: a gap", m.key, m.payload, stored[m.key])
+		}
+		stored[m.key]++
+	}
+	failed := 0
+	for k := range keys {
+		key := fmt.Sprintf("key-%d", k)
+		acked, held := 0, false
+		for i, err := range errs[k*perKey : (k+1)*perKey] {
+			switch {
+			case err == nil && held:
+				t.Fatalf("key %s: message %d stored after an earlier one failed", key, i)
+			case err == nil:
+				acked++
+			case !held:
+				t.Logf("key %s: message %d failed: %v", key, i, err)
+				fallthrough
+			default:
+				held = true
+				failed++
+			}
+		}
+		if acked > stored[key] {
+			t.Fatalf("key %s: %d messages acknowledged, %d stored", key, acked, stored[key])
+		}
+		t.Logf("key %s: %d acknowledged, %d stored", key, acked, stored[key])
+	}
+	if failed == 0 {
+		t.Log("the publish ended before the kill: nothing failed")
 	}
 }
