@@ -47,6 +47,60 @@
 // no stream binds is deliberately not among them: binding it is a change of
 // configuration the message may live to see.
 //
+// # Atomic batches: a key's run pipelined
+//
+// On nats-server 2.12 and later JetStream takes atomic batches (ADR-50): up
+// to 1,000 messages (the server's max_batch_size) sent with the headers
+// Nats-Batch-Id, Nats-Batch-Sequence and, on the last, Nats-Batch-Commit,
+// stored together and in order, or none of them, into a stream that allows
+// atomic publish (allow_atomic). EnsureStream creates streams that allow it
+// on such servers (StreamConfig.NoAtomicBatches turns that off); an existing
+// stream keeps its settings (nats stream edit NAME --allow-batch).
+//
+// The Publisher implements broker.OrderKeeper with them. KeepsKeyOrder
+// reports true when the connected server's version (from its INFO) is 2.12
+// or later and every stream that captures the publisher's subjects allows
+// atomic publish (looked up at most every 30 seconds); the relay then hands
+// Publish each key's run of messages at once. Publish sends a key's run as
+// atomic batches, each waiting for the acknowledgement of the one before, up
+// to PublisherConfig.MaxBatches keys' batches at once, and a key's single
+// message as it always did. When a batch fails, nothing of it is stored, and
+// the key's later messages in the call are not sent: they fail with
+// broker.ErrUnavailable ("held back"). The promise holds even where batches
+// are not to be had after all (a stream whose allow_atomic was turned off, a
+// reconnect to an older server): the run then goes one message after the
+// other, each waiting for the acknowledgement of the one before.
+//
+// Within a batch:
+//
+//   - A message the server would refuse for good (over max_payload or the
+//     stream's max_msg_size with the batch headers, headers over 64 KiB) is
+//     left out of the batch and published alone, between the batches before
+//     and after it, so that it alone is rejected (broker.ErrRejected) and
+//     the rest of its key's run is stored in order. A batch refused without
+//     saying which message is at fault (a message gone missing, a bad
+//     request) is published again one message at a time.
+//   - Nats-Msg-Id still deduplicates, but JetStream refuses a whole batch
+//     that holds a message id it has stored within the duplicate window (and
+//     nats-server 2.12.0 refuses Nats-Msg-Id in batches altogether). A run
+//     published again after part of it was stored (a relay that crashed
+//     before it recorded the outcome) is therefore refused as a batch; the
+//     Publisher then publishes it one message at a time, each duplicate
+//     acknowledged and dropped as usual, until a message is stored afresh,
+//     and goes on in batches from there. On a server that refuses the header
+//     in batches it stops using batches (KeepsKeyOrder turns false).
+//   - A server configured with a smaller max_batch_size refuses the batch;
+//     the Publisher halves its batches until they fit. Too many batches open
+//     on the stream (max_batch_inflight_per_stream, 50 by default) makes a
+//     batch wait and try again, a few times, before it fails as
+//     broker.ErrUnavailable.
+//
+// With PublisherConfig.NoAtomicBatches, on servers older than 2.12 (this is
+// the case of Debian's 2.9) and with streams that do not allow atomic
+// publish, KeepsKeyOrder is false and Publish sends every message of a call
+// at once, as before: the relay then publishes a key's messages one round
+// trip apart.
+//
 // # Durability
 //
 // A JetStream acknowledgement means the server has written the message to
@@ -318,7 +372,10 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 	return p, nil
 }
 
-// Publish implements broker.Publisher.
+// Publish implements broker.Publisher. Once KeepsKeyOrder has reported
+// true, it publishes each topic and key's run of several messages in the
+// call as atomic batches, keeping the key's order (see the package
+// documentation); every other message is published at once, as below.
 //
 // A subject no stream binds gets no acknowledgement: NATS answers "no
 // responders" at once, or, when a plain subscriber listens on the subject,
