@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -286,7 +287,8 @@ func (p *Publisher) publishRun(ctx context.Context, lk *lookups, msgs []courier.
 	busy := 0
 	for n := 0; n < len(run); {
 		if ctx.Err() != nil {
-			p.holdBack(msgs, run[n:], errs, broker.Unavailable(fmt.Errorf("not sent: %w", ctx.Err())))
+			errs[run[n]] = broker.Unavailable(fmt.Errorf("subject %q: not sent: %w", subject, ctx.Err()))
+			p.holdBack(msgs, run[n+1:], errs, errs[run[n]])
 			return
 		}
 		end := n + 1
@@ -431,6 +433,13 @@ func (p *Publisher) batchRefusal(m *courier.Message, err error) (batchAction, er
 		case errCodeBatchDuplicateMsgID, errCodeBatchIncomplete, errCodeBatchMissingSeq:
 			return batchOneByOne, nil
 		case errCodeBatchUnsupportedHeader:
+			// nats-server 2.12.0 takes no Nats-Msg-Id in a batch: no
+			// batches on this connection, then. Another header (a
+			// message's own Nats-Expected-Last-Msg-Id) is that
+			// message's business: one by one, it gets its verdict.
+			if !strings.Contains(apiErr.Description, jetstream.MsgIDHeader) {
+				return batchOneByOne, nil
+			}
 			p.refused.Store(true)
 			return batchNoAtomic, nil
 		case errCodeBatchDisabled:

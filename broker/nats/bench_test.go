@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/courier-go/courier"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/internal/testenv"
@@ -83,4 +85,59 @@ func benchDrain(b *testing.B, keys int, noBatches bool) {
 	testenv.Must(b, <-done, "relay")
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msg/s")
 	b.ReportMetric(float64(r.Metrics().Batches), "claims")
+}
+
+// BenchmarkPublishRun measures one Publish call of 1,000 messages of 200
+// bytes, once KeepsKeyOrder has promised a key's order, into a file stream
+// on a current nats-server (a process with COURIER_TEST_NATS_SERVER, else
+// embedded): all on one key (one atomic batch) or on 1,000 keys (single
+// messages, published at once), with atomic batches allowed on the stream
+// or not (one key's run then goes one message per round trip).
+func BenchmarkPublishRun(b *testing.B) {
+	for _, keys := range []int{1000, 1} {
+		for _, atomic := range []bool{true, false} {
+			b.Run(fmt.Sprintf("keys=%d/atomic=%v", keys, atomic), func(b *testing.B) {
+				url := ""
+				if os.Getenv(testenv.EnvNATSServer) != "" {
+					url = testenv.StartNATSServer(b, testenv.NATSServerConfig{}).URL
+				} else {
+					url = testenv.EmbeddedNATS(b).ClientURL()
+				}
+				nc := testenv.Connect(b, url)
+				stream := testenv.Name("PR")
+				mapping := couriernats.Config{SubjectPrefix: stream + "."}
+				testenv.Must(b, couriernats.EnsureStream(context.Background(), nc, mapping, couriernats.StreamConfig{Name: stream}), "ensure stream")
+				pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
+				testenv.Must(b, err, "publisher")
+				if !pub.KeepsKeyOrder() {
+					b.Fatal("KeepsKeyOrder: false")
+				}
+				if !atomic {
+					js, err := jetstream.New(nc)
+					testenv.Must(b, err, "jetstream")
+					s, err := js.Stream(context.Background(), stream)
+					testenv.Must(b, err, "stream")
+					cfg := s.CachedInfo().Config
+					cfg.AllowAtomicPublish = false
+					_, err = js.UpdateStream(context.Background(), cfg)
+					testenv.Must(b, err, "update stream")
+				}
+				b.ResetTimer()
+				for range b.N {
+					b.StopTimer()
+					msgs := make([]courier.Message, 1000)
+					for i := range msgs {
+						msgs[i] = courier.NewMessage("events", fmt.Sprintf("key-%d", i%keys), "Numbered", make([]byte, 200))
+					}
+					b.StartTimer()
+					for i, err := range pub.Publish(context.Background(), msgs) {
+						if err != nil {
+							b.Fatalf("message %d: %v", i, err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "msg/s")
+			})
+		}
+	}
 }
