@@ -401,7 +401,7 @@ func (p *Publisher) publishBatch(ctx context.Context, lk *lookups, msgs []courie
 				p.setBound(p.cfg.Subject(first.Topic), false)
 				return batchFailed, lk.verdict(ctx, first.Topic, err)
 			}
-			return p.batchRefusal(first, err)
+			return p.batchRefusal(first, len(chunk), err)
 		case <-ctx.Done():
 			return batchFailed, broker.Unavailable(fmt.Errorf("waiting for the ack of a batch: %w", ctx.Err()))
 		}
@@ -419,14 +419,14 @@ func (p *Publisher) unsent(m *courier.Message, err error) (batchAction, error) {
 	return batchOneByOne, nil
 }
 
-// batchRefusal sorts JetStream's refusal of an atomic batch whose first
-// message is m. Nothing of the batch is stored. The refusals of batches
+// batchRefusal sorts JetStream's refusal of an atomic batch of sent
+// messages whose first is m. Nothing of the batch is stored. The refusals of batches
 // themselves (a message id the stream holds, a message gone missing, a
 // batch too large, too many open, a stream that no longer allows atomic
 // publish) decide how the run goes on; the rest are classified as for one
 // message (classify): the broker's failures stop the run, and the others,
 // which may be any message's fault, send the batch one by one.
-func (p *Publisher) batchRefusal(m *courier.Message, err error) (batchAction, error) {
+func (p *Publisher) batchRefusal(m *courier.Message, sent int, err error) (batchAction, error) {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
@@ -446,13 +446,7 @@ func (p *Publisher) batchRefusal(m *courier.Message, err error) (batchAction, er
 			p.forgetFacts(p.cfg.Subject(m.Topic))
 			return batchNoAtomic, nil
 		case errCodeBatchTooLarge:
-			for {
-				size := p.size.Load()
-				if size <= 2 || p.size.CompareAndSwap(size, size/2) {
-					break
-				}
-			}
-			if p.size.Load() <= 2 {
+			if p.lowerBatchSize(apiErr.Description, sent) < 2 {
 				return batchNoAtomic, nil
 			}
 			return batchRetry, nil
@@ -464,6 +458,26 @@ func (p *Publisher) batchRefusal(m *courier.Message, err error) (batchAction, er
 		return batchFailed, c
 	}
 	return batchOneByOne, nil
+}
+
+// lowerBatchSize takes the server's limit of messages in a batch from desc,
+// the description of its refusal of a batch of sent messages ("atomic
+// publish batch is too large: 100"), or half of sent when it says none, and
+// makes it the Publisher's batch size if that is smaller. It returns the
+// size.
+func (p *Publisher) lowerBatchSize(desc string, sent int) int64 {
+	limit := int64(sent / 2)
+	if i := strings.LastIndexByte(desc, ' '); i >= 0 {
+		if n, err := strconv.ParseInt(desc[i+1:], 10, 64); err == nil && n > 0 && n < int64(sent) {
+			limit = n
+		}
+	}
+	for {
+		size := p.size.Load()
+		if size <= limit || p.size.CompareAndSwap(size, limit) {
+			return min(size, limit)
+		}
+	}
 }
 
 // publishOne publishes m alone and waits for its acknowledgement.

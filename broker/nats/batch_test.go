@@ -438,3 +438,71 @@ func TestAtomicBatchesServerKilled(t *testing.T) {
 		t.Log("the publish ended before the kill: nothing failed")
 	}
 }
+
+// A server whose batch limits are below the defaults (at most 100 messages
+// in a batch, 2 batches open per stream): the publisher halves its batches
+// until the server takes them, and a batch refused because too many are
+// open waits and tries again; a key's messages are stored in order, none
+// after one that failed, and no batch is larger than the server allows.
+func TestAtomicBatchesWithinServerLimits(t *testing.T) {
+	dir := t.TempDir()
+	srv := testenv.StartNATSServer(t, testenv.NATSServerConfig{Extra: fmt.Sprintf(
+		"jetstream {\n  store_dir: %q\n  limits { batch { max_msgs: 100, max_inflight_per_stream: 2 } }\n}\n", dir)})
+	nc := testenv.Connect(t, srv.URL)
+	stream, mapping := atomicStream(t, nc, jetstream.StreamConfig{AllowAtomicPublish: true})
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, MaxBatches: 6})
+	testenv.Must(t, err, "publisher")
+	if !pub.KeepsKeyOrder() {
+		t.Fatal("KeepsKeyOrder: false, want true")
+	}
+	const keys, perKey = 6, 450
+	var msgs []courier.Message
+	for k := range keys {
+		msgs = append(msgs, run(fmt.Sprintf("key-%d", k), perKey)...)
+	}
+	errs := pub.Publish(context.Background(), msgs)
+	got := rawStream(t, nc, stream)
+	stored, size := map[string]int{}, map[string]int{}
+	for _, m := range got {
+		if want := strconv.Itoa(stored[m.key]); m.payload != want {
+			t.Fatalf("key %s: message %s stored after %d messages", m.key, m.payload, stored[m.key])
+		}
+		stored[m.key]++
+		if m.batch != "" {
+			if size[m.batch]++; size[m.batch] > 100 {
+				t.Fatalf("a batch of more than 100 messages stored, over the server's max_msgs")
+			}
+		}
+	}
+	failed := 0
+	for k := range keys {
+		key := fmt.Sprintf("key-%d", k)
+		acked, held := 0, false
+		for i, err := range errs[k*perKey : (k+1)*perKey] {
+			switch {
+			case err == nil && held:
+				t.Fatalf("key %s: message %d stored after an earlier one failed", key, i)
+			case err == nil:
+				acked++
+			case !errors.Is(err, broker.ErrUnavailable):
+				t.Fatalf("key %s: message %d: %v; want broker.ErrUnavailable", key, i, err)
+			default:
+				if !held {
+					t.Logf("key %s: message %d failed: %v", key, i, err)
+				}
+				held = true
+				failed++
+			}
+		}
+		if acked != stored[key] {
+			t.Fatalf("key %s: %d acknowledged, %d stored", key, acked, stored[key])
+		}
+	}
+	if len(size) > 2*keys*perKey/100 {
+		t.Fatalf("%d batches for %d messages: batches halved below the server's limit", len(size), len(got))
+	}
+	if len(size) == 0 || failed == len(msgs) {
+		t.Fatalf("%d batches stored, %d of %d messages failed", len(size), failed, len(msgs))
+	}
+	t.Logf("%d messages in %d batches, %d failed", len(got), len(size), failed)
+}
