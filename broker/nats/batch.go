@@ -32,15 +32,15 @@ const (
 	errCodeBatchMissingSeq        jetstream.ErrorCode = 10175
 	errCodeBatchIncomplete        jetstream.ErrorCode = 10176 // a message of the batch went missing; nothing stored
 	errCodeBatchUnsupportedHeader jetstream.ErrorCode = 10177 // 2.12.0: Nats-Msg-Id not allowed in a batch
-	errCodeBatchTooLarge          jetstream.ErrorCode = 10199 // over the server's max_batch_size
+	errCodeBatchTooLarge          jetstream.ErrorCode = 10199 // over the server's batch limit (max_msgs)
 	errCodeBatchDuplicateMsgID    jetstream.ErrorCode = 10201 // a message id the stream already holds
 	errCodeBatchTooManyInflight   jetstream.ErrorCode = 10210 // too many open batches on the stream or server
 )
 
 const (
 	// defaultBatchSize is JetStream's default limit of messages in one
-	// atomic batch (max_batch_size); a server configured lower says so,
-	// and the Publisher halves its batches until they fit.
+	// atomic batch (jetstream { limits { batch { max_msgs } } }); a server
+	// configured lower says so, and the Publisher takes its limit.
 	defaultBatchSize = 1000
 	// batchHeaderRoom is what the batch headers add to a message's size,
 	// at most (a UUID, a sequence number, the commit).
@@ -310,7 +310,7 @@ func (p *Publisher) publishRun(ctx context.Context, lk *lookups, msgs []courier.
 				continue
 			case batchBusy:
 				if busy++; busy >= busyTries {
-					errs[run[n]] = broker.Unavailable(fmt.Errorf("subject %q: %w (raise the server's max_batch_inflight_per_stream, or lower PublisherConfig.MaxBatches)", subject, err))
+					errs[run[n]] = broker.Unavailable(fmt.Errorf("subject %q: %w (raise the server's jetstream { limits { batch { max_inflight_per_stream } } }, or lower PublisherConfig.MaxBatches)", subject, err))
 					p.holdBack(msgs, run[n+1:], errs, err)
 					return
 				}

@@ -50,7 +50,7 @@
 // # Atomic batches: a key's run pipelined
 //
 // On nats-server 2.12 and later JetStream takes atomic batches (ADR-50): up
-// to 1,000 messages (the server's max_batch_size) sent with the headers
+// to 1,000 messages (the server's batch limit, max_msgs) sent with the headers
 // Nats-Batch-Id, Nats-Batch-Sequence and, on the last, Nats-Batch-Commit,
 // stored together and in order, or none of them, into a stream that allows
 // atomic publish (allow_atomic). EnsureStream creates streams that allow it
@@ -64,8 +64,8 @@
 // Publish each key's run of messages at once. Publish sends a key's run as
 // atomic batches, each waiting for the acknowledgement of the one before, up
 // to PublisherConfig.MaxBatches keys' batches at once, and a key's single
-// message as it always did. When a batch fails, nothing of it is stored, and
-// the key's later messages in the call are not sent: they fail with
+// message as it always did. A batch is stored whole or not at all; when one
+// fails, the key's later messages in the call are not sent: they fail with
 // broker.ErrUnavailable ("held back"). The promise holds even where batches
 // are not to be had after all (a stream whose allow_atomic was turned off, a
 // reconnect to an older server): the run then goes one message after the
@@ -89,14 +89,15 @@
 //     acknowledged and dropped as usual, until a message is stored afresh,
 //     and goes on in batches from there. On a server that refuses the header
 //     in batches it stops using batches (KeepsKeyOrder turns false).
-//   - A server configured with a smaller max_batch_size refuses the batch;
-//     the Publisher halves its batches until they fit. Too many batches open
-//     on the stream (max_batch_inflight_per_stream, 50 by default) makes a
+//   - A server configured with a smaller batch limit (jetstream { limits {
+//     batch { max_msgs } } }) refuses the batch, saying its limit; the
+//     Publisher's batches take that size from then on. Too many batches open
+//     on the stream (the limit max_inflight_per_stream, 50 by default) makes a
 //     batch wait and try again, a few times, before it fails as
 //     broker.ErrUnavailable.
 //
-// With PublisherConfig.NoAtomicBatches, on servers older than 2.12 (this is
-// the case of Debian's 2.9) and with streams that do not allow atomic
+// With PublisherConfig.NoAtomicBatches, on servers older than 2.12 (Debian's
+// 2.9, say) and with streams that do not allow atomic
 // publish, KeepsKeyOrder is false and Publish sends every message of a call
 // at once, as before: the relay then publishes a key's messages one round
 // trip apart.
