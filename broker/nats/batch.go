@@ -116,7 +116,9 @@ func (p *Publisher) pipelines() bool {
 // batches: the connected server is nats-server 2.12 or later, atomic
 // batches are not turned off (PublisherConfig.NoAtomicBatches), and every
 // stream that captures the publisher's subjects (Config.Subjects) allows
-// atomic publish (allow_atomic, see StreamConfig). The streams are looked
+// atomic publish (allow_atomic, see StreamConfig; with Config.NoPrefix that
+// is every stream of the account, key-value buckets included). The streams
+// are looked
 // up at most every 30 seconds; until one captures the subjects, and while
 // JetStream does not answer, the answer stays what it was (false at first).
 //
