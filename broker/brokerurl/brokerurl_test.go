@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/brokerurl"
 	"github.com/courier-go/courier/broker/kafka"
 	couriernats "github.com/courier-go/courier/broker/nats"
