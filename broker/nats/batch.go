@@ -252,12 +252,13 @@ func (p *Publisher) publishRuns(ctx context.Context, lk *lookups, msgs []courier
 type batchAction int
 
 const (
-	batchStored   batchAction = iota // all of it stored
-	batchFailed                      // nothing stored; the run stops
-	batchOneByOne                    // nothing stored; publish it one by one
-	batchNoAtomic                    // nothing stored; no more batches for the run
-	batchRetry                       // nothing stored; send it again (smaller)
-	batchBusy                        // nothing stored; too many open batches
+	batchStored    batchAction = iota // all of it stored
+	batchFailed                       // nothing stored; the run stops
+	batchOneByOne                     // nothing stored; publish it one by one
+	batchDuplicate                    // nothing stored: a message id the stream holds
+	batchNoAtomic                     // nothing stored; no more batches for the run
+	batchRetry                        // nothing stored; send it again (smaller)
+	batchBusy                         // nothing stored; too many open batches
 )
 
 // publishRun publishes run, the indexes of several messages of one topic
@@ -297,7 +298,7 @@ func (p *Publisher) publishRun(ctx context.Context, lk *lookups, msgs []courier.
 		if batch && p.serverBatches() {
 			end = p.chunk(msgs, run, n, facts)
 		}
-		oneByOne := end
+		oneByOne, dups := end, false
 		if end-n > 1 {
 			action, err := p.publishBatch(ctx, lk, msgs, run[n:end])
 			switch action {
@@ -323,13 +324,14 @@ func (p *Publisher) publishRun(ctx context.Context, lk *lookups, msgs []courier.
 				continue
 			case batchNoAtomic:
 				batch, oneByOne = false, len(run)
-			case batchOneByOne:
+			case batchOneByOne, batchDuplicate:
 			}
+			dups = action == batchDuplicate
 		}
-		// One by one until a message is stored that the stream did not
-		// hold yet: a batch refused for a message id the stream holds
-		// (a run published before, its outcome lost) goes on in batches
-		// after the duplicates.
+		// One by one: the batch's messages, or, after a batch refused for
+		// a message id the stream holds (a run published before, its
+		// outcome lost), until a message is stored that the stream did
+		// not hold yet, and in batches again after it.
 		for n < oneByOne {
 			i := run[n]
 			n++
@@ -339,7 +341,7 @@ func (p *Publisher) publishRun(ctx context.Context, lk *lookups, msgs []courier.
 				p.holdBack(msgs, run[n:], errs, err)
 				return
 			}
-			if err == nil && !ack.Duplicate {
+			if dups && err == nil && !ack.Duplicate {
 				break
 			}
 		}
@@ -432,7 +434,9 @@ func (p *Publisher) batchRefusal(m *courier.Message, sent int, err error) (batch
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
-		case errCodeBatchDuplicateMsgID, errCodeBatchIncomplete, errCodeBatchMissingSeq:
+		case errCodeBatchDuplicateMsgID:
+			return batchDuplicate, nil
+		case errCodeBatchIncomplete, errCodeBatchMissingSeq:
 			return batchOneByOne, nil
 		case errCodeBatchUnsupportedHeader:
 			// nats-server 2.12.0 takes no Nats-Msg-Id in a batch: no
