@@ -506,3 +506,31 @@ func TestAtomicBatchesWithinServerLimits(t *testing.T) {
 	}
 	t.Logf("%d messages in %d batches, %d failed", len(got), len(size), failed)
 }
+
+// A message the client cannot send (a header name NATS does not allow) in
+// the middle of a key's run: the batch is given up before its commit, so
+// the server stores none of it, and the run goes one message after the
+// other: that message is rejected for good, the rest stored in order.
+func TestAtomicBatchUnsendableMessage(t *testing.T) {
+	nc := testenv.Connect(t, currentServer(t))
+	stream, mapping := atomicStream(t, nc, jetstream.StreamConfig{AllowAtomicPublish: true})
+	pub := newPublisher(t, nc, mapping)
+	if !pub.KeepsKeyOrder() {
+		t.Fatal("KeepsKeyOrder: false, want true")
+	}
+	msgs := run("hot", 30)
+	msgs[12].SetHeader("bad: name", "x")
+	var want []courier.Message
+	for i, err := range pub.Publish(context.Background(), msgs) {
+		switch {
+		case i == 12 && (!errors.Is(err, broker.ErrRejected) || errors.Is(err, broker.ErrUnavailable)):
+			t.Fatalf("message with a bad header name: %v, want it rejected for good", err)
+		case i != 12 && err != nil:
+			t.Fatalf("message %d: %v", i, err)
+		case i != 12:
+			want = append(want, msgs[i])
+		}
+	}
+	got := rawStream(t, nc, stream)
+	inOrder(t, got, "hot", payloads(want))
+}
