@@ -42,6 +42,8 @@ func TestConformance(t *testing.T) {
 
 // The conformance suite on a current nats-server, run as a process of the
 // test (COURIER_TEST_NATS_SERVER); unreachable is that process killed.
+// EnsureStream creates its streams with atomic batches allowed, so the
+// publisher keeps a key's order when pipelined and PipelinedKeyOrder runs.
 func TestConformanceCurrentServer(t *testing.T) {
 	srv := testenv.StartNATSServer(t, testenv.NATSServerConfig{})
 	conformance(t, srv.URL, func(t testing.TB) broker.Publisher {

@@ -47,6 +47,61 @@
 // no stream binds is deliberately not among them: binding it is a change of
 // configuration the message may live to see.
 //
+// # Atomic batches: a key's run pipelined
+//
+// On nats-server 2.12 and later JetStream takes atomic batches (ADR-50): up
+// to 1,000 messages (the server's batch limit, max_msgs) sent with the headers
+// Nats-Batch-Id, Nats-Batch-Sequence and, on the last, Nats-Batch-Commit,
+// stored together and in order, or none of them, into a stream that allows
+// atomic publish (allow_atomic). EnsureStream creates streams that allow it
+// on such servers (StreamConfig.NoAtomicBatches turns that off); an existing
+// stream keeps its settings (nats stream edit NAME --allow-batch).
+//
+// The Publisher implements broker.OrderKeeper with them. KeepsKeyOrder
+// reports true when the connected server's version (from its INFO) is 2.12
+// or later and every stream that captures the publisher's subjects allows
+// atomic publish (looked up at most every 30 seconds); the relay then hands
+// Publish each key's run of messages at once. Publish sends a key's run as
+// atomic batches, each waiting for the acknowledgement of the one before, up
+// to PublisherConfig.MaxBatches keys' batches at once, and a key's single
+// message as it always did. A batch is stored whole or not at all; when one
+// fails, the key's later messages in the call are not sent: they fail with
+// broker.ErrUnavailable ("held back"). The promise holds even where batches
+// are not to be had after all (a stream whose allow_atomic was turned off, a
+// reconnect to an older server): the run then goes one message after the
+// other, each waiting for the acknowledgement of the one before.
+//
+// Within a batch:
+//
+//   - A message the server would refuse for good (over max_payload or the
+//     stream's max_msg_size with the batch headers, headers over 64 KiB) is
+//     left out of the batch and published alone, between the batches before
+//     and after it, so that it alone is rejected (broker.ErrRejected) and
+//     the rest of its key's run is stored in order. A batch refused without
+//     saying which message is at fault (a message gone missing, a bad
+//     request) is published again one message at a time.
+//   - Nats-Msg-Id still deduplicates, but JetStream refuses a whole batch
+//     that holds a message id it has stored within the duplicate window (and
+//     nats-server 2.12.0 refuses Nats-Msg-Id in batches altogether). A run
+//     published again after part of it was stored (a relay that crashed
+//     before it recorded the outcome) is therefore refused as a batch; the
+//     Publisher then publishes it one message at a time, each duplicate
+//     acknowledged and dropped as usual, until a message is stored afresh,
+//     and goes on in batches from there. On a server that refuses the header
+//     in batches it stops using batches (KeepsKeyOrder turns false).
+//   - A server configured with a smaller batch limit (jetstream { limits {
+//     batch { max_msgs } } }) refuses the batch, saying its limit; the
+//     Publisher's batches take that size from then on. Too many batches open
+//     on the stream (the limit max_inflight_per_stream, 50 by default) makes a
+//     batch wait and try again, a few times, before it fails as
+//     broker.ErrUnavailable.
+//
+// With PublisherConfig.NoAtomicBatches, on servers older than 2.12 (Debian's
+// 2.9, say) and with streams that do not allow atomic
+// publish, KeepsKeyOrder is false and Publish sends every message of a call
+// at once, as before: the relay then publishes a key's messages one round
+// trip apart.
+//
 // # Durability
 //
 // A JetStream acknowledgement means the server has written the message to
@@ -253,9 +308,14 @@ type Publisher struct {
 
 	mu    sync.Mutex
 	bound map[string]struct{} // subjects a stream acknowledged
+
+	batching // atomic batches: see batch.go
 }
 
-var _ broker.Publisher = (*Publisher)(nil)
+var (
+	_ broker.Publisher   = (*Publisher)(nil)
+	_ broker.OrderKeeper = (*Publisher)(nil)
+)
 
 // maxBound caps the subjects a Publisher remembers as bound; beyond it the
 // memory starts afresh (it costs one lookup per subject to rebuild).
@@ -275,6 +335,15 @@ type PublisherConfig struct {
 	// content mode to every message, next to Courier's headers (see the
 	// package documentation). Its Source is required. Default nil: off.
 	CloudEvents *cloudevents.Config
+	// MaxBatches caps the atomic batches one Publish call has in flight at
+	// once, each the run of one key (see Publisher.KeepsKeyOrder). Default
+	// 16: a server takes at most 50 open atomic batches per stream and
+	// 1,000 in all unless configured otherwise, and relays share them.
+	MaxBatches int
+	// NoAtomicBatches turns atomic batches off: KeepsKeyOrder reports
+	// false, and the relay publishes a key's messages one round trip
+	// apart, as it does on servers older than 2.12.
+	NoAtomicBatches bool
 }
 
 // NewPublisher returns a Publisher on nc. For a relay, connect with
@@ -296,10 +365,18 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &Publisher{js: js, cfg: cfg.Config, ce: cfg.CloudEvents.Clone(), lookup: min(cfg.AckTimeout, time.Second), bound: make(map[string]struct{})}, nil
+	if cfg.MaxBatches <= 0 {
+		cfg.MaxBatches = 16
+	}
+	p := &Publisher{js: js, cfg: cfg.Config, ce: cfg.CloudEvents.Clone(), lookup: min(cfg.AckTimeout, time.Second), bound: make(map[string]struct{})}
+	p.batching.init(cfg.MaxBatches, cfg.NoAtomicBatches)
+	return p, nil
 }
 
-// Publish implements broker.Publisher.
+// Publish implements broker.Publisher. Once KeepsKeyOrder has reported
+// true, it publishes each topic and key's run of several messages in the
+// call as atomic batches, keeping the key's order (see the package
+// documentation); every other message is published at once, as below.
 //
 // A subject no stream binds gets no acknowledgement: NATS answers "no
 // responders" at once, or, when a plain subscriber listens on the subject,
@@ -330,9 +407,24 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 // broker.ErrUnavailable.
 func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
 	errs := make([]error, len(msgs))
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	lk := lookups{p: p}
-	for i := range msgs {
+	lk := &lookups{p: p}
+	if !p.pipelines() {
+		all := make([]int, len(msgs))
+		for i := range all {
+			all[i] = i
+		}
+		p.publishEach(ctx, lk, msgs, all, errs)
+		return errs
+	}
+	p.publishRuns(ctx, lk, msgs, errs)
+	return errs
+}
+
+// publishEach publishes the messages msgs[idx] asynchronously, in idx
+// order, and waits for their acknowledgements, setting errs[i] for each.
+func (p *Publisher) publishEach(ctx context.Context, lk *lookups, msgs []courier.Message, idx []int, errs []error) {
+	futures := make([]jetstream.PubAckFuture, len(idx))
+	for n, i := range idx {
 		if subject := p.cfg.Subject(msgs[i].Topic); !p.isBound(subject) {
 			if err := lk.preflight(ctx, msgs[i].Topic); err != nil {
 				errs[i] = err
@@ -344,27 +436,32 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 			errs[i] = p.classify(&msgs[i], err)
 			continue
 		}
-		futures[i] = f
+		futures[n] = f
 	}
-	for i, f := range futures {
+	for n, f := range futures {
 		if f == nil {
 			continue
 		}
-		select {
-		case <-f.Ok():
-			p.setBound(p.cfg.Subject(msgs[i].Topic), true)
-		case err := <-f.Err():
-			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-				p.setBound(p.cfg.Subject(msgs[i].Topic), false)
-				errs[i] = lk.verdict(ctx, msgs[i].Topic, err)
-				continue
-			}
-			errs[i] = p.classify(&msgs[i], err)
-		case <-ctx.Done():
-			errs[i] = broker.Unavailable(fmt.Errorf("waiting for the ack: %w", ctx.Err()))
-		}
+		_, errs[idx[n]] = p.await(ctx, lk, &msgs[idx[n]], f)
 	}
-	return errs
+}
+
+// await waits for f, the acknowledgement of a publish of m, and returns
+// it, or the failure, classified.
+func (p *Publisher) await(ctx context.Context, lk *lookups, m *courier.Message, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-f.Ok():
+		p.setBound(p.cfg.Subject(m.Topic), true)
+		return ack, nil
+	case err := <-f.Err():
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+			p.setBound(p.cfg.Subject(m.Topic), false)
+			return nil, lk.verdict(ctx, m.Topic, err)
+		}
+		return nil, p.classify(m, err)
+	case <-ctx.Done():
+		return nil, broker.Unavailable(fmt.Errorf("waiting for the ack: %w", ctx.Err()))
+	}
 }
 
 func (p *Publisher) isBound(subject string) bool {
@@ -392,6 +489,7 @@ func (p *Publisher) setBound(subject string, bound bool) {
 // lookup that went unanswered.
 type lookups struct {
 	p       *Publisher
+	mu      sync.Mutex // several keys' runs ask at once
 	answers map[string]lookup
 	silent  error // the first unanswered lookup's error
 }
@@ -403,6 +501,8 @@ type lookup struct {
 }
 
 func (l *lookups) ask(ctx context.Context, subject string) lookup {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if a, ok := l.answers[subject]; ok {
 		return a
 	}

@@ -49,11 +49,19 @@ type StreamConfig struct {
 	MaxAge time.Duration
 	// Memory stores the stream in memory instead of files.
 	Memory bool
+	// NoAtomicBatches leaves atomic batch publish off. By default a stream
+	// created on nats-server 2.12 or later allows it (allow_atomic), so
+	// that a Publisher sends a key's run of messages as atomic batches (see
+	// Publisher.KeepsKeyOrder); older servers know no such setting and
+	// their streams are created without it.
+	NoAtomicBatches bool
 }
 
 // EnsureStream creates the stream if no stream of that name exists. An
 // existing stream is left as it is (its settings are the operator's), and so
-// is a stream that another process creates at the same moment.
+// is a stream that another process creates at the same moment: to let an
+// existing stream take atomic batches, update it (nats stream edit NAME
+// --allow-batch, or jetstream.StreamConfig.AllowAtomicPublish).
 func EnsureStream(ctx context.Context, nc *natsgo.Conn, mapping Config, cfg StreamConfig) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -85,6 +93,9 @@ func EnsureStream(ctx context.Context, nc *natsgo.Conn, mapping Config, cfg Stre
 		Storage:    storage,
 		Duplicates: cfg.Duplicates,
 		MaxAge:     cfg.MaxAge,
+		// Atomic batches need nats-server 2.12; an older server would
+		// not know the setting.
+		AllowAtomicPublish: !cfg.NoAtomicBatches && atomicServer(nc.ConnectedServerVersion()),
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return fmt.Errorf("nats: create stream %s on %v: %w", cfg.Name, cfg.Subjects, err)
