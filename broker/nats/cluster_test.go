@@ -55,7 +55,7 @@ func TestReplicatedStream(t *testing.T) {
 				if p.Config.Name == sc.Leader {
 					continue
 				}
-				got := testenv.StreamMessages(t, testenv.Connect(t, p.URL), "R3", mapping)
+				got := c.StreamMessagesVia(p, "R3", mapping)
 				if dups := testenv.CheckDelivery(t, msgs, got); dups != 0 || len(got) != len(msgs) {
 					t.Errorf("read through %s: %d messages, %d duplicates; want %d and 0", p.Config.Name, len(got), dups, len(msgs))
 				}

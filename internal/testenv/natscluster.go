@@ -320,16 +320,26 @@ func (c *Cluster) WaitStream(nc *natsgo.Conn, stream string, timeout time.Durati
 // whose interest has not reached the others yet answers "no responders").
 func (c *Cluster) StreamMessages(stream string, mapping couriernats.Config) []courier.Message {
 	c.t.Helper()
+	return c.StreamMessagesVia(nil, stream, mapping)
+}
+
+// StreamMessagesVia reads the whole stream as StreamMessages does, through
+// node (nil: the stream's leader).
+func (c *Cluster) StreamMessagesVia(node *NATSProcess, stream string, mapping couriernats.Config) []courier.Message {
+	c.t.Helper()
 	var last error
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		admin, err := natsgo.Connect(c.URL())
-		if err != nil {
-			last = err
-			continue
+		via := node
+		if via == nil {
+			admin, err := natsgo.Connect(c.URL())
+			if err != nil {
+				last = err
+				continue
+			}
+			via = c.StreamLeader(admin, stream, 30*time.Second)
+			admin.Close()
 		}
-		leader := c.StreamLeader(admin, stream, 30*time.Second)
-		admin.Close()
-		nc, err := natsgo.Connect(leader.URL)
+		nc, err := natsgo.Connect(via.URL)
 		if err != nil {
 			last = err
 			continue
