@@ -7,9 +7,9 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
@@ -70,8 +70,7 @@ func (c courierWriter) Write(ctx context.Context, tx pgx.Tx, key string, payload
 // courierRelay is a running relay.Relay with its resources.
 type courierRelay struct {
 	r       *relay.Relay
-	closeDB func()
-	nc      *natsgo.Conn
+	release func() // closes the publisher's connection and the database
 	cancel  context.CancelFunc
 	done    chan error
 	once    sync.Once
@@ -80,21 +79,33 @@ type courierRelay struct {
 
 // StartRelay implements System.
 func (*courierSystem) StartRelay(ctx context.Context, env *Env) (Relay, error) {
-	pool, err := newPool(ctx, env.RelayURL, 10)
+	st, cfg, closeDB, err := openCourierStore(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+	return startCourierRelay(env, st, cfg, closeDB)
+}
+
+// openCourierStore opens the drains' Courier store on env's schema: its own
+// pool on env.RelayURL (at most 10 connections), postgres.NewStore with
+// default settings, and a relay.Config with the LISTEN/NOTIFY notifier and
+// every other setting at its default. closeDB closes the pool.
+func openCourierStore(ctx context.Context, env *Env) (st store.RelayStore, cfg relay.Config, closeDB func(), err error) {
+	pool, err := newPool(ctx, env.RelayURL, 10)
+	if err != nil {
+		return nil, cfg, nil, err
+	}
+	st, err = postgres.NewStore(ctx, pool, postgres.StoreConfig{})
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, cfg, nil, err
 	}
 	n, err := postgres.NewNotifier(env.RelayURL, nil)
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, cfg, nil, err
 	}
-	return startCourierRelay(env, st, relay.Config{Notifier: n}, pool.Close)
+	return st, relay.Config{Notifier: n}, pool.Close, nil
 }
 
 // startCourierRelay runs relay.New(st, …) with cfg (the drains: default
@@ -113,14 +124,23 @@ func startCourierRelay(env *Env, st store.RelayStore, cfg relay.Config, closeDB 
 		closeDB()
 		return nil, err
 	}
-	r, err := relay.New(st, pub, cfg)
-	if err != nil {
+	return runCourierRelay(st, pub, cfg, func() {
 		nc.Close()
 		closeDB()
+	})
+}
+
+// runCourierRelay runs relay.New(st, pub, cfg) until it is stopped.
+// release closes the publisher's connection and the store's database when
+// the relay stops, or at once when it cannot start.
+func runCourierRelay(st store.RelayStore, pub broker.Publisher, cfg relay.Config, release func()) (Relay, error) {
+	r, err := relay.New(st, pub, cfg)
+	if err != nil {
+		release()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	cr := &courierRelay{r: r, closeDB: closeDB, nc: nc, cancel: cancel, done: make(chan error, 1)}
+	cr := &courierRelay{r: r, release: release, cancel: cancel, done: make(chan error, 1)}
 	go func() { cr.done <- r.Run(rctx) }()
 	return cr, nil
 }
@@ -140,8 +160,7 @@ func (c *courierRelay) Stop() error {
 		if err != nil && !errors.Is(err, context.Canceled) {
 			c.err = err
 		}
-		c.nc.Close()
-		c.closeDB()
+		c.release()
 	})
 	return c.err
 }

@@ -134,9 +134,7 @@ func (b *Bench) runDialectPostgres(ctx context.Context) error {
 	if err := sys.Fill(ctx, env, n, dialectKeys); err != nil {
 		return err
 	}
-	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n}, func(ctx context.Context) (cpuSnapshot, error) {
-		return backendsCPU(ctx, b.admin, env.AppName)
-	})
+	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n}, b.backendsProbe(env), nil)
 	if err != nil {
 		return err
 	}
@@ -164,16 +162,9 @@ func (b *Bench) runDialectFresh(ctx context.Context, d benchDialect) error {
 		return err
 	}
 	defer env.Close()
-	var serverCPU func(context.Context) (cpuSnapshot, error)
-	if db.pid != 0 {
-		serverCPU = func(context.Context) (cpuSnapshot, error) {
-			c, err := procCPU(db.pid)
-			return cpuSnapshot{db.pid: c}, err
-		}
-	}
 	// Without a server (SQLite runs inside the relay process) there is no
-	// server CPU to read.
-	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n, DatabaseURL: db.url}, serverCPU)
+	// server CPU to read (db.pid is 0).
+	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n, DatabaseURL: db.url}, pidProbe(db.pid), nil)
 	if err != nil {
 		return err
 	}

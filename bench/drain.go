@@ -25,6 +25,11 @@ type drainSpec struct {
 	// DatabaseURL is the database (a store/dburl URL) of a Courier relay
 	// in the dialects section; empty: Env.System's own relay.
 	DatabaseURL string `json:"database_url,omitempty"`
+	// BrokerURL is the broker (a broker/brokerurl URL) of a Courier relay
+	// in the brokers section, on Env's schema; empty: Env's stream.
+	BrokerURL string `json:"broker_url,omitempty"`
+	// BrokerSecrets sign the requests of a webhook BrokerURL.
+	BrokerSecrets []string `json:"broker_secrets,omitempty"`
 }
 
 // drainResult is what a drain child reports.
@@ -68,9 +73,7 @@ func (b *Bench) runDrain(ctx context.Context, system string, keys int, cpu bool)
 	if err := sys.Fill(ctx, env, n, keys); err != nil {
 		return err
 	}
-	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n}, func(ctx context.Context) (cpuSnapshot, error) {
-		return backendsCPU(ctx, b.admin, env.AppName)
-	})
+	rd, err := b.drainInChild(ctx, drainSpec{Env: *env, N: n}, b.backendsProbe(env), b.natsProbe())
 	if err != nil {
 		return err
 	}
@@ -89,8 +92,8 @@ func (b *Bench) runDrain(ctx context.Context, system string, keys int, cpu bool)
 	if rd.dbOK {
 		b.results.Add("cpu_pg", system, rd.dbCPU.Seconds()*per)
 	}
-	if rd.natsOK {
-		b.results.Add("cpu_nats", system, rd.natsCPU.Seconds()*per)
+	if rd.brokerOK {
+		b.results.Add("cpu_nats", system, rd.brokerCPU.Seconds()*per)
 	}
 	return nil
 }
@@ -102,16 +105,53 @@ type drainReading struct {
 	// dbCPU is the database processes' CPU (dbOK: it was read).
 	dbCPU time.Duration
 	dbOK  bool
-	// natsCPU is nats-server's CPU (natsOK: it was read).
-	natsCPU time.Duration
-	natsOK  bool
+	// brokerCPU is the broker's CPU (brokerOK: it was read).
+	brokerCPU time.Duration
+	brokerOK  bool
+}
+
+// cpuProbe reads the CPU time of the processes serving a drain, before and
+// after it.
+type cpuProbe func(context.Context) (cpuSnapshot, error)
+
+// pidProbe reads the CPU time of process pid; nil when pid is 0 (the
+// process was not found).
+func pidProbe(pid int) cpuProbe {
+	if pid == 0 {
+		return nil
+	}
+	return func(context.Context) (cpuSnapshot, error) {
+		c, err := procCPU(pid)
+		return cpuSnapshot{pid: c}, err
+	}
+}
+
+// selfProbe reads this process's own CPU time (getrusage), for a broker or
+// receiver that runs inside the parent while the child drains.
+func selfProbe(context.Context) (cpuSnapshot, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return nil, err
+	}
+	return cpuSnapshot{os.Getpid(): rusageCPU(&ru)}, nil
+}
+
+// natsProbe reads nats-server's CPU time, nil when its process was not
+// found.
+func (b *Bench) natsProbe() cpuProbe { return pidProbe(b.natsPID) }
+
+// backendsProbe reads the CPU time of the PostgreSQL backends serving env's
+// relay.
+func (b *Bench) backendsProbe(env *Env) cpuProbe {
+	return func(ctx context.Context) (cpuSnapshot, error) { return backendsCPU(ctx, b.admin, env.AppName) }
 }
 
 // drainInChild runs one drain in a child process (the binary re-executed
-// with -role drain) and returns its report. dbCPU, when not nil, snapshots
-// the CPU of the database processes serving the relay; it is read right
-// before the child is told to start and right after it reported.
-func (b *Bench) drainInChild(ctx context.Context, spec drainSpec, dbCPU func(context.Context) (cpuSnapshot, error)) (drainReading, error) {
+// with -role drain) and returns its report. dbCPU and brokerCPU, when not
+// nil, read the CPU of the database processes serving the relay and of the
+// broker's; they are read right before the child is told to start and right
+// after it reported.
+func (b *Bench) drainInChild(ctx context.Context, spec drainSpec, dbCPU, brokerCPU cpuProbe) (drainReading, error) {
 	var rd drainReading
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
@@ -174,12 +214,14 @@ func (b *Bench) drainInChild(ctx context.Context, spec drainSpec, dbCPU func(con
 	if l, err := next(time.Minute); err != nil || l != lineReady {
 		return rd, fmt.Errorf("drain child not ready: %q %v", l, err)
 	}
-	var dbStart, dbEnd cpuSnapshot
-	var errDB, errDB2 error
+	var dbStart, dbEnd, brokerStart, brokerEnd cpuSnapshot
+	var errDB, errDB2, errBroker, errBroker2 error
 	if dbCPU != nil {
 		dbStart, errDB = dbCPU(ctx)
 	}
-	natsStart, errNATS := procCPU(b.natsPID)
+	if brokerCPU != nil {
+		brokerStart, errBroker = brokerCPU(ctx)
+	}
 	if _, err := io.WriteString(stdin, lineGo+"\n"); err != nil {
 		return rd, err
 	}
@@ -190,7 +232,9 @@ func (b *Bench) drainInChild(ctx context.Context, spec drainSpec, dbCPU func(con
 	if dbCPU != nil {
 		dbEnd, errDB2 = dbCPU(ctx)
 	}
-	natsEnd, errNATS2 := procCPU(b.natsPID)
+	if brokerCPU != nil {
+		brokerEnd, errBroker2 = brokerCPU(ctx)
+	}
 	if err := json.Unmarshal([]byte(l), &rd.drainResult); err != nil {
 		return rd, fmt.Errorf("drain child said %q: %w", l, err)
 	}
@@ -206,8 +250,8 @@ func (b *Bench) drainInChild(ctx context.Context, spec drainSpec, dbCPU func(con
 	if dbCPU != nil && errDB == nil && errDB2 == nil && len(dbEnd) > 0 {
 		rd.dbCPU, rd.dbOK = cpuDelta(dbStart, dbEnd), true
 	}
-	if b.natsPID != 0 && errNATS == nil && errNATS2 == nil {
-		rd.natsCPU, rd.natsOK = natsEnd-natsStart, true
+	if brokerCPU != nil && errBroker == nil && errBroker2 == nil && len(brokerEnd) > 0 {
+		rd.brokerCPU, rd.brokerOK = cpuDelta(brokerStart, brokerEnd), true
 	}
 	return rd, nil
 }
@@ -260,10 +304,14 @@ func childDrain(spec string) error {
 }
 
 // relayStarter returns what starts the relay of a drain child's spec: a
-// Courier relay on the spec's store dialect, or the relay of Env.System.
+// Courier relay on the spec's store dialect or to the spec's broker, or the
+// relay of Env.System.
 func relayStarter(s *drainSpec) (func(context.Context) (Relay, error), error) {
 	if s.DatabaseURL != "" {
 		return dialectRelayStarter(s)
+	}
+	if s.BrokerURL != "" {
+		return brokerRelayStarter(s)
 	}
 	sys, err := systemByName(s.Env.System)
 	if err != nil {

@@ -35,7 +35,8 @@ type Env struct {
 	AppName string `json:"app_name"`
 	// NATSURL is the NATS server's URL.
 	NATSURL string `json:"nats_url"`
-	// Stream is the JetStream stream capturing Prefix+">".
+	// Stream is the JetStream stream capturing Prefix+">"; empty when the
+	// measurement publishes to another broker (see newSchemaEnv).
 	Stream string `json:"stream"`
 	// Prefix is the subject prefix, ending with a dot.
 	Prefix string `json:"prefix"`
@@ -45,6 +46,7 @@ type Env struct {
 	Pool *pgxpool.Pool `json:"-"`
 
 	admin *pgxpool.Pool
+	token string // the random part of the names
 }
 
 // Topic is the topic (Courier) or destination topic (Watermill) every
@@ -91,15 +93,32 @@ func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 // newEnv creates a schema and a stream for one measurement of system;
 // tune, if given, changes the stream's settings before it is created.
 func newEnv(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system string, tune ...func(*jetstream.StreamConfig)) (*Env, error) {
+	e, err := newSchemaEnv(ctx, admin, pgURL, natsURL, system)
+	if err != nil {
+		return nil, err
+	}
+	e.Stream = strings.ToUpper("BENCH_" + system + "_" + e.token)
+	if err := createStream(ctx, natsURL, e.Stream, e.Prefix+">", tune...); err != nil {
+		e.Stream = ""
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// newSchemaEnv creates only a schema, no stream, for one measurement of
+// system whose messages go to another broker than JetStream (Stream is
+// empty; Prefix is set all the same).
+func newSchemaEnv(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system string) (*Env, error) {
 	tok := randomToken(4)
 	e := &Env{
 		System:  system,
 		Schema:  "bench_" + system + "_" + tok,
 		NATSURL: natsURL,
-		Stream:  strings.ToUpper("BENCH_" + system + "_" + tok),
 		Prefix:  "bench" + system + tok + ".",
 		AppName: "bench-relay-" + tok,
 		admin:   admin,
+		token:   tok,
 	}
 	var err error
 	if e.URL, err = withParams(pgURL, "search_path", e.Schema, "application_name", "bench-"+tok); err != nil {
@@ -112,10 +131,6 @@ func newEnv(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system str
 		return nil, fmt.Errorf("create schema: %w", err)
 	}
 	if e.Pool, err = newPool(ctx, e.URL, 40); err != nil {
-		e.Close()
-		return nil, err
-	}
-	if err := createStream(ctx, natsURL, e.Stream, e.Prefix+">", tune...); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -168,7 +183,7 @@ func createStream(ctx context.Context, natsURL, name, subjects string, tune ...f
 	return nil
 }
 
-// Close drops the schema (if any) and deletes the stream.
+// Close drops the schema (if any) and deletes the stream (if any).
 func (e *Env) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -179,6 +194,9 @@ func (e *Env) Close() {
 		if _, err := e.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+e.Schema+" CASCADE"); err != nil {
 			logf("warning: drop schema %s: %v", e.Schema, err)
 		}
+	}
+	if e.Stream == "" {
+		return
 	}
 	nc, err := natsgo.Connect(e.NATSURL)
 	if err != nil {

@@ -41,12 +41,14 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers"}
 
 // config is the command line.
 type config struct {
 	pgURL, natsURL string
 	mysqlDSN       string
+	amqpURL        string
+	brokers        []string
 	out, chart     string
 	jsonOut        string
 	runs           int
@@ -55,6 +57,7 @@ type config struct {
 	systems        []string
 
 	drainN              int
+	brokersN            int
 	limitsN             int
 	syncN               int
 	rates               []int
@@ -83,11 +86,15 @@ func main() {
 	role := flag.String("role", "", "internal: run as a child process (drain)")
 	spec := flag.String("spec", "", "internal: the child's task, JSON")
 	var cfg config
-	var only, systems string
+	var only, systems, brokers string
 	flag.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL (sslmode=disable is enforced)")
 	flag.StringVar(&cfg.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (JetStream enabled)")
 	flag.StringVar(&cfg.mysqlDSN, "mysql", cmp.Or(os.Getenv("BENCH_MYSQL_URL"), defaultMySQLDSN),
 		"MySQL/MariaDB DSN (go-sql-driver) for the dialects section; $BENCH_MYSQL_URL sets the default; empty: not measured")
+	flag.StringVar(&cfg.amqpURL, "amqp", cmp.Or(os.Getenv("BENCH_AMQP_URL"), defaultAMQPURL),
+		"RabbitMQ URL for the brokers section; $BENCH_AMQP_URL sets the default; empty: not measured")
+	flag.StringVar(&brokers, "brokers", strings.Join(brokerNames, ","), "comma-separated brokers of the brokers section: "+strings.Join(brokerNames, ", "))
+	flag.IntVar(&cfg.brokersN, "brokers-n", 0, "messages per drain in the brokers section (default 20000, 5000 with -quick)")
 	flag.StringVar(&cfg.out, "out", "RESULTS.md", "Markdown report to write")
 	flag.StringVar(&cfg.chart, "chart", "results.png", "PNG chart to write")
 	flag.StringVar(&cfg.jsonOut, "json", "results.json", "raw samples to write (empty: none)")
@@ -118,12 +125,14 @@ func main() {
 			cfg.runs = 1
 		}
 		cfg.drainN = cmp.Or(cfg.drainN, 10000)
+		cfg.brokersN = cmp.Or(cfg.brokersN, 5000)
 		cfg.limitsN, cfg.syncN = 10000, 5000
 		cfg.latencyWarmup, cfg.latencyWindow, cfg.latencyDrainTimeout = 500*time.Millisecond, 3*time.Second, 30*time.Second
 		cfg.writeWarmup, cfg.writeDuration = 300*time.Millisecond, 2*time.Second
 		cfg.advDeadRows, cfg.advClaims, cfg.advScans, cfg.advWindow = 500000, 200, 10, 5*time.Second
 	} else {
 		cfg.drainN = cmp.Or(cfg.drainN, 100000)
+		cfg.brokersN = cmp.Or(cfg.brokersN, 20000)
 		cfg.limitsN, cfg.syncN = 100000, 20000
 		cfg.latencyWarmup, cfg.latencyWindow, cfg.latencyDrainTimeout = time.Second, 10*time.Second, 90*time.Second
 		cfg.writeWarmup, cfg.writeDuration = 500*time.Millisecond, 5*time.Second
@@ -142,6 +151,12 @@ func main() {
 	for _, s := range cfg.systems {
 		if _, err := systemByName(s); err != nil {
 			fatalf("%v", err)
+		}
+	}
+	cfg.brokers = splitList(brokers)
+	for _, br := range cfg.brokers {
+		if _, err := brokerByName(br); err != nil {
+			fatalf("-brokers: %v", err)
 		}
 	}
 	if cfg.runs < 1 {
@@ -264,6 +279,12 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		for _, d := range rotate(dialects, run-1) {
 			try("dialect drain courier on "+d, func() error { return b.runDialect(ctx, d) })
 		}
+	case "brokers":
+		for _, br := range rotate(b.cfg.brokers, run-1) {
+			for _, keys := range brokerKeys {
+				try(fmt.Sprintf("broker drain courier to %s, %d keys", br, keys), func() error { return b.runBrokerDrain(ctx, br, keys) })
+			}
+		}
 	case "adversity":
 		try("adversity: empty claims, clean and with dead rows", func() error { return b.runAdversityClaim(ctx) })
 		for _, d := range rotate(dialects, run-1) {
@@ -284,6 +305,11 @@ func (b *Bench) warnSpread() {
 	for _, f := range slices.Concat(dialectFigures, adversityFigures) {
 		for _, d := range dialects {
 			b.warnCell(f, d)
+		}
+	}
+	for _, f := range brokerFigures {
+		for _, br := range b.cfg.brokers {
+			b.warnCell(f, br)
 		}
 	}
 }

@@ -37,6 +37,9 @@ type MachineInfo struct {
 	// SQLite and MySQL describe the dialects section's databases (empty
 	// when it did not run).
 	SQLite, MySQL string
+	// RabbitMQ describes the brokers section's RabbitMQ server (empty when
+	// it did not run).
+	RabbitMQ string
 	// Libraries lists module paths and versions of the systems under test.
 	Libraries [][2]string
 	// CourierRev is the git revision of the Courier checkout measured.
@@ -98,6 +101,9 @@ func collectMachineInfo(ctx context.Context, b *Bench) (*MachineInfo, error) {
 			"modernc.org/sqlite",
 			"github.com/go-sql-driver/mysql",
 			"github.com/nats-io/nats.go",
+			"github.com/twmb/franz-go",
+			"github.com/twmb/franz-go/pkg/kfake",
+			"github.com/rabbitmq/amqp091-go",
 			"gonum.org/v1/plot",
 		}
 		for _, path := range want {
@@ -116,6 +122,9 @@ func collectMachineInfo(ctx context.Context, b *Bench) (*MachineInfo, error) {
 	if slices.Contains(b.cfg.only, "dialects") || slices.Contains(b.cfg.only, "adversity") {
 		info.SQLite = sqliteVersion(ctx)
 		info.MySQL = mysqlServerInfo(ctx, b.cfg.mysqlDSN)
+	}
+	if slices.Contains(b.cfg.only, "brokers") {
+		info.RabbitMQ = rabbitMQVersion(b.cfg.amqpURL)
 	}
 	info.CourierRev = courierRevision()
 	return info, nil
@@ -184,8 +193,9 @@ func cell(res *Results, fn *footnotes, f Figure, system string, runs int) (strin
 }
 
 // renderTables renders the comparison table, the reference table, the
-// table of Courier's relay per store dialect and the adversity section's
-// tables, leaving out a table none of whose figures was measured.
+// table of Courier's relay per store dialect, the adversity section's
+// tables and the table of Courier's relay per broker, leaving out a table
+// none of whose figures was measured.
 func renderTables(res *Results, cfg config) string {
 	systems, runs, n := cfg.systems, cfg.runs, cfg.drainN
 	var sb strings.Builder
@@ -217,6 +227,12 @@ func renderTables(res *Results, cfg config) string {
 			sb.WriteString("\n")
 		}
 		renderAdversity(&sb, fn, res, cfg)
+	}
+	if measured(res, brokerFigures) || skippedAny(res, brokerFigures) {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		renderBrokers(&sb, fn, res, cfg)
 	}
 	if fn.spread || len(fn.list) > 0 {
 		sb.WriteString("\n")
@@ -369,6 +385,9 @@ func renderReport(info *MachineInfo, cfg config, res *Results, failed []string) 
 	if info.MySQL != "" {
 		w("- MySQL/MariaDB (dialects table): %s\n", info.MySQL)
 	}
+	if info.RabbitMQ != "" {
+		w("- RabbitMQ (brokers table): %s\n", info.RabbitMQ)
+	}
 	w("- Courier: local checkout, git %s\n", info.CourierRev)
 	w("- Libraries:\n")
 	for _, l := range info.Libraries {
@@ -488,7 +507,7 @@ All relays use their own pgx pool (at most 10 connections) and their own NATS co
 		payloadSize, watermillBatch, watermillPoll, riverFetchCooldown, riverFetchPollInterval, riverMaxWorkers,
 		thousands(int64(cfg.drainN)), latencyWriters, cfg.latencyWindow, cfg.latencyWarmup, cfg.latencyDrainTimeout,
 		writeWriters, cfg.writeDuration, cfg.writeWarmup, thousands(int64(cfg.limitsN)), thousands(int64(cfg.limitsN)), thousands(int64(cfg.syncN)), riverMaxWorkers) +
-		dialectSettingsText(cfg) + adversitySettingsText(cfg)
+		dialectSettingsText(cfg) + adversitySettingsText(cfg) + brokerSettingsText(cfg)
 }
 
 // dialectSettingsText documents how the table of Courier's relay per store

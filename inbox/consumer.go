@@ -11,8 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/internal/msgtrace"
 	"github.com/courier-go/courier/internal/waits"
 	"github.com/courier-go/courier/store"
 )
@@ -72,6 +75,14 @@ type ConsumerConfig struct {
 	ShutdownTimeout time.Duration
 	// Logger receives the consumer's logs. Default: discard.
 	Logger *slog.Logger
+	// Observer, if set, is told of every handler run and parked delivery:
+	// package metrics implements it. Default: none.
+	Observer Observer
+	// TracerProvider makes the consumer's process spans, one per handler
+	// run, linked to the trace context the message carries (the
+	// producer's). Default otel.GetTracerProvider(), which records nothing
+	// unless the program installed an SDK.
+	TracerProvider trace.TracerProvider
 }
 
 // The defaults of ConsumerConfig's zero fields.
@@ -115,6 +126,9 @@ func (c *ConsumerConfig) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 }
 
@@ -165,6 +179,9 @@ type Consumer[TTx any] struct {
 	log  *slog.Logger
 	seed maphash.Seed
 
+	tracer trace.Tracer
+	system string // messaging.system of sub
+
 	applied, duplicates, retried, parked, replayed, panicked atomic.Int64
 }
 
@@ -180,7 +197,8 @@ func NewConsumer[TTx any](ib *Inbox[TTx], sub broker.Subscriber, cs store.Consum
 	}
 	return &Consumer[TTx]{
 		ib: ib, sub: sub, cs: cs, h: h, cfg: cfg, seed: maphash.MakeSeed(),
-		log: cfg.Logger.With("consumer", ib.consumer),
+		log:    cfg.Logger.With("consumer", ib.consumer),
+		tracer: msgtrace.Tracer(cfg.TracerProvider), system: msgtrace.SystemOf(sub),
 	}, nil
 }
 
@@ -417,7 +435,7 @@ func (c *Consumer[TTx]) handle(ctx context.Context, d broker.Delivery, msg couri
 		t.Stop()
 		mu.Unlock()
 	}()
-	return c.ib.Handle(ctx, msg, c.run)
+	return c.traced(ctx, d, msg)
 }
 
 // wait sleeps d while keeping the delivery alive; false when ctx ended.
@@ -459,6 +477,7 @@ func (c *Consumer[TTx]) park(ctx context.Context, j job, reason string, cause er
 		}
 	}
 	c.parked.Add(1)
+	c.cfg.Observer.Parked(c.ib.consumer, reason)
 	c.log.Error("message parked", "message_id", p.MessageID, "subject", raw.Subject, "reason", reason,
 		"attempts", p.Attempts, "error", cause)
 	if err := j.d.Drop(ctx); err != nil {
@@ -546,6 +565,7 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 			continue
 		}
 		c.replayed.Add(1)
+		c.cfg.Observer.Replayed(c.ib.consumer, msg)
 		c.log.Info("parked message replayed", "parked_id", p.ID, "message_id", msg.ID)
 	}
 }

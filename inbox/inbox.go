@@ -17,6 +17,13 @@
 // panic, and parking (consume-side dead letters) for messages whose handler
 // failed MaxDeliveries times or that can never be processed.
 // [Router] dispatches by message type to typed handlers.
+//
+// Each handler run of a Consumer is an OpenTelemetry process span (kind
+// consumer) linked to the trace context the message carries, the
+// producer's: ConsumerConfig.TracerProvider chooses the provider. The
+// handler's context holds the span, so the messages it writes to an outbox
+// carry it on. ConsumerConfig.Observer receives every run and parked
+// delivery, for metrics (package metrics).
 package inbox
 
 import (

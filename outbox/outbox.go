@@ -38,6 +38,7 @@ import (
 	"fmt"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/msgtrace"
 	"github.com/courier-go/courier/store"
 )
 
@@ -75,10 +76,18 @@ func New[TTx any](ins store.Inserter[TTx], cfg Config) *Writer[TTx] {
 // given. Nothing is written when any message is invalid: the error wraps
 // courier.ErrInvalidMessage and names the message's index and field. Writing
 // no messages is a no-op. After a successful insert it calls Config.Notify.
+//
+// When ctx carries an OpenTelemetry span (the request being served, or the
+// process span of the inbox consumer running the handler), Write records
+// its trace context in each message's traceparent and tracestate headers
+// (W3C Trace Context), replacing any the message had: the relay's send span
+// and the consumers' process spans link to it. The caller's messages are
+// not changed; the stored copies carry the headers.
 func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...courier.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	msgs = msgtrace.Inject(ctx, msgs)
 	for i := range msgs {
 		if err := msgs[i].Validate(w.limits); err != nil {
 			if len(msgs) == 1 {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/internal/waits"
@@ -59,6 +61,15 @@ type Config struct {
 	Owner string
 	// Logger receives the relay's logs. Default: discard.
 	Logger *slog.Logger
+	// Observer, if set, is told of claims, publishes and outcomes as they
+	// happen: package metrics implements it. Default: none.
+	Observer Observer
+	// TracerProvider makes the relay's send spans, one per call to the
+	// broker, linked to the trace context each message carries (see
+	// Tracing in the package documentation). Default
+	// otel.GetTracerProvider(), which records nothing unless the program
+	// installed an SDK.
+	TracerProvider trace.TracerProvider
 }
 
 // Backoff is courier.Backoff, kept here so relay configurations read
@@ -115,6 +126,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 }
 
@@ -298,7 +312,7 @@ func New(st store.RelayStore, pub broker.Publisher, cfg Config) (*Relay, error) 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{store: st, pub: pub, cfg: cfg, log: cfg.Logger.With("relay", cfg.Owner), kick: make(chan struct{}, 1)}, nil
+	return &Relay{store: st, pub: instrument(pub, cfg), cfg: cfg, log: cfg.Logger.With("relay", cfg.Owner), kick: make(chan struct{}, 1)}, nil
 }
 
 // Owner returns the name this relay leases rows under.
@@ -431,6 +445,7 @@ func (r *Relay) claimBatch(ctx, work context.Context, wg *sync.WaitGroup, slots 
 		return 0, err
 	}
 	r.batches.Add(1)
+	r.cfg.Observer.Claimed(len(batch.Records))
 	wg.Go(func() {
 		defer func() { <-slots; r.signalKick() }()
 		r.process(ctx, work, claimed, batch)
@@ -819,6 +834,7 @@ func (r *Relay) complete(work context.Context, leaseEnd time.Time, lease int64, 
 		if work.Err() != nil || time.Now().Add(delay).After(leaseEnd) {
 			r.log.Error("could not record batch outcome; its messages will be published again after the lease",
 				"error", err, "published", len(out.Published))
+			r.cfg.Observer.LeaseLost(len(out.Published))
 			return false
 		}
 		r.log.Warn("record batch outcome failed; retrying", "error", err, "retry_in", delay)
@@ -829,5 +845,6 @@ func (r *Relay) complete(work context.Context, leaseEnd time.Time, lease int64, 
 	r.published.Add(int64(len(out.Published)))
 	r.retried.Add(int64(len(out.Retry)))
 	r.dead.Add(int64(len(out.Dead)))
+	r.cfg.Observer.Completed(len(out.Published), len(out.Retry), len(out.Dead))
 	return true
 }

@@ -46,6 +46,9 @@ type Database interface {
 	ConsumerStore() ConsumerStore
 	// Admin returns the operators' view of the outbox and the dead letters.
 	Admin() Admin
+	// Operations returns the operators' maintenance view: status,
+	// reconciliation, retention and the maintenance lock.
+	Operations() Operations
 	// SerialWrites reports that the database runs one write transaction at
 	// a time (SQLite): a writer waits until the one writing has ended.
 	SerialWrites() bool

@@ -6,6 +6,10 @@
 //
 // The dialect packages own the schema: embedded, versioned migrations applied
 // by their Migrate function or by `courier migrate`.
+//
+// Operators' tools read and maintain a database through [Admin] (dead
+// letters) and [Operations] (status, reconciliation of what is stuck,
+// retention); docs/operations.md describes both and what each query costs.
 package store
 
 import (

@@ -226,6 +226,11 @@ type Broker struct {
 	close func() error
 }
 
+// KeepsKeyOrder implements broker.OrderKeeper for the publisher it wraps,
+// so that a relay pipelines a key's messages where that broker allows it
+// (Kafka).
+func (b *Broker) KeepsKeyOrder() bool { return broker.KeepsKeyOrder(b.Publisher) }
+
 // Kind returns Kafka, AMQP, Webhook or NATS.
 func (b *Broker) Kind() string { return b.kind }
 

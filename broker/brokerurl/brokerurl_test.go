@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/brokerurl"
 	"github.com/courier-go/courier/broker/kafka"
@@ -146,6 +147,9 @@ func TestOpenNATS(t *testing.T) {
 	})
 	if b.Kind() != brokerurl.NATS || b.String() != url {
 		t.Errorf("kind %q, String %q", b.Kind(), b.String())
+	}
+	if broker.KeepsKeyOrder(b) != broker.KeepsKeyOrder(b.Publisher) {
+		t.Error("the broker and its publisher disagree on keeping a key's order")
 	}
 	sent := publish(t, b, "orders", 3)
 	got := testenv.StreamMessages(t, b.NATS(), stream, mapping)
@@ -281,6 +285,9 @@ func TestOpenKafka(t *testing.T) {
 	defer b.Close()
 	if b.Kind() != brokerurl.Kafka || b.String() != raw {
 		t.Errorf("kind %q, String %q", b.Kind(), b.String())
+	}
+	if !broker.KeepsKeyOrder(b) {
+		t.Error("the Kafka broker hides that its publisher keeps a key's order: the relay would not pipeline it")
 	}
 	cfg, err := kafka.ParseURL(raw)
 	testenv.Must(t, err, "parse")

@@ -6,15 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
 
-	couriernats "github.com/courier-go/courier/broker/nats"
+	courieramqp "github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/broker/kafka"
 	"github.com/courier-go/courier/broker/nats/embedded"
 	"github.com/courier-go/courier/examples/shop"
 	"github.com/courier-go/courier/store/dburl"
@@ -29,7 +31,8 @@ type demoCmd struct {
 	DataDir     string        `help:"Where the SQLite files, the embedded NATS server's stream and the log go; wiped at start unless --keep. Default: a temporary directory, removed after a successful run." type:"path" env:"COURIER_DEMO_DATA_DIR"`
 	Keep        bool          `help:"Keep what an earlier run left in --data-dir (and the PostgreSQL schemas and stream), and leave this run's behind." env:"COURIER_DEMO_KEEP"`
 	DatabaseURL string        `name:"database-url" help:"Run on PostgreSQL instead of SQLite files: postgres://… (one schema per service, courier_demo_orders and so on, created and dropped)." env:"COURIER_DEMO_DATABASE_URL"`
-	BrokerURL   string        `name:"broker-url" help:"Use this NATS server (with JetStream) instead of one in this process." env:"COURIER_DEMO_BROKER_URL"`
+	Broker      string        `help:"How the services' messages travel: nats (NATS JetStream, in this process unless --broker-url), kafka (an in-process Kafka cluster, kfake, unless --broker-url), amqp (RabbitMQ at --broker-url, default amqp://guest:guest@127.0.0.1:5672/) or webhook (signed HTTP POSTs to each service's loopback port)." default:"nats" enum:"nats,kafka,amqp,webhook" env:"COURIER_DEMO_BROKER"`
+	BrokerURL   string        `name:"broker-url" help:"Use this broker instead of one in this process: nats://… with --broker nats, kafka://host:9092 with --broker kafka, amqp://user:password@host:5672/ with --broker amqp; its earlier demo stream, topics or queues are deleted (unless --keep)." env:"COURIER_DEMO_BROKER_URL"`
 	Timeout     time.Duration `help:"How long to wait for every saga to end." default:"3m" env:"COURIER_DEMO_TIMEOUT"`
 
 	DeclineRate         float64        `help:"Probability that payment declines a charge." default:"0.05" env:"COURIER_DEMO_DECLINE_RATE"`
@@ -73,17 +76,32 @@ func (c *demoCmd) Run(e *env) (err error) {
 	if c.Stream == "" || strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") {
 		return fmt.Errorf("--stream %q is not a JetStream stream name: use letters, digits, - and _ (no spaces, '.', '*', '>' or slashes)", c.Stream)
 	}
-	if c.BrokerURL != "" && !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
-		return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for a NATS server in this process", dburl.Redact(c.BrokerURL))
+	if err := c.checkBrokerURL(); err != nil {
+		return err
 	}
 	if _, err := dburl.WithSchema(c.DatabaseURL, "courier_demo"); c.DatabaseURL != "" && err != nil {
 		// The services each get a schema of their own (search_path).
 		return fmt.Errorf("--database-url %q: the demo runs on PostgreSQL (postgres://…), or without the flag on SQLite files", dburl.Redact(c.DatabaseURL))
 	}
+	// An external broker is reached before anything is written, so that a
+	// wrong --broker-url leaves nothing behind.
+	external, err := c.externalTransport(e.ctx)
+	if err != nil {
+		return err
+	}
+	if external != nil && !c.Keep {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), 30*time.Second)
+			defer cancel()
+			if err := external.Teardown(ctx); err != nil {
+				e.log.Warn("could not delete the demo's stream, topics or queues", "broker", external.String(), "error", err)
+			}
+		}()
+	}
 	if c.DataDir == "" {
-		dir, err := os.MkdirTemp("", "courier-demo-")
-		if err != nil {
-			return fmt.Errorf("cannot create a temporary directory for the demo (%v): pass --data-dir", err)
+		dir, mkErr := os.MkdirTemp("", "courier-demo-")
+		if mkErr != nil {
+			return fmt.Errorf("cannot create a temporary directory for the demo (%v): pass --data-dir", mkErr)
 		}
 		c.DataDir = dir
 		defer func() {
@@ -134,21 +152,15 @@ func (c *demoCmd) Run(e *env) (err error) {
 		}
 	}
 
-	brokerURL := c.BrokerURL
-	brokerWhere := fmt.Sprintf("NATS JetStream %s, stream %s", dburl.Redact(brokerURL), c.Stream)
-	if brokerURL == "" {
-		srv, err := embedded.Start(embedded.Config{Dir: filepath.Join(dir, "nats")})
-		if err != nil {
+	tr, brokerWhere := external, ""
+	if tr != nil {
+		brokerWhere = tr.String()
+	} else {
+		var stop func()
+		if tr, brokerWhere, stop, err = c.inProcessTransport(dir); err != nil {
 			return err
 		}
-		defer srv.Shutdown()
-		brokerURL = srv.ClientURL()
-		brokerWhere = fmt.Sprintf("NATS JetStream in this process (%s), its stream in %s", brokerURL, filepath.Join(dir, "nats"))
-	} else if !c.Keep {
-		if err := deleteStream(e.ctx, brokerURL, c.Stream); err != nil {
-			return err
-		}
-		defer func() { _ = deleteStream(context.WithoutCancel(e.ctx), brokerURL, c.Stream) }()
+		defer stop()
 	}
 
 	faults := shop.Faults{FailureRate: c.FailureRate, Latency: c.Latency, DuplicateRate: c.DuplicateRate, ReorderRate: c.ReorderRate}
@@ -178,7 +190,7 @@ func (c *demoCmd) Run(e *env) (err error) {
 	c.header(e.stdout, where, brokerWhere, logPath, stock, crash)
 
 	rep, err := shop.RunDemo(e.ctx, shop.DemoConfig{
-		Databases: dbs, BrokerURL: brokerURL, Stream: c.Stream, SubjectPrefix: demoSubjectPrefix,
+		Databases: dbs, Transport: tr,
 		Orders: c.Orders, Concurrency: c.Concurrency, InFlight: inFlight, Stock: stock, Faults: perService, ReplayRate: c.ReplayRate,
 		Crash: crash, Timeout: c.Timeout, Timeouts: shop.Timeouts{Step: c.StepTimeout},
 		Progress: e.stderr, Logger: log,
@@ -216,20 +228,123 @@ func (c *demoCmd) header(w io.Writer, where, broker, logPath string, stock map[s
 	fmt.Fprintf(w, "  logs       %s\n\n", logPath)
 }
 
-// deleteStream deletes the demo's stream on an external NATS server, so a
-// run starts without an earlier run's messages.
-func deleteStream(ctx context.Context, url, stream string) error {
-	nc, err := couriernats.Connect(url)
-	if err != nil {
-		return fmt.Errorf("cannot reach NATS at %s: %v; check --broker-url", dburl.Redact(url), oneLine(err))
+// defaultAMQPURL is the RabbitMQ --broker amqp uses without --broker-url.
+const defaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// checkBrokerURL checks that --broker-url names a broker of --broker's
+// kind, without connecting.
+func (c *demoCmd) checkBrokerURL() error {
+	u := c.BrokerURL
+	if u == "" {
+		return nil
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	if err := js.DeleteStream(ctx, stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("delete the demo's stream %s: %w", stream, err)
+	switch c.Broker {
+	case "nats":
+		if !strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://") {
+			return fmt.Errorf("--broker-url %q is not a NATS URL: use nats://host:4222, or leave it out for a NATS server in this process (or choose another --broker)", dburl.Redact(u))
+		}
+	case "kafka":
+		if _, err := kafka.ParseURL(u); err != nil {
+			return fmt.Errorf("--broker-url %q is not a Kafka URL (%v): use kafka://host:9092, or leave it out for a Kafka cluster in this process", dburl.Redact(u), oneLine(err))
+		}
+	case "amqp":
+		if _, err := courieramqp.ParseURL(u); err != nil {
+			return fmt.Errorf("--broker-url %q is not a RabbitMQ URL (%v): use amqp://user:password@host:5672/, or leave it out for %s", dburl.Redact(u), oneLine(err), defaultAMQPURL)
+		}
+	case "webhook":
+		return fmt.Errorf("--broker webhook takes no --broker-url: the services serve their webhooks on loopback ports of this process; leave --broker-url out")
 	}
 	return nil
+}
+
+// externalTransport returns the transport on the broker --broker-url names
+// (RabbitMQ's default URL for amqp), after deleting an earlier run's
+// stream, topics or queues (unless --keep) and checking that the broker
+// answers; nil for a broker in this process.
+func (c *demoCmd) externalTransport(ctx context.Context) (shop.Transport, error) {
+	var tr shop.Transport
+	var what string
+	switch {
+	case c.Broker == "amqp":
+		u := c.BrokerURL
+		if u == "" {
+			u = defaultAMQPURL
+		}
+		cfg, err := courieramqp.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("--broker-url: %v", oneLine(err))
+		}
+		if cfg.RoutingKeyPrefix == "" {
+			cfg.RoutingKeyPrefix = demoSubjectPrefix
+		}
+		tr, what = &shop.AMQPTransport{Config: cfg, QueuePrefix: demoSubjectPrefix}, "RabbitMQ at "+dburl.Redact(u)
+	case c.BrokerURL == "" || c.Broker == "webhook":
+		return nil, nil
+	case c.Broker == "kafka":
+		cfg, err := kafka.ParseURL(c.BrokerURL)
+		if err != nil {
+			return nil, fmt.Errorf("--broker-url: %v", oneLine(err))
+		}
+		if cfg.TopicPrefix == "" {
+			cfg.TopicPrefix = demoSubjectPrefix
+		}
+		tr, what = &shop.KafkaTransport{Brokers: cfg.Brokers, TopicPrefix: cfg.TopicPrefix}, "Kafka at "+strings.Join(cfg.Brokers, ",")
+	default:
+		tr, what = &shop.NATSTransport{URL: c.BrokerURL, Stream: c.Stream, SubjectPrefix: demoSubjectPrefix}, "NATS at "+dburl.Redact(c.BrokerURL)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !c.Keep {
+		if err := tr.Teardown(ctx); err != nil {
+			return nil, unreachable(c.Broker, what, c.BrokerURL == "", err)
+		}
+	}
+	if err := tr.Setup(ctx); err != nil {
+		return nil, unreachable(c.Broker, what, c.BrokerURL == "", err)
+	}
+	return tr, nil
+}
+
+// unreachable explains a failure to prepare an external broker.
+func unreachable(kind, what string, defaulted bool, err error) error {
+	var netErr net.Error
+	if !errors.As(err, &netErr) && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("--broker %s: preparing the demo's stream, topics or queues on %s failed: %v", kind, what, oneLine(err))
+	}
+	fix := "check --broker-url and that the broker runs there, or choose another --broker (kafka and webhook need nothing installed)"
+	if kind == "amqp" && defaulted {
+		fix = "start RabbitMQ there (e.g. docker run -d -p 5672:5672 rabbitmq:3) or name one with --broker-url amqp://user:password@host:5672/, or choose another --broker (kafka and webhook need nothing installed)"
+	}
+	return fmt.Errorf("--broker %s: cannot reach %s (%v): %s", kind, what, oneLine(err), fix)
+}
+
+// inProcessTransport starts the broker --broker names in this process:
+// NATS with its stream in dir, a Kafka cluster, or the services' webhook
+// endpoints. stop stops it.
+func (c *demoCmd) inProcessTransport(dir string) (tr shop.Transport, where string, stop func(), err error) {
+	switch c.Broker {
+	case "kafka":
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(shop.DefaultPartitions))
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("--broker kafka: start a Kafka cluster in this process: %w", err)
+		}
+		addrs := cluster.ListenAddrs()
+		return &shop.KafkaTransport{Brokers: addrs, TopicPrefix: demoSubjectPrefix},
+			fmt.Sprintf("Kafka in this process (kfake, %s), topics %s*, %d partitions each, in memory", strings.Join(addrs, ","), demoSubjectPrefix, shop.DefaultPartitions),
+			cluster.Close, nil
+	case "webhook":
+		wt, err := shop.NewWebhookTransport(shop.WebhookConfig{})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return wt, "webhooks: each service's endpoint on a loopback port, requests signed with a generated whsec_ secret (Standard Webhooks)",
+			func() { _ = wt.Close() }, nil
+	}
+	srv, err := embedded.Start(embedded.Config{Dir: filepath.Join(dir, "nats")})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return &shop.NATSTransport{URL: srv.ClientURL(), Stream: c.Stream, SubjectPrefix: demoSubjectPrefix},
+		fmt.Sprintf("NATS JetStream in this process (%s), its stream in %s", srv.ClientURL(), filepath.Join(dir, "nats")),
+		srv.Shutdown, nil
 }

@@ -6,7 +6,9 @@
 //	courier relay   --database-url postgres://localhost/app --broker-url kafka://k1:9092,k2:9092
 //	courier relay   --database-url postgres://localhost/app --broker-url amqp://guest:guest@localhost:5672/
 //	COURIER_WEBHOOK_SECRET=whsec_… courier relay --database-url … --broker-url https://hooks.example.com/courier
-//	courier status  --database-url postgres://localhost/app
+//	courier status  --database-url postgres://localhost/app --fail-if-oldest 5m --fail-if-dead-letters
+//	courier reconcile --database-url postgres://localhost/app --repair
+//	courier cleanup --database-url postgres://localhost/app --keep-published 168h --keep-inbox-markers 720h
 //
 // Every flag can also be set through the environment variable named in
 // `courier <command> --help` (COURIER_DATABASE_URL, COURIER_BROKER_URL, …).
@@ -31,11 +33,14 @@ type cli struct {
 
 	Migrate migrateCmd `cmd:"" help:"Create or upgrade Courier's tables, or print their SQL."`
 	Relay   relayCmd   `cmd:"" help:"Move committed outbox messages to the broker until stopped (SIGINT/SIGTERM)."`
-	Status  statusCmd  `cmd:"" help:"Show pending messages, their age, retries and dead letters."`
+	Status  statusCmd  `cmd:"" help:"Show the outbox per topic, relays' leases, dead letters, consumers, sagas and idempotency keys; --fail-if-… for probes."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"List, show, replay or discard dead letters."`
 	Demo    demoCmd    `cmd:"" help:"Run the reference shop under load and faults, then check its invariants (nothing to install)."`
 	Shop    shopCmd    `cmd:"" help:"Run one service of the reference shop as a process of its own."`
 	Version versionCmd `cmd:"" help:"Print the version."`
+
+	Reconcile reconcileCmd `cmd:"" help:"Find what is stuck (ended leases, messages failing for long, overdue sagas, keys left in flight); --repair puts it right."`
+	Cleanup   cleanupCmd   `cmd:"" help:"Delete old published copies, inbox markers, expired idempotency keys, finished sagas… in small batches."`
 }
 
 // env is what a command runs with.

@@ -41,7 +41,7 @@ func TestMigrateExportLayouts(t *testing.T) {
 		{"--tool golang-migrate --down", []string{`^0001_courier_outbox\.down\.sql$`, `^0001_courier_outbox\.up\.sql$`}, 2 * n, "cannot be reverted"},
 		{"--tool goose --prefix timestamp", []string{`^\d{14}_courier_outbox\.sql$`}, n, "-- +goose Up"},
 		{"--tool goose --dialect postgres", []string{`^0001_courier_outbox\.sql$`}, len(postgres.Migrations()), "-- +goose StatementBegin"},
-		{"--tool flyway --start 5", []string{`^V5__courier_outbox\.sql$`}, n, "CREATE TABLE"},
+		{"--tool flyway --start 50", []string{`^V50__courier_outbox\.sql$`}, n, "CREATE TABLE"},
 		{"--since 2", []string{`^0001_courier_idempotency\.up\.sql$`}, n - 2, "CREATE TABLE"},
 	}
 	for _, c := range cases {

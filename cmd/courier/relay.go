@@ -19,6 +19,7 @@ import (
 
 type relayCmd struct {
 	dbFlags
+	observeFlags
 	BrokerURL        string        `name:"broker-url" help:"Broker to publish to; the URL picks it: kafka://host1:9092,host2:9092?topic_prefix=, amqp://user:password@host:5672/vhost?exchange=courier&prefix=, https://endpoint (webhooks, signed with the secrets of --webhook-secret-env), nats://host:4222 (or tls://). Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
 	WebhookSecretEnv string        `name:"webhook-secret-env" help:"Environment variable holding the secrets that sign webhook requests (https:// --broker-url): whsec_… secrets, comma-separated during a rotation (the first is the new one). Never put them in the URL." default:"COURIER_WEBHOOK_SECRET" env:"COURIER_WEBHOOK_SECRET_ENV"`
 	DataDir          string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
@@ -33,7 +34,8 @@ type relayCmd struct {
 	Lease            time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s" env:"COURIER_LEASE"`
 	MaxAttempts      int           `help:"Failed attempts before a message becomes a dead letter." default:"10" env:"COURIER_MAX_ATTEMPTS"`
 	PollInterval     time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)." env:"COURIER_POLL_INTERVAL"`
-	KeepPublished    bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it yourself)." env:"COURIER_KEEP_PUBLISHED"`
+	KeepPublished    bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it with --cleanup-every and --cleanup-keep-published, or courier cleanup)." env:"COURIER_KEEP_PUBLISHED"`
+	Cleanup          relayCleanup  `embed:"" prefix:"cleanup-" envprefix:"COURIER_CLEANUP_"`
 }
 
 // check validates every flag, before anything is opened or created, and
@@ -65,6 +67,9 @@ func (c *relayCmd) check() (relay.Config, error) {
 	if _, err := c.dialect(); err != nil {
 		return relay.Config{}, err
 	}
+	if err := c.observeFlags.check(); err != nil {
+		return relay.Config{}, err
+	}
 	if c.PollInterval < 0 {
 		return relay.Config{}, fmt.Errorf("--poll-interval is %s: use more than 0, or leave it out for the database's default", c.PollInterval)
 	}
@@ -83,6 +88,9 @@ func (c *relayCmd) check() (relay.Config, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return relay.Config{}, flagError(err)
+	}
+	if err := c.Cleanup.check(); err != nil {
+		return relay.Config{}, err
 	}
 	return cfg, nil
 }
@@ -158,9 +166,24 @@ func (c *relayCmd) Run(e *env) error {
 			cfg.Notifier = n
 		}
 	}
+	obs, err := c.observeFlags.listen(d.Admin())
+	if err != nil {
+		return err
+	}
+	if obs != nil {
+		cfg.Observer = obs.col.Relay()
+		defer obs.ln.Close()
+	}
 	r, err := relay.New(st, b, cfg)
 	if err != nil {
 		return flagError(err)
+	}
+	if obs != nil {
+		stop, err := obs.serve(e, r, cfg, d, b)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	for _, a := range announce {
 		a()
@@ -177,6 +200,9 @@ func (c *relayCmd) Run(e *env) error {
 		where = append(where, "secrets_from", c.WebhookSecretEnv)
 	}
 	e.log.Info("relaying", append(where, "poll_interval", cfg.PollInterval)...)
+	if c.Cleanup.Every > 0 {
+		defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
+	}
 	return r.Run(e.ctx)
 }
 

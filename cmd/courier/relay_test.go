@@ -95,8 +95,14 @@ func outboxStatus(t *testing.T, url string) map[string]float64 {
 	if code != 0 {
 		t.Fatalf("status: %d %s", code, errOut)
 	}
-	var m map[string]float64
-	testenv.Must(t, json.Unmarshal([]byte(out), &m), "status json")
+	var all map[string]any
+	testenv.Must(t, json.Unmarshal([]byte(out), &all), "status json")
+	m := map[string]float64{}
+	for k, v := range all {
+		if f, ok := v.(float64); ok {
+			m[k] = f
+		}
+	}
 	return m
 }
 

@@ -4,9 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	courieramqp "github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/broker/kafka"
 	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 // shopCmd runs one service of the reference shop as a process of its own.
@@ -20,9 +24,9 @@ type shopCmd struct {
 // shopFlags are every service's flags.
 type shopFlags struct {
 	DatabaseURL   string        `name:"database-url" help:"The service's own database: a SQLite file, postgres://…?search_path=SCHEMA (created if missing) or mysql://… (default: ./shop-SERVICE.db)." env:"COURIER_SHOP_DATABASE_URL"`
-	BrokerURL     string        `name:"broker-url" help:"NATS server with JetStream, shared by the four services (courier relay serves one on this address)." default:"nats://127.0.0.1:4222" env:"COURIER_BROKER_URL"`
-	Stream        string        `help:"JetStream stream of the shop." default:"SHOP" env:"COURIER_SHOP_STREAM"`
-	SubjectPrefix string        `help:"Prefix that turns a topic into a subject." default:"shop." env:"COURIER_SHOP_SUBJECT_PREFIX"`
+	BrokerURL     string        `name:"broker-url" help:"Broker shared by the four services: a NATS server with JetStream (courier relay serves one on this address), kafka://host:9092 or amqp://user:password@host:5672/." default:"nats://127.0.0.1:4222" env:"COURIER_BROKER_URL"`
+	Stream        string        `help:"JetStream stream of the shop (NATS only)." default:"SHOP" env:"COURIER_SHOP_STREAM"`
+	SubjectPrefix string        `help:"Prefix that turns a topic into a subject, a Kafka topic or a RabbitMQ routing key, and names the Kafka consumer groups and RabbitMQ queues; a topic_prefix or prefix in --broker-url wins." default:"shop." env:"COURIER_SHOP_SUBJECT_PREFIX"`
 	FailureRate   float64       `help:"Probability that a message handler fails (transient error; the inbox retries)." env:"COURIER_SHOP_FAILURE_RATE"`
 	Latency       time.Duration `help:"Latency added to every message handler." env:"COURIER_SHOP_LATENCY"`
 	DuplicateRate float64       `help:"Probability that a delivery is duplicated." env:"COURIER_SHOP_DUPLICATE_RATE"`
@@ -30,15 +34,47 @@ type shopFlags struct {
 	CrashAfter    time.Duration `help:"Exit abruptly (status 3, nothing drained) this long after starting, for a supervisor to restart the service." env:"COURIER_SHOP_CRASH_AFTER"`
 }
 
-func (f shopFlags) config(service string, e *env) shop.Config {
+func (f shopFlags) config(service string, e *env) (shop.Config, error) {
 	url := f.DatabaseURL
 	if url == "" {
 		url = "shop-" + service + ".db"
 	}
-	return shop.Config{
-		DatabaseURL: url, BrokerURL: f.BrokerURL, Stream: f.Stream, SubjectPrefix: f.SubjectPrefix, Logger: e.log,
-		Faults: shop.Faults{FailureRate: f.FailureRate, Latency: f.Latency, DuplicateRate: f.DuplicateRate, ReorderRate: f.ReorderRate, CrashAfter: f.CrashAfter},
+	tr, err := f.transport()
+	if err != nil {
+		return shop.Config{}, err
 	}
+	return shop.Config{
+		DatabaseURL: url, Transport: tr, Logger: e.log,
+		Faults: shop.Faults{FailureRate: f.FailureRate, Latency: f.Latency, DuplicateRate: f.DuplicateRate, ReorderRate: f.ReorderRate, CrashAfter: f.CrashAfter},
+	}, nil
+}
+
+// transport returns the shop's transport on the broker --broker-url names.
+func (f shopFlags) transport() (shop.Transport, error) {
+	u := f.BrokerURL
+	switch {
+	case strings.HasPrefix(u, "nats://"), strings.HasPrefix(u, "tls://"):
+		return &shop.NATSTransport{URL: u, Stream: f.Stream, SubjectPrefix: f.SubjectPrefix}, nil
+	case strings.HasPrefix(u, "kafka://"):
+		cfg, err := kafka.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("--broker-url: %v", oneLine(err))
+		}
+		if cfg.TopicPrefix == "" {
+			cfg.TopicPrefix = f.SubjectPrefix
+		}
+		return &shop.KafkaTransport{Brokers: cfg.Brokers, TopicPrefix: cfg.TopicPrefix}, nil
+	case strings.HasPrefix(u, "amqp://"), strings.HasPrefix(u, "amqps://"):
+		cfg, err := courieramqp.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("--broker-url: %v", oneLine(err))
+		}
+		if cfg.RoutingKeyPrefix == "" {
+			cfg.RoutingKeyPrefix = f.SubjectPrefix
+		}
+		return &shop.AMQPTransport{Config: cfg, QueuePrefix: f.SubjectPrefix}, nil
+	}
+	return nil, fmt.Errorf("--broker-url %q: use nats://host:4222, kafka://host:9092 or amqp://user:password@host:5672/ (webhooks need the four services in one process: courier demo --broker webhook)", dburl.Redact(u))
 }
 
 type shopOrdersCmd struct {
@@ -48,7 +84,11 @@ type shopOrdersCmd struct {
 }
 
 func (c *shopOrdersCmd) Run(e *env) error {
-	svc, err := shop.NewOrders(shop.OrdersConfig{Config: c.config(shop.Orders, e), HTTPAddr: c.HTTPAddr, Timeouts: shop.Timeouts{Step: c.StepTimeout}})
+	cfg, err := c.config(shop.Orders, e)
+	if err != nil {
+		return err
+	}
+	svc, err := shop.NewOrders(shop.OrdersConfig{Config: cfg, HTTPAddr: c.HTTPAddr, Timeouts: shop.Timeouts{Step: c.StepTimeout}})
 	if err != nil {
 		return err
 	}
@@ -61,7 +101,10 @@ type shopPaymentCmd struct {
 }
 
 func (c *shopPaymentCmd) Run(e *env) error {
-	cfg := c.config(shop.Payment, e)
+	cfg, err := c.config(shop.Payment, e)
+	if err != nil {
+		return err
+	}
 	cfg.Faults.DeclineRate = c.DeclineRate
 	svc, err := shop.NewPayment(cfg)
 	if err != nil {
@@ -76,7 +119,11 @@ type shopInventoryCmd struct {
 }
 
 func (c *shopInventoryCmd) Run(e *env) error {
-	svc, err := shop.NewInventory(shop.InventoryConfig{Config: c.config(shop.Inventory, e), Stock: c.Stock})
+	cfg, err := c.config(shop.Inventory, e)
+	if err != nil {
+		return err
+	}
+	svc, err := shop.NewInventory(shop.InventoryConfig{Config: cfg, Stock: c.Stock})
 	if err != nil {
 		return err
 	}
@@ -89,7 +136,10 @@ type shopShippingCmd struct {
 }
 
 func (c *shopShippingCmd) Run(e *env) error {
-	cfg := c.config(shop.Shipping, e)
+	cfg, err := c.config(shop.Shipping, e)
+	if err != nil {
+		return err
+	}
 	cfg.Faults.ShipmentFailureRate = c.ShipmentFailureRate
 	svc, err := shop.NewShipping(cfg)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/courier-go/courier/examples/shop"
 	"github.com/courier-go/courier/internal/testenv"
 )
@@ -31,6 +33,10 @@ func TestDemoCommand(t *testing.T) {
 		{"--decline-rate 2", "--decline-rate is 2: use a probability from 0 to 1"},
 		{"--database-url mysql://x/y", "the demo runs on PostgreSQL"},
 		{"--broker-url http://x", "is not a NATS URL"},
+		{"--broker kafka --broker-url nats://x:4222", "is not a Kafka URL"},
+		{"--broker amqp --broker-url kafka://x", "is not a RabbitMQ URL"},
+		{"--broker webhook --broker-url http://x", "--broker webhook takes no --broker-url"},
+		{"--broker amqp --broker-url amqp://guest:guest@127.0.0.1:1/", "--broker amqp: cannot reach RabbitMQ at amqp://guest:xxxxx@127.0.0.1:1/"},
 		{"--timeout 0s", "--timeout is 0s"},
 		{"--step-timeout=-1s", "--step-timeout is -1s"},
 		{"--stock mug=-1", "--stock mug=-1"},
@@ -47,12 +53,57 @@ func TestDemoCommand(t *testing.T) {
 	}
 }
 
+// courier demo --broker runs the shop over each transport: Kafka in this
+// process (kfake), webhooks between loopback ports, and RabbitMQ when the
+// test environment has one.
+func TestDemoCommandBrokers(t *testing.T) {
+	for _, broker := range []string{"kafka", "webhook", "amqp"} {
+		t.Run(broker, func(t *testing.T) {
+			t.Parallel()
+			args := []string{"demo", "--broker", broker, "--orders", "40", "--data-dir", filepath.Join(t.TempDir(), "demo"), "--crash", "inventory"}
+			if broker == "amqp" {
+				args = append(args, "--broker-url", testenv.AMQP(t))
+			}
+			code, out, errOut := runCLI(t, args...)
+			if code != 0 || !strings.Contains(out, "All 7 invariants hold") || !strings.Contains(out, "inventory ×1") {
+				t.Fatalf("demo --broker %s: exit %d\n%s\n%s", broker, code, out, errOut)
+			}
+		})
+	}
+}
+
+// A RabbitMQ that does not answer at the default URL gets an error that
+// says how to start one, which flag names another, and which brokers need
+// nothing installed.
+func TestDemoUnreachableRabbitMQ(t *testing.T) {
+	refused := fmt.Errorf("amqp: connect: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	err := unreachable("amqp", "RabbitMQ at "+defaultAMQPURL, true, refused)
+	for _, want := range []string{"--broker amqp: cannot reach RabbitMQ at", "start RabbitMQ", "--broker-url amqp://", "kafka and webhook need nothing installed"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
 // courier shop SERVICE runs each service as a process of its own: four
 // processes on their own SQLite files and one NATS server take an order
 // from POST /orders to ShippingReady, then stop cleanly on SIGTERM.
 func TestShopCommandProcesses(t *testing.T) {
+	shopProcesses(t, testenv.EmbeddedNATS(t).ClientURL())
+}
+
+// The same four processes on Kafka (kfake, in the test's process).
+func TestShopCommandProcessesKafka(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(shop.DefaultPartitions))
+	testenv.Must(t, err, "kfake")
+	t.Cleanup(c.Close)
+	shopProcesses(t, "kafka://"+strings.Join(c.ListenAddrs(), ","))
+}
+
+// shopProcesses runs the four services as processes on brokerURL, places
+// an order and waits until it is ready to ship, then stops them.
+func shopProcesses(t *testing.T, brokerURL string) {
 	dir := t.TempDir()
-	srv := testenv.EmbeddedNATS(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	testenv.Must(t, err, "free port")
 	addr := l.Addr().String()
@@ -61,7 +112,7 @@ func TestShopCommandProcesses(t *testing.T) {
 	var procs []*exec.Cmd
 	var logs []*bytes.Buffer
 	for _, s := range shop.Services {
-		args := []string{"shop", s, "--database-url", "sqlite://" + filepath.Join(dir, s+".db"), "--broker-url", srv.ClientURL()}
+		args := []string{"shop", s, "--database-url", "sqlite://" + filepath.Join(dir, s+".db"), "--broker-url", brokerURL}
 		if s == shop.Orders {
 			args = append(args, "--http-addr", addr)
 		}

@@ -1,17 +1,44 @@
 package main
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
 	"time"
+
+	"github.com/courier-go/courier/store"
 )
 
 type statusCmd struct {
 	dbFlags
-	JSON bool `help:"Print JSON instead of a table." env:"COURIER_JSON"`
+	JSON bool `help:"Print JSON instead of tables." env:"COURIER_JSON"`
+
+	FailIfOldest       time.Duration `name:"fail-if-oldest" help:"Exit 1 when the oldest pending message has waited longer than this (e.g. 5m)." env:"COURIER_FAIL_IF_OLDEST"`
+	FailIfPending      int64         `name:"fail-if-pending" help:"Exit 1 when more than this many messages are pending (0: no check)." env:"COURIER_FAIL_IF_PENDING"`
+	FailIfDeadLetters  bool          `name:"fail-if-dead-letters" help:"Exit 1 when there is a relay-side dead letter." env:"COURIER_FAIL_IF_DEAD_LETTERS"`
+	FailIfParked       bool          `name:"fail-if-parked" help:"Exit 1 when a consumer has parked a message." env:"COURIER_FAIL_IF_PARKED"`
+	FailIfOverdueSagas time.Duration `name:"fail-if-overdue-sagas" help:"Exit 1 when a saga's deadline passed longer ago than this (e.g. 1m) and no runner fired it." env:"COURIER_FAIL_IF_OVERDUE_SAGAS"`
+	FailIfExpiredLease bool          `name:"fail-if-expired-leases" help:"Exit 1 when a relay's lease ended without being completed (a relay stopped or froze mid-batch)." env:"COURIER_FAIL_IF_EXPIRED_LEASES"`
 }
 
+// errChecks is returned when a --fail-if check failed; the status is
+// printed first.
+var errChecks = errors.New("status checks failed")
+
 func (c *statusCmd) Run(e *env) error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"--fail-if-oldest", c.FailIfOldest}, {"--fail-if-overdue-sagas", c.FailIfOverdueSagas}} {
+		if f.d < 0 {
+			return fmt.Errorf("%s is %s: use a positive duration such as 5m, or leave it out", f.name, f.d)
+		}
+	}
+	if c.FailIfPending < 0 {
+		return fmt.Errorf("--fail-if-pending is %d: use a positive count, or leave it out", c.FailIfPending)
+	}
 	d, err := c.open(e.ctx, false, "")
 	if err != nil {
 		return err
@@ -20,32 +47,181 @@ func (c *statusCmd) Run(e *env) error {
 	if err := d.CheckSchema(e.ctx); err != nil {
 		return err
 	}
-	st, err := d.Admin().Stats(e.ctx)
+	st, err := d.Operations().Status(e.ctx)
 	if err != nil {
 		return err
 	}
+	failed := c.check(st)
 	if c.JSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
-			Pending           int64   `json:"pending"`
-			Leased            int64   `json:"leased"`
-			InBackoff         int64   `json:"in_backoff"`
-			DeadLetters       int64   `json:"dead_letters"`
-			OldestPendingAgeS float64 `json:"oldest_pending_age_seconds"`
-		}{st.Pending, st.Leased, st.InBackoff, st.DeadLetters, st.OldestPendingAge().Seconds()})
+		nonNil(&st.Topics)
+		nonNil(&st.Relays)
+		nonNil(&st.Consumers)
+		nonNil(&st.Sagas)
+		nonNil(&st.OverdueSagas)
+		if err := writeJSON(e, statusJSON{
+			Pending: st.Outbox.Pending, Leased: st.Outbox.Leased, InBackoff: st.Outbox.InBackoff, DeadLetters: st.Outbox.DeadLetters,
+			OldestPendingAgeS: st.Outbox.OldestPendingAge().Seconds(), Status: st, Failed: failed,
+		}); err != nil {
+			return err
+		}
+	} else {
+		printStatus(e.stdout, st)
 	}
-	rows := []struct{ label, value string }{
-		{"pending", fmt.Sprint(st.Pending)},
-		{"  leased to a relay", fmt.Sprint(st.Leased)},
-		{"  in backoff", fmt.Sprint(st.InBackoff)},
-		{"oldest pending", age(st.OldestPendingAge())},
-		{"dead letters", fmt.Sprint(st.DeadLetters)},
-	}
-	for _, r := range rows {
-		fmt.Fprintf(e.stdout, "%-20s %10s\n", r.label, r.value)
+	if len(failed) > 0 {
+		return fmt.Errorf("%w: %s", errChecks, strings.Join(failed, "; "))
 	}
 	return nil
+}
+
+// statusJSON is `courier status --json`: the outbox's totals at the top
+// (as before the rest was added), then the whole store.Status.
+type statusJSON struct {
+	Pending           int64   `json:"pending"`
+	Leased            int64   `json:"leased"`
+	InBackoff         int64   `json:"in_backoff"`
+	DeadLetters       int64   `json:"dead_letters"`
+	OldestPendingAgeS float64 `json:"oldest_pending_age_seconds"`
+	store.Status
+	// Failed lists the --fail-if checks that failed.
+	Failed []string `json:"failed_checks,omitempty"`
+}
+
+// check returns a message for each --fail-if check that fails on st.
+func (c *statusCmd) check(st store.Status) []string {
+	var failed []string
+	if age := st.Outbox.OldestPendingAge(); c.FailIfOldest > 0 && age > c.FailIfOldest {
+		var worst store.TopicStatus
+		for _, t := range st.Topics {
+			if t.OldestPendingAge(st.Now) > worst.OldestPendingAge(st.Now) {
+				worst = t
+			}
+		}
+		failed = append(failed, fmt.Sprintf("the oldest pending message (topic %q) has waited %s, more than --fail-if-oldest %s: is a relay running? (courier reconcile shows what is stuck)",
+			worst.Topic, age.Round(time.Second), c.FailIfOldest))
+	}
+	if c.FailIfPending > 0 && st.Outbox.Pending > c.FailIfPending {
+		failed = append(failed, fmt.Sprintf("%d messages are pending, more than --fail-if-pending %d", st.Outbox.Pending, c.FailIfPending))
+	}
+	if c.FailIfDeadLetters && st.Outbox.DeadLetters > 0 {
+		failed = append(failed, fmt.Sprintf("%d relay-side dead letters: see courier dlq list", st.Outbox.DeadLetters))
+	}
+	if c.FailIfParked {
+		var n int64
+		for _, cs := range st.Consumers {
+			n += cs.Parked
+		}
+		if n > 0 {
+			failed = append(failed, fmt.Sprintf("%d parked messages: see courier dlq list", n))
+		}
+	}
+	if c.FailIfOverdueSagas > 0 {
+		for _, s := range st.OverdueSagas {
+			if late := st.Now.Sub(s.OldestDeadline); late > c.FailIfOverdueSagas {
+				failed = append(failed, fmt.Sprintf("%d %s sagas are past their deadline, the oldest by %s (more than --fail-if-overdue-sagas %s): is its saga runner running?",
+					s.Count, s.Type, late.Round(time.Second), c.FailIfOverdueSagas))
+			}
+		}
+	}
+	if c.FailIfExpiredLease {
+		var n int64
+		for _, r := range st.Relays {
+			n += r.Expired
+		}
+		if n > 0 {
+			failed = append(failed, fmt.Sprintf("%d relay leases ended without being completed: courier reconcile --repair releases them", n))
+		}
+	}
+	return failed
+}
+
+// printStatus writes st as aligned tables, the outbox's first.
+func printStatus(w io.Writer, st store.Status) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	row := func(cells ...any) {
+		for _, c := range cells {
+			fmt.Fprint(tw, c, "\t")
+		}
+		fmt.Fprintln(tw)
+	}
+	o := st.Outbox
+	row("OUTBOX", "pending", "leased", "in backoff", "oldest", "dead letters")
+	for _, t := range st.Topics {
+		row(t.Topic, t.Pending, t.Leased, t.InBackoff, age(t.OldestPendingAge(st.Now)), t.DeadLetters)
+	}
+	row("total", o.Pending, o.Leased, o.InBackoff, age(o.OldestPendingAge()), o.DeadLetters)
+	row()
+	row("RELAYS", "leases", "rows", "expired", "lease ends")
+	for _, r := range st.Relays {
+		row(r.Owner, r.Leases, r.Rows, r.Expired, relative(st.Now, r.Until))
+	}
+	if len(st.Relays) == 0 {
+		fmt.Fprintln(tw, "(no leases)")
+	}
+	row()
+	row("CONSUMERS", "parked", "replay asked", "failing msgs", "failures", "oldest")
+	for _, c := range st.Consumers {
+		oldest := c.OldestParked
+		if oldest.IsZero() || (!c.OldestFailure.IsZero() && c.OldestFailure.Before(oldest)) {
+			oldest = c.OldestFailure
+		}
+		row(c.Consumer, c.Parked, c.ReplayRequested, c.FailingMessages, c.Failures, ago(st.Now, oldest))
+	}
+	if len(st.Consumers) == 0 {
+		fmt.Fprintln(tw, "(nothing parked or failing)")
+	}
+	row()
+	row("SAGAS", "phase", "state", "count", "")
+	for _, s := range st.Sagas {
+		row(s.Type, s.Phase, dash(s.State), count(store.Count{N: s.Count, Estimated: s.Estimated}), "")
+	}
+	for _, s := range st.OverdueSagas {
+		row(s.Type, "overdue", "", s.Count, "deadline "+ago(st.Now, s.OldestDeadline))
+	}
+	if len(st.Sagas) == 0 {
+		fmt.Fprintln(tw, "(no sagas)")
+	}
+	row()
+	row("TABLES", "rows", "", "", "oldest")
+	row("published copies", count(st.Published), "", "", ago(st.Now, st.OldestPublished))
+	row("inbox markers", count(st.InboxMarkers), "", "", "")
+	row("keys in flight", st.Keys.InFlight, "", "", "")
+	row("  lock expired", st.Keys.LockExpired, "", "", "")
+	row("keys completed", count(st.Keys.Completed), "", "", "")
+}
+
+// count renders c, with a ~ when it is an estimate.
+func count(c store.Count) string {
+	if c.Estimated {
+		return fmt.Sprintf("~%d", c.N)
+	}
+	return fmt.Sprint(c.N)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// ago renders how long before now t was, "-" for the zero time.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	if !t.Before(now) {
+		return "now"
+	}
+	return age(now.Sub(t)) + " ago"
+}
+
+// relative renders t from now: "in 25s" or "40s ago".
+func relative(now, t time.Time) string {
+	if t.After(now) {
+		return "in " + age(t.Sub(now))
+	}
+	return ago(now, t)
 }
 
 func age(d time.Duration) string {

@@ -24,6 +24,10 @@ type Config struct {
 	// search_path=SCHEMA to give the service a schema of its own, created if
 	// missing) or mysql://user:password@host:3306/database. Required.
 	DatabaseURL string
+	// Transport carries the service's messages (see [Transport]). Default:
+	// a [NATSTransport] on BrokerURL, Stream and SubjectPrefix, which are
+	// ignored when Transport is set.
+	Transport Transport
 	// BrokerURL is the NATS server with JetStream. Default
 	// nats://127.0.0.1:4222.
 	BrokerURL string
@@ -48,17 +52,12 @@ func (c *Config) setDefaults(service string) error {
 	if c.DatabaseURL == "" {
 		return fmt.Errorf("shop %s: Config.DatabaseURL is empty: give the service a database of its own, e.g. sqlite:%s.db", service, service)
 	}
-	if c.BrokerURL == "" {
-		c.BrokerURL = DefaultBrokerURL
-	}
-	if !strings.HasPrefix(c.BrokerURL, "nats://") && !strings.HasPrefix(c.BrokerURL, "tls://") {
-		return fmt.Errorf("shop %s: broker URL %q is not a NATS URL: use nats://host:4222", service, c.BrokerURL)
-	}
-	if c.Stream == "" {
-		c.Stream = DefaultStream
-	}
-	if c.SubjectPrefix == "" {
-		c.SubjectPrefix = DefaultSubjectPrefix
+	if c.Transport == nil {
+		t, err := natsTransport(c.BrokerURL, c.Stream, c.SubjectPrefix)
+		if err != nil {
+			return fmt.Errorf("shop %s: %w", service, err)
+		}
+		c.Transport = t
 	}
 	if c.Drain <= 0 {
 		c.Drain = DefaultDrain
@@ -68,6 +67,20 @@ func (c *Config) setDefaults(service string) error {
 	}
 	c.Logger = c.Logger.With("service", service)
 	return c.Faults.validate()
+}
+
+// natsTransport returns the default transport: NATS at url (default
+// DefaultBrokerURL).
+func natsTransport(url, stream, prefix string) (*NATSTransport, error) {
+	if url == "" {
+		url = DefaultBrokerURL
+	}
+	if !strings.HasPrefix(url, "nats://") && !strings.HasPrefix(url, "tls://") {
+		return nil, fmt.Errorf("broker URL %q is not a NATS URL: use nats://host:4222, or set Transport for another broker", url)
+	}
+	t := &NATSTransport{URL: url, Stream: stream, SubjectPrefix: prefix}
+	t.defaults()
+	return t, nil
 }
 
 // Faults are the failures a service injects into its own work. Rates are

@@ -17,9 +17,10 @@ import (
 // through its HTTP API with faults injected, then an audit. Zero fields take
 // the defaults given.
 type DemoConfig struct {
-	// Databases, BrokerURL, Stream, SubjectPrefix: see Options. Databases
-	// and BrokerURL are required.
+	// Databases, Transport, BrokerURL, Stream, SubjectPrefix: see
+	// Options. Databases is required, and Transport or BrokerURL.
 	Databases     Databases
+	Transport     Transport
 	BrokerURL     string
 	Stream        string
 	SubjectPrefix string
@@ -112,7 +113,7 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
 		return nil, fmt.Errorf("demo: cannot crash %q: name one of %v, or none", cfg.Crash, Services)
 	}
 	s, err := Start(ctx, Options{
-		Databases: cfg.Databases, BrokerURL: cfg.BrokerURL, Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix,
+		Databases: cfg.Databases, Transport: cfg.Transport, BrokerURL: cfg.BrokerURL, Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix,
 		Faults: cfg.Faults, Stock: cfg.Stock, Timeouts: cfg.Timeouts, Logger: cfg.Logger,
 	})
 	if err != nil {

@@ -34,13 +34,44 @@
 //   - [Start] runs the four services in one process, each on its own
 //     database, talking only through the broker; [Shop.Restart] crashes one
 //     and starts it again on the same database.
-//   - [RunDemo] is what courier demo runs: the shop, a [Load] of orders
+//   - [RunDemo] is what courier demo runs (over the transport --broker
+//     names): the shop, a [Load] of orders
 //     placed through the HTTP API with [Faults] injected (declined
 //     payments, missing stock, failed handlers and shipments, duplicated and
 //     reordered deliveries, replayed requests, a crash), then an [Audit] of
 //     the four databases.
 //   - [NewOrders], [NewPayment], [NewInventory] and [NewShipping] run one
 //     service each, as courier shop SERVICE does in a process of its own.
+//
+// # Transports
+//
+// The services share nothing but a [Transport], which makes each
+// incarnation's Publisher (for its relay) and Subscriber (for its inbox
+// consumer) and sets up and tears down what the broker needs:
+//
+//   - [NATSTransport], the default: one JetStream stream, a durable
+//     consumer per service. courier demo runs a server in its process, or
+//     uses --broker-url nats://….
+//   - [KafkaTransport]: a topic per shop topic, records keyed by order id
+//     (Kafka keeps a key's records in order on one partition), a consumer
+//     group per service. courier demo --broker kafka runs franz-go's kfake
+//     cluster in its process, or uses --broker-url kafka://….
+//   - [AMQPTransport]: one topic exchange, a quorum queue per service with
+//     a single active consumer, so that a restarted service takes over from
+//     its previous incarnation instead of consuming next to it. courier
+//     demo --broker amqp uses amqp://guest:guest@127.0.0.1:5672/ or
+//     --broker-url amqp://….
+//   - [WebhookTransport]: each service serves a webhook endpoint (a
+//     broker/webhook Handler) on a loopback port of its own, and the relays
+//     POST every message to the endpoints of the services that consume its
+//     topic ([Consumers]), signed with a shared whsec_ secret. Its inbox
+//     consumers retry in place (KeepOrder), since a retry answered through
+//     HTTP would hold back every message to the endpoint. courier demo
+//     --broker webhook.
+//
+// None of the shop's invariants rests on the broker ordering a key's
+// messages: the saga ignores replies that come late, twice or out of order,
+// and the chaos decorator reorders deliveries on purpose.
 //
 // # What the audit checks
 //

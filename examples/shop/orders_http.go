@@ -49,7 +49,7 @@ type OrderView struct {
 
 func (on *ordersNode) routes(keys *idempotency.Keys[*sql.Tx]) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", keys.Middleware(http.HandlerFunc(on.create)))
+	mux.Handle("POST /orders", traced("POST /orders", keys.Middleware(http.HandlerFunc(on.create))))
 	mux.HandleFunc("GET /orders/{id}", on.get)
 	return mux
 }

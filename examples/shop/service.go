@@ -10,16 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-
 	"github.com/courier-go/courier"
-	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/saga"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/dburl"
 )
 
 // Service names, also their inbox consumer names.
@@ -135,15 +131,13 @@ func (b *base) Metrics() Metrics {
 	return m
 }
 
-// node is one incarnation's plumbing: the database, the outbox writer that
-// wakes the in-process relay, and the broker connection.
+// node is one incarnation's plumbing: the database and the outbox writer
+// that wakes the in-process relay.
 type node struct {
-	db      *serviceDB
-	w       *outbox.Writer[*sql.Tx]
-	wake    *store.LocalNotifier
-	nc      *natsgo.Conn
-	mapping couriernats.Config
-	log     *slog.Logger
+	db   *serviceDB
+	w    *outbox.Writer[*sql.Tx]
+	wake *store.LocalNotifier
+	log  *slog.Logger
 }
 
 // reply writes v, a reply to the command cause, to the orders topic with
@@ -203,17 +197,13 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	if err := db.migrate(life, tables); err != nil {
 		return fmt.Errorf("shop %s: %w", b.name, err)
 	}
-	nc, err := couriernats.Connect(b.cfg.BrokerURL, natsgo.Name("shop-"+b.name))
+	link, err := b.cfg.Transport.Open(life, b.name, topic, log)
 	if err != nil {
-		return fmt.Errorf("shop %s: %w; check the broker URL and that nats-server runs with JetStream (-js)", b.name, err)
-	}
-	defer nc.Close()
-	mapping := couriernats.Config{SubjectPrefix: b.cfg.SubjectPrefix}
-	if err := couriernats.EnsureStream(life, nc, mapping, couriernats.StreamConfig{Name: b.cfg.Stream}); err != nil {
 		return fmt.Errorf("shop %s: %w", b.name, err)
 	}
+	defer func() { _ = link.Close() }()
 	wake := store.NewLocalNotifier()
-	n := &node{db: db, w: outbox.New(db.Inserter(), outbox.Config{Notify: wake.Signal}), wake: wake, nc: nc, mapping: mapping, log: log}
+	n := &node{db: db, w: outbox.New(db.Inserter(), outbox.Config{Notify: wake.Signal}), wake: wake, log: log}
 
 	inc, err := setup(life, n, drain)
 	if err != nil {
@@ -223,11 +213,7 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	if err != nil {
 		return fmt.Errorf("shop %s: relay store: %w", b.name, err)
 	}
-	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, AckTimeout: relayPublish})
-	if err != nil {
-		return fmt.Errorf("shop %s: %w", b.name, err)
-	}
-	r, err := relay.New(st, pub, relay.Config{
+	r, err := relay.New(st, link.Publisher, relay.Config{
 		Notifier: wake, PollInterval: 250 * time.Millisecond, LeaseDuration: relayLease, PublishTimeout: relayPublish,
 		Backoff:         courier.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		ShutdownTimeout: drain, Logger: log,
@@ -235,20 +221,13 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	if err != nil {
 		return fmt.Errorf("shop %s: %w", b.name, err)
 	}
-	sub, err := couriernats.NewSubscriber(life, nc, couriernats.SubscriberConfig{
-		Config: mapping, Stream: b.cfg.Stream, Consumer: b.name, Topics: []string{topic}, AckWait: ackWait,
-	})
-	if err != nil {
-		return fmt.Errorf("shop %s: %w", b.name, err)
-	}
-	defer sub.Close()
-	chaos := NewChaos(sub, ChaosConfig{Duplicate: faults.DuplicateRate, Reorder: faults.ReorderRate})
+	chaos := NewChaos(link.Subscriber, ChaosConfig{Duplicate: faults.DuplicateRate, Reorder: faults.ReorderRate})
 	ib, err := inbox.New(db.Inbox(), b.name)
 	if err != nil {
 		return err
 	}
 	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, inc.handler), inbox.ConsumerConfig{
-		Concurrency: 8, MaxDeliveries: 25, Backoff: courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
+		Concurrency: 8, KeepOrder: link.KeepOrder, MaxDeliveries: 25, Backoff: courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: log,
 	})
 	if err != nil {
@@ -285,7 +264,7 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 			return nil
 		})
 	}
-	log.Info("service started", "database", db.String(), "dialect", db.Dialect(), "broker", dburl.Redact(b.cfg.BrokerURL), "topic", mapping.Subject(topic))
+	log.Info("service started", "database", db.String(), "dialect", db.Dialect(), "broker", b.cfg.Transport.String(), "topic", topic)
 	b.once.Do(func() { close(b.started) })
 	err = g.Wait()
 	log.Info("service stopped", "error", err)

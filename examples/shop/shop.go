@@ -69,7 +69,12 @@ func (d Databases) Drop(ctx context.Context) error {
 type Options struct {
 	// Databases are the services' databases. Required.
 	Databases Databases
-	// BrokerURL, Stream and SubjectPrefix: see Config.
+	// Transport carries the services' messages; Start sets it up. The
+	// caller closes it once the shop stopped. Default: a NATSTransport on
+	// BrokerURL, Stream and SubjectPrefix.
+	Transport Transport
+	// BrokerURL, Stream and SubjectPrefix: see Config. Ignored when
+	// Transport is set.
 	BrokerURL     string
 	Stream        string
 	SubjectPrefix string
@@ -127,9 +132,19 @@ func Start(ctx context.Context, opts Options) (*Shop, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Transport == nil {
+		t, err := natsTransport(opts.BrokerURL, opts.Stream, opts.SubjectPrefix)
+		if err != nil {
+			return nil, fmt.Errorf("shop: %w", err)
+		}
+		opts.Transport = t
+	}
+	if err := opts.Transport.Setup(ctx); err != nil {
+		return nil, fmt.Errorf("shop: set up %s: %w", opts.Transport, err)
+	}
 	cfg := func(service string) Config {
 		return Config{
-			DatabaseURL: opts.Databases.URL(service), BrokerURL: opts.BrokerURL, Stream: opts.Stream, SubjectPrefix: opts.SubjectPrefix,
+			DatabaseURL: opts.Databases.URL(service), Transport: opts.Transport,
 			Faults: opts.Faults[service], Drain: crashDrain, Logger: opts.Logger,
 		}
 	}

@@ -33,6 +33,10 @@
 // looks at every free row, where the dialects stop after a window of
 // max(25×limit, 25,000) rows; that bound is a cost, not a guarantee.
 //
+// [Store.Operations] is the operators' view of the outbox in memory
+// (store.Operations: status, reconciliation of leases and retried rows,
+// trims of published copies and dead letters), as the dialects give it.
+//
 // Every operation takes the store's mutex and reads the clock once, so
 // claims and completions are atomic with respect to each other. An
 // operation whose context has ended fails with the context's error, as a
@@ -84,6 +88,7 @@ type Store struct {
 	dead      []store.DeadLetter // in order of death
 	published []Row
 	notifiers []*store.LocalNotifier
+	locks     map[string]bool // maintenance locks held (Operations)
 }
 
 var (

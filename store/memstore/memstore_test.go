@@ -19,7 +19,7 @@ func TestConformance(t *testing.T) {
 	storetest.ExerciseRelayStore(t, func(_ testing.TB, clock store.Clock) storetest.RelayHarness[*memstore.Tx] {
 		st := memstore.New(memstore.Config{Now: clock})
 		return storetest.RelayHarness[*memstore.Tx]{
-			Inserter: st, InTx: st.InTx, RelayStore: st.RelayStore, Inspect: inspector{st},
+			Inserter: st, InTx: st.InTx, RelayStore: st.RelayStore, Operations: st.Operations, Inspect: inspector{st},
 		}
 	})
 }

@@ -10,6 +10,8 @@ import (
 const (
 	// errDupEntry is ER_DUP_ENTRY: a unique key already holds the value.
 	errDupEntry = 1062
+	// errDupKeyName is ER_DUP_KEYNAME: an index of that name exists.
+	errDupKeyName = 1061
 	// errNoSuchTable is ER_NO_SUCH_TABLE.
 	errNoSuchTable = 1146
 	// errDeadlock is ER_LOCK_DEADLOCK: InnoDB rolled the transaction back

@@ -47,7 +47,7 @@ const migrateLockTimeout = 60 * time.Second
 // MySQL commits DDL at once, so unlike on PostgreSQL or SQLite a migration
 // that fails halfway leaves its first statements applied. They are all
 // idempotent: fix the cause (the error names the statement) and run Migrate
-// again. Tables are created in the database of db's DSN.
+// again (an index that exists is skipped). Tables are created in the database of db's DSN.
 func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	applied, err := migrate(ctx, db)
 	if err != nil {
@@ -90,7 +90,7 @@ func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	var applied []int
 	for _, m := range pending {
 		for i, stmt := range statements(m.SQL) {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil && errorNumber(err) != errDupKeyName {
 				return applied, fmt.Errorf("apply %04d_%s, statement %d (%s): %w; MySQL commits DDL at once, so the statements before it stay applied: fix the cause and run Migrate again",
 					m.Version, m.Name, i+1, firstLine(stmt), err)
 			}

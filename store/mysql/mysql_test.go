@@ -116,3 +116,30 @@ func TestClaimLockRowMissing(t *testing.T) {
 	_, err = st.Claim(ctx, "r", 10, time.Minute)
 	testenv.Must(t, err, "claim after the repair")
 }
+
+// A migration that adds indexes runs again after it failed halfway: the
+// indexes it added already are skipped (MySQL commits DDL at once).
+func TestMigrateRerunsIndexMigration(t *testing.T) {
+	my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
+	ctx := context.Background()
+	// As if 0007 stopped after its first statements: the first index is
+	// there, the others not, and the version is not recorded.
+	for _, q := range []string{
+		`ALTER TABLE courier_sagas DROP KEY courier_sagas_finished`,
+		`ALTER TABLE courier_idempotency_keys DROP KEY courier_idempotency_keys_in_flight`,
+		`DELETE FROM courier_schema_migrations WHERE version = 7`,
+	} {
+		if _, err := my.DB.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	applied, err := mysql.Migrate(ctx, my.DB)
+	if err != nil || len(applied) != 1 || applied[0] != 7 {
+		t.Fatalf("migrate again: %v, %v; want 0007 applied", applied, err)
+	}
+	var n int
+	if err := my.DB.QueryRowContext(ctx, `SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME IN ('courier_sagas_finished', 'courier_idempotency_keys_in_flight', 'courier_sagas_phase')`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("indexes after the rerun: %d, %v; want 3", n, err)
+	}
+}

@@ -54,6 +54,7 @@ func openDB[TTx any](t testing.TB, h opener[TTx], clock store.Clock, migrate boo
 		InTx:         d.InTx,
 		RelayStore:   d.RelayStore,
 		SerialWrites: d.SerialWrites(),
+		Operations:   d.Operations,
 		Inspect:      sqlInspector[TTx]{d},
 	}}}
 	if migrate {

@@ -28,8 +28,9 @@
 // become visible); on the consuming side inbox markers (duplicates,
 // rollbacks, a duplicate waiting for the first delivery's transaction,
 // retention), failed runs, parked deliveries and their replays; the
-// operators' Admin view of both kinds of dead letters; and Idempotency-Key
-// records (claim, completion, release, lock takeover, expiry, 50 concurrent
+// operators' Admin view of both kinds of dead letters; their maintenance
+// view (Operations: status, reconciliation, retention trims, the lock); and
+// Idempotency-Key records (claim, completion, release, lock takeover, expiry, 50 concurrent
 // claims of one key). Every test gets a fresh database from the harness and
 // talks to it for real; nothing is mocked. Each test has a clock of its own
 // (a [memstore.Clock]), which it moves forward instead of sleeping until a
@@ -91,6 +92,7 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"InboxFailures", testInboxFailures[TTx]},
 		{"ParkAndReplay", testParkAndReplay[TTx]},
 		{"AdminDeadLetters", testAdminDeadLetters[TTx]},
+		{"Operations", testOperations[TTx]},
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim[TTx]},
 		{"IdempotencyTakeoverAndExpiry", testIdempotencyExpiry[TTx]},
 		{"IdempotencyConcurrentClaims", testIdempotencyConcurrent[TTx]},
@@ -129,6 +131,11 @@ type RelayHarness[TTx any] struct {
 	// SerialWrites reports that one write transaction runs at a time, as
 	// [store.Database.SerialWrites] does.
 	SerialWrites bool
+	// Operations, when set, returns the operators' maintenance view of the
+	// outbox (store.Operations), whose outbox part (status per topic and
+	// relay, ended leases, retried rows, trims of published copies and dead
+	// letters, the lock) the suite then checks; skipped without.
+	Operations func() store.Operations
 	// Inspect, when set, shows what the store keeps beyond what Claim,
 	// Complete and Stats return (failure records, dead letters, published
 	// rows); the checks that need it are skipped without it.
@@ -208,6 +215,7 @@ func runRelayTests[TTx any](t *testing.T, open func(t testing.TB, clock store.Cl
 		{"LargePayload", testLargePayload[TTx]},
 		{"UnicodeKeys", testUnicodeKeys[TTx]},
 		{"OrderOfUnserialisedWriters", testOrderUnserialised[TTx]},
+		{"OperationsOutbox", testOperationsOutbox[TTx]},
 	}, func(t *testing.T) *relayDB[TTx] {
 		clock := memstore.NewClock()
 		h := open(t, clock.Now)

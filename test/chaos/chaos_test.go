@@ -3,10 +3,11 @@
 // checks that nothing was lost, applied twice or reordered, on each SQL
 // dialect (TestChaos/postgres, /mysql, /sqlite). It does the same to the
 // reference shop's four services (TestShopUnderProcessKills), then audits the
-// shop's databases.
+// shop's databases, and to relays publishing to RabbitMQ, Kafka and a
+// webhook endpoint (the transport runs, below).
 //
 //	go test ./test/chaos                  # the short runs CI does (under a minute each)
-//	go test ./test/chaos -run . -long     # 100,000 messages per dialect and 5,000 orders, minutes of chaos
+//	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport and 5,000 orders, minutes of chaos
 //
 // TestChaos's faults: relays and consumers killed, relays stopped past their
 // lease (by the test, and by themselves in the middle of a claim, see
@@ -22,6 +23,37 @@
 // It needs PostgreSQL (COURIER_TEST_POSTGRES_URL) and MySQL or MariaDB
 // (COURIER_TEST_MYSQL_URL); SQLite runs on files, NATS embedded in a child
 // process it can kill.
+//
+// The transport runs start several relay processes on one outbox, mostly
+// `courier relay --broker-url …` itself (built from this module with the
+// race detector when the tests have it, or the binary COURIER_CHAOS_COURIER
+// names), and an inbox consumer in the test process that reads what
+// reached the broker, in the order the broker delivers it, and applies
+// each message once by its id:
+//
+//   - TestRelayKillsRabbitMQ and TestRelayKillsKafka SIGKILL relays one
+//     after another, some just after a backlog was written at once, while
+//     they publish to RabbitMQ (COURIER_TEST_AMQP_URL; a quorum queue with a
+//     single active consumer) and to Kafka (kfake, franz-go's cluster,
+//     started by the test and reached over its TCP listeners).
+//   - TestRabbitMQRestartMidDrain stops RabbitMQ's application and starts
+//     it again (rabbitmqctl stop_app, start_app; it needs rabbitmqctl on
+//     PATH and always starts the application again) twice while the relays
+//     drain a backlog.
+//   - TestWebhookEndpointFaults puts a webhook endpoint (a webhook.Handler
+//     feeding the inbox) behind a server that for a while answers 503 with
+//     Retry-After, stalls past the sender's timeout, resets connections
+//     (before the handler, and after it applied the message), then
+//     recovers, while relays are SIGKILLed now and then. Its relays are this
+//     test binary's, with a one-second request timeout and circuit breaker;
+//     with -long `courier relay` runs it too, with its defaults (10s
+//     requests, a 30s breaker), and recovers in about a minute.
+//
+// Their relays count 3 failed attempts at most, so an outage counted
+// against the messages would show as dead letters; the checker (check)
+// wants none, nothing lost, nothing applied twice and every key in order.
+// They run on PostgreSQL when COURIER_TEST_POSTGRES_URL is set and on SQLite
+// files otherwise; Kafka's and the webhook's need no service.
 package chaos
 
 import (
@@ -52,7 +84,9 @@ var long = flag.Bool("long", false, "run the long chaos tests: 100,000 messages 
 func TestMain(m *testing.M) {
 	runRole()
 	flag.Parse()
-	os.Exit(testenv.M(m).Run())
+	code := testenv.M(m).Run()
+	removeCourierBinary()
+	os.Exit(code)
 }
 
 // settings of one run.
@@ -72,7 +106,10 @@ func (s settings) String() string {
 // proc is one supervised child process, restarted whenever it dies until
 // the run stops it.
 type proc struct {
-	name    string
+	name string
+	// cmdline is the program and arguments to run; empty: this test
+	// binary, in the role env gives it.
+	cmdline []string
 	env     []string
 	stderr  *os.File // where its log goes; default os.Stderr
 	mu      sync.Mutex
@@ -86,6 +123,9 @@ type proc struct {
 
 func (p *proc) start(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if len(p.cmdline) > 0 {
+		cmd = exec.Command(p.cmdline[0], p.cmdline[1:]...)
+	}
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stderr = os.Stderr
 	if p.stderr != nil {
@@ -243,6 +283,9 @@ type run struct {
 	stream  string
 	token   string              // held by the relay that is stopped (see takeFreezeToken)
 	js      jetstream.JetStream // the test's own view of the stream
+	// delivered is what the consumer received, in order, on a broker
+	// whose log the test does not read back itself (js is nil then).
+	delivered *deliveryLog
 
 	natsProc          *proc
 	relays, consumers []*proc

@@ -69,7 +69,7 @@ func runRole() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	lv := slog.LevelError
-	if role == "shop" {
+	if role == "shop" || role == webhookRelayRole {
 		lv = slog.LevelWarn // its log is kept in a file, shown when the test fails
 	}
 	if os.Getenv(envLogLevel) == "debug" {
@@ -86,6 +86,8 @@ func runRole() {
 		err = runConsumer(ctx, log)
 	case "shop":
 		err = runShopService(ctx, log)
+	case webhookRelayRole:
+		err = runWebhookRelay(ctx, log)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

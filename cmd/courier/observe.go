@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/courier-go/courier/broker/brokerurl"
+	"github.com/courier-go/courier/health"
+	"github.com/courier-go/courier/metrics"
+	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/store"
+)
+
+// observeFlags are the relay's flags for /metrics, /healthz and /readyz.
+type observeFlags struct {
+	MetricsAddr    string        `name:"metrics-addr" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, such as :9464 or 127.0.0.1:9464 (port 0: any free port, logged). Empty: not served." env:"COURIER_METRICS_ADDR"`
+	StatsInterval  time.Duration `name:"stats-interval" help:"Query the outbox for the /metrics gauges and /readyz at most this often, however often they are asked." default:"10s" env:"COURIER_STATS_INTERVAL"`
+	ReadyGrace     time.Duration `name:"ready-grace" help:"How long claims, the broker or recording outcomes may fail before /readyz answers 503." default:"1m" env:"COURIER_READY_GRACE"`
+	ReadyMaxOldest time.Duration `name:"ready-max-oldest" help:"/readyz answers 503 once the oldest pending message has waited longer than this (0: not checked)." default:"0s" env:"COURIER_READY_MAX_OLDEST"`
+}
+
+// check validates the flags.
+func (f observeFlags) check() error {
+	switch {
+	case f.MetricsAddr == "":
+		return nil
+	case f.StatsInterval <= 0:
+		return fmt.Errorf("--stats-interval is %s: use more than 0, such as 10s", f.StatsInterval)
+	case f.ReadyGrace < 0:
+		return fmt.Errorf("--ready-grace is %s: use 0 or more, such as 1m", f.ReadyGrace)
+	case f.ReadyMaxOldest < 0:
+		return fmt.Errorf("--ready-max-oldest is %s: use 0 (not checked) or more, such as 5m", f.ReadyMaxOldest)
+	}
+	if _, _, err := net.SplitHostPort(f.MetricsAddr); err != nil {
+		return fmt.Errorf("--metrics-addr %q is not host:port: use :9464 (every interface) or 127.0.0.1:9464", f.MetricsAddr)
+	}
+	return nil
+}
+
+// observer serves the relay's metrics and health endpoints.
+type observer struct {
+	flags observeFlags
+	col   *metrics.Collector
+	ln    net.Listener
+}
+
+// listen prepares the endpoints when --metrics-addr is set: it listens
+// at once, so a taken port fails before the relay starts, and returns the
+// observer the relay reports to. Without --metrics-addr it returns nil.
+func (f observeFlags) listen(stats store.Admin) (*observer, error) {
+	if f.MetricsAddr == "" {
+		return nil, nil
+	}
+	col, err := metrics.New(metrics.Config{Outbox: metrics.StoreStats(stats), MinInterval: f.StatsInterval})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", f.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w; choose a free port, or 0 for any", err)
+	}
+	return &observer{flags: f, col: col, ln: ln}, nil
+}
+
+// serve serves the endpoints for r, on the database db and the broker b,
+// until the returned function is called.
+func (o *observer) serve(e *env, r *relay.Relay, cfg relay.Config, db store.Database, b *brokerurl.Broker) (stop func(), err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(o.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hcfg := health.Config{
+		Relay:            r,
+		Grace:            o.flags.ReadyGrace,
+		Stall:            o.flags.ReadyGrace + cfg.LeaseDuration + cfg.PollInterval,
+		Database:         db,
+		OldestPendingAge: o.col.OldestPendingAge,
+		MaxOldestPending: o.flags.ReadyMaxOldest,
+		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}
+	if nc := b.NATS(); nc != nil {
+		hcfg.Broker = func(context.Context) error {
+			if s := nc.Status(); s != nats.CONNECTED {
+				return fmt.Errorf("the connection to NATS is %s", s)
+			}
+			return nil
+		}
+	}
+	h, err := health.New(hcfg)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(o.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			e.log.Error("metrics and health endpoints stopped", "error", err)
+		}
+	}()
+	e.log.Info("serving /metrics, /healthz and /readyz", "addr", o.ln.Addr().String(), "checks", h.Names())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}

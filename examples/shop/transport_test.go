@@ -1,0 +1,81 @@
+package shop_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	courieramqp "github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/internal/testenv"
+)
+
+// demoOver runs a small demo over tr, on SQLite files, with every fault and
+// a crash, and fails the test unless every invariant holds.
+func demoOver(t *testing.T, tr shop.Transport) {
+	t.Helper()
+	f := shop.Faults{FailureRate: 0.05, DuplicateRate: 0.1, ReorderRate: 0.1}
+	payment, shipping := f, f
+	payment.DeclineRate, shipping.ShipmentFailureRate = 0.1, 0.05
+	rep, err := shop.RunDemo(context.Background(), shop.DemoConfig{
+		Databases: shop.SQLiteDatabases(t.TempDir()), Transport: tr,
+		Orders: 60, Faults: map[string]shop.Faults{shop.Orders: f, shop.Payment: payment, shop.Inventory: f, shop.Shipping: shipping},
+		Stock:      map[string]int{"mug": 200, "tee": 200, "cap": 200, "poster": 200, "vinyl": 3},
+		ReplayRate: 0.1, Crash: shop.Payment, Timeout: time.Minute, Logger: testLogger(t),
+	})
+	testenv.Must(t, err, "demo over "+tr.String())
+	var out strings.Builder
+	_, err = rep.WriteTo(&out)
+	testenv.Must(t, err, "report")
+	if !rep.OK() || rep.TimedOut {
+		t.Fatalf("demo over %s failed:\n%s", tr, out.String())
+	}
+	for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment ×1", "All 7 invariants hold."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// The shop over Kafka: an in-process kfake cluster, records keyed by
+// order, one consumer group per service.
+func TestDemoOverKafka(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(shop.DefaultPartitions))
+	testenv.Must(t, err, "start kfake")
+	defer c.Close()
+	tr := &shop.KafkaTransport{Brokers: c.ListenAddrs(), TopicPrefix: "shop."}
+	demoOver(t, tr)
+}
+
+// The shop over webhooks: each service serves a signed webhook endpoint on
+// a loopback port and the relays POST to them.
+func TestDemoOverWebhook(t *testing.T) {
+	t.Parallel()
+	tr, err := shop.NewWebhookTransport(shop.WebhookConfig{})
+	testenv.Must(t, err, "webhook transport")
+	defer func() { testenv.Must(t, tr.Close(), "close the webhook transport") }()
+	demoOver(t, tr)
+}
+
+// The shop over RabbitMQ: a quorum queue per service, with a single active
+// consumer.
+func TestDemoOverAMQP(t *testing.T) {
+	t.Parallel()
+	cfg, err := courieramqp.ParseURL(testenv.Need(t, testenv.EnvAMQP))
+	testenv.Must(t, err, "AMQP URL")
+	name := testenv.Name("shop") + "."
+	cfg.RoutingKeyPrefix = name
+	tr := &shop.AMQPTransport{Config: cfg, QueuePrefix: name}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tr.Teardown(ctx); err != nil {
+			t.Logf("tear down: %v", err)
+		}
+	})
+	demoOver(t, tr)
+}

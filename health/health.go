@@ -1,0 +1,267 @@
+// Package health serves the health endpoints of a program that runs
+// Courier: /healthz (the process is alive and serving), /readyz (the
+// database and the broker are reachable, the relay's loop makes progress and
+// the outbox's oldest pending message is young enough) and, when given,
+// /metrics. `courier relay --metrics-addr` serves it; a program that embeds
+// a relay or consumers mounts the same Handler on its own server:
+//
+//	col, _ := metrics.New(metrics.Config{Outbox: metrics.StoreStats(db.Admin())})
+//	reg := prometheus.NewRegistry()
+//	reg.MustRegister(col)
+//	r, _ := relay.New(st, pub, relay.Config{Observer: col.Relay()})
+//	h, _ := health.New(health.Config{
+//		Relay:            r,
+//		Database:         db,
+//		OldestPendingAge: col.OldestPendingAge,
+//		MaxOldestPending: 5 * time.Minute,
+//		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+//	})
+//	go http.ListenAndServe(":9464", h)
+//
+// /readyz answers 200 when every check passes and 503 otherwise, with a JSON
+// body naming each check's verdict and, when there is a relay, its
+// relay.State. The checks run concurrently, bounded by Config.Timeout, on
+// every request: point only your orchestrator's probes and your monitoring
+// at it, not a load balancer polling every few milliseconds. The outbox age
+// is read through metrics.Collector, which queries the database at most once
+// per its MinInterval however often /readyz and /metrics are asked.
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/courier-go/courier/relay"
+)
+
+// Config says what /readyz checks and what else the Handler serves. Every
+// check is optional: a Handler with none is ready while it serves.
+type Config struct {
+	// Relay is the relay whose health /readyz reports (a *relay.Relay):
+	// unhealthy by relay.State.Check(Grace), or stalled when no claim has
+	// succeeded for longer than Stall while it is not pausing for the
+	// broker. Nil: no relay check.
+	Relay interface{ State() relay.State }
+	// Grace is how long the relay's claims, broker or completions may fail
+	// before it is not ready (relay.State.Check). Default DefaultGrace (1m).
+	Grace time.Duration
+	// Stall is the longest a running relay may go without a successful
+	// claim. A relay claims at least every PollInterval while idle, and
+	// while every batch slot is busy at most one LeaseDuration later.
+	// Default Grace plus relay.DefaultLeaseDuration; set it to Grace plus
+	// your relay's LeaseDuration.
+	Stall time.Duration
+	// Database, if set, is pinged: a store.Database (a dialect's
+	// Driver, such as sqlite.NewDriver(db)) and *pgxpool.Pool have Ping.
+	Database interface {
+		Ping(ctx context.Context) error
+	}
+	// Broker, if set, checks the connection to the broker, for example
+	// that a NATS connection's status is CONNECTED. The relay's own view
+	// of the broker (State.BrokerDown) is part of the relay check.
+	Broker func(ctx context.Context) error
+	// OldestPendingAge reads how long the outbox's oldest pending message
+	// has waited: metrics.Collector.OldestPendingAge, which bounds how
+	// often it queries the database. Nil: no outbox check.
+	OldestPendingAge func(ctx context.Context) (time.Duration, error)
+	// MaxOldestPending makes the program not ready once the oldest pending
+	// message has waited longer. 0: the age is not checked, whatever
+	// OldestPendingAge says.
+	MaxOldestPending time.Duration
+	// Checks are further readiness checks, by name.
+	Checks map[string]func(ctx context.Context) error
+	// Timeout bounds the checks of one /readyz request. Default
+	// DefaultTimeout (5s).
+	Timeout time.Duration
+	// Metrics, if set, is served at /metrics:
+	// promhttp.HandlerFor(registry, promhttp.HandlerOpts{}).
+	Metrics http.Handler
+}
+
+// The defaults of Config's zero fields.
+const (
+	DefaultGrace   = time.Minute
+	DefaultTimeout = 5 * time.Second
+)
+
+func (c *Config) setDefaults() {
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.Stall == 0 {
+		c.Stall = c.Grace + relay.DefaultLeaseDuration
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Grace < 0:
+		return fmt.Errorf("health: Config.Grace is %s: use 0 or more", c.Grace)
+	case c.Stall < 0:
+		return fmt.Errorf("health: Config.Stall is %s: use more than 0", c.Stall)
+	case c.Timeout < 0:
+		return fmt.Errorf("health: Config.Timeout is %s: use more than 0", c.Timeout)
+	case c.MaxOldestPending < 0:
+		return fmt.Errorf("health: Config.MaxOldestPending is %s: use 0 (not checked) or more", c.MaxOldestPending)
+	case c.MaxOldestPending > 0 && c.OldestPendingAge == nil:
+		return errors.New("health: Config.MaxOldestPending is set but OldestPendingAge is nil: set it to a metrics.Collector's OldestPendingAge")
+	}
+	for name, f := range c.Checks {
+		if name == "" || f == nil {
+			return fmt.Errorf("health: Config.Checks[%q]: give every check a name and a function", name)
+		}
+	}
+	return nil
+}
+
+// Handler serves /healthz, /readyz and, when configured, /metrics.
+type Handler struct {
+	cfg    Config
+	checks map[string]func(ctx context.Context) error
+	mux    *http.ServeMux
+}
+
+// New returns the Handler of cfg. It fails when the configuration is
+// invalid, naming the field.
+func New(cfg Config) (*Handler, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, checks: map[string]func(context.Context) error{}}
+	for name, f := range cfg.Checks {
+		h.checks[name] = f
+	}
+	if cfg.Database != nil {
+		h.checks["database"] = cfg.Database.Ping
+	}
+	if cfg.Broker != nil {
+		h.checks["broker"] = cfg.Broker
+	}
+	if cfg.Relay != nil {
+		h.checks["relay"] = func(context.Context) error { return h.checkRelay(cfg.Relay.State()) }
+	}
+	if cfg.OldestPendingAge != nil && cfg.MaxOldestPending > 0 {
+		h.checks["outbox"] = h.checkOutbox
+	}
+	h.mux = http.NewServeMux()
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	h.mux.HandleFunc("GET /readyz", h.serveReady)
+	if cfg.Metrics != nil {
+		h.mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Report is the body of a /readyz answer.
+type Report struct {
+	// Ready is true when every check passed.
+	Ready bool `json:"ready"`
+	// Checks holds each check's verdict by name: "ok" or what is wrong.
+	Checks map[string]string `json:"checks"`
+	// Relay is the relay's state when there is a relay.
+	Relay *relay.State `json:"relay,omitempty"`
+}
+
+// Ready runs every check, concurrently, and reports their verdicts. The
+// checks get a context that ends after Config.Timeout, and must return
+// when it does.
+func (h *Handler) Ready(ctx context.Context) Report {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	rep := Report{Ready: true, Checks: make(map[string]string, len(h.checks))}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, f := range h.checks {
+		wg.Go(func() {
+			err := f(ctx)
+			if err != nil && ctx.Err() != nil {
+				err = fmt.Errorf("no answer within %s: %w", h.cfg.Timeout, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				rep.Ready = false
+				rep.Checks[name] = err.Error()
+				return
+			}
+			rep.Checks[name] = "ok"
+		})
+	}
+	wg.Wait()
+	if h.cfg.Relay != nil {
+		s := h.cfg.Relay.State()
+		rep.Relay = &s
+	}
+	return rep
+}
+
+func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
+	rep := h.Ready(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if !rep.Ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(rep)
+}
+
+// checkRelay judges s: relay.State.Check, then progress.
+func (h *Handler) checkRelay(s relay.State) error {
+	if err := s.Check(h.cfg.Grace); err != nil {
+		return err
+	}
+	last := s.LastClaim
+	if last.IsZero() {
+		last = s.Started
+	}
+	if s.PausedUntil.After(last) {
+		last = s.PausedUntil // no claim is due before the pause ends
+	}
+	if idle := s.At.Sub(last); idle > h.cfg.Stall {
+		return fmt.Errorf("%w: no claim has succeeded for %s (more than %s): the relay's loop is stuck or its batches never finish; look at its logs, and restart it",
+			relay.ErrUnhealthy, idle.Round(time.Millisecond), h.cfg.Stall)
+	}
+	return nil
+}
+
+// checkOutbox compares the oldest pending message's age with
+// MaxOldestPending.
+func (h *Handler) checkOutbox(ctx context.Context) error {
+	age, err := h.cfg.OldestPendingAge(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot read the outbox's oldest pending age: %w", err)
+	}
+	if age > h.cfg.MaxOldestPending {
+		return fmt.Errorf("the oldest pending message has waited %s, more than %s: messages are not getting out; check the relays (courier status, courier dlq)",
+			age.Round(time.Millisecond), h.cfg.MaxOldestPending)
+	}
+	return nil
+}
+
+// Names returns the names of the checks /readyz runs, sorted.
+func (h *Handler) Names() []string {
+	names := make([]string, 0, len(h.checks))
+	for n := range h.checks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

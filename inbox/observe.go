@@ -1,0 +1,88 @@
+package inbox
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/internal/msgtrace"
+)
+
+// Observer is told what a Consumer does with its deliveries, for metrics:
+// package metrics implements it with Prometheus. Its methods are called
+// from the consumer's goroutines, concurrently, and must return quickly.
+// Embed NopObserver in an implementation so that methods added to Observer
+// later do nothing until you write them.
+type Observer interface {
+	// Handled is called after each run of the handler through the inbox:
+	// with err nil and res Applied when its effects committed, res
+	// Duplicate when the delivery was skipped because the message had been
+	// applied before, and with the run's error when it failed (it is then
+	// retried or parked). d is how long the run took, its transaction
+	// included. Runs cut short by shutdown are not reported.
+	Handled(consumer string, msg courier.Message, res Result, err error, d time.Duration)
+	// Parked is called when a delivery is parked as a consume-side dead
+	// letter; reason is store.ReasonMalformed or store.ReasonFailed.
+	Parked(consumer, reason string)
+	// Replayed is called when a parked message was applied on an
+	// operator's request (courier dlq replay) and unparked.
+	Replayed(consumer string, msg courier.Message)
+}
+
+// NopObserver does nothing. Embed it in an Observer to implement only the
+// methods you need.
+type NopObserver struct{}
+
+// Handled does nothing.
+func (NopObserver) Handled(string, courier.Message, Result, error, time.Duration) {}
+
+// Parked does nothing.
+func (NopObserver) Parked(string, string) {}
+
+// Replayed does nothing.
+func (NopObserver) Replayed(string, courier.Message) {}
+
+// traced runs msg's handler through the inbox in a process span linked to
+// the trace context the message carries, and reports the run to the
+// Observer. The handler's context holds the span, so messages it writes to
+// an outbox carry it on.
+func (c *Consumer[TTx]) traced(ctx context.Context, d broker.Delivery, msg courier.Message) (Result, error) {
+	subject := d.Raw().Subject
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	if sc := msgtrace.Extract(&msg); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := c.tracer.Start(ctx, "process "+subject, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(
+			msgtrace.System.String(c.system),
+			msgtrace.Destination.String(subject),
+			msgtrace.MessageID.String(msg.ID.String()),
+			msgtrace.OperationType.String("process"),
+			msgtrace.OperationName.String("process"),
+			msgtrace.ConsumerGroup.String(c.ib.consumer),
+			msgtrace.DeliveryAttempt.Int(d.Attempt()),
+		)
+		if corr := msg.Headers[courier.HeaderCorrelationID]; corr != "" {
+			span.SetAttributes(msgtrace.ConversationID.String(corr))
+		}
+	}
+	start := time.Now()
+	res, err := c.ib.Handle(ctx, msg, c.run)
+	took := time.Since(start)
+	if err == nil || ctx.Err() == nil {
+		c.cfg.Observer.Handled(c.ib.consumer, msg, res, err, took)
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	} else {
+		span.SetAttributes(msgtrace.InboxResult.String(res.String()))
+	}
+	span.End()
+	return res, err
+}

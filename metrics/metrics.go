@@ -1,0 +1,401 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/courier-go/courier/store"
+)
+
+// Config tunes a Collector. Zero fields take the defaults given; every
+// source is optional.
+type Config struct {
+	// Outbox is queried for the outbox gauges (pending messages, oldest
+	// pending age, …). Nil: no outbox gauges. StoreStats adapts a store.
+	Outbox OutboxSource
+	// Sagas is queried for the saga gauges. Nil: none. No store answers
+	// it yet: implement it with a query of your own (see SagaSource).
+	Sagas SagaSource
+	// Keys is queried for the idempotency-key gauge. Nil: none. No store
+	// answers it yet (see KeySource).
+	Keys KeySource
+	// MinInterval is the shortest time between two queries of the sources:
+	// a scrape within MinInterval of the last query is answered from its
+	// results, however many scrapers there are and however often they
+	// come. Default DefaultMinInterval (10s).
+	MinInterval time.Duration
+	// QueryTimeout bounds the queries of one refresh. Default
+	// DefaultQueryTimeout (5s).
+	QueryTimeout time.Duration
+}
+
+// The defaults of Config's zero fields.
+const (
+	DefaultMinInterval  = 10 * time.Second
+	DefaultQueryTimeout = 5 * time.Second
+)
+
+func (c *Config) setDefaults() {
+	if c.MinInterval == 0 {
+		c.MinInterval = DefaultMinInterval
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = DefaultQueryTimeout
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.MinInterval < 0:
+		return fmt.Errorf("metrics: Config.MinInterval is %s: use 0 for the default (%s) or more", c.MinInterval, DefaultMinInterval)
+	case c.QueryTimeout < 0:
+		return fmt.Errorf("metrics: Config.QueryTimeout is %s: use 0 for the default (%s) or more", c.QueryTimeout, DefaultQueryTimeout)
+	}
+	return nil
+}
+
+// OutboxSource answers the query behind the outbox gauges. Each TopicStats
+// becomes one series per gauge, labelled with its topic.
+type OutboxSource interface {
+	// OutboxStats reports the outbox, per topic or as one total with
+	// Topic "".
+	OutboxStats(ctx context.Context) ([]TopicStats, error)
+}
+
+// TopicStats is the outbox's state for one topic, or for all of them when
+// Topic is "".
+type TopicStats struct {
+	// Topic is the messages' topic; "" for the totals of every topic.
+	Topic string
+	// Pending counts unpublished messages, leased and backing off
+	// included.
+	Pending int64
+	// Leased counts pending messages a relay holds right now.
+	Leased int64
+	// InBackoff counts pending messages waiting for a retry.
+	InBackoff int64
+	// DeadLetters counts messages parked as dead letters.
+	DeadLetters int64
+	// OldestPendingAge is how long the oldest pending message has waited,
+	// 0 when none is pending.
+	OldestPendingAge time.Duration
+}
+
+// StatsReader is what StoreStats needs: store.Admin and store.RelayStore
+// both have it.
+type StatsReader interface {
+	Stats(ctx context.Context) (store.Stats, error)
+}
+
+// StoreStats adapts a store's Stats (store.Admin, store.RelayStore) to an
+// OutboxSource: one TopicStats with Topic "", the totals of every topic.
+// The series then carry the label topic="". A store that breaks its stats
+// down by topic plugs in as an OutboxSource of its own, one TopicStats per
+// topic, without changing the metrics' names.
+func StoreStats(s StatsReader) OutboxSource { return storeStats{s} }
+
+type storeStats struct{ s StatsReader }
+
+func (s storeStats) OutboxStats(ctx context.Context) ([]TopicStats, error) {
+	st, err := s.s.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return []TopicStats{{
+		Pending: st.Pending, Leased: st.Leased, InBackoff: st.InBackoff, DeadLetters: st.DeadLetters,
+		OldestPendingAge: st.OldestPendingAge(),
+	}}, nil
+}
+
+// SagaSource answers the query behind the saga gauges. No store implements
+// it yet; a program can, with one query over its saga table, for example
+// on PostgreSQL:
+//
+//	SELECT saga_type, state, count(*),
+//	       count(*) FILTER (WHERE deadline <= now() AND phase IN ('running', 'compensating'))
+//	FROM courier_sagas GROUP BY saga_type, state
+//
+// (check the column names against your schema version).
+type SagaSource interface {
+	// SagaStats reports the saga instances by type and state.
+	SagaStats(ctx context.Context) ([]SagaStats, error)
+}
+
+// SagaStats counts the instances of one saga type in one state.
+type SagaStats struct {
+	// Type is the saga's type (saga.Definition's Type).
+	Type string
+	// State is the instances' state.
+	State string
+	// Instances counts them.
+	Instances int64
+	// Overdue counts those not finished whose deadline has passed: the
+	// saga's timeout handling has not caught up with them.
+	Overdue int64
+}
+
+// KeySource answers the query behind the idempotency-key gauge. No store
+// implements it yet; a program can, with one query counting the in-flight
+// records of courier_idempotency_keys (see KeyStats.Scope on grouping
+// them).
+type KeySource interface {
+	// KeysInFlight reports the idempotency keys whose request is still
+	// being processed, by scope.
+	KeysInFlight(ctx context.Context) ([]KeyStats, error)
+}
+
+// KeyStats counts the in-flight idempotency keys of one scope.
+type KeyStats struct {
+	// Scope labels the series. Return few of them: usually one total
+	// with Scope "", or one per endpoint. An idempotency.Config Scope per
+	// user would make a series per user.
+	Scope string
+	// InFlight counts the scope's keys whose request has not finished.
+	InFlight int64
+}
+
+// Collector is a prometheus.Collector of Courier's metrics. Register it in
+// a registry of your own; it registers nothing by itself. Hand
+// Collector.Relay to relay.Config.Observer and Collector.Consumer to
+// inbox.ConsumerConfig.Observer to fill the relay and consumer metrics; the
+// gauges of the configured sources are queried at most once per
+// MinInterval. A Collector may serve any number of relays and consumers:
+// their counts add up.
+type Collector struct {
+	cfg Config
+	now func() time.Time
+
+	// relay
+	claimedBatches, claimedMessages, published, retried, dead, leaseLost prometheus.Counter
+	publishErrors                                                        *prometheus.CounterVec
+	publishDuration, publishLatency                                      prometheus.Histogram
+	// consumer
+	processed, duplicates, failed, replayed *prometheus.CounterVec
+	parked                                  *prometheus.CounterVec
+	handlerDuration                         *prometheus.HistogramVec
+	// queries
+	queries, queryErrors *prometheus.CounterVec
+	lastSuccess          *prometheus.GaugeVec
+
+	descs struct {
+		pending, leased, backoff, deadLetters, oldest *prometheus.Desc
+		sagas, overdue, keys                          *prometheus.Desc
+	}
+
+	mu       sync.Mutex // held while querying: scrapes queue behind one query
+	queried  time.Time  // the last query's start; zero before the first
+	snapshot snapshot
+}
+
+// snapshot is the result of the last queries.
+type snapshot struct {
+	outbox    []TopicStats
+	outboxErr error
+	sagas     []SagaStats
+	keys      []KeyStats
+}
+
+// Buckets of the histograms, in seconds.
+var (
+	publishBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900}
+	handlerBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+)
+
+// New returns a Collector. It fails when the configuration is invalid,
+// naming the field.
+func New(cfg Config) (*Collector, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Collector{cfg: cfg, now: time.Now}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	c.claimedBatches = counter("courier_relay_claimed_batches_total", "Batches the relay claimed (claims that leased at least one message).")
+	c.claimedMessages = counter("courier_relay_claimed_messages_total", "Messages the relay claimed.")
+	c.published = counter("courier_relay_published_messages_total", "Messages the broker acknowledged and the relay marked published.")
+	c.retried = counter("courier_relay_retried_messages_total", "Failed publishes scheduled for another attempt.")
+	c.dead = counter("courier_relay_dead_lettered_messages_total", "Messages parked as dead letters after their last attempt, or at once when the broker rejected them for good.")
+	c.leaseLost = counter("courier_relay_lease_losses_total", "Batches whose outcome could not be recorded before their lease ended; their published messages are published again.")
+	c.publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "courier_relay_publish_errors_total",
+		Help: "Messages the broker did not acknowledge, by kind: unavailable (the broker's fault, not counted against the message), rejected (refused for good) or refused (counted, retried).",
+	}, []string{"kind"})
+	c.publishDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "courier_relay_publish_duration_seconds",
+		Help:    "Time one call to the broker took, from sending a round of messages to the last acknowledgement.",
+		Buckets: publishBuckets,
+	})
+	c.publishLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "courier_relay_publish_latency_seconds",
+		Help:    "Time from a message's OccurredAt (set when it is built, just before its transaction commits) to the broker's acknowledgement.",
+		Buckets: latencyBuckets,
+	})
+	byConsumer := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"consumer"})
+	}
+	c.processed = byConsumer("courier_consumer_processed_messages_total", "Messages whose handler's effects committed with their inbox marker.")
+	c.duplicates = byConsumer("courier_consumer_duplicate_messages_total", "Deliveries skipped because the message had been applied before.")
+	c.failed = byConsumer("courier_consumer_failed_runs_total", "Handler runs that failed (their transaction rolled back); the message is retried or parked.")
+	c.replayed = byConsumer("courier_consumer_replayed_messages_total", "Parked messages applied on an operator's request (courier dlq replay) and unparked.")
+	c.parked = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "courier_consumer_parked_messages_total",
+		Help: "Deliveries parked as consume-side dead letters, by reason (malformed, failed).",
+	}, []string{"consumer", "reason"})
+	c.handlerDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "courier_consumer_handler_duration_seconds",
+		Help:    "Time one handler run took through the inbox, its transaction included, whatever its outcome.",
+		Buckets: handlerBuckets,
+	}, []string{"consumer"})
+	c.queries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "courier_stats_queries_total",
+		Help: "Queries behind the gauges, by source (outbox, sagas, idempotency); at most one per source per MinInterval.",
+	}, []string{"source"})
+	c.queryErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "courier_stats_query_errors_total",
+		Help: "Queries behind the gauges that failed, by source; the gauges keep the last values read.",
+	}, []string{"source"})
+	c.lastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "courier_stats_last_success_timestamp_seconds",
+		Help: "When the gauges of a source were last read successfully, in seconds since the Unix epoch.",
+	}, []string{"source"})
+
+	topic := []string{"topic"}
+	c.descs.pending = prometheus.NewDesc("courier_outbox_pending_messages", "Unpublished messages in the outbox, leased and backing off included; topic=\"\" is every topic.", topic, nil)
+	c.descs.leased = prometheus.NewDesc("courier_outbox_leased_messages", "Pending messages a relay holds right now.", topic, nil)
+	c.descs.backoff = prometheus.NewDesc("courier_outbox_backoff_messages", "Pending messages waiting for a retry after a failed publish.", topic, nil)
+	c.descs.deadLetters = prometheus.NewDesc("courier_outbox_dead_letter_messages", "Messages parked as dead letters (courier dlq).", topic, nil)
+	c.descs.oldest = prometheus.NewDesc("courier_outbox_oldest_pending_age_seconds", "How long the oldest pending message has waited; 0 when none is pending.", topic, nil)
+	c.descs.sagas = prometheus.NewDesc("courier_saga_instances", "Saga instances by type and state.", []string{"type", "state"}, nil)
+	c.descs.overdue = prometheus.NewDesc("courier_saga_overdue_instances", "Saga instances not finished whose deadline has passed, by type and state.", []string{"type", "state"}, nil)
+	c.descs.keys = prometheus.NewDesc("courier_idempotency_keys_in_flight", "Idempotency keys whose request is still being processed, by scope.", []string{"scope"}, nil)
+	return c, nil
+}
+
+// collectors are the Collector's own metrics, filled by observers.
+func (c *Collector) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		c.claimedBatches, c.claimedMessages, c.published, c.retried, c.dead, c.leaseLost, c.publishErrors,
+		c.publishDuration, c.publishLatency,
+		c.processed, c.duplicates, c.failed, c.replayed, c.parked, c.handlerDuration,
+		c.queries, c.queryErrors, c.lastSuccess,
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.collectors() {
+		m.Describe(ch)
+	}
+	if c.cfg.Outbox != nil {
+		for _, d := range []*prometheus.Desc{c.descs.pending, c.descs.leased, c.descs.backoff, c.descs.deadLetters, c.descs.oldest} {
+			ch <- d
+		}
+	}
+	if c.cfg.Sagas != nil {
+		ch <- c.descs.sagas
+		ch <- c.descs.overdue
+	}
+	if c.cfg.Keys != nil {
+		ch <- c.descs.keys
+	}
+}
+
+// Collect implements prometheus.Collector. It queries the sources when the
+// last query is MinInterval old or more, and otherwise reports the values
+// that query read.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.refresh(context.Background())
+	for _, t := range s.outbox {
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, t.Topic)
+		}
+		gauge(c.descs.pending, float64(t.Pending))
+		gauge(c.descs.leased, float64(t.Leased))
+		gauge(c.descs.backoff, float64(t.InBackoff))
+		gauge(c.descs.deadLetters, float64(t.DeadLetters))
+		gauge(c.descs.oldest, t.OldestPendingAge.Seconds())
+	}
+	for _, g := range s.sagas {
+		ch <- prometheus.MustNewConstMetric(c.descs.sagas, prometheus.GaugeValue, float64(g.Instances), g.Type, g.State)
+		ch <- prometheus.MustNewConstMetric(c.descs.overdue, prometheus.GaugeValue, float64(g.Overdue), g.Type, g.State)
+	}
+	for _, k := range s.keys {
+		ch <- prometheus.MustNewConstMetric(c.descs.keys, prometheus.GaugeValue, float64(k.InFlight), k.Scope)
+	}
+	for _, m := range c.collectors() {
+		m.Collect(ch)
+	}
+}
+
+// OldestPendingAge returns the largest oldest-pending age the outbox source
+// reported, read as the gauges are (at most one query per MinInterval), for
+// a readiness check. It fails when the Collector has no outbox source, or
+// when the last query failed.
+func (c *Collector) OldestPendingAge(ctx context.Context) (time.Duration, error) {
+	if c.cfg.Outbox == nil {
+		return 0, errors.New("metrics: the Collector has no Config.Outbox to read the oldest pending age from")
+	}
+	s := c.refresh(ctx)
+	if s.outboxErr != nil {
+		return 0, s.outboxErr
+	}
+	var oldest time.Duration
+	for _, t := range s.outbox {
+		oldest = max(oldest, t.OldestPendingAge)
+	}
+	return oldest, nil
+}
+
+// refresh queries the sources unless the last query is younger than
+// MinInterval, and returns the latest results. Callers that come while a
+// query runs wait for it and share its results. A failed query keeps the
+// values of the last successful one.
+func (c *Collector) refresh(ctx context.Context) snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if !c.queried.IsZero() && now.Sub(c.queried) < c.cfg.MinInterval {
+		return c.snapshot
+	}
+	c.queried = now
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.QueryTimeout)
+	defer cancel()
+	s := &c.snapshot
+	if c.cfg.Outbox != nil {
+		v, err := c.cfg.Outbox.OutboxStats(ctx)
+		if c.note("outbox", err) {
+			s.outbox = v
+		}
+		s.outboxErr = err
+	}
+	if c.cfg.Sagas != nil {
+		if v, err := c.cfg.Sagas.SagaStats(ctx); c.note("sagas", err) {
+			s.sagas = v
+		}
+	}
+	if c.cfg.Keys != nil {
+		if v, err := c.cfg.Keys.KeysInFlight(ctx); c.note("idempotency", err) {
+			s.keys = v
+		}
+	}
+	return *s
+}
+
+// note counts a query of source and reports whether it succeeded.
+func (c *Collector) note(source string, err error) bool {
+	c.queries.WithLabelValues(source).Inc()
+	if err != nil {
+		c.queryErrors.WithLabelValues(source).Inc()
+		return false
+	}
+	c.lastSuccess.WithLabelValues(source).Set(float64(c.now().UnixNano()) / 1e9)
+	return true
+}

@@ -1,0 +1,208 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/courier-go/courier/store"
+)
+
+// Operations returns the operators' maintenance view of s (see
+// [store.Operations]). s holds an outbox only: the consumers', sagas' and
+// keys' parts of its Status are empty, Reconcile finds no sagas nor keys,
+// ReleaseKey releases nothing, and Trim deletes from the published copies
+// and the dead letters only (other tables hold nothing to delete). TryLock
+// is a lock of the process.
+func (s *Store) Operations() store.Operations { return memOps{s} }
+
+type memOps struct{ s *Store }
+
+var _ store.Operations = memOps{}
+
+// Status implements store.Operations.
+func (o memOps) Status(ctx context.Context) (store.Status, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Status{}, fmt.Errorf("memstore: status: %w", err)
+	}
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UTC()
+	st := store.Status{Now: now, Outbox: store.Stats{Now: now}, Published: store.Count{N: int64(len(s.published))}}
+	topics := map[string]*store.TopicStatus{}
+	topic := func(name string) *store.TopicStatus {
+		if topics[name] == nil {
+			topics[name] = &store.TopicStatus{Topic: name}
+		}
+		return topics[name]
+	}
+	bySeq := map[int64]*row{}
+	for _, r := range s.rows {
+		bySeq[r.rec.Seq] = r
+		t := topic(r.rec.Message.Topic)
+		t.Pending++
+		if r.retryAt.After(now) {
+			t.InBackoff++
+		}
+		if t.OldestPending.IsZero() || r.createdAt.Before(t.OldestPending) {
+			t.OldestPending = r.createdAt.UTC()
+		}
+	}
+	relays := map[string]*store.RelayStatus{}
+	for _, l := range s.leases {
+		r := relays[l.owner]
+		if r == nil {
+			r = &store.RelayStatus{Owner: l.owner}
+			relays[l.owner] = r
+		}
+		r.Leases++
+		r.Rows += int64(len(l.seqs))
+		if !l.until.After(now) {
+			r.Expired++
+		} else {
+			for _, seq := range l.seqs {
+				if row := bySeq[seq]; row != nil {
+					topic(row.rec.Message.Topic).Leased++
+				}
+			}
+		}
+		if l.until.After(r.Until) {
+			r.Until = l.until.UTC()
+		}
+	}
+	for _, d := range s.dead {
+		topic(d.Topic).DeadLetters++
+	}
+	for _, t := range topics {
+		st.Topics = append(st.Topics, *t)
+		st.Outbox.Pending += t.Pending
+		st.Outbox.Leased += t.Leased
+		st.Outbox.InBackoff += t.InBackoff
+		st.Outbox.DeadLetters += t.DeadLetters
+		if !t.OldestPending.IsZero() && (st.Outbox.OldestPending.IsZero() || t.OldestPending.Before(st.Outbox.OldestPending)) {
+			st.Outbox.OldestPending = t.OldestPending
+		}
+	}
+	slices.SortFunc(st.Topics, func(a, b store.TopicStatus) int { return cmp.Compare(a.Topic, b.Topic) })
+	for _, r := range relays {
+		st.Relays = append(st.Relays, *r)
+	}
+	slices.SortFunc(st.Relays, func(a, b store.RelayStatus) int { return cmp.Compare(a.Owner, b.Owner) })
+	if len(s.published) > 0 {
+		st.OldestPublished = s.published[0].PublishedAt
+	}
+	return st, nil
+}
+
+// Reconcile implements store.Operations.
+func (o memOps) Reconcile(ctx context.Context, opts store.ReconcileOptions) (store.Reconciliation, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Reconciliation{}, fmt.Errorf("memstore: reconcile: %w", err)
+	}
+	if opts.Limit <= 0 {
+		opts.Limit = 1000
+	}
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UTC()
+	r := store.Reconciliation{Now: now}
+	for id, l := range s.leases {
+		if !l.until.After(now.Add(-opts.LeaseGrace)) {
+			r.ExpiredLeases = append(r.ExpiredLeases, store.Lease{ID: id, Owner: l.owner, Rows: int64(len(l.seqs)), Until: l.until.UTC()})
+		}
+	}
+	slices.SortFunc(r.ExpiredLeases, func(a, b store.Lease) int { return cmp.Or(a.Until.Compare(b.Until), cmp.Compare(a.ID, b.ID)) })
+	r.ExpiredLeases = r.ExpiredLeases[:min(len(r.ExpiredLeases), opts.Limit)]
+	if opts.RetryAttempts > 0 || opts.RetryAge > 0 {
+		for _, row := range s.rows {
+			if row.retryAt.IsZero() || len(r.RetriedRows) == opts.Limit {
+				continue
+			}
+			if (opts.RetryAttempts > 0 && row.rec.Attempts >= opts.RetryAttempts) ||
+				(opts.RetryAge > 0 && !row.createdAt.After(now.Add(-opts.RetryAge))) {
+				m := row.rec.Message
+				r.RetriedRows = append(r.RetriedRows, store.RetriedRow{Seq: row.rec.Seq, MessageID: m.ID.String(), Topic: m.Topic,
+					Key: m.Key, Attempts: row.rec.Attempts, LastError: row.lastError, CreatedAt: row.createdAt.UTC(), RetryAt: row.retryAt.UTC()})
+			}
+		}
+	}
+	return r, nil
+}
+
+// ReleaseLease implements store.Operations.
+func (o memOps) ReleaseLease(ctx context.Context, id int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("memstore: release lease: %w", err)
+	}
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.leases[id]
+	if !ok || l.until.After(s.now()) {
+		return false, nil
+	}
+	delete(s.leases, id)
+	return true, nil
+}
+
+// ReleaseKey implements store.Operations: there are no keys.
+func (memOps) ReleaseKey(context.Context, string, string) (bool, error) { return false, nil }
+
+// Trim implements store.Operations.
+func (o memOps) Trim(ctx context.Context, t store.Trim) (store.Trimmed, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Trimmed{}, fmt.Errorf("memstore: trim: %w", err)
+	}
+	if !slices.Contains(store.Tables, t.Table) {
+		return store.Trimmed{}, fmt.Errorf("memstore: trim %q: %w", t.Table, store.ErrUnknownTable)
+	}
+	if t.Limit <= 0 {
+		t.Limit = 1000
+	}
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	switch t.Table {
+	case store.TablePublished:
+		s.published = slices.DeleteFunc(s.published, func(r Row) bool {
+			if n < t.Limit && r.PublishedAt.Before(t.Before) {
+				n++
+				return true
+			}
+			return false
+		})
+	case store.TableDeadLetters:
+		s.dead = slices.DeleteFunc(s.dead, func(d store.DeadLetter) bool {
+			if n < t.Limit && d.DeadAt.Before(t.Before) {
+				n++
+				return true
+			}
+			return false
+		})
+	}
+	return store.Trimmed{Deleted: int64(n)}, nil
+}
+
+// TryLock implements store.Operations with a lock of the Store per name.
+func (o memOps) TryLock(_ context.Context, name string) (func(), bool, error) {
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.locks[name] {
+		return nil, false, nil
+	}
+	if s.locks == nil {
+		s.locks = map[string]bool{}
+	}
+	s.locks[name] = true
+	return sync.OnceFunc(func() {
+		s.mu.Lock()
+		delete(s.locks, name)
+		s.mu.Unlock()
+	}), true, nil
+}

@@ -1,0 +1,333 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Operations is what operators' tools need to watch and maintain a
+// database: a status snapshot of everything Courier keeps ([Status]), the
+// search for what is stuck and its repair ([Reconciliation]), retention
+// deletes in small batches ([Trim]) and a lock that keeps one maintenance
+// job running at a time. `courier status`, `courier reconcile`, `courier
+// cleanup` and package store/cleanup are built on it; metrics and health
+// endpoints read the same Status.
+//
+// Every read is bounded: the outbox and the lease, dead-letter, parked and
+// failure tables are small by design (they hold pending work or trouble)
+// and are read whole; the tables that grow with traffic (published copies,
+// inbox markers, idempotency keys, finished sagas) are counted up to
+// [CountLimit] rows and estimated from the database's statistics beyond
+// that (Count.Estimated), and never scanned in full. docs/operations.md
+// lists each query and the index it uses.
+//
+// Times are compared with the store's clock (see [Clock]): the database's
+// own unless the driver was given one.
+type Operations interface {
+	// Status reports the state of the outbox, the relays' leases, both
+	// kinds of dead letters, the consumers, the sagas and the
+	// idempotency keys.
+	Status(ctx context.Context) (Status, error)
+	// Reconcile finds what is stuck, as o defines it: leases past their
+	// end, rows retried for long, sagas past their deadline, idempotency
+	// keys in flight past their lock. Each list holds at most o.Limit
+	// entries, oldest first.
+	Reconcile(ctx context.Context, o ReconcileOptions) (Reconciliation, error)
+	// ReleaseLease deletes lease id if it has ended (its rows are then
+	// claimable, which they already were for a claim) and reports whether
+	// it did; a lease that was completed meanwhile, or is live, stays.
+	ReleaseLease(ctx context.Context, id int64) (bool, error)
+	// ReleaseKey deletes the idempotency key record (scope, key) if it is
+	// still in flight and its lock has expired, so that the client's retry
+	// starts afresh at once, and reports whether it did; a record completed
+	// or taken over meanwhile stays.
+	ReleaseKey(ctx context.Context, scope, key string) (bool, error)
+	// Trim deletes one batch of old rows, as t says, in a short transaction
+	// of its own, and returns how many it deleted and where the next batch
+	// may start. Call it until it deletes fewer than t.Limit rows.
+	Trim(ctx context.Context, t Trim) (Trimmed, error)
+	// TryLock takes the database-wide maintenance lock name without
+	// waiting: a PostgreSQL advisory lock or a MySQL GET_LOCK, held on a
+	// connection of its own until release is called. ok is false when
+	// another process holds it. SQLite runs one writer at a time, and its
+	// TryLock always succeeds: two cleanups then interleave their batches,
+	// which is harmless.
+	TryLock(ctx context.Context, name string) (release func(), ok bool, err error)
+}
+
+// CountLimit is how many rows a Status count reads at most. A table the
+// database estimates (PostgreSQL's pg_class.reltuples, MySQL's
+// information_schema.TABLES) to hold more is not read at all: the estimate
+// is the count. When the estimate is missing or too low and there are more
+// rows than this, the count is CountLimit, a lower bound.
+const CountLimit = 100_000
+
+// Count is the number of rows of a table that grows with traffic.
+type Count struct {
+	// N is the count.
+	N int64 `json:"n"`
+	// Estimated is true when N exceeds CountLimit: it comes from the
+	// database's statistics, or is CountLimit, a lower bound.
+	Estimated bool `json:"estimated,omitempty"`
+}
+
+// Status is a snapshot of everything Courier keeps in a database.
+type Status struct {
+	// Now is the store's clock when the snapshot was taken.
+	Now time.Time `json:"now"`
+	// Outbox is the outbox as a whole, as Stats reports it.
+	Outbox Stats `json:"outbox"`
+	// Topics are the outbox and its dead letters per topic, by topic.
+	Topics []TopicStatus `json:"topics"`
+	// Relays are the owners of the leases in the lease table, live or
+	// ended, by owner.
+	Relays []RelayStatus `json:"relays"`
+	// Published counts the copies of published rows
+	// (RelayConfig.KeepPublished); OldestPublished is when the oldest of
+	// them was published, zero when unknown (PostgreSQL: its index on
+	// published_at is a BRIN index, which cannot say) or when there is
+	// none.
+	Published       Count     `json:"published"`
+	OldestPublished time.Time `json:"oldest_published,omitzero"`
+	// Consumers are the consumers with parked deliveries or recorded
+	// failures, by name.
+	Consumers []ConsumerStatus `json:"consumers"`
+	// InboxMarkers counts the dedup markers of all consumers.
+	InboxMarkers Count `json:"inbox_markers"`
+	// Sagas are the saga instances by type, phase and state.
+	Sagas []SagaCount `json:"sagas"`
+	// OverdueSagas are, per saga type, the unfinished instances whose
+	// deadline has passed.
+	OverdueSagas []OverdueSagas `json:"overdue_sagas"`
+	// Keys are the Idempotency-Key records.
+	Keys KeyStatus `json:"idempotency_keys"`
+}
+
+// TopicStatus is one topic's outbox rows and dead letters.
+type TopicStatus struct {
+	Topic string `json:"topic"`
+	// Pending counts unpublished rows, leased and in backoff included.
+	Pending int64 `json:"pending"`
+	// Leased counts pending rows leased to a relay.
+	Leased int64 `json:"leased"`
+	// InBackoff counts pending rows waiting for a retry.
+	InBackoff int64 `json:"in_backoff"`
+	// OldestPending is when the oldest pending row was written; zero when
+	// none is pending.
+	OldestPending time.Time `json:"oldest_pending,omitzero"`
+	// DeadLetters counts relay-side dead letters.
+	DeadLetters int64 `json:"dead_letters"`
+}
+
+// OldestPendingAge is how long the topic's oldest pending row has waited
+// at now, or 0.
+func (t TopicStatus) OldestPendingAge(now time.Time) time.Duration {
+	if t.OldestPending.IsZero() {
+		return 0
+	}
+	return now.Sub(t.OldestPending)
+}
+
+// RelayStatus is one lease owner (a relay instance) and its leases.
+type RelayStatus struct {
+	Owner string `json:"owner"`
+	// Leases counts its leases; Rows the rows they hold.
+	Leases int64 `json:"leases"`
+	Rows   int64 `json:"rows"`
+	// Expired counts its leases that have ended without being completed: a
+	// relay that stopped or froze in the middle of a batch.
+	Expired int64 `json:"expired"`
+	// Until is when its latest lease ends.
+	Until time.Time `json:"until"`
+}
+
+// ConsumerStatus is one consumer's trouble: parked deliveries and failed
+// runs of its handler.
+type ConsumerStatus struct {
+	Consumer string `json:"consumer"`
+	// Parked counts consume-side dead letters; ReplayRequested those an
+	// operator asked to replay; OldestParked when the oldest was parked.
+	Parked          int64     `json:"parked"`
+	ReplayRequested int64     `json:"replay_requested"`
+	OldestParked    time.Time `json:"oldest_parked,omitzero"`
+	// FailingMessages counts messages with recorded failed runs (retried,
+	// not yet applied nor parked); Failures counts the runs.
+	FailingMessages int64     `json:"failing_messages"`
+	Failures        int64     `json:"failures"`
+	OldestFailure   time.Time `json:"oldest_failure,omitzero"`
+}
+
+// SagaCount is how many saga instances of a type are in a phase and state.
+type SagaCount struct {
+	Type  string `json:"type"`
+	Phase string `json:"phase"`
+	// State is the instance's state; empty for finished instances, which
+	// are counted per phase only.
+	State string `json:"state,omitempty"`
+	Count int64  `json:"count"`
+	// Estimated is true when finished instances were counted up to
+	// CountLimit only.
+	Estimated bool `json:"estimated,omitempty"`
+}
+
+// OverdueSagas are a saga type's unfinished instances past their deadline.
+type OverdueSagas struct {
+	Type  string `json:"type"`
+	Count int64  `json:"count"`
+	// OldestDeadline is the earliest deadline among them.
+	OldestDeadline time.Time `json:"oldest_deadline"`
+}
+
+// KeyStatus counts Idempotency-Key records.
+type KeyStatus struct {
+	// InFlight counts records whose request has not completed;
+	// LockExpired those of them whose lock has expired (their request
+	// died; the next retry takes the key over).
+	InFlight    int64 `json:"in_flight"`
+	LockExpired int64 `json:"lock_expired"`
+	// Completed counts records holding a response.
+	Completed Count `json:"completed"`
+}
+
+// ReconcileOptions say what counts as stuck. The zero value finds every
+// ended lease, every in-flight key whose lock has expired and every saga
+// past its deadline, but no retried rows.
+type ReconcileOptions struct {
+	// LeaseGrace is how long a lease must have ended to count. Default 0.
+	LeaseGrace time.Duration
+	// RetryAttempts: a row waiting for a retry counts once its attempts
+	// reach it. 0: attempts do not matter.
+	RetryAttempts int
+	// RetryAge: a row waiting for a retry counts once it is older than
+	// this. 0: age does not matter. With neither set no row counts.
+	RetryAge time.Duration
+	// SagaGrace is how long a saga's deadline must have passed to count.
+	// Default 0.
+	SagaGrace time.Duration
+	// KeyGrace is how long an in-flight key's lock must have expired to
+	// count. Default 0.
+	KeyGrace time.Duration
+	// Limit caps each list; default 1,000.
+	Limit int
+}
+
+// Reconciliation is what Reconcile found stuck.
+type Reconciliation struct {
+	// Now is the store's clock when it looked.
+	Now time.Time `json:"now"`
+	// ExpiredLeases are leases past their end: their owner stopped or froze
+	// before completing the batch. Claims ignore them already; ReleaseLease
+	// deletes them.
+	ExpiredLeases []Lease `json:"expired_leases"`
+	// RetriedRows are pending rows that have failed for long: the broker
+	// keeps rejecting them, and each holds its key's later rows back.
+	RetriedRows []RetriedRow `json:"retried_rows"`
+	// OverdueSagas are unfinished sagas past their deadline: no runner of
+	// their type (saga.Orchestrator.Run) has fired it.
+	OverdueSagas []OverdueSaga `json:"overdue_sagas"`
+	// StaleKeys are idempotency keys left in flight past their lock: their
+	// request died before completing. ReleaseKey deletes them.
+	StaleKeys []StaleKey `json:"stale_keys"`
+}
+
+// Empty reports whether nothing was found.
+func (r Reconciliation) Empty() bool {
+	return len(r.ExpiredLeases)+len(r.RetriedRows)+len(r.OverdueSagas)+len(r.StaleKeys) == 0
+}
+
+// Lease is a relay's claim on a batch of rows.
+type Lease struct {
+	ID        int64     `json:"id"`
+	Owner     string    `json:"owner"`
+	Rows      int64     `json:"rows"`
+	CreatedAt time.Time `json:"created_at"`
+	Until     time.Time `json:"until"`
+}
+
+// RetriedRow is a pending outbox row that failed and waits for a retry.
+type RetriedRow struct {
+	Seq       int64     `json:"seq"`
+	MessageID string    `json:"message_id"`
+	Topic     string    `json:"topic"`
+	Key       string    `json:"key"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"last_error"`
+	CreatedAt time.Time `json:"created_at"`
+	RetryAt   time.Time `json:"retry_at"`
+}
+
+// OverdueSaga is an unfinished saga instance past its deadline.
+type OverdueSaga struct {
+	Type     string    `json:"type"`
+	ID       string    `json:"id"`
+	State    string    `json:"state"`
+	Phase    string    `json:"phase"`
+	Attempts int       `json:"attempts"`
+	Deadline time.Time `json:"deadline"`
+}
+
+// StaleKey is an Idempotency-Key record in flight past its lock.
+type StaleKey struct {
+	Scope       string    `json:"scope"`
+	Key         string    `json:"key"`
+	CreatedAt   time.Time `json:"created_at"`
+	LockedUntil time.Time `json:"locked_until"`
+}
+
+// Table names what Trim deletes from.
+type Table string
+
+// The tables Trim keeps short, and the time each is trimmed by.
+const (
+	// TablePublished: copies of published rows, by published_at.
+	TablePublished Table = "published"
+	// TableInboxMarkers: consumers' dedup markers, by processed_at.
+	TableInboxMarkers Table = "inbox_markers"
+	// TableInboxFailures: failed runs left behind (the message was neither
+	// applied nor parked), by failed_at.
+	TableInboxFailures Table = "inbox_failures"
+	// TableKeys: Idempotency-Key records, by expires_at (the retention the
+	// request set when it claimed the key).
+	TableKeys Table = "idempotency_keys"
+	// TableSagas: completed and cancelled sagas with their history, by
+	// the time they finished (updated_at).
+	TableSagas Table = "sagas"
+	// TableDeadLetters: relay-side dead letters, by dead_at.
+	TableDeadLetters Table = "dead_letters"
+	// TableParked: consume-side dead letters, by parked_at.
+	TableParked Table = "parked"
+)
+
+// Tables lists every Table, in the order a cleanup trims them.
+var Tables = []Table{TablePublished, TableInboxMarkers, TableInboxFailures, TableKeys, TableSagas, TableDeadLetters, TableParked}
+
+// ErrUnknownTable is returned by Trim for a Table not in Tables.
+var ErrUnknownTable = errors.New("unknown table")
+
+// Trim is one batch of a retention delete.
+type Trim struct {
+	// Table to delete from.
+	Table Table
+	// Before: rows whose time (see Table) is before it go.
+	Before time.Time
+	// After, when not empty, is where the batch starts: Trimmed.Next of the
+	// previous batch of the same pass, an opaque position. It spares the
+	// database from walking again past what the previous batches deleted
+	// (PostgreSQL keeps deleted rows until vacuum). Start each pass with
+	// none: a row can land behind the position (PostgreSQL reuses free
+	// space), and the next pass finds it.
+	After string
+	// Limit is the most rows deleted; default 1,000. A saga counts as one
+	// row with its history.
+	Limit int
+}
+
+// Trimmed is the result of a Trim.
+type Trimmed struct {
+	// Deleted counts the rows deleted.
+	Deleted int64
+	// Next is the After of the next batch; empty when the dialect does not
+	// need one.
+	Next string
+}
