@@ -18,10 +18,15 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 )
 
-// clusterSettings are TestChaosCluster's sizes; -short shrinks them.
+// TestChaosCluster's sizes. The default is what CI runs: the package's
+// other runs already take minutes of go test's 10-minute default timeout,
+// and 100,000 messages (-long) took 3½–4 minutes under -race on two shared
+// cores, the consumers (one delivery in flight per partition, for strict
+// order) being the slow part. -short shrinks it further.
 var (
-	clusterFull  = settings{messages: 100000, keys: 1000, partitions: 8, relays: 3, chaosFor: 90 * time.Second}
-	clusterShort = settings{messages: 10000, keys: 1000, partitions: 4, relays: 3, chaosFor: 30 * time.Second}
+	clusterDefault = settings{messages: 30000, keys: 1000, partitions: 8, relays: 3, chaosFor: 45 * time.Second}
+	clusterLong    = settings{messages: 100000, keys: 1000, partitions: 8, relays: 3, chaosFor: 90 * time.Second}
+	clusterShort   = settings{messages: 5000, keys: 1000, partitions: 4, relays: 3, chaosFor: 20 * time.Second}
 )
 
 // TestChaosCluster runs relays and consumers (processes of their own, as in
@@ -35,9 +40,15 @@ var (
 // an outage, which leaves a backlog, never dead letters.
 //
 // It needs COURIER_TEST_POSTGRES_URL and COURIER_TEST_NATS_SERVER.
+//
+//	go test ./test/chaos -run TestChaosCluster -v          # 30,000 messages, what CI runs
+//	go test ./test/chaos -run TestChaosCluster -long -v    # 100,000 messages
 func TestChaosCluster(t *testing.T) {
-	s := clusterFull
-	if testing.Short() {
+	s := clusterDefault
+	switch {
+	case *long:
+		s = clusterLong
+	case testing.Short():
 		s = clusterShort
 	}
 	runClusterChaos(t, s)
