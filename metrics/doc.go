@@ -2,7 +2,8 @@
 // a program registers in a registry of its own. It registers nothing
 // globally and starts no goroutine.
 //
-//	col, err := metrics.New(metrics.Config{Outbox: metrics.StoreStats(db.Admin())})
+//	src := metrics.FromStatus(db.Operations())
+//	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src})
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(col)
 //	r, err := relay.New(st, pub, relay.Config{Observer: col.Relay()})
@@ -30,12 +31,13 @@
 // not hammered by its monitoring. courier_stats_last_success_timestamp_seconds
 // tells how old the values are.
 //
-// Today's stores report the outbox's totals (store.Stats), which StoreStats
-// exports with the label topic="". A source that breaks the outbox down by
-// topic implements OutboxSource, one TopicStats per topic, and the series
-// keep their names. No store counts saga instances or in-flight
-// idempotency keys yet: Config.Sagas and Config.Keys take sources a
-// program writes with a query of its own (see SagaSource and KeySource).
+// FromStatus answers all three kinds of gauges from one store.Status per
+// refresh (store.Operations, which every store.Database gives): the outbox
+// per topic, saga instances by type and state with those past their
+// deadline, and the idempotency keys in flight. StoreStats exports only the
+// outbox's totals (store.Stats), with the label topic="", for a program
+// that holds a store.Admin alone. Any other source implements
+// OutboxSource, SagaSource or KeySource.
 //
 // # Names
 //

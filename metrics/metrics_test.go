@@ -277,3 +277,89 @@ func (s sagaStats) SagaStats(context.Context) ([]metrics.SagaStats, error) { ret
 type keyStats []metrics.KeyStats
 
 func (k keyStats) KeysInFlight(context.Context) ([]metrics.KeyStats, error) { return k, nil }
+
+// countedStatus counts the Status queries that reach r.
+type countedStatus struct {
+	r metrics.StatusReader
+	n atomic.Int64
+}
+
+func (c *countedStatus) Status(ctx context.Context) (store.Status, error) {
+	c.n.Add(1)
+	return c.r.Status(ctx)
+}
+
+// FromStatus on a real store: the outbox per topic, and one Status query
+// per refresh for the three sources.
+func TestStatusSourcePerTopic(t *testing.T) {
+	db := outboxDB(t, 3) // topic orders
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	testenv.Must(t, err, "begin")
+	for range 2 {
+		testenv.Must(t, outbox.New(sqlite.DatabaseSQL(), outbox.Config{}).Write(ctx, tx, courier.NewMessage("payments", "p", "Charged", nil)), "write")
+	}
+	testenv.Must(t, tx.Commit(), "commit")
+	src := &countedStatus{r: sqlite.NewDriver(db).Operations()}
+	s := metrics.FromStatus(src)
+	col, err := metrics.New(metrics.Config{Outbox: s, Sagas: s, Keys: s})
+	testenv.Must(t, err, "new")
+	want := `
+# HELP courier_outbox_pending_messages Unpublished messages in the outbox, leased and backing off included; topic="" is every topic.
+# TYPE courier_outbox_pending_messages gauge
+courier_outbox_pending_messages{topic="orders"} 3
+courier_outbox_pending_messages{topic="payments"} 2
+# HELP courier_idempotency_keys_in_flight Idempotency keys whose request is still being processed, by scope.
+# TYPE courier_idempotency_keys_in_flight gauge
+courier_idempotency_keys_in_flight{scope=""} 0
+`
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "courier_outbox_pending_messages", "courier_idempotency_keys_in_flight"); err != nil {
+		t.Error(err)
+	}
+	if n := src.n.Load(); n != 1 {
+		t.Errorf("%d Status queries for one refresh of three sources, want 1", n)
+	}
+}
+
+// fixedStatus is a store.Status to map.
+type fixedStatus store.Status
+
+func (f fixedStatus) Status(context.Context) (store.Status, error) { return store.Status(f), nil }
+
+// Sagas by state (finished ones by phase), overdue on the type's first
+// unfinished state; an empty outbox still has its series.
+func TestStatusSourceSagas(t *testing.T) {
+	s := metrics.FromStatus(fixedStatus{
+		Sagas: []store.SagaCount{
+			{Type: "order", Phase: "running", State: "awaiting_payment", Count: 4},
+			{Type: "order", Phase: "running", State: "awaiting_stock", Count: 1},
+			{Type: "order", Phase: "completed", Count: 10},
+		},
+		OverdueSagas: []store.OverdueSagas{{Type: "order", Count: 2}},
+		Keys:         store.KeyStatus{InFlight: 3},
+	})
+	col, err := metrics.New(metrics.Config{Outbox: s, Sagas: s, Keys: s})
+	testenv.Must(t, err, "new")
+	want := `
+# HELP courier_saga_instances Saga instances by type and state.
+# TYPE courier_saga_instances gauge
+courier_saga_instances{state="awaiting_payment",type="order"} 4
+courier_saga_instances{state="awaiting_stock",type="order"} 1
+courier_saga_instances{state="completed",type="order"} 10
+# HELP courier_saga_overdue_instances Saga instances not finished whose deadline has passed, by type and state.
+# TYPE courier_saga_overdue_instances gauge
+courier_saga_overdue_instances{state="awaiting_payment",type="order"} 2
+courier_saga_overdue_instances{state="awaiting_stock",type="order"} 0
+courier_saga_overdue_instances{state="completed",type="order"} 0
+# HELP courier_idempotency_keys_in_flight Idempotency keys whose request is still being processed, by scope.
+# TYPE courier_idempotency_keys_in_flight gauge
+courier_idempotency_keys_in_flight{scope=""} 3
+# HELP courier_outbox_pending_messages Unpublished messages in the outbox, leased and backing off included; topic="" is every topic.
+# TYPE courier_outbox_pending_messages gauge
+courier_outbox_pending_messages{topic=""} 0
+`
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want),
+		"courier_saga_instances", "courier_saga_overdue_instances", "courier_idempotency_keys_in_flight", "courier_outbox_pending_messages"); err != nil {
+		t.Error(err)
+	}
+}

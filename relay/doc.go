@@ -83,9 +83,12 @@
 // returns. While every publish of a batch fails that way, the relay logs
 // that the broker is unavailable and pauses claiming for the same backoff; a
 // counted failure never pauses it, so one bad subject slows no other key.
-// A broker that says how long to wait (an HTTP endpoint's Retry-After,
-// broker.RetryAfterError) gets at least that wait before the message's
-// retry, capped at Backoff.Max.
+// A broker that says how long to wait (an HTTP endpoint's Retry-After, an
+// open circuit breaker's remaining time: broker.RetryAfterError) is
+// believed, within Backoff.Max: an outage's retry and the relay's pause
+// take the broker's wait instead of the backoff (which grows through a
+// long outage, while an endpoint that says it is back in 5s is), and a
+// counted failure waits at least as long as asked.
 //
 // # Isolation
 //

@@ -750,7 +750,7 @@ func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
 	f := store.Failure{Seq: rec.Seq, Error: err.Error()}
 	if errors.Is(err, broker.ErrUnavailable) {
 		r.mu.Lock()
-		f.Delay = r.cfg.Backoff.Delay(r.outages + 1)
+		f.Delay = r.outageDelay(r.outages+1, err)
 		r.mu.Unlock()
 	} else {
 		f.Counted = true
@@ -765,13 +765,27 @@ func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
 		r.log.Warn("publish failed; will retry", "message_id", rec.Message.ID, "key", rec.Message.Key,
 			"attempt", attempts, "retry_in", f.Delay, "error", err)
 	}
-	f.Delay = r.honourRetryAfter(f.Delay, err)
+	if f.Counted {
+		f.Delay = r.honourRetryAfter(f.Delay, err)
+	}
 	out.Retry = append(out.Retry, f)
 	r.mu.Lock()
 	if at := time.Now().Add(f.Delay); r.retryAt.IsZero() || at.Before(r.retryAt) {
 		r.retryAt = at
 	}
 	r.mu.Unlock()
+}
+
+// outageDelay is the wait after the n-th outage in a row: the broker's own
+// estimate when err carries one (broker.RetryAfterError: a Retry-After, a
+// circuit breaker's remaining open time), at least a moment and at most
+// Backoff.Max, else the backoff's. An endpoint that says it is back in 5s
+// is tried again then, not after a backoff grown through a long outage.
+func (r *Relay) outageDelay(n int, err error) time.Duration {
+	if wish, ok := broker.RetryAfter(err); ok {
+		return min(max(wish, min(r.cfg.Backoff.Initial, time.Second)), r.cfg.Backoff.Max)
+	}
+	return r.cfg.Backoff.Delay(n)
 }
 
 // honourRetryAfter lengthens delay to the wait the broker asked for (an
@@ -809,7 +823,7 @@ func (r *Relay) noteBroker(anyOK, allDown bool, downErr error) {
 			st.BrokerError = downErr.Error()
 		}
 		r.outages++
-		d := r.cfg.Backoff.Delay(r.outages)
+		d := r.outageDelay(r.outages, downErr)
 		r.pauseTill = time.Now().Add(d)
 		r.log.Warn("broker unavailable; pausing", "pause", d, "consecutive", r.outages)
 	}

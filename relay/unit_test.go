@@ -556,3 +556,55 @@ func TestUnitRetryAfterIsHonoured(t *testing.T) {
 	u.clock.Advance(time.Hour)
 	u.eventually(func() bool { return u.published(a1) }, "a1 not published after its Retry-After")
 }
+
+// outageFor is an outage whose broker says when it is back.
+type outageFor struct{ wait time.Duration }
+
+func (e outageFor) Error() string             { return "endpoint unavailable; retry later" }
+func (e outageFor) RetryAfter() time.Duration { return e.wait }
+func (e outageFor) Unwrap() error             { return broker.ErrUnavailable }
+
+// downFor fails every message with outageFor until released.
+type downFor struct {
+	*memory.Publisher
+	wait time.Duration
+	down atomic.Bool
+}
+
+func (p *downFor) Publish(ctx context.Context, msgs []courier.Message) []error {
+	if p.down.Load() {
+		errs := make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = outageFor{p.wait}
+		}
+		return errs
+	}
+	return p.Publisher.Publish(ctx, msgs)
+}
+
+// An outage whose broker says when it is back (a Retry-After, an open
+// circuit breaker's remaining time) is retried then, even when the
+// relay's own backoff would wait much longer: the message's retry and the
+// relay's pause both follow the broker's word.
+func TestUnitOutageRetryAfterShortensTheWait(t *testing.T) {
+	u := newUnit(t)
+	pub := &downFor{Publisher: u.pub, wait: 10 * time.Minute}
+	pub.down.Store(true)
+	cfg := u.config()
+	cfg.Backoff = relay.Backoff{Initial: time.Hour, Max: 3 * time.Hour}
+	a1 := msg("a", "a1")
+	u.write(a1)
+	u.via = pub
+	r, _ := u.start(cfg)
+	u.eventually(func() bool { return r.Metrics().Retried == 1 }, "metrics %+v", r.Metrics())
+	pending := u.st.Pending()
+	if wait := pending[0].RetryAt.Sub(u.clock.Now()); wait < 9*time.Minute || wait > 10*time.Minute {
+		t.Fatalf("a1 retries in %v, want the 10m the broker said (the backoff says 1h)", wait)
+	}
+	if st := r.State(); !st.BrokerDown || time.Until(st.PausedUntil) > 11*time.Minute || time.Until(st.PausedUntil) < 9*time.Minute {
+		t.Fatalf("state %+v: want the relay paused for the broker's 10m", st)
+	}
+	if pending[0].Record.Attempts != 0 {
+		t.Fatalf("an outage counted an attempt: %+v", pending[0])
+	}
+}

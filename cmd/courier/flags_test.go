@@ -86,6 +86,8 @@ func TestRelayValidatesFlagsBeforeSideEffects(t *testing.T) {
 		{"--embedded-port=70000", "--embedded-port is 70000"},
 		{"--stream=a.b", "--stream \"a.b\""},
 		{"--subject-prefix=a.*.", "--subject-prefix \"a.*.\""},
+		{"--mode=cdc", "--mode cdc reads PostgreSQL's write-ahead log"},
+		{"--mode=cdc --slot=Bad-Slot --database-url=postgres://127.0.0.1:1/x", "--slot \"Bad-Slot\""},
 	} {
 		code, _, stderr := runCLI(t, append([]string{"relay"}, strings.Fields(c.args)...)...)
 		if code != 1 || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {

@@ -9,6 +9,7 @@
 //	courier status  --database-url postgres://localhost/app --fail-if-oldest 5m --fail-if-dead-letters
 //	courier reconcile --database-url postgres://localhost/app --repair
 //	courier cleanup --database-url postgres://localhost/app --keep-published 168h --keep-inbox-markers 720h
+//	courier dashboard --database-url postgres://localhost/app --addr 127.0.0.1:8080
 //
 // Every flag can also be set through the environment variable named in
 // `courier <command> --help` (COURIER_DATABASE_URL, COURIER_BROKER_URL, …).
@@ -41,6 +42,7 @@ type cli struct {
 
 	Reconcile reconcileCmd `cmd:"" help:"Find what is stuck (ended leases, messages failing for long, overdue sagas, keys left in flight); --repair puts it right."`
 	Cleanup   cleanupCmd   `cmd:"" help:"Delete old published copies, inbox markers, expired idempotency keys, finished sagas… in small batches."`
+	Dashboard dashboardCmd `cmd:"" help:"Serve the web dashboard: the outbox per topic, relays, dead letters and parked messages (replay, discard), consumers, sagas, idempotency keys; on 127.0.0.1:8080 unless told."`
 }
 
 // env is what a command runs with.

@@ -55,12 +55,15 @@ type observer struct {
 
 // listen prepares the endpoints when --metrics-addr is set: it listens
 // at once, so a taken port fails before the relay starts, and returns the
-// observer the relay reports to. Without --metrics-addr it returns nil.
-func (f observeFlags) listen(stats store.Admin) (*observer, error) {
+// observer the relay reports to. The gauges come from ops's Status: the
+// outbox per topic, sagas and idempotency keys. Without --metrics-addr it
+// returns nil.
+func (f observeFlags) listen(ops store.Operations) (*observer, error) {
 	if f.MetricsAddr == "" {
 		return nil, nil
 	}
-	col, err := metrics.New(metrics.Config{Outbox: metrics.StoreStats(stats), MinInterval: f.StatsInterval})
+	src := metrics.FromStatus(ops)
+	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, MinInterval: f.StatsInterval})
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,9 @@ import (
 
 type relayCmd struct {
 	dbFlags
+	cdcFlags
 	observeFlags
+	dashboardFlags
 	BrokerURL        string        `name:"broker-url" help:"Broker to publish to; the URL picks it: kafka://host1:9092,host2:9092?topic_prefix=, amqp://user:password@host:5672/vhost?exchange=courier&prefix=, https://endpoint (webhooks, signed with the secrets of --webhook-secret-env), nats://host:4222 (or tls://). Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
 	WebhookSecretEnv string        `name:"webhook-secret-env" help:"Environment variable holding the secrets that sign webhook requests (https:// --broker-url): whsec_… secrets, comma-separated during a rotation (the first is the new one). Never put them in the URL." default:"COURIER_WEBHOOK_SECRET" env:"COURIER_WEBHOOK_SECRET_ENV"`
 	DataDir          string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
@@ -64,10 +66,17 @@ func (c *relayCmd) check() (relay.Config, error) {
 		(strings.ContainsAny(c.SubjectPrefix, " \t\r\n*>") || p == "" || strings.HasPrefix(p, ".") || strings.Contains(p, "..")) {
 		return relay.Config{}, fmt.Errorf("--subject-prefix %q cannot start a NATS subject: use tokens separated by dots, without spaces, '*' or '>', such as courier. (or \"\" for subjects equal to topics)", c.SubjectPrefix)
 	}
-	if _, err := c.dialect(); err != nil {
+	dialect, err := c.dialect()
+	if err != nil {
+		return relay.Config{}, err
+	}
+	if err := c.checkCDC(dialect, c.MetricsAddr); err != nil {
 		return relay.Config{}, err
 	}
 	if err := c.observeFlags.check(); err != nil {
+		return relay.Config{}, err
+	}
+	if err := c.dashboardFlags.check(); err != nil {
 		return relay.Config{}, err
 	}
 	if c.PollInterval < 0 {
@@ -122,6 +131,11 @@ func (c *relayCmd) Run(e *env) error {
 			return err
 		}
 	}
+	stopDashboard, err := c.dashboardFlags.serve(e, d)
+	if err != nil {
+		return err
+	}
+	defer stopDashboard()
 	st, err := d.RelayStore(e.ctx, store.RelayConfig{KeepPublished: c.KeepPublished})
 	if err != nil {
 		return err
@@ -157,6 +171,12 @@ func (c *relayCmd) Run(e *env) error {
 		return err
 	}
 	defer b.Close()
+	if c.Mode == "cdc" {
+		if c.Cleanup.Every > 0 {
+			defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
+		}
+		return c.runCDC(e, b)
+	}
 	if !c.NoListen {
 		n, err := d.Notifier(e.log)
 		if err != nil {
@@ -166,7 +186,7 @@ func (c *relayCmd) Run(e *env) error {
 			cfg.Notifier = n
 		}
 	}
-	obs, err := c.observeFlags.listen(d.Admin())
+	obs, err := c.observeFlags.listen(d.Operations())
 	if err != nil {
 		return err
 	}
@@ -250,6 +270,9 @@ func flagError(err error) error {
 		"relay: Config.MaxAttempts", "--max-attempts",
 		"relay: Config.PollInterval", "--poll-interval",
 		"relay: Config.PublishTimeout", "the publish timeout (half of --lease, at most 10s)",
+		"cdc: Config.Slot", "--slot",
+		"cdc: Config.Publication", "--publication",
+		"cdc: Config.BatchSize", "--batch-size",
 	)
 	return errors.New(r.Replace(err.Error()))
 }

@@ -36,6 +36,11 @@ const DefaultLock = "courier_cleanup"
 // DefaultBatch is how many rows a batch deletes unless told otherwise.
 const DefaultBatch = 1000
 
+// DefaultPause is the wait between two batches unless told otherwise: with
+// it, writers kept 93% of their rate while a cleanup deleted 5,000,000 rows
+// on PostgreSQL (81% without; docs/operations.md).
+const DefaultPause = 10 * time.Millisecond
+
 // Cleaner deletes old rows. Set its fields before the first run; it is
 // safe to run one pass at a time (Run does).
 type Cleaner struct {
@@ -47,7 +52,8 @@ type Cleaner struct {
 	Keep map[store.Table]time.Duration
 	// Batch is the most rows one transaction deletes. Default DefaultBatch.
 	Batch int
-	// Pause is the wait between two batches of a table. Default 0.
+	// Pause is the wait between two batches of a table. Default
+	// DefaultPause; negative: none, for a cleanup as fast as it goes.
 	Pause time.Duration
 	// Lock names the maintenance lock. Default DefaultLock.
 	Lock string
@@ -82,6 +88,9 @@ func (c *Cleaner) defaults() error {
 	}
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
+	}
+	if c.Pause == 0 {
+		c.Pause = DefaultPause
 	}
 	if c.Lock == "" {
 		c.Lock = DefaultLock

@@ -1,0 +1,352 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/courier-go/courier/store"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// SagaHistory reads one saga instance's history. Every store.Sagas[TTx]
+// has this method, so a Driver's Sagas() fits.
+type SagaHistory interface {
+	// History returns the instance's transitions and ignored events,
+	// oldest first.
+	History(ctx context.Context, sagaType, id string) ([]store.SagaEvent, error)
+}
+
+// Config configures a dashboard.
+type Config struct {
+	// Database is the database shown. Required.
+	Database store.Database
+	// Sagas, when set, lets the dashboard show one saga's timeline of
+	// transitions and ignored events. Optional: a Driver's Sagas() fits.
+	Sagas SagaHistory
+	// Token, when set, is required by every page and every action: as a
+	// session cookie set by the login page, or as
+	// "Authorization: Bearer TOKEN". Empty: anybody who reaches the
+	// handler may use it, which [CheckBind] allows on loopback addresses
+	// only.
+	Token string
+	// Prefix is the path the handler is mounted under, such as
+	// "/courier" (no trailing slash); its links and cookies carry it.
+	// Default "" (the root).
+	Prefix string
+	// Limit is how many dead letters and parked messages a page reads at
+	// most, of each kind. Default 1,000.
+	Limit int
+	// Logger receives a record of every replay and discard. Default: slog's
+	// default logger.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Limit == 0 {
+		c.Limit = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Prefix = strings.TrimSuffix(c.Prefix, "/")
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Database == nil:
+		return errors.New("dashboard: Config.Database is nil: pass the store.Database to show")
+	case c.Limit < 1:
+		return fmt.Errorf("dashboard: Config.Limit is %d: use 1 or more (0 means 1,000)", c.Limit)
+	case c.Prefix != "" && !strings.HasPrefix(c.Prefix, "/"):
+		return fmt.Errorf("dashboard: Config.Prefix %q must start with /, such as /courier", c.Prefix)
+	}
+	return nil
+}
+
+// Handler serves the dashboard. Build it with [New].
+type Handler struct {
+	cfg   Config
+	admin store.Admin
+	ops   store.Operations
+	key   []byte // signs CSRF tokens and sessions
+	pages map[string]*template.Template
+	serve http.Handler
+
+	mu      sync.Mutex
+	samples []sample // the overview's last readings, for its rates
+}
+
+// New returns the dashboard for cfg. It fails when cfg is invalid.
+func New(cfg Config) (*Handler, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: make([]byte, 32)}
+	if _, err := rand.Read(h.key); err != nil {
+		return nil, fmt.Errorf("dashboard: random key: %w", err)
+	}
+	if err := h.parse(); err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	h.routes(mux)
+	next := h.secure(mux)
+	if cfg.Prefix != "" {
+		next = http.StripPrefix(cfg.Prefix, next)
+	}
+	// Browsers say where a request comes from (Sec-Fetch-Site, Origin);
+	// CrossOriginProtection refuses unsafe requests from other origins, and
+	// the CSRF token in every form (checkCSRF) covers browsers that say
+	// nothing.
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, http.StatusForbidden, "This request came from another site (a cross-origin form post) and was refused. Use the dashboard's own pages.")
+	}))
+	h.serve = cop.Handler(next)
+	return h, nil
+}
+
+// ServeHTTP serves the dashboard's pages and actions.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serve.ServeHTTP(w, r) }
+
+// CheckBind returns an error unless serving on addr with token is safe: an
+// address other than a loopback one (127.0.0.1, ::1, localhost) needs a
+// token, or anybody on the network could replay and discard dead letters.
+// flag names the token's option in the error, such as "--token".
+func CheckBind(addr, token, flag string) error {
+	if token != "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: %v: use host:port, such as 127.0.0.1:8080", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("the dashboard would listen on %s, which is not a loopback address, without a token: anybody who reaches it could replay and discard dead letters; pass %s (a long random secret) or listen on 127.0.0.1", addr, flag)
+}
+
+const (
+	sessionCookie = "courier_session"
+	csrfCookie    = "courier_csrf"
+	csrfField     = "csrf"
+)
+
+// sign returns the MAC of what under the handler's key, for cookies and
+// form tokens.
+func (h *Handler) sign(what ...string) string {
+	m := hmac.New(sha256.New, h.key)
+	for _, s := range what {
+		m.Write([]byte(s))
+		m.Write([]byte{0})
+	}
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func (h *Handler) cookiePath() string {
+	if h.cfg.Prefix == "" {
+		return "/"
+	}
+	return h.cfg.Prefix + "/"
+}
+
+// secure checks the token (when one is set) and the CSRF token of every
+// unsafe request, and hands out the CSRF cookie.
+func (h *Handler) secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'")
+		w.Header().Set("Referrer-Policy", "same-origin")
+		if r.URL.Path == "/static/style.css" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		csrf := h.csrfToken(w, r)
+		r = r.WithContext(context.WithValue(r.Context(), csrfKey{}, csrf))
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if !h.checkCSRF(r) {
+				h.fail(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale, so nothing was done. Reload the page and try again.")
+				return
+			}
+		}
+		if h.cfg.Token != "" && r.URL.Path != "/login" && !h.authorized(r) {
+			if r.Method == http.MethodGet && r.Header.Get("Authorization") == "" {
+				http.Redirect(w, r, h.cfg.Prefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="courier"`)
+			h.fail(w, r, http.StatusUnauthorized, "This dashboard needs its token: log in, or send Authorization: Bearer TOKEN.")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type csrfKey struct{}
+
+// csrfToken returns the form token of the request's browser, setting its
+// CSRF cookie first when it has none.
+func (h *Handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(csrfCookie)
+	if err != nil || len(c.Value) < 16 {
+		c = &http.Cookie{Name: csrfCookie, Value: rand.Text(), Path: h.cookiePath(), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
+		http.SetCookie(w, c)
+		r.AddCookie(c)
+	}
+	return h.sign("csrf", c.Value)
+}
+
+// checkCSRF reports whether an unsafe request carries the form token of
+// its browser's CSRF cookie. A request with the bearer token needs none: a
+// browser never sends that header on its own.
+func (h *Handler) checkCSRF(r *http.Request) bool {
+	if h.cfg.Token != "" && h.bearer(r) {
+		return true
+	}
+	c, err := r.Cookie(csrfCookie)
+	if err != nil {
+		return false
+	}
+	got := r.PostFormValue(csrfField)
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(h.sign("csrf", c.Value))) == 1
+}
+
+func (h *Handler) bearer(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(h.cfg.Token)) == 1
+}
+
+// authorized reports whether r carries the token or a session made with it.
+func (h *Handler) authorized(r *http.Request) bool {
+	if h.bearer(r) {
+		return true
+	}
+	c, err := r.Cookie(sessionCookie)
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(h.session())) == 1
+}
+
+// session is the session cookie's value: a MAC of the token, so it proves
+// the token was given without holding it, and changes with the token.
+func (h *Handler) session() string { return h.sign("session", h.cfg.Token) }
+
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+		next = "/"
+	}
+	if r.Method == http.MethodGet {
+		h.render(w, r, "login", map[string]any{"Title": "Log in", "Next": next})
+		return
+	}
+	if h.cfg.Token == "" {
+		http.Redirect(w, r, h.cfg.Prefix+"/", http.StatusSeeOther)
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(h.cfg.Token)) != 1 {
+		w.WriteHeader(http.StatusUnauthorized)
+		h.render(w, r, "login", map[string]any{"Title": "Log in", "Next": next, "Error": "That is not the token. The dashboard was started with it (--token)."})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: h.session(), Path: h.cookiePath(), HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int((12 * time.Hour).Seconds())})
+	http.Redirect(w, r, h.cfg.Prefix+next, http.StatusSeeOther)
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: h.cookiePath(), MaxAge: -1})
+	http.Redirect(w, r, h.cfg.Prefix+"/login", http.StatusSeeOther)
+}
+
+// parse reads the templates: each page is the layout with the page's
+// content block.
+func (h *Handler) parse() error {
+	funcs := template.FuncMap{
+		"path": func(p string) string { return h.cfg.Prefix + p },
+		"ago":  ago,
+		"when": when,
+		"clip": clip,
+		"add1": func(i int) int { return i + 1 },
+	}
+	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html")
+	if err != nil {
+		return fmt.Errorf("dashboard: templates: %w", err)
+	}
+	names, err := fs.Glob(assets, "templates/*.html")
+	if err != nil {
+		return err
+	}
+	h.pages = map[string]*template.Template{}
+	for _, n := range names {
+		name := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if name == "layout" {
+			continue
+		}
+		t, err := template.Must(layout.Clone()).ParseFS(assets, n)
+		if err != nil {
+			return fmt.Errorf("dashboard: template %s: %w", n, err)
+		}
+		h.pages[name] = t
+	}
+	return nil
+}
+
+// render writes page with data, a map the layout reads Title, Flash and
+// the CSRF token from.
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, page string, data map[string]any) {
+	data["CSRF"], _ = r.Context().Value(csrfKey{}).(string)
+	data["Page"] = page
+	if data["Side"] == nil {
+		data["Side"] = ""
+	}
+	data["LoggedIn"] = h.cfg.Token != "" && h.authorized(r)
+	if data["Flash"] == nil {
+		data["Flash"] = r.URL.Query().Get("done")
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := h.pages[page].ExecuteTemplate(w, "layout.html", data); err != nil {
+		h.cfg.Logger.Error("dashboard: render", "page", page, "err", err)
+	}
+}
+
+// fail writes an error page with status.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	w.WriteHeader(status)
+	if r.Context().Value(csrfKey{}) == nil {
+		r = r.WithContext(context.WithValue(r.Context(), csrfKey{}, ""))
+	}
+	h.render(w, r, "error", map[string]any{"Title": http.StatusText(status), "Status": status, "Message": msg})
+}
+
+// failErr writes the error page for err from the store.
+func (h *Handler) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, store.ErrNotFound) {
+		h.fail(w, r, http.StatusNotFound, "It does not exist (any more): it may have been replayed or discarded meanwhile.")
+		return
+	}
+	h.cfg.Logger.Error("dashboard: store", "path", r.URL.Path, "err", err)
+	h.fail(w, r, http.StatusInternalServerError, "The database answered with an error: "+err.Error())
+}

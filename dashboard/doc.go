@@ -1,0 +1,59 @@
+// Package dashboard is Courier's web dashboard: an [http.Handler] built
+// from a [store.Database] that shows operators the outbox and lets them act
+// on what went wrong. `courier dashboard` serves it; a program can mount it
+// in its own server instead.
+//
+// Its pages, rendered on the server with html/template and embedded in the
+// binary (no JavaScript is needed):
+//
+//   - Overview: pending messages and the age of the oldest, leased and
+//     retried rows, both kinds of dead letters; the same per topic; the
+//     relays holding leases (and leases that ended uncompleted); how fast
+//     the backlog, the dead letters and the published messages change
+//     between views.
+//   - Dead letters (relay side: the broker kept rejecting them) and parked
+//     messages (consumer side: a consumer gave up on them), filtered by
+//     topic, consumer and error text; one with its headers, payload and
+//     history of attempts; replay and discard, one or in bulk.
+//   - Consumers with parked messages or failed runs of their handler.
+//   - Sagas: instances counted by type, phase and state (filtered by state),
+//     those past their deadline, and one instance's timeline of transitions
+//     and ignored events when [Config.Sagas] is set.
+//   - Idempotency keys: requests in flight, those whose lock expired, and
+//     the keys left in flight.
+//
+// The figures come from [store.Operations] (Status, Reconcile), the dead
+// letters from [store.Admin].
+//
+// # Safety
+//
+// Every replay and discard goes through a confirmation page that lists
+// what will be done; the page itself changes nothing, and its button posts
+// exactly the ids it listed.
+//
+// Forms are protected against cross-site request forgery twice: by
+// [http.CrossOriginProtection], which refuses unsafe requests that a
+// browser marks as coming from another origin (Sec-Fetch-Site, Origin),
+// and by a token in every form, bound to a cookie of the browser, for
+// browsers that mark nothing.
+//
+// Without [Config.Token] anybody who reaches the handler may use it: serve
+// it on a loopback address only ([CheckBind] says whether an address is
+// one). With a token every page and action needs it, from a session made
+// on the login page or as "Authorization: Bearer TOKEN" (scripts; such a
+// request needs no form token, as no browser sends that header by itself).
+//
+// # Limits
+//
+// The store counts saga instances by state but does not list them, so the
+// sagas page lists only overdue instances; another instance's timeline is
+// found by its type and id. Published messages are counted only when relays
+// keep copies of them (RelayConfig.KeepPublished, courier relay
+// --keep-published); otherwise the overview's throughput is the backlog's
+// change between views. Lists of dead letters read at most [Config.Limit]
+// of each kind, and the overdue sagas and stale keys at most 200. Each view
+// of the overview, consumers, sagas and keys pages runs Status (the last
+// two Reconcile too): bounded queries (see docs/operations.md), but not
+// free on a large database, which is why the pages never refresh by
+// themselves.
+package dashboard

@@ -1,0 +1,539 @@
+package dashboard
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/courier-go/courier/store"
+)
+
+func (h *Handler) routes(mux *http.ServeMux) {
+	mux.Handle("GET /static/", http.FileServerFS(assets))
+	mux.HandleFunc("GET /{$}", h.overview)
+	mux.HandleFunc("GET /login", h.login)
+	mux.HandleFunc("POST /login", h.login)
+	mux.HandleFunc("POST /logout", h.logout)
+	for _, s := range []side{relaySide, consumerSide} {
+		mux.HandleFunc("GET /"+s.path, func(w http.ResponseWriter, r *http.Request) { h.letters(w, r, s) })
+		mux.HandleFunc("GET /"+s.path+"/{id}", func(w http.ResponseWriter, r *http.Request) { h.letter(w, r, s) })
+		mux.HandleFunc("GET /"+s.path+"/confirm", func(w http.ResponseWriter, r *http.Request) { h.confirm(w, r, s) })
+		mux.HandleFunc("POST /"+s.path+"/{action}", func(w http.ResponseWriter, r *http.Request) { h.act(w, r, s) })
+	}
+	mux.HandleFunc("GET /consumers", h.consumers)
+	mux.HandleFunc("GET /sagas", h.sagas)
+	mux.HandleFunc("GET /sagas/{type}/{id}", h.saga)
+	mux.HandleFunc("GET /keys", h.keys)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, http.StatusNotFound, "There is no such page.")
+	})
+}
+
+// sample is one reading of the outbox, kept to show how fast it changes.
+type sample struct {
+	at                       time.Time
+	pending, dead, published int64
+}
+
+// keepSamples is how far back the overview's rates look; sampleEvery is
+// how close two kept readings may be, which bounds how many are kept
+// however often the overview is viewed.
+const (
+	keepSamples = 15 * time.Minute
+	sampleEvery = 10 * time.Second
+)
+
+// record adds a reading and returns the oldest one kept, to compare with.
+func (h *Handler) record(s sample) (sample, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.samples = slices.DeleteFunc(h.samples, func(o sample) bool { return s.at.Sub(o.at) > keepSamples || o.at.After(s.at) })
+	if n := len(h.samples); n > 1 && s.at.Sub(h.samples[n-2].at) < sampleEvery {
+		h.samples[n-1] = s // the newest stands in for the one before it
+	} else {
+		h.samples = append(h.samples, s)
+	}
+	first := h.samples[0]
+	return first, s.at.Sub(first.at) >= time.Second
+}
+
+// rate is how fast the outbox changed between two readings, per minute.
+type rate struct {
+	Over      string
+	Pending   string
+	Dead      string
+	Published string // "" unless published copies are kept
+}
+
+func perMinute(d int64, over time.Duration) string {
+	v := float64(d) / over.Minutes()
+	return fmt.Sprintf("%+.1f/min", v)
+}
+
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	st, err := h.ops.Status(r.Context())
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	var parked, expired int64
+	for _, c := range st.Consumers {
+		parked += c.Parked
+	}
+	for _, l := range st.Relays {
+		expired += l.Expired
+	}
+	out := st.Outbox
+	data := map[string]any{"Title": "Overview", "Now": st.Now, "Stats": out, "OldestAge": out.OldestPendingAge(),
+		"Parked": parked, "Dialect": h.cfg.Database.Dialect(), "Topics": st.Topics, "Relays": st.Relays, "Expired": expired,
+		"Published": st.Published}
+	if first, ok := h.record(sample{at: st.Now, pending: out.Pending, dead: out.DeadLetters, published: st.Published.N}); ok {
+		over := st.Now.Sub(first.at)
+		rt := rate{Over: ago(over), Pending: perMinute(out.Pending-first.pending, over), Dead: perMinute(out.DeadLetters-first.dead, over)}
+		if st.Published.N > 0 && !st.Published.Estimated {
+			rt.Published = perMinute(st.Published.N-first.published, over)
+		}
+		data["Rate"] = rt
+	}
+	h.render(w, r, "overview", data)
+}
+
+// side is one kind of dead letter: relay-side (the broker kept rejecting
+// it) or consumer-side (a consumer parked it).
+type side struct {
+	path  string // URL path segment
+	title string
+	ref   string // prefix of its references, as the CLI names them
+}
+
+var (
+	relaySide    = side{path: "dead-letters", title: "Dead letters", ref: "relay"}
+	consumerSide = side{path: "parked", title: "Parked messages", ref: "consumer"}
+)
+
+// row is a dead letter of either side as a list shows it.
+type row struct {
+	ID       int64
+	Ref      string
+	When     time.Time
+	Source   string // topic, or consumer ← subject
+	Topic    string
+	Consumer string
+	Type     string
+	Message  string
+	Attempts int
+	Error    string
+	Replay   *time.Time // consumer side: when a replay was asked
+}
+
+func relayRow(d store.DeadLetter) row {
+	return row{ID: d.ID, Ref: "relay:" + strconv.FormatInt(d.ID, 10), When: d.DeadAt, Source: d.Topic, Topic: d.Topic,
+		Type: d.Type, Message: d.MessageID, Attempts: d.Attempts, Error: d.LastError}
+}
+
+func parkedRow(p store.Parked) row {
+	return row{ID: p.ID, Ref: "consumer:" + strconv.FormatInt(p.ID, 10), When: p.ParkedAt, Source: p.Consumer + " ← " + p.Subject,
+		Topic: p.Subject, Consumer: p.Consumer, Type: parkedType(p), Message: p.MessageID, Attempts: p.Attempts,
+		Error: p.Reason + ": " + p.Error, Replay: p.ReplayRequested}
+}
+
+// parkedType is the message type a parked delivery's headers name, or "".
+func parkedType(p store.Parked) string {
+	if v := p.Headers["Courier-Type"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// filter selects dead letters, as the CLI's courier dlq --topic, --consumer
+// and --error do.
+type filter struct {
+	Topic, Consumer, Error string
+}
+
+func filterOf(q url.Values) filter {
+	return filter{Topic: strings.TrimSpace(q.Get("topic")), Consumer: strings.TrimSpace(q.Get("consumer")), Error: strings.TrimSpace(q.Get("error"))}
+}
+
+// Query is the filter as URL parameters.
+func (f filter) Query() string {
+	q := url.Values{}
+	for k, v := range map[string]string{"topic": f.Topic, "consumer": f.Consumer, "error": f.Error} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	return q.Encode()
+}
+
+// Any reports whether the filter selects anything less than all.
+func (f filter) Any() bool { return f.Topic != "" || f.Consumer != "" || f.Error != "" }
+
+func (f filter) keep(r row) bool {
+	topic := f.Topic == "" || r.Topic == f.Topic || strings.HasSuffix(r.Topic, "."+f.Topic)
+	consumer := f.Consumer == "" || r.Consumer == f.Consumer
+	return topic && consumer && strings.Contains(strings.ToLower(r.Error), strings.ToLower(f.Error))
+}
+
+// rows reads a side's dead letters that f selects, and reports whether
+// the read stopped at the limit.
+func (h *Handler) rows(r *http.Request, s side, f filter) ([]row, bool, error) {
+	var all []row
+	if s == relaySide {
+		dead, err := h.admin.DeadLetters(r.Context(), h.cfg.Limit)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, d := range dead {
+			all = append(all, relayRow(d))
+		}
+	} else {
+		parked, err := h.admin.Parked(r.Context(), f.Consumer, h.cfg.Limit)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, p := range parked {
+			all = append(all, parkedRow(p))
+		}
+	}
+	capped := len(all) >= h.cfg.Limit
+	return slices.DeleteFunc(all, func(r row) bool { return !f.keep(r) }), capped, nil
+}
+
+func (h *Handler) letters(w http.ResponseWriter, r *http.Request, s side) {
+	f := filterOf(r.URL.Query())
+	rows, capped, err := h.rows(r, s, f)
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	h.render(w, r, "letters", map[string]any{"Title": s.title, "Side": s.path, "Relay": s == relaySide,
+		"Rows": rows, "Filter": f, "Capped": capped, "Limit": h.cfg.Limit, "All": []string{"replay", "discard"}})
+}
+
+func pathID(r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	return id, err == nil
+}
+
+func (h *Handler) letter(w http.ResponseWriter, r *http.Request, s side) {
+	id, ok := pathID(r)
+	if !ok {
+		h.fail(w, r, http.StatusNotFound, "There is no such page.")
+		return
+	}
+	data := map[string]any{"Side": s.path, "Relay": s == relaySide}
+	if s == relaySide {
+		d, err := h.admin.DeadLetter(r.Context(), id)
+		if err != nil {
+			h.failErr(w, r, err)
+			return
+		}
+		data["Title"], data["D"], data["Row"] = "Dead letter relay:"+strconv.FormatInt(id, 10), d, relayRow(d)
+		data["Payload"] = showPayload(d.Payload)
+		data["Headers"] = sortedHeaders(d.Headers, nil)
+	} else {
+		p, err := h.admin.ParkedMessage(r.Context(), id)
+		if err != nil {
+			h.failErr(w, r, err)
+			return
+		}
+		data["Title"], data["P"], data["Row"] = "Parked message consumer:"+strconv.FormatInt(id, 10), p, parkedRow(p)
+		data["Payload"] = showPayload(p.Payload)
+		data["Headers"] = sortedHeaders(nil, p.Headers)
+	}
+	h.render(w, r, "letter", data)
+}
+
+// header is one header line of a message.
+type header struct{ Name, Value string }
+
+func sortedHeaders(one map[string]string, many map[string][]string) []header {
+	var out []header
+	for k, v := range one {
+		out = append(out, header{k, v})
+	}
+	for k, vs := range many {
+		out = append(out, header{k, strings.Join(vs, ", ")})
+	}
+	slices.SortFunc(out, func(a, b header) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// payload is a message body as a page shows it.
+type payload struct {
+	Size   int
+	Text   string
+	Base64 bool
+}
+
+// showPayload shows a payload as text when it is printable UTF-8, in
+// base64 otherwise.
+func showPayload(b []byte) payload {
+	printable := utf8.Valid(b) && !strings.ContainsFunc(string(b), func(r rune) bool {
+		return !unicode.IsPrint(r) && !unicode.IsSpace(r)
+	})
+	if printable {
+		return payload{Size: len(b), Text: string(b)}
+	}
+	return payload{Size: len(b), Text: base64.StdEncoding.EncodeToString(b), Base64: true}
+}
+
+// actions are what the dashboard does to dead letters, and how it says
+// it did.
+var actions = map[string]struct{ verb, done string }{
+	"replay":  {"Replay", "replayed"},
+	"discard": {"Discard", "discarded"},
+}
+
+// selected returns the rows a confirmation or an action names: the ids
+// given (id=…), or with all=1 every row the filter selects.
+func (h *Handler) selected(r *http.Request, s side, q url.Values) ([]row, []string, error) {
+	if q.Get("all") == "1" {
+		rows, _, err := h.rows(r, s, filterOf(q))
+		return rows, nil, err
+	}
+	var rows []row
+	var missing []string
+	for _, v := range q["id"] {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			missing = append(missing, v)
+			continue
+		}
+		var one row
+		if s == relaySide {
+			d, err := h.admin.DeadLetter(r.Context(), id)
+			if err != nil {
+				if errors.Is(err, store.ErrNotFound) {
+					missing = append(missing, s.ref+":"+v)
+					continue
+				}
+				return nil, nil, err
+			}
+			one = relayRow(d)
+		} else {
+			p, err := h.admin.ParkedMessage(r.Context(), id)
+			if err != nil {
+				if errors.Is(err, store.ErrNotFound) {
+					missing = append(missing, s.ref+":"+v)
+					continue
+				}
+				return nil, nil, err
+			}
+			one = parkedRow(p)
+		}
+		rows = append(rows, one)
+	}
+	return rows, missing, nil
+}
+
+// confirm shows what an action would do and asks to go ahead. It changes
+// nothing: the button it shows posts the action with the ids listed.
+func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
+	q := r.URL.Query()
+	a, ok := actions[q.Get("action")]
+	if !ok {
+		h.fail(w, r, http.StatusBadRequest, "Choose replay or discard.")
+		return
+	}
+	rows, missing, err := h.selected(r, s, q)
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	what := "Replay"
+	explain := "Each goes back into the outbox, in its original place among its key's messages, with no attempts counted; a relay publishes it again."
+	if s == consumerSide {
+		explain = "Its consumer applies each again within its replay interval and unparks it when that succeeds."
+	}
+	if q.Get("action") == "discard" {
+		what = "Discard"
+		explain = "Each is deleted for good. This cannot be undone."
+	}
+	h.render(w, r, "confirm", map[string]any{"Title": fmt.Sprintf("%s %d %s?", what, len(rows), strings.ToLower(s.title)),
+		"Side": s.path, "Action": q.Get("action"), "Verb": a.verb, "Rows": rows, "Missing": missing, "Explain": explain,
+		"Back": "/" + s.path + "?" + filterOf(q).Query()})
+}
+
+// act replays or discards the posted ids, then goes back to the list
+// saying what it did.
+func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
+	name := r.PathValue("action")
+	a, ok := actions[name]
+	if !ok {
+		h.fail(w, r, http.StatusNotFound, "There is no such action: use replay or discard.")
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		h.fail(w, r, http.StatusBadRequest, "The form could not be read: "+err.Error())
+		return
+	}
+	if len(r.PostForm["id"]) == 0 {
+		h.fail(w, r, http.StatusBadRequest, "No dead letter was chosen: tick one or more, then confirm.")
+		return
+	}
+	done, gone := 0, 0
+	var failed []string
+	for _, v := range r.PostForm["id"] {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%q is not an id", v))
+			continue
+		}
+		switch {
+		case s == relaySide && name == "replay":
+			err = h.admin.ReplayDeadLetter(r.Context(), id)
+		case s == relaySide:
+			err = h.admin.DiscardDeadLetter(r.Context(), id)
+		case name == "replay":
+			err = h.admin.RequestReplay(r.Context(), id)
+		default:
+			err = h.admin.DiscardParked(r.Context(), id)
+		}
+		ref := s.ref + ":" + v
+		switch {
+		case err == nil:
+			done++
+			h.cfg.Logger.Info("dashboard: "+a.done, "dead_letter", ref, "remote", r.RemoteAddr)
+		case errors.Is(err, store.ErrNotFound):
+			gone++
+		default:
+			failed = append(failed, ref+": "+err.Error())
+			h.cfg.Logger.Error("dashboard: "+name, "dead_letter", ref, "err", err)
+		}
+	}
+	msg := fmt.Sprintf("%s %d", a.done, done)
+	if gone > 0 {
+		msg += fmt.Sprintf("; %d no longer existed", gone)
+	}
+	if len(failed) > 0 {
+		msg += fmt.Sprintf("; %d failed: %s", len(failed), strings.Join(failed, "; "))
+	}
+	back := r.PostFormValue("back")
+	if !strings.HasPrefix(back, "/"+s.path) {
+		back = "/" + s.path
+	}
+	sep := "?"
+	if strings.Contains(back, "?") {
+		sep = "&"
+	}
+	http.Redirect(w, r, h.cfg.Prefix+back+sep+"done="+url.QueryEscape(msg), http.StatusSeeOther)
+}
+
+func (h *Handler) consumers(w http.ResponseWriter, r *http.Request) {
+	st, err := h.ops.Status(r.Context())
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	h.render(w, r, "consumers", map[string]any{"Title": "Consumers", "Rows": st.Consumers, "Markers": st.InboxMarkers})
+}
+
+// listed is how many overdue sagas and stale keys the pages list.
+const listed = 200
+
+func (h *Handler) sagas(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if t, id := strings.TrimSpace(q.Get("type")), strings.TrimSpace(q.Get("id")); t != "" && id != "" {
+		http.Redirect(w, r, h.cfg.Prefix+"/sagas/"+url.PathEscape(t)+"/"+url.PathEscape(id), http.StatusSeeOther)
+		return
+	}
+	st, err := h.ops.Status(r.Context())
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	rec, err := h.ops.Reconcile(r.Context(), store.ReconcileOptions{Limit: listed})
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	state := strings.TrimSpace(q.Get("state"))
+	counts := slices.DeleteFunc(slices.Clone(st.Sagas), func(c store.SagaCount) bool {
+		return state != "" && c.State != state && c.Phase != state
+	})
+	overdue := slices.DeleteFunc(rec.OverdueSagas, func(o store.OverdueSaga) bool {
+		return state != "" && o.State != state && o.Phase != state
+	})
+	h.render(w, r, "sagas", map[string]any{"Title": "Sagas", "History": h.cfg.Sagas != nil, "Counts": counts,
+		"OverdueByType": st.OverdueSagas, "Overdue": overdue, "Listed": listed, "State": state, "Now": rec.Now})
+}
+
+func (h *Handler) saga(w http.ResponseWriter, r *http.Request) {
+	t, id := r.PathValue("type"), r.PathValue("id")
+	if h.cfg.Sagas == nil {
+		h.fail(w, r, http.StatusNotFound, "This dashboard was built without a saga store (Config.Sagas), so it cannot show a saga's timeline.")
+		return
+	}
+	events, err := h.cfg.Sagas.History(r.Context(), t, id)
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	h.render(w, r, "saga", map[string]any{"Title": "Saga " + t + " " + id, "Type": t, "ID": id, "Events": events})
+}
+
+func (h *Handler) keys(w http.ResponseWriter, r *http.Request) {
+	st, err := h.ops.Status(r.Context())
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	rec, err := h.ops.Reconcile(r.Context(), store.ReconcileOptions{Limit: listed})
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	h.render(w, r, "keys", map[string]any{"Title": "Idempotency keys", "Keys": st.Keys, "Stale": rec.StaleKeys, "Listed": listed, "Now": rec.Now})
+}
+
+// ago shows a duration for people: 3s, 4m10s, 2h5m, 3d4h.
+func ago(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	default:
+		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+}
+
+// when shows a time in UTC, to the second.
+func when(t any) string {
+	switch v := t.(type) {
+	case time.Time:
+		if v.IsZero() {
+			return "-"
+		}
+		return v.UTC().Format("2006-01-02 15:04:05")
+	case *time.Time:
+		if v == nil {
+			return "-"
+		}
+		return when(*v)
+	}
+	return "-"
+}
+
+// clip shortens s to n runes on one line.
+func clip(n int, s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}

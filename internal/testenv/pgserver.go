@@ -1,0 +1,139 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvPostgresBin is the directory of PostgreSQL's server binaries (initdb,
+// postgres), such as /usr/lib/postgresql/15/bin. Tests that restart or kill
+// a PostgreSQL server run one of their own from there, so the shared one
+// stays up for the others. .ci/run sets it.
+const EnvPostgresBin = "COURIER_TEST_POSTGRES_BIN"
+
+// PGServer is a PostgreSQL server the test runs as a child process, on a
+// data directory and port of its own, with wal_level = logical. It is
+// stopped when the test ends.
+type PGServer struct {
+	// URL connects to its database postgres as the superuser postgres.
+	URL string
+
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	cred *syscall.Credential
+	cmd  *exec.Cmd
+	// settings are more -c name=value arguments.
+	settings []string
+	done     chan struct{}
+}
+
+// StartPostgres initialises a data directory and starts a server on it,
+// with settings ("name=value") on top of the defaults. As root, the server
+// runs as the user postgres, since PostgreSQL refuses to run as root.
+func StartPostgres(t testing.TB, settings ...string) *PGServer {
+	t.Helper()
+	bin := Need(t, EnvPostgresBin)
+	s := &PGServer{t: t, bin: bin, port: FreePort(t), settings: settings}
+	base, err := os.MkdirTemp("", "courier-pg-")
+	Must(t, err, "temp dir")
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	s.dir = filepath.Join(base, "data")
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		Must(t, err, "look up user postgres (PostgreSQL does not run as root)")
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		Must(t, os.Chown(base, uid, gid), "chown data dir")
+	}
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", s.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Start starts the server (again) and waits until it accepts queries.
+func (s *PGServer) Start() {
+	s.t.Helper()
+	args := []string{"-D", s.dir, "-p", strconv.Itoa(s.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + filepath.Dir(s.dir),
+		"-c", "wal_level=logical", "-c", "fsync=off", "-c", "max_wal_senders=10", "-c", "max_replication_slots=10"}
+	for _, kv := range s.settings {
+		args = append(args, "-c", kv)
+	}
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	log, err := os.Create(filepath.Join(filepath.Dir(s.dir), "postgres.log"))
+	Must(s.t, err, "log file")
+	cmd.Stdout, cmd.Stderr = log, log
+	Must(s.t, cmd.Start(), "start postgres")
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); _ = log.Close(); close(done) }(s.done)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn, err := pgx.Connect(ctx, s.URL)
+		if err == nil {
+			_ = conn.Close(ctx)
+			cancel()
+			return
+		}
+		cancel()
+		select {
+		case <-s.done:
+			out, _ := os.ReadFile(log.Name())
+			s.t.Fatalf("postgres exited at start: %s", out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("postgres does not answer on port %d after 30s: %v", s.port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop shuts the server down fast (SIGINT: active transactions are rolled
+// back, connections cut) and waits for it to exit.
+func (s *PGServer) Stop() { s.signal(syscall.SIGINT) }
+
+// Kill kills the postmaster with SIGKILL, as a crash would; Start then
+// recovers from the log.
+func (s *PGServer) Kill() { s.signal(syscall.SIGKILL) }
+
+func (s *PGServer) signal(sig syscall.Signal) {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	<-s.done
+	s.cmd = nil
+	if sig == syscall.SIGKILL {
+		// The postmaster's children outlive it; they exit once they see
+		// it gone. Wait for the port to be free.
+		for i := 0; i < 100; i++ {
+			if c, err := pgx.Connect(context.Background(), s.URL); err != nil {
+				break
+			} else {
+				_ = c.Close(context.Background())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

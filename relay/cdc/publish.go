@@ -1,0 +1,449 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/internal/waits"
+)
+
+// Run reads the log and publishes until ctx ends; it returns nil then. A
+// relay whose slot another relay reads waits as a standby, trying every
+// Standby; a lost connection (the database restarting, its walsender
+// terminated) is retried with Backoff. Each time it starts reading, it
+// first publishes the rows already in the table (see the package
+// documentation).
+func (r *Relay) Run(ctx context.Context) error {
+	if err := Setup(ctx, r.pool, r.cfg.Publication); err != nil {
+		return err
+	}
+	failures := 0
+	standby := false
+	for {
+		err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		delay := r.cfg.Standby
+		switch {
+		case errors.Is(err, errSlotBusy):
+			if !standby {
+				r.log.Info("another relay reads the slot; waiting as a standby", "slot", r.cfg.Slot)
+			}
+			standby, failures = true, 0
+		default:
+			standby = false
+			failures++
+			delay = r.cfg.Backoff.Delay(failures)
+			r.log.Warn("reading the log failed; starting again", "error", err, "retry_in", delay)
+		}
+		if !waits.Sleep(ctx, delay) {
+			return nil
+		}
+	}
+}
+
+// session holds the slot once: the table's rows first, then the log, until
+// ctx ends or the connection fails.
+func (r *Relay) session(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan batch, 16)
+	prog := &progress{}
+	published := make(chan error, 1)
+	go func() {
+		err := r.publish(ctx, in, prog)
+		published <- err
+		cancel() // a publisher that gave up ends the session
+	}()
+	stop := func(err error) error {
+		cancel()
+		if perr := <-published; perr != nil && err == nil && !errors.Is(perr, context.Canceled) {
+			err = perr
+		}
+		return err
+	}
+
+	conn, err := r.open(ctx)
+	if err != nil {
+		return stop(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := r.start(ctx, conn); err != nil {
+		return stop(err)
+	}
+	r.m.setReading(true)
+	defer r.m.setReading(false)
+	// The slot exists: a row committed from now on is in the log, one
+	// committed before may be only in the table. The rows in the table go
+	// first; the reader holds the log's transactions back meanwhile.
+	rd := &reader{r: r, conn: conn, prog: prog, out: in, relations: map[uint32]*pglogrepl.RelationMessage{},
+		types: pgtype.NewMap(), swept: make(chan *snapshot, 1), lastSent: time.Now()}
+	go func() {
+		snap, err := r.sweep(ctx, in)
+		if err != nil {
+			r.log.Warn("could not publish the rows in the table", "error", err)
+			cancel() // the session starts again
+			return
+		}
+		r.log.Info("reading the outbox from the log", "slot", r.cfg.Slot, "from_table", snap.rows)
+		rd.swept <- snap
+	}()
+	return stop(rd.run(ctx))
+}
+
+// key is one ordering key's messages waiting to be published, in commit
+// order.
+type key struct {
+	name      string
+	items     []*item
+	notBefore time.Time // held after a failure until then
+}
+
+// publisher is the state of one session's publishing.
+type publisher struct {
+	r       *Relay
+	prog    *progress
+	keys    map[string]*key
+	active  []*key // keys with items, in the order they arrived
+	txs     []*txn // handed transactions not yet done, in commit order
+	pending int    // items in keys
+	outages int
+	pause   time.Time
+	unseen  []unseen // published or dead items whose rows were not found yet
+}
+
+// publish takes batches from in and publishes their messages key by key
+// until ctx ends.
+func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) error {
+	p := &publisher{r: r, prog: prog, keys: map[string]*key{}}
+	pipelined := broker.KeepsKeyOrder(r.pub)
+	for {
+		// Take what has arrived, without holding more than a few
+		// batches' worth in memory.
+		for p.pending < 4*r.cfg.BatchSize {
+			select {
+			case b := <-in:
+				p.add(b)
+				continue
+			default:
+			}
+			break
+		}
+		now := time.Now()
+		msgs, runs := p.round(now, pipelined)
+		if len(msgs) == 0 && len(p.unseen) > 0 {
+			if !waits.Sleep(ctx, 10*time.Millisecond) {
+				return ctx.Err()
+			}
+			if err := p.record(ctx, nil, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(msgs) == 0 {
+			wait := p.nextDue(now)
+			timer := time.NewTimer(wait)
+			select {
+			case b := <-in:
+				p.add(b)
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return ctx.Err()
+			}
+			timer.Stop()
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+		errs := r.pub.Publish(pctx, msgs)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		published, dead := p.results(runs, errs)
+		r.m.published.Add(int64(len(published)))
+		r.m.dead.Add(int64(len(dead)))
+		if err := p.record(ctx, published, dead); err != nil {
+			return err
+		}
+	}
+}
+
+// unseen is an item whose row the relay has not found yet to delete or
+// dead-letter.
+type unseen struct {
+	it    *item
+	dead  bool
+	since time.Time
+}
+
+// unseenFor is how long the relay looks for a row it published: the log
+// brings a commit a moment before other sessions see the transaction. A
+// row still missing after that was deleted by someone else (a polling
+// relay that published it too).
+const unseenFor = 10 * time.Second
+
+// record writes what the broker said to the table and settles the items
+// whose rows it wrote. When the database fails twice in a row it returns
+// the error, which ends the session: the relay connects again, and the
+// rows it could not delete are still in the table, to be published again
+// (a duplicate, never a loss). Holding on instead would keep the slot's
+// connection open, and a database shutting down waits for it.
+func (p *publisher) record(ctx context.Context, published, dead []*item) error {
+	for _, u := range p.unseen {
+		if u.dead {
+			dead = append(dead, u.it)
+		} else {
+			published = append(published, u.it)
+		}
+	}
+	wasUnseen := map[*item]time.Time{}
+	for _, u := range p.unseen {
+		wasUnseen[u.it] = u.since
+	}
+	p.unseen = p.unseen[:0]
+	var missing []*item
+	for attempt := 1; ; attempt++ {
+		var err error
+		missing, err = p.r.finish(ctx, published, dead)
+		if err == nil {
+			break
+		}
+		if attempt == 2 {
+			return err
+		}
+		p.r.log.Warn("could not record published messages; retrying", "error", err)
+		if !waits.Sleep(ctx, p.r.cfg.Backoff.Delay(attempt)) {
+			return ctx.Err()
+		}
+	}
+	isDead := make(map[*item]bool, len(dead))
+	for _, it := range dead {
+		isDead[it] = true
+	}
+	gone := make(map[*item]bool, len(missing))
+	now := time.Now()
+	for _, it := range missing {
+		since, ok := wasUnseen[it]
+		if !ok {
+			since = now
+		}
+		if now.Sub(since) < unseenFor {
+			gone[it] = true
+			p.unseen = append(p.unseen, unseen{it: it, dead: isDead[it], since: since})
+			continue
+		}
+		p.r.log.Warn("row not found after publishing; another relay may have published it", "id", it.seq, "message_id", it.msg.ID)
+	}
+	for _, list := range [][]*item{published, dead} {
+		done := list[:0]
+		for _, it := range list {
+			if !gone[it] {
+				done = append(done, it)
+			}
+		}
+		p.settle(done)
+	}
+	return nil
+}
+
+// add queues a batch's items under their keys and registers its
+// transaction. Rows the session swept from the table are skipped when the
+// log brings them again.
+func (p *publisher) add(b batch) {
+	if b.t != nil {
+		p.txs = append(p.txs, b.t)
+	}
+	for _, it := range b.items {
+		k := p.keys[it.msg.Key]
+		if k == nil {
+			k = &key{name: it.msg.Key}
+			p.keys[it.msg.Key] = k
+		}
+		if len(k.items) == 0 {
+			p.active = append(p.active, k)
+		}
+		k.items = append(k.items, it)
+		p.pending++
+	}
+	p.advance()
+}
+
+// run is a key's part of a round: items taken from the head of k.
+type run struct {
+	k *key
+	n int
+}
+
+// round picks the messages of the next Publish call: every ready key's
+// head, or its run of messages to one topic when pipelined, up to
+// BatchSize messages.
+func (p *publisher) round(now time.Time, pipelined bool) ([]courier.Message, []run) {
+	if now.Before(p.pause) {
+		return nil, nil
+	}
+	var msgs []courier.Message
+	var runs []run
+	for _, k := range p.active {
+		if len(msgs) >= p.r.cfg.BatchSize {
+			break
+		}
+		if len(k.items) == 0 || now.Before(k.notBefore) {
+			continue
+		}
+		n := 1
+		if pipelined {
+			topic := k.items[0].msg.Topic
+			for n < len(k.items) && n < p.r.cfg.BatchSize-len(msgs) && k.items[n].msg.Topic == topic {
+				n++
+			}
+		}
+		for _, it := range k.items[:n] {
+			msgs = append(msgs, it.msg)
+		}
+		runs = append(runs, run{k, n})
+	}
+	return msgs, runs
+}
+
+// nextDue is how long until a held key or the pause comes due, at most the
+// status interval.
+func (p *publisher) nextDue(now time.Time) time.Duration {
+	wait := p.r.cfg.StatusInterval
+	if p.pause.After(now) {
+		return min(wait, p.pause.Sub(now))
+	}
+	for _, k := range p.active {
+		if len(k.items) > 0 && k.notBefore.After(now) {
+			wait = min(wait, k.notBefore.Sub(now))
+		}
+	}
+	return max(wait, time.Millisecond)
+}
+
+// results applies a Publish call's errors to the keys: published and dead
+// items leave their keys; a failure other than for good holds the rest of
+// its key back.
+func (p *publisher) results(runs []run, errs []error) (published, dead []*item) {
+	j := 0
+	anyOK, allDown := false, true
+	for _, ru := range runs {
+		k := ru.k
+		taken := 0 // items leaving k from its head
+		held := false
+		for _, it := range k.items[:ru.n] {
+			err := errs[j]
+			j++
+			if held {
+				continue
+			}
+			if err == nil {
+				anyOK, allDown = true, false
+				published = append(published, it)
+				taken++
+				continue
+			}
+			if !errors.Is(err, broker.ErrUnavailable) {
+				allDown = false
+			}
+			if p.fail(k, it, err) {
+				dead = append(dead, it)
+				taken++
+				continue
+			}
+			held = true
+		}
+		k.items = k.items[taken:]
+		p.pending -= taken
+	}
+	switch {
+	case anyOK:
+		p.outages = 0
+	case allDown && len(runs) > 0:
+		p.outages++
+		d := p.r.cfg.Backoff.Delay(p.outages)
+		p.pause = time.Now().Add(d)
+		p.r.log.Warn("broker unavailable; pausing", "pause", d, "consecutive", p.outages)
+	}
+	// Keys left empty leave the active list.
+	active := p.active[:0]
+	for _, k := range p.active {
+		if len(k.items) > 0 {
+			active = append(active, k)
+		} else {
+			delete(p.keys, k.name)
+		}
+	}
+	clear(p.active[len(active):])
+	p.active = active
+	return published, dead
+}
+
+// fail records it's failed publish and reports whether it is now a dead
+// letter; otherwise its key is held until its retry.
+func (p *publisher) fail(k *key, it *item, err error) (dead bool) {
+	cfg := &p.r.cfg
+	counted := !errors.Is(err, broker.ErrUnavailable)
+	it.history = append(it.history, failure{At: time.Now().UTC(), Error: err.Error(), Counted: counted})
+	if len(it.history) > historyCap {
+		it.history = it.history[1:]
+	}
+	var delay time.Duration
+	if counted {
+		it.attempts++
+		permanent := errors.Is(err, broker.ErrRejected)
+		if permanent || it.attempts >= cfg.MaxAttempts {
+			p.r.log.Error("message dead-lettered", "message_id", it.msg.ID, "key", it.msg.Key,
+				"topic", it.msg.Topic, "attempts", it.attempts, "permanent", permanent, "error", err)
+			return true
+		}
+		delay = cfg.Backoff.Delay(it.attempts)
+		p.r.log.Warn("publish failed; will retry", "message_id", it.msg.ID, "key", it.msg.Key,
+			"attempt", it.attempts, "retry_in", delay, "error", err)
+	} else {
+		delay = cfg.Backoff.Delay(p.outages + 1)
+	}
+	if wish, ok := broker.RetryAfter(err); ok {
+		delay = max(delay, min(wish, cfg.Backoff.Max))
+	}
+	k.notBefore = time.Now().Add(delay)
+	p.r.m.retried.Add(1)
+	return false
+}
+
+// settle counts finished items against their transactions and confirms
+// the position past every leading transaction that is done.
+func (p *publisher) settle(items []*item) {
+	for _, it := range items {
+		if it.txn != nil {
+			it.txn.left--
+		} else {
+			p.r.m.swept.Add(1)
+		}
+	}
+	p.advance()
+}
+
+// advance confirms the end of every leading transaction that is done.
+func (p *publisher) advance() {
+	n := 0
+	for n < len(p.txs) && p.txs[n].left <= 0 {
+		advanceTo(p.prog, p.txs[n].end)
+		n++
+	}
+	if n > 0 {
+		clear(p.txs[:n])
+		p.txs = p.txs[n:]
+		p.prog.done.Add(int64(n))
+	}
+}
+
+// advanceTo raises the confirmed position to end.
+func advanceTo(prog *progress, end uint64) { advance(&prog.confirmed, end) }

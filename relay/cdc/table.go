@@ -1,0 +1,163 @@
+package cdc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Statements on courier_outbox once the broker has answered. They take ids
+// only: the rows are still in the table, since nothing deletes a pending
+// row but a relay that published it.
+const (
+	deleteSQL  = `DELETE FROM courier_outbox WHERE id = ANY($1) RETURNING id`
+	archiveSQL = `WITH published AS (
+    DELETE FROM courier_outbox WHERE id = ANY($1)
+    RETURNING id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
+              occurred_at, created_at, attempts)
+INSERT INTO courier_outbox_published
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)
+SELECT * FROM published
+RETURNING id`
+	deadSQL = `WITH f AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[]) AS f(id, attempts, err, history)
+), dead AS (
+    DELETE FROM courier_outbox o USING f WHERE o.id = f.id
+    RETURNING o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers,
+              o.occurred_at, o.created_at, f.attempts, f.err, f.history
+)
+INSERT INTO courier_outbox_dead_letters
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
+     occurred_at, created_at, attempts, last_error, history)
+SELECT * FROM dead
+ON CONFLICT DO NOTHING
+RETURNING id`
+	// sweepSQL reads the rows in the table, oldest first, a page at a
+	// time.
+	sweepSQL = `SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
+FROM courier_outbox WHERE id > $1 ORDER BY id LIMIT $2`
+)
+
+// historyCap is the most failures a dead letter's history keeps, as with the
+// polling relay.
+const historyCap = 20
+
+// finish records what the broker said of published and dead in one
+// transaction: published rows deleted (or archived), dead ones moved to the
+// dead letters. It returns the items whose rows it did not find: the log
+// can bring a commit a moment before the transaction is visible to other
+// sessions, so the caller tries those again. Items without a row are done.
+func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []*item, err error) {
+	var ids []int64
+	for _, it := range published {
+		if it.seq > 0 {
+			ids = append(ids, it.seq)
+		}
+	}
+	var (
+		deadIDs  []int64
+		attempts []int32
+		errs     []string
+		history  []string
+	)
+	for _, it := range dead {
+		if it.seq <= 0 {
+			continue
+		}
+		h := it.history
+		if len(h) > historyCap {
+			h = h[len(h)-historyCap:]
+		}
+		js, _ := json.Marshal(h)
+		deadIDs, attempts = append(deadIDs, it.seq), append(attempts, int32(it.attempts))
+		errs, history = append(errs, h[len(h)-1].Error), append(history, string(js))
+	}
+	if len(ids) == 0 && len(deadIDs) == 0 {
+		return nil, nil
+	}
+	found := make(map[int64]bool, len(ids)+len(deadIDs))
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var b pgx.Batch
+		if len(ids) > 0 {
+			q := deleteSQL
+			if r.cfg.KeepPublished {
+				q = archiveSQL
+			}
+			b.Queue(q, ids)
+		}
+		if len(deadIDs) > 0 {
+			b.Queue(deadSQL, deadIDs, attempts, errs, history)
+		}
+		br := tx.SendBatch(ctx, &b)
+		for range b.Len() {
+			rows, err := br.Query()
+			if err != nil {
+				br.Close()
+				return err
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				br.Close()
+				return err
+			}
+			for _, id := range got {
+				found[id] = true
+			}
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cdc: record %d published and %d dead messages: %w", len(ids), len(deadIDs), err)
+	}
+	for _, list := range [][]*item{published, dead} {
+		for _, it := range list {
+			if it.seq > 0 && !found[it.seq] {
+				missing = append(missing, it)
+			}
+		}
+	}
+	return missing, nil
+}
+
+// metrics are the relay's counters.
+type metrics struct {
+	published, retried, dead, swept atomic.Int64
+	mu                              sync.Mutex
+	confirmed                       uint64
+	reading                         bool
+}
+
+func (m *metrics) setConfirmed(lsn uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.confirmed = lsn
+}
+
+func (m *metrics) setReading(on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reading = on
+}
+
+func (m *metrics) snapshot() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := Stats{
+		Published: m.published.Load(), Retried: m.retried.Load(), DeadLettered: m.dead.Load(),
+		Swept: m.swept.Load(), Reading: m.reading,
+	}
+	if m.confirmed > 0 {
+		s.Confirmed = lsnString(m.confirmed)
+	}
+	return s
+}
+
+// lsnString writes an LSN as PostgreSQL does.
+func lsnString(lsn uint64) string {
+	return strconv.FormatUint(lsn>>32, 16) + "/" + strconv.FormatUint(lsn&0xFFFFFFFF, 16)
+}
