@@ -15,6 +15,14 @@ import (
 // fail fast while the server is away (the relay retries them later) instead of
 // piling up in memory. More options may be added; later ones win. The first
 // connection attempt fails at once when nothing answers at url.
+//
+// url may list several servers, comma-separated: give a cluster's client
+// connection every node's URL, so that the client fails over to another
+// when its server dies. A server that stops answering without closing the
+// connection (stalled, or cut off by a partition) is noticed by the client's
+// pings: Connect pings every 5 seconds and gives up on the server after two
+// unanswered pings (nats.go's default waits 2 minutes between pings), so the
+// relay moves to a live node within 10–15 seconds.
 func Connect(url string, opts ...natsgo.Option) (*natsgo.Conn, error) {
 	base := []natsgo.Option{
 		natsgo.Name("courier"),
@@ -22,6 +30,8 @@ func Connect(url string, opts ...natsgo.Option) (*natsgo.Conn, error) {
 		natsgo.ReconnectWait(250 * time.Millisecond),
 		natsgo.ReconnectBufSize(-1),
 		natsgo.Timeout(5 * time.Second),
+		natsgo.PingInterval(5 * time.Second),
+		natsgo.MaxPingsOutstanding(2),
 	}
 	nc, err := natsgo.Connect(url, append(base, opts...)...)
 	if err != nil {
@@ -55,6 +65,11 @@ type StreamConfig struct {
 	// Publisher.KeepsKeyOrder); older servers know no such setting and
 	// their streams are created without it.
 	NoAtomicBatches bool
+	// Replicas is how many servers of a cluster hold the stream: 3 (or 5)
+	// in production, so that an acknowledgement means a quorum stored the
+	// message and the stream survives the loss of a server. Default 1; a
+	// single server takes only 1.
+	Replicas int
 }
 
 // EnsureStream creates the stream if no stream of that name exists. An
@@ -96,6 +111,7 @@ func EnsureStream(ctx context.Context, nc *natsgo.Conn, mapping Config, cfg Stre
 		// Atomic batches need nats-server 2.12; an older server would
 		// not know the setting.
 		AllowAtomicPublish: !cfg.NoAtomicBatches && atomicServer(nc.ConnectedServerVersion()),
+		Replicas:           cfg.Replicas,
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return fmt.Errorf("nats: create stream %s on %v: %w", cfg.Name, cfg.Subjects, err)

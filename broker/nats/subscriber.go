@@ -89,7 +89,12 @@ func NewSubscriber(ctx context.Context, nc *natsgo.Conn, cfg SubscriberConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("nats: consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Prefetch))
+	// Heartbeats every 2s (nats.go's default is half the pull's 30s
+	// expiry): a pull whose consumer leader died or was cut off goes
+	// unanswered, and the client only pulls again after two missed
+	// heartbeats, so deliveries stopped for 30s after each consumer leader
+	// change in a cluster; now for 4s.
+	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Prefetch), jetstream.PullHeartbeat(2*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("nats: pull from consumer %s: %w", cfg.Consumer, err)
 	}
