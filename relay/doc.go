@@ -48,7 +48,8 @@
 //     at the speed of a broker round trip per message, still claimed and
 //     marked a whole batch at a time. A broker that keeps a key's order
 //     when several of its messages are in flight (broker.OrderKeeper: Kafka,
-//     whose idempotent producer keeps a partition's order) gets each key's
+//     whose idempotent producer keeps a partition's order; NATS JetStream
+//     2.12 and later on streams that allow atomic batches) gets each key's
 //     run of messages to one topic in one round instead, without waiting
 //     for each acknowledgement: a burst on one key then goes at the speed
 //     of many keys.

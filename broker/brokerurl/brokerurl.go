@@ -91,6 +91,9 @@ type Options struct {
 	// Stream is the JetStream stream Open creates on NATS when it is
 	// missing. Default couriernats.DefaultStream ("COURIER").
 	Stream string
+	// StreamReplicas is how many servers of a NATS cluster hold the stream
+	// Open creates: 3 (or 5) on a cluster. Default 1.
+	StreamReplicas int
 	// NoCreate opens the broker without creating anything: no stream on
 	// NATS, no exchange on RabbitMQ (they are managed elsewhere).
 	NoCreate bool
@@ -296,7 +299,7 @@ func openNATS(ctx context.Context, b *Broker, u URL, opts Options) error {
 			u.Where, oneLine(redactIn(err.Error(), u.Raw)), opts.check())
 	}
 	if !opts.NoCreate {
-		if err := couriernats.EnsureStream(ctx, nc, opts.NATS, couriernats.StreamConfig{Name: opts.stream()}); err != nil {
+		if err := couriernats.EnsureStream(ctx, nc, opts.NATS, couriernats.StreamConfig{Name: opts.stream(), Replicas: opts.StreamReplicas}); err != nil {
 			serr := streamError(ctx, nc, opts, err)
 			nc.Close()
 			return serr

@@ -87,6 +87,7 @@ func TestRelayValidatesFlagsBeforeSideEffects(t *testing.T) {
 		{"--stream=a.b", "--stream \"a.b\""},
 		{"--subject-prefix=a.*.", "--subject-prefix \"a.*.\""},
 		{"--mode=cdc", "--mode cdc reads PostgreSQL's write-ahead log"},
+		{"--stream-replicas=0", "--stream-replicas is 0: use 1 to 5"},
 		{"--mode=cdc --slot=Bad-Slot --database-url=postgres://127.0.0.1:1/x", "--slot \"Bad-Slot\""},
 	} {
 		code, _, stderr := runCLI(t, append([]string{"relay"}, strings.Fields(c.args)...)...)

@@ -30,6 +30,7 @@ type relayCmd struct {
 	NoListen         bool          `help:"Do not LISTEN for wake-ups (PostgreSQL); poll only." env:"COURIER_NO_LISTEN"`
 	Stream           string        `help:"JetStream stream to publish into (NATS)." default:"COURIER" env:"COURIER_STREAM"`
 	SubjectPrefix    string        `help:"Prefix that turns a topic into a subject (NATS)." default:"courier." env:"COURIER_SUBJECT_PREFIX"`
+	StreamReplicas   int           `name:"stream-replicas" help:"Servers of a NATS cluster that hold the stream the relay creates: 3 (or 5) on a cluster, so that an acknowledgement means a quorum stored the message." default:"1" env:"COURIER_STREAM_REPLICAS"`
 	NoStream         bool          `name:"no-create-stream" help:"Do not create the stream (NATS) or declare the exchange (RabbitMQ) when it is missing (it is managed elsewhere)." env:"COURIER_NO_CREATE_STREAM"`
 	BatchSize        int           `help:"Messages claimed per batch." default:"1000" env:"COURIER_BATCH_SIZE"`
 	Concurrency      int           `help:"Batches publishing at once." default:"2" env:"COURIER_CONCURRENCY"`
@@ -55,6 +56,9 @@ func (c *relayCmd) check() (relay.Config, error) {
 		if _, err := brokerurl.Parse(c.BrokerURL, c.brokerOptions(nil)); err != nil {
 			return relay.Config{}, err
 		}
+	}
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
+		return relay.Config{}, fmt.Errorf("--stream-replicas is %d: use 1 to 5 (3 on a cluster of three or more servers)", c.StreamReplicas)
 	}
 	if c.EmbeddedPort < 0 || c.EmbeddedPort > 65535 {
 		return relay.Config{}, fmt.Errorf("--embedded-port is %d: use a port from 1 to 65535, or 0 for any free port", c.EmbeddedPort)
@@ -235,6 +239,7 @@ func (c *relayCmd) brokerOptions(log *slog.Logger) brokerurl.Options {
 		Logger:           log,
 		NATS:             couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""},
 		Stream:           c.Stream,
+		StreamReplicas:   c.StreamReplicas,
 		NoCreate:         c.NoStream,
 		Channels:         c.Concurrency,
 		WebhookSecretEnv: c.WebhookSecretEnv,

@@ -25,6 +25,7 @@ import (
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/kafka"
+	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/webhook"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
@@ -232,4 +233,20 @@ func TestRelayToKafka(t *testing.T) {
 	// A key's messages share a partition, so their order across the
 	// partitions read here holds per key.
 	testenv.CheckDelivery(t, written, got)
+}
+
+// courier relay --stream-replicas 3 on a three-node JetStream cluster
+// creates a replicated stream and drains into it.
+func TestRelayToNATSClusterReplicated(t *testing.T) {
+	c := testenv.NATSCluster(t, 3, testenv.NATSClusterOptions{})
+	stream := testenv.Name("R3")
+	prefix := strings.ToLower(stream) + "."
+	written, _ := relayOutbox(t, c.URL(), nil, "--stream", stream, "--subject-prefix", prefix, "--stream-replicas", "3")
+	nc := testenv.Connect(t, c.URL())
+	sc, err := c.StreamCluster(context.Background(), nc, stream)
+	testenv.Must(t, err, "stream info")
+	if sc.Size != 3 || len(sc.Replicas) != 2 {
+		t.Fatalf("stream %s: %d replicas configured, peers %v; want 3", stream, sc.Size, sc.Replicas)
+	}
+	testenv.CheckDelivery(t, written, c.StreamMessages(stream, couriernats.Config{SubjectPrefix: prefix}))
 }
