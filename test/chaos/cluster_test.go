@@ -19,14 +19,13 @@ import (
 )
 
 // TestChaosCluster's sizes. The default is what CI runs: 100,000 messages
-// (-long) took 2½ minutes under -race on two shared cores, but this
-// package's other runs already take most of go test's 10-minute default
-// timeout, so CI writes 30,000 (about a minute and a half). The consumers
-// (one delivery in flight per partition, for strict order) are the slow
-// part. -short shrinks it further.
+// over 1,000 keys, about 2½ minutes under -race on two shared cores (the
+// test command gives the package 30 minutes). The consumers (one delivery
+// in flight per partition, for strict order) are the slow part. -long
+// keeps the faults coming for longer; -short shrinks it.
 var (
-	clusterDefault = settings{messages: 30000, keys: 1000, partitions: 8, relays: 3, chaosFor: 45 * time.Second}
-	clusterLong    = settings{messages: 100000, keys: 1000, partitions: 8, relays: 3, chaosFor: 90 * time.Second}
+	clusterDefault = settings{messages: 100000, keys: 1000, partitions: 8, relays: 3, chaosFor: 90 * time.Second}
+	clusterLong    = settings{messages: 200000, keys: 1000, partitions: 8, relays: 3, chaosFor: 3 * time.Minute}
 	clusterShort   = settings{messages: 5000, keys: 1000, partitions: 4, relays: 3, chaosFor: 20 * time.Second}
 )
 
@@ -42,8 +41,8 @@ var (
 //
 // It needs COURIER_TEST_POSTGRES_URL and COURIER_TEST_NATS_SERVER.
 //
-//	go test ./test/chaos -run TestChaosCluster -v          # 30,000 messages, what CI runs
-//	go test ./test/chaos -run TestChaosCluster -long -v    # 100,000 messages
+//	go test ./test/chaos -run TestChaosCluster -v          # 100,000 messages, what CI runs
+//	go test ./test/chaos -run TestChaosCluster -long -v    # 200,000 messages, three minutes of faults
 func TestChaosCluster(t *testing.T) {
 	s := clusterDefault
 	switch {
