@@ -136,6 +136,19 @@ type publisher struct {
 func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) error {
 	p := &publisher{r: r, prog: prog, keys: map[string]*key{}}
 	pipelined := broker.KeepsKeyOrder(r.pub)
+	// What the broker answered is written to the table once per BatchSize
+	// messages, recordEvery, or when there is nothing to publish, not after
+	// every round: a hot key publishes one message per round to a broker
+	// that does not keep a key's order when pipelined.
+	var (
+		donePub, doneDead []*item
+		since             time.Time
+	)
+	flush := func() error {
+		err := p.record(ctx, donePub, doneDead)
+		donePub, doneDead = nil, nil
+		return err
+	}
 	for {
 		// Take what has arrived, without holding more than a few
 		// batches' worth in memory.
@@ -150,6 +163,12 @@ func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) er
 		}
 		now := time.Now()
 		msgs, runs := p.round(now, pipelined)
+		if len(donePub)+len(doneDead) > 0 && (len(msgs) == 0 || len(donePub)+len(doneDead) >= r.cfg.BatchSize || now.Sub(since) >= recordEvery) {
+			if err := flush(); err != nil {
+				return err
+			}
+			continue
+		}
 		if len(msgs) == 0 && len(p.unseen) > 0 {
 			if !waits.Sleep(ctx, 10*time.Millisecond) {
 				return ctx.Err()
@@ -182,11 +201,16 @@ func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) er
 		published, dead := p.results(runs, errs)
 		r.m.published.Add(int64(len(published)))
 		r.m.dead.Add(int64(len(dead)))
-		if err := p.record(ctx, published, dead); err != nil {
-			return err
+		if len(donePub)+len(doneDead) == 0 {
+			since = time.Now()
 		}
+		donePub, doneDead = append(donePub, published...), append(doneDead, dead...)
 	}
 }
+
+// recordEvery bounds how long published messages wait to be written to the
+// table while publishing goes on.
+const recordEvery = 20 * time.Millisecond
 
 // unseen is an item whose row the relay has not found yet to delete or
 // dead-letter.
