@@ -2,7 +2,7 @@
 // log instead of polling the table: change data capture through a logical
 // replication slot and the built-in pgoutput plugin (github.com/jackc/pglogrepl).
 // Writers do not change: the same outbox.Writer, the same courier_outbox
-// table. The relay publishes each committed row through the same
+// table (or, if they choose, no row at all: see Table-less messages). The relay publishes each committed row through the same
 // broker.Publisher as the polling relay and deletes it (or moves it to
 // courier_outbox_published, with KeepPublished) once the broker has
 // acknowledged it.
@@ -15,8 +15,9 @@
 //     that position itself, never "everything received". A relay that dies
 //     reads again from there: the broker sees duplicates at most, dropped by
 //     message id as usual.
-//   - Per-key order is commit order, which the log gives. Within a
-//     transaction, messages keep their insert order. A key's messages are
+//   - Per-key order is commit order, which the log gives, for rows and
+//     table-less messages alike. Within a transaction, messages keep
+//     their insert order. A key's messages are
 //     published one round trip at a time, or as a run to a broker that keeps
 //     a key's order when pipelined (broker.OrderKeeper), exactly as the
 //     polling relay does (package relay, Ordering).
@@ -61,7 +62,8 @@
 //
 // The relay decodes them with the rows, so a key's messages are published
 // in commit order whichever writer wrote them, even within one
-// transaction; nothing is deleted once they are published. One that becomes
+// transaction; nothing is deleted once they are published (nor archived:
+// KeepPublished keeps rows only). One that becomes
 // a dead letter gets an id from courier_outbox's sequence, so courier dlq
 // replay puts it in the table, from where it is published like a row. The
 // trade-off: no row means no polling fallback. Until the relay has
