@@ -12,19 +12,24 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/brokerurl"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/webhook"
+	"github.com/courier-go/courier/relay"
 )
 
 // The brokers section measures Courier's relay (only) draining the same
@@ -44,11 +49,17 @@ type benchBroker struct {
 	// stream: the drain publishes to env's JetStream stream, which
 	// newEnv creates (the other brokers get a schema alone).
 	stream bool
+	// natsNodes: the stream is on nats-servers the bench starts from
+	// -nats-server, this many of them (a cluster beyond one), replicated
+	// on all; 0: on the -nats server.
+	natsNodes int
 }
 
 // benchBrokers are the measured brokers, in the order of their table.
 var benchBrokers = []benchBroker{
-	{name: "nats", label: "NATS JetStream", open: (*Bench).natsTarget, stream: true},
+	{name: "nats", label: "NATS JetStream (-nats)", open: (*Bench).natsTarget, stream: true},
+	{name: "nats-current", label: "NATS JetStream, current server", open: (*Bench).natsTarget, stream: true, natsNodes: 1},
+	{name: "nats-r3", label: "NATS JetStream, current server, 3-node cluster (R3)", open: (*Bench).natsTarget, stream: true, natsNodes: 3},
 	{name: "kafka", label: "Kafka (kfake, in-process fake)", open: (*Bench).kafkaTarget},
 	{name: "amqp", label: "RabbitMQ", open: (*Bench).amqpTarget},
 	{name: "webhook", label: "Webhook (loopback HTTP)", open: (*Bench).webhookTarget},
@@ -95,6 +106,7 @@ var brokerFigures = func() []Figure {
 			Figure{ID: brokerFigure("cpu_relay", k), Section: "brokers", Label: "Relay process CPU", Unit: "µs/msg", LowerIsBetter: true, Digits: 1},
 			Figure{ID: brokerFigure("cpu_pg", k), Section: "brokers", Label: "PostgreSQL backends' CPU", Unit: "µs/msg", LowerIsBetter: true, Digits: 1},
 			Figure{ID: brokerFigure("cpu_broker", k), Section: "brokers", Label: "Broker's (receiver's) CPU", Unit: "µs/msg", LowerIsBetter: true, Digits: 1},
+			Figure{ID: brokerFigure("per_call", k), Section: "brokers", Label: "Messages per broker call", Unit: "msg", Digits: 0},
 		)
 	}
 	return figs
@@ -136,9 +148,31 @@ func (b *Bench) runBrokerDrain(ctx context.Context, broker string, keys int) err
 		return err
 	}
 	sys := &courierSystem{}
+	notMeasured := func(err error) bool {
+		var nm errNotMeasured
+		if !errors.As(err, &nm) {
+			return false
+		}
+		logf("  %s not measured: %s", br.label, nm.why)
+		b.results.Skip(brokerFigure("drain", keys), broker, nm.why)
+		return true
+	}
 	var env *Env
+	var allowAtomic bool // the stream allows atomic batches
 	if br.stream {
-		env, err = newEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, sys.Name())
+		natsURL, replicas := b.cfg.natsURL, 1
+		if br.natsNodes > 0 {
+			g, err := b.startedNATS(ctx, br.natsNodes)
+			if notMeasured(err) {
+				return nil
+			}
+			natsURL, replicas = g.url, br.natsNodes
+		}
+		var tune func(*jetstream.StreamConfig)
+		if tune, allowAtomic, err = brokerStreamTune(natsURL, replicas); err != nil {
+			return err
+		}
+		env, err = newEnv(ctx, b.admin, b.cfg.pgURL, natsURL, sys.Name(), tune)
 	} else {
 		env, err = newSchemaEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, sys.Name())
 	}
@@ -150,10 +184,7 @@ func (b *Bench) runBrokerDrain(ctx context.Context, broker string, keys int) err
 		return fmt.Errorf("prepare: %w", err)
 	}
 	tgt, err := br.open(b, ctx, env)
-	var nm errNotMeasured
-	if errors.As(err, &nm) {
-		logf("  %s not measured: %s", br.label, nm.why)
-		b.results.Skip(brokerFigure("drain", keys), broker, nm.why)
+	if notMeasured(err) {
 		return nil
 	}
 	if err != nil {
@@ -187,6 +218,14 @@ func (b *Bench) runBrokerDrain(ctx context.Context, broker string, keys int) err
 		b.results.Flag(fig, broker, fmt.Sprintf("%d messages left in the outbox after the drain", left))
 	}
 	b.results.Add(fig, broker, float64(n)/rd.Elapsed.Seconds())
+	if rd.BrokerCalls > 0 {
+		b.results.Add(brokerFigure("per_call", keys), broker, float64(n)/float64(rd.BrokerCalls))
+	}
+	if allowAtomic && !rd.KeepsKeyOrder {
+		// The stream allows atomic batches: the publisher should have
+		// said it keeps a key's order, and the relay pipelined.
+		b.results.Flag(fig, broker, "the stream allows atomic batches but the publisher did not keep a key's order (KeepsKeyOrder false): not pipelined")
+	}
 	perMsg := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
 	b.results.Add(brokerFigure("cpu_relay", keys), broker, perMsg(rd.CPU))
 	if rd.dbOK {
@@ -198,11 +237,18 @@ func (b *Bench) runBrokerDrain(ctx context.Context, broker string, keys int) err
 	return nil
 }
 
-// natsTarget is env's stream on the -nats server.
+// natsTarget is env's stream, on the -nats server or on nats-servers the
+// bench started.
 func (b *Bench) natsTarget(_ context.Context, env *Env) (*brokerTarget, error) {
+	cpu := b.natsProbe()
+	for _, g := range b.natsGroups {
+		if g.url == env.NATSURL {
+			cpu = g.probe
+		}
+	}
 	return &brokerTarget{
 		url: env.NATSURL,
-		cpu: b.natsProbe(),
+		cpu: cpu,
 		count: func(ctx context.Context) (int64, int64, error) {
 			nc, err := natsgo.Connect(env.NATSURL)
 			if err != nil {
@@ -436,13 +482,33 @@ func brokerRelayStarter(s *drainSpec) (func(context.Context) (Relay, error), err
 			return nil, err
 		}
 		// The Broker, as courier relay hands it: it passes its
-		// publisher's broker.OrderKeeper on.
-		return runCourierRelay(st, br, cfg, func() {
+		// publisher's broker.OrderKeeper on. The observer counts the
+		// relay's calls to the publisher: a key's run in one call when
+		// the relay pipelines, one message per call and key otherwise.
+		calls := &callCounter{}
+		cfg.Observer = calls
+		r, err := runCourierRelay(st, br, cfg, func() {
 			_ = br.Close()
 			closeDB()
 		})
+		if err != nil {
+			return nil, err
+		}
+		cr := r.(*courierRelay)
+		cr.calls, cr.keeps = calls, func() bool { return broker.KeepsKeyOrder(br) }
+		return cr, nil
 	}, nil
 }
+
+// callCounter is a relay.Observer that counts the relay's calls to its
+// publisher.
+type callCounter struct {
+	relay.NopObserver
+	n atomic.Int64
+}
+
+// Published implements relay.Observer.
+func (c *callCounter) Published([]courier.Message, []error, time.Duration) { c.n.Add(1) }
 
 // rabbitMQVersion describes the -amqp server for the report.
 func rabbitMQVersion(amqpURL string) string {
@@ -469,8 +535,8 @@ func rabbitMQVersion(amqpURL string) string {
 func renderBrokers(sb *strings.Builder, fn *footnotes, res *Results, cfg config) {
 	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
 	w("Courier's relay drain per broker (PostgreSQL outbox, %s messages per drain; CPU per message, µs):\n\n", thousands(int64(cfg.brokersN)))
-	w("| Broker | Keys | Drain (msg/s, ↑ better) | 1 key ÷ 10,000 keys | Relay process CPU (µs/msg, ↓ better) | PostgreSQL backends' CPU (µs/msg, ↓ better) | Broker's (receiver's) CPU (µs/msg, ↓ better) |\n")
-	w("|---|---:|---:|---:|---:|---:|---:|\n")
+	w("| Broker | Keys | Drain (msg/s, ↑ better) | 1 key ÷ 10,000 keys | Messages per broker call | Relay process CPU (µs/msg, ↓ better) | PostgreSQL backends' CPU (µs/msg, ↓ better) | Broker's (receiver's) CPU (µs/msg, ↓ better) |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, br := range cfg.brokers {
 		for i, k := range brokerKeys {
 			name := brokerLabel(br)
@@ -492,7 +558,7 @@ func renderBrokers(sb *strings.Builder, fn *footnotes, res *Results, cfg config)
 					ratio = ratioText(one.Median / many.Median)
 				}
 			}
-			w("| %s | %s | %s | %s | %s | %s | %s |\n", name, thousands(int64(k)), c("drain"), ratio, c("cpu_relay"), c("cpu_pg"), c("cpu_broker"))
+			w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name, thousands(int64(k)), c("drain"), ratio, c("per_call"), c("cpu_relay"), c("cpu_pg"), c("cpu_broker"))
 		}
 	}
 	w("\n")
@@ -502,7 +568,10 @@ func renderBrokers(sb *strings.Builder, fn *footnotes, res *Results, cfg config)
 	if slices.Contains(cfg.brokers, "webhook") {
 		w("The webhook receiver runs in the parent process and only verifies each request's signature and answers 204: no `webhook.Handler`, no inbox. ")
 	}
-	w("Broker's CPU: nats-server and RabbitMQ (beam.smp), the whole server process (with any other client's load); kfake and the webhook receiver, the parent process during the drain (getrusage).\n")
+	if slices.ContainsFunc(cfg.brokers, func(name string) bool { return strings.HasPrefix(name, "nats-") }) {
+		w("The current NATS server's rows run on nats-servers the bench started from `-nats-server` (one node; a 3-node cluster whose stream has 3 replicas), their streams allowing atomic batches, so that the relay hands the publisher a key's run in one call (Messages per broker call). ")
+	}
+	w("Broker's CPU: nats-server and RabbitMQ (beam.smp), the whole server process (with any other client's load; all three nodes for the cluster); kfake and the webhook receiver, the parent process during the drain (getrusage).\n")
 }
 
 // brokerSettingsText documents how the brokers section is measured.
@@ -512,8 +581,15 @@ func brokerSettingsText(cfg config) string {
   child process running the drain section's relay (`+"`"+`postgres.NewStore`+"`"+` with default settings, the LISTEN/NOTIFY notifier,
   `+"`"+`relay.Config`+"`"+` otherwise default: batches of 1000, 2 in flight) with the publisher `+"`"+`brokerurl.Open`+"`"+` makes (the
   `+"`"+`Broker`+"`"+`'s `+"`"+`Publisher`+"`"+` field, whose optional interfaces such as `+"`"+`broker.OrderKeeper`+"`"+` the relay sees; nothing
-  created), the clock stopped when every message is acknowledged and marked. Destinations, fresh for
-  each drain: **NATS**, a stream on the `+"`"+`-nats`+"`"+` server (file storage, 2-minute duplicate window, as in every other drain);
+  created), the clock stopped when every message is acknowledged and marked; a relay.Observer counts the relay's calls to
+  the publisher (messages per broker call: a key's run in one call when the relay pipelines, one message per key and call
+  otherwise). Destinations, fresh for each drain: **NATS**, a stream on the `+"`"+`-nats`+"`"+` server (file storage, 2-minute
+  duplicate window, as in every other drain, and allowing atomic batches on nats-server 2.12 and later, as `+"`"+`EnsureStream`+"`"+`
+  creates it); **NATS, current server**, the same stream on a nats-server started by the bench from `+"`"+`-nats-server`+"`"+` (one
+  node on loopback ports, its store in a temporary directory, every other setting its default, sync_interval included), and
+  **NATS, 3-node cluster (R3)**, the same stream with 3 replicas on three such servers forming one cluster (the relay connects
+  to all three URLs); on a stream that allows atomic batches the publisher must report `+"`"+`KeepsKeyOrder`+"`"+` true at the end of
+  the drain, else the cell is flagged;
   **Kafka**, a kfake cluster (`+"`"+`github.com/twmb/franz-go/pkg/kfake`+"`"+`, one broker, in memory, topic `+"`"+`events`+"`"+` with %d
   partitions) started in the parent process, published to with Courier's Kafka publisher (franz-go, acks=all, idempotent, the rest as
   `+"`"+`kafka.NewPublisher`+"`"+` sets it); **RabbitMQ**, an exchange and a durable quorum queue bound to `+"`"+`events`+"`"+` on the

@@ -75,6 +75,21 @@ type courierRelay struct {
 	done    chan error
 	once    sync.Once
 	err     error
+
+	// calls counts the relay's calls to its publisher, and keeps asks the
+	// publisher whether it keeps a key's order (the brokers section; nil
+	// elsewhere).
+	calls *callCounter
+	keeps func() bool
+}
+
+// brokerCalls returns the relay's calls to its publisher so far and
+// whether the publisher keeps a key's order; false when not counted.
+func (c *courierRelay) brokerCalls() (calls int64, keeps, ok bool) {
+	if c.calls == nil {
+		return 0, false, false
+	}
+	return c.calls.n.Load(), c.keeps(), true
 }
 
 // StartRelay implements System.

@@ -43,6 +43,12 @@ type drainResult struct {
 	CPU time.Duration `json:"cpu"`
 	// PeakRSS is the child's peak resident set size in bytes (VmHWM).
 	PeakRSS int64 `json:"peak_rss"`
+	// BrokerCalls is how many times the relay called its publisher, and
+	// KeepsKeyOrder what the publisher said about keeping a key's order at
+	// the end (broker.OrderKeeper): a Courier relay in the brokers section
+	// only.
+	BrokerCalls   int64 `json:"broker_calls,omitempty"`
+	KeepsKeyOrder bool  `json:"keeps_key_order,omitempty"`
 	// Error is set when the drain failed.
 	Error string `json:"error,omitempty"`
 }
@@ -344,6 +350,11 @@ func drainWith(startRelay func(context.Context) (Relay, error), s *drainSpec) (d
 	elapsed := time.Since(start)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	res := drainResult{Elapsed: elapsed, Published: r.Published(), CPU: rusageCPU(&ru1) - rusageCPU(&ru0), PeakRSS: peakRSS()}
+	if c, ok := r.(interface{ brokerCalls() (int64, bool, bool) }); ok {
+		if calls, keeps, ok := c.brokerCalls(); ok {
+			res.BrokerCalls, res.KeepsKeyOrder = calls, keeps
+		}
+	}
 	if err != nil {
 		res.Error = fmt.Sprintf("after %d of %d messages: %v", r.Published(), n, err)
 	}

@@ -41,13 +41,14 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc"}
 
 // config is the command line.
 type config struct {
 	pgURL, natsURL string
 	mysqlDSN       string
 	amqpURL        string
+	natsServer     string
 	brokers        []string
 	out, chart     string
 	jsonOut        string
@@ -80,6 +81,11 @@ type Bench struct {
 	natsPID int
 	results *Results
 	failed  []string
+
+	// natsGroups are the nats-servers the bench started, by node count;
+	// natsStartFailed says why a count could not be started.
+	natsGroups      map[int]*natsGroup
+	natsStartFailed map[int]string
 }
 
 func main() {
@@ -93,6 +99,8 @@ func main() {
 		"MySQL/MariaDB DSN (go-sql-driver) for the dialects section; $BENCH_MYSQL_URL sets the default; empty: not measured")
 	flag.StringVar(&cfg.amqpURL, "amqp", cmp.Or(os.Getenv("BENCH_AMQP_URL"), defaultAMQPURL),
 		"RabbitMQ URL for the brokers section; $BENCH_AMQP_URL sets the default; empty: not measured")
+	flag.StringVar(&cfg.natsServer, "nats-server", cmp.Or(os.Getenv("COURIER_TEST_NATS_SERVER"), defaultNATSServer),
+		"nats-server binary the brokers section starts for nats-current and nats-r3; $COURIER_TEST_NATS_SERVER sets the default; empty: not measured")
 	flag.StringVar(&brokers, "brokers", strings.Join(brokerNames, ","), "comma-separated brokers of the brokers section: "+strings.Join(brokerNames, ", "))
 	flag.IntVar(&cfg.brokersN, "brokers-n", 0, "messages per drain in the brokers section (default 20000, 5000 with -quick)")
 	flag.StringVar(&cfg.out, "out", "RESULTS.md", "Markdown report to write")
@@ -187,7 +195,9 @@ func run(ctx context.Context, cfg config) error {
 	if err := admin.Ping(ctx); err != nil {
 		return fmt.Errorf("connect to postgres: %w", err)
 	}
-	b := &Bench{cfg: cfg, admin: admin, natsPID: findProcess("nats-server"), results: NewResults()}
+	b := &Bench{cfg: cfg, admin: admin, natsPID: findProcess("nats-server"), results: NewResults(),
+		natsGroups: map[int]*natsGroup{}, natsStartFailed: map[int]string{}}
+	defer b.stopNATSServers()
 	if b.natsPID == 0 {
 		logf("warning: nats-server's process not found: its CPU is not measured")
 	}
@@ -285,6 +295,8 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 				try(fmt.Sprintf("broker drain courier to %s, %d keys", br, keys), func() error { return b.runBrokerDrain(ctx, br, keys) })
 			}
 		}
+	case "cdc":
+		b.runCDC(ctx, try)
 	case "adversity":
 		try("adversity: empty claims, clean and with dead rows", func() error { return b.runAdversityClaim(ctx) })
 		for _, d := range rotate(dialects, run-1) {

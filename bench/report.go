@@ -40,6 +40,9 @@ type MachineInfo struct {
 	// RabbitMQ describes the brokers section's RabbitMQ server (empty when
 	// it did not run).
 	RabbitMQ string
+	// NATSCurrent describes the brokers section's -nats-server binary
+	// (empty when it did not run).
+	NATSCurrent string
 	// Libraries lists module paths and versions of the systems under test.
 	Libraries [][2]string
 	// CourierRev is the git revision of the Courier checkout measured.
@@ -125,6 +128,7 @@ func collectMachineInfo(ctx context.Context, b *Bench) (*MachineInfo, error) {
 	}
 	if slices.Contains(b.cfg.only, "brokers") {
 		info.RabbitMQ = rabbitMQVersion(b.cfg.amqpURL)
+		info.NATSCurrent = natsServerVersion(b.cfg.natsServer)
 	}
 	info.CourierRev = courierRevision()
 	return info, nil
@@ -233,6 +237,12 @@ func renderTables(res *Results, cfg config) string {
 			sb.WriteString("\n")
 		}
 		renderBrokers(&sb, fn, res, cfg)
+	}
+	if measured(res, cdcFigures) {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		renderCDC(&sb, fn, res, runs, n)
 	}
 	if fn.spread || len(fn.list) > 0 {
 		sb.WriteString("\n")
@@ -387,6 +397,9 @@ func renderReport(info *MachineInfo, cfg config, res *Results, failed []string) 
 	}
 	if info.RabbitMQ != "" {
 		w("- RabbitMQ (brokers table): %s\n", info.RabbitMQ)
+	}
+	if info.NATSCurrent != "" {
+		w("- Current NATS server (brokers table, started by the bench: one node, and a 3-node cluster): %s, JetStream file storage, default sync_interval\n", info.NATSCurrent)
 	}
 	w("- Courier: local checkout, git %s\n", info.CourierRev)
 	w("- Libraries:\n")
