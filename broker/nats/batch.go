@@ -60,10 +60,11 @@ const (
 // batching is the Publisher's state for atomic batches.
 type batching struct {
 	maxBatches int
-	off        bool         // PublisherConfig.NoAtomicBatches
-	refused    atomic.Bool  // the server refused Nats-Msg-Id in a batch (2.12.0)
-	size       atomic.Int64 // messages per batch
-	promised   atomic.Bool  // KeepsKeyOrder has answered true
+	open       chan struct{} // a token per atomic batch open, at most maxBatches
+	off        bool          // PublisherConfig.NoAtomicBatches
+	refused    atomic.Bool   // the server refused Nats-Msg-Id in a batch (2.12.0)
+	size       atomic.Int64  // messages per batch
+	promised   atomic.Bool   // KeepsKeyOrder has answered true
 
 	omu     sync.Mutex
 	checked time.Time // when keeps was last found out
@@ -83,6 +84,7 @@ type streamFacts struct {
 
 func (b *batching) init(maxBatches int, off bool) {
 	b.maxBatches, b.off = maxBatches, off
+	b.open = make(chan struct{}, maxBatches)
 	b.size.Store(defaultBatchSize)
 	b.facts = make(map[string]streamFacts)
 }
@@ -376,7 +378,17 @@ func (p *Publisher) suspect(m *courier.Message, facts streamFacts) bool {
 
 // publishBatch publishes the messages msgs[chunk] as one atomic batch and
 // waits for the commit's acknowledgement.
+//
+// The Publisher's batches open at once, over all its calls, are at most
+// MaxBatches: the relay runs several calls at a time (Concurrency), and the
+// server refuses batches beyond its limit per stream.
 func (p *Publisher) publishBatch(ctx context.Context, lk *lookups, msgs []courier.Message, chunk []int) (batchAction, error) {
+	select {
+	case p.open <- struct{}{}:
+		defer func() { <-p.open }()
+	case <-ctx.Done():
+		return batchFailed, broker.Unavailable(fmt.Errorf("waiting to open a batch: %w", ctx.Err()))
+	}
 	id := uuid.NewString()
 	nc := p.js.Conn()
 	first := &msgs[chunk[0]]

@@ -335,10 +335,12 @@ type PublisherConfig struct {
 	// content mode to every message, next to Courier's headers (see the
 	// package documentation). Its Source is required. Default nil: off.
 	CloudEvents *cloudevents.Config
-	// MaxBatches caps the atomic batches one Publish call has in flight at
-	// once, each the run of one key (see Publisher.KeepsKeyOrder). Default
-	// 16: a server takes at most 50 open atomic batches per stream and
-	// 1,000 in all unless configured otherwise, and relays share them.
+	// MaxBatches caps the atomic batches the Publisher has open at once,
+	// over all its Publish calls, each the run of one key (see
+	// Publisher.KeepsKeyOrder). Default 16: a server takes at most 50 open
+	// atomic batches per stream and 1,000 in all unless configured
+	// otherwise, and the relays of a stream share them (three relays take
+	// 48).
 	MaxBatches int
 	// NoAtomicBatches turns atomic batches off: KeepsKeyOrder reports
 	// false, and the relay publishes a key's messages one round trip
