@@ -41,7 +41,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cleanup"}
 
 // config is the command line.
 type config struct {
@@ -294,6 +294,10 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 			for _, keys := range brokerKeys {
 				try(fmt.Sprintf("broker drain courier to %s, %d keys", br, keys), func() error { return b.runBrokerDrain(ctx, br, keys) })
 			}
+		}
+	case "cleanup":
+		for _, p := range cleanupPauses {
+			try("cleanup: writers during a retention cleanup, "+pauseKey(p), func() error { return b.runCleanup(ctx, p) })
 		}
 	case "adversity":
 		try("adversity: empty claims, clean and with dead rows", func() error { return b.runAdversityClaim(ctx) })
