@@ -37,6 +37,11 @@ func (b *Bench) runLatency(ctx context.Context, system string, rate int) error {
 	if err != nil {
 		return err
 	}
+	return b.latencyOf(ctx, sys, system, rate)
+}
+
+// latencyOf is runLatency of sys, its results recorded under system.
+func (b *Bench) latencyOf(ctx context.Context, sys System, system string, rate int) error {
 	env, err := newEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, system)
 	if err != nil {
 		return err

@@ -41,7 +41,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cleanup"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup"}
 
 // config is the command line.
 type config struct {
@@ -295,6 +295,8 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 				try(fmt.Sprintf("broker drain courier to %s, %d keys", br, keys), func() error { return b.runBrokerDrain(ctx, br, keys) })
 			}
 		}
+	case "cdc":
+		b.runCDC(ctx, try)
 	case "cleanup":
 		for _, p := range cleanupPauses {
 			try("cleanup: writers during a retention cleanup, "+pauseKey(p), func() error { return b.runCleanup(ctx, p) })

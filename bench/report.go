@@ -238,6 +238,12 @@ func renderTables(res *Results, cfg config) string {
 		}
 		renderBrokers(&sb, fn, res, cfg)
 	}
+	if measured(res, cdcFigures) {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		renderCDC(&sb, fn, res, runs, n)
+	}
 	if measured(res, cleanupFigures) {
 		if sb.Len() > 0 {
 			sb.WriteString("\n")

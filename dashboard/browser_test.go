@@ -2,18 +2,24 @@ package dashboard_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"html/template"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/dashboard"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store"
 )
 
 // browser starts a headless Chromium for the test and returns a context
@@ -26,6 +32,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.NoSandbox, // CI runs as root
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(shotWidth, shotHeight),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
@@ -35,10 +42,38 @@ func browser(t *testing.T) context.Context {
 		cancelTab()
 		cancelAlloc()
 	})
-	if err := chromedp.Do(ctx); err != nil {
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(shotWidth, shotHeight)); err != nil {
 		t.Fatalf("start chromium at %s: %v", path, err)
 	}
 	return ctx
+}
+
+// EnvScreenshots names the directory the browser test saves a PNG of each
+// page it visits into, such as docs/dashboard (a relative path is taken
+// from the repository's root). Unset, it saves none.
+const EnvScreenshots = "COURIER_DASHBOARD_SCREENSHOTS"
+
+// The size of the browser's window, and so of the screenshots.
+const (
+	shotWidth  = 1280
+	shotHeight = 800
+)
+
+// shot saves the visible part of the tab's page as name.png in the
+// directory COURIER_DASHBOARD_SCREENSHOTS names, if it names one; a
+// relative path is taken from the repository's root.
+func shot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv(EnvScreenshots)
+	if dir == "" {
+		return
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join("..", dir) // from this package to the repository's root
+	}
+	png := get(t, ctx, "screenshot "+name, chromedp.CaptureScreenshot())
+	testenv.Must(t, os.MkdirAll(dir, 0o755), "screenshot directory")
+	testenv.Must(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644), "save screenshot "+name)
 }
 
 // do runs steps in the tab, failing the test with what on an error.
@@ -62,6 +97,7 @@ func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Actio
 func TestBrowser(t *testing.T) {
 	ctx := browser(t)
 	f := newFixture(t, []string{"orders", "payments", "audit", "audit"}, []string{"nats: message size exceeds maximum allowed", "schema rejected"})
+	seed(t, f)
 	srv := serve(t, dashboard.Config{Database: f.drv, Sagas: f.drv.Sagas()})
 	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
 
@@ -69,15 +105,23 @@ func TestBrowser(t *testing.T) {
 	do(t, ctx, "overview", chromedp.Navigate(srv.URL+"/"))
 	dead := get(t, ctx, "dead letters", chromedp.Text(css("#dead")))
 	pending := get(t, ctx, "pending", chromedp.Text(css("#pending")))
-	if dead != "4" || pending != "0" {
-		t.Fatalf("overview shows %s dead letters and %s pending, want 4 and 0", dead, pending)
+	parked := get(t, ctx, "parked", chromedp.Text(css("#parked")))
+	if dead != "4" || pending != "5" || parked != "3" {
+		t.Fatalf("overview shows %s dead letters, %s pending and %s parked, want 4, 5 and 3", dead, pending, parked)
 	}
+	shot(t, ctx, "overview")
 
 	// Filter the dead letters by topic, open the one left, replay it
 	// through the confirmation.
-	do(t, ctx, "filter",
+	do(t, ctx, "dead letters",
 		chromedp.Click(css(`header a[href="/dead-letters"]`)),
 		chromedp.WaitVisible(css("#filter")),
+	)
+	if n := get(t, ctx, "count", chromedp.Evaluate[int](`document.querySelectorAll('#bulk input[name="id"]').length`)); n != 4 {
+		t.Fatalf("%d dead letters listed, want 4", n)
+	}
+	shot(t, ctx, "dead-letters")
+	do(t, ctx, "filter",
 		chromedp.SendKeys(css(`#filter input[name="topic"]`), "payments"),
 		chromedp.Submit(css("#filter")),
 		chromedp.WaitVisible(css(`#filter input[value="payments"]`)),
@@ -91,7 +135,9 @@ func TestBrowser(t *testing.T) {
 	if f.dead[messageID] != "payments" || lastError != "schema rejected" {
 		t.Fatalf("opened %s (topic %q, error %q), want the payments dead letter", messageID, f.dead[messageID], lastError)
 	}
+	shot(t, ctx, "dead-letter")
 	do(t, ctx, "replay", chromedp.Click(css(`button[value="replay"]`)), chromedp.WaitVisible(css("#confirm")))
+	shot(t, ctx, "confirm")
 	if f.inOutbox(t, messageID) {
 		t.Fatal("the confirmation page replayed the dead letter already")
 	}
@@ -139,6 +185,105 @@ document.querySelectorAll('#bulk input[name="id"]:checked').length`))
 	refused := get(t, ctx, "refusal", chromedp.Text(css("#error")))
 	if !strings.Contains(refused, "another site") || len(f.deadLetters(t)) != 1 {
 		t.Fatalf("a cross-origin post: page says %q, %d dead letters left, want it refused", refused, len(f.deadLetters(t)))
+	}
+
+	// The consumers, one's parked messages, the sagas, one saga's
+	// timeline, the idempotency keys.
+	do(t, ctx, "consumers", chromedp.Navigate(srv.URL+"/"), chromedp.Click(css(`header a[href="/consumers"]`)), chromedp.WaitVisible(css("#consumers")))
+	if n := get(t, ctx, "consumer rows", chromedp.Evaluate[int](`document.querySelectorAll('#consumers tr').length - 1`)); n != 3 {
+		t.Fatalf("%d consumers listed, want 3 (billing, shipping, audit-log)", n)
+	}
+	shot(t, ctx, "consumers")
+	do(t, ctx, "parked of billing", chromedp.Click(css(`#consumers a[href$="consumer=billing"]`)), chromedp.WaitVisible(css("#bulk")))
+	if n := get(t, ctx, "parked rows", chromedp.Evaluate[int](`document.querySelectorAll('#bulk input[name="id"]').length`)); n != 2 {
+		t.Fatalf("%d parked messages of billing listed, want 2", n)
+	}
+	shot(t, ctx, "parked")
+	do(t, ctx, "sagas", chromedp.Click(css(`header a[href="/sagas"]`)), chromedp.WaitVisible(css("#overdue")))
+	shot(t, ctx, "sagas")
+	do(t, ctx, "saga timeline", chromedp.Click(css(`#overdue a`)), chromedp.WaitVisible(css("#timeline")))
+	if n := get(t, ctx, "ignored events", chromedp.Evaluate[int](`document.querySelectorAll('#timeline tr.ignored').length`)); n != 1 {
+		t.Fatalf("%d ignored events in the timeline, want 1", n)
+	}
+	shot(t, ctx, "saga")
+	do(t, ctx, "keys", chromedp.Click(css(`header a[href="/keys"]`)), chromedp.WaitVisible(css("#stale")))
+	if n := get(t, ctx, "in flight", chromedp.Text(css("#in-flight"))); n != "2" {
+		t.Fatalf("%s keys in flight, want 2", n)
+	}
+	shot(t, ctx, "keys")
+}
+
+// seed adds what the operations pages show to f: a backlog of five
+// messages (two leased by a relay), parked messages and failed runs of
+// consumers, sagas (one past its deadline, with a transition and an
+// ignored event), idempotency keys completed and left in flight.
+func seed(t *testing.T, f *fixture) {
+	t.Helper()
+	ctx := context.Background()
+	drv := f.drv
+	var msgs []courier.Message
+	for i, topic := range []string{"shipments", "shipments", "shipments", "invoices", "invoices"} {
+		id, _ := uuid.NewV7()
+		msgs = append(msgs, courier.Message{ID: id, Topic: topic, Key: fmt.Sprintf("order-%d", 1040+i), Type: "OrderShipped", Version: 1,
+			Payload: []byte(`{"order":"o-1040"}`), OccurredAt: time.Now().Add(-time.Duration(5-i) * time.Minute)})
+	}
+	testenv.Must(t, drv.InTx(ctx, func(tx *sql.Tx) error { return drv.Inserter().Insert(ctx, tx, msgs) }), "insert")
+	rs, err := drv.RelayStore(ctx, store.RelayConfig{})
+	testenv.Must(t, err, "relay store")
+	b, err := rs.Claim(ctx, "relay-7f3a", 2, time.Hour)
+	testenv.Must(t, err, "claim")
+	if len(b.Records) != 2 {
+		t.Fatalf("claimed %d rows, want 2", len(b.Records))
+	}
+
+	f.park(t, "billing", "courier.payments", "card declined: insufficient funds")
+	f.park(t, "billing", "courier.payments", "ledger unavailable: connection refused")
+	f.park(t, "audit-log", "courier.audit", "payload does not match schema audit.v2")
+	_, err = drv.ConsumerStore().RecordFailure(ctx, "shipping", msgs[0].ID, store.Attempt{At: time.Now(), Error: "warehouse API timed out"})
+	testenv.Must(t, err, "record failure")
+
+	past := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	later := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	err = drv.Sagas().InTx(ctx, func(tx *sql.Tx) error {
+		s := drv.Sagas()
+		for _, r := range []store.SagaRecord{
+			{Type: "order", ID: "o-1042", State: "awaiting_payment", Phase: "running", Deadline: &past, Attempts: 2},
+			{Type: "order", ID: "o-1043", State: "awaiting_payment", Phase: "running", Deadline: &later},
+			{Type: "order", ID: "o-1044", State: "awaiting_shipment", Phase: "running", Deadline: &later},
+			{Type: "order", ID: "o-1041", State: "refunding", Phase: "compensating"},
+			{Type: "order", ID: "o-1040", Phase: "completed"},
+		} {
+			r.Data, r.Version, r.CreatedAt, r.UpdatedAt = []byte("{}"), 1, past, past
+			if err := s.Create(ctx, tx, r); err != nil {
+				return err
+			}
+		}
+		for _, e := range []store.SagaEvent{
+			{EventID: "e-81", EventType: "OrderPlaced", To: "awaiting_stock", Outcome: "applied"},
+			{EventID: "e-82", EventType: "StockReserved", From: "awaiting_stock", To: "awaiting_payment", Outcome: "applied"},
+			{EventID: "e-83", EventType: "ShipmentBooked", From: "awaiting_payment", To: "awaiting_payment", Outcome: "ignored", Reason: "not awaited in this state"},
+		} {
+			e.Type, e.SagaID, e.At = "order", "o-1042", past
+			if err := s.Record(ctx, tx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	testenv.Must(t, err, "sagas")
+
+	keys := drv.Idempotency()
+	for i, lock := range []time.Duration{-time.Minute, -10 * time.Minute, time.Minute, time.Minute} {
+		c := store.KeyClaim{Scope: "POST /orders", Key: fmt.Sprintf("key-%d", 9000+i), Fingerprint: []byte("f"), Owner: uuid.New(), LockFor: lock, Retain: time.Hour}
+		_, _, err := keys.Claim(ctx, c)
+		testenv.Must(t, err, "claim key")
+		if i >= 2 {
+			err := keys.InTx(ctx, func(tx *sql.Tx) error {
+				_, err := keys.Complete(ctx, tx, c.Scope, c.Key, c.Owner, store.StoredResponse{Status: 201})
+				return err
+			})
+			testenv.Must(t, err, "complete key")
+		}
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testenv.M(m))
+	goleak.VerifyTestMain(testenv.M(m), testenv.NATSServerLeaks...)
 }
 
 // rig is a relay on a SQLite outbox and an embedded NATS server, with its

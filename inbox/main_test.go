@@ -9,5 +9,5 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testenv.M(m))
+	goleak.VerifyTestMain(testenv.M(m), testenv.NATSServerLeaks...)
 }

@@ -11,5 +11,5 @@ import (
 // Every goroutine a relay starts must be gone when Run returns and the test
 // has cleaned up.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testenv.M(m))
+	goleak.VerifyTestMain(testenv.M(m), testenv.NATSServerLeaks...)
 }

@@ -86,6 +86,18 @@ type statusJSON struct {
 	Failed []string `json:"failed_checks,omitempty"`
 }
 
+// roundAbove rounds d, longer than limit, to whole seconds, or as finely as
+// it takes to still read longer than limit (2.4s, not 2s, past a limit of
+// 2s).
+func roundAbove(d, limit time.Duration) time.Duration {
+	for _, p := range []time.Duration{time.Second, 100 * time.Millisecond, time.Millisecond} {
+		if r := d.Round(p); r > limit {
+			return r
+		}
+	}
+	return d
+}
+
 // check returns a message for each --fail-if check that fails on st.
 func (c *statusCmd) check(st store.Status) []string {
 	var failed []string
@@ -97,7 +109,7 @@ func (c *statusCmd) check(st store.Status) []string {
 			}
 		}
 		failed = append(failed, fmt.Sprintf("the oldest pending message (topic %q) has waited %s, more than --fail-if-oldest %s: is a relay running? (courier reconcile shows what is stuck)",
-			worst.Topic, age.Round(time.Second), c.FailIfOldest))
+			worst.Topic, roundAbove(age, c.FailIfOldest), c.FailIfOldest))
 	}
 	if c.FailIfPending > 0 && st.Outbox.Pending > c.FailIfPending {
 		failed = append(failed, fmt.Sprintf("%d messages are pending, more than --fail-if-pending %d", st.Outbox.Pending, c.FailIfPending))

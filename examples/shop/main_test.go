@@ -11,5 +11,5 @@ import (
 // Every goroutine a service, the shop or a load starts must be gone when
 // they stopped.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testenv.M(m))
+	goleak.VerifyTestMain(testenv.M(m), testenv.NATSServerLeaks...)
 }

@@ -2,7 +2,7 @@
 // log instead of polling the table: change data capture through a logical
 // replication slot and the built-in pgoutput plugin (github.com/jackc/pglogrepl).
 // Writers do not change: the same outbox.Writer, the same courier_outbox
-// table. The relay publishes each committed row through the same
+// table (or, if they choose, no row at all: see Table-less messages). The relay publishes each committed row through the same
 // broker.Publisher as the polling relay and deletes it (or moves it to
 // courier_outbox_published, with KeepPublished) once the broker has
 // acknowledged it.
@@ -15,8 +15,9 @@
 //     that position itself, never "everything received". A relay that dies
 //     reads again from there: the broker sees duplicates at most, dropped by
 //     message id as usual.
-//   - Per-key order is commit order, which the log gives. Within a
-//     transaction, messages keep their insert order. A key's messages are
+//   - Per-key order is commit order, which the log gives, for rows and
+//     table-less messages alike. Within a transaction, messages keep
+//     their insert order. A key's messages are
 //     published one round trip at a time, or as a run to a broker that keeps
 //     a key's order when pipelined (broker.OrderKeeper), exactly as the
 //     polling relay does (package relay, Ordering).
@@ -34,14 +35,46 @@
 // # The polling relay as the fallback
 //
 // Rows stay in courier_outbox until they are published, so the polling
-// relay (courier relay without --mode cdc) publishes whatever CDC left: when
+// relay (courier relay without --mode cdc) publishes whatever CDC left of
+// them (table-less messages excepted, see below): when
 // CDC is switched off, when its slot was dropped or lost (wal_status =
 // lost), or next to a CDC relay that is down. Both may even run at once:
 // each publishes a key's messages in order, and a message published by both
 // is a duplicate the broker or the inbox drops. When it starts, the CDC relay
 // itself publishes the rows already in the table, oldest first, before
 // what the log brings: rows written before its slot existed, or left by a
-// dead relay, are never stranded.
+// dead relay, are never stranded. It reads the table in one snapshot and,
+// before it reads the slot, peeks at the slot's backlog up to that
+// snapshot (pg_logical_slot_peek_binary_changes, which decodes without
+// consuming): the rows of transactions the log still holds are left to the
+// log, which brings them in commit order, and the table gives only rows
+// older than anything in the log. The price is decoding that backlog twice
+// at each start.
+//
+// # Table-less messages
+//
+// Writers may also skip the table: store/postgres.LogOnly writes each
+// message only to the log, as a transactional logical decoding message
+// (pg_logical_emit_message, prefix "courier_outbox:" and the table's
+// schema) in the caller's transaction:
+//
+//	w := outbox.New(postgres.LogOnly(), outbox.Config{}) // instead of postgres.Pgx()
+//
+// The relay decodes them with the rows, so a key's messages are published
+// in commit order whichever writer wrote them, even within one
+// transaction; nothing is deleted once they are published (nor archived:
+// KeepPublished keeps rows only). One that becomes
+// a dead letter gets an id from courier_outbox's sequence, so courier dlq
+// replay puts it in the table, from where it is published like a row. The
+// trade-off: no row means no polling fallback. Until the relay has
+// published a table-less message and confirmed its transaction, the slot
+// is its only copy: a slot that is dropped, or lost to
+// max_slot_wal_keep_size, loses the table-less messages it had not
+// confirmed (the rows of the same transactions are still in the table).
+// LogOnly refuses to write when the database has no logical slot at all;
+// keep max_slot_wal_keep_size (if set) above the backlog an outage can
+// build. A relay that stops or crashes loses nothing: the slot keeps
+// every transaction it did not confirm.
 //
 // # Cost and operations
 //

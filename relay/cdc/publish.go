@@ -3,6 +3,7 @@ package cdc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -11,6 +12,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/internal/waits"
+	"github.com/courier-go/courier/store/postgres"
 )
 
 // Run reads the log and publishes until ctx ends; it returns nil then. A
@@ -75,24 +77,34 @@ func (r *Relay) session(ctx context.Context) error {
 		return stop(err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	// The slot exists: a row committed from now on is in the log, one
+	// committed before may be only in the table. The rows in the table
+	// that the log does not hold go first; the reader holds the log's
+	// transactions back meanwhile.
+	tx, snap, err := r.begin(ctx)
+	if err != nil {
+		return stop(err)
+	}
 	if err := r.start(ctx, conn); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return stop(err)
 	}
 	r.m.setReading(true)
 	defer r.m.setReading(false)
-	// The slot exists: a row committed from now on is in the log, one
-	// committed before may be only in the table. The rows in the table go
-	// first; the reader holds the log's transactions back meanwhile.
+	var schema string
+	if err := r.pool.QueryRow(ctx, "SELECT "+postgres.LogSchemaSQL).Scan(&schema); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return stop(fmt.Errorf("cdc: find courier_outbox's schema: %w (run courier migrate first)", err))
+	}
 	rd := &reader{r: r, conn: conn, prog: prog, out: in, relations: map[uint32]*pglogrepl.RelationMessage{},
-		types: pgtype.NewMap(), swept: make(chan *snapshot, 1), lastSent: time.Now()}
+		types: pgtype.NewMap(), prefix: postgres.LogPrefix + schema, swept: make(chan *snapshot, 1), lastSent: time.Now()}
 	go func() {
-		snap, err := r.sweep(ctx, in)
-		if err != nil {
+		if err := r.sweep(ctx, tx, snap, in); err != nil {
 			r.log.Warn("could not publish the rows in the table", "error", err)
 			cancel() // the session starts again
 			return
 		}
-		r.log.Info("reading the outbox from the log", "slot", r.cfg.Slot, "from_table", snap.rows)
+		r.log.Info("reading the outbox from the log", "slot", r.cfg.Slot, "from_table", snap.rows, "left_to_the_log", len(snap.logged))
 		rd.swept <- snap
 	}()
 	return stop(rd.run(ctx))
@@ -124,6 +136,19 @@ type publisher struct {
 func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) error {
 	p := &publisher{r: r, prog: prog, keys: map[string]*key{}}
 	pipelined := broker.KeepsKeyOrder(r.pub)
+	// What the broker answered is written to the table once per BatchSize
+	// messages, recordEvery, or when there is nothing to publish, not after
+	// every round: a hot key publishes one message per round to a broker
+	// that does not keep a key's order when pipelined.
+	var (
+		donePub, doneDead []*item
+		since             time.Time
+	)
+	flush := func() error {
+		err := p.record(ctx, donePub, doneDead)
+		donePub, doneDead = nil, nil
+		return err
+	}
 	for {
 		// Take what has arrived, without holding more than a few
 		// batches' worth in memory.
@@ -138,6 +163,12 @@ func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) er
 		}
 		now := time.Now()
 		msgs, runs := p.round(now, pipelined)
+		if len(donePub)+len(doneDead) > 0 && (len(msgs) == 0 || len(donePub)+len(doneDead) >= r.cfg.BatchSize || now.Sub(since) >= recordEvery) {
+			if err := flush(); err != nil {
+				return err
+			}
+			continue
+		}
 		if len(msgs) == 0 && len(p.unseen) > 0 {
 			if !waits.Sleep(ctx, 10*time.Millisecond) {
 				return ctx.Err()
@@ -170,11 +201,16 @@ func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) er
 		published, dead := p.results(runs, errs)
 		r.m.published.Add(int64(len(published)))
 		r.m.dead.Add(int64(len(dead)))
-		if err := p.record(ctx, published, dead); err != nil {
-			return err
+		if len(donePub)+len(doneDead) == 0 {
+			since = time.Now()
 		}
+		donePub, doneDead = append(donePub, published...), append(doneDead, dead...)
 	}
 }
+
+// recordEvery bounds how long published messages wait to be written to the
+// table while publishing goes on.
+const recordEvery = 20 * time.Millisecond
 
 // unseen is an item whose row the relay has not found yet to delete or
 // dead-letter.

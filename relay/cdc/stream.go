@@ -16,6 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/courier-go/courier/internal/waits"
+	"github.com/courier-go/courier/store/postgres"
 )
 
 // errSlotBusy is returned by open when another connection reads the slot.
@@ -43,6 +46,7 @@ type reader struct {
 	out       chan<- batch
 	relations map[uint32]*pglogrepl.RelationMessage
 	types     *pgtype.Map
+	prefix    string         // the prefix of this outbox's table-less messages
 	cur       *batch         // the transaction being received
 	swept     chan *snapshot // the snapshot the table's rows were read in, once read
 	skip      *snapshot      // what swept gave
@@ -89,6 +93,19 @@ func (r *Relay) slotLost(ctx context.Context) bool {
 	return err == nil && status == "lost"
 }
 
+// dropLost drops the slot PostgreSQL invalidated (max_slot_wal_keep_size):
+// the log it needed is gone. The rows are still in the table; a new slot
+// and the table's rows at the next start lose nothing of them (table-less
+// messages it had not confirmed are lost with it). It returns err, the
+// failure that showed the slot lost.
+func (r *Relay) dropLost(ctx context.Context, err error) error {
+	r.log.Error("the replication slot is lost; making a new one and publishing the table's rows", "slot", r.cfg.Slot, "error", err)
+	if _, derr := r.pool.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); derr != nil {
+		return fmt.Errorf("cdc: drop lost slot %s: %w", r.cfg.Slot, derr)
+	}
+	return fmt.Errorf("cdc: slot %s was lost: %w", r.cfg.Slot, err)
+}
+
 // start streams from the slot's confirmed position.
 func (r *Relay) start(ctx context.Context, conn *pgconn.PgConn) error {
 	err := pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
@@ -105,14 +122,7 @@ func (r *Relay) start(ctx context.Context, conn *pgconn.PgConn) error {
 		return fmt.Errorf("%w: %s", errSlotBusy, pgErr.Message)
 	}
 	if errors.As(err, &pgErr) && pgErr.Code == "55000" && r.slotLost(ctx) {
-		// Lost (max_slot_wal_keep_size): the log it needed is gone. The
-		// rows are still in the table; a new slot and the table's rows
-		// at the next start lose nothing.
-		r.log.Error("the replication slot is lost; making a new one and publishing the table's rows", "slot", r.cfg.Slot, "error", pgErr.Message)
-		if _, derr := r.pool.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); derr != nil {
-			return fmt.Errorf("cdc: drop lost slot %s: %w", r.cfg.Slot, derr)
-		}
-		return fmt.Errorf("cdc: slot %s was lost: %w", r.cfg.Slot, err)
+		return r.dropLost(ctx, err)
 	}
 	if err != nil {
 		return fmt.Errorf("cdc: start replication on slot %s: %w", r.cfg.Slot, err)
@@ -255,6 +265,22 @@ func (rd *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 		}
 		it.txn = rd.cur.t
 		rd.cur.items = append(rd.cur.items, it)
+	case *pglogrepl.LogicalDecodingMessage:
+		if m.Prefix != rd.prefix {
+			return nil // not table-less outbox messages, or another schema's
+		}
+		if !m.Transactional || rd.cur == nil {
+			rd.r.log.Warn("ignoring a non-transactional log message with the outbox's prefix", "prefix", m.Prefix, "lsn", m.LSN)
+			return nil
+		}
+		msg, err := postgres.DecodeLogMessage(m.Content)
+		if err != nil {
+			return fmt.Errorf("cdc: at %s: %w", m.LSN, err)
+		}
+		if msg.Payload == nil {
+			msg.Payload = []byte{}
+		}
+		rd.cur.items = append(rd.cur.items, &item{msg: msg, txn: rd.cur.t})
 	case *pglogrepl.CommitMessage:
 		b := rd.cur
 		rd.cur = nil
@@ -284,10 +310,21 @@ func (rd *reader) hand(ctx context.Context, b *batch, xid uint32) error {
 			return ctx.Err()
 		}
 	}
-	if rd.skip.sees(xid) {
-		// Committed before the table was read: its rows were there
+	if rd.skip.sees(xid) && !rd.skip.logged[xid] {
+		// Committed before the table was read, yet not among the
+		// transactions the slot held then (a row inserted in a
+		// subtransaction carries that one's id): its rows were swept
 		// (published from there) or were published and deleted before.
-		b.items = nil
+		// Its table-less messages were never in the table: the log is
+		// their only copy.
+		kept := b.items[:0]
+		for _, it := range b.items {
+			if it.seq == 0 {
+				kept = append(kept, it)
+			}
+		}
+		clear(b.items[len(kept):])
+		b.items = kept
 	}
 	b.t.left = len(b.items)
 	rd.prog.handed.Add(1)
@@ -372,56 +409,120 @@ func advance(v *atomic.Uint64, lsn uint64) {
 	}
 }
 
-// sweep hands the rows already in the table to out, oldest first, a page
-// at a time, all read in one snapshot, which it returns.
-func (r *Relay) sweep(ctx context.Context, out chan<- batch) (*snapshot, error) {
+// begin opens the transaction the table's rows are read in and learns,
+// before the slot is read, which transactions the log still holds up to
+// that snapshot. It peeks at the slot's changes (decoding without
+// consuming them) up to the log's end at the snapshot: every transaction
+// the snapshot sees and the log still holds is among them. Their rows are
+// left to the log, which brings them in commit order together with their
+// table-less messages; the rows the sweep publishes are older than
+// anything the log holds. The slot must not be read meanwhile.
+func (r *Relay) begin(ctx context.Context) (pgx.Tx, *snapshot, error) {
 	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+		return nil, nil, fmt.Errorf("cdc: read the outbox: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	fail := func(err error) (pgx.Tx, *snapshot, error) {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
 	var text string
-	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&text); err != nil {
-		return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+	var end pglogrepl.LSN
+	// The snapshot is taken at the first statement; pg_current_wal_insert_lsn,
+	// evaluated after it, is past every commit it sees.
+	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text").Scan(&text, &end); err != nil {
+		return fail(fmt.Errorf("cdc: read the outbox: %w", err))
 	}
 	snap, err := parseSnapshot(text)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
+	// Decoding through SQL reads only flushed log.
+	for {
+		var flushed pglogrepl.LSN
+		if err := r.pool.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&flushed); err != nil {
+			return fail(fmt.Errorf("cdc: read the log's position: %w", err))
+		}
+		if flushed >= end {
+			break
+		}
+		if !waits.Sleep(ctx, 10*time.Millisecond) {
+			return fail(ctx.Err())
+		}
+	}
+	rows, err := r.pool.Query(ctx, `SELECT DISTINCT xid::text::bigint FROM pg_logical_slot_peek_binary_changes($1, $2::text::pg_lsn, NULL,
+    'proto_version', '1', 'publication_names', $3, 'messages', 'true') WHERE xid IS NOT NULL`, r.cfg.Slot, end.String(), r.cfg.Publication)
+	if err != nil {
+		return fail(r.slotError(fmt.Errorf("cdc: look at the slot's backlog: %w", err)))
+	}
+	xids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil && r.slotLost(ctx) {
+		return fail(r.dropLost(ctx, err))
+	}
+	if err != nil {
+		return fail(r.slotError(fmt.Errorf("cdc: look at the slot's backlog: %w", err)))
+	}
+	snap.logged = make(map[uint32]bool, len(xids))
+	for _, x := range xids {
+		snap.logged[uint32(x)] = true
+	}
+	return tx, snap, nil
+}
+
+// slotError makes err errSlotBusy when another connection reads the slot.
+func (r *Relay) slotError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+		return fmt.Errorf("%w: %s", errSlotBusy, pgErr.Message)
+	}
+	return err
+}
+
+// sweep hands the rows already in the table to out, oldest first, a page
+// at a time, all read in tx (begin's), leaving out the rows of the
+// transactions the log still holds. It ends tx.
+func (r *Relay) sweep(ctx context.Context, tx pgx.Tx, snap *snapshot, out chan<- batch) error {
+	defer tx.Rollback(context.WithoutCancel(ctx))
 	after := int64(0)
 	for {
 		rows, err := tx.Query(ctx, sweepSQL, after, r.cfg.BatchSize)
 		if err != nil {
-			return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+			return fmt.Errorf("cdc: read the outbox: %w", err)
 		}
 		var page []*item
+		n := 0
 		for rows.Next() {
 			it := &item{}
 			var version int32
+			var xmin uint32
 			if err := rows.Scan(&it.seq, &it.msg.ID, &it.msg.Topic, &it.msg.Key, &it.msg.Type, &version,
-				&it.msg.ContentType, &it.msg.Payload, &it.msg.Headers, &it.msg.OccurredAt); err != nil {
+				&it.msg.ContentType, &it.msg.Payload, &it.msg.Headers, &it.msg.OccurredAt, &xmin); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+				return fmt.Errorf("cdc: read the outbox: %w", err)
+			}
+			n++
+			after = it.seq
+			if snap.logged[xmin] {
+				continue // the log brings it
 			}
 			it.msg.Version = int(version)
 			it.msg.OccurredAt = it.msg.OccurredAt.UTC()
 			page = append(page, it)
-			after = it.seq
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+			return fmt.Errorf("cdc: read the outbox: %w", err)
 		}
 		snap.rows += len(page)
 		if len(page) > 0 {
 			select {
 			case out <- batch{items: page}:
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
 		}
-		if len(page) < r.cfg.BatchSize {
-			return snap, nil
+		if n < r.cfg.BatchSize {
+			return nil
 		}
 	}
 }
@@ -431,7 +532,8 @@ func (r *Relay) sweep(ctx context.Context, out chan<- batch) (*snapshot, error) 
 type snapshot struct {
 	xmin, xmax uint64
 	xip        map[uint64]bool
-	rows       int // rows read in it
+	logged     map[uint32]bool // transactions the slot held up to it
+	rows       int             // rows swept in it
 }
 
 // parseSnapshot reads pg_snapshot's text form, xmin:xmax:xip,….

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -37,9 +38,20 @@ INSERT INTO courier_outbox_dead_letters
 SELECT * FROM dead
 ON CONFLICT DO NOTHING
 RETURNING id`
+	// deadLogSQL makes table-less messages (written with
+	// postgres.LogOnly) dead letters, with ids from courier_outbox's
+	// sequence, so that replaying one puts it in the table like any other.
+	deadLogSQL = `INSERT INTO courier_outbox_dead_letters
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
+     occurred_at, created_at, attempts, last_error, history)
+SELECT nextval(pg_get_serial_sequence('courier_outbox', 'id')), f.*
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[],
+            $9::timestamptz[], $10::timestamptz[], $11::int[], $12::text[], $13::jsonb[])
+     AS f(message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, err, history)
+ON CONFLICT (message_id) DO NOTHING`
 	// sweepSQL reads the rows in the table, oldest first, a page at a
 	// time.
-	sweepSQL = `SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
+	sweepSQL = `SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, xmin::text::bigint
 FROM courier_outbox WHERE id > $1 ORDER BY id LIMIT $2`
 )
 
@@ -64,20 +76,22 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 		attempts []int32
 		errs     []string
 		history  []string
+		logDead  deadLog
 	)
 	for _, it := range dead {
-		if it.seq <= 0 {
-			continue
-		}
 		h := it.history
 		if len(h) > historyCap {
 			h = h[len(h)-historyCap:]
 		}
 		js, _ := json.Marshal(h)
+		if it.seq <= 0 {
+			logDead.add(it, h[len(h)-1].Error, string(js))
+			continue
+		}
 		deadIDs, attempts = append(deadIDs, it.seq), append(attempts, int32(it.attempts))
 		errs, history = append(errs, h[len(h)-1].Error), append(history, string(js))
 	}
-	if len(ids) == 0 && len(deadIDs) == 0 {
+	if len(ids) == 0 && len(deadIDs) == 0 && len(logDead.ids) == 0 {
 		return nil, nil
 	}
 	found := make(map[int64]bool, len(ids)+len(deadIDs))
@@ -93,8 +107,14 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 		if len(deadIDs) > 0 {
 			b.Queue(deadSQL, deadIDs, attempts, errs, history)
 		}
+		queries := b.Len()
+		if len(logDead.ids) > 0 {
+			l := &logDead
+			b.Queue(deadLogSQL, l.ids, l.topics, l.keys, l.types, l.versions, l.cts, l.payloads, l.headers,
+				l.occurred, l.created, l.attempts, l.errs, l.history)
+		}
 		br := tx.SendBatch(ctx, &b)
-		for range b.Len() {
+		for range queries {
 			rows, err := br.Query()
 			if err != nil {
 				br.Close()
@@ -109,10 +129,16 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 				found[id] = true
 			}
 		}
+		if len(logDead.ids) > 0 {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return err
+			}
+		}
 		return br.Close()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cdc: record %d published and %d dead messages: %w", len(ids), len(deadIDs), err)
+		return nil, fmt.Errorf("cdc: record %d published and %d dead messages: %w", len(ids), len(deadIDs)+len(logDead.ids), err)
 	}
 	for _, list := range [][]*item{published, dead} {
 		for _, it := range list {
@@ -122,6 +148,31 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 		}
 	}
 	return missing, nil
+}
+
+// deadLog holds the columns of table-less dead letters, one array each.
+type deadLog struct {
+	ids                            [][16]byte
+	topics, keys, types, cts, errs []string
+	versions, attempts             []int32
+	payloads                       [][]byte
+	headers, history               []*string
+	occurred, created              []time.Time
+}
+
+func (d *deadLog) add(it *item, lastErr, history string) {
+	m := &it.msg
+	var h *string
+	if len(m.Headers) > 0 {
+		js, _ := json.Marshal(m.Headers)
+		s := string(js)
+		h = &s
+	}
+	d.ids = append(d.ids, [16]byte(m.ID))
+	d.topics, d.keys, d.types, d.cts = append(d.topics, m.Topic), append(d.keys, m.Key), append(d.types, m.Type), append(d.cts, m.ContentType)
+	d.versions, d.attempts = append(d.versions, int32(m.Version)), append(d.attempts, int32(it.attempts))
+	d.payloads, d.headers, d.history = append(d.payloads, m.Payload), append(d.headers, h), append(d.history, &history)
+	d.occurred, d.created, d.errs = append(d.occurred, m.OccurredAt), append(d.created, time.Now()), append(d.errs, lastErr)
 }
 
 // metrics are the relay's counters.

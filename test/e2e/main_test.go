@@ -19,5 +19,5 @@ import (
 // Every goroutine the relays and the brokers start must be gone when the
 // tests have cleaned up.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testenv.M(m))
+	goleak.VerifyTestMain(testenv.M(m), testenv.NATSServerLeaks...)
 }
