@@ -41,7 +41,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup"}
 
 // config is the command line.
 type config struct {
@@ -297,6 +297,10 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		}
 	case "cdc":
 		b.runCDC(ctx, try)
+	case "cleanup":
+		for _, p := range cleanupPauses {
+			try("cleanup: writers during a retention cleanup, "+pauseKey(p), func() error { return b.runCleanup(ctx, p) })
+		}
 	case "adversity":
 		try("adversity: empty claims, clean and with dead rows", func() error { return b.runAdversityClaim(ctx) })
 		for _, d := range rotate(dialects, run-1) {
