@@ -23,7 +23,7 @@ type retentionFlags struct {
 	KeepDeadLetters   time.Duration `name:"keep-dead-letters" help:"Delete relay-side dead letters older than this, unreplayed (0: keep them until discarded)." env:"KEEP_DEAD_LETTERS"`
 	KeepParked        time.Duration `name:"keep-parked" help:"Delete consume-side parked messages older than this, unreplayed (0: keep them until discarded)." env:"KEEP_PARKED"`
 	Batch             int           `help:"Rows deleted per transaction; small batches keep writers from waiting." default:"1000" env:"BATCH"`
-	Pause             time.Duration `help:"Pause between two batches, giving way to writers (0: none, as fast as it goes)." default:"10ms" env:"PAUSE"`
+	Pause             time.Duration `help:"Pause between two batches, giving way to writers (0: none, as fast as it goes)." default:"25ms" env:"PAUSE"`
 }
 
 // keep returns the retention of each table to trim, and an error naming a
