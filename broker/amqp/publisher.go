@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -25,6 +28,17 @@ import (
 // so the failure counts against the message's attempts (it is neither
 // broker.ErrUnavailable nor broker.ErrRejected).
 var ErrUnroutable = errors.New("amqp: no queue is bound to the routing key")
+
+// connectionLost reports whether err is the connection's failure (a reset,
+// a closed pipe, an end of stream) rather than the client refusing what it
+// was asked to send: writing to a connection the broker has just dropped
+// fails so before the channel knows it is closed.
+func connectionLost(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, amqp091.ErrClosed)
+}
 
 // ErrNacked is wrapped by the error Publish returns for a message RabbitMQ
 // answered with a negative confirm (basic.nack). It counts against the
@@ -349,7 +363,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 		c, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, p.cfg.RoutingKey(m.Topic), true, false, p.publishing(m))
 		if err != nil {
 			var ae *amqp091.Error
-			if !errors.As(err, &ae) && !s.ch.IsClosed() && ctx.Err() == nil {
+			if !errors.As(err, &ae) && !connectionLost(err) && !s.ch.IsClosed() && ctx.Err() == nil {
 				// The client refused it before sending (invalid headers).
 				errs[i] = broker.Rejected(fmt.Errorf("amqp: routing key %q: %w: check the message's header names and values", p.cfg.RoutingKey(m.Topic), err))
 				continue
