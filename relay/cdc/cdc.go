@@ -128,6 +128,10 @@ type Config struct {
 	// BatchSize is the most messages one Publish call carries. Default
 	// relay.DefaultBatchSize.
 	BatchSize int
+	// Concurrency is how many Publish calls may be in flight at once, each
+	// on keys no other call holds: one publishing while the next is
+	// answered. Default relay.DefaultConcurrency.
+	Concurrency int
 	// PublishTimeout bounds one Publish call. Default
 	// relay.DefaultPublishTimeout.
 	PublishTimeout time.Duration
@@ -172,6 +176,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.BatchSize < 1 || c.BatchSize > 10000 {
 		return fmt.Errorf("cdc: Config.BatchSize is %d: use 1 to 10000", c.BatchSize)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = relay.DefaultConcurrency
+	}
+	if c.Concurrency < 1 || c.Concurrency > 64 {
+		return fmt.Errorf("cdc: Config.Concurrency is %d: use 1 to 64", c.Concurrency)
 	}
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = relay.DefaultPublishTimeout
