@@ -30,10 +30,11 @@ const LogPrefix = "courier_outbox:"
 // is a syscache lookup, while the schema's name took a subquery on
 // pg_class in each statement, ~8% of the write path's transactions per
 // second. The name is cast from text so that it is resolved when the
-// statement runs, not when it is prepared: it fails (undefined_table) when
-// there is no courier_outbox table, as the statement's error (in a
-// pgx.Batch too, where a failed prepare would fail the whole batch), and
-// it follows the search_path of the moment. The OID is the table's for its
+// statement runs, not when it is prepared: when there is no courier_outbox
+// table, it fails (undefined_table) as the statement's error, which
+// LogOnly and QueueLogMessages turn into one that says to migrate (a
+// failed prepare would fail a pgx.Batch before its callbacks run), and it
+// follows the search_path of the moment. The OID is the table's for its
 // lifetime: a table dropped and created again has another, so the
 // table-less messages still in the slot then are not read by a relay
 // started afterwards.
