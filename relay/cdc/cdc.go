@@ -55,8 +55,10 @@
 //
 // Writers may also skip the table: store/postgres.LogOnly writes each
 // message only to the log, as a transactional logical decoding message
-// (pg_logical_emit_message, prefix "courier_outbox:" and the table's
-// schema) in the caller's transaction:
+// (pg_logical_emit_message, prefix "courier_outbox:" and the table's OID,
+// so that the outboxes of several schemas stay apart) in the caller's
+// transaction, or queues it with the caller's statements
+// (postgres.QueueLogMessages):
 //
 //	w := outbox.New(postgres.LogOnly(), outbox.Config{}) // instead of postgres.Pgx()
 //

@@ -93,13 +93,13 @@ func (r *Relay) session(ctx context.Context) error {
 	}
 	r.m.setReading(true)
 	defer r.m.setReading(false)
-	var schema string
-	if err := r.pool.QueryRow(ctx, "SELECT "+postgres.LogSchemaSQL).Scan(&schema); err != nil {
+	var prefix string
+	if err := r.pool.QueryRow(ctx, "SELECT '"+postgres.LogPrefix+"' || "+postgres.LogTableSQL).Scan(&prefix); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return stop(fmt.Errorf("cdc: find courier_outbox's schema: %w (run courier migrate first)", err))
+		return stop(fmt.Errorf("cdc: find courier_outbox: %w (run courier migrate first)", err))
 	}
 	rd := &reader{r: r, conn: conn, prog: prog, out: in, relations: map[uint32]*pglogrepl.RelationMessage{},
-		types: pgtype.NewMap(), prefix: postgres.LogPrefix + schema, swept: make(chan *snapshot, 1), lastSent: time.Now()}
+		types: pgtype.NewMap(), prefix: prefix, swept: make(chan *snapshot, 1), lastSent: time.Now()}
 	go func() {
 		if err := r.sweep(ctx, tx, snap, in); err != nil {
 			r.log.Warn("could not publish the rows in the table", "error", err)

@@ -46,7 +46,7 @@ type reader struct {
 	out       chan<- batch
 	relations map[uint32]*pglogrepl.RelationMessage
 	types     *pgtype.Map
-	prefix    string         // the prefix of this outbox's table-less messages
+	prefix    string         // the prefix of this outbox's table-less messages: postgres.LogPrefix and its table's OID
 	cur       *batch         // the transaction being received
 	swept     chan *snapshot // the snapshot the table's rows were read in, once read
 	skip      *snapshot      // what swept gave
