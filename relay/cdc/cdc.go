@@ -81,6 +81,20 @@
 //
 // # Cost and operations
 //
+// The database does less work than for the polling relay: no claim
+// queries, no leases; the walsender decodes each transaction once and
+// sends it, and the relay deletes published rows in the background, in
+// batches (BatchSize rows, or what gathered in 50 ms), off the publishing
+// path. The slot's confirmed position therefore trails publishing by up to
+// that much plus StatusInterval: a relay that dies publishes those messages
+// again when it comes back (duplicates, dropped by message id). Up to
+// Concurrency Publish calls run at once, on disjoint keys. The walsender's
+// cost is per transaction (PostgreSQL wakes it at each commit and writes
+// each decoded message to the socket on its own), so the saving is largest
+// at moderate rates; bench/RESULTS.md has the figures. At every start the
+// relay decodes the slot's backlog once more, to learn which transactions
+// the log still holds (see above).
+//
 // A slot retains the log from its confirmed position: a CDC relay that is
 // stopped makes PostgreSQL keep every WAL segment written since, until the
 // disk fills. Set max_slot_wal_keep_size so that PostgreSQL drops (loses) a
