@@ -33,7 +33,7 @@ type relayCmd struct {
 	StreamReplicas   int           `name:"stream-replicas" help:"Servers of a NATS cluster that hold the stream the relay creates: 3 (or 5) on a cluster, so that an acknowledgement means a quorum stored the message." default:"1" env:"COURIER_STREAM_REPLICAS"`
 	NoStream         bool          `name:"no-create-stream" help:"Do not create the stream (NATS) or declare the exchange (RabbitMQ) when it is missing (it is managed elsewhere)." env:"COURIER_NO_CREATE_STREAM"`
 	BatchSize        int           `help:"Messages claimed per batch." default:"1000" env:"COURIER_BATCH_SIZE"`
-	Concurrency      int           `help:"Batches publishing at once." default:"2" env:"COURIER_CONCURRENCY"`
+	Concurrency      int           `help:"Batches publishing at once (with --mode cdc: Publish calls in flight, on disjoint keys)." default:"2" env:"COURIER_CONCURRENCY"`
 	Lease            time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s" env:"COURIER_LEASE"`
 	MaxAttempts      int           `help:"Failed attempts before a message becomes a dead letter." default:"10" env:"COURIER_MAX_ATTEMPTS"`
 	PollInterval     time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)." env:"COURIER_POLL_INTERVAL"`
@@ -278,6 +278,7 @@ func flagError(err error) error {
 		"cdc: Config.Slot", "--slot",
 		"cdc: Config.Publication", "--publication",
 		"cdc: Config.BatchSize", "--batch-size",
+		"cdc: Config.Concurrency", "--concurrency",
 	)
 	return errors.New(r.Replace(err.Error()))
 }

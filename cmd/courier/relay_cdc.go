@@ -42,7 +42,7 @@ func (c *relayCmd) runCDC(e *env, b *brokerurl.Broker) error {
 	}
 	defer pool.Close()
 	r, err := cdc.New(pool, b, cdc.Config{
-		Slot: c.Slot, Publication: c.Publication, BatchSize: c.BatchSize, MaxAttempts: c.MaxAttempts,
+		Slot: c.Slot, Publication: c.Publication, BatchSize: c.BatchSize, Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts,
 		KeepPublished: c.KeepPublished, Logger: e.log,
 	})
 	if err != nil {
