@@ -108,25 +108,11 @@ func signal(c chan struct{}) {
 // loss).
 func (rc *recorder) run(ctx context.Context) error {
 	for {
-		rc.mu.Lock()
-		n := len(rc.pub) + len(rc.dead)
-		var wait time.Duration
-		switch {
-		case n >= rc.r.cfg.BatchSize:
-		case n > 0:
-			wait = recordEvery - time.Since(rc.since)
-		default:
-			wait = -1
-		}
-		if len(rc.unseen) > 0 && (wait < 0 || wait > unseenRetry) {
-			wait = unseenRetry
-		}
-		rc.mu.Unlock()
-		if wait != 0 {
+		if wait, ok := rc.wait(); !ok || wait > 0 {
 			if !rc.sleep(ctx, wait) {
 				return ctx.Err()
 			}
-			if wait < 0 || !rc.due() {
+			if !rc.due() {
 				continue
 			}
 		}
@@ -147,12 +133,28 @@ func (rc *recorder) run(ctx context.Context) error {
 	}
 }
 
-// sleep waits d (forever when negative) or until woken; it reports false
-// when ctx ended.
-func (rc *recorder) sleep(ctx context.Context, d time.Duration) bool {
-	if d > 0 && d < time.Millisecond {
-		d = time.Millisecond
+// wait is how long until the next batch is due, and false when nothing
+// waits to be written.
+func (rc *recorder) wait() (time.Duration, bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	n := len(rc.pub) + len(rc.dead)
+	switch {
+	case n >= rc.r.cfg.BatchSize:
+		return 0, true
+	case n > 0 && len(rc.unseen) > 0:
+		return min(recordEvery-time.Since(rc.since), unseenRetry), true
+	case n > 0:
+		return recordEvery - time.Since(rc.since), true
+	case len(rc.unseen) > 0:
+		return unseenRetry, true
 	}
+	return 0, false
+}
+
+// sleep waits d, or until woken when d is 0; it reports false when ctx
+// ended.
+func (rc *recorder) sleep(ctx context.Context, d time.Duration) bool {
 	var timer <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
