@@ -12,7 +12,7 @@ import (
 
 // cdcFlags are the flags of `courier relay --mode cdc`.
 type cdcFlags struct {
-	Mode        string `help:"How the relay finds new messages: poll (claim them from the table) or cdc (read PostgreSQL's write-ahead log through a logical replication slot; needs wal_level = logical and a user with REPLICATION). A second cdc relay on the same slot waits as a hot standby." enum:"poll,cdc" default:"poll" env:"COURIER_RELAY_MODE"`
+	Mode        string `help:"How the relay finds new messages: poll (claim them from the table) or cdc (read PostgreSQL's write-ahead log through a logical replication slot; needs wal_level = logical and a user with REPLICATION). A second cdc relay on the same slot waits as a hot standby. With --metrics-addr, /metrics adds the slot's lag and the relay's counters, and /readyz says whether it reads the slot or waits as a standby." enum:"poll,cdc" default:"poll" env:"COURIER_RELAY_MODE"`
 	Slot        string `help:"Logical replication slot of --mode cdc; made when missing." default:"courier_outbox" env:"COURIER_SLOT"`
 	Publication string `help:"Publication on courier_outbox of --mode cdc; made when missing." default:"courier_outbox" env:"COURIER_PUBLICATION"`
 }
