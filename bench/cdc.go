@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +24,9 @@ import (
 // PostgreSQL and NATS: drains of a pre-filled outbox over 10,000 keys and
 // one key, commit→publish latency at 1,000 and 5,000 msg/s offered, the
 // database's CPU per 100k messages, and the write path of table-less
-// messages (postgres.LogOnly) next to a plain insert and the table insert.
+// messages (postgres.LogOnly, and pipelined with the business insert,
+// postgres.QueueLogMessages) next to a plain insert and the table insert
+// (each also pipelined).
 // Drains run inside the bench process (the relay process's own CPU is not
 // reported here; the drain section has it for the polling relay). Every
 // CDC measurement makes a slot and a publication of its own and drops
@@ -35,6 +38,10 @@ const (
 	cdcPolling = "cdc_polling"
 	cdcLog     = "cdc_log"
 )
+
+// cdcPartNames are the parts of the cdc section (-cdc-parts), in the order
+// they run.
+var cdcPartNames = []string{"drain", "latency", "write"}
 
 // cdcSlotPrefix begins the names of the section's slots and publications.
 const cdcSlotPrefix = "bench_cdc_"
@@ -55,9 +62,14 @@ var cdcFigures = []Figure{
 	{ID: "cdc_cpu_pg_drain", Section: "cdc", Label: "PostgreSQL CPU per 100k msgs, draining 10,000 keys", Unit: "s", LowerIsBetter: true, Digits: 2},
 	{ID: "cdc_cpu_pg_lat1000", Section: "cdc", Label: "PostgreSQL CPU per 100k msgs, steady @ 1,000 msg/s", Unit: "s", LowerIsBetter: true, Digits: 2},
 	{ID: "cdc_cpu_pg_lat5000", Section: "cdc", Label: "PostgreSQL CPU per 100k msgs, steady @ 5,000 msg/s", Unit: "s", LowerIsBetter: true, Digits: 2},
+	{ID: "cdc_cpu_wal_drain", Section: "cdc", Label: "… of which the walsender, draining 10,000 keys", Unit: "s", LowerIsBetter: true, Digits: 2},
+	{ID: "cdc_cpu_wal_lat1000", Section: "cdc", Label: "… of which the walsender, steady @ 1,000 msg/s", Unit: "s", LowerIsBetter: true, Digits: 2},
+	{ID: "cdc_cpu_wal_lat5000", Section: "cdc", Label: "… of which the walsender, steady @ 5,000 msg/s", Unit: "s", LowerIsBetter: true, Digits: 2},
 	{ID: "cdc_write_plain", Section: "cdc", Label: "Plain insert (one `orders` row per tx), 8 writers", Unit: "tx/s", Digits: -1},
 	{ID: "cdc_write_table", Section: "cdc", Label: "Insert + outbox row (`postgres.Pgx`), 8 writers", Unit: "tx/s", Digits: -1},
+	{ID: "cdc_write_table_pipelined", Section: "cdc", Label: "Insert + outbox row pipelined (`postgres.QueueMessages`), 8 writers", Unit: "tx/s", Digits: -1},
 	{ID: "cdc_write_logonly", Section: "cdc", Label: "Insert + table-less message (`postgres.LogOnly`), 8 writers", Unit: "tx/s", Digits: -1},
+	{ID: "cdc_write_logonly_pipelined", Section: "cdc", Label: "Insert + table-less message pipelined (`postgres.QueueLogMessages`), 8 writers", Unit: "tx/s", Digits: -1},
 }
 
 // runCDC runs the cdc section once.
@@ -67,10 +79,15 @@ func (b *Bench) runCDC(ctx context.Context, try func(string, func() error)) {
 	modes := []string{cdcPolling, cdcLog}
 	for _, keys := range []int{10000, 1} {
 		for _, m := range modes {
-			try(fmt.Sprintf("cdc: drain %s, %d keys", m, keys), func() error { return b.cdcDrain(ctx, m, keys) })
+			if slices.Contains(b.cfg.cdcParts, "drain") {
+				try(fmt.Sprintf("cdc: drain %s, %d keys", m, keys), func() error { return b.cdcDrain(ctx, m, keys) })
+			}
 		}
 	}
 	for _, rate := range b.cfg.rates {
+		if !slices.Contains(b.cfg.cdcParts, "latency") {
+			break
+		}
 		for _, m := range modes {
 			try(fmt.Sprintf("cdc: latency %s @ %d msg/s", m, rate), func() error {
 				sys := &cdcSystem{b: b, mode: m}
@@ -84,12 +101,17 @@ func (b *Bench) runCDC(ctx context.Context, try func(string, func() error)) {
 				}
 				if sys.cpuOK && sys.published > 0 {
 					b.results.Add(fmt.Sprintf("cdc_cpu_pg_lat%d", rate), m, sys.cpu.Seconds()*100000/float64(sys.published))
+					if sys.walPID != 0 {
+						b.results.Add(fmt.Sprintf("cdc_cpu_wal_lat%d", rate), m, sys.walsender.Seconds()*100000/float64(sys.published))
+					}
 				}
 				return nil
 			})
 		}
 	}
-	try("cdc: write path, plain insert, table insert, table-less", func() error { return b.cdcWrite(ctx) })
+	if slices.Contains(b.cfg.cdcParts, "write") {
+		try("cdc: write path, plain insert, table insert, table-less, each also pipelined", func() error { return b.cdcWrite(ctx) })
+	}
 }
 
 // cdcSystem is Courier with the polling relay (mode cdcPolling) or the CDC
@@ -103,8 +125,10 @@ type cdcSystem struct {
 
 	mu        sync.Mutex
 	cpu       time.Duration // the database's CPU while the relay ran
+	walsender time.Duration // of which the walsender's (CDC)
 	cpuOK     bool
 	published int64
+	walPID    int // the walsender's pid, once seen
 }
 
 // Prepare implements System: Courier's tables and, for the CDC relay, its
@@ -151,6 +175,9 @@ func (s *cdcSystem) probe(ctx context.Context, env *Env) (cpuSnapshot, error) {
 	if pid != nil {
 		if d, err := procCPU(*pid); err == nil {
 			snap[*pid] = d
+			s.mu.Lock()
+			s.walPID = *pid
+			s.mu.Unlock()
 		}
 	}
 	return snap, nil
@@ -176,6 +203,9 @@ func (s *cdcSystem) StartRelay(ctx context.Context, env *Env) (Relay, error) {
 		s.published = r.Published()
 		if err == nil && len(end) > 0 {
 			s.cpu, s.cpuOK = cpuDelta(start, end), true
+			if s.walPID != 0 {
+				s.walsender = end[s.walPID] - start[s.walPID]
+			}
 		}
 	}}, nil
 }
@@ -299,14 +329,19 @@ func (b *Bench) cdcDrain(ctx context.Context, mode string, keys int) error {
 	b.results.Add(fmt.Sprintf("cdc_drain_keys%d", keys), mode, float64(n)/res.Elapsed.Seconds())
 	if keys == 10000 && sys.cpuOK {
 		b.results.Add("cdc_cpu_pg_drain", mode, sys.cpu.Seconds()*100000/float64(n))
+		if sys.walPID != 0 {
+			b.results.Add("cdc_cpu_wal_drain", mode, sys.walsender.Seconds()*100000/float64(n))
+		}
 	}
 	return nil
 }
 
 // cdcWrite measures the write path: a plain insert, the insert with an
-// outbox row, and the insert with a table-less message, one after the
-// other on one schema with a slot in place (LogOnly refuses to write
-// without one; no relay reads it).
+// outbox row, and the insert with a table-less message, the last two once
+// through outbox.Writer (a round trip of their own) and once pipelined
+// with the insert (postgres.QueueMessages, postgres.QueueLogMessages), one
+// after the other on one schema with a slot in place (table-less writes
+// refuse to write without one; no relay reads it).
 func (b *Bench) cdcWrite(ctx context.Context) error {
 	sys := &cdcSystem{b: b, mode: cdcLog}
 	defer sys.cleanup()
@@ -325,14 +360,17 @@ func (b *Bench) cdcWrite(ctx context.Context) error {
 		return fmt.Errorf("create slot: %w", err)
 	}
 	for _, c := range []struct {
-		id string
-		w  Writer
+		id    string
+		w     Writer
+		queue queueFunc
 	}{
-		{"cdc_write_plain", nil},
-		{"cdc_write_table", courierWriter{w: outbox.New(postgres.Pgx(), outbox.Config{})}},
-		{"cdc_write_logonly", courierWriter{w: outbox.New(postgres.LogOnly(), outbox.Config{})}},
+		{"cdc_write_plain", nil, nil},
+		{"cdc_write_table", courierWriter{w: outbox.New(postgres.Pgx(), outbox.Config{})}, nil},
+		{"cdc_write_table_pipelined", nil, postgres.QueueMessages},
+		{"cdc_write_logonly", courierWriter{w: outbox.New(postgres.LogOnly(), outbox.Config{})}, nil},
+		{"cdc_write_logonly_pipelined", nil, postgres.QueueLogMessages},
 	} {
-		v, err := b.measureWrite(ctx, env, c.w, false)
+		v, err := b.measureWrite(ctx, env, c.w, c.queue)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.id, err)
 		}
@@ -414,8 +452,6 @@ func (r *Results) move(from, to, system string) {
 // side, their ratio and the targets, then the write path.
 func renderCDC(sb *strings.Builder, fn *footnotes, res *Results, runs int, n int) {
 	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
-	w("Polling relay vs. CDC relay (relay/cdc), same PostgreSQL and NATS, %s-message drains:\n\n", thousands(int64(n)))
-	w("| Figure | Polling | CDC | CDC ÷ polling | Target |\n|---|---:|---:|---:|---|\n")
 	type row struct {
 		f      Figure
 		target string
@@ -434,11 +470,18 @@ func renderCDC(sb *strings.Builder, fn *footnotes, res *Results, runs int, n int
 		}
 		rows = append(rows, row{figureByID(fmt.Sprintf("cdc_lat%d_offered", rate)), ""})
 	}
-	rows = append(rows, row{figureByID("cdc_cpu_pg_drain"), "≤ 0.5×"}, row{figureByID("cdc_cpu_pg_lat1000"), "≤ 0.5×"},
-		row{figureByID("cdc_cpu_pg_lat5000"), "≤ 0.5×"})
+	for _, load := range []string{"drain", "lat1000", "lat5000"} {
+		rows = append(rows, row{figureByID("cdc_cpu_pg_" + load), "≤ 0.5×"}, row{figureByID("cdc_cpu_wal_" + load), ""})
+	}
+	header := false
 	for _, r := range rows {
 		if _, ok := res.Samples[r.f.ID]; !ok {
 			continue
+		}
+		if !header { // not with -cdc-parts write alone
+			header = true
+			w("Polling relay vs. CDC relay (relay/cdc), same PostgreSQL and NATS, %s-message drains:\n\n", thousands(int64(n)))
+			w("| Figure | Polling | CDC | CDC ÷ polling | Target |\n|---|---:|---:|---:|---|\n")
 		}
 		dir := "↑"
 		if r.f.LowerIsBetter {
@@ -457,20 +500,23 @@ func renderCDC(sb *strings.Builder, fn *footnotes, res *Results, runs int, n int
 		w("| %s (%s, %s better) | %s | %s | %s | %s%s |\n", r.f.Label, r.f.Unit, dir, p, c, ratio, r.target, verdict)
 	}
 	if _, ok := res.Samples["cdc_write_plain"]; ok {
-		w("\nWrite path (no relay running; a slot exists):\n\n| Figure | Value | ÷ plain insert | Target |\n|---|---:|---:|---|\n")
+		if header {
+			w("\n")
+		}
+		w("Write path (no relay running; a slot exists):\n\n| Figure | Value | ÷ plain insert | Target |\n|---|---:|---:|---|\n")
 		plain, okPlain := res.Stat("cdc_write_plain", reference)
-		for _, id := range []string{"cdc_write_plain", "cdc_write_table", "cdc_write_logonly"} {
+		for _, id := range []string{"cdc_write_plain", "cdc_write_table", "cdc_write_table_pipelined", "cdc_write_logonly", "cdc_write_logonly_pipelined"} {
 			f := figureByID(id)
 			c, st, ok := cell(res, fn, f, reference, runs)
 			ratio, target := "", ""
 			if ok && okPlain && plain.Median > 0 && id != "cdc_write_plain" {
 				ratio = fmt.Sprintf("%.2f×", st.Median/plain.Median)
 			}
-			if id == "cdc_write_logonly" && ok && okPlain && plain.Median > 0 {
+			if id == "cdc_write_logonly_pipelined" && ok && okPlain && plain.Median > 0 {
 				target = "≥ 0.90×" + map[bool]string{true: " (met)", false: " (not met)"}[st.Median >= 0.9*plain.Median]
 			}
 			w("| %s (%s) | %s | %s | %s |\n", f.Label, f.Unit, c, ratio, target)
 		}
 	}
-	w("\nPostgreSQL CPU: the backends serving the relay's connections (by application name) and, for CDC, the walsender decoding its slot; writers' backends are not counted. Drains run inside the bench process; the CDC drain's slot exists before the fill, so its relay reads the log (peeking at the backlog once at start, then streaming it), not the table.\n")
+	w("\nPostgreSQL CPU: the backends serving the relay's connections (by application name) and, for CDC, the walsender decoding its slot (its share on the \"of which\" rows); writers' backends are not counted. Drains run inside the bench process; the CDC drain's slot exists before the fill, so its relay reads the log (peeking at the backlog once at start, then streaming it), not the table.\n")
 }

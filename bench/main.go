@@ -56,6 +56,7 @@ type config struct {
 	quick          bool
 	only           []string
 	systems        []string
+	cdcParts       []string // the parts of the cdc section to run (cdcParts)
 
 	drainN              int
 	brokersN            int
@@ -92,7 +93,7 @@ func main() {
 	role := flag.String("role", "", "internal: run as a child process (drain)")
 	spec := flag.String("spec", "", "internal: the child's task, JSON")
 	var cfg config
-	var only, systems, brokers string
+	var only, systems, brokers, cdcParts string
 	flag.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL (sslmode=disable is enforced)")
 	flag.StringVar(&cfg.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (JetStream enabled)")
 	flag.StringVar(&cfg.mysqlDSN, "mysql", cmp.Or(os.Getenv("BENCH_MYSQL_URL"), defaultMySQLDSN),
@@ -109,6 +110,7 @@ func main() {
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per figure (the median is reported)")
 	flag.BoolVar(&cfg.quick, "quick", false, "development mode: fewer messages, shorter windows, 1 run")
 	flag.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sections, ", ")+" (default all)")
+	flag.StringVar(&cdcParts, "cdc-parts", strings.Join(cdcPartNames, ","), "comma-separated parts of the cdc section to run: "+strings.Join(cdcPartNames, ", "))
 	flag.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to measure")
 	flag.IntVar(&latencyWriters, "latency-writers", latencyWriters, "writer goroutines sharing the offered load in the latency section")
 	flag.StringVar(&latencySyncCommit, "latency-sync-commit", latencySyncCommit, "synchronous_commit of the latency section's writer sessions (on holds commits until the WAL is flushed)")
@@ -154,6 +156,12 @@ func main() {
 	}
 	if len(cfg.only) == 0 {
 		cfg.only = sections
+	}
+	cfg.cdcParts = splitList(cdcParts)
+	for _, p := range cfg.cdcParts {
+		if !slices.Contains(cdcPartNames, p) {
+			fatalf("unknown part %q of the cdc section (want %s)", p, strings.Join(cdcPartNames, ", "))
+		}
 	}
 	cfg.systems = splitList(systems)
 	for _, s := range cfg.systems {

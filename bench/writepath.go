@@ -63,7 +63,11 @@ func (b *Bench) runWrite(ctx context.Context, system string) error {
 			return err
 		}
 	}
-	v, err := b.measureWrite(ctx, env, w, pipelined)
+	var queue queueFunc
+	if pipelined {
+		queue = postgres.QueueMessages
+	}
+	v, err := b.measureWrite(ctx, env, w, queue)
 	if err != nil {
 		return err
 	}
@@ -78,11 +82,16 @@ func (b *Bench) runWrite(ctx context.Context, system string) error {
 	return nil
 }
 
+// queueFunc queues messages into a pgx batch: postgres.QueueMessages or
+// postgres.QueueLogMessages.
+type queueFunc func(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message) error
+
 // measureWrite runs writeWriters writers on env (which has the orders
 // table) for the write duration and returns their transactions per second:
-// each inserts one orders row and, with w, one message (with pipelined,
-// Courier's, in the insert's round trip).
-func (b *Bench) measureWrite(ctx context.Context, env *Env, w Writer, pipelined bool) (float64, error) {
+// each inserts one orders row and, with w, one message; with queue
+// instead, one Courier message queued with the insert into one pgx batch,
+// in the insert's round trip.
+func (b *Bench) measureWrite(ctx context.Context, env *Env, w Writer, queue queueFunc) (float64, error) {
 	warmEnd := time.Now().Add(b.cfg.writeWarmup)
 	end := warmEnd.Add(b.cfg.writeDuration)
 	var count atomic.Int64
@@ -95,10 +104,10 @@ func (b *Bench) measureWrite(ctx context.Context, env *Env, w Writer, pipelined 
 			for {
 				i := int(seq.Add(1))
 				err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
-					if pipelined {
+					if queue != nil {
 						var batch pgx.Batch
 						batch.Queue("INSERT INTO orders (customer, total) VALUES ($1, $2)", keyFor(i, 10000), i)
-						if err := postgres.QueueMessages(&batch, courier.Limits{}, courierMessage(keyFor(i, 10000), payloadFor(i))); err != nil {
+						if err := queue(&batch, courier.Limits{}, courierMessage(keyFor(i, 10000), payloadFor(i))); err != nil {
 							return err
 						}
 						return tx.SendBatch(ctx, &batch).Close()

@@ -55,8 +55,10 @@
 //
 // Writers may also skip the table: store/postgres.LogOnly writes each
 // message only to the log, as a transactional logical decoding message
-// (pg_logical_emit_message, prefix "courier_outbox:" and the table's
-// schema) in the caller's transaction:
+// (pg_logical_emit_message, prefix "courier_outbox:" and the table's OID,
+// so that the outboxes of several schemas stay apart) in the caller's
+// transaction, or queues it with the caller's statements
+// (postgres.QueueLogMessages):
 //
 //	w := outbox.New(postgres.LogOnly(), outbox.Config{}) // instead of postgres.Pgx()
 //
@@ -136,6 +138,10 @@ type Config struct {
 	// BatchSize is the most messages one Publish call carries. Default
 	// relay.DefaultBatchSize.
 	BatchSize int
+	// Concurrency is how many Publish calls may be in flight at once, each
+	// on keys no other call holds: one publishing while the next is
+	// answered. Default relay.DefaultConcurrency.
+	Concurrency int
 	// PublishTimeout bounds one Publish call. Default
 	// relay.DefaultPublishTimeout.
 	PublishTimeout time.Duration
@@ -180,6 +186,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.BatchSize < 1 || c.BatchSize > 10000 {
 		return fmt.Errorf("cdc: Config.BatchSize is %d: use 1 to 10000", c.BatchSize)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = relay.DefaultConcurrency
+	}
+	if c.Concurrency < 1 || c.Concurrency > 64 {
+		return fmt.Errorf("cdc: Config.Concurrency is %d: use 1 to 64", c.Concurrency)
 	}
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = relay.DefaultPublishTimeout

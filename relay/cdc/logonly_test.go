@@ -2,14 +2,12 @@ package cdc_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
@@ -37,9 +35,36 @@ func (e *env) writeMixed(lw *outbox.Writer[pgx.Tx], logOnly func(i int) bool, ms
 	}), "write")
 }
 
-// Table-less messages (postgres.LogOnly) are published like rows, and a
-// key's messages keep commit order whichever writer wrote them, within and
-// across transactions; nothing is left in the table, no dead letters.
+// queueMixed commits msgs in one transaction, sent in one pgx.Batch with
+// a business statement: the first three table-less in one statement
+// (postgres.QueueLogMessages), then rows (postgres.QueueMessages) and
+// table-less messages by turns, in msgs' order.
+func (e *env) queueMixed(msgs []courier.Message) {
+	e.t.Helper()
+	ctx := context.Background()
+	testenv.Must(e.t, e.d.InTx(ctx, func(tx pgx.Tx) error {
+		var b pgx.Batch
+		b.Queue("SELECT 1")
+		if err := postgres.QueueLogMessages(&b, courier.Limits{}, msgs[:3]...); err != nil {
+			return err
+		}
+		for j, m := range msgs[3:] {
+			queue := postgres.QueueMessages
+			if j%2 == 1 {
+				queue = postgres.QueueLogMessages
+			}
+			if err := queue(&b, courier.Limits{}, m); err != nil {
+				return err
+			}
+		}
+		return tx.SendBatch(ctx, &b).Close()
+	}), "write")
+}
+
+// Table-less messages (postgres.LogOnly, postgres.QueueLogMessages) are
+// published like rows, and a key's messages keep commit order whichever
+// writer wrote them, within and across transactions; nothing is left in
+// the table, no dead letters.
 func TestLogOnlyInCommitOrder(t *testing.T) {
 	for _, pipelined := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
@@ -55,12 +80,14 @@ func TestLogOnlyInCommitOrder(t *testing.T) {
 					tx = append(tx, msg(fmt.Sprintf("k%d", (i+j)%13), fmt.Sprint(i+j)))
 				}
 				want = append(want, tx...)
-				switch i / 10 % 3 {
+				switch i / 10 % 4 {
 				case 0: // every other message without a row
 					e.writeMixed(lw, func(j int) bool { return j%2 == 0 }, tx...)
 				case 1: // all without a row, in one insert
 					ctx := context.Background()
 					testenv.Must(t, e.d.InTx(ctx, func(ptx pgx.Tx) error { return lw.Write(ctx, ptx, tx...) }), "write")
+				case 2: // pipelined with the rows: three in one statement, then every other one
+					e.queueMixed(tx)
 				default: // all rows
 					e.write(tx...)
 				}
@@ -198,20 +225,34 @@ func TestLogOnlyRelayRestart(t *testing.T) {
 	t.Logf("%d deliveries for %d messages", len(e.pub.Messages()), len(want))
 }
 
-// Without a logical replication slot in the database, a log-only write
-// fails and its transaction rolls back: nothing could ever read it.
-func TestLogOnlyWithoutSlot(t *testing.T) {
-	srv := testenv.StartPostgres(t)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, srv.URL)
-	testenv.Must(t, err, "pool")
-	t.Cleanup(pool.Close)
-	d := postgres.NewDriver(pool)
-	_, err = d.Migrate(ctx)
-	testenv.Must(t, err, "migrate")
+// A relay publishes the table-less messages of its own schema's outbox
+// only: those written where the search_path finds another schema's
+// courier_outbox carry that table's OID in their prefix.
+func TestLogOnlyOwnSchema(t *testing.T) {
+	e := newEnv(t)
+	other := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	od := postgres.NewDriver(other.Pool)
 	lw := outbox.New(postgres.LogOnly(), outbox.Config{})
-	err = d.InTx(ctx, func(tx pgx.Tx) error { return lw.Write(ctx, tx, msg("k", "lost")) })
-	if !errors.Is(err, postgres.ErrNoLogicalSlot) {
-		t.Fatalf("write without a slot: %v, want ErrNoLogicalSlot", err)
+	r, _ := e.start(e.pub, e.config())
+	e.eventually(func() bool { return r.Stats().Reading }, "the relay does not read")
+	ctx := context.Background()
+	var want []courier.Message
+	for i := range 20 {
+		mine, theirs := msg("k", fmt.Sprint(i)), msg("k", fmt.Sprint("other ", i))
+		want = append(want, mine)
+		testenv.Must(t, e.d.InTx(ctx, func(tx pgx.Tx) error { return lw.Write(ctx, tx, mine) }), "write")
+		testenv.Must(t, od.InTx(ctx, func(tx pgx.Tx) error { return lw.Write(ctx, tx, theirs) }), "write to the other schema")
 	}
+	e.eventually(func() bool { return len(e.pub.Messages()) >= len(want) }, "published %d of %d", len(e.pub.Messages()), len(want))
+	// The other schema's last message was committed before this one.
+	last := msg("k", "last")
+	want = append(want, last)
+	e.write(last)
+	e.eventually(func() bool { return len(e.pub.Messages()) >= len(want) }, "published %d of %d", len(e.pub.Messages()), len(want))
+	for _, m := range e.pub.Messages() {
+		if strings.HasPrefix(string(m.Payload), "other") {
+			t.Fatalf("published the other schema's %q", m.Payload)
+		}
+	}
+	checkOrder(t, want, e.pub.Messages())
 }

@@ -81,30 +81,33 @@ func (r *Relay) session(ctx context.Context) error {
 	// committed before may be only in the table. The rows in the table
 	// that the log does not hold go first; the reader holds the log's
 	// transactions back meanwhile.
+	began := time.Now()
 	tx, snap, err := r.begin(ctx)
 	if err != nil {
 		return stop(err)
 	}
+	peeked := time.Since(began)
 	if err := r.start(ctx, conn); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return stop(err)
 	}
 	r.m.setReading(true)
 	defer r.m.setReading(false)
-	var schema string
-	if err := r.pool.QueryRow(ctx, "SELECT "+postgres.LogSchemaSQL).Scan(&schema); err != nil {
+	var prefix string
+	if err := r.pool.QueryRow(ctx, "SELECT '"+postgres.LogPrefix+"' || "+postgres.LogTableSQL).Scan(&prefix); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return stop(fmt.Errorf("cdc: find courier_outbox's schema: %w (run courier migrate first)", err))
+		return stop(fmt.Errorf("cdc: find courier_outbox: %w (run courier migrate first)", err))
 	}
 	rd := &reader{r: r, conn: conn, prog: prog, out: in, relations: map[uint32]*pglogrepl.RelationMessage{},
-		types: pgtype.NewMap(), prefix: postgres.LogPrefix + schema, swept: make(chan *snapshot, 1), lastSent: time.Now()}
+		types: pgtype.NewMap(), prefix: prefix, swept: make(chan *snapshot, 1), lastSent: time.Now()}
 	go func() {
 		if err := r.sweep(ctx, tx, snap, in); err != nil {
 			r.log.Warn("could not publish the rows in the table", "error", err)
 			cancel() // the session starts again
 			return
 		}
-		r.log.Info("reading the outbox from the log", "slot", r.cfg.Slot, "from_table", snap.rows, "left_to_the_log", len(snap.logged))
+		r.log.Info("reading the outbox from the log", "slot", r.cfg.Slot, "from_table", snap.rows,
+			"left_to_the_log", len(snap.logged), "backlog_scan", peeked.Round(time.Millisecond), "table_read", time.Since(began).Round(time.Millisecond))
 		rd.swept <- snap
 	}()
 	return stop(rd.run(ctx))
@@ -116,43 +119,62 @@ type key struct {
 	name      string
 	items     []*item
 	notBefore time.Time // held after a failure until then
+	busy      bool      // its head is in a Publish call
 }
 
 // publisher is the state of one session's publishing.
 type publisher struct {
 	r       *Relay
 	prog    *progress
+	rec     *recorder
 	keys    map[string]*key
 	active  []*key // keys with items, in the order they arrived
 	txs     []*txn // handed transactions not yet done, in commit order
 	pending int    // items in keys
+	calls   int    // Publish calls in flight
 	outages int
 	pause   time.Time
-	unseen  []unseen // published or dead items whose rows were not found yet
 }
 
 // publish takes batches from in and publishes their messages key by key
-// until ctx ends.
+// until ctx ends. What the broker answered is written to the table by a
+// recorder in the background (see recordEvery); a transaction is confirmed
+// once its every message is written there.
 func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) error {
-	p := &publisher{r: r, prog: prog, keys: map[string]*key{}}
-	pipelined := broker.KeepsKeyOrder(r.pub)
-	// What the broker answered is written to the table once per BatchSize
-	// messages, recordEvery, or when there is nothing to publish, not after
-	// every round: a hot key publishes one message per round to a broker
-	// that does not keep a key's order when pipelined.
-	var (
-		donePub, doneDead []*item
-		since             time.Time
-	)
-	flush := func() error {
-		err := p.record(ctx, donePub, doneDead)
-		donePub, doneDead = nil, nil
-		return err
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rec := newRecorder(r)
+	recorded := make(chan error, 1)
+	go func() {
+		recorded <- rec.run(ctx)
+		cancel()
+	}()
+	err := r.publishing(ctx, in, &publisher{r: r, prog: prog, rec: rec, keys: map[string]*key{}})
+	cancel()
+	if rerr := <-recorded; rerr != nil && !errors.Is(rerr, context.Canceled) {
+		return rerr // the database failed: that ended the session
 	}
+	return err
+}
+
+// publishing is publish's loop. Up to Concurrency Publish calls run at
+// once, each on keys no other call holds, so a key's messages still go one
+// call at a time.
+func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) error {
+	pipelined := broker.KeepsKeyOrder(r.pub)
+	answered := make(chan answer, r.cfg.Concurrency)
+	defer func() {
+		for ; p.calls > 0; p.calls-- {
+			<-answered // calls end with ctx
+		}
+	}()
 	for {
+		p.settle(p.rec.take())
 		// Take what has arrived, without holding more than a few
-		// batches' worth in memory.
-		for p.pending < 4*r.cfg.BatchSize {
+		// batches' worth in memory, waiting to be published or to be
+		// recorded.
+		room := func() bool { return p.pending < 4*r.cfg.BatchSize && p.rec.backlog() < 8*r.cfg.BatchSize }
+		for room() {
 			select {
 			case b := <-in:
 				p.add(b)
@@ -162,132 +184,50 @@ func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) er
 			break
 		}
 		now := time.Now()
-		msgs, runs := p.round(now, pipelined)
-		if len(donePub)+len(doneDead) > 0 && (len(msgs) == 0 || len(donePub)+len(doneDead) >= r.cfg.BatchSize || now.Sub(since) >= recordEvery) {
-			if err := flush(); err != nil {
-				return err
+		if p.calls < r.cfg.Concurrency {
+			if msgs, runs := p.round(now, pipelined); len(msgs) > 0 {
+				p.calls++
+				go func() {
+					pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+					errs := r.pub.Publish(pctx, msgs)
+					cancel()
+					answered <- answer{runs, errs}
+				}()
+				continue
 			}
-			continue
 		}
-		if len(msgs) == 0 && len(p.unseen) > 0 {
-			if !waits.Sleep(ctx, 10*time.Millisecond) {
-				return ctx.Err()
-			}
-			if err := p.record(ctx, nil, nil); err != nil {
-				return err
-			}
-			continue
+		timer := time.NewTimer(p.nextDue(now))
+		var from <-chan batch
+		if room() {
+			from = in
 		}
-		if len(msgs) == 0 {
-			wait := p.nextDue(now)
-			timer := time.NewTimer(wait)
-			select {
-			case b := <-in:
-				p.add(b)
-			case <-timer.C:
-			case <-ctx.Done():
+		select {
+		case a := <-answered:
+			p.calls--
+			if ctx.Err() != nil {
 				timer.Stop()
 				return ctx.Err()
 			}
+			published, dead := p.results(a.runs, a.errs)
+			r.m.published.Add(int64(len(published)))
+			r.m.dead.Add(int64(len(dead)))
+			p.rec.hand(published, dead)
+		case b := <-from:
+			p.add(b)
+		case <-p.rec.settled:
+		case <-timer.C:
+		case <-ctx.Done():
 			timer.Stop()
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-		errs := r.pub.Publish(pctx, msgs)
-		cancel()
-		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		published, dead := p.results(runs, errs)
-		r.m.published.Add(int64(len(published)))
-		r.m.dead.Add(int64(len(dead)))
-		if len(donePub)+len(doneDead) == 0 {
-			since = time.Now()
-		}
-		donePub, doneDead = append(donePub, published...), append(doneDead, dead...)
+		timer.Stop()
 	}
 }
 
-// recordEvery bounds how long published messages wait to be written to the
-// table while publishing goes on.
-const recordEvery = 20 * time.Millisecond
-
-// unseen is an item whose row the relay has not found yet to delete or
-// dead-letter.
-type unseen struct {
-	it    *item
-	dead  bool
-	since time.Time
-}
-
-// unseenFor is how long the relay looks for a row it published: the log
-// brings a commit a moment before other sessions see the transaction. A
-// row still missing after that was deleted by someone else (a polling
-// relay that published it too).
-const unseenFor = 10 * time.Second
-
-// record writes what the broker said to the table and settles the items
-// whose rows it wrote. When the database fails twice in a row it returns
-// the error, which ends the session: the relay connects again, and the
-// rows it could not delete are still in the table, to be published again
-// (a duplicate, never a loss). Holding on instead would keep the slot's
-// connection open, and a database shutting down waits for it.
-func (p *publisher) record(ctx context.Context, published, dead []*item) error {
-	for _, u := range p.unseen {
-		if u.dead {
-			dead = append(dead, u.it)
-		} else {
-			published = append(published, u.it)
-		}
-	}
-	wasUnseen := map[*item]time.Time{}
-	for _, u := range p.unseen {
-		wasUnseen[u.it] = u.since
-	}
-	p.unseen = p.unseen[:0]
-	var missing []*item
-	for attempt := 1; ; attempt++ {
-		var err error
-		missing, err = p.r.finish(ctx, published, dead)
-		if err == nil {
-			break
-		}
-		if attempt == 2 {
-			return err
-		}
-		p.r.log.Warn("could not record published messages; retrying", "error", err)
-		if !waits.Sleep(ctx, p.r.cfg.Backoff.Delay(attempt)) {
-			return ctx.Err()
-		}
-	}
-	isDead := make(map[*item]bool, len(dead))
-	for _, it := range dead {
-		isDead[it] = true
-	}
-	gone := make(map[*item]bool, len(missing))
-	now := time.Now()
-	for _, it := range missing {
-		since, ok := wasUnseen[it]
-		if !ok {
-			since = now
-		}
-		if now.Sub(since) < unseenFor {
-			gone[it] = true
-			p.unseen = append(p.unseen, unseen{it: it, dead: isDead[it], since: since})
-			continue
-		}
-		p.r.log.Warn("row not found after publishing; another relay may have published it", "id", it.seq, "message_id", it.msg.ID)
-	}
-	for _, list := range [][]*item{published, dead} {
-		done := list[:0]
-		for _, it := range list {
-			if !gone[it] {
-				done = append(done, it)
-			}
-		}
-		p.settle(done)
-	}
-	return nil
+// answer is what a Publish call returned for its runs.
+type answer struct {
+	runs []run
+	errs []error
 }
 
 // add queues a batch's items under their keys and registers its
@@ -331,7 +271,7 @@ func (p *publisher) round(now time.Time, pipelined bool) ([]courier.Message, []r
 		if len(msgs) >= p.r.cfg.BatchSize {
 			break
 		}
-		if len(k.items) == 0 || now.Before(k.notBefore) {
+		if len(k.items) == 0 || k.busy || now.Before(k.notBefore) {
 			continue
 		}
 		n := 1
@@ -345,6 +285,7 @@ func (p *publisher) round(now time.Time, pipelined bool) ([]courier.Message, []r
 			msgs = append(msgs, it.msg)
 		}
 		runs = append(runs, run{k, n})
+		k.busy = true
 	}
 	return msgs, runs
 }
@@ -372,6 +313,7 @@ func (p *publisher) results(runs []run, errs []error) (published, dead []*item) 
 	anyOK, allDown := false, true
 	for _, ru := range runs {
 		k := ru.k
+		k.busy = false
 		taken := 0 // items leaving k from its head
 		held := false
 		for _, it := range k.items[:ru.n] {

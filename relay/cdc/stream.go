@@ -46,7 +46,7 @@ type reader struct {
 	out       chan<- batch
 	relations map[uint32]*pglogrepl.RelationMessage
 	types     *pgtype.Map
-	prefix    string         // the prefix of this outbox's table-less messages
+	prefix    string         // the prefix of this outbox's table-less messages: postgres.LogPrefix and its table's OID
 	cur       *batch         // the transaction being received
 	swept     chan *snapshot // the snapshot the table's rows were read in, once read
 	skip      *snapshot      // what swept gave
@@ -485,36 +485,34 @@ func (r *Relay) sweep(ctx context.Context, tx pgx.Tx, snap *snapshot, out chan<-
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	after := int64(0)
 	for {
-		rows, err := tx.Query(ctx, sweepSQL, after, r.cfg.BatchSize)
+		rows, err := tx.Query(ctx, sweepPageSQL, after, r.cfg.BatchSize)
 		if err != nil {
 			return fmt.Errorf("cdc: read the outbox: %w", err)
 		}
-		var page []*item
+		var ids []int64
 		n := 0
 		for rows.Next() {
-			it := &item{}
-			var version int32
-			var xmin uint32
-			if err := rows.Scan(&it.seq, &it.msg.ID, &it.msg.Topic, &it.msg.Key, &it.msg.Type, &version,
-				&it.msg.ContentType, &it.msg.Payload, &it.msg.Headers, &it.msg.OccurredAt, &xmin); err != nil {
+			var id, xmin int64
+			if err := rows.Scan(&id, &xmin); err != nil {
 				rows.Close()
 				return fmt.Errorf("cdc: read the outbox: %w", err)
 			}
 			n++
-			after = it.seq
-			if snap.logged[xmin] {
-				continue // the log brings it
+			after = id
+			if !snap.logged[uint32(xmin)] { // else the log brings it
+				ids = append(ids, id)
 			}
-			it.msg.Version = int(version)
-			it.msg.OccurredAt = it.msg.OccurredAt.UTC()
-			page = append(page, it)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("cdc: read the outbox: %w", err)
 		}
-		snap.rows += len(page)
-		if len(page) > 0 {
+		if len(ids) > 0 {
+			page, err := r.sweepRows(ctx, tx, ids)
+			if err != nil {
+				return err
+			}
+			snap.rows += len(page)
 			select {
 			case out <- batch{items: page}:
 			case <-ctx.Done():
@@ -525,6 +523,31 @@ func (r *Relay) sweep(ctx context.Context, tx pgx.Tx, snap *snapshot, out chan<-
 			return nil
 		}
 	}
+}
+
+// sweepRows reads the rows of ids in tx, oldest first.
+func (r *Relay) sweepRows(ctx context.Context, tx pgx.Tx, ids []int64) ([]*item, error) {
+	rows, err := tx.Query(ctx, sweepRowsSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+	}
+	defer rows.Close()
+	page := make([]*item, 0, len(ids))
+	for rows.Next() {
+		it := &item{}
+		var version int32
+		if err := rows.Scan(&it.seq, &it.msg.ID, &it.msg.Topic, &it.msg.Key, &it.msg.Type, &version,
+			&it.msg.ContentType, &it.msg.Payload, &it.msg.Headers, &it.msg.OccurredAt); err != nil {
+			return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+		}
+		it.msg.Version = int(version)
+		it.msg.OccurredAt = it.msg.OccurredAt.UTC()
+		page = append(page, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cdc: read the outbox: %w", err)
+	}
+	return page, nil
 }
 
 // snapshot is a PostgreSQL snapshot (pg_current_snapshot): which

@@ -49,10 +49,13 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[
             $9::timestamptz[], $10::timestamptz[], $11::int[], $12::text[], $13::jsonb[])
      AS f(message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, err, history)
 ON CONFLICT (message_id) DO NOTHING`
-	// sweepSQL reads the rows in the table, oldest first, a page at a
-	// time.
-	sweepSQL = `SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, xmin::text::bigint
-FROM courier_outbox WHERE id > $1 ORDER BY id LIMIT $2`
+	// sweepPageSQL reads a page of the table's ids, oldest first, with
+	// the transaction that wrote each; sweepRowsSQL reads the rows of the
+	// ids the log does not bring. Most rows of a backlog are the log's,
+	// so their payloads are never read from the table.
+	sweepPageSQL = `SELECT id, xmin::text::bigint FROM courier_outbox WHERE id > $1 ORDER BY id LIMIT $2`
+	sweepRowsSQL = `SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
+FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
 )
 
 // historyCap is the most failures a dead letter's history keeps, as with the

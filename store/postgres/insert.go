@@ -77,17 +77,25 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 // the write paths where that matters. Nothing is queued when a message is
 // invalid.
 func QueueMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message) error {
-	args := make([][]any, len(msgs))
+	if err := validate(limits, msgs); err != nil {
+		return err
+	}
 	for i := range msgs {
 		m := &msgs[i]
-		if err := m.Validate(limits); err != nil {
+		h := columns.HeadersJSON(m.Headers)
+		b.Queue(insertOne, [16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt)
+	}
+	return nil
+}
+
+// validate checks each of msgs against limits, naming the first invalid
+// one, for the functions that queue messages into the caller's batch
+// (outbox.Writer validates those the inserters get).
+func validate(limits courier.Limits, msgs []courier.Message) error {
+	for i := range msgs {
+		if err := msgs[i].Validate(limits); err != nil {
 			return fmt.Errorf("postgres: message %d of %d: %w", i+1, len(msgs), err)
 		}
-		h := columns.HeadersJSON(m.Headers)
-		args[i] = []any{[16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt}
-	}
-	for _, a := range args {
-		b.Queue(insertOne, a...)
 	}
 	return nil
 }

@@ -17,48 +17,77 @@ import (
 )
 
 // LogPrefix begins the prefix of the logical decoding messages LogOnly
-// writes: LogPrefix and the schema of the courier_outbox table the
-// transaction's search_path finds (LogSchemaSQL), "courier_outbox:public"
-// for most. The log is the whole database's, so the schema keeps apart the
-// outboxes of several schemas; the CDC relay (relay/cdc) reads the messages
-// of its own.
+// writes: LogPrefix and the OID of the courier_outbox table the
+// statement's search_path finds (LogTableSQL), such as
+// "courier_outbox:16403". The log is the whole database's, so the prefix
+// keeps apart the outboxes of several schemas (each courier_outbox has its
+// own OID); the CDC relay (relay/cdc) reads the messages of its own.
 const LogPrefix = "courier_outbox:"
 
-// LogSchemaSQL is the expression for the schema part of the prefix: the
-// schema of courier_outbox as the session's search_path resolves it. It
-// fails (undefined_table) when there is no courier_outbox table.
-const LogSchemaSQL = `(SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'courier_outbox'::regclass)`
+// LogTableSQL is the expression for the rest of the prefix: the OID of
+// courier_outbox as the statement's search_path resolves it. The OID, not
+// the schema's name: resolving the table's name to its OID (regclass input)
+// is a syscache lookup, while the schema's name took a subquery on
+// pg_class in each statement, ~8% of the write path's transactions per
+// second. The name is cast from text so that it is resolved when the
+// statement runs, not when it is prepared: when there is no courier_outbox
+// table, it fails (undefined_table) as the statement's error, which
+// LogOnly and QueueLogMessages turn into one that says to migrate (a
+// failed prepare would fail a pgx.Batch before its callbacks run), and it
+// follows the search_path of the moment. The OID is the table's for its
+// lifetime: a table dropped and created again has another, so the
+// table-less messages still in the slot then are not read by a relay
+// started afterwards.
+const LogTableSQL = `'courier_outbox'::text::regclass::oid`
 
 // logFormat is the first byte of a message's content: the version of its
 // encoding (see EncodeLogMessage).
 const logFormat byte = 1
 
-// The statements LogOnly runs. Each also reports wal_level and whether the
-// database has a logical replication slot: without either, the messages
-// would be written where nothing can ever read them, so Insert fails and
-// the caller's transaction rolls back.
+// logCheck is the statements' check that something can read the log: NULL
+// when it passed, else the wal_level it found (logical when the database
+// has no logical replication slot). A session that passed it within a
+// minute does not run it again: the time it last passed is in its
+// setting courier.log_checked (epoch seconds; set_config in the writer's
+// transaction, so it is kept only when that commits). PostgreSQL evaluates
+// the EXISTS (an init plan) only when the CASE reaches it, so the cached
+// check costs reading a setting.
+const logCheck = `CASE WHEN coalesce(nullif(current_setting('courier.log_checked', true), ''), '0')::bigint > extract(epoch from now())::bigint - 60
+         THEN NULL
+     WHEN current_setting('wal_level') <> 'logical' THEN current_setting('wal_level')
+     WHEN NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database())
+         THEN 'logical'
+     WHEN set_config('courier.log_checked', extract(epoch from now())::bigint::text, false) IS NOT NULL THEN NULL
+END`
+
+// The statements LogOnly and QueueLogMessages run: the messages and the
+// check (logCheck). Without wal_level logical or a logical slot, the
+// messages would be written where nothing can ever read them, so the
+// write fails and the caller's transaction rolls back.
 const (
-	logOne = `SELECT pg_logical_emit_message(true, $1 || ` + LogSchemaSQL + `, $2::bytea) IS NOT NULL, current_setting('wal_level'),
-       EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database())`
-	logMany = `SELECT count(pg_logical_emit_message(true, $1 || ` + LogSchemaSQL + `, m)) > 0, current_setting('wal_level'),
-       EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database())
-FROM unnest($2::bytea[]) AS m`
+	logOne  = `SELECT pg_logical_emit_message(true, '` + LogPrefix + `' || ` + LogTableSQL + `, $1::bytea) IS NOT NULL, ` + logCheck
+	logMany = `SELECT count(pg_logical_emit_message(true, '` + LogPrefix + `' || ` + LogTableSQL + `, m)) > 0, ` + logCheck + `
+FROM unnest($1::bytea[]) AS m`
 )
 
-// ErrNoLogicalSlot is returned by LogOnly's Insert when the database has no
-// logical replication slot (or wal_level is not logical): a message written
-// only to the log would be read by nobody. Start the CDC relay once (it
-// makes its slot) before writing table-less messages.
+// ErrNoLogicalSlot is returned by LogOnly's Insert and by the statement
+// QueueLogMessages queues when the database has no logical replication slot
+// (or wal_level is not logical): a message written only to the log would be
+// read by nobody. Start the CDC relay once (it makes its slot) before
+// writing table-less messages.
 var ErrNoLogicalSlot = errors.New("postgres: no logical replication slot reads this database's log")
 
 // LogOnly returns an outbox inserter for pgx transactions that writes each
 // message only to the write-ahead log, as a transactional logical decoding
-// message (pg_logical_emit_message(true, LogPrefix, …)) in the caller's
-// transaction, and no row in courier_outbox (the table must exist all the
-// same: the prefix names its schema, and dead letters and replays use it).
-// Pass it to outbox.New:
+// message (pg_logical_emit_message(true, LogPrefix || LogTableSQL, …)) in
+// the caller's transaction, and no row in courier_outbox (the table must
+// exist all the same: the prefix names it by its OID, and dead letters and
+// replays use it). Pass it to outbox.New:
 //
 //	w := outbox.New(postgres.LogOnly(), outbox.Config{})
+//
+// QueueLogMessages writes the same messages in the round trip of the
+// caller's own statements.
 //
 // Only the CDC relay (relay/cdc) publishes these messages; it reads them in
 // commit order with the table's rows, so a key's messages keep commit order
@@ -68,9 +97,15 @@ var ErrNoLogicalSlot = errors.New("postgres: no logical replication slot reads t
 // behind max_slot_wal_keep_size, loses the table-less messages it had not
 // confirmed yet. Insert fails with ErrNoLogicalSlot when the database has
 // no logical slot at all (or wal_level is not logical), but it cannot tell
-// whether the relay's slot is the one that exists. Use LogOnly where the
-// write path's cost matters more than that fallback, and keep the slot
-// safe (no max_slot_wal_keep_size below the backlog an outage builds).
+// whether the relay's slot is the one that exists. That check runs at most
+// once a minute per database session: a session whose check passed, in a
+// transaction that committed, trusts it for 60 seconds (its setting
+// courier.log_checked holds when it passed), so a slot dropped meanwhile
+// is noticed by each session within a minute, and the first write of a
+// session (or the first after a minute) fails at once when there is no
+// slot. Use LogOnly where the write path's cost matters more than that
+// fallback, and keep the slot safe (no max_slot_wal_keep_size below the
+// backlog an outage builds).
 func LogOnly() store.Inserter[pgx.Tx] { return logInserter{} }
 
 type logInserter struct{}
@@ -79,31 +114,68 @@ func (logInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 	if len(msgs) == 0 {
 		return nil
 	}
-	var row pgx.Row
-	if len(msgs) == 1 {
-		row = tx.QueryRow(ctx, logOne, LogPrefix, EncodeLogMessage(nil, &msgs[0]))
-	} else {
-		contents := make([][]byte, len(msgs))
-		for i := range msgs {
-			contents[i] = EncodeLogMessage(nil, &msgs[i])
-		}
-		row = tx.QueryRow(ctx, logMany, LogPrefix, contents)
+	q, arg := logStatement(msgs)
+	return logResult(tx.QueryRow(ctx, q, arg), len(msgs))
+}
+
+// QueueLogMessages is the table-less twin of QueueMessages: it validates
+// msgs against limits (zero fields: Courier's defaults) and queues into b
+// one statement that writes them only to the log, as LogOnly does, so that
+// the caller's change and its messages travel to the database in one round
+// trip:
+//
+//	var b pgx.Batch
+//	b.Queue("INSERT INTO orders (id, total) VALUES ($1, $2)", id, total)
+//	if err := postgres.QueueLogMessages(&b, courier.Limits{}, msg); err != nil { … }
+//	if err := tx.SendBatch(ctx, &b).Close(); err != nil { … }
+//	err = tx.Commit(ctx)
+//
+// Everything LogOnly's documentation says holds: only the CDC relay
+// publishes them, there is no polling fallback, and the statement fails,
+// as the batch's error, with ErrNoLogicalSlot when nothing could read the
+// log, or with the undefined-table error when the search_path finds no
+// courier_outbox; the caller's transaction must then roll back. Nothing is
+// queued when a message is invalid or msgs is empty.
+func QueueLogMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message) error {
+	if err := validate(limits, msgs); err != nil || len(msgs) == 0 {
+		return err
 	}
+	q, arg := logStatement(msgs)
+	n := len(msgs)
+	b.Queue(q, arg).QueryRow(func(row pgx.Row) error { return logResult(row, n) })
+	return nil
+}
+
+// logStatement returns the statement writing msgs (at least one) to the log
+// and its argument.
+func logStatement(msgs []courier.Message) (string, any) {
+	if len(msgs) == 1 {
+		return logOne, EncodeLogMessage(nil, &msgs[0])
+	}
+	contents := make([][]byte, len(msgs))
+	for i := range msgs {
+		contents[i] = EncodeLogMessage(nil, &msgs[i])
+	}
+	return logMany, contents
+}
+
+// logResult reads the result of logStatement's statement for n messages.
+func logResult(row pgx.Row, n int) error {
 	var (
 		written bool
-		level   string
-		slot    bool
+		level   *string
 	)
-	if err := row.Scan(&written, &level, &slot); err != nil {
-		return migrations.InsertError(err, len(msgs), errorCode(err) == undefinedTable)
+	if err := row.Scan(&written, &level); err != nil {
+		return migrations.InsertError(err, n, errorCode(err) == undefinedTable)
 	}
 	switch {
-	case level != "logical":
-		return fmt.Errorf("%w: wal_level is %s; set it to logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)", ErrNoLogicalSlot, level)
-	case !slot:
+	case level == nil:
+		return nil
+	case *level != "logical":
+		return fmt.Errorf("%w: wal_level is %s; set it to logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)", ErrNoLogicalSlot, *level)
+	default:
 		return fmt.Errorf("%w: start the CDC relay (courier relay --mode cdc) once so that it makes its slot, then write", ErrNoLogicalSlot)
 	}
-	return nil
 }
 
 // EncodeLogMessage appends m's encoding, as LogOnly writes it, to b: a

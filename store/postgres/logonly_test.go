@@ -1,13 +1,23 @@
 package postgres_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
 )
 
@@ -48,4 +58,142 @@ func TestLogMessageEncoding(t *testing.T) {
 			t.Fatalf("format 9: %v", err)
 		}
 	}
+}
+
+// The prefix of a table-less message names the courier_outbox that the
+// writing statement's search_path resolves, by its OID: two schemas'
+// outboxes write two prefixes. LogOnly and QueueLogMessages write the same
+// messages; QueueLogMessages queues nothing for an invalid message and
+// its statement fails as LogOnly's Insert does without the table.
+func TestLogMessagePrefix(t *testing.T) {
+	ctx := context.Background()
+	a := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	b := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	oid := func(pool *pgxpool.Pool) string {
+		var o uint32
+		testenv.Must(t, pool.QueryRow(ctx, "SELECT "+postgres.LogTableSQL).Scan(&o), "oid")
+		return strconv.FormatUint(uint64(o), 10)
+	}
+	oidA, oidB := oid(a.Pool), oid(b.Pool)
+	if oidA == oidB {
+		t.Fatalf("both schemas' courier_outbox have OID %s", oidA)
+	}
+
+	// A temporary test_decoding slot, read on the connection that made it.
+	conn, err := a.Admin.Acquire(ctx)
+	testenv.Must(t, err, "acquire")
+	defer conn.Release()
+	slot := strings.ToLower(testenv.Name("p_"))
+	_, err = conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)", slot)
+	testenv.Must(t, err, "create slot")
+	defer func() { _, _ = conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot) }()
+
+	inA := courier.NewMessage("events", "k", "T", []byte("a"))
+	inB := []courier.Message{courier.NewMessage("events", "k", "T", []byte("b1")), courier.NewMessage("events", "k", "T", []byte("b2"))}
+	lw := outbox.New(postgres.LogOnly(), outbox.Config{})
+	testenv.Must(t, pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error { return lw.Write(ctx, tx, inA) }), "write to a")
+	_, err = b.Pool.Exec(ctx, "CREATE TABLE orders (id int)")
+	testenv.Must(t, err, "orders")
+	testenv.Must(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		var batch pgx.Batch
+		batch.Queue("INSERT INTO orders VALUES (1)")
+		if err := postgres.QueueLogMessages(&batch, courier.Limits{}, inB...); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, &batch).Close()
+	}), "queue to b")
+
+	rows, err := conn.Query(ctx, `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL) WHERE substr(data, 1, 8) = 'message:'::bytea`, slot)
+	testenv.Must(t, err, "peek")
+	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	testenv.Must(t, err, "peek")
+	got := map[string][]string{} // prefix → payloads
+	for _, d := range datas {
+		// message: transactional: 1 prefix: P, sz: N content:C
+		_, rest, _ := bytes.Cut(d, []byte("prefix: "))
+		prefix, rest, _ := bytes.Cut(rest, []byte(", sz: "))
+		_, content, _ := bytes.Cut(rest, []byte("content:"))
+		if !bytes.HasPrefix(prefix, []byte(postgres.LogPrefix)) {
+			continue
+		}
+		m, err := postgres.DecodeLogMessage(content)
+		testenv.Must(t, err, "decode "+string(prefix))
+		got[string(prefix)] = append(got[string(prefix)], string(m.Payload))
+	}
+	want := map[string][]string{postgres.LogPrefix + oidA: {"a"}, postgres.LogPrefix + oidB: {"b1", "b2"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("messages by prefix %v, want %v", got, want)
+	}
+
+	var batch pgx.Batch
+	bad := courier.NewMessage("", "k", "T", nil)
+	if err := postgres.QueueLogMessages(&batch, courier.Limits{}, inA, bad); err == nil || !strings.Contains(err.Error(), "message 2 of 2") || batch.Len() != 0 {
+		t.Fatalf("an invalid message: %v, %d queued; want its error and nothing queued", err, batch.Len())
+	}
+	none := testenv.Postgres(t, nil)
+	err = pgx.BeginFunc(ctx, none.Pool, func(tx pgx.Tx) error {
+		var batch pgx.Batch
+		testenv.Must(t, postgres.QueueLogMessages(&batch, courier.Limits{}, inA), "queue")
+		return tx.SendBatch(ctx, &batch).Close()
+	})
+	if !errors.Is(err, store.ErrSchemaOutdated) {
+		t.Fatalf("without courier_outbox: %v, want ErrSchemaOutdated", err)
+	}
+}
+
+// The check that a logical slot exists runs on a session's first write,
+// then at most once a minute: a write right after the only slot was
+// dropped still succeeds, one whose session last checked long ago fails.
+// Each error says which of wal_level and the slot is missing. LogOnly and
+// QueueLogMessages share the check.
+func TestLogOnlySlotCheck(t *testing.T) {
+	ctx := context.Background()
+	queue := func(pool *pgxpool.Pool) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var batch pgx.Batch
+			testenv.Must(t, postgres.QueueLogMessages(&batch, courier.Limits{}, courier.NewMessage("events", "k", "T", nil)), "queue")
+			return tx.SendBatch(ctx, &batch).Close()
+		})
+	}
+	lw := outbox.New(postgres.LogOnly(), outbox.Config{})
+	write := func(pool *pgxpool.Pool) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return lw.Write(ctx, tx, courier.NewMessage("events", "k", "T", nil)) })
+	}
+	// open returns a pool of one connection (one session) on a fresh
+	// server with settings.
+	open := func(settings ...string) *pgxpool.Pool {
+		srv := testenv.StartPostgres(t, settings...)
+		cfg, err := pgxpool.ParseConfig(srv.URL)
+		testenv.Must(t, err, "parse")
+		cfg.MaxConns = 1
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		testenv.Must(t, err, "pool")
+		t.Cleanup(pool.Close)
+		_, err = postgres.NewDriver(pool).Migrate(ctx)
+		testenv.Must(t, err, "migrate")
+		return pool
+	}
+	wantNoSlot := func(what string, err error, fix string) {
+		t.Helper()
+		if !errors.Is(err, postgres.ErrNoLogicalSlot) || !strings.Contains(err.Error(), fix) {
+			t.Fatalf("%s: %v, want ErrNoLogicalSlot saying %q", what, err, fix)
+		}
+	}
+
+	pool := open()
+	wantNoSlot("first write without a slot", write(pool), "start the CDC relay")
+	wantNoSlot("queued without a slot", queue(pool), "start the CDC relay")
+	_, err := pool.Exec(ctx, "SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
+	testenv.Must(t, err, "create slot")
+	testenv.Must(t, write(pool), "write with a slot")
+	_, err = pool.Exec(ctx, "SELECT pg_drop_replication_slot('s')")
+	testenv.Must(t, err, "drop slot")
+	testenv.Must(t, write(pool), "write within a minute of the check")
+	testenv.Must(t, queue(pool), "queued within a minute of the check")
+	_, err = pool.Exec(ctx, "SELECT set_config('courier.log_checked', (extract(epoch from now())::bigint - 61)::text, false)")
+	testenv.Must(t, err, "age the check")
+	wantNoSlot("write a minute after the check", write(pool), "start the CDC relay")
+	wantNoSlot("queued a minute after the check", queue(pool), "start the CDC relay")
+
+	wantNoSlot("wal_level replica", write(open("wal_level=replica")), "wal_level is replica")
 }

@@ -1,7 +1,12 @@
 // Package postgres is Courier's PostgreSQL dialect: the schema and its
 // migrations, the outbox inserters for pgx.Tx ([Pgx]) and *sql.Tx
 // ([DatabaseSQL]), the relay's store ([Store]) and its LISTEN/NOTIFY
-// wake-ups ([Notifier]).
+// wake-ups ([Notifier]). [QueueMessages] queues messages into the caller's
+// own pgx.Batch instead. Table-less messages, written only to the log for
+// the CDC relay (relay/cdc), come from [LogOnly] and [QueueLogMessages]:
+// logical decoding messages whose prefix, [LogPrefix] and the OID of the
+// courier_outbox table the search_path finds, keeps several schemas'
+// outboxes apart.
 //
 // Outbox ids come from an identity column, allocated at insert, not at
 // commit; claims take a key's committed rows in id order. The per-key order

@@ -1,0 +1,236 @@
+package cdc
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/courier-go/courier/internal/waits"
+)
+
+// recordEvery is the longest a published message waits to be written to
+// the table (its row deleted or archived, or moved to the dead letters):
+// the recorder writes what the broker answered when BatchSize messages
+// have gathered or the oldest has waited this long. Writing in the
+// background, in batches, keeps the table's writes out of the publishing
+// path (a DELETE's commit no longer delays the next publish) and makes
+// them few: at 1,000 messages a second, one transaction per 50 messages
+// rather than one or two per message.
+const recordEvery = 50 * time.Millisecond
+
+// unseenFor is how long the relay looks for a row it published: the log
+// brings a commit a moment before other sessions see the transaction. A
+// row still missing after that was deleted by someone else (a polling
+// relay that published it too).
+const unseenFor = 10 * time.Second
+
+// unseenRetry is how often the recorder looks again for rows it did not
+// find.
+const unseenRetry = 10 * time.Millisecond
+
+// recorder writes what the broker answered to the table, in its own
+// goroutine, and hands the items it wrote back to the publisher, which
+// settles their transactions. Neither side ever blocks on the other: they
+// share two lists under a mutex and wake each other through channels of
+// one.
+type recorder struct {
+	r *Relay
+
+	mu      sync.Mutex
+	pub     []*item   // published, to write
+	dead    []*item   // dead letters, to write
+	since   time.Time // when the oldest of pub and dead arrived
+	written []*item   // written, for the publisher to settle
+	waiting int       // items handed over and not yet taken back
+
+	wake    chan struct{} // tells the recorder something arrived
+	settled chan struct{} // tells the publisher something was written
+
+	unseen []unseen // the recorder's own: items whose rows it has not found yet
+}
+
+// unseen is an item whose row the relay has not found yet to delete or
+// dead-letter.
+type unseen struct {
+	it    *item
+	dead  bool
+	since time.Time
+}
+
+func newRecorder(r *Relay) *recorder {
+	return &recorder{r: r, wake: make(chan struct{}, 1), settled: make(chan struct{}, 1)}
+}
+
+// hand gives the recorder the items a Publish call finished.
+func (rc *recorder) hand(published, dead []*item) {
+	if len(published)+len(dead) == 0 {
+		return
+	}
+	rc.mu.Lock()
+	if len(rc.pub)+len(rc.dead) == 0 {
+		rc.since = time.Now()
+	}
+	rc.pub = append(rc.pub, published...)
+	rc.dead = append(rc.dead, dead...)
+	rc.waiting += len(published) + len(dead)
+	rc.mu.Unlock()
+	signal(rc.wake) // the recorder writes now or sets its timer from since
+}
+
+// take returns the items written since the last call.
+func (rc *recorder) take() []*item {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	w := rc.written
+	rc.written = nil
+	rc.waiting -= len(w)
+	return w
+}
+
+// backlog is how many handed items are not yet taken back.
+func (rc *recorder) backlog() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.waiting
+}
+
+// signal wakes the side that reads c, if it is not already woken.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// run writes batches until ctx ends or the database fails twice in a row;
+// it returns the error then, which ends the session. What it had not
+// written stays in the table, to be published again (a duplicate, never a
+// loss).
+func (rc *recorder) run(ctx context.Context) error {
+	for {
+		rc.mu.Lock()
+		n := len(rc.pub) + len(rc.dead)
+		var wait time.Duration
+		switch {
+		case n >= rc.r.cfg.BatchSize:
+		case n > 0:
+			wait = recordEvery - time.Since(rc.since)
+		default:
+			wait = -1
+		}
+		if len(rc.unseen) > 0 && (wait < 0 || wait > unseenRetry) {
+			wait = unseenRetry
+		}
+		rc.mu.Unlock()
+		if wait != 0 {
+			if !rc.sleep(ctx, wait) {
+				return ctx.Err()
+			}
+			if wait < 0 || !rc.due() {
+				continue
+			}
+		}
+		rc.mu.Lock()
+		published, dead := rc.pub, rc.dead
+		rc.pub, rc.dead = nil, nil
+		rc.mu.Unlock()
+		done, err := rc.record(ctx, published, dead)
+		if err != nil {
+			return err
+		}
+		if len(done) > 0 {
+			rc.mu.Lock()
+			rc.written = append(rc.written, done...)
+			rc.mu.Unlock()
+			signal(rc.settled)
+		}
+	}
+}
+
+// sleep waits d (forever when negative) or until woken; it reports false
+// when ctx ended.
+func (rc *recorder) sleep(ctx context.Context, d time.Duration) bool {
+	if d > 0 && d < time.Millisecond {
+		d = time.Millisecond
+	}
+	var timer <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-rc.wake:
+	case <-timer:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// due reports whether a batch should be written now: full, old enough, or
+// rows to look for again.
+func (rc *recorder) due() bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	n := len(rc.pub) + len(rc.dead)
+	return n >= rc.r.cfg.BatchSize || (n > 0 && time.Since(rc.since) >= recordEvery) || len(rc.unseen) > 0
+}
+
+// record writes what the broker said to the table, with the items whose
+// rows were not found the last time, and returns the items that are done.
+// It tries twice; the second failure is returned.
+func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*item, error) {
+	wasUnseen := make(map[*item]time.Time, len(rc.unseen))
+	for _, u := range rc.unseen {
+		if u.dead {
+			dead = append(dead, u.it)
+		} else {
+			published = append(published, u.it)
+		}
+		wasUnseen[u.it] = u.since
+	}
+	rc.unseen = rc.unseen[:0]
+	var missing []*item
+	for attempt := 1; ; attempt++ {
+		var err error
+		missing, err = rc.r.finish(ctx, published, dead)
+		if err == nil {
+			break
+		}
+		if attempt == 2 {
+			return nil, err
+		}
+		rc.r.log.Warn("could not record published messages; retrying", "error", err)
+		if !waits.Sleep(ctx, rc.r.cfg.Backoff.Delay(attempt)) {
+			return nil, ctx.Err()
+		}
+	}
+	isDead := make(map[*item]bool, len(dead))
+	for _, it := range dead {
+		isDead[it] = true
+	}
+	gone := make(map[*item]bool, len(missing))
+	now := time.Now()
+	for _, it := range missing {
+		since, ok := wasUnseen[it]
+		if !ok {
+			since = now
+		}
+		if now.Sub(since) < unseenFor {
+			gone[it] = true
+			rc.unseen = append(rc.unseen, unseen{it: it, dead: isDead[it], since: since})
+			continue
+		}
+		rc.r.log.Warn("row not found after publishing; another relay may have published it", "id", it.seq, "message_id", it.msg.ID)
+	}
+	done := make([]*item, 0, len(published)+len(dead)-len(gone))
+	for _, list := range [][]*item{published, dead} {
+		for _, it := range list {
+			if !gone[it] {
+				done = append(done, it)
+			}
+		}
+	}
+	return done, nil
+}
