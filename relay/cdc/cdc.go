@@ -64,9 +64,10 @@
 //
 // The relay decodes them with the rows, so a key's messages are published
 // in commit order whichever writer wrote them, even within one
-// transaction; nothing is deleted once they are published (nor archived:
-// KeepPublished keeps rows only). One that becomes
-// a dead letter gets an id from courier_outbox's sequence, so courier dlq
+// transaction; nothing is deleted once they are published (with
+// KeepPublished, they are kept in courier_outbox_published like rows). One
+// that is kept, or becomes a dead letter, gets an id from courier_outbox's
+// sequence, so courier dlq
 // replay puts it in the table, from where it is published like a row. The
 // trade-off: no row means no polling fallback. Until the relay has
 // published a table-less message and confirmed its transaction, the slot
@@ -152,7 +153,8 @@ type Config struct {
 	// polling relay's defaults.
 	Backoff relay.Backoff
 	// KeepPublished moves published rows to courier_outbox_published
-	// instead of deleting them.
+	// instead of deleting them, and keeps published table-less messages
+	// there too.
 	KeepPublished bool
 	// Standby is how often a relay whose slot another relay reads tries to
 	// take it over. Default DefaultStandby.

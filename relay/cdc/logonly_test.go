@@ -256,3 +256,31 @@ func TestLogOnlyOwnSchema(t *testing.T) {
 	}
 	checkOrder(t, want, e.pub.Messages())
 }
+
+// With KeepPublished, published table-less messages are kept in
+// courier_outbox_published next to the rows, each with an id of its own.
+func TestLogOnlyKeepPublished(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.KeepPublished = true
+	r, _ := e.start(e.pub, cfg)
+	e.eventually(func() bool { return r.Stats().Reading }, "the relay does not read")
+	lw := outbox.New(postgres.LogOnly(), outbox.Config{})
+	var want []courier.Message
+	for i := range 6 {
+		want = append(want, msg("k", fmt.Sprint(i)))
+	}
+	e.writeMixed(lw, func(i int) bool { return i%2 == 0 }, want...)
+	e.eventually(func() bool { return e.count("courier_outbox_published") == len(want) },
+		"kept %d of %d; stats %+v", e.count("courier_outbox_published"), len(want), r.Stats())
+	checkOrder(t, want, e.pub.Messages())
+	var ids, messages int
+	testenv.Must(t, e.pg.Pool.QueryRow(context.Background(),
+		`SELECT count(DISTINCT id), count(DISTINCT message_id) FROM courier_outbox_published`).Scan(&ids, &messages), "count")
+	if ids != len(want) || messages != len(want) {
+		t.Fatalf("courier_outbox_published: %d ids and %d message ids for %d messages", ids, messages, len(want))
+	}
+	if n := e.count("courier_outbox"); n != 0 {
+		t.Fatalf("%d rows left in courier_outbox", n)
+	}
+}

@@ -49,6 +49,15 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[
             $9::timestamptz[], $10::timestamptz[], $11::int[], $12::text[], $13::jsonb[])
      AS f(message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, err, history)
 ON CONFLICT (message_id) DO NOTHING`
+	// archiveLogSQL keeps published table-less messages in
+	// courier_outbox_published (KeepPublished), with ids from
+	// courier_outbox's sequence like the table's rows.
+	archiveLogSQL = `INSERT INTO courier_outbox_published
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)
+SELECT nextval(pg_get_serial_sequence('courier_outbox', 'id')), f.*
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[],
+            $9::timestamptz[], $10::timestamptz[], $11::int[])
+     AS f(message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)`
 	// sweepPageSQL reads a page of the table's ids, oldest first, with
 	// the transaction that wrote each; sweepRowsSQL reads the rows of the
 	// ids the log does not bring. Most rows of a backlog are the log's,
@@ -79,8 +88,16 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 		attempts []int32
 		errs     []string
 		history  []string
-		logDead  deadLog
+		logDead  logRows
+		logKept  logRows // table-less messages to archive
 	)
+	if r.cfg.KeepPublished {
+		for _, it := range published {
+			if it.seq <= 0 {
+				logKept.add(it, "", "")
+			}
+		}
+	}
 	for _, it := range dead {
 		h := it.history
 		if len(h) > historyCap {
@@ -94,7 +111,7 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 		deadIDs, attempts = append(deadIDs, it.seq), append(attempts, int32(it.attempts))
 		errs, history = append(errs, h[len(h)-1].Error), append(history, string(js))
 	}
-	if len(ids) == 0 && len(deadIDs) == 0 && len(logDead.ids) == 0 {
+	if len(ids) == 0 && len(deadIDs) == 0 && len(logDead.ids) == 0 && len(logKept.ids) == 0 {
 		return nil, nil
 	}
 	found := make(map[int64]bool, len(ids)+len(deadIDs))
@@ -116,6 +133,11 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 			b.Queue(deadLogSQL, l.ids, l.topics, l.keys, l.types, l.versions, l.cts, l.payloads, l.headers,
 				l.occurred, l.created, l.attempts, l.errs, l.history)
 		}
+		if len(logKept.ids) > 0 {
+			l := &logKept
+			b.Queue(archiveLogSQL, l.ids, l.topics, l.keys, l.types, l.versions, l.cts, l.payloads, l.headers,
+				l.occurred, l.created, l.attempts)
+		}
 		br := tx.SendBatch(ctx, &b)
 		for range queries {
 			rows, err := br.Query()
@@ -132,7 +154,7 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 				found[id] = true
 			}
 		}
-		if len(logDead.ids) > 0 {
+		for range b.Len() - queries {
 			if _, err := br.Exec(); err != nil {
 				br.Close()
 				return err
@@ -141,7 +163,7 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 		return br.Close()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cdc: record %d published and %d dead messages: %w", len(ids), len(deadIDs)+len(logDead.ids), err)
+		return nil, fmt.Errorf("cdc: record %d published and %d dead messages: %w", len(published), len(dead), err)
 	}
 	for _, list := range [][]*item{published, dead} {
 		for _, it := range list {
@@ -153,8 +175,9 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 	return missing, nil
 }
 
-// deadLog holds the columns of table-less dead letters, one array each.
-type deadLog struct {
+// logRows holds the columns of table-less messages written to a table
+// (dead letters, or published ones kept), one array each.
+type logRows struct {
 	ids                            [][16]byte
 	topics, keys, types, cts, errs []string
 	versions, attempts             []int32
@@ -163,7 +186,7 @@ type deadLog struct {
 	occurred, created              []time.Time
 }
 
-func (d *deadLog) add(it *item, lastErr, history string) {
+func (d *logRows) add(it *item, lastErr, history string) {
 	m := &it.msg
 	var h *string
 	if len(m.Headers) > 0 {
