@@ -76,6 +76,11 @@ type Config struct {
 	MaxOldestPending time.Duration
 	// Checks are further readiness checks, by name.
 	Checks map[string]func(ctx context.Context) error
+	// StatusChecks are further readiness checks, by name, that say what
+	// they found: a check that passes has its status as its verdict in
+	// the body instead of "ok". A CDC relay's Ready is one (it says
+	// whether the relay reads its slot or waits as a standby).
+	StatusChecks map[string]func(ctx context.Context) (status string, err error)
 	// Timeout bounds the checks of one /readyz request. Default
 	// DefaultTimeout (5s).
 	Timeout time.Duration
@@ -120,13 +125,21 @@ func (c *Config) validate() error {
 			return fmt.Errorf("health: Config.Checks[%q]: give every check a name and a function", name)
 		}
 	}
+	for name, f := range c.StatusChecks {
+		if name == "" || f == nil {
+			return fmt.Errorf("health: Config.StatusChecks[%q]: give every check a name and a function", name)
+		}
+		if _, ok := c.Checks[name]; ok {
+			return fmt.Errorf("health: Config.StatusChecks[%q]: Config.Checks has a check of that name already: give it another", name)
+		}
+	}
 	return nil
 }
 
 // Handler serves /healthz, /readyz and, when configured, /metrics.
 type Handler struct {
 	cfg    Config
-	checks map[string]func(ctx context.Context) error
+	checks map[string]func(ctx context.Context) (string, error)
 	mux    *http.ServeMux
 }
 
@@ -137,21 +150,27 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, checks: map[string]func(context.Context) error{}}
+	h := &Handler{cfg: cfg, checks: map[string]func(context.Context) (string, error){}}
+	check := func(name string, f func(context.Context) error) {
+		h.checks[name] = func(ctx context.Context) (string, error) { return "ok", f(ctx) }
+	}
 	for name, f := range cfg.Checks {
+		check(name, f)
+	}
+	for name, f := range cfg.StatusChecks {
 		h.checks[name] = f
 	}
 	if cfg.Database != nil {
-		h.checks["database"] = cfg.Database.Ping
+		check("database", cfg.Database.Ping)
 	}
 	if cfg.Broker != nil {
-		h.checks["broker"] = cfg.Broker
+		check("broker", cfg.Broker)
 	}
 	if cfg.Relay != nil {
-		h.checks["relay"] = func(context.Context) error { return h.checkRelay(cfg.Relay.State()) }
+		check("relay", func(context.Context) error { return h.checkRelay(cfg.Relay.State()) })
 	}
 	if cfg.OldestPendingAge != nil && cfg.MaxOldestPending > 0 {
-		h.checks["outbox"] = h.checkOutbox
+		check("outbox", h.checkOutbox)
 	}
 	h.mux = http.NewServeMux()
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -172,7 +191,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 type Report struct {
 	// Ready is true when every check passed.
 	Ready bool `json:"ready"`
-	// Checks holds each check's verdict by name: "ok" or what is wrong.
+	// Checks holds each check's verdict by name: "ok" (or what a passing
+	// status check found) or what is wrong.
 	Checks map[string]string `json:"checks"`
 	// Relay is the relay's state when there is a relay.
 	Relay *relay.State `json:"relay,omitempty"`
@@ -189,7 +209,7 @@ func (h *Handler) Ready(ctx context.Context) Report {
 	var wg sync.WaitGroup
 	for name, f := range h.checks {
 		wg.Go(func() {
-			err := f(ctx)
+			status, err := f(ctx)
 			if err != nil && ctx.Err() != nil {
 				err = fmt.Errorf("no answer within %s: %w", h.cfg.Timeout, err)
 			}
@@ -200,7 +220,10 @@ func (h *Handler) Ready(ctx context.Context) Report {
 				rep.Checks[name] = err.Error()
 				return
 			}
-			rep.Checks[name] = "ok"
+			if status == "" {
+				status = "ok"
+			}
+			rep.Checks[name] = status
 		})
 	}
 	wg.Wait()

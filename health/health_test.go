@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -211,3 +212,31 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 type stateOf relay.State
 
 func (s stateOf) State() relay.State { return relay.State(s) }
+
+// A status check's verdict is its status when it passes, its error when it
+// fails; plain checks say "ok".
+func TestStatusChecksSayWhatTheyFound(t *testing.T) {
+	role := "standby: another relay reads slot s"
+	var down error
+	h, err := health.New(health.Config{
+		Checks:       map[string]func(context.Context) error{"plain": func(context.Context) error { return nil }},
+		StatusChecks: map[string]func(context.Context) (string, error){"cdc": func(context.Context) (string, error) { return role, down }},
+	})
+	testenv.Must(t, err, "new")
+	rep := h.Ready(context.Background())
+	if !rep.Ready || rep.Checks["cdc"] != role || rep.Checks["plain"] != "ok" {
+		t.Fatalf("passing: %+v", rep)
+	}
+	down = errors.New("no relay reads slot s")
+	rep = h.Ready(context.Background())
+	if rep.Ready || rep.Checks["cdc"] != down.Error() {
+		t.Fatalf("failing: %+v", rep)
+	}
+	_, err = health.New(health.Config{
+		Checks:       map[string]func(context.Context) error{"cdc": func(context.Context) error { return nil }},
+		StatusChecks: map[string]func(context.Context) (string, error){"cdc": func(context.Context) (string, error) { return "", nil }},
+	})
+	if err == nil || !strings.Contains(err.Error(), `Config.StatusChecks["cdc"]`) {
+		t.Fatalf("a name in both: %v", err)
+	}
+}

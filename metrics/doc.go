@@ -31,13 +31,21 @@
 // not hammered by its monitoring. courier_stats_last_success_timestamp_seconds
 // tells how old the values are.
 //
-// FromStatus answers all three kinds of gauges from one store.Status per
+// FromStatus answers all four kinds of gauges from one store.Status per
 // refresh (store.Operations, which every store.Database gives): the outbox
 // per topic, saga instances by type and state with those past their
-// deadline, and the idempotency keys in flight. StoreStats exports only the
+// deadline, the idempotency keys in flight and, on PostgreSQL, the logical
+// replication slots' lag (Config.Slots: courier_cdc_slot_lag_bytes and the
+// rest, per slot). StoreStats exports only the
 // outbox's totals (store.Stats), with the label topic="", for a program
 // that holds a store.Admin alone. Any other source implements
 // OutboxSource, SagaSource or KeySource.
+//
+// # CDC relays
+//
+// A CDC relay (package relay/cdc) keeps counters instead of reporting to an
+// observer: CDC returns a collector that reads them (its Stats) at each
+// scrape, under courier_cdc_ names; register it next to the Collector.
 //
 // # Names
 //

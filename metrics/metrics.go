@@ -24,6 +24,10 @@ type Config struct {
 	// Keys is queried for the idempotency-key gauge. Nil: none. No store
 	// answers it yet (see KeySource).
 	Keys KeySource
+	// Slots is queried for the replication slot gauges (PostgreSQL's
+	// logical replication slots, which CDC relays read). Nil: none.
+	// FromStatus answers it.
+	Slots SlotSource
 	// MinInterval is the shortest time between two queries of the sources:
 	// a scrape within MinInterval of the last query is answered from its
 	// results, however many scrapers there are and however often they
@@ -159,6 +163,30 @@ type KeyStats struct {
 	InFlight int64
 }
 
+// SlotSource answers the query behind the replication slot gauges.
+// FromStatus answers it from store.Status.Slots.
+type SlotSource interface {
+	// SlotStats reports the database's logical replication slots.
+	SlotStats(ctx context.Context) ([]SlotStats, error)
+}
+
+// SlotStats is one logical replication slot's lag (see
+// store.ReplicationSlot, which says how PostgreSQL measures it).
+type SlotStats struct {
+	// Slot is the slot's name.
+	Slot string
+	// Active is true while a reader (a CDC relay) is connected to it.
+	Active bool
+	// LagBytes is the log written that its reader has not confirmed.
+	LagBytes int64
+	// RetainedBytes is the log PostgreSQL keeps for it.
+	RetainedBytes int64
+	// Lag is how far the reader's confirmations run behind what it was
+	// sent, when LagKnown.
+	Lag      time.Duration
+	LagKnown bool
+}
+
 // Collector is a prometheus.Collector of Courier's metrics. Register it in
 // a registry of your own; it registers nothing by itself. Hand
 // Collector.Relay to relay.Config.Observer and Collector.Consumer to
@@ -183,8 +211,9 @@ type Collector struct {
 	lastSuccess          *prometheus.GaugeVec
 
 	descs struct {
-		pending, leased, backoff, deadLetters, oldest *prometheus.Desc
-		sagas, overdue, keys                          *prometheus.Desc
+		pending, leased, backoff, deadLetters, oldest  *prometheus.Desc
+		sagas, overdue, keys                           *prometheus.Desc
+		slotLag, slotRetained, slotSeconds, slotActive *prometheus.Desc
 	}
 
 	mu       sync.Mutex // held while querying: scrapes queue behind one query
@@ -198,6 +227,7 @@ type snapshot struct {
 	outboxErr error
 	sagas     []SagaStats
 	keys      []KeyStats
+	slots     []SlotStats
 }
 
 // Buckets of the histograms, in seconds.
@@ -256,7 +286,7 @@ func New(cfg Config) (*Collector, error) {
 	}, []string{"consumer"})
 	c.queries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "courier_stats_queries_total",
-		Help: "Queries behind the gauges, by source (outbox, sagas, idempotency); at most one per source per MinInterval.",
+		Help: "Queries behind the gauges, by source (outbox, sagas, idempotency, slots); at most one per source per MinInterval.",
 	}, []string{"source"})
 	c.queryErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "courier_stats_query_errors_total",
@@ -276,6 +306,11 @@ func New(cfg Config) (*Collector, error) {
 	c.descs.sagas = prometheus.NewDesc("courier_saga_instances", "Saga instances by type and state.", []string{"type", "state"}, nil)
 	c.descs.overdue = prometheus.NewDesc("courier_saga_overdue_instances", "Saga instances not finished whose deadline has passed, by type and state.", []string{"type", "state"}, nil)
 	c.descs.keys = prometheus.NewDesc("courier_idempotency_keys_in_flight", "Idempotency keys whose request is still being processed, by scope.", []string{"scope"}, nil)
+	slot := []string{"slot"}
+	c.descs.slotLag = prometheus.NewDesc("courier_cdc_slot_lag_bytes", "Write-ahead log written that the replication slot's reader (a CDC relay) has not confirmed, in bytes.", slot, nil)
+	c.descs.slotRetained = prometheus.NewDesc("courier_cdc_slot_retained_bytes", "Write-ahead log PostgreSQL keeps for the replication slot, in bytes: what a stopped CDC relay costs in disk.", slot, nil)
+	c.descs.slotSeconds = prometheus.NewDesc("courier_cdc_slot_lag_seconds", "How long the replication slot's reader took to confirm what it was last sent (pg_stat_replication's flush_lag); absent when PostgreSQL does not know it (no reader, or caught up).", slot, nil)
+	c.descs.slotActive = prometheus.NewDesc("courier_cdc_slot_active", "1 while a reader (a CDC relay) is connected to the replication slot, 0 otherwise.", slot, nil)
 	return c, nil
 }
 
@@ -306,6 +341,11 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.cfg.Keys != nil {
 		ch <- c.descs.keys
 	}
+	if c.cfg.Slots != nil {
+		for _, d := range []*prometheus.Desc{c.descs.slotLag, c.descs.slotRetained, c.descs.slotSeconds, c.descs.slotActive} {
+			ch <- d
+		}
+	}
 }
 
 // Collect implements prometheus.Collector. It queries the sources when the
@@ -329,6 +369,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, k := range s.keys {
 		ch <- prometheus.MustNewConstMetric(c.descs.keys, prometheus.GaugeValue, float64(k.InFlight), k.Scope)
+	}
+	for _, sl := range s.slots {
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, sl.Slot)
+		}
+		gauge(c.descs.slotLag, float64(sl.LagBytes))
+		gauge(c.descs.slotRetained, float64(sl.RetainedBytes))
+		if sl.LagKnown {
+			gauge(c.descs.slotSeconds, sl.Lag.Seconds())
+		}
+		active := 0.0
+		if sl.Active {
+			active = 1
+		}
+		gauge(c.descs.slotActive, active)
 	}
 	for _, m := range c.collectors() {
 		m.Collect(ch)
@@ -384,6 +439,11 @@ func (c *Collector) refresh(ctx context.Context) snapshot {
 	if c.cfg.Keys != nil {
 		if v, err := c.cfg.Keys.KeysInFlight(ctx); c.note("idempotency", err) {
 			s.keys = v
+		}
+	}
+	if c.cfg.Slots != nil {
+		if v, err := c.cfg.Slots.SlotStats(ctx); c.note("slots", err) {
+			s.slots = v
 		}
 	}
 	return *s

@@ -14,11 +14,12 @@ type StatusReader interface {
 	Status(ctx context.Context) (store.Status, error)
 }
 
-// StatusSource answers the outbox, saga and idempotency-key gauges from
-// one store.Status: the outbox per topic, the saga instances by type and
-// state with those past their deadline, and the keys in flight. Use it for
-// Config.Outbox, Config.Sagas and Config.Keys at once; one refresh of the
-// Collector makes one Status query.
+// StatusSource answers the outbox, saga, idempotency-key and replication
+// slot gauges from one store.Status: the outbox per topic, the saga
+// instances by type and state with those past their deadline, the keys in
+// flight and PostgreSQL's logical replication slots. Use it for
+// Config.Outbox, Config.Sagas, Config.Keys and Config.Slots at once; one
+// refresh of the Collector makes one Status query.
 type StatusSource struct {
 	r  StatusReader
 	mu sync.Mutex
@@ -31,6 +32,7 @@ var (
 	_ OutboxSource = (*StatusSource)(nil)
 	_ SagaSource   = (*StatusSource)(nil)
 	_ KeySource    = (*StatusSource)(nil)
+	_ SlotSource   = (*StatusSource)(nil)
 )
 
 // FromStatus returns a StatusSource on r.
@@ -108,4 +110,22 @@ func (s *StatusSource) KeysInFlight(ctx context.Context) ([]KeyStats, error) {
 		return nil, err
 	}
 	return []KeyStats{{InFlight: st.Keys.InFlight}}, nil
+}
+
+// SlotStats implements SlotSource: one series per logical replication slot
+// of the database, none on other databases than PostgreSQL.
+func (s *StatusSource) SlotStats(ctx context.Context) ([]SlotStats, error) {
+	st, err := s.status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SlotStats, 0, len(st.Slots))
+	for _, sl := range st.Slots {
+		row := SlotStats{Slot: sl.Name, Active: sl.Active, LagBytes: sl.LagBytes, RetainedBytes: sl.RetainedBytes}
+		if sl.LagSeconds != nil {
+			row.Lag, row.LagKnown = time.Duration(*sl.LagSeconds*float64(time.Second)), true
+		}
+		out = append(out, row)
+	}
+	return out, nil
 }

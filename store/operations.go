@@ -102,6 +102,10 @@ type Status struct {
 	OverdueSagas []OverdueSagas `json:"overdue_sagas"`
 	// Keys are the Idempotency-Key records.
 	Keys KeyStatus `json:"idempotency_keys"`
+	// Slots are the logical replication slots of the database, by name:
+	// those a CDC relay (package relay/cdc) reads the outbox through, and
+	// any other. PostgreSQL only; other dialects report none.
+	Slots []ReplicationSlot `json:"replication_slots"`
 }
 
 // TopicStatus is one topic's outbox rows and dead letters.
@@ -189,6 +193,55 @@ type KeyStatus struct {
 	// Completed counts records holding a response.
 	Completed Count `json:"completed"`
 }
+
+// ReplicationSlot is one logical replication slot of the database
+// (PostgreSQL's pg_replication_slots, joined on its reader's row of
+// pg_stat_replication). A slot keeps the write-ahead log from the position
+// its reader confirmed: a slot nobody reads makes PostgreSQL keep every WAL
+// segment written since, until max_slot_wal_keep_size (if set) drops it.
+type ReplicationSlot struct {
+	// Name is the slot's name; Plugin its output plugin (pgoutput for a
+	// CDC relay).
+	Name   string `json:"name"`
+	Plugin string `json:"plugin"`
+	// Active is true while a reader is connected to it; ActivePID is its
+	// walsender's process id, 0 when none.
+	Active    bool  `json:"active"`
+	ActivePID int32 `json:"active_pid,omitempty"`
+	// WALStatus is PostgreSQL's verdict on the WAL the slot needs:
+	// reserved, extended (beyond max_wal_size, still kept), unreserved
+	// (past max_slot_wal_keep_size, lost at the next checkpoint unless the
+	// reader catches up) or lost (the slot is unusable: drop it, and let a
+	// new one be made).
+	WALStatus string `json:"wal_status"`
+	// LagBytes is how far the reader's confirmed position
+	// (confirmed_flush_lsn) is behind the end of the log
+	// (pg_current_wal_lsn()): log written that the reader has not yet
+	// confirmed. All of the database cluster's log counts, not only the
+	// outbox's, so an idle reader may lag a little.
+	LagBytes int64 `json:"lag_bytes"`
+	// RetainedBytes is the log PostgreSQL keeps for the slot, from its
+	// restart_lsn to the end of the log: the disk it costs. It is at least
+	// LagBytes' worth of log, and 0 when the slot is lost.
+	RetainedBytes int64 `json:"retained_bytes"`
+	// LagSeconds is pg_stat_replication's flush_lag of the slot's reader,
+	// in seconds, when PostgreSQL knows it, and nil otherwise. For logical
+	// replication it is the time from the walsender decoding and sending a
+	// transaction to the reader confirming it (a CDC relay confirms once it
+	// has published the transaction's messages): how far behind publishing
+	// runs while the reader keeps up with the log. It does not count the
+	// time log waited before it was decoded (while no reader ran, say):
+	// LagBytes does. PostgreSQL samples it at most once a second while
+	// log flows, and clears it (nil) once the reader has caught up and
+	// nothing new comes; it is nil for a slot without a reader, and for a
+	// reader of another database user unless this one may read all
+	// statistics (pg_read_all_stats).
+	LagSeconds *float64 `json:"lag_seconds"`
+}
+
+// Lost reports whether PostgreSQL has removed WAL the slot needs: its
+// reader can never read from it again.
+func (s ReplicationSlot) Lost() bool { return s.WALStatus == "lost" }
 
 // ReconcileOptions say what counts as stuck. The zero value finds every
 // ended lease, every in-flight key whose lock has expired and every saga

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,6 +18,7 @@ import (
 	"github.com/courier-go/courier/health"
 	"github.com/courier-go/courier/metrics"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/relay/cdc"
 	"github.com/courier-go/courier/store"
 )
 
@@ -56,14 +58,14 @@ type observer struct {
 // listen prepares the endpoints when --metrics-addr is set: it listens
 // at once, so a taken port fails before the relay starts, and returns the
 // observer the relay reports to. The gauges come from ops's Status: the
-// outbox per topic, sagas and idempotency keys. Without --metrics-addr it
-// returns nil.
+// outbox per topic, sagas, idempotency keys and (PostgreSQL) the
+// replication slots. Without --metrics-addr it returns nil.
 func (f observeFlags) listen(ops store.Operations) (*observer, error) {
 	if f.MetricsAddr == "" {
 		return nil, nil
 	}
 	src := metrics.FromStatus(ops)
-	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, MinInterval: f.StatsInterval})
+	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, Slots: src, MinInterval: f.StatsInterval})
 	if err != nil {
 		return nil, err
 	}
@@ -77,17 +79,41 @@ func (f observeFlags) listen(ops store.Operations) (*observer, error) {
 // serve serves the endpoints for r, on the database db and the broker b,
 // until the returned function is called.
 func (o *observer) serve(e *env, r *relay.Relay, cfg relay.Config, db store.Database, b *brokerurl.Broker) (stop func(), err error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(o.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	hcfg := health.Config{
+	return o.start(e, health.Config{
 		Relay:            r,
 		Grace:            o.flags.ReadyGrace,
 		Stall:            o.flags.ReadyGrace + cfg.LeaseDuration + cfg.PollInterval,
 		Database:         db,
 		OldestPendingAge: o.col.OldestPendingAge,
 		MaxOldestPending: o.flags.ReadyMaxOldest,
-		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-	}
+	}, b)
+}
+
+// serveCDC serves the endpoints for the CDC relay r, on the database of
+// pool and the broker b, until the returned function is called: /metrics
+// adds r's counters to the gauges, and /readyz checks that r reads its
+// slot or waits as a standby behind a relay that does (check "cdc").
+func (o *observer) serveCDC(e *env, r *cdc.Relay, pool *pgxpool.Pool, b *brokerurl.Broker) (stop func(), err error) {
+	return o.start(e, health.Config{
+		Database:         pool,
+		OldestPendingAge: o.col.OldestPendingAge,
+		MaxOldestPending: o.flags.ReadyMaxOldest,
+		StatusChecks:     map[string]func(context.Context) (string, error){"cdc": r.Ready},
+	}, b, metrics.CDC(func() metrics.CDCStats {
+		s := r.Stats()
+		return metrics.CDCStats{Published: s.Published, Retried: s.Retried, DeadLettered: s.DeadLettered, Swept: s.Swept, Reading: s.Reading}
+	}))
+}
+
+// start serves hcfg's checks, with /metrics from the Collector, the Go
+// runtime's and the process's metrics and extra, on the listener, until
+// the returned function is called. A NATS broker b adds the check of its
+// connection.
+func (o *observer) start(e *env, hcfg health.Config, b *brokerurl.Broker, extra ...prometheus.Collector) (stop func(), err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(o.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(extra...)
+	hcfg.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if nc := b.NATS(); nc != nil {
 		hcfg.Broker = func(context.Context) error {
 			if s := nc.Status(); s != nats.CONNECTED {

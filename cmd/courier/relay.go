@@ -74,7 +74,7 @@ func (c *relayCmd) check() (relay.Config, error) {
 	if err != nil {
 		return relay.Config{}, err
 	}
-	if err := c.checkCDC(dialect, c.MetricsAddr); err != nil {
+	if err := c.checkCDC(dialect); err != nil {
 		return relay.Config{}, err
 	}
 	if err := c.observeFlags.check(); err != nil {
@@ -179,7 +179,7 @@ func (c *relayCmd) Run(e *env) error {
 		if c.Cleanup.Every > 0 {
 			defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
 		}
-		return c.runCDC(e, b)
+		return c.runCDC(e, d.Operations(), b)
 	}
 	if !c.NoListen {
 		n, err := d.Notifier(e.log)

@@ -7,23 +7,20 @@ import (
 
 	"github.com/courier-go/courier/broker/brokerurl"
 	"github.com/courier-go/courier/relay/cdc"
+	"github.com/courier-go/courier/store"
 )
 
 // cdcFlags are the flags of `courier relay --mode cdc`.
 type cdcFlags struct {
-	Mode        string `help:"How the relay finds new messages: poll (claim them from the table) or cdc (read PostgreSQL's write-ahead log through a logical replication slot; needs wal_level = logical and a user with REPLICATION). A second cdc relay on the same slot waits as a hot standby." enum:"poll,cdc" default:"poll" env:"COURIER_RELAY_MODE"`
+	Mode        string `help:"How the relay finds new messages: poll (claim them from the table) or cdc (read PostgreSQL's write-ahead log through a logical replication slot; needs wal_level = logical and a user with REPLICATION). A second cdc relay on the same slot waits as a hot standby. With --metrics-addr, /metrics adds the slot's lag and the relay's counters, and /readyz says whether it reads the slot or waits as a standby." enum:"poll,cdc" default:"poll" env:"COURIER_RELAY_MODE"`
 	Slot        string `help:"Logical replication slot of --mode cdc; made when missing." default:"courier_outbox" env:"COURIER_SLOT"`
 	Publication string `help:"Publication on courier_outbox of --mode cdc; made when missing." default:"courier_outbox" env:"COURIER_PUBLICATION"`
 }
 
-// checkCDC validates the CDC flags for dialect; metricsAddr is
-// --metrics-addr, which the CDC relay does not serve yet.
-func (f cdcFlags) checkCDC(dialect, metricsAddr string) error {
+// checkCDC validates the CDC flags for dialect.
+func (f cdcFlags) checkCDC(dialect string) error {
 	if f.Mode != "cdc" {
 		return nil
-	}
-	if metricsAddr != "" {
-		return fmt.Errorf("--metrics-addr is not served with --mode cdc yet: leave it out, and watch the slot's lag in pg_replication_slots")
 	}
 	if dialect != "postgres" {
 		return fmt.Errorf("--mode cdc reads PostgreSQL's write-ahead log: pass a postgres:// --database-url, or use --mode poll on %s", dialect)
@@ -34,8 +31,9 @@ func (f cdcFlags) checkCDC(dialect, metricsAddr string) error {
 	return nil
 }
 
-// runCDC relays from the log until the command's context ends.
-func (c *relayCmd) runCDC(e *env, b *brokerurl.Broker) error {
+// runCDC relays from the log until the command's context ends, serving
+// /metrics, /healthz and /readyz with --metrics-addr; ops gives the gauges.
+func (c *relayCmd) runCDC(e *env, ops store.Operations, b *brokerurl.Broker) error {
 	pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("--database-url: %w", err)
@@ -47,6 +45,18 @@ func (c *relayCmd) runCDC(e *env, b *brokerurl.Broker) error {
 	})
 	if err != nil {
 		return flagError(err)
+	}
+	obs, err := c.observeFlags.listen(ops)
+	if err != nil {
+		return err
+	}
+	if obs != nil {
+		defer obs.ln.Close()
+		stop, err := obs.serveCDC(e, r, pool, b)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	e.log.Info("relaying from the log", "slot", c.Slot, "publication", c.Publication, "broker", b.String())
 	return r.Run(e.ctx)

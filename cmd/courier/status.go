@@ -21,6 +21,8 @@ type statusCmd struct {
 	FailIfParked       bool          `name:"fail-if-parked" help:"Exit 1 when a consumer has parked a message." env:"COURIER_FAIL_IF_PARKED"`
 	FailIfOverdueSagas time.Duration `name:"fail-if-overdue-sagas" help:"Exit 1 when a saga's deadline passed longer ago than this (e.g. 1m) and no runner fired it." env:"COURIER_FAIL_IF_OVERDUE_SAGAS"`
 	FailIfExpiredLease bool          `name:"fail-if-expired-leases" help:"Exit 1 when a relay's lease ended without being completed (a relay stopped or froze mid-batch)." env:"COURIER_FAIL_IF_EXPIRED_LEASES"`
+	FailIfSlotLag      byteSize      `name:"fail-if-slot-lag" placeholder:"SIZE" help:"Exit 1 when a logical replication slot's reader (a CDC relay) has not confirmed this much of the log, such as 512MB or 1GB (PostgreSQL)." env:"COURIER_FAIL_IF_SLOT_LAG"`
+	FailIfSlotInactive bool          `name:"fail-if-slot-inactive" help:"Exit 1 when a logical replication slot has no reader (no CDC relay runs) or is lost (PostgreSQL)." env:"COURIER_FAIL_IF_SLOT_INACTIVE"`
 }
 
 // errChecks is returned when a --fail-if check failed; the status is
@@ -58,6 +60,7 @@ func (c *statusCmd) Run(e *env) error {
 		nonNil(&st.Consumers)
 		nonNil(&st.Sagas)
 		nonNil(&st.OverdueSagas)
+		nonNil(&st.Slots)
 		if err := writeJSON(e, statusJSON{
 			Pending: st.Outbox.Pending, Leased: st.Outbox.Leased, InBackoff: st.Outbox.InBackoff, DeadLetters: st.Outbox.DeadLetters,
 			OldestPendingAgeS: st.Outbox.OldestPendingAge().Seconds(), Status: st, Failed: failed,
@@ -143,6 +146,19 @@ func (c *statusCmd) check(st store.Status) []string {
 			failed = append(failed, fmt.Sprintf("%d relay leases ended without being completed: courier reconcile --repair releases them", n))
 		}
 	}
+	for _, s := range st.Slots {
+		if c.FailIfSlotLag > 0 && s.LagBytes > int64(c.FailIfSlotLag) {
+			failed = append(failed, fmt.Sprintf("replication slot %s lags %s, more than --fail-if-slot-lag %s: is its CDC relay running and publishing? (the slot keeps %s of log meanwhile)",
+				s.Name, byteSize(s.LagBytes), c.FailIfSlotLag, byteSize(s.RetainedBytes)))
+		}
+		switch {
+		case !c.FailIfSlotInactive:
+		case s.Lost():
+			failed = append(failed, fmt.Sprintf("replication slot %s is lost (PostgreSQL removed log it needs, past max_slot_wal_keep_size): drop it, and start the CDC relay again to make a new one; the polling relay publishes the outbox's rows meanwhile", s.Name))
+		case !s.Active:
+			failed = append(failed, fmt.Sprintf("replication slot %s has no reader and keeps %s of log: start its CDC relay (courier relay --mode cdc --slot %s), or drop the slot if nothing reads it any more", s.Name, byteSize(s.RetainedBytes), s.Name))
+		}
+	}
 	return failed
 }
 
@@ -200,6 +216,24 @@ func printStatus(w io.Writer, st store.Status) {
 	row("keys in flight", st.Keys.InFlight, "", "", "")
 	row("  lock expired", st.Keys.LockExpired, "", "", "")
 	row("keys completed", count(st.Keys.Completed), "", "", "")
+	if len(st.Slots) > 0 {
+		row()
+		row("REPLICATION SLOTS", "active", "wal status", "lag", "retained", "lag time")
+		for _, s := range st.Slots {
+			active := "no"
+			if s.Active {
+				active = fmt.Sprintf("yes (pid %d)", s.ActivePID)
+			}
+			lagTime := "-"
+			if s.LagSeconds != nil {
+				lagTime = age(time.Duration(*s.LagSeconds * float64(time.Second)))
+				if lagTime == "-" {
+					lagTime = "0s"
+				}
+			}
+			row(s.Name, active, dash(s.WALStatus), byteSize(s.LagBytes), byteSize(s.RetainedBytes), lagTime)
+		}
+	}
 }
 
 // count renders c, with a ~ when it is an estimate.

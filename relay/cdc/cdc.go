@@ -100,7 +100,15 @@
 // disk fills. Set max_slot_wal_keep_size so that PostgreSQL drops (loses) a
 // slot that falls too far behind instead: the polling relay then publishes
 // the backlog from the table, and a CDC relay started again makes a new
-// slot. Watch the slot's lag (SlotLag, or pg_replication_slots). On PostgreSQL 17,
+// slot. Watch the slot: `courier status` lists it with its lag in bytes,
+// the WAL it retains and (while messages flow) the relay's lag in seconds
+// (store.Status.Slots, from store.Operations), `courier status
+// --fail-if-slot-lag 1GB --fail-if-slot-inactive` makes a probe of it, and
+// `courier relay --mode cdc --metrics-addr` serves them as the
+// courier_cdc_slot_* gauges (metrics.Collector's Config.Slots), with the
+// relay's counters (Stats, through metrics.CDC) and a readiness check (Ready)
+// that says whether it reads the slot or waits as a standby; SlotLag reads
+// one slot's lag from Go. On PostgreSQL 17,
 // a slot created with failover = true is synchronised to physical standbys
 // (sync_replication_slots), so the relay can follow a failover; on older
 // releases a promoted standby has no slot, and the relay creates one and

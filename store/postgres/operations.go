@@ -49,9 +49,29 @@ GROUP BY o.topic`,
 				` WHERE ` + from + col + ` < ? LIMIT ?)) RETURNING ctid)
 SELECT count(*), coalesce(max(ctid)::text, '') FROM d`, true
 		},
+		Slots:   slotsSQL,
 		TryLock: func(ctx context.Context, name string) (func(), bool, error) { return advisoryLock(ctx, pool, name) },
 	})
 }
+
+// slotsSQL selects the current database's logical replication slots for
+// Status, from shared memory (pg_replication_slots, and pg_stat_replication
+// for the reader's lag): no table is read. The end of the log is
+// pg_current_wal_lsn(), or on a standby the position replayed. The lag in
+// seconds is the reader's flush_lag: a CDC relay reports its confirmed
+// position as written, flushed and applied alike, and the flushed one is
+// what becomes the slot's confirmed_flush_lsn.
+const slotsSQL = `WITH w AS (
+	SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn
+)
+SELECT s.slot_name::text, s.plugin::text, s.active, s.active_pid, coalesce(s.wal_status, ''),
+	coalesce(pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn), 0)::bigint,
+	coalesce(pg_wal_lsn_diff(w.lsn, s.restart_lsn), 0)::bigint,
+	extract(epoch FROM r.flush_lag)::float8
+FROM pg_replication_slots AS s CROSS JOIN w
+LEFT JOIN pg_stat_replication AS r ON s.active AND r.pid = s.active_pid
+WHERE s.slot_type = 'logical' AND s.database = current_database()
+ORDER BY s.slot_name`
 
 // advisoryLock takes the session advisory lock of name's hash on a
 // connection of its own, without waiting, and returns its release.

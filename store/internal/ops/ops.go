@@ -76,6 +76,12 @@ type Dialect struct {
 	// TrimSettings, when set, runs first in a batch's transaction (e.g.
 	// planner settings for the batch's statement).
 	TrimSettings string
+	// Slots selects the database's logical replication slots, as
+	// store.ReplicationSlot's fields in their order (name, plugin, active,
+	// active pid, wal status, lag bytes, retained bytes, lag seconds; the
+	// pid and the seconds NULL when unknown), by name; empty when the
+	// database has none.
+	Slots string
 	// TryLock takes the named maintenance lock, as store.Operations does.
 	TryLock func(ctx context.Context, name string) (release func(), ok bool, err error)
 }

@@ -32,12 +32,33 @@ func (o Ops) Status(ctx context.Context) (store.Status, error) {
 		{"consumers", o.consumers},
 		{"sagas", o.sagas},
 		{"idempotency keys", o.keys},
+		{"replication slots", o.slots},
 	} {
 		if err := step.fn(ctx, now, &st); err != nil {
 			return st, o.errorf("status: %s: %w", step.what, err)
 		}
 	}
 	return st, nil
+}
+
+func (o Ops) slots(ctx context.Context, _ time.Time, st *store.Status) error {
+	if o.d.Slots == "" {
+		return nil
+	}
+	return o.d.DB.Query(ctx, o.d.Slots, nil, func(scan func(...any) error) error {
+		var (
+			s   store.ReplicationSlot
+			pid *int32
+		)
+		if err := scan(&s.Name, &s.Plugin, &s.Active, &pid, &s.WALStatus, &s.LagBytes, &s.RetainedBytes, &s.LagSeconds); err != nil {
+			return err
+		}
+		if pid != nil {
+			s.ActivePID = *pid
+		}
+		st.Slots = append(st.Slots, s)
+		return nil
+	})
 }
 
 func (o Ops) topics(ctx context.Context, now time.Time, st *store.Status) error {
