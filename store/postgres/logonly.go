@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -44,24 +45,32 @@ const LogTableSQL = `'courier_outbox'::text::regclass::oid`
 // encoding (see EncodeLogMessage).
 const logFormat byte = 1
 
-// logCheck is the statements' check that something can read the log: NULL
-// when it passed, else the wal_level it found (logical when the database
-// has no logical replication slot). A session that passed it within a
-// minute does not run it again: the time it last passed is in its
-// setting courier.log_checked (epoch seconds; set_config in the writer's
-// transaction, so it is kept only when that commits). The slots are looked
-// up through query_to_xml, which runs its query only when the CASE reaches
-// it: a subquery would be an init plan that PostgreSQL starts (locking
-// pg_database) at every execution even when it does not run it, which
-// cost writers about 10% of their transactions a second.
-const logCheck = `CASE WHEN coalesce(nullif(current_setting('courier.log_checked', true), ''), '0')::bigint > extract(epoch from now())::bigint - 60
-         THEN NULL
-     WHEN current_setting('wal_level') <> 'logical' THEN current_setting('wal_level')
-     WHEN query_to_xml('SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_type = ''logical'' AND database = current_database() LIMIT 1',
-                       false, true, '')::text = ''
-         THEN 'logical'
-     WHEN set_config('courier.log_checked', extract(epoch from now())::bigint::text, false) IS NOT NULL THEN NULL
+// logCheck is the statements' check that something can read the log. A
+// session that ran it within a minute does not run it again: the setting
+// courier.log_checked holds until when it is trusted ($3, epoch seconds
+// written with 12 digits, set in the writer's transaction, so it is kept
+// only when that commits), and $2 is the writer's clock in the same form.
+// When it runs, it gives the wal_level and whether the database has a
+// logical replication slot, as query_to_xml writes a row (see logResult);
+// NULL when it does not run. The slots are looked up through query_to_xml,
+// which runs its query only when the CASE reaches it: a subquery would be
+// an init plan that PostgreSQL starts (locking pg_database) at every
+// execution even when it does not run it, and every expression the
+// statement holds is set up at every execution, so the cached path is kept
+// to a comparison. Together that cost writers about 5% of their
+// transactions a second.
+const logCheck = `CASE WHEN current_setting('courier.log_checked', true) COLLATE "C" > $2 THEN NULL
+     ELSE query_to_xml('SELECT current_setting(''wal_level'') AS level, EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_type = ''logical'' AND database = current_database()) AS slot',
+                       false, true, '')::text || set_config('courier.log_checked', $3, false)
 END`
+
+// logCheckedFor is how long a session trusts a passed check.
+const logCheckedFor = time.Minute
+
+// logCheckArgs returns logCheck's arguments for now.
+func logCheckArgs(now time.Time) (string, string) {
+	return fmt.Sprintf("%012d", now.Unix()), fmt.Sprintf("%012d", now.Add(logCheckedFor).Unix())
+}
 
 // The statements LogOnly and QueueLogMessages run: the messages and the
 // check (logCheck). Without wal_level logical or a logical slot, the
@@ -103,8 +112,8 @@ var ErrNoLogicalSlot = errors.New("postgres: no logical replication slot reads t
 // whether the relay's slot is the one that exists. That check runs at most
 // once a minute per database session: a session whose check passed, in a
 // transaction that committed, trusts it for 60 seconds (its setting
-// courier.log_checked holds when it passed), so a slot dropped meanwhile
-// is noticed by each session within a minute, and the first write of a
+// courier.log_checked holds until when, by the writer's clock), so a slot
+// dropped meanwhile is noticed by each session within a minute, and the first write of a
 // session (or the first after a minute) fails at once when there is no
 // slot. Use LogOnly where the write path's cost matters more than that
 // fallback, and keep the slot safe (no max_slot_wal_keep_size below the
@@ -117,8 +126,8 @@ func (logInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 	if len(msgs) == 0 {
 		return nil
 	}
-	q, arg := logStatement(msgs)
-	return logResult(tx.QueryRow(ctx, q, arg), len(msgs))
+	q, args := logStatement(msgs)
+	return logResult(tx.QueryRow(ctx, q, args...), len(msgs))
 }
 
 // QueueLogMessages is the table-less twin of QueueMessages: it validates
@@ -143,42 +152,57 @@ func QueueLogMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Messa
 	if err := validate(limits, msgs); err != nil || len(msgs) == 0 {
 		return err
 	}
-	q, arg := logStatement(msgs)
+	q, args := logStatement(msgs)
 	n := len(msgs)
-	b.Queue(q, arg).QueryRow(func(row pgx.Row) error { return logResult(row, n) })
+	b.Queue(q, args...).QueryRow(func(row pgx.Row) error { return logResult(row, n) })
 	return nil
 }
 
 // logStatement returns the statement writing msgs (at least one) to the log
-// and its argument.
-func logStatement(msgs []courier.Message) (string, any) {
+// and its arguments.
+func logStatement(msgs []courier.Message) (string, []any) {
+	now, until := logCheckArgs(time.Now())
 	if len(msgs) == 1 {
-		return logOne, EncodeLogMessage(nil, &msgs[0])
+		return logOne, []any{EncodeLogMessage(nil, &msgs[0]), now, until}
 	}
 	contents := make([][]byte, len(msgs))
 	for i := range msgs {
 		contents[i] = EncodeLogMessage(nil, &msgs[i])
 	}
-	return logMany, contents
+	return logMany, []any{contents, now, until}
 }
 
 // logResult reads the result of logStatement's statement for n messages.
 func logResult(row pgx.Row, n int) error {
 	var (
 		written bool
-		level   *string
+		check   *string // logCheck's row, as query_to_xml writes it
 	)
-	if err := row.Scan(&written, &level); err != nil {
+	if err := row.Scan(&written, &check); err != nil {
 		return migrations.InsertError(err, n, errorCode(err) == undefinedTable)
 	}
+	if check == nil {
+		return nil // trusted from an earlier check
+	}
+	level := between(*check, "<level>", "</level>")
 	switch {
-	case level == nil:
-		return nil
-	case *level != "logical":
-		return fmt.Errorf("%w: wal_level is %s; set it to logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)", ErrNoLogicalSlot, *level)
-	default:
+	case level != "logical":
+		return fmt.Errorf("%w: wal_level is %s; set it to logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)", ErrNoLogicalSlot, level)
+	case !strings.Contains(*check, "<slot>true</slot>"):
 		return fmt.Errorf("%w: start the CDC relay (courier relay --mode cdc) once so that it makes its slot, then write", ErrNoLogicalSlot)
 	}
+	return nil
+}
+
+// between returns what s holds between the first start and the end after
+// it, "" when it holds neither.
+func between(s, start, end string) string {
+	_, after, ok := strings.Cut(s, start)
+	if !ok {
+		return ""
+	}
+	in, _, _ := strings.Cut(after, end)
+	return in
 }
 
 // EncodeLogMessage appends m's encoding, as LogOnly writes it, to b: a
