@@ -84,7 +84,7 @@
 // The database does less work than for the polling relay: no claim
 // queries, no leases; the walsender decodes each transaction once and
 // sends it, and the relay deletes published rows in the background, in
-// batches (BatchSize rows, or what gathered in 50 ms), off the publishing
+// batches (BatchSize rows, or what gathered in 200 ms), off the publishing
 // path. The slot's confirmed position therefore trails publishing by up to
 // that much plus StatusInterval: a relay that dies publishes those messages
 // again when it comes back (duplicates, dropped by message id). Up to

@@ -14,9 +14,9 @@ import (
 // have gathered or the oldest has waited this long. Writing in the
 // background, in batches, keeps the table's writes out of the publishing
 // path (a DELETE's commit no longer delays the next publish) and makes
-// them few: at 1,000 messages a second, one transaction per 50 messages
+// them few: at 1,000 messages a second, one transaction per 200 messages
 // rather than one or two per message.
-const recordEvery = 50 * time.Millisecond
+const recordEvery = 200 * time.Millisecond
 
 // unseenFor is how long the relay looks for a row it published: the log
 // brings a commit a moment before other sessions see the transaction. A
