@@ -54,6 +54,14 @@ type Config struct {
 	// Limit is how many dead letters and parked messages a page reads at
 	// most, of each kind. Default 1,000.
 	Limit int
+	// AllowedHosts are the host names, besides localhost, loopback
+	// addresses and the address a request came to, that a request's Host
+	// header may name: the names a proxy in front of the dashboard
+	// forwards, such as "courier.example.com" (a port is ignored). Any
+	// other name is refused with 421 Misdirected Request, since it may be
+	// one a hostile web page made resolve to the dashboard's address (DNS
+	// rebinding). Default none.
+	AllowedHosts []string
 	// Logger receives a record of every replay and discard. Default: slog's
 	// default logger.
 	Logger *slog.Logger
@@ -87,6 +95,7 @@ type Handler struct {
 	admin store.Admin
 	ops   store.Operations
 	key   []byte // signs CSRF tokens and sessions
+	hosts hosts
 	pages map[string]*template.Template
 	serve http.Handler
 
@@ -100,7 +109,11 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: make([]byte, 32)}
+	hs, err := newHosts(cfg.AllowedHosts, "dashboard: Config.AllowedHosts")
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: make([]byte, 32), hosts: hs}
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, fmt.Errorf("dashboard: random key: %w", err)
 	}
@@ -121,7 +134,9 @@ func New(cfg Config) (*Handler, error) {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusForbidden, "This request came from another site (a cross-origin form post) and was refused. Use the dashboard's own pages.")
 	}))
-	h.serve = cop.Handler(next)
+	// The Host header is checked before anything else: a request for
+	// another host gets nothing, not even the style sheet.
+	h.serve = h.checkHost(cop.Handler(next))
 	return h, nil
 }
 
@@ -187,6 +202,10 @@ func (h *Handler) secure(next http.Handler) http.Handler {
 		csrf := h.csrfToken(w, r)
 		r = r.WithContext(context.WithValue(r.Context(), csrfKey{}, csrf))
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if crossSiteReferer(r) {
+				h.fail(w, r, http.StatusForbidden, "This request came from another site (its Referer) and was refused. Use the dashboard's own pages.")
+				return
+			}
 			if !h.checkCSRF(r) {
 				h.fail(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale, so nothing was done. Reload the page and try again.")
 				return

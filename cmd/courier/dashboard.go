@@ -15,8 +15,9 @@ import (
 // dashboardCmd serves the web dashboard until stopped.
 type dashboardCmd struct {
 	dbFlags
-	Addr  string `help:"Address to listen on. Any address but a loopback one (127.0.0.1, ::1, localhost) needs --token." default:"127.0.0.1:8080" env:"COURIER_DASHBOARD_ADDR"`
-	Token string `help:"Secret that every page and action requires (log in with it, or send Authorization: Bearer TOKEN). Required off loopback." env:"COURIER_DASHBOARD_TOKEN"`
+	Addr        string   `help:"Address to listen on. Any address but a loopback one (127.0.0.1, ::1, localhost) needs --token." default:"127.0.0.1:8080" env:"COURIER_DASHBOARD_ADDR"`
+	Token       string   `help:"Secret that every page and action requires (log in with it, or send Authorization: Bearer TOKEN). Required off loopback." env:"COURIER_DASHBOARD_TOKEN"`
+	AllowedHost []string `name:"allowed-host" placeholder:"NAME" help:"Host name, besides localhost and the address it listens on, that requests may be addressed to: the name a proxy in front of the dashboard forwards. Repeatable, or comma-separated. Requests naming any other host are refused (421)." env:"COURIER_DASHBOARD_ALLOWED_HOSTS"`
 }
 
 // shutdownTimeout bounds how long the dashboard waits for requests in
@@ -28,6 +29,9 @@ func (c *dashboardCmd) Run(e *env) error {
 	if err := dashboard.CheckBind(c.Addr, c.Token, "--token (or COURIER_DASHBOARD_TOKEN)"); err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
+	if err := dashboard.CheckHosts(c.AllowedHost, "--allowed-host"); err != nil {
+		return err
+	}
 	d, err := c.open(e.ctx, false, "")
 	if err != nil {
 		return err
@@ -36,7 +40,7 @@ func (c *dashboardCmd) Run(e *env) error {
 	if err := d.CheckSchema(e.ctx); err != nil {
 		return err
 	}
-	stop, failed, url, err := serveDashboard(e, d, c.Addr, c.Token, "--addr")
+	stop, failed, url, err := serveDashboard(e, d, dashboardServe{addr: c.Addr, token: c.Token, allowed: c.AllowedHost, addrFlag: "--addr"})
 	if err != nil {
 		return err
 	}
@@ -49,18 +53,25 @@ func (c *dashboardCmd) Run(e *env) error {
 	return stop()
 }
 
-// serveDashboard serves the dashboard of d on addr in the background and
+// dashboardServe is what serveDashboard serves (checked already), and the
+// name of the address's option, for errors.
+type dashboardServe struct {
+	addr, token string
+	allowed     []string
+	addrFlag    string
+}
+
+// serveDashboard serves the dashboard of d on o.addr in the background and
 // returns its URL. stop shuts it down, waiting for requests in flight up to
 // shutdownTimeout; failed receives an error if the server stops by itself.
-// flag names the address's option in errors.
-func serveDashboard(e *env, d *dburl.DB, addr, token, flag string) (stop func() error, failed <-chan error, url string, err error) {
-	h, err := dashboard.New(dashboard.Config{Database: d, Sagas: d.Sagas(), Token: token, Logger: e.log})
+func serveDashboard(e *env, d *dburl.DB, o dashboardServe) (stop func() error, failed <-chan error, url string, err error) {
+	h, err := dashboard.New(dashboard.Config{Database: d, Sagas: d.Sagas(), Token: o.token, AllowedHosts: o.allowed, Logger: e.log})
 	if err != nil {
 		return nil, nil, "", err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("%s %s: %w; pick another port, such as %s 127.0.0.1:8081", flag, addr, err, flag)
+		return nil, nil, "", fmt.Errorf("%s %s: %w; pick another port, such as %s 127.0.0.1:8081", o.addrFlag, o.addr, err, o.addrFlag)
 	}
 	url = "http://" + ln.Addr().String() + "/"
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
@@ -89,8 +100,9 @@ func serveDashboard(e *env, d *dburl.DB, addr, token, flag string) (stop func() 
 
 // dashboardFlags are the relay's flags for serving the dashboard beside it.
 type dashboardFlags struct {
-	Dashboard      string `name:"dashboard" placeholder:"ADDR" help:"Also serve the web dashboard on this address, such as 127.0.0.1:8080 (any address but a loopback one needs --dashboard-token). Empty: not served." env:"COURIER_RELAY_DASHBOARD"`
-	DashboardToken string `name:"dashboard-token" help:"Secret that every page and action of the dashboard requires (see courier dashboard --token)." env:"COURIER_RELAY_DASHBOARD_TOKEN"`
+	Dashboard      string   `name:"dashboard" placeholder:"ADDR" help:"Also serve the web dashboard on this address, such as 127.0.0.1:8080 (any address but a loopback one needs --dashboard-token). Empty: not served." env:"COURIER_RELAY_DASHBOARD"`
+	DashboardToken string   `name:"dashboard-token" help:"Secret that every page and action of the dashboard requires (see courier dashboard --token)." env:"COURIER_RELAY_DASHBOARD_TOKEN"`
+	DashboardHost  []string `name:"dashboard-allowed-host" placeholder:"NAME" help:"Host name, besides localhost and the address it listens on, that the dashboard's requests may be addressed to (see courier dashboard --allowed-host)." env:"COURIER_RELAY_DASHBOARD_ALLOWED_HOSTS"`
 }
 
 // check refuses an address off loopback without a token, before the
@@ -102,6 +114,9 @@ func (f dashboardFlags) check() error {
 	if err := dashboard.CheckBind(f.Dashboard, f.DashboardToken, "--dashboard-token (or COURIER_RELAY_DASHBOARD_TOKEN)"); err != nil {
 		return fmt.Errorf("--dashboard: %w", err)
 	}
+	if err := dashboard.CheckHosts(f.DashboardHost, "--dashboard-allowed-host"); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -111,7 +126,8 @@ func (f dashboardFlags) serve(e *env, d *dburl.DB) (stop func(), err error) {
 	if f.Dashboard == "" {
 		return func() {}, nil
 	}
-	halt, failed, _, err := serveDashboard(e, d, f.Dashboard, f.DashboardToken, "--dashboard")
+	halt, failed, _, err := serveDashboard(e, d, dashboardServe{addr: f.Dashboard, token: f.DashboardToken, allowed: f.DashboardHost,
+		addrFlag: "--dashboard"})
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,15 @@ func TestDashboardRefusesAnOpenAddressWithoutToken(t *testing.T) {
 	}
 }
 
+// A name --allowed-host cannot take is refused before the database is
+// opened.
+func TestDashboardAllowedHostFlag(t *testing.T) {
+	code, _, stderr := runCLI(t, "dashboard", "--allowed-host", "https://courier.example.com", "--database-url", "sqlite:///no/such/file.db")
+	if code != 1 || !strings.Contains(stderr, "--allowed-host") || !strings.Contains(stderr, "not a host name") {
+		t.Errorf("dashboard --allowed-host https://…: exit %d, %q; want exit 1 and an error naming --allowed-host", code, stderr)
+	}
+}
+
 // TestDashboardServes runs courier dashboard as a process with a token on
 // a SQLite database, logs in, lists the dead letters and stops it with
 // SIGTERM.
@@ -44,7 +53,7 @@ func TestDashboardServes(t *testing.T) {
 	testenv.Must(t, err, "migrate")
 	db.Close()
 
-	cmd := exec.Command(os.Args[0], "dashboard", "--addr", "0.0.0.0:0", "--database-url", "sqlite://"+path)
+	cmd := exec.Command(os.Args[0], "dashboard", "--addr", "0.0.0.0:0", "--database-url", "sqlite://"+path, "--allowed-host", "courier.example.com")
 	cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DASHBOARD_TOKEN=t0ken-for-the-test")
 	stdout, err := cmd.StdoutPipe()
 	testenv.Must(t, err, "stdout")
@@ -78,6 +87,17 @@ func TestDashboardServes(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(page), "No dead letters") {
 		t.Fatalf("with the token: %d\n%s", resp.StatusCode, page)
+	}
+	// Requests for another host are refused, even with the token; those
+	// for a name --allowed-host gave are served.
+	for host, want := range map[string]int{"evil.example:" + m[1]: http.StatusMisdirectedRequest, "courier.example.com": http.StatusOK} {
+		req.Host = host
+		resp, err = http.DefaultClient.Do(req)
+		testenv.Must(t, err, "get with Host "+host)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("with Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
 	}
 	// A post with the bearer token acts; one without is refused.
 	resp, err = http.PostForm(base+"/dead-letters/discard", url.Values{"id": {"1"}})
