@@ -272,10 +272,7 @@ func (h *Handler) authorized(r *http.Request) bool {
 func (h *Handler) session() string { return h.sign("session", h.cfg.Token) }
 
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
-	next := r.FormValue("next")
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
-		next = "/"
-	}
+	next := localPath(r.FormValue("next"))
 	if r.Method == http.MethodGet {
 		h.render(w, r, "login", map[string]any{"Title": "Log in", "Next": next})
 		return

@@ -418,8 +418,9 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 	if len(failed) > 0 {
 		msg += fmt.Sprintf("; %d failed: %s", len(failed), strings.Join(failed, "; "))
 	}
-	back := r.PostFormValue("back")
-	if !strings.HasPrefix(back, "/"+s.path) {
+	// Back to the list the confirmation came from, and to nothing else.
+	back := localPath(r.PostFormValue("back"))
+	if u, err := url.Parse(back); err != nil || u.Path != "/"+s.path {
 		back = "/" + s.path
 	}
 	sep := "?"

@@ -2,10 +2,13 @@ package dashboard_test
 
 import (
 	"bufio"
+	"html"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,3 +124,94 @@ func TestCrossSiteReferer(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+var nextRe = regexp.MustCompile(`name="next" value="([^"]*)"`)
+
+// roundTrip posts form to path with the client's cookies and returns the
+// response as it came, not following a redirect nor parsing its Location.
+func (c *client) roundTrip(path string, form url.Values) *http.Response {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
+	testenv.Must(c.t, err, "request")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for _, ck := range c.c.Jar.Cookies(req.URL) {
+		req.AddCookie(ck)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	testenv.Must(c.t, err, "post "+path)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// hostileNext are next (and back) values that would send a browser to
+// another site, or to something other than a page of the dashboard.
+var hostileNext = []string{
+	`/x/../\evil.com`, `//evil.com`, `/\evil.com`, `\\evil.com`, `\/evil.com`, `///evil.com`, `/.//evil.com`, `/x/..//evil.com`,
+	`/./\evil.com`, `/%2F/evil.com`, `/%2f%2fevil.com`, `/%5Cevil.com`, `/%5c%5cevil.com`, `%2F%2Fevil.com`, `https://evil.com`,
+	`http:/evil.com`, `javascript:alert(1)`, `data:text/html,hi`, "/\t/evil.com", "/\n/evil.com", "/\r\n/evil.com", " //evil.com",
+	"\x00//evil.com", "/\x7f/evil.com", "//evil.com/%2e%2e", `/\/evil.com`, "/\u3000/evil.com", "//evil.com@dash", `@evil.com`,
+	`evil.com`, `/dead-letters/../../\evil.com`, "/%09/evil.com", "/%0a/evil.com", `//%65vil.com`, `/%252F/evil.com`,
+}
+
+// offSite reports whether a Location header could take a browser away from
+// the dashboard under prefix: a browser reads '\' as '/' and drops tabs and
+// newlines, so both are refused outright.
+func offSite(loc, prefix string) bool {
+	u, err := url.Parse(loc)
+	return err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(loc, prefix+"/") ||
+		strings.HasPrefix(loc, "//") || strings.ContainsAny(loc, "\\\t\r\n ") || strings.IndexFunc(loc, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0
+}
+
+// After logging in, the browser goes back to the page it asked for, and to
+// nothing else: a next naming another site, by whatever spelling, sends it
+// to the overview.
+func TestLoginRedirect(t *testing.T) {
+	f := newFixture(t, []string{"orders"}, []string{"x"})
+	const token = "a-token-of-32-characters-or-so.."
+	for _, prefix := range []string{"", "/courier"} {
+		h, err := dashboard.New(dashboard.Config{Database: f.drv, Token: token, Prefix: prefix})
+		testenv.Must(t, err, "new")
+		mux := http.NewServeMux()
+		mux.Handle(prefix+"/", h)
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		c := newClient(t, srv.URL)
+		_, page := c.get(prefix + "/login")
+		csrf := csrfOf(t, page)
+		for _, next := range append(hostileNext, "/dead-letters?topic=orders") {
+			resp := c.roundTrip(prefix+"/login", url.Values{"csrf": {csrf}, "token": {token}, "next": {next}})
+			loc := resp.Header.Get("Location")
+			if resp.StatusCode != http.StatusSeeOther || offSite(loc, prefix) {
+				t.Errorf("prefix %q, login with next %q: %d, Location %q; want a page of the dashboard", prefix, next, resp.StatusCode, loc)
+			}
+			if next == "/dead-letters?topic=orders" && loc != prefix+next {
+				t.Errorf("prefix %q, login with next %q: Location %q, want %q", prefix, next, loc, prefix+next)
+			}
+		}
+		for _, next := range hostileNext {
+			_, page := c.get(prefix + "/login?next=" + url.QueryEscape(next))
+			m := nextRe.FindStringSubmatch(page)
+			if m == nil || offSite(html.UnescapeString(m[1]), "") {
+				t.Errorf("prefix %q, login page with next %q: its form carries next %q", prefix, next, m)
+			}
+		}
+	}
+}
+
+// After a replay or a discard, the browser goes back to the list it came
+// from, never elsewhere.
+func TestActionRedirect(t *testing.T) {
+	f := newFixture(t, []string{"orders"}, []string{"x"})
+	srv := serve(t, dashboard.Config{Database: f.drv})
+	c := newClient(t, srv.URL)
+	_, page := c.get("/dead-letters/confirm?action=discard&all=1")
+	csrf := csrfOf(t, page)
+	for _, back := range append(hostileNext, `/dead-letters/../\evil.com`, "/dead-letters/..//evil.com", `/dead-letters\..\..\evil.com`, "/dead-letters?topic=orders") {
+		resp := c.roundTrip("/dead-letters/discard", url.Values{"csrf": {csrf}, "id": {"999999"}, "back": {back}})
+		loc := resp.Header.Get("Location")
+		if resp.StatusCode != http.StatusSeeOther || offSite(loc, "") || !strings.HasPrefix(loc, "/dead-letters") {
+			t.Errorf("discard with back %q: %d, Location %q; want the list of dead letters", back, resp.StatusCode, loc)
+		}
+	}
+}
