@@ -13,6 +13,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -188,29 +189,27 @@ func (h *Handler) cookiePath() string {
 	return h.cfg.Prefix + "/"
 }
 
-// secure checks the token (when one is set) and the CSRF token of every
-// unsafe request, and hands out the CSRF cookie.
+// secure checks the token (when one is set) before anything else, then
+// reads the form of an unsafe request (capped) and checks its origin and
+// CSRF token; it hands out the CSRF cookie.
 func (h *Handler) secure(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'")
 		w.Header().Set("Referrer-Policy", "same-origin")
 		if r.URL.Path == "/static/style.css" {
 			next.ServeHTTP(w, r)
 			return
 		}
+		unsafe := r.Method != http.MethodGet && r.Method != http.MethodHead
+		if unsafe {
+			r.Body = http.MaxBytesReader(w, r.Body, MaxFormBytes)
+		}
 		csrf := h.csrfToken(w, r)
 		r = r.WithContext(context.WithValue(r.Context(), csrfKey{}, csrf))
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if crossSiteReferer(r) {
-				h.fail(w, r, http.StatusForbidden, "This request came from another site (its Referer) and was refused. Use the dashboard's own pages.")
-				return
-			}
-			if !h.checkCSRF(r) {
-				h.fail(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale, so nothing was done. Reload the page and try again.")
-				return
-			}
-		}
+		// Credentials first: a request without them gets nothing read of
+		// its body.
 		if h.cfg.Token != "" && r.URL.Path != "/login" && !h.authorized(r) {
 			if r.Method == http.MethodGet && r.Header.Get("Authorization") == "" {
 				http.Redirect(w, r, h.cfg.Prefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -220,8 +219,46 @@ func (h *Handler) secure(next http.Handler) http.Handler {
 			h.fail(w, r, http.StatusUnauthorized, "This dashboard needs its token: log in, or send Authorization: Bearer TOKEN.")
 			return
 		}
+		if unsafe {
+			if !h.readForm(w, r) {
+				return
+			}
+			if crossSiteReferer(r) {
+				h.fail(w, r, http.StatusForbidden, "This request came from another site (its Referer) and was refused. Use the dashboard's own pages.")
+				return
+			}
+			if !h.checkCSRF(r) {
+				h.fail(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale, so nothing was done. Reload the page and try again.")
+				return
+			}
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// MaxFormBytes is the most an unsafe request's body may hold: a form of
+// tens of thousands of dead-letter ids. A larger one is refused (413).
+const MaxFormBytes = 1 << 20
+
+// readForm reads an unsafe request's body, which must be a URL-encoded
+// form (the dashboard's forms are; a multipart body could spill its parts
+// into temporary files) of at most MaxFormBytes, or empty. It answers the
+// request and returns false when the body is refused.
+func (h *Handler) readForm(w http.ResponseWriter, r *http.Request) bool {
+	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if r.ContentLength != 0 && (err != nil || ct != "application/x-www-form-urlencoded") {
+		h.fail(w, r, http.StatusUnsupportedMediaType, "The dashboard takes forms URL-encoded (Content-Type: application/x-www-form-urlencoded), and nothing else.")
+		return false
+	}
+	if err := r.ParseForm(); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			h.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("The form is larger than %d KiB, so nothing was done: select fewer dead letters at once.", MaxFormBytes>>10))
+			return false
+		}
+		h.fail(w, r, http.StatusBadRequest, "The form could not be read: "+err.Error())
+		return false
+	}
+	return true
 }
 
 type csrfKey struct{}

@@ -215,3 +215,95 @@ func TestActionRedirect(t *testing.T) {
 		}
 	}
 }
+
+// counting is a request body of n bytes that counts what was read of it.
+type counting struct {
+	n, read int64
+	part    []byte
+}
+
+func (c *counting) Read(p []byte) (int, error) {
+	if c.read >= c.n {
+		return 0, io.EOF
+	}
+	k := min(int64(len(p)), c.n-c.read)
+	for i := range p[:k] {
+		p[i] = c.part[(c.read+int64(i))%int64(len(c.part))]
+	}
+	c.read += k
+	return int(k), nil
+}
+
+// A request the dashboard will refuse for want of its token is refused
+// before its body is read; a body is read up to a cap, and only as a
+// URL-encoded form (a multipart body could spill its parts into temporary
+// files).
+func TestBodies(t *testing.T) {
+	f := newFixture(t, []string{"orders"}, []string{"x"})
+	const token = "a-token-of-32-characters-or-so.."
+	h, err := dashboard.New(dashboard.Config{Database: f.drv, Token: token})
+	testenv.Must(t, err, "new")
+	post := func(path, ctype string, body *counting, hdr map[string]string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, path, body)
+		req.Host = "127.0.0.1"
+		req.Header.Set("Content-Type", ctype)
+		req.AddCookie(&http.Cookie{Name: "courier_csrf", Value: "a-csrf-cookie-of-some-length"})
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	form := func(n int64) *counting { return &counting{n: n, part: []byte("id=1&")} }
+	multipart := func(n int64) *counting {
+		return &counting{n: n, part: []byte("--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"x\"\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n")}
+	}
+
+	// Without the token: refused unread, whatever the body.
+	for _, c := range []struct {
+		path, ctype string
+		body        *counting
+	}{
+		{"/dead-letters/discard", "application/x-www-form-urlencoded", form(50 << 20)},
+		{"/dead-letters/discard", "multipart/form-data; boundary=b", multipart(50 << 20)},
+		{"/parked/replay", "application/x-www-form-urlencoded", form(1 << 20)},
+		{"/logout", "application/x-www-form-urlencoded", form(1 << 20)},
+	} {
+		rec := post(c.path, c.ctype, c.body, nil)
+		if rec.Code != http.StatusUnauthorized || c.body.read != 0 {
+			t.Errorf("POST %s (%s) without the token: %d, %d bytes of the body read; want 401 and none read", c.path, c.ctype, rec.Code, c.body.read)
+		}
+	}
+	// With it: a form over the cap is refused having read no more than
+	// the cap; a multipart body is not read at all.
+	bearer := map[string]string{"Authorization": "Bearer " + token}
+	body := form(50 << 20)
+	if rec := post("/dead-letters/discard", "application/x-www-form-urlencoded", body, bearer); rec.Code != http.StatusRequestEntityTooLarge || body.read > 2<<20 {
+		t.Errorf("a 50 MiB form: %d, %d bytes read; want 413 having read at most the cap", rec.Code, body.read)
+	}
+	body = multipart(50 << 20)
+	if rec := post("/dead-letters/discard", "multipart/form-data; boundary=b", body, bearer); rec.Code != http.StatusUnsupportedMediaType || body.read != 0 {
+		t.Errorf("a multipart body: %d, %d bytes read; want 415 and none read", rec.Code, body.read)
+	}
+	// The login form, which comes before any session, is capped too.
+	body = form(50 << 20)
+	if rec := post("/login", "application/x-www-form-urlencoded", body, nil); rec.Code != http.StatusRequestEntityTooLarge || body.read > 2<<20 {
+		t.Errorf("a 50 MiB login form: %d, %d bytes read; want 413 having read at most the cap", rec.Code, body.read)
+	}
+	if n := len(f.deadLetters(t)); n != 1 {
+		t.Fatalf("%d dead letters left, want 1", n)
+	}
+}
+
+// NewServer's server bounds how long a client may take to send its
+// request and to read the answer, and how long an idle connection stays.
+func TestNewServer(t *testing.T) {
+	srv := dashboard.NewServer(http.NotFoundHandler())
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 || srv.MaxHeaderBytes <= 0 {
+		t.Fatalf("server without every timeout and a header cap: %+v", srv)
+	}
+	if srv.ReadTimeout < srv.ReadHeaderTimeout || srv.WriteTimeout < srv.ReadTimeout {
+		t.Errorf("read header %s, read %s, write %s: each should cover the one before", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout)
+	}
+}

@@ -74,7 +74,7 @@ func serveDashboard(e *env, d *dburl.DB, o dashboardServe) (stop func() error, f
 		return nil, nil, "", fmt.Errorf("%s %s: %w; pick another port, such as %s 127.0.0.1:8081", o.addrFlag, o.addr, err, o.addrFlag)
 	}
 	url = "http://" + ln.Addr().String() + "/"
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := dashboard.NewServer(h)
 	e.log.Info("dashboard serving", "url", url)
 	served := make(chan error, 1)
 	fail := make(chan error, 1)
