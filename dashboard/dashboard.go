@@ -44,10 +44,15 @@ type Config struct {
 	Sagas SagaHistory
 	// Token, when set, is required by every page and every action: as a
 	// session cookie set by the login page, or as
-	// "Authorization: Bearer TOKEN". Empty: anybody who reaches the
-	// handler may use it, which [CheckBind] allows on loopback addresses
-	// only.
+	// "Authorization: Bearer TOKEN". It must be at least MinTokenBytes
+	// long (see [CheckToken]). Empty: anybody who reaches the handler may
+	// use it, which [CheckBind] allows on loopback addresses only.
 	Token string
+	// SessionTTL is how long a login lasts; logging out ends it sooner.
+	// Default DefaultSessionTTL (12 hours).
+	SessionTTL time.Duration
+	// Clock is the time sessions end by. Default: the process's clock.
+	Clock store.Clock
 	// Prefix is the path the handler is mounted under, such as
 	// "/courier" (no trailing slash); its links and cookies carry it.
 	// Default "" (the root).
@@ -72,6 +77,12 @@ func (c *Config) setDefaults() {
 	if c.Limit == 0 {
 		c.Limit = 1000
 	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -86,8 +97,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("dashboard: Config.Limit is %d: use 1 or more (0 means 1,000)", c.Limit)
 	case c.Prefix != "" && !strings.HasPrefix(c.Prefix, "/"):
 		return fmt.Errorf("dashboard: Config.Prefix %q must start with /, such as /courier", c.Prefix)
+	case c.SessionTTL < 0:
+		return fmt.Errorf("dashboard: Config.SessionTTL is %s: use a positive duration (0 means %s)", c.SessionTTL, DefaultSessionTTL)
 	}
-	return nil
+	return CheckToken(c.Token, "dashboard: Config.Token")
 }
 
 // Handler serves the dashboard. Build it with [New].
@@ -95,8 +108,9 @@ type Handler struct {
 	cfg   Config
 	admin store.Admin
 	ops   store.Operations
-	key   []byte // signs CSRF tokens and sessions
+	key   []byte // signs CSRF tokens
 	hosts hosts
+	sess  *sessions
 	pages map[string]*template.Template
 	serve http.Handler
 
@@ -114,7 +128,8 @@ func New(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: make([]byte, 32), hosts: hs}
+	h := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: make([]byte, 32), hosts: hs,
+		sess: newSessions(cfg.SessionTTL, cfg.Clock)}
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, fmt.Errorf("dashboard: random key: %w", err)
 	}
@@ -295,18 +310,15 @@ func (h *Handler) bearer(r *http.Request) bool {
 	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(h.cfg.Token)) == 1
 }
 
-// authorized reports whether r carries the token or a session made with it.
+// authorized reports whether r carries the token or the cookie of a
+// session that has not ended.
 func (h *Handler) authorized(r *http.Request) bool {
 	if h.bearer(r) {
 		return true
 	}
 	c, err := r.Cookie(sessionCookie)
-	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(h.session())) == 1
+	return err == nil && h.sess.valid(c.Value)
 }
-
-// session is the session cookie's value: a MAC of the token, so it proves
-// the token was given without holding it, and changes with the token.
-func (h *Handler) session() string { return h.sign("session", h.cfg.Token) }
 
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	next := localPath(r.FormValue("next"))
@@ -319,17 +331,34 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(h.cfg.Token)) != 1 {
+		h.cfg.Logger.Warn("dashboard: login with a wrong token", "remote", r.RemoteAddr)
 		w.WriteHeader(http.StatusUnauthorized)
 		h.render(w, r, "login", map[string]any{"Title": "Log in", "Next": next, "Error": "That is not the token. The dashboard was started with it (--token)."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: h.session(), Path: h.cookiePath(), HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int((12 * time.Hour).Seconds())})
+	h.cfg.Logger.Info("dashboard: logged in", "remote", r.RemoteAddr)
+	http.SetCookie(w, h.sessionCookie(r, h.sess.start(), int(h.cfg.SessionTTL.Seconds())))
 	http.Redirect(w, r, h.cfg.Prefix+next, http.StatusSeeOther)
 }
 
+// sessionCookie is the session cookie holding id, for maxAge seconds (-1:
+// deleted).
+func (h *Handler) sessionCookie(r *http.Request, id string, maxAge int) *http.Cookie {
+	return &http.Cookie{Name: sessionCookie, Value: id, Path: h.cookiePath(), HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: maxAge}
+}
+
+// logout ends the browser's session on the server, or with all=1 every
+// session, and deletes the cookie.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: h.cookiePath(), MaxAge: -1})
+	if r.PostFormValue("all") == "1" {
+		h.sess.endAll()
+		h.cfg.Logger.Info("dashboard: logged out every session", "remote", r.RemoteAddr)
+	} else if c, err := r.Cookie(sessionCookie); err == nil {
+		h.sess.end(c.Value)
+		h.cfg.Logger.Info("dashboard: logged out", "remote", r.RemoteAddr)
+	}
+	http.SetCookie(w, h.sessionCookie(r, "", -1))
 	http.Redirect(w, r, h.cfg.Prefix+"/login", http.StatusSeeOther)
 }
 

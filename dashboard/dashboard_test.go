@@ -279,7 +279,7 @@ func testDeadLettersOverHTTP(t *testing.T, dbURL string) {
 
 func TestToken(t *testing.T) {
 	f := newFixture(t, []string{"orders"}, []string{"too big"})
-	srv := serve(t, dashboard.Config{Database: f.drv, Token: "s3cret-token"})
+	srv := serve(t, dashboard.Config{Database: f.drv, Token: "s3cret-token-for-the-test"})
 	c := newClient(t, srv.URL)
 	code, page := c.get("/dead-letters")
 	if code != 200 || !strings.Contains(page, "Log in") {
@@ -289,7 +289,7 @@ func TestToken(t *testing.T) {
 	if code, _ = c.post("/login", form, nil); code != http.StatusUnauthorized {
 		t.Fatalf("login with a wrong token: %d, want 401", code)
 	}
-	form.Set("token", "s3cret-token")
+	form.Set("token", "s3cret-token-for-the-test")
 	if code, page = c.post("/login", form, nil); code != 200 || !strings.Contains(page, "<h1>Dead letters</h1>") {
 		t.Fatalf("login goes back to the page asked for: %d\n%s", code, page)
 	}
@@ -306,7 +306,7 @@ func TestToken(t *testing.T) {
 		t.Fatalf("post without the token: %d, want 401", code)
 	}
 	// A script sends the token as a bearer token and needs no CSRF token.
-	code, _ = other.post("/dead-letters/discard", url.Values{"id": {fmt.Sprint(dead[0].ID)}}, map[string]string{"Authorization": "Bearer s3cret-token"})
+	code, _ = other.post("/dead-letters/discard", url.Values{"id": {fmt.Sprint(dead[0].ID)}}, map[string]string{"Authorization": "Bearer s3cret-token-for-the-test"})
 	if code != 200 {
 		t.Fatalf("post with the bearer token: %d, want 200", code)
 	}

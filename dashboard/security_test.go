@@ -12,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/courier-go/courier/dashboard"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/memstore"
 )
 
 // send sends one request with the Host header host and returns its status
@@ -305,5 +307,91 @@ func TestNewServer(t *testing.T) {
 	}
 	if srv.ReadTimeout < srv.ReadHeaderTimeout || srv.WriteTimeout < srv.ReadTimeout {
 		t.Errorf("read header %s, read %s, write %s: each should cover the one before", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout)
+	}
+}
+
+// A token shorter than MinTokenBytes, or holding spaces, is refused with
+// the field and the fix.
+func TestTokenStrength(t *testing.T) {
+	f := newFixture(t, []string{"orders"}, []string{"x"})
+	for _, bad := range []string{"a", "s3cret-token", "fifteen-bytes!!", "sixteen-bytes-ok\n", " sixteen-bytes-ok", "sixteen bytes ok!"} {
+		_, err := dashboard.New(dashboard.Config{Database: f.drv, Token: bad})
+		if err == nil || !strings.Contains(err.Error(), "Config.Token") || !strings.Contains(err.Error(), "openssl rand") {
+			t.Errorf("token %q: %v, want an error naming Config.Token and how to make one", bad, err)
+		}
+	}
+	if _, err := dashboard.New(dashboard.Config{Database: f.drv, Token: "sixteen-bytes-ok"}); err != nil {
+		t.Errorf("a token of 16 bytes: %v", err)
+	}
+}
+
+// A session ends on the server when its browser logs out: its cookie,
+// replayed, opens nothing. Logging out everywhere ends every session, and
+// a session ends by itself after SessionTTL.
+func TestSessions(t *testing.T) {
+	f := newFixture(t, []string{"orders"}, []string{"x"})
+	const token = "a-token-of-32-characters-or-so.."
+	clock := memstore.NewClock()
+	srv := serve(t, dashboard.Config{Database: f.drv, Token: token, SessionTTL: time.Hour, Clock: clock.Now})
+	login := func() *client {
+		c := newClient(t, srv.URL)
+		_, page := c.get("/login")
+		if code, page := c.post("/login", url.Values{"csrf": {csrfOf(t, page)}, "token": {token}, "next": {"/"}}, nil); code != 200 || !strings.Contains(page, `id="dead"`) {
+			t.Fatalf("login: %d\n%s", code, page)
+		}
+		return c
+	}
+	session := func(c *client) *http.Cookie {
+		u, _ := url.Parse(srv.URL)
+		for _, ck := range c.c.Jar.Cookies(u) {
+			if ck.Name == "courier_session" {
+				return ck
+			}
+		}
+		t.Fatal("no session cookie")
+		return nil
+	}
+	// in reports whether a browser holding only the session cookie ck
+	// sees the overview.
+	in := func(ck *http.Cookie) bool {
+		code, _, body := send(t, http.MethodGet, srv.URL+"/", srv.Listener.Addr().String(), nil, map[string]string{"Cookie": ck.Name + "=" + ck.Value})
+		return code == 200 && strings.Contains(body, `id="dead"`)
+	}
+	logout := func(c *client, form url.Values) {
+		_, page := c.get("/")
+		form.Set("csrf", csrfOf(t, page))
+		if code, page := c.post("/logout", form, nil); code != 200 || !strings.Contains(page, `name="token"`) {
+			t.Fatalf("logout: %d\n%s", code, page)
+		}
+	}
+
+	a := login()
+	ck := session(a)
+	if !in(ck) {
+		t.Fatal("the session cookie opens nothing")
+	}
+	logout(a, url.Values{})
+	if in(ck) {
+		t.Fatal("the session cookie still opens the dashboard after its browser logged out")
+	}
+
+	b, c := login(), login()
+	bk, ck := session(b), session(c)
+	if bk.Value == ck.Value {
+		t.Fatal("two logins share a session id")
+	}
+	logout(b, url.Values{"all": {"1"}})
+	if in(bk) || in(ck) {
+		t.Fatal("a session survived logging out everywhere")
+	}
+
+	d := session(login())
+	clock.Advance(59 * time.Minute)
+	if !in(d) {
+		t.Fatal("the session ended before SessionTTL")
+	}
+	clock.Advance(2 * time.Minute)
+	if in(d) {
+		t.Fatal("the session outlived SessionTTL")
 	}
 }

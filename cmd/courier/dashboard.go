@@ -29,6 +29,9 @@ func (c *dashboardCmd) Run(e *env) error {
 	if err := dashboard.CheckBind(c.Addr, c.Token, "--token (or COURIER_DASHBOARD_TOKEN)"); err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
+	if err := dashboard.CheckToken(c.Token, "--token (or COURIER_DASHBOARD_TOKEN)"); err != nil {
+		return err
+	}
 	if err := dashboard.CheckHosts(c.AllowedHost, "--allowed-host"); err != nil {
 		return err
 	}
@@ -113,6 +116,9 @@ func (f dashboardFlags) check() error {
 	}
 	if err := dashboard.CheckBind(f.Dashboard, f.DashboardToken, "--dashboard-token (or COURIER_RELAY_DASHBOARD_TOKEN)"); err != nil {
 		return fmt.Errorf("--dashboard: %w", err)
+	}
+	if err := dashboard.CheckToken(f.DashboardToken, "--dashboard-token (or COURIER_RELAY_DASHBOARD_TOKEN)"); err != nil {
+		return err
 	}
 	if err := dashboard.CheckHosts(f.DashboardHost, "--dashboard-allowed-host"); err != nil {
 		return err

@@ -33,6 +33,20 @@ func TestDashboardRefusesAnOpenAddressWithoutToken(t *testing.T) {
 	}
 }
 
+// A token too short to resist guessing is refused before the database is
+// opened, with how to make a good one.
+func TestDashboardTokenStrength(t *testing.T) {
+	for _, args := range [][]string{
+		{"dashboard", "--token", "a", "--database-url", "sqlite:///no/such/file.db"},
+		{"relay", "--dashboard", "127.0.0.1:0", "--dashboard-token", "short", "--database-url", "sqlite:///no/such/file.db"},
+	} {
+		code, _, stderr := runCLI(t, args...)
+		if code != 1 || !strings.Contains(stderr, "token") || !strings.Contains(stderr, "at least 16 bytes") || !strings.Contains(stderr, "openssl rand") {
+			t.Errorf("%s: exit %d, %q; want exit 1 and an error naming the flag and the fix", strings.Join(args, " "), code, stderr)
+		}
+	}
+}
+
 // A name --allowed-host cannot take is refused before the database is
 // opened.
 func TestDashboardAllowedHostFlag(t *testing.T) {
