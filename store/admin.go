@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -17,6 +18,11 @@ type Admin interface {
 	Stats(ctx context.Context) (Stats, error)
 	// DeadLetters lists up to limit relay-side dead letters, oldest first.
 	DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error)
+	// ListDeadLetters lists the relay-side dead letters q selects, by
+	// id, as summaries: what a list of them shows, without their
+	// payloads, headers and histories. A page of a long list starts
+	// after the last id of the one before (ListQuery.After).
+	ListDeadLetters(ctx context.Context, q ListQuery) ([]DeadLetterSummary, error)
 	// DeadLetter returns one, or ErrNotFound.
 	DeadLetter(ctx context.Context, id int64) (DeadLetter, error)
 	// ReplayDeadLetter moves a dead letter back into the outbox with its
@@ -28,6 +34,9 @@ type Admin interface {
 	// Parked lists up to limit consume-side dead letters of consumer (all
 	// consumers when empty), oldest first.
 	Parked(ctx context.Context, consumer string, limit int) ([]Parked, error)
+	// ListParked lists the consume-side dead letters q selects, by id, as
+	// summaries: without their payloads and histories.
+	ListParked(ctx context.Context, q ListQuery) ([]ParkedSummary, error)
 	// ParkedMessage returns one, or ErrNotFound.
 	ParkedMessage(ctx context.Context, id int64) (Parked, error)
 	// RequestReplay asks the parking consumer to apply the message again;
@@ -72,4 +81,97 @@ type PublishAttempt struct {
 	// attempts (Failure.Counted), false when the broker was blamed for it
 	// (broker.ErrUnavailable) and it did not count.
 	Counted bool `json:"counted"`
+}
+
+// ListQuery selects a page of dead letters (relay side) or parked
+// deliveries (consumer side) for a list: those that every filter set
+// selects, with an id above After, by id, Limit at most. Filters are
+// matched by the database, so that a page holds Limit rows whenever that
+// many match.
+type ListQuery struct {
+	// Topic selects, relay side, the dead letters of this topic; consumer
+	// side, the deliveries whose subject is Topic or ends in "."+Topic (the
+	// topic under a broker's prefix: "payments" selects
+	// "courier.payments"). Empty: every topic.
+	Topic string
+	// Consumer selects the deliveries one consumer parked (consumer side
+	// only; the relay side has no consumer and ignores it). Empty: every
+	// consumer.
+	Consumer string
+	// Error selects those whose last error (consumer side: or reason)
+	// contains this text, ignoring the case of ASCII letters (PostgreSQL
+	// and MySQL ignore the case of other letters too; SQLite does not).
+	// Empty: any error.
+	Error string
+	// IDs, when not empty, selects only these ids: at most MaxListLimit
+	// of them.
+	IDs []int64
+	// After, when above 0, selects only ids above it: the last id of the
+	// page before.
+	After int64
+	// Limit is the most rows returned: default DefaultListLimit, at most
+	// MaxListLimit.
+	Limit int
+}
+
+// The bounds of ListQuery.Limit, and the length of the errors a summary
+// holds.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+	// ErrorPreview is how many characters of its last error a summary
+	// holds; DeadLetter and ParkedMessage return the whole error.
+	ErrorPreview = 200
+)
+
+// Check returns q with its default Limit, or an error naming the field
+// that is out of range.
+func (q ListQuery) Check() (ListQuery, error) {
+	switch {
+	case q.Limit == 0:
+		q.Limit = DefaultListLimit
+	case q.Limit < 0 || q.Limit > MaxListLimit:
+		return q, fmt.Errorf("ListQuery.Limit is %d: use 1 to %d (0 means %d)", q.Limit, MaxListLimit, DefaultListLimit)
+	}
+	if len(q.IDs) > MaxListLimit {
+		return q, fmt.Errorf("ListQuery.IDs holds %d ids: ask for at most %d at once", len(q.IDs), MaxListLimit)
+	}
+	if q.After < 0 {
+		q.After = 0
+	}
+	return q, nil
+}
+
+// DeadLetterSummary is a relay-side dead letter as a list shows it.
+type DeadLetterSummary struct {
+	ID        int64  `json:"id"`
+	MessageID string `json:"message_id"`
+	Topic     string `json:"topic"`
+	Key       string `json:"key"`
+	Type      string `json:"type"`
+	Attempts  int    `json:"attempts"`
+	// LastError is the last error's first ErrorPreview characters.
+	LastError string `json:"last_error"`
+	// PayloadSize is the payload's length in bytes.
+	PayloadSize int64     `json:"payload_size"`
+	CreatedAt   time.Time `json:"created_at"`
+	DeadAt      time.Time `json:"dead_at"`
+}
+
+// ParkedSummary is a consume-side dead letter as a list shows it: its
+// headers (which name its type) but not its payload nor its history.
+type ParkedSummary struct {
+	ID        int64               `json:"id"`
+	Consumer  string              `json:"consumer"`
+	MessageID string              `json:"message_id,omitempty"`
+	Subject   string              `json:"subject"`
+	Headers   map[string][]string `json:"headers,omitempty"`
+	Reason    string              `json:"reason"`
+	// Error is the last error's first ErrorPreview characters.
+	Error    string `json:"error"`
+	Attempts int    `json:"attempts"`
+	// PayloadSize is the payload's length in bytes.
+	PayloadSize     int64      `json:"payload_size"`
+	ParkedAt        time.Time  `json:"parked_at"`
+	ReplayRequested *time.Time `json:"replay_requested,omitempty"`
 }

@@ -28,7 +28,8 @@
 // become visible); on the consuming side inbox markers (duplicates,
 // rollbacks, a duplicate waiting for the first delivery's transaction,
 // retention), failed runs, parked deliveries and their replays; the
-// operators' Admin view of both kinds of dead letters; their maintenance
+// operators' Admin view of both kinds of dead letters (their lists a page
+// at a time, filtered, as summaries); their maintenance
 // view (Operations: status, reconciliation, retention trims, the lock); and
 // Idempotency-Key records (claim, completion, release, lock takeover, expiry, 50 concurrent
 // claims of one key). Every test gets a fresh database from the harness and
@@ -92,6 +93,7 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"InboxFailures", testInboxFailures[TTx]},
 		{"ParkAndReplay", testParkAndReplay[TTx]},
 		{"AdminDeadLetters", testAdminDeadLetters[TTx]},
+		{"AdminLists", testAdminLists[TTx]},
 		{"Operations", testOperations[TTx]},
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim[TTx]},
 		{"IdempotencyTakeoverAndExpiry", testIdempotencyExpiry[TTx]},
