@@ -57,8 +57,12 @@ type Config struct {
 	// "/courier" (no trailing slash); its links and cookies carry it.
 	// Default "" (the root).
 	Prefix string
-	// Limit is how many dead letters and parked messages a page reads at
-	// most, of each kind. Default 1,000.
+	// PageSize is how many dead letters or parked messages a page of
+	// their list shows; the next page is a link away. Default 50, at most
+	// 999 (store.MaxListLimit - 1).
+	PageSize int
+	// Limit is how many dead letters or parked messages a replay or
+	// discard of all that match a filter selects at most. Default 1,000.
 	Limit int
 	// AllowedHosts are the host names, besides localhost, loopback
 	// addresses and the address a request came to, that a request's Host
@@ -76,6 +80,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Limit == 0 {
 		c.Limit = 1000
+	}
+	if c.PageSize == 0 {
+		c.PageSize = 50
 	}
 	if c.SessionTTL == 0 {
 		c.SessionTTL = DefaultSessionTTL
@@ -95,6 +102,8 @@ func (c *Config) validate() error {
 		return errors.New("dashboard: Config.Database is nil: pass the store.Database to show")
 	case c.Limit < 1:
 		return fmt.Errorf("dashboard: Config.Limit is %d: use 1 or more (0 means 1,000)", c.Limit)
+	case c.PageSize < 1 || c.PageSize >= store.MaxListLimit:
+		return fmt.Errorf("dashboard: Config.PageSize is %d: use 1 to %d (0 means 50)", c.PageSize, store.MaxListLimit-1)
 	case c.Prefix != "" && !strings.HasPrefix(c.Prefix, "/"):
 		return fmt.Errorf("dashboard: Config.Prefix %q must start with /, such as /courier", c.Prefix)
 	case c.SessionTTL < 0:
@@ -366,11 +375,12 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 // content block.
 func (h *Handler) parse() error {
 	funcs := template.FuncMap{
-		"path": func(p string) string { return h.cfg.Prefix + p },
-		"ago":  ago,
-		"when": when,
-		"clip": clip,
-		"add1": func(i int) int { return i + 1 },
+		"path":  func(p string) string { return h.cfg.Prefix + p },
+		"ago":   ago,
+		"when":  when,
+		"clip":  clip,
+		"add1":  func(i int) int { return i + 1 },
+		"bytes": bytes,
 	}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html")
 	if err != nil {

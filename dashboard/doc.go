@@ -12,9 +12,10 @@
 //     the backlog, the dead letters and the published messages change
 //     between views.
 //   - Dead letters (relay side: the broker kept rejecting them) and parked
-//     messages (consumer side: a consumer gave up on them), filtered by
-//     topic, consumer and error text; one with its headers, payload and
-//     history of attempts; replay and discard, one or in bulk.
+//     messages (consumer side: a consumer gave up on them), a page at a
+//     time, filtered by topic, consumer and error text; one with its
+//     headers, payload and history of attempts; replay and discard, one or
+//     in bulk.
 //   - Consumers with parked messages or failed runs of their handler.
 //   - Sagas: instances counted by type, phase and state (filtered by state),
 //     those past their deadline, and one instance's timeline of transitions
@@ -31,17 +32,34 @@
 // what will be done; the page itself changes nothing, and its button posts
 // exactly the ids it listed.
 //
+// A request is served only when its Host header names localhost, a
+// loopback address, the address the request came to or one of
+// [Config.AllowedHosts]; any other gets 421 Misdirected Request before any
+// handler runs. That closes DNS rebinding: a web page whose name its owner
+// made resolve to 127.0.0.1 is same-origin with the dashboard in the
+// browser's eyes, but its requests name that page's host.
+//
 // Forms are protected against cross-site request forgery twice: by
 // [http.CrossOriginProtection], which refuses unsafe requests that a
 // browser marks as coming from another origin (Sec-Fetch-Site, Origin),
 // and by a token in every form, bound to a cookie of the browser, for
-// browsers that mark nothing.
+// browsers that mark nothing; an unsafe request whose Referer names
+// another host is refused too. After logging in and after an action the
+// browser is sent back only to a path of the dashboard.
 //
 // Without [Config.Token] anybody who reaches the handler may use it: serve
 // it on a loopback address only ([CheckBind] says whether an address is
-// one). With a token every page and action needs it, from a session made
-// on the login page or as "Authorization: Bearer TOKEN" (scripts; such a
-// request needs no form token, as no browser sends that header by itself).
+// one). With a token (at least [MinTokenBytes] long, see [CheckToken])
+// every page and action needs it, from a session made on the login page or
+// as "Authorization: Bearer TOKEN" (scripts; such a request needs no form
+// token, as no browser sends that header by itself). A session is a random
+// id kept in memory: it ends when its browser logs out, when any browser
+// logs out everywhere, after [Config.SessionTTL], and when the process
+// stops, so a new token (a new Handler) ends every session.
+//
+// The token is checked before a request's body is read; a body is read
+// only as a URL-encoded form of at most [MaxFormBytes]. [NewServer] gives
+// a server the timeouts that keep slow clients from holding connections.
 //
 // # Limits
 //
@@ -50,8 +68,10 @@
 // found by its type and id. Published messages are counted only when relays
 // keep copies of them (RelayConfig.KeepPublished, courier relay
 // --keep-published); otherwise the overview's throughput is the backlog's
-// change between views. Lists of dead letters read at most [Config.Limit]
-// of each kind, and the overdue sagas and stale keys at most 200. Each view
+// change between views. Lists of dead letters read the summaries of one
+// page ([Config.PageSize], store.Admin's ListDeadLetters and ListParked),
+// never a payload; a replay or discard of all that match a filter selects
+// at most [Config.Limit]; the overdue sagas and stale keys list at most 200. Each view
 // of the overview, consumers, sagas and keys pages runs Status (the last
 // two Reconcile too): bounded queries (see docs/operations.md), but not
 // free on a large database, which is why the pages never refresh by

@@ -125,40 +125,41 @@ type row struct {
 	Ref      string
 	When     time.Time
 	Source   string // topic, or consumer ← subject
-	Topic    string
-	Consumer string
 	Type     string
 	Message  string
 	Attempts int
 	Error    string
+	Size     int64      // the payload's, in bytes
 	Replay   *time.Time // consumer side: when a replay was asked
 }
 
-func relayRow(d store.DeadLetter) row {
-	return row{ID: d.ID, Ref: "relay:" + strconv.FormatInt(d.ID, 10), When: d.DeadAt, Source: d.Topic, Topic: d.Topic,
-		Type: d.Type, Message: d.MessageID, Attempts: d.Attempts, Error: d.LastError}
+func relayRow(d store.DeadLetterSummary) row {
+	return row{ID: d.ID, Ref: "relay:" + strconv.FormatInt(d.ID, 10), When: d.DeadAt, Source: d.Topic,
+		Type: d.Type, Message: d.MessageID, Attempts: d.Attempts, Error: d.LastError, Size: d.PayloadSize}
 }
 
-func parkedRow(p store.Parked) row {
+func parkedRow(p store.ParkedSummary) row {
 	return row{ID: p.ID, Ref: "consumer:" + strconv.FormatInt(p.ID, 10), When: p.ParkedAt, Source: p.Consumer + " ← " + p.Subject,
-		Topic: p.Subject, Consumer: p.Consumer, Type: parkedType(p), Message: p.MessageID, Attempts: p.Attempts,
-		Error: p.Reason + ": " + p.Error, Replay: p.ReplayRequested}
+		Type: parkedType(p.Headers), Message: p.MessageID, Attempts: p.Attempts, Error: p.Reason + ": " + p.Error,
+		Size: p.PayloadSize, Replay: p.ReplayRequested}
 }
 
 // parkedType is the message type a parked delivery's headers name, or "".
-func parkedType(p store.Parked) string {
-	if v := p.Headers["Courier-Type"]; len(v) > 0 {
+func parkedType(h map[string][]string) string {
+	if v := h["Courier-Type"]; len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
 
 // filter selects dead letters, as the CLI's courier dlq --topic, --consumer
-// and --error do.
+// and --error do; the store matches it (store.ListQuery).
 type filter struct {
 	Topic, Consumer, Error string
 }
 
+// filterOf reads a filter from the parameters of a list, a confirmation
+// or an action.
 func filterOf(q url.Values) filter {
 	return filter{Topic: strings.TrimSpace(q.Get("topic")), Consumer: strings.TrimSpace(q.Get("consumer")), Error: strings.TrimSpace(q.Get("error"))}
 }
@@ -177,46 +178,80 @@ func (f filter) Query() string {
 // Any reports whether the filter selects anything less than all.
 func (f filter) Any() bool { return f.Topic != "" || f.Consumer != "" || f.Error != "" }
 
-func (f filter) keep(r row) bool {
-	topic := f.Topic == "" || r.Topic == f.Topic || strings.HasSuffix(r.Topic, "."+f.Topic)
-	consumer := f.Consumer == "" || r.Consumer == f.Consumer
-	return topic && consumer && strings.Contains(strings.ToLower(r.Error), strings.ToLower(f.Error))
-}
-
-// rows reads a side's dead letters that f selects, and reports whether
-// the read stopped at the limit.
-func (h *Handler) rows(r *http.Request, s side, f filter) ([]row, bool, error) {
-	var all []row
+// list reads the summaries of a side's dead letters that q selects.
+func (h *Handler) list(r *http.Request, s side, q store.ListQuery) ([]row, error) {
+	var rows []row
 	if s == relaySide {
-		dead, err := h.admin.DeadLetters(r.Context(), h.cfg.Limit)
-		if err != nil {
-			return nil, false, err
-		}
+		q.Consumer = ""
+		dead, err := h.admin.ListDeadLetters(r.Context(), q)
 		for _, d := range dead {
-			all = append(all, relayRow(d))
+			rows = append(rows, relayRow(d))
 		}
-	} else {
-		parked, err := h.admin.Parked(r.Context(), f.Consumer, h.cfg.Limit)
-		if err != nil {
-			return nil, false, err
-		}
-		for _, p := range parked {
-			all = append(all, parkedRow(p))
-		}
+		return rows, err
 	}
-	capped := len(all) >= h.cfg.Limit
-	return slices.DeleteFunc(all, func(r row) bool { return !f.keep(r) }), capped, nil
+	parked, err := h.admin.ListParked(r.Context(), q)
+	for _, p := range parked {
+		rows = append(rows, parkedRow(p))
+	}
+	return rows, err
 }
 
+// query is the store's query of f.
+func (f filter) query() store.ListQuery {
+	return store.ListQuery{Topic: f.Topic, Consumer: f.Consumer, Error: f.Error}
+}
+
+// matching reads the summaries of every dead letter of a side that f
+// selects, up to Config.Limit, a page of the store at a time, and reports
+// whether more match.
+func (h *Handler) matching(r *http.Request, s side, f filter) ([]row, bool, error) {
+	var all []row
+	q := f.query()
+	for {
+		q.Limit = min(store.MaxListLimit, h.cfg.Limit+1-len(all))
+		rows, err := h.list(r, s, q)
+		if err != nil {
+			return nil, false, err
+		}
+		all = append(all, rows...)
+		if len(rows) < q.Limit || len(all) > h.cfg.Limit {
+			break
+		}
+		q.After = rows[len(rows)-1].ID
+	}
+	if len(all) > h.cfg.Limit {
+		return all[:h.cfg.Limit], true, nil
+	}
+	return all, false, nil
+}
+
+// letters lists a page of a side's dead letters: PageSize of them after
+// the id of the parameter after, with a link to the next page.
 func (h *Handler) letters(w http.ResponseWriter, r *http.Request, s side) {
-	f := filterOf(r.URL.Query())
-	rows, capped, err := h.rows(r, s, f)
+	params := r.URL.Query()
+	f := filterOf(params)
+	q := f.query()
+	q.After, _ = strconv.ParseInt(params.Get("after"), 10, 64)
+	q.Limit = h.cfg.PageSize + 1
+	rows, err := h.list(r, s, q)
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	h.render(w, r, "letters", map[string]any{"Title": s.title, "Side": s.path, "Relay": s == relaySide,
-		"Rows": rows, "Filter": f, "Capped": capped, "Limit": h.cfg.Limit, "All": []string{"replay", "discard"}})
+	data := map[string]any{"Title": s.title, "Side": s.path, "Relay": s == relaySide, "Rows": rows, "Filter": f,
+		"Paged": q.After > 0, "All": []string{"replay", "discard"}}
+	if len(rows) > h.cfg.PageSize {
+		rows = rows[:h.cfg.PageSize]
+		next := url.Values{}
+		for k, v := range map[string]string{"topic": f.Topic, "consumer": f.Consumer, "error": f.Error} {
+			if v != "" {
+				next.Set(k, v)
+			}
+		}
+		next.Set("after", strconv.FormatInt(rows[len(rows)-1].ID, 10))
+		data["Rows"], data["Next"] = rows, "/"+s.path+"?"+next.Encode()
+	}
+	h.render(w, r, "letters", data)
 }
 
 func pathID(r *http.Request) (int64, bool) {
@@ -237,7 +272,7 @@ func (h *Handler) letter(w http.ResponseWriter, r *http.Request, s side) {
 			h.failErr(w, r, err)
 			return
 		}
-		data["Title"], data["D"], data["Row"] = "Dead letter relay:"+strconv.FormatInt(id, 10), d, relayRow(d)
+		data["Title"], data["D"], data["ID"] = "Dead letter relay:"+strconv.FormatInt(id, 10), d, id
 		data["Payload"] = showPayload(d.Payload)
 		data["Headers"] = sortedHeaders(d.Headers, nil)
 	} else {
@@ -246,7 +281,7 @@ func (h *Handler) letter(w http.ResponseWriter, r *http.Request, s side) {
 			h.failErr(w, r, err)
 			return
 		}
-		data["Title"], data["P"], data["Row"] = "Parked message consumer:"+strconv.FormatInt(id, 10), p, parkedRow(p)
+		data["Title"], data["P"], data["ID"] = "Parked message consumer:"+strconv.FormatInt(id, 10), p, id
 		data["Payload"] = showPayload(p.Payload)
 		data["Headers"] = sortedHeaders(nil, p.Headers)
 	}
@@ -294,47 +329,47 @@ var actions = map[string]struct{ verb, done string }{
 	"discard": {"Discard", "discarded"},
 }
 
-// selected returns the rows a confirmation or an action names: the ids
-// given (id=…), or with all=1 every row the filter selects.
-func (h *Handler) selected(r *http.Request, s side, q url.Values) ([]row, []string, error) {
+// selected returns the rows a confirmation names: the ids given (id=…),
+// or with all=1 every row the filter selects (up to Config.Limit, capped
+// true when more match); missing lists the ids given that are not there.
+func (h *Handler) selected(r *http.Request, s side, q url.Values) (rows []row, missing []string, capped bool, err error) {
 	if q.Get("all") == "1" {
-		rows, _, err := h.rows(r, s, filterOf(q))
-		return rows, nil, err
+		rows, capped, err := h.matching(r, s, filterOf(q))
+		return rows, nil, capped, err
 	}
-	var rows []row
-	var missing []string
+	var ids []int64
 	for _, v := range q["id"] {
 		id, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			missing = append(missing, v)
 			continue
 		}
-		var one row
-		if s == relaySide {
-			d, err := h.admin.DeadLetter(r.Context(), id)
-			if err != nil {
-				if errors.Is(err, store.ErrNotFound) {
-					missing = append(missing, s.ref+":"+v)
-					continue
-				}
-				return nil, nil, err
-			}
-			one = relayRow(d)
-		} else {
-			p, err := h.admin.ParkedMessage(r.Context(), id)
-			if err != nil {
-				if errors.Is(err, store.ErrNotFound) {
-					missing = append(missing, s.ref+":"+v)
-					continue
-				}
-				return nil, nil, err
-			}
-			one = parkedRow(p)
-		}
-		rows = append(rows, one)
+		ids = append(ids, id)
 	}
-	return rows, missing, nil
+	if len(ids) == 0 {
+		return nil, missing, false, nil
+	}
+	if len(ids) > h.cfg.Limit || len(ids) > store.MaxListLimit {
+		return nil, nil, false, errTooMany
+	}
+	rows, err = h.list(r, s, store.ListQuery{IDs: ids, Limit: len(ids)})
+	if err != nil {
+		return nil, nil, false, err
+	}
+	found := map[int64]bool{}
+	for _, one := range rows {
+		found[one.ID] = true
+	}
+	for _, id := range ids {
+		if !found[id] {
+			missing = append(missing, s.ref+":"+strconv.FormatInt(id, 10))
+		}
+	}
+	return rows, missing, false, nil
 }
+
+// errTooMany is selected's error for more ids than a confirmation lists.
+var errTooMany = errors.New("too many ids")
 
 // confirm shows what an action would do and asks to go ahead. It changes
 // nothing: the button it shows posts the action with the ids listed.
@@ -345,7 +380,11 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 		h.fail(w, r, http.StatusBadRequest, "Choose replay or discard.")
 		return
 	}
-	rows, missing, err := h.selected(r, s, q)
+	rows, missing, capped, err := h.selected(r, s, q)
+	if errors.Is(err, errTooMany) {
+		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("More than %d are selected: select fewer at once, or select them all with a filter.", min(h.cfg.Limit, store.MaxListLimit)))
+		return
+	}
 	if err != nil {
 		h.failErr(w, r, err)
 		return
@@ -360,7 +399,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 		explain = "Each is deleted for good. This cannot be undone."
 	}
 	h.render(w, r, "confirm", map[string]any{"Title": fmt.Sprintf("%s %d %s?", what, len(rows), strings.ToLower(s.title)),
-		"Side": s.path, "Action": q.Get("action"), "Verb": a.verb, "Rows": rows, "Missing": missing, "Explain": explain,
+		"Side": s.path, "Action": q.Get("action"), "Verb": a.verb, "Rows": rows, "Missing": missing, "Explain": explain, "Capped": capped, "Limit": h.cfg.Limit,
 		"Back": "/" + s.path + "?" + filterOf(q).Query()})
 }
 
@@ -528,6 +567,19 @@ func when(t any) string {
 		return when(*v)
 	}
 	return "-"
+}
+
+// bytes shows a size for people: 512 B, 3.4 KiB, 10.0 MiB.
+func bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 3 {
+		v, i = v/unit, i+1
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGT"[i])
 }
 
 // clip shortens s to n runes on one line.
