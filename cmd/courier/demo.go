@@ -28,7 +28,7 @@ type demoCmd struct {
 	Orders      int           `help:"Orders to place." default:"1000" env:"COURIER_DEMO_ORDERS"`
 	Concurrency int           `help:"POSTs in flight at once." default:"16" env:"COURIER_DEMO_CONCURRENCY"`
 	InFlight    int           `help:"Most orders placed and not yet ended at once (0: no bound), so that latency measures the saga rather than a queue." default:"50" env:"COURIER_DEMO_IN_FLIGHT"`
-	DataDir     string        `help:"Where the SQLite files, the embedded NATS server's stream and the log go; wiped at start unless --keep. Default: a temporary directory, removed after a successful run." type:"path" env:"COURIER_DEMO_DATA_DIR"`
+	DataDir     string        `help:"Where the SQLite files, the embedded NATS server's stream and the log go: a new or empty directory, or one an earlier run made (its files of that run are deleted unless --keep; nothing else in it is). Default: a temporary directory, removed after a successful run." type:"path" env:"COURIER_DEMO_DATA_DIR"`
 	Keep        bool          `help:"Keep what an earlier run left in --data-dir (and the PostgreSQL schemas and stream), and leave this run's behind." env:"COURIER_DEMO_KEEP"`
 	DatabaseURL string        `name:"database-url" help:"Run on PostgreSQL instead of SQLite files: postgres://… (one schema per service, courier_demo_orders and so on, created and dropped)." env:"COURIER_DEMO_DATABASE_URL"`
 	Broker      string        `help:"How the services' messages travel: nats (NATS JetStream, in this process unless --broker-url), kafka (an in-process Kafka cluster, kfake, unless --broker-url), amqp (RabbitMQ at --broker-url, default amqp://guest:guest@127.0.0.1:5672/) or webhook (signed HTTP POSTs to each service's loopback port)." default:"nats" enum:"nats,kafka,amqp,webhook" env:"COURIER_DEMO_BROKER"`
@@ -98,30 +98,18 @@ func (c *demoCmd) Run(e *env) (err error) {
 			}
 		}()
 	}
+	dir, err := c.dataDir()
+	if err != nil {
+		return err
+	}
 	if c.DataDir == "" {
-		dir, mkErr := os.MkdirTemp("", "courier-demo-")
-		if mkErr != nil {
-			return fmt.Errorf("cannot create a temporary directory for the demo (%v): pass --data-dir", mkErr)
-		}
-		c.DataDir = dir
 		defer func() {
-			// A failed run keeps its logs, which its error names.
+			// The temporary directory is the demo's, all of it; a failed
+			// run keeps its logs, which its error names.
 			if err == nil && !c.Keep {
 				_ = os.RemoveAll(dir)
 			}
 		}()
-	}
-	dir, err := filepath.Abs(c.DataDir)
-	if err != nil {
-		return err
-	}
-	if !c.Keep {
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("wipe --data-dir %s: %w", dir, err)
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
 	}
 	logPath := filepath.Join(dir, "demo.log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -205,6 +193,28 @@ func (c *demoCmd) Run(e *env) (err error) {
 		return fmt.Errorf("an invariant failed; see the report above and the logs in %s", logPath)
 	}
 	return nil
+}
+
+// dataDir returns the absolute path of the demo's data directory, ready:
+// --data-dir (or COURIER_DEMO_DATA_DIR) when it is new, empty or the
+// demo's (see prepareDataDir), else a new temporary directory.
+func (c *demoCmd) dataDir() (string, error) {
+	if c.DataDir == "" {
+		dir, err := os.MkdirTemp("", "courier-demo-")
+		if err != nil {
+			return "", fmt.Errorf("cannot create a temporary directory for the demo (%v): pass --data-dir", err)
+		}
+		return dir, markDataDir(dir, "--data-dir")
+	}
+	dir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return "", fmt.Errorf("--data-dir %s: %w", c.DataDir, err)
+	}
+	flag := "--data-dir"
+	if v, ok := os.LookupEnv("COURIER_DEMO_DATA_DIR"); ok && v == c.DataDir {
+		flag = "--data-dir (COURIER_DEMO_DATA_DIR)"
+	}
+	return dir, prepareDataDir(dir, c.Keep, flag)
 }
 
 // header says what is about to run.
