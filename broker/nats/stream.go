@@ -47,6 +47,9 @@ const DefaultStream = "COURIER"
 type StreamConfig struct {
 	// Name of the stream. Default DefaultStream.
 	Name string
+	// Description is the stream's description when EnsureStream creates
+	// it (a program can mark the streams it made with it). Default none.
+	Description string
 	// Subjects the stream captures. Default: Config.Subjects() of the
 	// publisher's subject mapping ("courier.>").
 	Subjects []string
@@ -103,11 +106,12 @@ func EnsureStream(ctx context.Context, nc *natsgo.Conn, mapping Config, cfg Stre
 		storage = jetstream.MemoryStorage
 	}
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:       cfg.Name,
-		Subjects:   cfg.Subjects,
-		Storage:    storage,
-		Duplicates: cfg.Duplicates,
-		MaxAge:     cfg.MaxAge,
+		Name:        cfg.Name,
+		Description: cfg.Description,
+		Subjects:    cfg.Subjects,
+		Storage:     storage,
+		Duplicates:  cfg.Duplicates,
+		MaxAge:      cfg.MaxAge,
 		// Atomic batches need nats-server 2.12; an older server would
 		// not know the setting.
 		AllowAtomicPublish: !cfg.NoAtomicBatches && atomicServer(nc.ConnectedServerVersion()),

@@ -305,6 +305,15 @@ func (c *demoCmd) externalTransport(ctx context.Context) (shop.Transport, error)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if !c.Keep {
+		// What the demo cannot tell it made stays, and the demo does not
+		// run on it; an earlier run's marked stream goes.
+		foreign, err := tr.Foreign(ctx)
+		if err != nil {
+			return nil, unreachable(c.Broker, what, c.BrokerURL == "", err)
+		}
+		if len(foreign) > 0 {
+			return nil, c.foreign(what, foreign)
+		}
 		if err := tr.Teardown(ctx); err != nil {
 			return nil, unreachable(c.Broker, what, c.BrokerURL == "", err)
 		}
@@ -313,6 +322,21 @@ func (c *demoCmd) externalTransport(ctx context.Context) (shop.Transport, error)
 		return nil, unreachable(c.Broker, what, c.BrokerURL == "", err)
 	}
 	return tr, nil
+}
+
+// foreign explains why the demo does not run on what it found on the
+// broker.
+func (c *demoCmd) foreign(what string, names []string) error {
+	fix := "delete them yourself if they are an earlier run's (the demo cannot tell), or pass --keep to run on them as they are"
+	if c.Broker == "nats" {
+		fix = fmt.Sprintf("name another with --stream, or delete it yourself (nats stream rm %s) if it is yours to delete", c.Stream)
+	}
+	flag := "--broker-url"
+	if c.Broker == "nats" {
+		flag = "--stream"
+	}
+	return fmt.Errorf("%s: %s holds %s, which courier demo did not create, and the demo deletes only what it made: %s",
+		flag, what, strings.Join(names, ", "), fix)
 }
 
 // unreachable explains a failure to prepare an external broker.

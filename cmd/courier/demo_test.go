@@ -1,11 +1,20 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courier-go/courier/examples/shop"
 	"github.com/courier-go/courier/internal/testenv"
 )
 
@@ -72,4 +81,102 @@ func TestDemoDataDirKeepsOthersFiles(t *testing.T) {
 	if strings.Count(string(log), "orders API listening") != 1 {
 		t.Errorf("the second run did not start afresh: its log holds the first's too")
 	}
+}
+
+// On an external broker courier demo deletes only what it created, in this
+// run or (for a NATS stream, which can carry its mark) in an earlier one:
+// a stream, topics or queues of the same names that it cannot tell it
+// made are refused, and left as they are.
+func TestDemoLeavesOthersBrokerObjects(t *testing.T) {
+	t.Run("nats", func(t *testing.T) {
+		natsURL := testenv.NATSOrEmbedded(t)
+		nc, err := natsgo.Connect(natsURL)
+		testenv.Must(t, err, "connect")
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		testenv.Must(t, err, "jetstream")
+		ctx := context.Background()
+		theirs, mine := strings.ToUpper(testenv.Name("THEIRS_")), strings.ToUpper(testenv.Name("DEMO_"))
+		t.Cleanup(func() {
+			for _, s := range []string{theirs, mine} {
+				_ = js.DeleteStream(context.Background(), s)
+			}
+		})
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: theirs, Subjects: []string{strings.ToLower(theirs) + ".>"}})
+		testenv.Must(t, err, "create their stream")
+		_, err = js.Publish(ctx, strings.ToLower(theirs)+".x", []byte("theirs"))
+		testenv.Must(t, err, "publish")
+
+		code, _, errOut := runCLI(t, "demo", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--broker-url", natsURL, "--stream", theirs)
+		if code != 1 || !strings.Contains(errOut, "--stream") || !strings.Contains(errOut, theirs) || !strings.Contains(errOut, "did not create") {
+			t.Errorf("demo on a stream of another's: exit %d, %q; want exit 1 naming --stream and the stream", code, errOut)
+		}
+		if info, err := js.Stream(ctx, theirs); err != nil || info.CachedInfo().State.Msgs != 1 {
+			t.Fatalf("their stream after the refused demo: %v; want it as it was, with its message", err)
+		}
+
+		// The demo's own stream, left by --keep, is the next run's to
+		// delete.
+		for _, keep := range []bool{true, false} {
+			args := []string{"demo", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--broker-url", natsURL, "--stream", mine}
+			if keep {
+				args = append(args, "--keep")
+			}
+			code, out, errOut := runCLI(t, args...)
+			if code != 0 || !strings.Contains(out, "All 7 invariants hold") {
+				t.Fatalf("demo --keep=%v on its own stream: exit %d\n%s\n%s", keep, code, out, errOut)
+			}
+			_, err := js.Stream(ctx, mine)
+			if keep && err != nil {
+				t.Fatalf("demo --keep deleted its stream: %v", err)
+			}
+			if !keep && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Fatalf("the demo left its stream behind: %v", err)
+			}
+		}
+	})
+
+	t.Run("kafka", func(t *testing.T) {
+		theirs := demoSubjectPrefix + shop.TopicPayment
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(2), kfake.SeedTopics(1, theirs))
+		testenv.Must(t, err, "kfake")
+		t.Cleanup(c.Close)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+		testenv.Must(t, err, "client")
+		t.Cleanup(cl.Close)
+		ctx := context.Background()
+		testenv.Must(t, cl.ProduceSync(ctx, &kgo.Record{Topic: theirs, Value: []byte("theirs")}).FirstErr(), "produce")
+		brokerURL := "kafka://" + strings.Join(c.ListenAddrs(), ",")
+
+		code, _, errOut := runCLI(t, "demo", "--broker", "kafka", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--broker-url", brokerURL)
+		if code != 1 || !strings.Contains(errOut, theirs) || !strings.Contains(errOut, "did not create") {
+			t.Errorf("demo on a topic of another's: exit %d, %q; want exit 1 naming the topic", code, errOut)
+		}
+		topics := func() []string {
+			t.Helper()
+			meta, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+			testenv.Must(t, err, "metadata")
+			var names []string
+			for _, mt := range meta.Topics {
+				if mt.Topic != nil && strings.HasPrefix(*mt.Topic, demoSubjectPrefix) {
+					names = append(names, *mt.Topic)
+				}
+			}
+			return names
+		}
+		if got := topics(); len(got) != 1 || got[0] != theirs {
+			t.Fatalf("topics after the refused demo: %v, want only %s, theirs", got, theirs)
+		}
+
+		// On a cluster without them, the demo deletes at its end the
+		// topics it made.
+		c2, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(2))
+		testenv.Must(t, err, "kfake")
+		t.Cleanup(c2.Close)
+		code, out, errOut := runCLI(t, "demo", "--broker", "kafka", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(),
+			"--broker-url", "kafka://"+strings.Join(c2.ListenAddrs(), ","))
+		if code != 0 || !strings.Contains(out, "All 7 invariants hold") {
+			t.Fatalf("demo on an empty cluster: exit %d\n%s\n%s", code, out, errOut)
+		}
+	})
 }

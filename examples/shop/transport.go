@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -41,8 +42,17 @@ type Transport interface {
 	// Open connects one incarnation of service, which consumes topic, to
 	// the broker. log receives the broker clients' own logs.
 	Open(ctx context.Context, service, topic string, log *slog.Logger) (*Link, error)
-	// Teardown deletes what Setup created on the broker, messages and
-	// consumer positions included, so that the next run starts empty.
+	// Foreign returns the names of the broker's objects that Setup would
+	// use, that exist, and that the transport cannot tell it made: neither
+	// this value's Setup created them nor do they carry the shop's mark
+	// (a NATS stream's description; Kafka topics and consumer groups and
+	// RabbitMQ queues can carry none). Teardown leaves them alone; a
+	// program that wants its run to start empty refuses to run on them.
+	Foreign(ctx context.Context) ([]string, error)
+	// Teardown deletes what this value's Setup created on the broker and
+	// what carries the shop's mark, messages and consumer positions
+	// included, so that the next run starts empty. It leaves anything else
+	// as it is (see Foreign): the shop never deletes what it did not make.
 	Teardown(ctx context.Context) error
 	// Close releases what the transport holds (servers, connections); what
 	// the broker stores stays. Call it once the services stopped.
@@ -118,14 +128,55 @@ func (t *NATSTransport) connect(name string) (*natsgo.Conn, error) {
 	return nc, nil
 }
 
-// Setup implements Transport: it creates the stream.
+// StreamMark is the description of the streams a NATSTransport creates:
+// the shop's mark, which tells them from others' streams.
+const StreamMark = "Courier's reference shop (examples/shop, courier demo): deleted by its next run"
+
+// streamConfig is the stream the shop creates.
+func (t *NATSTransport) streamConfig() couriernats.StreamConfig {
+	return couriernats.StreamConfig{Name: t.Stream, Description: StreamMark}
+}
+
+// Setup implements Transport: it creates the stream, marked.
 func (t *NATSTransport) Setup(ctx context.Context) error {
 	nc, err := t.connect("shop")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	return couriernats.EnsureStream(ctx, nc, couriernats.Config{SubjectPrefix: t.SubjectPrefix}, couriernats.StreamConfig{Name: t.Stream})
+	return couriernats.EnsureStream(ctx, nc, couriernats.Config{SubjectPrefix: t.SubjectPrefix}, t.streamConfig())
+}
+
+// marked reports whether the stream exists, and whether it carries the
+// shop's mark.
+func (t *NATSTransport) marked(ctx context.Context, js jetstream.JetStream) (exists, mine bool, err error) {
+	s, err := js.Stream(ctx, t.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("look up the stream %s: %w", t.Stream, err)
+	}
+	return true, s.CachedInfo().Config.Description == StreamMark, nil
+}
+
+// Foreign implements Transport: the stream, when it exists without the
+// shop's mark.
+func (t *NATSTransport) Foreign(ctx context.Context) ([]string, error) {
+	nc, err := t.connect("shop")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	exists, mine, err := t.marked(ctx, js)
+	if err != nil || !exists || mine {
+		return nil, err
+	}
+	return []string{"stream " + t.Stream}, nil
 }
 
 // Open implements Transport. The stream is created if missing, so a
@@ -136,7 +187,7 @@ func (t *NATSTransport) Open(ctx context.Context, service, topic string, _ *slog
 		return nil, err
 	}
 	mapping := couriernats.Config{SubjectPrefix: t.SubjectPrefix}
-	if err := couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: t.Stream}); err != nil {
+	if err := couriernats.EnsureStream(ctx, nc, mapping, t.streamConfig()); err != nil {
 		nc.Close()
 		return nil, err
 	}
@@ -160,7 +211,7 @@ func (t *NATSTransport) Open(ctx context.Context, service, topic string, _ *slog
 }
 
 // Teardown implements Transport: it deletes the stream, with its
-// messages and consumers.
+// messages and consumers, when it carries the shop's mark.
 func (t *NATSTransport) Teardown(ctx context.Context) error {
 	nc, err := t.connect("shop")
 	if err != nil {
@@ -169,6 +220,9 @@ func (t *NATSTransport) Teardown(ctx context.Context) error {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
+		return err
+	}
+	if _, mine, err := t.marked(ctx, js); err != nil || !mine {
 		return err
 	}
 	if err := js.DeleteStream(ctx, t.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -202,6 +256,9 @@ type KafkaTransport struct {
 	TopicPrefix string
 	// Partitions of each topic Setup creates. Default DefaultPartitions.
 	Partitions int
+
+	mu   sync.Mutex
+	made map[string]bool // the topics and groups this value's Setup found missing
 }
 
 var _ Transport = (*KafkaTransport)(nil)
@@ -221,13 +278,24 @@ func (t *KafkaTransport) admin() (*kgo.Client, error) {
 	return cl, nil
 }
 
-// Setup implements Transport: it creates the topics.
+// Setup implements Transport: it creates the topics. The topics and the
+// services' consumer groups it finds missing are the ones Teardown deletes
+// (the groups are created by the services' consumers).
 func (t *KafkaTransport) Setup(ctx context.Context) error {
 	cl, err := t.admin()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	found, err := t.existing(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("%w; check that the Kafka cluster at %s is up", err, strings.Join(t.Brokers, ","))
+	}
+	if t.made == nil {
+		t.made = map[string]bool{}
+	}
 	parts := t.Partitions
 	if parts <= 0 {
 		parts = DefaultPartitions
@@ -237,7 +305,92 @@ func (t *KafkaTransport) Setup(ctx context.Context) error {
 			return fmt.Errorf("%w; check that the Kafka cluster at %s is up", err, strings.Join(t.Brokers, ","))
 		}
 	}
+	for _, name := range append(t.topicNames(), t.groupNames()...) {
+		if !found[name] {
+			t.made[name] = true
+		}
+	}
 	return nil
+}
+
+// topicNames are the shop's topics on the cluster; groupNames its
+// services' consumer groups.
+func (t *KafkaTransport) topicNames() []string {
+	var names []string
+	for _, topic := range topics() {
+		names = append(names, t.config().Topic(topic))
+	}
+	return names
+}
+
+func (t *KafkaTransport) groupNames() []string {
+	var names []string
+	for _, s := range Services {
+		names = append(names, t.TopicPrefix+s)
+	}
+	return names
+}
+
+// existing returns which of the shop's topics and consumer groups exist on
+// the cluster.
+func (t *KafkaTransport) existing(ctx context.Context, cl *kgo.Client) (map[string]bool, error) {
+	found := map[string]bool{}
+	meta := kmsg.NewPtrMetadataRequest()
+	for _, name := range t.topicNames() {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		meta.Topics = append(meta.Topics, mt)
+	}
+	mresp, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: list topics: %w", err)
+	}
+	for _, mt := range mresp.Topics {
+		if kerr.ErrorForCode(mt.ErrorCode) == nil && mt.Topic != nil {
+			found[*mt.Topic] = true
+		}
+	}
+	groups := kmsg.NewPtrDescribeGroupsRequest()
+	groups.Groups = t.groupNames()
+	gresp, err := groups.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: describe consumer groups: %w", err)
+	}
+	for _, g := range gresp.Groups {
+		// A group nobody made is described as Dead (or not found).
+		if kerr.ErrorForCode(g.ErrorCode) == nil && g.State != "Dead" && g.State != "" {
+			found[g.Group] = true
+		}
+	}
+	return found, nil
+}
+
+// Foreign implements Transport: the shop's topics and consumer groups that
+// exist and that this value's Setup did not find missing.
+func (t *KafkaTransport) Foreign(ctx context.Context) ([]string, error) {
+	cl, err := t.admin()
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	found, err := t.existing(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	var foreign []string
+	for _, name := range t.topicNames() {
+		if found[name] && !t.made[name] {
+			foreign = append(foreign, "topic "+name)
+		}
+	}
+	for _, name := range t.groupNames() {
+		if found[name] && !t.made[name] {
+			foreign = append(foreign, "consumer group "+name)
+		}
+	}
+	return foreign, nil
 }
 
 // Open implements Transport. It creates the topics if missing, so a service
@@ -265,16 +418,32 @@ func (t *KafkaTransport) Open(ctx context.Context, service, topic string, log *s
 }
 
 // Teardown implements Transport: it deletes the topics and the services'
-// consumer groups, and waits until the cluster no longer lists the topics.
+// consumer groups that this value's Setup found missing, and waits until
+// the cluster no longer lists those topics.
 func (t *KafkaTransport) Teardown(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var topicNames, groupNames []string
+	for _, name := range t.topicNames() {
+		if t.made[name] {
+			topicNames = append(topicNames, name)
+		}
+	}
+	for _, name := range t.groupNames() {
+		if t.made[name] {
+			groupNames = append(groupNames, name)
+		}
+	}
+	if len(topicNames)+len(groupNames) == 0 {
+		return nil
+	}
 	cl, err := t.admin()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	del := kmsg.NewPtrDeleteTopicsRequest()
-	for _, topic := range topics() {
-		name := t.config().Topic(topic)
+	for _, name := range topicNames {
 		del.TopicNames = append(del.TopicNames, name)
 		dt := kmsg.NewDeleteTopicsRequestTopic()
 		dt.Topic = kmsg.StringPtr(name)
@@ -290,9 +459,7 @@ func (t *KafkaTransport) Teardown(ctx context.Context) error {
 		}
 	}
 	groups := kmsg.NewPtrDeleteGroupsRequest()
-	for _, s := range Services {
-		groups.Groups = append(groups.Groups, t.TopicPrefix+s)
-	}
+	groups.Groups = groupNames
 	gresp, err := groups.RequestWith(ctx, cl)
 	if err != nil {
 		return fmt.Errorf("kafka: delete the shop's consumer groups: %w", err)
@@ -302,11 +469,12 @@ func (t *KafkaTransport) Teardown(ctx context.Context) error {
 			return fmt.Errorf("kafka: delete consumer group %s: %w", g.Group, err)
 		}
 	}
+	clear(t.made)
 	// Deletion is asynchronous on a real cluster: a topic created again
 	// before it is gone would be deleted under the next run.
 	for {
 		meta := kmsg.NewPtrMetadataRequest()
-		for _, name := range del.TopicNames {
+		for _, name := range topicNames {
 			mt := kmsg.NewMetadataRequestTopic()
 			mt.Topic = kmsg.StringPtr(name)
 			meta.Topics = append(meta.Topics, mt)
@@ -359,6 +527,9 @@ type AMQPTransport struct {
 	// QueuePrefix is prepended to each service's name to name its queue.
 	// Default DefaultSubjectPrefix ("shop.").
 	QueuePrefix string
+
+	mu   sync.Mutex
+	made map[string]bool // the queues this value's Setup found missing
 }
 
 var _ Transport = (*AMQPTransport)(nil)
@@ -377,8 +548,23 @@ func (t *AMQPTransport) queue(service string) string {
 }
 
 // Setup implements Transport: it declares the exchange, and each service's
-// queue bound to its topic.
+// queue bound to its topic. The queues it finds missing are the ones
+// Teardown deletes.
 func (t *AMQPTransport) Setup(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	found, err := t.existing(ctx)
+	if err != nil {
+		return err
+	}
+	if t.made == nil {
+		t.made = map[string]bool{}
+	}
+	for _, s := range Services {
+		if !found[t.queue(s)] {
+			t.made[t.queue(s)] = true
+		}
+	}
 	for _, topic := range topics() {
 		for _, s := range consumers[topic] {
 			err := courieramqp.EnsureTopology(ctx, t.Config, courieramqp.Topology{
@@ -412,12 +598,77 @@ func (t *AMQPTransport) Open(ctx context.Context, service, _ string, _ *slog.Log
 	}}, nil
 }
 
-// Teardown implements Transport: it deletes the services' queues, with
-// their messages. The exchange stays: others may publish to it.
-func (t *AMQPTransport) Teardown(ctx context.Context) error {
+// dial connects to the broker for the transport's own work.
+func (t *AMQPTransport) dial() (*amqp091.Connection, error) {
 	conn, err := amqp091.DialConfig(t.Config.URL, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
 	if err != nil {
-		return fmt.Errorf("amqp: connect to %s: %w", dburl.Redact(t.Config.URL), err)
+		return nil, fmt.Errorf("amqp: connect to %s: %w", dburl.Redact(t.Config.URL), err)
+	}
+	return conn, nil
+}
+
+// existing returns which of the services' queues exist: a passive
+// declaration of one that does not fails with 404 (and closes its
+// channel, so each takes a channel of its own).
+func (t *AMQPTransport) existing(ctx context.Context) (map[string]bool, error) {
+	conn, err := t.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	found := map[string]bool{}
+	for _, s := range Services {
+		ch, err := conn.Channel()
+		if err != nil {
+			return nil, fmt.Errorf("amqp: open channel: %w", err)
+		}
+		_, err = ch.QueueDeclarePassive(t.queue(s), true, false, false, false, nil)
+		var ae *amqp091.Error
+		switch {
+		case err == nil:
+			found[t.queue(s)] = true
+			_ = ch.Close()
+		case errors.As(err, &ae) && ae.Code == amqp091.NotFound:
+		default:
+			return nil, fmt.Errorf("amqp: look up queue %s: %w", t.queue(s), err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return found, nil
+}
+
+// Foreign implements Transport: the services' queues that exist and that
+// this value's Setup did not find missing.
+func (t *AMQPTransport) Foreign(ctx context.Context) ([]string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	found, err := t.existing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var foreign []string
+	for _, s := range Services {
+		if q := t.queue(s); found[q] && !t.made[q] {
+			foreign = append(foreign, "queue "+q)
+		}
+	}
+	return foreign, nil
+}
+
+// Teardown implements Transport: it deletes the services' queues that
+// this value's Setup found missing, with their messages. The exchange
+// stays: others may publish to it.
+func (t *AMQPTransport) Teardown(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.made) == 0 {
+		return nil
+	}
+	conn, err := t.dial()
+	if err != nil {
+		return err
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -425,10 +676,14 @@ func (t *AMQPTransport) Teardown(ctx context.Context) error {
 		return fmt.Errorf("amqp: open channel: %w", err)
 	}
 	for _, s := range Services {
+		if !t.made[t.queue(s)] {
+			continue
+		}
 		// RabbitMQ deletes a queue that does not exist without complaint.
 		if _, err := ch.QueueDelete(t.queue(s), false, false, false); err != nil {
 			return fmt.Errorf("amqp: delete queue %s: %w", t.queue(s), err)
 		}
+		delete(t.made, t.queue(s))
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	courieramqp "github.com/courier-go/courier/broker/amqp"
@@ -78,4 +79,54 @@ func TestDemoOverAMQP(t *testing.T) {
 		}
 	})
 	demoOver(t, tr)
+}
+
+// A RabbitMQ transport deletes only the queues its Setup created: a queue
+// of the shop's name that existed before is foreign, and stays.
+func TestAMQPTransportLeavesOthersQueues(t *testing.T) {
+	cfg, err := courieramqp.ParseURL(testenv.Need(t, testenv.EnvAMQP))
+	testenv.Must(t, err, "AMQP URL")
+	name := testenv.Name("shop") + "."
+	cfg.RoutingKeyPrefix = name
+	conn, err := amqp091.Dial(cfg.URL)
+	testenv.Must(t, err, "dial")
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	testenv.Must(t, err, "channel")
+	theirs := name + shop.Payment
+	// Declared as the shop declares its own, so that the shop's Setup
+	// takes it as it is.
+	_, err = ch.QueueDeclare(theirs, true, false, false, false,
+		amqp091.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": 1000})
+	testenv.Must(t, err, "declare their queue")
+	testenv.Must(t, ch.Publish("", theirs, false, false, amqp091.Publishing{Body: []byte("theirs")}), "publish")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	tr := &shop.AMQPTransport{Config: cfg, QueuePrefix: name}
+	t.Cleanup(func() {
+		_ = tr.Teardown(context.Background())
+		if c, err := conn.Channel(); err == nil {
+			_, _ = c.QueueDelete(theirs, false, false, false)
+		}
+	})
+	foreign, err := tr.Foreign(ctx)
+	testenv.Must(t, err, "foreign")
+	if len(foreign) != 1 || foreign[0] != "queue "+theirs {
+		t.Fatalf("Foreign = %v, want their queue %s", foreign, theirs)
+	}
+	testenv.Must(t, tr.Setup(ctx), "setup")
+	testenv.Must(t, tr.Teardown(ctx), "teardown")
+	q, err := ch.QueueDeclarePassive(theirs, true, false, false, false, nil)
+	if err != nil || q.Messages != 1 {
+		t.Fatalf("their queue after Teardown: %+v, %v; want it with its message", q, err)
+	}
+	// The queues Setup made are gone.
+	for _, s := range []string{shop.Orders, shop.Inventory, shop.Shipping} {
+		c, err := conn.Channel()
+		testenv.Must(t, err, "channel")
+		if _, err := c.QueueDeclarePassive(name+s, true, false, false, false, nil); err == nil {
+			t.Errorf("queue %s, made by Setup, outlived Teardown", name+s)
+		}
+	}
 }

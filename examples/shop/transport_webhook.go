@@ -187,6 +187,9 @@ func (t *WebhookTransport) Open(_ context.Context, service, _ string, _ *slog.Lo
 	}}, nil
 }
 
+// Foreign implements Transport: webhooks store nothing on a broker.
+func (t *WebhookTransport) Foreign(context.Context) ([]string, error) { return nil, nil }
+
 // Teardown implements Transport: webhooks store nothing.
 func (t *WebhookTransport) Teardown(context.Context) error { return nil }
 
