@@ -83,6 +83,11 @@ func (c *demoCmd) Run(e *env) (err error) {
 		// The services each get a schema of their own (search_path).
 		return fmt.Errorf("--database-url %q: the demo runs on PostgreSQL (postgres://…), or without the flag on SQLite files", dburl.Redact(c.DatabaseURL))
 	}
+	// Schemas the demo did not create are refused before anything is
+	// written.
+	if err := c.checkSchemas(e.ctx); err != nil {
+		return err
+	}
 	// An external broker is reached before anything is written, so that a
 	// wrong --broker-url leaves nothing behind.
 	external, err := c.externalTransport(e.ctx)
@@ -127,6 +132,7 @@ func (c *demoCmd) Run(e *env) (err error) {
 		}
 		where = fmt.Sprintf("PostgreSQL %s, schemas courier_demo_orders, _payment, _inventory, _shipping", dburl.Redact(c.DatabaseURL))
 		if !c.Keep {
+			// An earlier run's schemas (marked) go; Foreign refused others.
 			if err := dbs.Drop(e.ctx); err != nil {
 				return fmt.Errorf("--database-url: %v", oneLine(err))
 			}
@@ -137,6 +143,9 @@ func (c *demoCmd) Run(e *env) (err error) {
 					e.log.Warn("could not drop the demo's schemas", "error", err)
 				}
 			}()
+		}
+		if err := dbs.Create(e.ctx); err != nil {
+			return fmt.Errorf("--database-url: %v", oneLine(err))
 		}
 	}
 
@@ -322,6 +331,28 @@ func (c *demoCmd) externalTransport(ctx context.Context) (shop.Transport, error)
 		return nil, unreachable(c.Broker, what, c.BrokerURL == "", err)
 	}
 	return tr, nil
+}
+
+// checkSchemas refuses, unless --keep, PostgreSQL schemas of the demo's
+// names that it did not create (they lack the shop's mark): the demo drops
+// its schemas before and after its run, and only its own.
+func (c *demoCmd) checkSchemas(ctx context.Context) error {
+	if c.DatabaseURL == "" || c.Keep {
+		return nil
+	}
+	dbs, err := shop.PostgresDatabases(c.DatabaseURL, "courier_demo")
+	if err != nil {
+		return fmt.Errorf("--database-url: %w", err)
+	}
+	foreign, err := dbs.Foreign(ctx)
+	if err != nil {
+		return fmt.Errorf("--database-url: %v", oneLine(err))
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("--database-url: the database holds schemas %s, which courier demo did not create, and the demo drops only what it made: drop them yourself if they are yours to drop, use another database, or pass --keep to run on them as they are",
+			strings.Join(foreign, ", "))
+	}
+	return nil
 }
 
 // foreign explains why the demo does not run on what it found on the

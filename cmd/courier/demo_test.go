@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -179,4 +180,60 @@ func TestDemoLeavesOthersBrokerObjects(t *testing.T) {
 			t.Fatalf("demo on an empty cluster: exit %d\n%s\n%s", code, out, errOut)
 		}
 	})
+}
+
+// On PostgreSQL courier demo drops only the schemas it created, in this
+// run or in an earlier one (they carry its mark): a schema of the same name
+// that it did not create is refused, and left as it is.
+func TestDemoLeavesOthersSchemas(t *testing.T) {
+	base := testenv.Need(t, testenv.EnvPostgres)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, base)
+	testenv.Must(t, err, "connect")
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	// The demo's schema names are fixed: none may be there before, and
+	// the one this test makes is its own to drop.
+	rows, err := admin.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE 'courier\_demo\_%'`)
+	testenv.Must(t, err, "list schemas")
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	testenv.Must(t, err, "list schemas")
+	if len(left) > 0 {
+		t.Fatalf("schemas %v are there before the test: drop them (an earlier run of the test was killed?)", left)
+	}
+	_, err = admin.Exec(ctx, `CREATE SCHEMA courier_demo_payment; CREATE TABLE courier_demo_payment.ledger (n int); INSERT INTO courier_demo_payment.ledger VALUES (42)`)
+	testenv.Must(t, err, "their schema")
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP SCHEMA IF EXISTS courier_demo_payment CASCADE`) })
+
+	code, _, errOut := runCLI(t, "demo", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--database-url", base)
+	if code != 1 || !strings.Contains(errOut, "--database-url") || !strings.Contains(errOut, "courier_demo_payment") || !strings.Contains(errOut, "did not create") {
+		t.Errorf("demo on a schema of another's: exit %d, %q; want exit 1 naming --database-url and the schema", code, errOut)
+	}
+	var n int
+	if err := admin.QueryRow(ctx, `SELECT n FROM courier_demo_payment.ledger`).Scan(&n); err != nil || n != 42 {
+		t.Fatalf("their schema after the refused demo: %d, %v; want it as it was", n, err)
+	}
+	_, err = admin.Exec(ctx, `DROP SCHEMA courier_demo_payment CASCADE`)
+	testenv.Must(t, err, "drop their schema")
+
+	// The demo's own schemas, left by --keep, are the next run's to drop.
+	t.Cleanup(func() {
+		for _, s := range shop.Services {
+			_, _ = admin.Exec(context.Background(), `DROP SCHEMA IF EXISTS courier_demo_`+s+` CASCADE`)
+		}
+	})
+	for _, keep := range []bool{true, false} {
+		args := []string{"demo", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--database-url", base}
+		if keep {
+			args = append(args, "--keep")
+		}
+		code, out, errOut := runCLI(t, args...)
+		if code != 0 || !strings.Contains(out, "All 7 invariants hold") {
+			t.Fatalf("demo --keep=%v on PostgreSQL: exit %d\n%s\n%s", keep, code, out, errOut)
+		}
+		var n int
+		testenv.Must(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'courier\_demo\_%'`).Scan(&n), "count schemas")
+		if keep && n != len(shop.Services) || !keep && n != 0 {
+			t.Fatalf("after demo --keep=%v: %d schemas courier_demo_*, want %d", keep, n, map[bool]int{true: len(shop.Services)}[keep])
+		}
+	}
 }

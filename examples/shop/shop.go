@@ -56,11 +56,51 @@ func PostgresDatabases(base, prefix string) (Databases, error) {
 	return d, nil
 }
 
-// Drop drops the PostgreSQL schemas of d; it leaves SQLite files alone.
+// Mark is the shop's mark on what it creates outside files: the comment of
+// the PostgreSQL schemas Databases.Create makes, the description of the
+// NATS streams a NATSTransport makes. It tells them from others' schemas
+// and streams of the same names, which the shop never drops nor deletes.
+const Mark = "Courier's reference shop (examples/shop, courier demo): dropped by its next run"
+
+// Foreign returns the PostgreSQL schemas of d that exist without the
+// shop's Mark: the shop did not create them, and Drop leaves them alone.
+func (d Databases) Foreign(ctx context.Context) ([]string, error) {
+	var foreign []string
+	for _, s := range Services {
+		exists, marked, err := dburl.SchemaMarked(ctx, d.URL(s), Mark)
+		if err != nil {
+			return nil, err
+		}
+		if exists && !marked {
+			schema, err := dburl.Schema(d.URL(s))
+			if err != nil {
+				return nil, err
+			}
+			foreign = append(foreign, schema)
+		}
+	}
+	return foreign, nil
+}
+
+// Create creates the PostgreSQL schemas of d that are missing, with the
+// shop's Mark; it leaves existing schemas and SQLite files alone.
+func (d Databases) Create(ctx context.Context) error {
+	for _, s := range Services {
+		if _, err := dburl.CreateSchema(ctx, d.URL(s), Mark); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Drop drops the PostgreSQL schemas of d that carry the shop's Mark, with
+// everything in them; it leaves other schemas (see Foreign) and SQLite
+// files alone.
 func (d Databases) Drop(ctx context.Context) error {
 	var errs []error
 	for _, s := range Services {
-		errs = append(errs, dburl.DropSchema(ctx, d.URL(s)))
+		_, err := dburl.DropMarkedSchema(ctx, d.URL(s), Mark)
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

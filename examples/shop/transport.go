@@ -128,13 +128,9 @@ func (t *NATSTransport) connect(name string) (*natsgo.Conn, error) {
 	return nc, nil
 }
 
-// StreamMark is the description of the streams a NATSTransport creates:
-// the shop's mark, which tells them from others' streams.
-const StreamMark = "Courier's reference shop (examples/shop, courier demo): deleted by its next run"
-
 // streamConfig is the stream the shop creates.
 func (t *NATSTransport) streamConfig() couriernats.StreamConfig {
-	return couriernats.StreamConfig{Name: t.Stream, Description: StreamMark}
+	return couriernats.StreamConfig{Name: t.Stream, Description: Mark}
 }
 
 // Setup implements Transport: it creates the stream, marked.
@@ -157,7 +153,7 @@ func (t *NATSTransport) marked(ctx context.Context, js jetstream.JetStream) (exi
 	if err != nil {
 		return false, false, fmt.Errorf("look up the stream %s: %w", t.Stream, err)
 	}
-	return true, s.CachedInfo().Config.Description == StreamMark, nil
+	return true, s.CachedInfo().Config.Description == Mark, nil
 }
 
 // Foreign implements Transport: the stream, when it exists without the

@@ -150,6 +150,8 @@ func TestShopUnderProcessKills(t *testing.T) {
 	name := testenv.Name("chaos_shop_")
 	dbs, err := shop.PostgresDatabases(base, name)
 	testenv.Must(t, err, "databases")
+	// Made with the shop's mark, so that Drop drops them.
+	testenv.Must(t, dbs.Create(context.Background()), "create schemas")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
