@@ -37,7 +37,7 @@ type fixture struct {
 	dead map[string]string
 }
 
-func newFixture(t *testing.T, topics []string, errs []string) *fixture {
+func newFixture(t testing.TB, topics []string, errs []string) *fixture {
 	return newFixtureAt(t, "sqlite://"+filepath.Join(t.TempDir(), "courier.db"), topics, errs)
 }
 
@@ -49,7 +49,7 @@ var databases = map[string]func(t *testing.T) string{
 	"mysql":    func(t *testing.T) string { return testenv.MySQL(t, nil).URL },
 }
 
-func newFixtureAt(t *testing.T, dbURL string, topics []string, errs []string) *fixture {
+func newFixtureAt(t testing.TB, dbURL string, topics []string, errs []string) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	drv, err := dburl.Open(ctx, dbURL, dburl.Options{Create: true})
@@ -83,7 +83,7 @@ func newFixtureAt(t *testing.T, dbURL string, topics []string, errs []string) *f
 }
 
 // park parks a delivery for consumer.
-func (f *fixture) park(t *testing.T, consumer, subject, why string) {
+func (f *fixture) park(t testing.TB, consumer, subject, why string) {
 	t.Helper()
 	id, _ := uuid.NewV7()
 	err := f.drv.ConsumerStore().Park(context.Background(), store.Parked{Consumer: consumer, MessageID: id.String(), Subject: subject,
@@ -101,7 +101,7 @@ func (f *fixture) inOutbox(t *testing.T, messageID string) bool {
 	return n == 1
 }
 
-func (f *fixture) deadLetters(t *testing.T) []store.DeadLetter {
+func (f *fixture) deadLetters(t testing.TB) []store.DeadLetter {
 	t.Helper()
 	d, err := f.drv.Admin().DeadLetters(context.Background(), 1000)
 	testenv.Must(t, err, "dead letters")
