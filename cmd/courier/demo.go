@@ -29,10 +29,10 @@ type demoCmd struct {
 	Concurrency int           `help:"POSTs in flight at once." default:"16" env:"COURIER_DEMO_CONCURRENCY"`
 	InFlight    int           `help:"Most orders placed and not yet ended at once (0: no bound), so that latency measures the saga rather than a queue." default:"50" env:"COURIER_DEMO_IN_FLIGHT"`
 	DataDir     string        `help:"Where the SQLite files, the embedded NATS server's stream and the log go: a new or empty directory, or one an earlier run made (its files of that run are deleted unless --keep; nothing else in it is). Default: a temporary directory, removed after a successful run." type:"path" env:"COURIER_DEMO_DATA_DIR"`
-	Keep        bool          `help:"Keep what an earlier run left in --data-dir (and the PostgreSQL schemas and stream), and leave this run's behind." env:"COURIER_DEMO_KEEP"`
-	DatabaseURL string        `name:"database-url" help:"Run on PostgreSQL instead of SQLite files: postgres://… (one schema per service, courier_demo_orders and so on, created and dropped)." env:"COURIER_DEMO_DATABASE_URL"`
+	Keep        bool          `help:"Keep what an earlier run left in --data-dir (and the PostgreSQL schemas, stream, topics or queues), run on a stream, topics, queues or schemas of the demo's names as they are, and leave this run's behind: delete nothing." env:"COURIER_DEMO_KEEP"`
+	DatabaseURL string        `name:"database-url" help:"Run on PostgreSQL instead of SQLite files: postgres://… (one schema per service, courier_demo_orders and so on, created with the demo's mark and dropped; schemas of those names it did not create are refused)." env:"COURIER_DEMO_DATABASE_URL"`
 	Broker      string        `help:"How the services' messages travel: nats (NATS JetStream, in this process unless --broker-url), kafka (an in-process Kafka cluster, kfake, unless --broker-url), amqp (RabbitMQ at --broker-url, default amqp://guest:guest@127.0.0.1:5672/) or webhook (signed HTTP POSTs to each service's loopback port)." default:"nats" enum:"nats,kafka,amqp,webhook" env:"COURIER_DEMO_BROKER"`
-	BrokerURL   string        `name:"broker-url" help:"Use this broker instead of one in this process: nats://… with --broker nats, kafka://host:9092 with --broker kafka, amqp://user:password@host:5672/ with --broker amqp; its earlier demo stream, topics or queues are deleted (unless --keep)." env:"COURIER_DEMO_BROKER_URL"`
+	BrokerURL   string        `name:"broker-url" help:"Use this broker instead of one in this process: nats://… with --broker nats, kafka://host:9092 with --broker kafka, amqp://user:password@host:5672/ with --broker amqp; what the demo creates there is deleted at its end, and an earlier run's marked stream at its start (unless --keep); a stream, topics or queues of its names it did not create are refused." env:"COURIER_DEMO_BROKER_URL"`
 	Timeout     time.Duration `help:"How long to wait for every saga to end." default:"3m" env:"COURIER_DEMO_TIMEOUT"`
 
 	DeclineRate         float64        `help:"Probability that payment declines a charge." default:"0.05" env:"COURIER_DEMO_DECLINE_RATE"`
@@ -45,7 +45,7 @@ type demoCmd struct {
 	Stock               map[string]int `help:"Initial stock per SKU, sku=qty,… (default: mug, tee, cap and poster with plenty, vinyl with too little)." mapsep:"," env:"COURIER_DEMO_STOCK"`
 	Crash               string         `help:"Service crashed and restarted when half the orders are placed: orders, payment, inventory, shipping or none." default:"orders" enum:"orders,payment,inventory,shipping,none" env:"COURIER_DEMO_CRASH"`
 	StepTimeout         time.Duration  `help:"How long each saga step waits for its reply before it is compensated." default:"30s" env:"COURIER_DEMO_STEP_TIMEOUT"`
-	Stream              string         `help:"JetStream stream of the demo." default:"COURIER_DEMO" env:"COURIER_DEMO_STREAM"`
+	Stream              string         `help:"JetStream stream of the demo, created with the demo's mark (its description); a stream of that name without it is refused." default:"COURIER_DEMO" env:"COURIER_DEMO_STREAM"`
 }
 
 const demoSubjectPrefix = "courier-demo."
