@@ -49,6 +49,10 @@ func TestParse(t *testing.T) {
 		{"amqps://u:p%40ss@rabbit:5671/shop?exchange=events&prefix=shop.", opts, brokerurl.AMQP, "amqps://u:xxxxx@rabbit:5671/shop?exchange=events&prefix=shop."},
 		{"https://hooks.example/courier", hooks, brokerurl.Webhook, "https://hooks.example/courier"},
 		{"http://u:pw@127.0.0.1:8080/in", hooks, brokerurl.Webhook, "http://u:xxxxx@127.0.0.1:8080/in"},
+		{"https://hooks.example/in?token=abc&tenant=7", hooks, brokerurl.Webhook, "https://hooks.example/in?token=xxxxx&tenant=xxxxx"},
+		{"https://hooks.example/services/T0000000/B0000000/XXXXXXXXXXXXXXXXXXXXXXXX", hooks, brokerurl.Webhook, "https://hooks.example/services/xxxxx/xxxxx/xxxxx"},
+		{"nats://s3cr3t@nats.example:4222", opts, brokerurl.NATS, "nats://xxxxx@nats.example:4222"},
+		{"amqp://u:p%2Fss@rabbit/", opts, brokerurl.AMQP, "amqp://u:xxxxx@rabbit/"},
 	}
 	for _, c := range good {
 		u, err := brokerurl.Parse(c.raw, c.opts)
@@ -79,10 +83,15 @@ func TestParse(t *testing.T) {
 		{"https://", "is not a webhook endpoint URL"},
 		{"https://x/hook", "no secret signs its requests: set COURIER_WEBHOOK_SECRET to whsec_"},
 		{"https://x/hook?webhook_secret=" + secret, `webhook secrets never go in the URL (query parameter "webhook_secret")`},
+		{"amqp://u:hun/ter2@rabbit/", `--broker-url "amqp://u:xxxxx@rabbit/": the password (or token) holds an unencoded character that ends it`},
+		{"amqp://u:hun?ter2@rabbit/", "; percent-encode it (/ as %2F, ? as %3F, # as %23, @ as %40)"},
+		{"amqp://u:hun#ter2@rabbit/", "percent-encode"},
+		{"nats://a:4222,nats://u:hun/ter2@b:4222", "percent-encode"},
+		{"nats://hun/ter2@b:4222", "percent-encode"},
 	}
 	for _, c := range bad {
 		_, err := brokerurl.Parse(c.raw, opts)
-		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "MfKQ") {
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "ter2") || strings.Contains(err.Error(), "MfKQ") {
 			t.Errorf("Parse(%q): %v; want an error containing %q, without the password", c.raw, err, c.want)
 		}
 	}
@@ -174,6 +183,7 @@ func TestOpenUnreachable(t *testing.T) {
 	opts := brokerurl.Options{Flag: "--broker-url", Env: "COURIER_BROKER_URL", NoCreate: true}
 	for raw, want := range map[string]string{
 		"nats://u:hunter2@127.0.0.1:1":  "cannot reach NATS at nats://u:xxxxx@127.0.0.1:1",
+		"nats://hunter2@127.0.0.1:1":    "cannot reach NATS at nats://xxxxx@127.0.0.1:1",
 		"amqp://u:hunter2@127.0.0.1:1/": "cannot reach RabbitMQ at amqp://u:xxxxx@127.0.0.1:1/",
 		"kafka://127.0.0.1:1":           "cannot reach Kafka at kafka://127.0.0.1:1",
 	} {

@@ -19,6 +19,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/internal/redact"
 )
 
 // Defaults of PublisherConfig's zero fields.
@@ -98,8 +99,9 @@ var _ broker.Publisher = (*Publisher)(nil)
 // endpoint is the state kept per URL: its breaker and how long a
 // Retry-After holds it back.
 type endpoint struct {
-	url *url.URL
-	cb  *gobreaker.CircuitBreaker[struct{}]
+	url   *url.URL
+	where string // the URL as errors show it: redacted (internal/redact)
+	cb    *gobreaker.CircuitBreaker[struct{}]
 
 	mu       sync.Mutex
 	until    time.Time // Retry-After: no request before
@@ -160,13 +162,16 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 
 func parseURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
+	var ue *url.Error
 	switch {
+	case errors.As(err, &ue):
+		return nil, fmt.Errorf("URL %q: %w", redact.URL(s), ue.Err)
 	case err != nil:
 		return nil, err
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("URL %q: use http:// or https://", s)
+		return nil, fmt.Errorf("URL %q: use http:// or https://", redact.URL(s))
 	case u.Host == "":
-		return nil, fmt.Errorf("URL %q has no host", s)
+		return nil, fmt.Errorf("URL %q has no host", redact.URL(s))
 	}
 	return u, nil
 }
@@ -195,10 +200,10 @@ func (p *Publisher) endpoint(raw string) (*endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	ep := &endpoint{url: u}
+	ep := &endpoint{url: u, where: redact.URL(raw)}
 	if !p.cfg.Breaker.Disabled {
 		ep.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:        u.Redacted(),
+			Name:        ep.where,
 			MaxRequests: 1,
 			Timeout:     p.cfg.Breaker.OpenFor,
 			ReadyToTrip: func(c gobreaker.Counts) bool {
@@ -290,7 +295,7 @@ func (p *Publisher) send(ctx context.Context, m *courier.Message) error {
 	ep.mu.Unlock()
 	if wait > 0 {
 		return broker.Unavailable(&retryAfterError{
-			err:   fmt.Errorf("webhook: %s asked not to be sent anything for %s more (Retry-After)", ep.url.Redacted(), wait.Round(time.Millisecond)),
+			err:   fmt.Errorf("webhook: %s asked not to be sent anything for %s more (Retry-After)", ep.where, wait.Round(time.Millisecond)),
 			after: wait,
 		})
 	}
@@ -303,7 +308,7 @@ func (p *Publisher) send(ctx context.Context, m *courier.Message) error {
 		left := time.Until(ep.openedAt.Add(p.cfg.Breaker.OpenFor))
 		ep.mu.Unlock()
 		return broker.Unavailable(&retryAfterError{
-			err:   fmt.Errorf("webhook: %s: circuit breaker %v after %d consecutive failures; no request sent", ep.url.Redacted(), err, p.cfg.Breaker.Failures),
+			err:   fmt.Errorf("webhook: %s: circuit breaker %v after %d consecutive failures; no request sent", ep.where, err, p.cfg.Breaker.Failures),
 			after: max(left, 0),
 		})
 	}
@@ -315,7 +320,7 @@ func (p *Publisher) send(ctx context.Context, m *courier.Message) error {
 func (p *Publisher) request(ctx context.Context, u *url.URL, m *courier.Message) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(m.Payload))
 	if err != nil {
-		return nil, fmt.Errorf("webhook: request to %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("webhook: request to %s: %w", redact.URL(u.String()), err)
 	}
 	h := req.Header
 	names := make([]string, 0, len(m.Headers))
@@ -364,8 +369,11 @@ func (p *Publisher) request(ctx context.Context, u *url.URL, m *courier.Message)
 func (p *Publisher) do(ctx context.Context, ep *endpoint, req *http.Request, m *courier.Message) error {
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	where := ep.url.Redacted()
+	where := ep.where
 	resp, err := p.client.Do(req.WithContext(rctx))
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		ue.URL = where // it quotes the URL, tokens and all
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return broker.Unavailable(fmt.Errorf("webhook: POST %s: %w (%w)", where, errCallerGone, ctx.Err()))
@@ -446,7 +454,7 @@ func (p *Publisher) classify(ep *endpoint, resp *http.Response, m *courier.Messa
 	if code >= 200 && code < 300 {
 		return nil
 	}
-	se := &statusError{url: ep.url.Redacted(), status: resp.Status, code: code, detail: detail}
+	se := &statusError{url: ep.where, status: resp.Status, code: code, detail: detail}
 	switch {
 	case code == http.StatusTooManyRequests, code == http.StatusBadGateway,
 		code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout:

@@ -30,6 +30,8 @@ func TestParse(t *testing.T) {
 	}{
 		{raw: "postgres://app:secret@db:5432/shop", dialect: "postgres", conn: "postgres://app:secret@db:5432/shop", where: "postgres://app:xxxxx@db:5432/shop"},
 		{raw: "postgresql://app@db/shop?search_path=orders", dialect: "postgres", conn: "postgresql://app@db/shop?search_path=orders", where: "postgresql://app@db/shop?search_path=orders"},
+		{raw: "postgres://app@db/shop?password=secret&sslpassword=s2", dialect: "postgres", conn: "postgres://app@db/shop?password=secret&sslpassword=s2", where: "postgres://app@db/shop?password=xxxxx&sslpassword=xxxxx"},
+		{raw: "postgres://app:p?ss@db/shop", dialect: "postgres", conn: "postgres://app:p?ss@db/shop", where: "postgres://app:xxxxx@db/shop"}, // pgx reads it as libpq does
 		{raw: "mysql://app:a%40b%3Ac%2Fd@db:3306/shop", dialect: "mysql", conn: "app:a@b:c/d@tcp(db:3306)/shop", where: "mysql://app:xxxxx@db:3306/shop"},
 		{raw: "mysql://app@db/shop?timeout=5s", dialect: "mysql", conn: "app@tcp(db:3306)/shop?timeout=5s", where: "mysql://app@db/shop?timeout=5s"},
 		{raw: "sqlite:///var/lib/courier.db", dialect: "sqlite", conn: "/var/lib/courier.db", where: "/var/lib/courier.db"},
@@ -56,6 +58,10 @@ func TestParse(t *testing.T) {
 		{raw: "mysql://app:secret@db:3306/shop?timeout=soon", want: "is not a MySQL URL"},
 		{raw: "mysql://app:100%@db/shop", want: "invalid URL escape"},
 		{raw: "sqlite:", want: "names no SQLite file"},
+		{raw: "mysql://app:p#secret@db/shop", want: "percent-encode"},
+		{raw: "mysql://app:p/secret@db/shop", want: "percent-encode"},
+		{raw: "postgres://app:p/secret@db/shop", want: "percent-encode"},
+		{raw: "host=db password=secret", want: `"host=db password=xxxxx" is not a database URL`},
 	} {
 		_, err := dburl.Parse(c.raw, dburl.Options{Flag: "--database-url", BarePaths: c.bare})
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "secret") {
