@@ -201,3 +201,45 @@ func checkDriver(t *testing.T, db *dburl.DB) {
 		t.Fatalf("a new outbox holds %d rows", n)
 	}
 }
+
+// Parse never fails to hide a password, wherever it sits and whatever it
+// holds, in the URL it keeps for messages (Where) or in its error; and it
+// never panics, whatever it is given.
+func FuzzParse(f *testing.F) {
+	for _, s := range [][3]string{
+		{"postgres", "secret", "db:5432/shop"},
+		{"mysql", "p#ss", "db:3306/shop"},
+		{"mysql", "p/ss?w", "db/shop?timeout=5s"},
+		{"postgres", "p?ss", "db/shop?sslmode=disable"},
+		{"postgresql", "a@b", "db/shop"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, scheme, password, rest string) {
+		_, _ = dburl.Parse(scheme+password+rest, dburl.Options{BarePaths: true})
+		if len(password) < 4 || strings.Contains(password, "://") || strings.Trim(password, "x") == "" ||
+			strings.Contains(rest, "@") || strings.ContainsAny(scheme, "@:/?#") || !plain(scheme+password+rest) {
+			return // messages quote with %q: keep to what it leaves as it is
+		}
+		forms := []func(pw string) string{func(pw string) string { return scheme + "://app:" + pw + "@" + rest }}
+		if !strings.ContainsAny(rest, "?#") { // else the parameter is part of another's value, or of a fragment
+			forms = append(forms, func(pw string) string { return scheme + "://app@" + rest + "?password=" + url.QueryEscape(pw) })
+		}
+		for _, form := range forms {
+			raw, skeleton := form(password), form("xxxxx")
+			u, err := dburl.Parse(raw, dburl.Options{Flag: "--database-url"})
+			shown := u.Where
+			if err != nil {
+				shown = err.Error()
+			}
+			if strings.Count(shown, password) > strings.Count(skeleton, password) {
+				t.Fatalf("Parse(%q) shows the password %q: %q", raw, password, shown)
+			}
+		}
+	})
+}
+
+// plain reports whether s is printable ASCII without quotes or backslashes.
+func plain(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e || r == '"' || r == '\\' })
+}
