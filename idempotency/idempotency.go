@@ -59,8 +59,16 @@
 // (application/problem+json); each type is described at ProblemTypes, the
 // page docs/idempotency.md of this repository.
 //
+// Keys are kept per scope, the part of the key the server knows: the
+// authenticated principal, so that a client never gets another's response
+// nor blocks another's key. Config.Scope is required; ScopeFromContext
+// reads the principal that authentication put in the request's context,
+// ScopeFromHeader hashes a credential header such as Authorization, and
+// OneScopeForAllClients (one scope shared by every client) is for a single
+// trusted caller only.
+//
 //	keys, _ := idempotency.New(postgres.PgxIdempotency(pool), idempotency.Config{
-//		Scope: func(r *http.Request) (string, error) { return userID(r), nil },
+//		Scope: idempotency.ScopeFromContext(userKey{}), // set by the authentication in front
 //	})
 //	mux.Handle("POST /orders", keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 //		tx, _ := idempotency.Tx[pgx.Tx](r.Context()) // the key's transaction
@@ -102,9 +110,15 @@ type Config struct {
 	// Retention is how long a key is remembered, at least LockTimeout.
 	// Default DefaultRetention (24 hours).
 	Retention time.Duration
-	// Scope returns the part of the key the server knows, usually the
-	// authenticated principal, so one client can never read another's
-	// response. Default: one scope for everyone.
+	// Scope returns the part of the key the server knows: the
+	// authenticated principal (ScopeFromContext) or the client's
+	// credentials (ScopeFromHeader), so that one client never gets
+	// another's stored response nor blocks another's key. Required: New
+	// fails without it. OneScopeForAllClients shares every key among all
+	// clients, for a single trusted caller. A function that returns an
+	// error wrapping ErrNoPrincipal gets the request answered 401; any
+	// other error, 500. A program that only calls Do, whose Request
+	// carries its scope, sets any.
 	Scope func(*http.Request) (string, error)
 	// ReplayHeaders are the response headers stored and replayed. Default
 	// Content-Type, Content-Language, Location, ETag, Link.
@@ -136,9 +150,6 @@ func (c *Config) setDefaults() {
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
-	if c.Scope == nil {
-		c.Scope = func(*http.Request) (string, error) { return "", nil }
-	}
 	if c.ReplayHeaders == nil {
 		c.ReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "ETag", "Link"}
 	}
@@ -149,6 +160,10 @@ func (c *Config) setDefaults() {
 
 func (c *Config) validate() error {
 	switch {
+	case c.Scope == nil:
+		return errors.New("idempotency: Config.Scope is nil: set it to the request's principal, such as " +
+			"idempotency.ScopeFromContext(yourUserKey) (behind your authentication) or idempotency.ScopeFromHeader(\"Authorization\"), " +
+			"so that one client never gets another's stored response; idempotency.OneScopeForAllClients shares every key among all clients")
 	case c.MaxKeyLength < 1:
 		return fmt.Errorf("idempotency: Config.MaxKeyLength is %d: use 1 or more", c.MaxKeyLength)
 	case c.MaxBodyBytes < 1:

@@ -101,6 +101,11 @@ func (k *Keys[TTx]) readRequest(w http.ResponseWriter, r *http.Request) (req Req
 		return req, true, false
 	}
 	scope, err := k.cfg.Scope(r)
+	if errors.Is(err, ErrNoPrincipal) {
+		problem(w, http.StatusUnauthorized, problemNoPrincipal, "Request has no principal",
+			"Idempotency keys are kept per client, and this request does not say which client sends it: send your credentials.")
+		return req, true, false
+	}
 	if err != nil {
 		k.cfg.Logger.Error("idempotency scope", "error", err)
 		problem(w, http.StatusInternalServerError, problemScope, "Idempotency scope unavailable",
@@ -195,6 +200,7 @@ const (
 	problemKeyMissing     problemType = "idempotency-key-missing"
 	problemKeyInvalid     problemType = "idempotency-key-invalid"
 	problemScope          problemType = "idempotency-scope"
+	problemNoPrincipal    problemType = "idempotency-principal-missing"
 	problemBodyUnreadable problemType = "body-unreadable"
 	problemBodyTooLarge   problemType = "body-too-large"
 	problemKeyInUse       problemType = "idempotency-key-in-use"

@@ -6,7 +6,7 @@
 // # The services
 //
 //   - orders takes orders over HTTP (POST /orders with an Idempotency-Key,
-//     GET /orders/{id}) and runs one saga per order: charge the payment,
+//     kept per client's Authorization; GET /orders/{id}) and runs one saga per order: charge the payment,
 //     reserve the stock, prepare the shipment. It is the orchestrator: every
 //     reply comes back to it, and a step that fails or times out is
 //     compensated with the steps before it (refund, release, cancel).
