@@ -39,10 +39,12 @@
 // the statements before the failure would commit.
 //
 // What is not stored: requests rejected before the handler (missing or
-// invalid key: 400; body too large: 413; the 409 and 422 above), a 5xx
-// response or a handler error (the transaction rolls back and the key is
-// released, so the client may retry at once), and a panic (likewise,
-// then the panic continues). Put authentication and rate limiting before the
+// invalid key: 400; body too large: 413; no principal: 401; the 409 and
+// 422 above), a 5xx response or a handler error (the transaction rolls
+// back and the key is released, so the client may retry at once), a panic
+// (likewise, then the panic continues), and a response whose body is over
+// Config.MaxResponseBytes (likewise; the client gets 500
+// response-too-large, never a truncated body). Put authentication and rate limiting before the
 // middleware: what they reject stores nothing.
 //
 // On SQLite, idempotent requests run one at a time per database file,
@@ -103,6 +105,14 @@ type Config struct {
 	// MaxBodyBytes caps the request body; larger ones get 413 before
 	// anything is stored. Default DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
+	// MaxResponseBytes caps the response body stored for replay, which
+	// the middleware holds in memory until the key's transaction commits.
+	// A larger response is not stored: its transaction rolls back, the key
+	// is released and the client gets 500 (problem response-too-large),
+	// never a truncated body; the middleware buffers no more than the
+	// limit however much the handler writes. Default
+	// DefaultMaxResponseBytes (1 MiB).
+	MaxResponseBytes int64
 	// LockTimeout is how long a request holds its key; a request still
 	// running after it loses the key to a retry (and its transaction is
 	// rolled back). At least 1s; default DefaultLockTimeout (1 minute).
@@ -129,9 +139,10 @@ type Config struct {
 
 // The defaults of Config's zero fields (MaxKeyLength's is MaxKeyLength).
 const (
-	DefaultMaxBodyBytes = 1 << 20
-	DefaultLockTimeout  = time.Minute
-	DefaultRetention    = 24 * time.Hour
+	DefaultMaxBodyBytes     = 1 << 20
+	DefaultMaxResponseBytes = 1 << 20
+	DefaultLockTimeout      = time.Minute
+	DefaultRetention        = 24 * time.Hour
 )
 
 func (c *Config) setDefaults() {
@@ -143,6 +154,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
 	}
 	if c.LockTimeout == 0 {
 		c.LockTimeout = DefaultLockTimeout
@@ -168,6 +182,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("idempotency: Config.MaxKeyLength is %d: use 1 or more", c.MaxKeyLength)
 	case c.MaxBodyBytes < 1:
 		return fmt.Errorf("idempotency: Config.MaxBodyBytes is %d: use 1 or more", c.MaxBodyBytes)
+	case c.MaxResponseBytes < 1:
+		return fmt.Errorf("idempotency: Config.MaxResponseBytes is %d: use 1 or more", c.MaxResponseBytes)
 	case c.LockTimeout < time.Second:
 		return fmt.Errorf("idempotency: Config.LockTimeout is %s: use at least 1s", c.LockTimeout)
 	case c.Retention < c.LockTimeout:
@@ -210,6 +226,11 @@ type Response = store.StoredResponse
 
 // ErrMismatch: the key was used before for a different request.
 var ErrMismatch = errors.New("idempotency: key reused for a different request")
+
+// ErrResponseTooLarge: the operation's response body is over
+// Config.MaxResponseBytes; it was not stored, its transaction was rolled
+// back and its key released.
+var ErrResponseTooLarge = errors.New("idempotency: the response is larger than Config.MaxResponseBytes allows storing")
 
 // ErrLostKey: the operation outlived its lock and another attempt took the
 // key over; this attempt's transaction was rolled back.
@@ -297,9 +318,10 @@ type Outcome struct {
 // the transaction is rolled back and the response is stored in a
 // transaction of its own: a 4xx commits nothing of fn's work. Later calls
 // with the same request get the stored response back with Replayed set. It
-// returns ErrMismatch, an *InFlightError or ErrLostKey as described on each;
-// when fn fails (an error, a 5xx or a panic) nothing is stored and the key
-// is released.
+// returns ErrMismatch, an *InFlightError, ErrLostKey or ErrResponseTooLarge
+// as described on each; when fn fails (an error, a 5xx or a panic) or its
+// response's body is over Config.MaxResponseBytes, nothing is stored and
+// the key is released.
 func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) (Response, error)) (Outcome, error) {
 	owner := uuid.New()
 	rec, mine, err := k.st.Claim(ctx, store.KeyClaim{
@@ -342,6 +364,8 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 			return err
 		}
 		switch {
+		case int64(len(resp.Body)) > k.cfg.MaxResponseBytes:
+			return ErrResponseTooLarge
 		case resp.Status >= 500:
 			return errServerError
 		case resp.Status >= 400:

@@ -113,3 +113,61 @@ func TestOneScopeForAllClientsShares(t *testing.T) {
 		}
 	}
 }
+
+// A response over Config.MaxResponseBytes is not stored: the handler's
+// writes are rolled back, the key is released, the client gets a 500
+// response-too-large problem (never a truncated body), and the middleware
+// buffers no more than the limit however much the handler writes.
+func TestResponseOverTheLimitIsNotStored(t *testing.T) {
+	onEachDialect(t, testResponseOverTheLimitIsNotStored, testResponseOverTheLimitIsNotStored)
+}
+
+func testResponseOverTheLimitIsNotStored[TTx any](t *testing.T, d dialect[TTx]) {
+	db := d.open(t)
+	const limit = 4 << 10
+	keys, err := idempotency.New(db.keys, idempotency.Config{Scope: idempotency.ScopeFromHeader("Authorization"), MaxResponseBytes: limit})
+	testenv.Must(t, err, "keys")
+	var runs, accepted atomic.Int64
+	h := keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		tx, _ := idempotency.Tx[TTx](r.Context())
+		if _, err := db.insertOrder(r.Context(), tx, "report"); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		chunk := []byte(strings.Repeat("x", 1<<10))
+		for range 10 << 10 { // 10 MiB, if nothing stops it
+			n, err := w.Write(chunk)
+			accepted.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
+	post := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/reports", strings.NewReader(`{}`))
+		req.Header.Set(idempotency.HeaderKey, "big")
+		req.Header.Set("Authorization", "Bearer reporter")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for i := 1; i <= 2; i++ {
+		rec := post()
+		var p map[string]any
+		_ = json.Unmarshal(rec.Body.Bytes(), &p)
+		if rec.Code != http.StatusInternalServerError || p["type"] != idempotency.ProblemTypes+"#response-too-large" {
+			t.Fatalf("attempt %d: %d %.200s; want 500 response-too-large", i, rec.Code, rec.Body)
+		}
+		if runs.Load() != int64(i) {
+			t.Fatalf("attempt %d ran the handler %d times: the key was not released", i, runs.Load())
+		}
+	}
+	if got := accepted.Load(); got > 2*(limit+1) {
+		t.Fatalf("the middleware took %d bytes over two attempts; want at most the limit (%d) each", got, limit)
+	}
+	if n, k := db.count(t, "orders"), db.count(t, "courier_idempotency_keys"); n != 0 || k != 0 {
+		t.Fatalf("%d orders and %d keys stored; want none", n, k)
+	}
+}
