@@ -93,7 +93,8 @@ type Config struct {
 	// Ready): however many probes come, the database is pinged and the
 	// broker checked at most once per CacheFor, and probes that come while
 	// a round runs wait for it and share its answer. Default
-	// DefaultCacheFor (1s); negative: every request runs the checks.
+	// DefaultCacheFor (1s); negative: no answer is reused once its round
+	// has ended (callers during a round still share it).
 	CacheFor time.Duration
 	// Clock is the time CacheFor is measured with. Default time.Now.
 	Clock func() time.Time
