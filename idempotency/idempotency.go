@@ -44,8 +44,8 @@
 // back and the key is released, so the client may retry at once), a panic
 // (likewise, then the panic continues), and a response whose body is over
 // Config.MaxResponseBytes (likewise; the client gets 500
-// response-too-large, never a truncated body). Put authentication and rate limiting before the
-// middleware: what they reject stores nothing.
+// response-too-large, never a truncated body). Put authentication and rate
+// limiting before the middleware: what they reject stores nothing.
 //
 // On SQLite, idempotent requests run one at a time per database file,
 // unrelated keys included: the request's transaction holds SQLite's single
