@@ -3,6 +3,8 @@ package cloudevents_test
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +191,19 @@ func FuzzParseJSON(f *testing.F) {
 	f.Add([]byte(`{"specversion":"1.0","id":"x","source":"/s","type":"t","ext":1.5,"Data":1,"data":null,"data_base64":null}`))
 	f.Add([]byte(`[{"specversion":"1.0"}]`))
 	f.Add([]byte(`null`))
+	for _, name := range []string{"valid-events.json", "invalid-events.json"} { // the conformance tests' events
+		b, err := os.ReadFile(filepath.Join("testdata", "conformance", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		var file conformanceFile
+		if err := json.Unmarshal(b, &file); err != nil {
+			f.Fatal(err)
+		}
+		for _, tc := range file.Tests {
+			f.Add([]byte(tc.Event))
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := cloudevents.ParseJSON(b)
 		if err != nil {
