@@ -217,8 +217,11 @@ type HandlerConfig struct {
 //     message comes again with the sender's next attempt.
 //
 // So inbox.NewConsumer(ib, handler, …) consumes the requests unchanged and a
-// 2xx means the inbox committed. Requests that fail verification are
-// answered 4xx with a problem+json body. Attempt counts the requests for
+// 2xx means the inbox committed. The message comes from the signed body
+// alone (see VerifyMessage). Requests that fail verification, that carry
+// Courier's unsigned raw-mode headers, whose body is not a Courier message,
+// or whose topic HandlerConfig.Topics does not list, are answered 4xx with
+// a problem+json body and reach no consumer. Attempt counts the requests for
 // one message id this Handler has seen (a bounded memory, reset when it
 // grows past 100 000 ids); Extend restarts the request's wait.
 //
