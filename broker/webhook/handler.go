@@ -107,7 +107,9 @@ func VerifyMessage(r *http.Request, secrets ...string) (courier.Message, error) 
 // returns the body (r.Body is read and closed). Errors are *VerifyError.
 // The signature covers the id, the timestamp and the body only: act on
 // nothing else of the request (VerifyMessage reads the message from the
-// body).
+// body). Of webhook-signature's signatures, the first 16 are looked at; a
+// webhook-id holding a full stop, or a timestamp that is not plain digits,
+// is refused, as either would make id.timestamp.body ambiguous.
 func (v *Verifier) Verify(r *http.Request) ([]byte, error) {
 	id, tsText, sigs := r.Header.Get(HeaderID), r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderSignature)
 	for name, val := range map[string]string{HeaderID: id, HeaderTimestamp: tsText, HeaderSignature: sigs} {

@@ -157,6 +157,15 @@ func TestVerifyRefuses(t *testing.T) {
 			return body
 		}, 400, "tolerance"},
 		{"bad timestamp", func(h http.Header) string { h.Set(webhook.HeaderTimestamp, "yesterday"); return body }, 400, "timestamp"},
+		{"signed timestamp", func(h http.Header) string {
+			h.Set(webhook.HeaderTimestamp, "+"+h.Get(webhook.HeaderTimestamp))
+			return body
+		}, 400, "digits"},
+		{"id with a full stop", func(h http.Header) string { h.Set(webhook.HeaderID, "a.1"); return body }, 400, "full stop"},
+		{"more signatures than looked at", func(h http.Header) string {
+			h.Set(webhook.HeaderSignature, strings.Repeat("v1,AAAA ", 16)+h.Get(webhook.HeaderSignature))
+			return body
+		}, 401, "signature"},
 	}
 	for _, tc := range cases {
 		err := replay(tc.mutate)
