@@ -222,8 +222,8 @@ func endpointKeys(cfg PublisherConfig, noDefault bool) (map[string][]signingKey,
 	return byURL, nil
 }
 
-// redacted returns raw without its password, for errors; raw itself when
-// it does not parse.
+// redacted returns raw without its password, for errors; "the URL" when
+// it does not parse (it might hold a password nobody can find).
 func redacted(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
