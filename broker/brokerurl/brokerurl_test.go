@@ -254,12 +254,13 @@ func TestOpenWebhook(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := webhook.Verify(r, secret); err != nil {
+		m, err := webhook.VerifyMessage(r, secret)
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
 		mu.Lock()
-		got = append(got, r.Header.Get(webhook.HeaderTopic))
+		got = append(got, m.Topic)
 		mu.Unlock()
 	}))
 	defer srv.Close()

@@ -64,7 +64,8 @@
 //   - [WebhookTransport]: each service serves a webhook endpoint (a
 //     broker/webhook Handler) on a loopback port of its own, and the relays
 //     POST every message to the endpoints of the services that consume its
-//     topic ([Consumers]), signed with a shared whsec_ secret. Its inbox
+//     topic ([Consumers]), signed with the endpoint's own whsec_ secret;
+//     each endpoint takes only the topics its service consumes. Its inbox
 //     consumers retry in place (KeepOrder), since a retry answered through
 //     HTTP would hold back every message to the endpoint. courier demo
 //     --broker webhook.
