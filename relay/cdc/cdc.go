@@ -304,15 +304,19 @@ type Stats struct {
 	Retried int64
 	// DeadLettered counts messages made dead letters.
 	DeadLettered int64
-	// Swept counts rows published from the table at start (not from the
-	// log).
+	// Swept counts rows published from the table (not from the log)
+	// while the relay made its slot.
 	Swept int64
 	// Confirmed is the slot position the relay last confirmed, as
 	// PostgreSQL writes an LSN ("0/16B3748"); "" before the first.
 	Confirmed string
-	// Reading is true while this relay holds the slot; false while it
-	// waits as a standby or reconnects.
+	// Reading is true while this relay holds the slot, or makes it;
+	// false while it waits as a standby or reconnects.
 	Reading bool
+	// Making is true while this relay makes the slot: it publishes the
+	// rows already in the table, then the log, and makes the slot once
+	// every row from the table is recorded.
+	Making bool
 }
 
 // Stats returns the relay's counters.
@@ -351,6 +355,7 @@ type failure struct {
 
 // txn is one committed transaction's messages, in commit order.
 type txn struct {
+	xid  uint32 // its id, as the log gives it
 	end  uint64 // the log position just past its commit
 	left int    // messages not yet published or dead
 }
