@@ -66,7 +66,13 @@ func (e *env) config() cdc.Config {
 // start runs a relay until the test ends or stop is called.
 func (e *env) start(pub broker.Publisher, cfg cdc.Config) (r *cdc.Relay, stop func()) {
 	e.t.Helper()
-	r, err := cdc.New(e.pg.Pool, pub, cfg)
+	return e.startOn(e.pg.Pool, pub, cfg)
+}
+
+// startOn runs a relay on pool until the test ends or stop is called.
+func (e *env) startOn(pool *pgxpool.Pool, pub broker.Publisher, cfg cdc.Config) (r *cdc.Relay, stop func()) {
+	e.t.Helper()
+	r, err := cdc.New(pool, pub, cfg)
 	testenv.Must(e.t, err, "new relay")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
