@@ -150,7 +150,9 @@ func TestStartWhileAnotherMakesTheSlot(t *testing.T) {
 
 	e.eventually(func() bool { return reads(b) }, "relay b does not read the slot: %+v", testenv.Lazy(func() any { return b.Stats() }))
 	e.write(second)
-	e.eventually(func() bool { return slices.ContainsFunc(e.pub.Messages(), func(m courier.Message) bool { return m.ID == second.ID }) },
+	e.eventually(func() bool {
+		return slices.ContainsFunc(e.pub.Messages(), func(m courier.Message) bool { return m.ID == second.ID })
+	},
 		"the second message is not published")
 	checkOrder(t, []courier.Message{first, second}, e.pub.Messages())
 	stopB()
