@@ -237,9 +237,9 @@ func (l Limits) withDefaults() Limits {
 // Validate checks that the message can be stored and published: id and
 // occurred time set, topic, key and type non-empty valid UTF-8 without
 // control characters (topic and type also without spaces), version at least 1,
-// payload and headers within limits, header names HTTP tokens outside the
-// reserved prefixes Courier- and Nats-, and header values free of line breaks. It returns a [*ValidationError] that names the
-// field and the fix.
+// payload and headers within limits, header names that [CheckHeaderName]
+// accepts, and header values free of line breaks. It returns a
+// [*ValidationError] that names the field and the fix.
 func (m *Message) Validate(limits Limits) error {
 	limits = limits.withDefaults()
 	if m.ID == uuid.Nil {
@@ -270,13 +270,8 @@ func (m *Message) Validate(limits Limits) error {
 	size := 0
 	for name, value := range m.Headers {
 		size += len(name) + len(value)
-		if !isToken(name) {
-			return &ValidationError{Field: fmt.Sprintf("Headers[%q]", name), Problem: "is not a valid header name",
-				Fix: "use letters, digits and !#$%&'*+-.^_`|~ only, no spaces or colons"}
-		}
-		if reservedHeader(name) {
-			return &ValidationError{Field: fmt.Sprintf("Headers[%q]", name), Problem: "uses a reserved prefix (Courier-, Nats-)",
-				Fix: "choose another name; Courier sets these headers itself and brokers act on them"}
+		if err := CheckHeaderName(name); err != nil {
+			return err
 		}
 		if !utf8.ValidString(value) || strings.ContainsAny(value, "\r\n\x00") {
 			return &ValidationError{Field: fmt.Sprintf("Headers[%q]", name), Problem: "has a line break, NUL or invalid UTF-8 in its value",
@@ -311,15 +306,56 @@ func checkName(field, s string, maxBytes int, spaces bool, fix string) error {
 	return nil
 }
 
-// reservedHeader reports whether name belongs to Courier or a broker. Courier
-// writes Courier-Key, Courier-Type and the like itself, and NATS acts on
-// Nats-* headers (Nats-Rollup would purge a stream).
-func reservedHeader(name string) bool {
+// CheckHeaderName returns a [*ValidationError] when name cannot be a
+// message header's name: it is not an HTTP token (RFC 9110), the form
+// header names take on every broker; or a transport acts on it. Courier
+// writes Courier-* headers itself (but Courier-Correlation-Id and
+// Courier-Causation-Id, which are the message's), NATS acts on Nats-*
+// (Nats-Rollup purges a stream), and HTTP clients, servers and proxies act
+// on the names that carry credentials (Authorization, Cookie, Proxy-*), route
+// (Host, Forwarded, X-Forwarded-*, X-Real-Ip, method overrides), frame or
+// encode the body (Content-*, Transfer-Encoding, Connection, Upgrade and
+// the other hop-by-hop names), or sign a webhook (Webhook-*), so a message
+// header sent as an HTTP header by the webhook publisher must not be one of
+// them. Names are compared without regard to case.
+func CheckHeaderName(name string) error {
+	field := fmt.Sprintf("Headers[%q]", name)
+	if !isToken(name) {
+		return &ValidationError{Field: field, Problem: "is not a valid header name",
+			Fix: "use letters, digits and !#$%&'*+-.^_`|~ only, no spaces or colons"}
+	}
 	if name == HeaderCorrelationID || name == HeaderCausationID {
-		return false
+		return nil
 	}
 	lower := strings.ToLower(name)
-	return strings.HasPrefix(lower, "courier-") || strings.HasPrefix(lower, "nats-")
+	if strings.HasPrefix(lower, "courier-") || strings.HasPrefix(lower, "nats-") {
+		return &ValidationError{Field: field, Problem: "uses a reserved prefix (Courier-, Nats-)",
+			Fix: "choose another name; Courier sets these headers itself and brokers act on them"}
+	}
+	if httpReserved(lower) {
+		return &ValidationError{Field: field, Problem: "is a name HTTP acts on (credentials, routing, framing or a webhook signature)",
+			Fix: "choose another name; sent as a webhook's request header it would change how the request is authenticated, routed or read"}
+	}
+	return nil
+}
+
+// httpReserved reports whether lower, a header name in lower case, is one
+// HTTP clients, servers or proxies act on.
+func httpReserved(lower string) bool {
+	for _, prefix := range []string{"proxy-", "x-forwarded-", "content-", "sec-", "webhook-", "if-"} {
+		if strings.HasPrefix(lower, prefix) {
+			return true
+		}
+	}
+	switch lower {
+	case "authorization", "www-authenticate", "cookie", "cookie2", "set-cookie", "set-cookie2",
+		"host", "forwarded", "via", "max-forwards", "origin", "x-real-ip",
+		"x-http-method", "x-http-method-override", "x-method-override", "x-original-url", "x-rewrite-url",
+		"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "expect", "range",
+		"accept-encoding":
+		return true
+	}
+	return false
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110), the form header

@@ -98,6 +98,10 @@ func TestValidateNamesFieldAndFix(t *testing.T) {
 		{"bad header name", func(m *courier.Message) { m.SetHeader("bad name", "v") }, `Headers["bad name"]`},
 		{"header line break", func(m *courier.Message) { m.SetHeader("x", "a\r\nInjected: 1") }, `Headers["x"]`},
 		{"reserved header", func(m *courier.Message) { m.SetHeader("Nats-Rollup", "all") }, `Headers["Nats-Rollup"]`},
+		{"credentials", func(m *courier.Message) { m.SetHeader("Authorization", "Bearer x") }, `Headers["Authorization"]`},
+		{"routing", func(m *courier.Message) { m.SetHeader("x-forwarded-host", "evil.example") }, `Headers["x-forwarded-host"]`},
+		{"body encoding", func(m *courier.Message) { m.SetHeader("Content-Encoding", "gzip") }, `Headers["Content-Encoding"]`},
+		{"webhook signature", func(m *courier.Message) { m.SetHeader("Webhook-Signature", "v1,x") }, `Headers["Webhook-Signature"]`},
 		{"big headers", func(m *courier.Message) { m.SetHeader("x", strings.Repeat("v", courier.DefaultMaxHeaderBytes)) }, "Headers"},
 	}
 	for _, c := range cases {

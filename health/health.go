@@ -20,9 +20,11 @@
 //
 // /readyz answers 200 when every check passes and 503 otherwise, with a JSON
 // body naming each check's verdict and, when there is a relay, its
-// relay.State. The checks run concurrently, bounded by Config.Timeout, on
-// every request: point only your orchestrator's probes and your monitoring
-// at it, not a load balancer polling every few milliseconds. The outbox age
+// relay.State. The checks run concurrently, bounded by Config.Timeout, at
+// most once per Config.CacheFor (a second by default): a flood of probes
+// costs one ping of the database and one check of the broker per second,
+// the probes that come while the checks run wait for them and share their
+// answer, and those in the second after get the same answer. The outbox age
 // is read through metrics.Collector, which queries the database at most once
 // per its MinInterval however often /readyz and /metrics are asked.
 package health
@@ -32,10 +34,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"sort"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/courier-go/courier/relay"
 )
@@ -84,6 +89,15 @@ type Config struct {
 	// Timeout bounds the checks of one /readyz request. Default
 	// DefaultTimeout (5s).
 	Timeout time.Duration
+	// CacheFor is how long one round of checks answers /readyz (and
+	// Ready): however many probes come, the database is pinged and the
+	// broker checked at most once per CacheFor, and probes that come while
+	// a round runs wait for it and share its answer. Default
+	// DefaultCacheFor (1s); negative: no answer is reused once its round
+	// has ended (callers during a round still share it).
+	CacheFor time.Duration
+	// Clock is the time CacheFor is measured with. Default time.Now.
+	Clock func() time.Time
 	// Metrics, if set, is served at /metrics:
 	// promhttp.HandlerFor(registry, promhttp.HandlerOpts{}).
 	Metrics http.Handler
@@ -91,8 +105,9 @@ type Config struct {
 
 // The defaults of Config's zero fields.
 const (
-	DefaultGrace   = time.Minute
-	DefaultTimeout = 5 * time.Second
+	DefaultGrace    = time.Minute
+	DefaultTimeout  = 5 * time.Second
+	DefaultCacheFor = time.Second
 )
 
 func (c *Config) setDefaults() {
@@ -104,6 +119,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.CacheFor == 0 {
+		c.CacheFor = DefaultCacheFor
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 }
 
@@ -141,6 +162,11 @@ type Handler struct {
 	cfg    Config
 	checks map[string]func(ctx context.Context) (string, error)
 	mux    *http.ServeMux
+
+	round singleflight.Group // the round of checks in flight, shared
+	mu    sync.Mutex
+	last  Report    // the last round's answer
+	at    time.Time // when the last round started; zero before the first
 }
 
 // New returns the Handler of cfg. It fails when the configuration is
@@ -198,10 +224,53 @@ type Report struct {
 	Relay *relay.State `json:"relay,omitempty"`
 }
 
-// Ready runs every check, concurrently, and reports their verdicts. The
-// checks get a context that ends after Config.Timeout, and must return
-// when it does.
+// Ready reports the verdicts of every check. It answers with the last
+// round's when that started less than Config.CacheFor ago; otherwise it
+// runs a round, or waits for the one in flight and shares its answer. A
+// round runs the checks concurrently; they get a context that ends after
+// Config.Timeout (not when ctx ends: other callers may be waiting for the
+// round), and must return when it does. A caller whose ctx ends first gets
+// a report that is not ready.
 func (h *Handler) Ready(ctx context.Context) Report {
+	start := h.cfg.Clock()
+	if h.cfg.CacheFor > 0 {
+		h.mu.Lock()
+		last, at := h.last, h.at
+		h.mu.Unlock()
+		if !at.IsZero() && start.Sub(at) < h.cfg.CacheFor && !start.Before(at) {
+			return last.clone()
+		}
+	}
+	ch := h.round.DoChan("ready", func() (any, error) {
+		rep := h.run(context.WithoutCancel(ctx))
+		h.mu.Lock()
+		if start.After(h.at) || h.at.IsZero() {
+			h.last, h.at = rep, start
+		}
+		h.mu.Unlock()
+		return rep, nil
+	})
+	select {
+	case res := <-ch:
+		return res.Val.(Report).clone()
+	case <-ctx.Done():
+		return Report{Checks: map[string]string{"readyz": fmt.Sprintf("the request ended before the checks answered: %v", ctx.Err())}}
+	}
+}
+
+// clone returns a copy of r that its receiver may change.
+func (r Report) clone() Report {
+	r.Checks = maps.Clone(r.Checks)
+	if r.Relay != nil {
+		s := *r.Relay
+		r.Relay = &s
+	}
+	return r
+}
+
+// run runs one round of every check, concurrently, and reports their
+// verdicts.
+func (h *Handler) run(ctx context.Context) Report {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()
 	rep := Report{Ready: true, Checks: make(map[string]string, len(h.checks))}

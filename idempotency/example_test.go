@@ -17,10 +17,28 @@ import (
 	"github.com/courier-go/courier/store/sqlite"
 )
 
-// Protect POST /orders with the Idempotency-Key header, on SQLite. The order,
-// its outbox message and the stored response commit together; a retry gets
-// the first response back and creates nothing; the key reused for another
-// request is refused.
+// userKey is where the example's authentication puts the caller's user id.
+type userKey struct{}
+
+// authenticate stands for the application's authentication: it checks the
+// request's credentials and puts the user's id in its context.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ") // check the token here
+		if !ok {
+			http.Error(w, "sign in", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+	})
+}
+
+// Protect POST /orders with the Idempotency-Key header, on SQLite. Keys are
+// kept per user (the principal the authentication in front found). The
+// order, its outbox message and the stored response commit together; a
+// retry gets the first response back and creates nothing; the key reused
+// for another request is refused; another user's request with the same key
+// is an operation of its own.
 func Example() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "courier-example")
@@ -40,7 +58,7 @@ func Example() {
 		panic(err)
 	}
 
-	keys, err := idempotency.New(sqlite.SQLIdempotency(db), idempotency.Config{})
+	keys, err := idempotency.New(sqlite.SQLIdempotency(db), idempotency.Config{Scope: idempotency.ScopeFromContext(userKey{})})
 	if err != nil {
 		panic(err)
 	}
@@ -72,21 +90,24 @@ func Example() {
 		fmt.Fprintf(rw, `{"id":%d,"item":%q}`, id, in.Item)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", keys.Middleware(createOrder))
+	mux.Handle("POST /orders", authenticate(keys.Middleware(createOrder)))
 
-	post := func(key, body string) *httptest.ResponseRecorder {
+	post := func(user, key, body string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+user)
 		req.Header.Set(idempotency.HeaderKey, key)
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, req)
 		return rec
 	}
-	first := post("checkout-7", `{"item":"vinyl"}`)
+	first := post("ada", "checkout-7", `{"item":"vinyl"}`)
 	fmt.Println(first.Code, first.Body.String())
-	retry := post("checkout-7", `{"item":"vinyl"}`) // the client did not get the answer and retries
+	retry := post("ada", "checkout-7", `{"item":"vinyl"}`) // the client did not get the answer and retries
 	fmt.Println(retry.Code, retry.Body.String(), idempotency.HeaderReplayed+":", retry.Header().Get(idempotency.HeaderReplayed))
-	other := post("checkout-7", `{"item":"poster"}`) // the same key for another request
+	other := post("ada", "checkout-7", `{"item":"poster"}`) // the same key for another request
 	fmt.Println(other.Code)
+	grace := post("grace", "checkout-7", `{"item":"vinyl"}`) // another user, the same key
+	fmt.Println(grace.Code, grace.Body.String())
 
 	var n int
 	if err := db.QueryRow("SELECT COUNT(*) FROM orders").Scan(&n); err != nil {
@@ -97,5 +118,6 @@ func Example() {
 	// 201 {"id":1,"item":"vinyl"}
 	// 201 {"id":1,"item":"vinyl"} Idempotent-Replayed: true
 	// 422
-	// orders: 1
+	// 201 {"id":2,"item":"vinyl"}
+	// orders: 2
 }

@@ -39,11 +39,13 @@
 // the statements before the failure would commit.
 //
 // What is not stored: requests rejected before the handler (missing or
-// invalid key: 400; body too large: 413; the 409 and 422 above), a 5xx
-// response or a handler error (the transaction rolls back and the key is
-// released, so the client may retry at once), and a panic (likewise,
-// then the panic continues). Put authentication and rate limiting before the
-// middleware: what they reject stores nothing.
+// invalid key: 400; body too large: 413; no principal: 401; the 409 and
+// 422 above), a 5xx response or a handler error (the transaction rolls
+// back and the key is released, so the client may retry at once), a panic
+// (likewise, then the panic continues), and a response whose body is over
+// Config.MaxResponseBytes (likewise; the client gets 500
+// response-too-large, never a truncated body). Put authentication and rate
+// limiting before the middleware: what they reject stores nothing.
 //
 // On SQLite, idempotent requests run one at a time per database file,
 // unrelated keys included: the request's transaction holds SQLite's single
@@ -59,8 +61,16 @@
 // (application/problem+json); each type is described at ProblemTypes, the
 // page docs/idempotency.md of this repository.
 //
+// Keys are kept per scope, the part of the key the server knows: the
+// authenticated principal, so that a client never gets another's response
+// nor blocks another's key. Config.Scope is required; ScopeFromContext
+// reads the principal that authentication put in the request's context,
+// ScopeFromHeader hashes a credential header such as Authorization, and
+// OneScopeForAllClients (one scope shared by every client) is for a single
+// trusted caller only.
+//
 //	keys, _ := idempotency.New(postgres.PgxIdempotency(pool), idempotency.Config{
-//		Scope: func(r *http.Request) (string, error) { return userID(r), nil },
+//		Scope: idempotency.ScopeFromContext(userKey{}), // set by the authentication in front
 //	})
 //	mux.Handle("POST /orders", keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 //		tx, _ := idempotency.Tx[pgx.Tx](r.Context()) // the key's transaction
@@ -95,6 +105,14 @@ type Config struct {
 	// MaxBodyBytes caps the request body; larger ones get 413 before
 	// anything is stored. Default DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
+	// MaxResponseBytes caps the response body stored for replay, which
+	// the middleware holds in memory until the key's transaction commits.
+	// A larger response is not stored: its transaction rolls back, the key
+	// is released and the client gets 500 (problem response-too-large),
+	// never a truncated body; the middleware buffers no more than the
+	// limit however much the handler writes. Default
+	// DefaultMaxResponseBytes (1 MiB).
+	MaxResponseBytes int64
 	// LockTimeout is how long a request holds its key; a request still
 	// running after it loses the key to a retry (and its transaction is
 	// rolled back). At least 1s; default DefaultLockTimeout (1 minute).
@@ -102,9 +120,15 @@ type Config struct {
 	// Retention is how long a key is remembered, at least LockTimeout.
 	// Default DefaultRetention (24 hours).
 	Retention time.Duration
-	// Scope returns the part of the key the server knows, usually the
-	// authenticated principal, so one client can never read another's
-	// response. Default: one scope for everyone.
+	// Scope returns the part of the key the server knows: the
+	// authenticated principal (ScopeFromContext) or the client's
+	// credentials (ScopeFromHeader), so that one client never gets
+	// another's stored response nor blocks another's key. Required: New
+	// fails without it. OneScopeForAllClients shares every key among all
+	// clients, for a single trusted caller. A function that returns an
+	// error wrapping ErrNoPrincipal gets the request answered 401; any
+	// other error, 500. A program that only calls Do, whose Request
+	// carries its scope, sets any.
 	Scope func(*http.Request) (string, error)
 	// ReplayHeaders are the response headers stored and replayed. Default
 	// Content-Type, Content-Language, Location, ETag, Link.
@@ -115,9 +139,10 @@ type Config struct {
 
 // The defaults of Config's zero fields (MaxKeyLength's is MaxKeyLength).
 const (
-	DefaultMaxBodyBytes = 1 << 20
-	DefaultLockTimeout  = time.Minute
-	DefaultRetention    = 24 * time.Hour
+	DefaultMaxBodyBytes     = 1 << 20
+	DefaultMaxResponseBytes = 1 << 20
+	DefaultLockTimeout      = time.Minute
+	DefaultRetention        = 24 * time.Hour
 )
 
 func (c *Config) setDefaults() {
@@ -130,14 +155,14 @@ func (c *Config) setDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
 	if c.LockTimeout == 0 {
 		c.LockTimeout = DefaultLockTimeout
 	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
-	}
-	if c.Scope == nil {
-		c.Scope = func(*http.Request) (string, error) { return "", nil }
 	}
 	if c.ReplayHeaders == nil {
 		c.ReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "ETag", "Link"}
@@ -149,10 +174,16 @@ func (c *Config) setDefaults() {
 
 func (c *Config) validate() error {
 	switch {
+	case c.Scope == nil:
+		return errors.New("idempotency: Config.Scope is nil: set it to the request's principal, such as " +
+			"idempotency.ScopeFromContext(yourUserKey) (behind your authentication) or idempotency.ScopeFromHeader(\"Authorization\"), " +
+			"so that one client never gets another's stored response; idempotency.OneScopeForAllClients shares every key among all clients")
 	case c.MaxKeyLength < 1:
 		return fmt.Errorf("idempotency: Config.MaxKeyLength is %d: use 1 or more", c.MaxKeyLength)
 	case c.MaxBodyBytes < 1:
 		return fmt.Errorf("idempotency: Config.MaxBodyBytes is %d: use 1 or more", c.MaxBodyBytes)
+	case c.MaxResponseBytes < 1:
+		return fmt.Errorf("idempotency: Config.MaxResponseBytes is %d: use 1 or more", c.MaxResponseBytes)
 	case c.LockTimeout < time.Second:
 		return fmt.Errorf("idempotency: Config.LockTimeout is %s: use at least 1s", c.LockTimeout)
 	case c.Retention < c.LockTimeout:
@@ -195,6 +226,11 @@ type Response = store.StoredResponse
 
 // ErrMismatch: the key was used before for a different request.
 var ErrMismatch = errors.New("idempotency: key reused for a different request")
+
+// ErrResponseTooLarge: the operation's response body is over
+// Config.MaxResponseBytes; it was not stored, its transaction was rolled
+// back and its key released.
+var ErrResponseTooLarge = errors.New("idempotency: the response is larger than Config.MaxResponseBytes allows storing")
 
 // ErrLostKey: the operation outlived its lock and another attempt took the
 // key over; this attempt's transaction was rolled back.
@@ -282,9 +318,10 @@ type Outcome struct {
 // the transaction is rolled back and the response is stored in a
 // transaction of its own: a 4xx commits nothing of fn's work. Later calls
 // with the same request get the stored response back with Replayed set. It
-// returns ErrMismatch, an *InFlightError or ErrLostKey as described on each;
-// when fn fails (an error, a 5xx or a panic) nothing is stored and the key
-// is released.
+// returns ErrMismatch, an *InFlightError, ErrLostKey or ErrResponseTooLarge
+// as described on each; when fn fails (an error, a 5xx or a panic) or its
+// response's body is over Config.MaxResponseBytes, nothing is stored and
+// the key is released.
 func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) (Response, error)) (Outcome, error) {
 	owner := uuid.New()
 	rec, mine, err := k.st.Claim(ctx, store.KeyClaim{
@@ -327,6 +364,8 @@ func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Con
 			return err
 		}
 		switch {
+		case int64(len(resp.Body)) > k.cfg.MaxResponseBytes:
+			return ErrResponseTooLarge
 		case resp.Status >= 500:
 			return errServerError
 		case resp.Status >= 400:

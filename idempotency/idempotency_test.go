@@ -85,6 +85,10 @@ func newShop[TTx any](t *testing.T, d dialect[TTx], cfg idempotency.Config) *sho
 	return s
 }
 
+// doOnly is the Config.Scope of tests that call Do, whose Request carries
+// the scope; the middleware, which would use it, does not run.
+var doOnly = idempotency.OneScopeForAllClients
+
 type reply struct {
 	status int
 	header http.Header
@@ -258,7 +262,7 @@ func TestPanicReleasesKey(t *testing.T) {
 }
 
 func testPanicReleasesKey[TTx any](t *testing.T, d dialect[TTx]) {
-	keys, err := idempotency.New(d.open(t).keys, idempotency.Config{})
+	keys, err := idempotency.New(d.open(t).keys, idempotency.Config{Scope: doOnly})
 	testenv.Must(t, err, "keys")
 	req := idempotency.Request{Key: "p", Fingerprint: idempotency.Fingerprint("POST", "/x", nil)}
 	func() {
@@ -290,7 +294,7 @@ func testCrashedOwnerIsTakenOver[TTx any](t *testing.T, d dialect[TTx]) {
 	clock := memstore.NewClock()
 	clock.Set(time.Now())
 	db := d.openAt(t, clock.Now)
-	keys, err := idempotency.New(db.keys, idempotency.Config{LockTimeout: time.Second})
+	keys, err := idempotency.New(db.keys, idempotency.Config{Scope: doOnly, LockTimeout: time.Second})
 	testenv.Must(t, err, "keys")
 	ctx := context.Background()
 	req := idempotency.Request{Key: "crash", Fingerprint: idempotency.Fingerprint("POST", "/orders", []byte("x"))}
@@ -330,7 +334,7 @@ func TestExpiredKeyRunsAgain(t *testing.T) {
 func testExpiredKeyRunsAgain[TTx any](t *testing.T, d dialect[TTx]) {
 	clock := memstore.NewClock()
 	clock.Set(time.Now())
-	keys, err := idempotency.New(d.openAt(t, clock.Now).keys, idempotency.Config{LockTimeout: time.Second, Retention: time.Second})
+	keys, err := idempotency.New(d.openAt(t, clock.Now).keys, idempotency.Config{Scope: doOnly, LockTimeout: time.Second, Retention: time.Second})
 	testenv.Must(t, err, "keys")
 	ctx := context.Background()
 	req := idempotency.Request{Key: "old", Fingerprint: idempotency.Fingerprint("POST", "/orders", nil)}
@@ -364,7 +368,7 @@ func TestClientErrorStoresAnswerNotWrites(t *testing.T) {
 
 func testClientErrorStoresAnswerNotWrites[TTx any](t *testing.T, d dialect[TTx]) {
 	db := d.open(t)
-	keys, err := idempotency.New(db.keys, idempotency.Config{})
+	keys, err := idempotency.New(db.keys, idempotency.Config{Scope: idempotency.ScopeFromHeader("Authorization")})
 	testenv.Must(t, err, "keys")
 	w := outbox.New(db.outbox, outbox.Config{})
 	var runs atomic.Int32
@@ -393,6 +397,7 @@ func testClientErrorStoresAnswerNotWrites[TTx any](t *testing.T, d dialect[TTx])
 	post := func(key, target string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{"item":"coffee"}`))
 		req.Header.Set(idempotency.HeaderKey, key)
+		req.Header.Set("Authorization", "Bearer test-client")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec
@@ -445,7 +450,7 @@ func testInFlightRetryAfterIsShort[TTx any](t *testing.T, d dialect[TTx]) {
 		{"lock ends soon", time.Hour, 3 * time.Second, time.Second, 3 * time.Second},
 	}
 	for i, c := range cases {
-		keys, err := idempotency.New(db.keys, idempotency.Config{LockTimeout: c.lockTimeout, Retention: 2 * time.Hour})
+		keys, err := idempotency.New(db.keys, idempotency.Config{Scope: doOnly, LockTimeout: c.lockTimeout, Retention: 2 * time.Hour})
 		testenv.Must(t, err, "keys")
 		req := idempotency.Request{Key: fmt.Sprint("busy-", i), Fingerprint: idempotency.Fingerprint("POST", "/orders", nil)}
 		if _, mine, err := db.keys.Claim(ctx, claimFor(req, c.lockFor)); err != nil || !mine {

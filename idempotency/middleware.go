@@ -48,7 +48,7 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 		}
 		var rec *recorder
 		out, err := k.Do(r.Context(), req, func(ctx context.Context, tx TTx) (Response, error) {
-			rec = &recorder{header: http.Header{}}
+			rec = &recorder{header: http.Header{}, limit: k.cfg.MaxResponseBytes}
 			next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
 			return rec.response(k.cfg.ReplayHeaders), nil
 		})
@@ -101,6 +101,11 @@ func (k *Keys[TTx]) readRequest(w http.ResponseWriter, r *http.Request) (req Req
 		return req, true, false
 	}
 	scope, err := k.cfg.Scope(r)
+	if errors.Is(err, ErrNoPrincipal) {
+		problem(w, http.StatusUnauthorized, problemNoPrincipal, "Request has no principal",
+			"Idempotency keys are kept per client, and this request does not say which client sends it: send your credentials.")
+		return req, true, false
+	}
 	if err != nil {
 		k.cfg.Logger.Error("idempotency scope", "error", err)
 		problem(w, http.StatusInternalServerError, problemScope, "Idempotency scope unavailable",
@@ -132,6 +137,11 @@ func (k *Keys[TTx]) answerError(w http.ResponseWriter, key string, err error) {
 	case errors.Is(err, ErrMismatch):
 		problem(w, http.StatusUnprocessableEntity, problemKeyReused, "Idempotency-Key reused",
 			"This key was used for a different request (method, path or body). Use a new key for a new operation.")
+	case errors.Is(err, ErrResponseTooLarge):
+		k.cfg.Logger.Warn("idempotent response not stored: it is larger than idempotency.Config.MaxResponseBytes; raise it, or answer with less",
+			"key", key, "max_response_bytes", k.cfg.MaxResponseBytes)
+		problem(w, http.StatusInternalServerError, problemTooLarge, "Response too large to store",
+			"The response is larger than the server stores for replay; the request was not applied.")
 	case errors.Is(err, ErrLostKey):
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusConflict, problemTimedOut, "Request timed out",
@@ -143,10 +153,13 @@ func (k *Keys[TTx]) answerError(w http.ResponseWriter, key string, err error) {
 }
 
 // recorder captures a handler's response so it can be stored and then sent.
+// It keeps at most limit+1 bytes of body, enough for Do to tell that the
+// response is over the limit, and fails the writes past that.
 type recorder struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+	limit  int64
 }
 
 func (r *recorder) Header() http.Header { return r.header }
@@ -160,6 +173,10 @@ func (r *recorder) WriteHeader(status int) {
 func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
+	}
+	if room := r.limit + 1 - int64(r.body.Len()); int64(len(b)) > room {
+		n, _ := r.body.Write(b[:max(room, 0)])
+		return n, ErrResponseTooLarge
 	}
 	return r.body.Write(b)
 }
@@ -195,11 +212,13 @@ const (
 	problemKeyMissing     problemType = "idempotency-key-missing"
 	problemKeyInvalid     problemType = "idempotency-key-invalid"
 	problemScope          problemType = "idempotency-scope"
+	problemNoPrincipal    problemType = "idempotency-principal-missing"
 	problemBodyUnreadable problemType = "body-unreadable"
 	problemBodyTooLarge   problemType = "body-too-large"
 	problemKeyInUse       problemType = "idempotency-key-in-use"
 	problemKeyReused      problemType = "idempotency-key-reused"
 	problemTimedOut       problemType = "request-timed-out"
+	problemTooLarge       problemType = "response-too-large"
 	problemInternal       problemType = "internal"
 )
 

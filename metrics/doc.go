@@ -41,6 +41,16 @@
 // that holds a store.Admin alone. Any other source implements
 // OutboxSource, SagaSource or KeySource.
 //
+// # Bounded labels
+//
+// Topics are data: every topic would otherwise be a series of each outbox
+// gauge. The first Config.MaxTopics topics (100 by default) a Collector
+// reports keep series of their own for its lifetime; the others are summed
+// under the topic OtherTopics ("other topics", which no topic can be), their
+// oldest pending age the largest. The other labels take values from the
+// program (consumer names, saga types and states, a KeySource's scopes) or
+// from the database's configuration (replication slots).
+//
 // # CDC relays
 //
 // A CDC relay (package relay/cdc) keeps counters instead of reporting to an

@@ -36,13 +36,26 @@ type Config struct {
 	// QueryTimeout bounds the queries of one refresh. Default
 	// DefaultQueryTimeout (5s).
 	QueryTimeout time.Duration
+	// MaxTopics bounds the topic label of the outbox gauges: the first
+	// MaxTopics topics the Collector reports keep series of their own for
+	// its lifetime, and the others are reported together under the topic
+	// OtherTopics (summed; their oldest pending age is the largest).
+	// Topics are data, and a program that writes one per customer would
+	// otherwise make a series per customer. Default DefaultMaxTopics (100).
+	MaxTopics int
 }
 
 // The defaults of Config's zero fields.
 const (
 	DefaultMinInterval  = 10 * time.Second
 	DefaultQueryTimeout = 5 * time.Second
+	DefaultMaxTopics    = 100
 )
+
+// OtherTopics is the topic label of the outbox gauges' series that sums the
+// topics past Config.MaxTopics. No topic can take it: topics hold no white
+// space (courier.Message.Validate).
+const OtherTopics = "other topics"
 
 func (c *Config) setDefaults() {
 	if c.MinInterval == 0 {
@@ -50,6 +63,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.QueryTimeout == 0 {
 		c.QueryTimeout = DefaultQueryTimeout
+	}
+	if c.MaxTopics == 0 {
+		c.MaxTopics = DefaultMaxTopics
 	}
 }
 
@@ -59,12 +75,15 @@ func (c *Config) validate() error {
 		return fmt.Errorf("metrics: Config.MinInterval is %s: use 0 for the default (%s) or more", c.MinInterval, DefaultMinInterval)
 	case c.QueryTimeout < 0:
 		return fmt.Errorf("metrics: Config.QueryTimeout is %s: use 0 for the default (%s) or more", c.QueryTimeout, DefaultQueryTimeout)
+	case c.MaxTopics < 0:
+		return fmt.Errorf("metrics: Config.MaxTopics is %d: use 0 for the default (%d) or more", c.MaxTopics, DefaultMaxTopics)
 	}
 	return nil
 }
 
 // OutboxSource answers the query behind the outbox gauges. Each TopicStats
-// becomes one series per gauge, labelled with its topic.
+// becomes one series per gauge, labelled with its topic, up to
+// Config.MaxTopics topics (the others are summed under OtherTopics).
 type OutboxSource interface {
 	// OutboxStats reports the outbox, per topic or as one total with
 	// Topic "".
@@ -219,6 +238,7 @@ type Collector struct {
 	mu       sync.Mutex // held while querying: scrapes queue behind one query
 	queried  time.Time  // the last query's start; zero before the first
 	snapshot snapshot
+	topics   map[string]bool // the topics with series of their own, at most MaxTopics
 }
 
 // snapshot is the result of the last queries.
@@ -244,7 +264,7 @@ func New(cfg Config) (*Collector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Collector{cfg: cfg, now: time.Now}
+	c := &Collector{cfg: cfg, now: time.Now, topics: map[string]bool{}}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
@@ -427,7 +447,7 @@ func (c *Collector) refresh(ctx context.Context) snapshot {
 	if c.cfg.Outbox != nil {
 		v, err := c.cfg.Outbox.OutboxStats(ctx)
 		if c.note("outbox", err) {
-			s.outbox = v
+			s.outbox = c.boundTopics(v)
 		}
 		s.outboxErr = err
 	}
@@ -447,6 +467,32 @@ func (c *Collector) refresh(ctx context.Context) snapshot {
 		}
 	}
 	return *s
+}
+
+// boundTopics returns the outbox's stats with at most MaxTopics topics of
+// their own: those it kept before, then new ones while there is room; the
+// rest are summed under OtherTopics. c.mu is held.
+func (c *Collector) boundTopics(in []TopicStats) []TopicStats {
+	out := make([]TopicStats, 0, min(len(in), c.cfg.MaxTopics+1))
+	other := TopicStats{Topic: OtherTopics}
+	others := false
+	for _, t := range in {
+		if t.Topic != OtherTopics && (c.topics[t.Topic] || len(c.topics) < c.cfg.MaxTopics) {
+			c.topics[t.Topic] = true
+			out = append(out, t)
+			continue
+		}
+		others = true
+		other.Pending += t.Pending
+		other.Leased += t.Leased
+		other.InBackoff += t.InBackoff
+		other.DeadLetters += t.DeadLetters
+		other.OldestPendingAge = max(other.OldestPendingAge, t.OldestPendingAge)
+	}
+	if others {
+		out = append(out, other)
+	}
+	return out
 }
 
 // note counts a query of source and reports whether it succeeded.

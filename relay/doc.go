@@ -37,7 +37,16 @@
 // key's pending rows, so it is published after what its key published
 // meanwhile and before what is still pending.
 //
-// Three rules give that order, even with several relays and retries:
+// The CDC relay (package relay/cdc) keeps this contract in every case, with
+// commit order, which the log gives, where the polling relay has the order
+// rows become visible, and through kills, restarts and standby takeovers
+// alike: what it publishes again after one is a duplicate of what it had
+// published. One case differs: a replayed dead letter is published after
+// every message of its key committed before the replay, pending ones
+// included, since the log brings it at its replay's commit.
+//
+// For the polling relay, three rules give that order, even with several
+// relays and retries:
 //
 //  1. A claim takes a key's committed rows in id order, and none of them
 //     while another row of the key is leased or waiting for a retry (the

@@ -159,6 +159,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/internal/redact"
 )
 
 // Header names Courier sets on every AMQP message.
@@ -249,6 +250,10 @@ type Config struct {
 func ParseURL(s string) (Config, error) {
 	u, err := url.Parse(s)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("%q: %w", redact.URL(s), ue.Err) // not the URL as it is: it may hold a password
+		}
 		return Config{}, fmt.Errorf("amqp: URL: %w", err)
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
@@ -315,18 +320,9 @@ func (c Config) dial() (*amqp091.Connection, error) {
 		Properties: amqp091.Table{"connection_name": "courier"},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("amqp: connect to %s: %w", redact(c.URL), err)
+		return nil, fmt.Errorf("amqp: connect to %s: %w", redact.URL(c.URL), err)
 	}
 	return conn, nil
-}
-
-// redact returns the URL with its password hidden.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "the broker"
-	}
-	return u.Redacted()
 }
 
 // Publishing converts a message to the AMQP message Publish sends.

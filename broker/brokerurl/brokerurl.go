@@ -53,6 +53,7 @@ import (
 	"github.com/courier-go/courier/broker/kafka"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/webhook"
+	"github.com/courier-go/courier/internal/redact"
 )
 
 // Forms lists the broker URLs Parse accepts, for error messages.
@@ -159,13 +160,18 @@ type URL struct {
 
 // Parse reads raw. It fails, with a message that names Options.Flag and
 // the forms it accepts, for an empty string, a scheme it does not know, or
-// a URL of a known scheme that its broker would not open, and for a
-// webhook URL without secrets; the message never holds the password.
+// a URL of a known scheme that its broker would not open, for a password
+// or token holding an unencoded /, ? or # (which the URL parser would take
+// for the end of the host: the message says to percent-encode it), and for
+// a webhook URL without secrets; the message never holds the password.
 func Parse(raw string, opts Options) (URL, error) {
 	u := URL{Raw: raw, Where: Redact(raw)}
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok && raw != "" {
 		return URL{}, fmt.Errorf("%s %q is not a broker URL: use %s", opts.flag(), u.Where, Forms)
+	}
+	if err := redact.CheckUserinfo(raw, "/?#"); err != nil {
+		return URL{}, fmt.Errorf("%s %q: %w", opts.flag(), u.Where, err)
 	}
 	switch strings.ToLower(scheme) {
 	case "":
@@ -362,13 +368,13 @@ func streamError(ctx context.Context, nc *natsgo.Conn, opts Options, err error) 
 func openKafka(ctx context.Context, b *Broker, u URL, opts Options) error {
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Config: u.Kafka})
 	if err != nil {
-		return fmt.Errorf("%s %s: %v", opts.flag(), u.Where, err)
+		return fmt.Errorf("%s %s: %v", opts.flag(), u.Where, redactIn(err.Error(), u.Raw))
 	}
 	pctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
 	if err := pub.Client().Ping(pctx); err != nil {
 		pub.Close()
-		return fmt.Errorf("cannot reach Kafka at %s: %v; check %s and that the brokers listen there", u.Where, oneLine(err.Error()), opts.check())
+		return fmt.Errorf("cannot reach Kafka at %s: %v; check %s and that the brokers listen there", u.Where, oneLine(redactIn(err.Error(), u.Raw)), opts.check())
 	}
 	b.Publisher = pub
 	b.close = func() error { pub.Close(); return nil }
@@ -416,60 +422,18 @@ func SplitSecrets(s string) []string {
 	return out
 }
 
-// Redact returns raw with the password of each of its URLs (several
+// Redact returns raw with what may be secret in each of its URLs (several
 // comma-separated NATS URLs included) replaced by xxxxx, whether or not
-// the URL parses.
-func Redact(raw string) string {
-	parts := strings.Split(raw, ",")
-	for i, p := range parts {
-		if pw := password(p); pw != "" {
-			parts[i] = strings.Replace(p, ":"+pw+"@", ":xxxxx@", 1)
-		}
-	}
-	return strings.Join(parts, ",")
-}
+// the URL parses: passwords, NATS tokens (nats://TOKEN@host), secret
+// parameters and, for a webhook endpoint, every query value and each path
+// segment that looks like a token. It applies Courier's one redaction
+// rule, which dburl.Redact, the CLI and the dashboard apply too;
+// docs/operations.md ("Secrets in URLs") states it.
+func Redact(raw string) string { return redact.URL(raw) }
 
-// password returns the password in the user information of URL s, ""
-// when it has none. It reads s by hand, so that a URL that does not parse
-// (a bad port) is redacted too.
-func password(s string) string {
-	_, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		return ""
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return ""
-	}
-	if slash := strings.IndexAny(rest, "/?#"); slash >= 0 && slash < at {
-		if at2 := strings.LastIndex(rest[:slash], "@"); at2 >= 0 {
-			at = at2
-		} else {
-			return ""
-		}
-	}
-	_, pw, ok := strings.Cut(rest[:at], ":")
-	if !ok {
-		return ""
-	}
-	return pw
-}
-
-// redactIn replaces the passwords of raw's URLs wherever they occur in s
-// (a client's error may quote the URL).
-func redactIn(s, raw string) string {
-	for _, p := range strings.Split(raw, ",") {
-		pw := password(p)
-		if pw == "" {
-			continue
-		}
-		s = strings.ReplaceAll(s, pw, "xxxxx")
-		if dec, err := url.PathUnescape(pw); err == nil && dec != pw {
-			s = strings.ReplaceAll(s, dec, "xxxxx")
-		}
-	}
-	return s
-}
+// redactIn replaces what Redact hides of raw wherever it occurs in s (a
+// client's error may quote the URL, or the password it decoded).
+func redactIn(s, raw string) string { return redact.In(s, raw) }
 
 // oneLine joins a multi-line error message into one line.
 func oneLine(s string) string {

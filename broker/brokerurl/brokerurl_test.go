@@ -49,6 +49,10 @@ func TestParse(t *testing.T) {
 		{"amqps://u:p%40ss@rabbit:5671/shop?exchange=events&prefix=shop.", opts, brokerurl.AMQP, "amqps://u:xxxxx@rabbit:5671/shop?exchange=events&prefix=shop."},
 		{"https://hooks.example/courier", hooks, brokerurl.Webhook, "https://hooks.example/courier"},
 		{"http://u:pw@127.0.0.1:8080/in", hooks, brokerurl.Webhook, "http://u:xxxxx@127.0.0.1:8080/in"},
+		{"https://hooks.example/in?token=abc&tenant=7", hooks, brokerurl.Webhook, "https://hooks.example/in?token=xxxxx&tenant=xxxxx"},
+		{"https://hooks.example/services/T0000000/B0000000/XXXXXXXXXXXXXXXXXXXXXXXX", hooks, brokerurl.Webhook, "https://hooks.example/services/xxxxx/xxxxx/xxxxx"},
+		{"nats://s3cr3t@nats.example:4222", opts, brokerurl.NATS, "nats://xxxxx@nats.example:4222"},
+		{"amqp://u:p%2Fss@rabbit/", opts, brokerurl.AMQP, "amqp://u:xxxxx@rabbit/"},
 	}
 	for _, c := range good {
 		u, err := brokerurl.Parse(c.raw, c.opts)
@@ -79,10 +83,15 @@ func TestParse(t *testing.T) {
 		{"https://", "is not a webhook endpoint URL"},
 		{"https://x/hook", "no secret signs its requests: set COURIER_WEBHOOK_SECRET to whsec_"},
 		{"https://x/hook?webhook_secret=" + secret, `webhook secrets never go in the URL (query parameter "webhook_secret")`},
+		{"amqp://u:hun/ter2@rabbit/", `--broker-url "amqp://u:xxxxx@rabbit/": the password (or token) holds an unencoded character that ends it`},
+		{"amqp://u:hun?ter2@rabbit/", "; percent-encode it (/ as %2F, ? as %3F, # as %23, @ as %40)"},
+		{"amqp://u:hun#ter2@rabbit/", "percent-encode"},
+		{"nats://a:4222,nats://u:hun/ter2@b:4222", "percent-encode"},
+		{"nats://hun/ter2@b:4222", "percent-encode"},
 	}
 	for _, c := range bad {
 		_, err := brokerurl.Parse(c.raw, opts)
-		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "MfKQ") {
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "ter2") || strings.Contains(err.Error(), "MfKQ") {
 			t.Errorf("Parse(%q): %v; want an error containing %q, without the password", c.raw, err, c.want)
 		}
 	}
@@ -174,6 +183,7 @@ func TestOpenUnreachable(t *testing.T) {
 	opts := brokerurl.Options{Flag: "--broker-url", Env: "COURIER_BROKER_URL", NoCreate: true}
 	for raw, want := range map[string]string{
 		"nats://u:hunter2@127.0.0.1:1":  "cannot reach NATS at nats://u:xxxxx@127.0.0.1:1",
+		"nats://hunter2@127.0.0.1:1":    "cannot reach NATS at nats://xxxxx@127.0.0.1:1",
 		"amqp://u:hunter2@127.0.0.1:1/": "cannot reach RabbitMQ at amqp://u:xxxxx@127.0.0.1:1/",
 		"kafka://127.0.0.1:1":           "cannot reach Kafka at kafka://127.0.0.1:1",
 	} {
@@ -244,12 +254,13 @@ func TestOpenWebhook(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := webhook.Verify(r, secret); err != nil {
+		m, err := webhook.VerifyMessage(r, secret)
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
 		mu.Lock()
-		got = append(got, r.Header.Get(webhook.HeaderTopic))
+		got = append(got, m.Topic)
 		mu.Unlock()
 	}))
 	defer srv.Close()
@@ -314,4 +325,52 @@ func TestOpenKafka(t *testing.T) {
 			t.Errorf("message %s not received on topic orders", m.ID)
 		}
 	}
+}
+
+// Parse never shows a password or token, wherever it sits and whatever it
+// holds, in the URL it keeps for messages (Where) or in its error; and it
+// never panics, whatever it is given.
+func FuzzParse(f *testing.F) {
+	for _, s := range [][3]string{
+		{"amqp", "guest", "rabbit:5672/shop?exchange=events"},
+		{"amqp", "pa/ss", "rabbit/"},
+		{"nats", "t0k#en", "nats:4222"},
+		{"kafka", "secret", "k1:9092,k2:9092?topic_prefix=shop."},
+		{"https", "p?w", "hooks.example/in?token=abc"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	opts := brokerurl.Options{Flag: "--broker-url", WebhookSecrets: []string{secret}}
+	f.Fuzz(func(t *testing.T, scheme, password, rest string) {
+		_, _ = brokerurl.Parse(scheme+password+rest, opts)
+		if len(password) < 4 || strings.Contains(password, "://") || strings.Trim(password, "x") == "" ||
+			strings.Contains(rest, "@") || strings.ContainsAny(scheme, "@:/?#,") || !plain(scheme+password+rest) {
+			return // messages quote with %q: keep to what it leaves as it is
+		}
+		web := strings.HasPrefix(strings.ToLower(scheme), "http")
+		if web && strings.ContainsAny(password, "@/?#") {
+			return // read as host:port and a path (internal/redact documents it)
+		}
+		forms := []func(pw string) string{func(pw string) string { return scheme + "://u:" + pw + "@" + rest }}
+		switch strings.ToLower(scheme) {
+		case "nats", "tls", "http", "https": // a user name alone is a token
+			forms = append(forms, func(pw string) string { return scheme + "://" + pw + "@" + rest })
+		}
+		for _, form := range forms {
+			raw, skeleton := form(password), form("xxxxx")
+			u, err := brokerurl.Parse(raw, opts)
+			shown := u.Where
+			if err != nil {
+				shown = err.Error()
+			}
+			if strings.Count(shown, password) > strings.Count(skeleton, password) {
+				t.Fatalf("Parse(%q) shows the password %q: %q", raw, password, shown)
+			}
+		}
+	})
+}
+
+// plain reports whether s is printable ASCII without quotes or backslashes.
+func plain(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e || r == '"' || r == '\\' })
 }

@@ -18,12 +18,12 @@ import (
 func ExampleOpen() {
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := webhook.Verify(r, secret)
+		m, err := webhook.VerifyMessage(r, secret)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
-		fmt.Printf("received %s on %s\n", body, r.Header.Get(webhook.HeaderTopic))
+		fmt.Printf("received %s on %s\n", m.Payload, m.Topic)
 	}))
 	defer endpoint.Close()
 	os.Setenv(brokerurl.DefaultWebhookSecretEnv, secret)

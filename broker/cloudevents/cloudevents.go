@@ -25,8 +25,21 @@
 // like one of the attributes is replaced by the attribute (the webhook
 // publisher refuses the message instead). The NATS, Kafka and AMQP decoders
 // also accept a message that carries only CloudEvents attributes (see
-// Decode); the webhook Handler does not, since a request must carry the
-// Standard Webhooks signature, hence come from a Courier-aware sender.
+// Decode).
+//
+// # JSON event format
+//
+// [Config.JSON] writes a message as one event in the JSON event format
+// (MediaTypeJSON, the HTTP binding's structured content mode): the
+// attributes above, datacontenttype, and two more extensions, couriertopic
+// and courierheaders (the headers as a JSON object inside a string), so
+// that the event's bytes hold the whole message. The payload is the data
+// member when it is JSON, else data_base64 ([DataMember]). The webhook
+// publisher sends this, signed, when it has CloudEvents on. [ParseJSON]
+// reads an event and checks it as the specification asks (it passes the
+// CloudEvents project's conformance tests of the format; see
+// testdata/conformance), and [Event.Message] turns it into a message by the
+// rules of Decode.
 package cloudevents
 
 import (
@@ -54,6 +67,7 @@ const (
 	AttrSubject         = "subject"
 	AttrTime            = "time"
 	AttrDataContentType = "datacontenttype"
+	AttrDataSchema      = "dataschema"
 	// AttrVersion is Courier's extension attribute for the schema version
 	// (Message.Version). CloudEvents extension names are lower-case letters
 	// and digits.
@@ -206,8 +220,8 @@ func Decode(prefix string, get func(name string) string) (courier.Message, error
 		return bad(AttrTime, "is missing")
 	}
 	var err error
-	if m.OccurredAt, err = time.Parse(time.RFC3339Nano, t); err != nil {
-		return bad(AttrTime, fmt.Sprintf("is not an RFC 3339 time: %v", err))
+	if m.OccurredAt, err = parseTime(t); err != nil {
+		return bad(AttrTime, err.Error())
 	}
 	m.OccurredAt = m.OccurredAt.UTC()
 	m.Version = 1

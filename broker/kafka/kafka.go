@@ -94,6 +94,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/internal/redact"
 )
 
 // Header names Courier sets on every record.
@@ -130,12 +131,12 @@ func ParseURL(rawURL string) (Config, error) {
 	// taken apart here: scheme, hosts, an optional path, the query.
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok || scheme != "kafka" {
-		return Config{}, fmt.Errorf("kafka: URL %q: the scheme must be kafka:// followed by the brokers, e.g. kafka://host1:9092,host2:9092", rawURL)
+		return Config{}, fmt.Errorf("kafka: URL %q: the scheme must be kafka:// followed by the brokers, e.g. kafka://host1:9092,host2:9092", redact.URL(rawURL))
 	}
 	rest, rawQuery, _ := strings.Cut(rest, "?")
 	hosts, path, _ := strings.Cut(rest, "/")
 	if path != "" {
-		return Config{}, fmt.Errorf("kafka: URL %q has a path %q: Kafka URLs take none; set the topic prefix with ?topic_prefix=", rawURL, "/"+path)
+		return Config{}, fmt.Errorf("kafka: URL %q has a path %q: Kafka URLs take none; set the topic prefix with ?topic_prefix=", redact.URL(rawURL), "/"+path)
 	}
 	var cfg Config
 	for _, h := range strings.Split(hosts, ",") {
@@ -148,18 +149,18 @@ func ParseURL(rawURL string) (Config, error) {
 		cfg.Brokers = append(cfg.Brokers, h)
 	}
 	if len(cfg.Brokers) == 0 {
-		return Config{}, fmt.Errorf("kafka: URL %q names no broker: use kafka://host:9092", rawURL)
+		return Config{}, fmt.Errorf("kafka: URL %q names no broker: use kafka://host:9092", redact.URL(rawURL))
 	}
 	query, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return Config{}, fmt.Errorf("kafka: URL %q: query: %w", rawURL, err)
+		return Config{}, fmt.Errorf("kafka: URL %q: query: %w", redact.URL(rawURL), err)
 	}
 	for k, v := range query {
 		switch k {
 		case "topic_prefix":
 			cfg.TopicPrefix = v[len(v)-1]
 		default:
-			return Config{}, fmt.Errorf("kafka: URL %q: unknown parameter %q (known: topic_prefix)", rawURL, k)
+			return Config{}, fmt.Errorf("kafka: URL %q: unknown parameter %q (known: topic_prefix)", redact.URL(rawURL), k)
 		}
 	}
 	return cfg, nil

@@ -8,6 +8,8 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/courier-go/courier/internal/redact"
 )
 
 // Connect dials a NATS server with the options a relay wants: a name, retries
@@ -35,7 +37,7 @@ func Connect(url string, opts ...natsgo.Option) (*natsgo.Conn, error) {
 	}
 	nc, err := natsgo.Connect(url, append(base, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("nats: connect to %s: %w", url, err)
+		return nil, fmt.Errorf("nats: connect to %s: %w", redact.URL(url), err)
 	}
 	return nc, nil
 }

@@ -22,54 +22,71 @@ import (
 )
 
 // TestCloudEvents publishes with CloudEvents on to a server that decodes
-// each request with the CloudEvents Go SDK's HTTP binding and hands it on
-// to a Handler, which still receives the message as before.
+// each request with the CloudEvents Go SDK's HTTP binding: in the default
+// mode the signed body is the event in the JSON format (structured content
+// mode) and a Handler behind the server receives the message as before; in
+// raw mode the attributes are headers (binary content mode), which the
+// SDK reads too.
 func TestCloudEvents(t *testing.T) {
-	secret := newSecret(t)
-	h, err := webhook.NewHandler(webhook.HandlerConfig{VerifierConfig: webhook.VerifierConfig{Secrets: []string{secret}}, Wait: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close() })
-	events := make(chan binding.Message, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		sdkReq := r.Clone(r.Context())
-		sdkReq.Body = io.NopCloser(bytes.NewReader(body))
-		events <- cehttp.NewMessageFromHttpRequest(sdkReq)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	p := newPublisher(t, webhook.PublisherConfig{DefaultEndpoint: srv.URL, Secrets: []string{secret}, Timeout: 5 * time.Second,
-		CloudEvents: &cloudevents.Config{Source: "https://shop.example.com/orders"}})
+	for _, mode := range []webhook.BodyMode{webhook.BodyEnvelope, webhook.BodyRaw} {
+		t.Run(mode.String(), func(t *testing.T) {
+			secret := newSecret(t)
+			h, err := webhook.NewHandler(webhook.HandlerConfig{VerifierConfig: webhook.VerifierConfig{Secrets: []string{secret}}, Wait: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = h.Close() })
+			events := make(chan binding.Message, 1)
+			contentTypes := make(chan string, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				sdkReq := r.Clone(r.Context())
+				sdkReq.Body = io.NopCloser(bytes.NewReader(body))
+				events <- cehttp.NewMessageFromHttpRequest(sdkReq)
+				contentTypes <- r.Header.Get("Content-Type")
+				if mode == webhook.BodyRaw {
+					w.WriteHeader(http.StatusNoContent)
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				h.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			p := newPublisher(t, webhook.PublisherConfig{DefaultEndpoint: srv.URL, Secrets: []string{secret}, Timeout: 5 * time.Second, Body: mode,
+				CloudEvents: &cloudevents.Config{Source: "https://shop.example.com/orders"}})
 
-	m := msg("order-42")
-	m.Version = 3
-	m.SetHeader(courier.HeaderCorrelationID, "c-1")
-	res := publishAsync(p, m)
-	d, got := nextDelivery(t, h)
-	if err := d.Ack(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-res; err != nil {
-		t.Fatalf("publish: %v", err)
-	}
-	if got.ID != m.ID || got.Key != m.Key || got.Type != m.Type || got.Version != 3 || got.ContentType != m.ContentType ||
-		!got.OccurredAt.Equal(m.OccurredAt) || len(got.Headers) != 1 || got.Headers[courier.HeaderCorrelationID] != "c-1" {
-		t.Fatalf("handler decoded %+v, want %+v", got, m)
-	}
-
-	e, err := cetest.Event(<-events)
-	if err != nil {
-		t.Fatalf("SDK: %v", err)
-	}
-	if diff := cetest.Diff(e, m, "https://shop.example.com/orders"); len(diff) > 0 {
-		t.Fatalf("event %v:\n%s", e, strings.Join(diff, "\n"))
+			m := msg("order-42")
+			m.Version = 3
+			m.SetHeader(courier.HeaderCorrelationID, "c-1")
+			res := publishAsync(p, m)
+			if mode == webhook.BodyEnvelope {
+				d, got := nextDelivery(t, h)
+				if err := d.Ack(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if d := cetest.SameMessage(got, m); d != "" {
+					t.Fatalf("handler: %s", d)
+				}
+			}
+			if err := <-res; err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			wantCT := map[webhook.BodyMode]string{webhook.BodyEnvelope: cloudevents.MediaTypeJSON, webhook.BodyRaw: m.ContentType}[mode]
+			if ct := <-contentTypes; ct != wantCT {
+				t.Errorf("Content-Type %q, want %q", ct, wantCT)
+			}
+			e, err := cetest.Event(<-events)
+			if err != nil {
+				t.Fatalf("SDK: %v", err)
+			}
+			if diff := cetest.Diff(e, m, "https://shop.example.com/orders"); len(diff) > 0 {
+				t.Fatalf("event %v:\n%s", e, strings.Join(diff, "\n"))
+			}
+		})
 	}
 }
 
@@ -79,8 +96,8 @@ func TestCloudEventsConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "PublisherConfig.CloudEvents.Source") {
 		t.Fatalf("got %v, want an error naming PublisherConfig.CloudEvents.Source", err)
 	}
-	// A message header that would be an attribute is refused.
-	p := newPublisher(t, webhook.PublisherConfig{DefaultEndpoint: "http://127.0.0.1:9/", CloudEvents: &cloudevents.Config{Source: "/shop"}})
+	// In raw mode, a message header that would be an attribute is refused.
+	p := newPublisher(t, webhook.PublisherConfig{DefaultEndpoint: "http://127.0.0.1:9/", Body: webhook.BodyRaw, CloudEvents: &cloudevents.Config{Source: "/shop"}})
 	m := msg("k")
 	m.SetHeader("ce-source", "/elsewhere")
 	if err := publishOne(t, p, m); !errors.Is(err, broker.ErrRejected) || !strings.Contains(err.Error(), "ce-source") {

@@ -2,19 +2,18 @@ package webhook
 
 import (
 	"context"
-	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
@@ -27,19 +26,26 @@ const (
 	DefaultWait         = 8 * time.Second
 )
 
-// VerifyError is why a request failed verification; its Status is the HTTP
-// status to answer with (400, 401 or 413).
+// VerifyError is why a request failed verification or, for
+// VerifyMessage, decoding; its Status is the HTTP status to answer with
+// (400, 401 or 413).
 type VerifyError struct {
 	Status int
 	// Title names what is wrong, Detail says what and how to fix it.
 	Title, Detail string
+	// Err is the underlying error, if any: one wrapping
+	// courier.ErrMalformed when the body is not a Courier message.
+	Err error
 }
 
 func (e *VerifyError) Error() string { return "webhook: " + e.Title + ": " + e.Detail }
 
+// Unwrap returns Err.
+func (e *VerifyError) Unwrap() error { return e.Err }
+
 // Verifier checks Standard Webhooks requests.
 type Verifier struct {
-	keys      [][]byte
+	keys      []verifyingKey
 	tolerance time.Duration
 	maxBody   int64
 	now       func() time.Time
@@ -47,8 +53,10 @@ type Verifier struct {
 
 // VerifierConfig configures a Verifier.
 type VerifierConfig struct {
-	// Secrets that may have signed a request ("whsec_" + base64 key); a
-	// request any of them verifies passes. Required.
+	// Secrets that may have signed a request: "whsec_" + base64 key
+	// (shared with the sender), or "whpk_" + an Ed25519 public key (the
+	// sender holds the private one). A request any of them verifies
+	// passes. Give each endpoint its own. Required.
 	Secrets []string
 	// Tolerance is how far webhook-timestamp may be from now, either way.
 	// Default DefaultTolerance (5m).
@@ -60,7 +68,7 @@ type VerifierConfig struct {
 
 // NewVerifier checks cfg and returns a Verifier.
 func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
-	keys, err := parseSecrets(cfg.Secrets)
+	keys, err := parseVerifyingKeys(cfg.Secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -85,43 +93,93 @@ func Verify(r *http.Request, secrets ...string) ([]byte, error) {
 	return v.Verify(r)
 }
 
+// VerifyMessage checks r as Verify does and returns the message its body
+// carries (see Verifier.VerifyMessage).
+func VerifyMessage(r *http.Request, secrets ...string) (courier.Message, error) {
+	v, err := NewVerifier(VerifierConfig{Secrets: secrets})
+	if err != nil {
+		return courier.Message{}, err
+	}
+	return v.VerifyMessage(r)
+}
+
 // Verify checks r's webhook-id, webhook-timestamp and webhook-signature and
 // returns the body (r.Body is read and closed). Errors are *VerifyError.
+// The signature covers the id, the timestamp and the body only: act on
+// nothing else of the request (VerifyMessage reads the message from the
+// body). Of webhook-signature's signatures, the first 16 are looked at; a
+// webhook-id holding a full stop, or a timestamp that is not plain digits,
+// is refused, as either would make id.timestamp.body ambiguous.
 func (v *Verifier) Verify(r *http.Request) ([]byte, error) {
 	id, tsText, sigs := r.Header.Get(HeaderID), r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderSignature)
 	for name, val := range map[string]string{HeaderID: id, HeaderTimestamp: tsText, HeaderSignature: sigs} {
 		if val == "" {
-			return nil, &VerifyError{http.StatusBadRequest, "missing header " + name,
-				"a Standard Webhooks request carries webhook-id, webhook-timestamp and webhook-signature: send it with a Standard Webhooks sender (broker/webhook Publisher)"}
+			return nil, &VerifyError{Status: http.StatusBadRequest, Title: "missing header " + name,
+				Detail: "a Standard Webhooks request carries webhook-id, webhook-timestamp and webhook-signature: send it with a Standard Webhooks sender (broker/webhook Publisher)"}
 		}
 	}
+	if strings.Contains(id, ".") {
+		return nil, &VerifyError{Status: http.StatusBadRequest, Title: "invalid webhook-id",
+			Detail: "webhook-id contains a full stop, which would make the signed id.timestamp.body ambiguous"}
+	}
 	ts, err := strconv.ParseInt(tsText, 10, 64)
-	if err != nil {
-		return nil, &VerifyError{http.StatusBadRequest, "invalid webhook-timestamp", fmt.Sprintf("%q is not Unix seconds", tsText)}
+	if err != nil || strconv.FormatInt(ts, 10) != tsText {
+		return nil, &VerifyError{Status: http.StatusBadRequest, Title: "invalid webhook-timestamp", Detail: fmt.Sprintf("%q is not Unix seconds (digits only)", tsText)}
 	}
 	if skew := v.now().Sub(time.Unix(ts, 0)); math.Abs(float64(skew)) > float64(v.tolerance) {
-		return nil, &VerifyError{http.StatusBadRequest, "timestamp outside tolerance",
-			fmt.Sprintf("webhook-timestamp %d is %s away from the receiver's clock, more than the %s allowed: sync the clocks (NTP); a replayed old request is refused this way", ts, skew.Round(time.Second), v.tolerance)}
+		return nil, &VerifyError{Status: http.StatusBadRequest, Title: "timestamp outside tolerance",
+			Detail: fmt.Sprintf("webhook-timestamp %d is %s away from the receiver's clock, more than the %s allowed: sync the clocks (NTP); a replayed old request is refused this way", ts, skew.Round(time.Second), v.tolerance)}
 	}
 	defer r.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(r.Body, v.maxBody+1))
 	if err != nil {
-		return nil, &VerifyError{http.StatusBadRequest, "unreadable body", err.Error()}
+		return nil, &VerifyError{Status: http.StatusBadRequest, Title: "unreadable body", Detail: err.Error()}
 	}
 	if int64(len(body)) > v.maxBody {
-		return nil, &VerifyError{http.StatusRequestEntityTooLarge, "body too large",
-			fmt.Sprintf("the body is larger than %d bytes: send a smaller payload or raise the receiver's MaxBodyBytes", v.maxBody)}
+		return nil, &VerifyError{Status: http.StatusRequestEntityTooLarge, Title: "body too large",
+			Detail: fmt.Sprintf("the body is larger than %d bytes: send a smaller payload or raise the receiver's MaxBodyBytes", v.maxBody)}
 	}
-	for _, k := range v.keys {
-		want := sign(k, id, ts, body)
-		for _, got := range strings.Fields(sigs) {
-			if hmac.Equal([]byte(got), []byte(want)) {
-				return body, nil
-			}
+	if !verifySignatures(v.keys, sigs, id, ts, body) {
+		return nil, &VerifyError{Status: http.StatusUnauthorized, Title: "bad signature",
+			Detail: "no v1 or v1a signature in webhook-signature matches the body under the receiver's secrets: check that sender and receiver share a secret, or that the receiver has the whpk_ public key of the sender's whsk_ one, for this endpoint (during a rotation the receiver must list both), and that nothing rewrites the body"}
+	}
+	return body, nil
+}
+
+// VerifyMessage checks r as Verify does and returns the message of its
+// signed body: Courier's JSON envelope (PublisherConfig.Body
+// BodyEnvelope) or a CloudEvent in the JSON event format with Courier's
+// extensions (BodyEnvelope with CloudEvents). Every field comes from the
+// signed body or webhook-id; no other header is read. A request that
+// carries any of Courier's raw-mode headers (Courier-Topic, Courier-Type,
+// …), which the signature does not cover, is refused with 400, whatever
+// its body: a raw request, or one someone added them to on the way.
+// Errors are *VerifyError; those about the message wrap
+// courier.ErrMalformed.
+func (v *Verifier) VerifyMessage(r *http.Request) (courier.Message, error) {
+	m, _, err := v.message(r)
+	return m, err
+}
+
+// message verifies r and decodes its body.
+func (v *Verifier) message(r *http.Request) (courier.Message, []byte, error) {
+	body, err := v.Verify(r)
+	if err != nil {
+		return courier.Message{}, nil, err
+	}
+	for _, name := range []string{HeaderTopic, HeaderKey, HeaderType, HeaderVersion, HeaderOccurredAt, HeaderNames} {
+		if len(r.Header.Values(name)) > 0 {
+			return courier.Message{}, nil, &VerifyError{Status: http.StatusBadRequest, Title: "unsigned message header " + name,
+				Detail: "the request carries the message's " + strings.TrimPrefix(name, "Courier-") + " in a header the signature does not cover (raw mode, or a request altered on the way): send it with PublisherConfig.Body BodyEnvelope (the default), which signs everything the receiver acts on",
+				Err:    fmt.Errorf("%w: unsigned header %s", courier.ErrMalformed, name)}
 		}
 	}
-	return nil, &VerifyError{http.StatusUnauthorized, "bad signature",
-		"no v1 signature in webhook-signature matches the body under the receiver's secrets: check that sender and receiver share a secret (during a rotation the receiver must list both) and that nothing rewrites the body"}
+	m, err := decodeBody(r.Header.Get(HeaderID), body)
+	if err != nil {
+		return courier.Message{}, nil, &VerifyError{Status: http.StatusBadRequest, Title: "not a signed Courier message",
+			Detail: err.Error() + ": send it with broker/webhook's Publisher", Err: err}
+	}
+	return m, body, nil
 }
 
 // problem writes an RFC 9457 problem+json answer.
@@ -134,6 +192,11 @@ func problem(w http.ResponseWriter, status int, title, detail string) {
 // HandlerConfig configures a Handler.
 type HandlerConfig struct {
 	VerifierConfig
+	// Topics, if set, are the only topics the Handler takes; a request of
+	// another topic, though signed, is refused with 403. It stops a request
+	// signed for another endpoint that shares this one's secret from being
+	// replayed here. Default: any topic.
+	Topics []string
 	// Wait is how long a request waits for its delivery to be taken by
 	// Next and then acknowledged, retried or dropped; Extend starts it
 	// again. After it the request is answered 503 (Retry-After: 1) and the
@@ -156,8 +219,11 @@ type HandlerConfig struct {
 //     message comes again with the sender's next attempt.
 //
 // So inbox.NewConsumer(ib, handler, …) consumes the requests unchanged and a
-// 2xx means the inbox committed. Requests that fail verification are
-// answered 4xx with a problem+json body. Attempt counts the requests for
+// 2xx means the inbox committed. The message comes from the signed body
+// alone (see VerifyMessage). Requests that fail verification, that carry
+// Courier's unsigned raw-mode headers, whose body is not a Courier message,
+// or whose topic HandlerConfig.Topics does not list, are answered 4xx with
+// a problem+json body and reach no consumer. Attempt counts the requests for
 // one message id this Handler has seen (a bounded memory, reset when it
 // grows past 100 000 ids); Extend restarts the request's wait.
 //
@@ -174,9 +240,10 @@ type HandlerConfig struct {
 // Close makes Next fail and answers waiting requests 503; a Handler is not
 // reopened, so register a new one to consume again.
 type Handler struct {
-	v    *Verifier
-	wait time.Duration
-	in   chan *delivery
+	v      *Verifier
+	wait   time.Duration
+	topics map[string]bool // nil: any
+	in     chan *delivery
 
 	mu       sync.Mutex
 	attempts map[string]int
@@ -196,7 +263,14 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.Wait <= 0 {
 		cfg.Wait = DefaultWait
 	}
-	return &Handler{v: v, wait: cfg.Wait, in: make(chan *delivery), attempts: map[string]int{}, closed: make(chan struct{})}, nil
+	var topics map[string]bool
+	for _, t := range cfg.Topics {
+		if topics == nil {
+			topics = map[string]bool{}
+		}
+		topics[t] = true
+	}
+	return &Handler{v: v, wait: cfg.Wait, topics: topics, in: make(chan *delivery), attempts: map[string]int{}, closed: make(chan struct{})}, nil
 }
 
 // verdicts of a delivery.
@@ -218,7 +292,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusMethodNotAllowed, "method not allowed", "webhooks are POSTed")
 		return
 	}
-	body, err := h.v.Verify(r)
+	m, body, err := h.v.message(r)
 	if err != nil {
 		var ve *VerifyError
 		if errors.As(err, &ve) {
@@ -228,12 +302,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusInternalServerError, "verification failed", err.Error())
 		return
 	}
-	raw := broker.Raw{Subject: r.Header.Get(HeaderTopic), Headers: keep(r.Header), Data: body}
-	if _, err := h.Decode(raw); err != nil {
-		problem(w, http.StatusBadRequest, "not a Courier message", err.Error()+": send it with broker/webhook's Publisher")
+	if h.topics != nil && !h.topics[m.Topic] {
+		problem(w, http.StatusForbidden, "topic not taken here",
+			fmt.Sprintf("this endpoint takes the topics %s, not %q: point the sender's topic at its own endpoint (and give each endpoint its own secret)", h.topicList(), m.Topic))
 		return
 	}
-	d := &delivery{raw: raw, attempt: h.attempt(r.Header.Get(HeaderID)), verdict: make(chan verdict, 1), extend: make(chan struct{}, 1)}
+	id := r.Header.Get(HeaderID)
+	raw := broker.Raw{Subject: m.Topic, Headers: map[string][]string{http.CanonicalHeaderKey(HeaderID): {id}}, Data: body}
+	d := &delivery{raw: raw, attempt: h.attempt(id), verdict: make(chan verdict, 1), extend: make(chan struct{}, 1)}
 	timer := time.NewTimer(h.wait)
 	defer timer.Stop()
 	select {
@@ -290,20 +366,9 @@ func busy(w http.ResponseWriter, after int, why string) {
 	problem(w, http.StatusServiceUnavailable, "try again later", why)
 }
 
-// keep returns the headers Decode reads.
-func keep(h http.Header) map[string][]string {
-	out := map[string][]string{}
-	for _, name := range []string{HeaderID, HeaderTimestamp, HeaderContentType, HeaderTopic, HeaderKey, HeaderType, HeaderVersion, HeaderOccurredAt, HeaderNames} {
-		if v := h.Values(name); len(v) > 0 {
-			out[http.CanonicalHeaderKey(name)] = v
-		}
-	}
-	for _, name := range strings.Fields(h.Get(HeaderNames)) {
-		if v := h.Values(name); len(v) > 0 {
-			out[name] = v
-		}
-	}
-	return out
+// topicList returns the topics the Handler takes, sorted, for errors.
+func (h *Handler) topicList() string {
+	return strings.Join(slices.Sorted(maps.Keys(h.topics)), ", ")
 }
 
 func (h *Handler) attempt(id string) int {
@@ -328,57 +393,12 @@ func (h *Handler) Next(ctx context.Context) (broker.Delivery, error) {
 	}
 }
 
-// Decode implements broker.Subscriber.
+// Decode implements broker.Subscriber: it reads the message of raw's body
+// (the signed envelope or CloudEvent ServeHTTP verified, see
+// VerifyMessage) with the id of raw's webhook-id header. Errors wrap
+// courier.ErrMalformed.
 func (h *Handler) Decode(raw broker.Raw) (courier.Message, error) {
-	hd := http.Header(raw.Headers)
-	get := func(name string) string {
-		if v := hd.Get(name); v != "" {
-			return v
-		}
-		return firstOf(raw.Headers[name])
-	}
-	bad := func(field string, err error) (courier.Message, error) {
-		if err != nil {
-			return courier.Message{}, fmt.Errorf("%w: header %s: %v", courier.ErrMalformed, field, err)
-		}
-		return courier.Message{}, fmt.Errorf("%w: header %s is missing", courier.ErrMalformed, field)
-	}
-	m := courier.Message{Topic: raw.Subject, Payload: raw.Data}
-	if m.Topic == "" {
-		return bad(HeaderTopic, nil)
-	}
-	var err error
-	if m.ID, err = uuid.Parse(get(HeaderID)); err != nil {
-		return bad(HeaderID, err)
-	}
-	if m.Key = get(HeaderKey); m.Key == "" {
-		return bad(HeaderKey, nil)
-	}
-	if m.Type = get(HeaderType); m.Type == "" {
-		return bad(HeaderType, nil)
-	}
-	if m.Version, err = strconv.Atoi(get(HeaderVersion)); err != nil {
-		return bad(HeaderVersion, err)
-	}
-	if m.OccurredAt, err = time.Parse(time.RFC3339Nano, get(HeaderOccurredAt)); err != nil {
-		return bad(HeaderOccurredAt, err)
-	}
-	m.ContentType = get(HeaderContentType)
-	for _, name := range strings.Fields(get(HeaderNames)) {
-		if v, ok := raw.Headers[name]; ok {
-			m.SetHeader(name, firstOf(v))
-		} else if v, ok := hd[http.CanonicalHeaderKey(name)]; ok {
-			m.SetHeader(name, firstOf(v))
-		}
-	}
-	return m, nil
-}
-
-func firstOf(v []string) string {
-	if len(v) == 0 {
-		return ""
-	}
-	return v[0]
+	return decodeBody(http.Header(raw.Headers).Get(HeaderID), raw.Data)
 }
 
 // Close implements broker.Subscriber: Next fails from now on and waiting

@@ -1,12 +1,17 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,32 +196,82 @@ func TestHandlerRefuses(t *testing.T) {
 	}
 }
 
-// A correctly signed request that lacks Courier's headers is refused with
-// 400 naming the header; Verify alone accepts it.
+// signedRequest returns a POST of body signed with secret ("whsec_" +
+// base64) the Standard Webhooks way, by this test's own HMAC, at now.
+func signedRequest(t testing.TB, secret, id string, body []byte) *http.Request {
+	t.Helper()
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, webhook.SecretPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + ts + "."))
+	mac.Write(body)
+	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	r.Header.Set(webhook.HeaderID, id)
+	r.Header.Set(webhook.HeaderTimestamp, ts)
+	r.Header.Set(webhook.HeaderSignature, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	return r
+}
+
+// Correctly signed requests that are not signed Courier messages are
+// refused with 400 naming what is wrong: a raw request (its topic, key and
+// type in unsigned headers), an envelope with a Courier header added, an
+// envelope without its type, a body that is not JSON. Verify alone accepts
+// them all.
 func TestHandlerNotCourier(t *testing.T) {
 	secret := newSecret(t)
-	h, err := webhook.NewHandler(webhook.HandlerConfig{VerifierConfig: webhook.VerifierConfig{Secrets: []string{secret}}})
+	h, err := webhook.NewHandler(webhook.HandlerConfig{VerifierConfig: webhook.VerifierConfig{Secrets: []string{secret}}, Wait: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	var captured *http.Request
-	var body []byte
-	capture := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ = io.ReadAll(r.Body)
-		captured = r
-	}))
-	defer capture.Close()
-	p := newPublisher(t, webhook.PublisherConfig{DefaultEndpoint: capture.URL, Secrets: []string{secret}})
-	if err := publishOne(t, p, msg("k")); err != nil {
-		t.Fatal(err)
+	id := msg("k").ID.String()
+	envelope := `{"type":"OrderPlaced","timestamp":"2026-11-30T12:00:00Z","topic":"orders","key":"k","version":1}`
+	raw := signedRequest(t, secret, id, []byte(`{"n":1}`))
+	for name, v := range map[string]string{webhook.HeaderTopic: "orders", webhook.HeaderKey: "k", webhook.HeaderType: "OrderPlaced",
+		webhook.HeaderVersion: "1", webhook.HeaderOccurredAt: "2026-11-30T12:00:00Z"} {
+		raw.Header.Set(name, v)
 	}
-	req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(string(body)))
-	req.Header = captured.Header.Clone()
-	req.Header.Del(webhook.HeaderType)
+	added := signedRequest(t, secret, id, []byte(envelope))
+	added.Header.Set(webhook.HeaderType, "OrderCancelled")
+	cases := map[string]struct {
+		r    *http.Request
+		says string
+	}{
+		"raw":           {raw, "Courier-"},
+		"header added":  {added, webhook.HeaderType},
+		"no type":       {signedRequest(t, secret, id, []byte(strings.Replace(envelope, `"type":"OrderPlaced",`, "", 1))), `"type"`},
+		"no topic":      {signedRequest(t, secret, id, []byte(strings.Replace(envelope, `"topic":"orders",`, "", 1))), `"topic"`},
+		"id not a UUID": {signedRequest(t, secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", []byte(envelope)), "UUID"},
+		"not JSON":      {signedRequest(t, secret, id, []byte(`hello`)), "JSON"},
+		"event without topic": {signedRequest(t, secret, id, []byte(`{"specversion":"1.0","id":"`+id+`","source":"/s","type":"T","subject":"k","time":"2026-11-30T12:00:00Z"}`)),
+			"couriertopic"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			body, _ := io.ReadAll(tc.r.Body)
+			tc.r.Body = io.NopCloser(bytes.NewReader(body))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, tc.r)
+			var pr struct{ Title, Detail string }
+			_ = json.Unmarshal(rec.Body.Bytes(), &pr)
+			if rec.Code != http.StatusBadRequest || !strings.Contains(pr.Title+pr.Detail, tc.says) {
+				t.Fatalf("%d %s; want 400 naming %s", rec.Code, rec.Body, tc.says)
+			}
+			again := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+			again.Header = tc.r.Header.Clone()
+			if _, err := webhook.Verify(again, secret); err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+		})
+	}
+	// The envelope itself passes verification and decoding (no consumer:
+	// 503 after Wait).
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), webhook.HeaderType) {
-		t.Fatalf("without %s: %d %s", webhook.HeaderType, rec.Code, rec.Body)
+	h.ServeHTTP(rec, signedRequest(t, secret, id, []byte(envelope)))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("the envelope: %d %s", rec.Code, rec.Body)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/internal/redact"
 )
 
 // Defaults of PublisherConfig's zero fields.
@@ -41,10 +42,25 @@ type PublisherConfig struct {
 	// Endpoint name. A message whose topic has no endpoint fails with a
 	// counted error that names the topic.
 	DefaultEndpoint string
-	// Secrets sign each request, "whsec_" + base64 key each; every one
-	// signs (webhook-signature carries one signature per secret), so a
-	// receiver that knows any of them accepts the request. Required.
+	// Secrets sign the requests to every endpoint without EndpointSecrets
+	// of its own: "whsec_" + base64 key, or "whsk_" + an Ed25519 private
+	// key (see the package documentation). Every one signs
+	// (webhook-signature carries one signature per key), so a receiver
+	// that knows any of them accepts the request. Required unless
+	// EndpointSecrets covers every endpoint of Endpoints and
+	// DefaultEndpoint.
 	Secrets []string
+	// EndpointSecrets gives endpoints keys of their own, by URL, written
+	// exactly as in Endpoints, DefaultEndpoint or what Endpoint returns;
+	// they replace Secrets for that endpoint. With a key per endpoint, a
+	// request signed for one endpoint does not verify at another. A URL
+	// that no topic uses (when Endpoint is nil) is refused as a typo.
+	EndpointSecrets map[string][]string
+	// Body is how a request carries the message. Default BodyEnvelope: a
+	// signed JSON envelope. BodyRaw sends the payload alone as the body
+	// and the rest in unsigned headers; see the package documentation
+	// before choosing it.
+	Body BodyMode
 	// Timeout bounds each request, answer included. Default
 	// DefaultTimeout (10s).
 	Timeout time.Duration
@@ -61,9 +77,10 @@ type PublisherConfig struct {
 	Client *http.Client
 	// Breaker tunes the circuit breaker of each endpoint.
 	Breaker BreakerConfig
-	// CloudEvents, if set, adds the CloudEvents attributes of the HTTP
-	// binding's binary content mode to every request, next to Courier's
-	// headers (see the package documentation). Its Source is required.
+	// CloudEvents, if set, sends each message as a CloudEvent: in the JSON
+	// event format as the signed body (BodyEnvelope), or with the HTTP
+	// binding's binary content mode attributes next to Courier's headers
+	// (BodyRaw); see the package documentation. Its Source is required.
 	// Default nil: off.
 	CloudEvents *cloudevents.Config
 }
@@ -86,7 +103,8 @@ type BreakerConfig struct {
 // documentation). It is safe for concurrent use.
 type Publisher struct {
 	cfg    PublisherConfig
-	keys   [][]byte
+	keys   []signingKey            // Secrets
+	byURL  map[string][]signingKey // EndpointSecrets
 	client *http.Client
 
 	mu        sync.Mutex
@@ -98,8 +116,10 @@ var _ broker.Publisher = (*Publisher)(nil)
 // endpoint is the state kept per URL: its breaker and how long a
 // Retry-After holds it back.
 type endpoint struct {
-	url *url.URL
-	cb  *gobreaker.CircuitBreaker[struct{}]
+	url   *url.URL
+	where string       // the URL as errors show it: redacted (internal/redact)
+	keys  []signingKey // nil: none configured
+	cb    *gobreaker.CircuitBreaker[struct{}]
 
 	mu       sync.Mutex
 	until    time.Time // Retry-After: no request before
@@ -108,9 +128,19 @@ type endpoint struct {
 
 // NewPublisher checks cfg and returns a Publisher.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
-	keys, err := parseSecrets(cfg.Secrets)
+	var keys []signingKey
+	if len(cfg.Secrets) > 0 || len(cfg.EndpointSecrets) == 0 {
+		var err error
+		if keys, err = parseSigningKeys(cfg.Secrets); err != nil {
+			return nil, fmt.Errorf("%w (PublisherConfig.Secrets)", err)
+		}
+	}
+	byURL, err := endpointKeys(cfg, keys == nil)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Body != BodyEnvelope && cfg.Body != BodyRaw {
+		return nil, fmt.Errorf("webhook: PublisherConfig.Body is %v: use BodyEnvelope (the default) or BodyRaw", cfg.Body)
 	}
 	if cfg.CloudEvents != nil {
 		if err := cfg.CloudEvents.Check("webhook: PublisherConfig.CloudEvents"); err != nil {
@@ -155,18 +185,57 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		client.Transport = t
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Publisher{cfg: cfg, keys: keys, client: client, endpoints: make(map[string]*endpoint)}, nil
+	return &Publisher{cfg: cfg, keys: keys, byURL: byURL, client: client, endpoints: make(map[string]*endpoint)}, nil
+}
+
+// endpointKeys parses cfg.EndpointSecrets. Each URL must parse and, when
+// cfg.Endpoint is nil, be one a topic uses; when there are no Secrets
+// (noDefault), every URL of Endpoints and DefaultEndpoint must have keys.
+func endpointKeys(cfg PublisherConfig, noDefault bool) (map[string][]signingKey, error) {
+	used := map[string]bool{}
+	for _, u := range cfg.Endpoints {
+		used[u] = true
+	}
+	if cfg.DefaultEndpoint != "" {
+		used[cfg.DefaultEndpoint] = true
+	}
+	byURL := make(map[string][]signingKey, len(cfg.EndpointSecrets))
+	for u, secrets := range cfg.EndpointSecrets {
+		where := redact.URL(u)
+		if _, err := parseURL(u); err != nil {
+			return nil, fmt.Errorf("webhook: PublisherConfig.EndpointSecrets: %w", err)
+		}
+		if cfg.Endpoint == nil && !used[u] {
+			return nil, fmt.Errorf("webhook: PublisherConfig.EndpointSecrets names %s, which no topic uses: write the URL exactly as in Endpoints or DefaultEndpoint", where)
+		}
+		keys, err := parseSigningKeys(secrets)
+		if err != nil {
+			return nil, fmt.Errorf("%w (PublisherConfig.EndpointSecrets of %s)", err, where)
+		}
+		byURL[u] = keys
+	}
+	if noDefault {
+		for u := range used {
+			if byURL[u] == nil {
+				return nil, fmt.Errorf("webhook: endpoint %s has no secret: add it to PublisherConfig.EndpointSecrets or set Secrets", redact.URL(u))
+			}
+		}
+	}
+	return byURL, nil
 }
 
 func parseURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
+	var ue *url.Error
 	switch {
+	case errors.As(err, &ue):
+		return nil, fmt.Errorf("URL %q: %w", redact.URL(s), ue.Err)
 	case err != nil:
 		return nil, err
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("URL %q: use http:// or https://", s)
+		return nil, fmt.Errorf("URL %q: use http:// or https://", redact.URL(s))
 	case u.Host == "":
-		return nil, fmt.Errorf("URL %q has no host", s)
+		return nil, fmt.Errorf("URL %q has no host", redact.URL(s))
 	}
 	return u, nil
 }
@@ -195,10 +264,13 @@ func (p *Publisher) endpoint(raw string) (*endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	ep := &endpoint{url: u}
+	ep := &endpoint{url: u, where: redact.URL(raw), keys: p.byURL[raw]}
+	if ep.keys == nil {
+		ep.keys = p.keys
+	}
 	if !p.cfg.Breaker.Disabled {
 		ep.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:        u.Redacted(),
+			Name:        ep.where,
 			MaxRequests: 1,
 			Timeout:     p.cfg.Breaker.OpenFor,
 			ReadyToTrip: func(c gobreaker.Counts) bool {
@@ -281,7 +353,10 @@ func (p *Publisher) send(ctx context.Context, m *courier.Message) error {
 	if err != nil {
 		return fmt.Errorf("webhook: endpoint of topic %q: %w", m.Topic, err)
 	}
-	req, err := p.request(ctx, ep.url, m)
+	if ep.keys == nil {
+		return fmt.Errorf("webhook: endpoint %s of topic %q has no secret: add it to PublisherConfig.EndpointSecrets or set Secrets", ep.where, m.Topic)
+	}
+	req, err := p.request(ctx, ep, m)
 	if err != nil {
 		return err
 	}
@@ -290,7 +365,7 @@ func (p *Publisher) send(ctx context.Context, m *courier.Message) error {
 	ep.mu.Unlock()
 	if wait > 0 {
 		return broker.Unavailable(&retryAfterError{
-			err:   fmt.Errorf("webhook: %s asked not to be sent anything for %s more (Retry-After)", ep.url.Redacted(), wait.Round(time.Millisecond)),
+			err:   fmt.Errorf("webhook: %s asked not to be sent anything for %s more (Retry-After)", ep.where, wait.Round(time.Millisecond)),
 			after: wait,
 		})
 	}
@@ -303,46 +378,74 @@ func (p *Publisher) send(ctx context.Context, m *courier.Message) error {
 		left := time.Until(ep.openedAt.Add(p.cfg.Breaker.OpenFor))
 		ep.mu.Unlock()
 		return broker.Unavailable(&retryAfterError{
-			err:   fmt.Errorf("webhook: %s: circuit breaker %v after %d consecutive failures; no request sent", ep.url.Redacted(), err, p.cfg.Breaker.Failures),
+			err:   fmt.Errorf("webhook: %s: circuit breaker %v after %d consecutive failures; no request sent", ep.where, err, p.cfg.Breaker.Failures),
 			after: max(left, 0),
 		})
 	}
 	return err
 }
 
-// request builds the signed POST of m to u. A header the wire cannot carry
-// unchanged is a permanent refusal.
-func (p *Publisher) request(ctx context.Context, u *url.URL, m *courier.Message) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(m.Payload))
-	if err != nil {
-		return nil, fmt.Errorf("webhook: request to %s: %w", u.Redacted(), err)
+// request builds the signed POST of m to ep. A message the wire cannot
+// carry unchanged is a permanent refusal.
+func (p *Publisher) request(ctx context.Context, ep *endpoint, m *courier.Message) (*http.Request, error) {
+	var body []byte
+	h := http.Header{}
+	switch {
+	case p.cfg.Body == BodyRaw:
+		if err := p.rawHeaders(h, m); err != nil {
+			return nil, err
+		}
+		body = m.Payload
+	case p.cfg.CloudEvents != nil:
+		var err error
+		if body, err = p.cfg.CloudEvents.JSON(m); err != nil {
+			return nil, broker.Rejected(fmt.Errorf("webhook: %w", err))
+		}
+		h.Set(HeaderContentType, cloudevents.MediaTypeJSON)
+	default:
+		var err error
+		if body, err = envelope(m); err != nil {
+			return nil, broker.Rejected(err)
+		}
+		h.Set(HeaderContentType, contentTypeEnvelope)
 	}
-	h := req.Header
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.url.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("webhook: request to %s: %w", ep.where, err)
+	}
+	id := m.ID.String()
+	ts := time.Now().Unix()
+	h[HeaderID] = []string{id}
+	h[HeaderTimestamp] = []string{strconv.FormatInt(ts, 10)}
+	h[HeaderSignature] = []string{signature(ep.keys, id, ts, body)}
+	req.Header = h
+	return req, nil
+}
+
+// rawHeaders sets the headers of BodyRaw mode: Courier's, the message's
+// own and, with CloudEvents, the binary content mode's attributes. A
+// header HTTP acts on, one the wire format or CloudEvents sets, or a value
+// HTTP does not carry unchanged is a permanent refusal.
+func (p *Publisher) rawHeaders(h http.Header, m *courier.Message) error {
 	names := make([]string, 0, len(m.Headers))
 	for k, v := range m.Headers {
+		if err := courier.CheckHeaderName(k); err != nil {
+			return broker.Rejected(fmt.Errorf("webhook: header %q cannot be sent: %w", k, err))
+		}
 		switch {
-		case !validName(k):
-			return nil, broker.Rejected(fmt.Errorf("webhook: header name %q cannot be sent over HTTP: use letters, digits and -", k))
-		case reserved[strings.ToLower(k)]:
-			return nil, broker.Rejected(fmt.Errorf("webhook: header %q is set by the webhook wire format: rename the message's header", k))
 		case p.cfg.CloudEvents != nil && cloudevents.Written(cloudevents.PrefixHTTP, k):
-			return nil, broker.Rejected(fmt.Errorf("webhook: header %q is a CloudEvents attribute, which the publisher sets (PublisherConfig.CloudEvents): rename the message's header", k))
+			return broker.Rejected(fmt.Errorf("webhook: header %q is a CloudEvents attribute, which the publisher sets (PublisherConfig.CloudEvents): rename the message's header", k))
 		case !validValue(v):
-			return nil, broker.Rejected(fmt.Errorf("webhook: the value of header %q has control characters or white space at an end, which HTTP does not carry unchanged", k))
+			return broker.Rejected(fmt.Errorf("webhook: the value of header %q has control characters or white space at an end, which HTTP does not carry unchanged", k))
 		}
 		h[k] = append(h[k], v)
 		names = append(names, k)
 	}
 	for name, v := range map[string]string{HeaderKey: m.Key, HeaderType: m.Type, HeaderTopic: m.Topic} {
 		if !validValue(v) {
-			return nil, broker.Rejected(fmt.Errorf("webhook: the message's %s %q has control characters or white space at an end, which HTTP does not carry unchanged", strings.TrimPrefix(name, "Courier-"), v))
+			return broker.Rejected(fmt.Errorf("webhook: the message's %s %q has control characters or white space at an end, which HTTP does not carry unchanged", strings.TrimPrefix(name, "Courier-"), v))
 		}
 	}
-	id := m.ID.String()
-	ts := time.Now().Unix()
-	h[HeaderID] = []string{id}
-	h[HeaderTimestamp] = []string{strconv.FormatInt(ts, 10)}
-	h[HeaderSignature] = []string{signature(p.keys, id, ts, m.Payload)}
 	h.Set(HeaderContentType, m.ContentType)
 	h.Set(HeaderTopic, m.Topic)
 	h.Set(HeaderKey, m.Key)
@@ -357,15 +460,18 @@ func (p *Publisher) request(ctx context.Context, u *url.URL, m *courier.Message)
 			h.Set(a.Name, a.Value)
 		}
 	}
-	return req, nil
+	return nil
 }
 
 // do sends req with the per-request timeout and classifies the answer.
 func (p *Publisher) do(ctx context.Context, ep *endpoint, req *http.Request, m *courier.Message) error {
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	where := ep.url.Redacted()
+	where := ep.where
 	resp, err := p.client.Do(req.WithContext(rctx))
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		ue.URL = where // it quotes the URL, tokens and all
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return broker.Unavailable(fmt.Errorf("webhook: POST %s: %w (%w)", where, errCallerGone, ctx.Err()))
@@ -446,7 +552,7 @@ func (p *Publisher) classify(ep *endpoint, resp *http.Response, m *courier.Messa
 	if code >= 200 && code < 300 {
 		return nil
 	}
-	se := &statusError{url: ep.url.Redacted(), status: resp.Status, code: code, detail: detail}
+	se := &statusError{url: ep.where, status: resp.Status, code: code, detail: detail}
 	switch {
 	case code == http.StatusTooManyRequests, code == http.StatusBadGateway,
 		code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout:

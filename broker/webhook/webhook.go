@@ -4,45 +4,76 @@
 // consumer as a broker.Subscriber, so inbox.NewConsumer works unchanged.
 // Requests follow the Standard Webhooks specification
 // (https://www.standardwebhooks.com), so any receiver that implements it can
-// verify them, and [Verify] checks requests for code that wants only that.
+// verify them, and [Verify] and [VerifyMessage] check requests for code
+// that wants only that.
 //
 // # Wire format
 //
-// The request body is the message's payload, byte for byte, and these
-// headers are set:
+// Every request carries the Standard Webhooks headers:
 //
 //	webhook-id           message id (the receiver's deduplication id)
 //	webhook-timestamp    Unix seconds when the request was signed
-//	webhook-signature    "v1,<base64 HMAC-SHA256 of id.timestamp.body>", one
-//	                     per secret, space-separated
-//	Content-Type         payload media type
-//	Courier-Topic        topic
-//	Courier-Key          ordering key
-//	Courier-Type         message type
-//	Courier-Version      schema version
-//	Courier-Occurred-At  RFC 3339 time
-//	Courier-Header-Names the message's own header names, space-separated,
-//	                     exactly as written (HTTP does not keep their case)
+//	webhook-signature    "v1,<base64 HMAC-SHA256 of id.timestamp.body>" per
+//	                     whsec_ secret, "v1a,<base64 Ed25519 signature>" per
+//	                     whsk_ private key, space-separated
 //
-// plus the message's own headers (trace context, correlation id, …), one HTTP
-// header each.
+// The signature covers the id, the timestamp and the body, nothing else, so
+// what a receiver acts on must be in the body. By default
+// (PublisherConfig.Body is [BodyEnvelope]) it is: the body is a JSON
+// envelope, Content-Type application/json,
 //
-// With PublisherConfig.CloudEvents set, a request is also a CloudEvent in
-// the HTTP binding's binary content mode: the headers ce-specversion, ce-id,
-// ce-source, ce-type, ce-subject, ce-time and ce-courierversion are added
-// (Content-Type is datacontenttype; see package broker/cloudevents), and
-// Courier's headers stay, so a [Handler] receives the request as before
-// and a CloudEvents receiver reads the event. A message header that would
-// be one of these attributes is refused (broker.ErrRejected). The
-// Handler reads Courier's headers only: a request must carry them, and the
-// Standard Webhooks signature, anyway.
+//	{"type":"OrderPlaced","timestamp":"2026-11-30T12:00:00Z",
+//	 "topic":"orders","key":"order-42","version":1,
+//	 "content_type":"application/json",
+//	 "headers":{"traceparent":"00-…"},
+//	 "data":{"order_id":"order-42"}}
 //
-// Secrets are Standard Webhooks secrets: "whsec_" followed by the key in
-// base64 (the prefix may be left out). The publisher signs with every secret
-// it is given and the receiver accepts a request that any of its secrets
-// verifies, so keys rotate without a gap: add the new secret to the
-// receiver, then to the sender first in its list, then remove the old one
-// from both.
+// type, timestamp (when the event occurred) and data are the payload shape
+// the specification recommends; topic, key, version, content_type and the
+// message's headers sit beside them. The payload is data when it is JSON
+// (its content type says so and it parses), byte for byte, and otherwise
+// data_base64, its base64. content_type and headers are left out when
+// empty. No other header is sent, so a request captured on the way cannot
+// be sent again as another type, to another topic or with other headers:
+// that changes the body, and the signature no longer verifies.
+//
+// With PublisherConfig.CloudEvents set, the body is the message as a
+// CloudEvent in the JSON event format instead (Content-Type
+// application/cloudevents+json, the HTTP binding's structured content mode;
+// see package broker/cloudevents), signed the same way.
+//
+// [BodyRaw] sends what older receivers expect: the payload as the body,
+// byte for byte, with Content-Type the payload's media type, the rest of
+// the message in headers (Courier-Topic, Courier-Key, Courier-Type,
+// Courier-Version, Courier-Occurred-At, Courier-Header-Names listing the
+// message's own header names as written) and each of the message's headers
+// as a request header; with CloudEvents, the binary content mode's ce-*
+// headers too. None of those headers is signed: a receiver of raw
+// requests must act on the payload alone, never on those headers. The
+// [Handler] refuses raw requests (400), as it would have to act on them.
+// A message header HTTP acts on (courier.CheckHeaderName: Authorization,
+// Cookie, Host, Forwarded, Content-*, hop-by-hop names, Webhook-*, …), one
+// the wire format uses, a CloudEvents attribute when CloudEvents is on, or a
+// value HTTP cannot carry unchanged is refused in raw mode
+// (broker.ErrRejected, the message becomes a dead letter with that
+// reason); the outbox writer refuses such header names already.
+//
+// # Keys
+//
+// Secrets are Standard Webhooks keys: "whsec_" followed by a symmetric key
+// in base64 (the prefix may be left out), which sender and receiver share;
+// or an Ed25519 pair, "whsk_" + the private key for the sender and "whpk_"
+// + the public key for the receivers, so that no receiver can sign. The
+// publisher signs with every key it is given and the receiver accepts a
+// request that any of its keys verifies, so keys rotate without a gap: add
+// the new key to the receiver, then to the sender first in its list, then
+// remove the old one from both.
+//
+// Give each endpoint keys of its own (PublisherConfig.EndpointSecrets; the
+// specification asks for it): a request signed for one endpoint then does
+// not verify at another, so it cannot be replayed there. A Handler can also
+// refuse topics it does not expect (HandlerConfig.Topics), which stops such
+// a replay where endpoints share a secret.
 //
 // # Delivery guarantees
 //
@@ -94,20 +125,18 @@
 // that comes later, and a message comes again only when the sender sends it
 // again; the suite reads what a Handler received instead. Per-key order is
 // tested by the package's own tests, through a relay and an inbox consumer.
+// Signatures are checked against the Standard Webhooks project's own test
+// vectors (testdata/standard-webhooks.json) and against its JavaScript
+// library, which verifies what the publisher sends.
 package webhook
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"errors"
-	"fmt"
-	"strconv"
 	"strings"
 )
 
 // Header names of a webhook request. The webhook-* names are the Standard
-// Webhooks ones.
+// Webhooks ones, on every request; the Courier-* names are sent in BodyRaw
+// mode only, unsigned.
 const (
 	HeaderID          = "webhook-id"
 	HeaderTimestamp   = "webhook-timestamp"
@@ -120,76 +149,6 @@ const (
 	HeaderOccurredAt  = "Courier-Occurred-At"
 	HeaderNames       = "Courier-Header-Names"
 )
-
-// SecretPrefix starts a Standard Webhooks secret; the key follows in base64.
-const SecretPrefix = "whsec_"
-
-// reserved are the header names (lower case) a message's own headers may
-// not use, because the wire format uses them.
-var reserved = map[string]bool{
-	"webhook-id": true, "webhook-timestamp": true, "webhook-signature": true,
-	"content-type": true, "content-length": true, "courier-topic": true, "courier-key": true,
-	"courier-type": true, "courier-version": true, "courier-occurred-at": true,
-	"courier-header-names": true, "host": true, "transfer-encoding": true,
-	"connection": true, "user-agent": true, "accept-encoding": true,
-}
-
-// parseSecrets decodes whsec_ secrets into HMAC keys.
-func parseSecrets(secrets []string) ([][]byte, error) {
-	if len(secrets) == 0 {
-		return nil, errors.New("webhook: no secret: give at least one (\"whsec_\" + base64 key)")
-	}
-	keys := make([][]byte, 0, len(secrets))
-	for i, s := range secrets {
-		k, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, SecretPrefix))
-		if err != nil {
-			return nil, fmt.Errorf("webhook: secret %d is not \"whsec_\" followed by base64: %v", i+1, err)
-		}
-		if len(k) < 16 {
-			return nil, fmt.Errorf("webhook: secret %d has %d bytes of key: use at least 16 (24 to 64 random bytes is usual)", i+1, len(k))
-		}
-		keys = append(keys, k)
-	}
-	return keys, nil
-}
-
-// sign returns the v1 signature of id.timestamp.body under key.
-func sign(key []byte, id string, ts int64, body []byte) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write([]byte(strconv.FormatInt(ts, 10)))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
-}
-
-// signature returns the webhook-signature header value: one v1 signature
-// per key, space-separated.
-func signature(keys [][]byte, id string, ts int64, body []byte) string {
-	sigs := make([]string, len(keys))
-	for i, k := range keys {
-		sigs[i] = sign(k, id, ts, body)
-	}
-	return strings.Join(sigs, " ")
-}
-
-// validName reports whether s is an HTTP header name (an RFC 9110 token).
-func validName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 // validValue reports whether s survives as an HTTP header value unchanged:
 // no control characters but tab, no white space at either end.

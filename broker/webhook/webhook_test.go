@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -156,6 +157,15 @@ func TestVerifyRefuses(t *testing.T) {
 			return body
 		}, 400, "tolerance"},
 		{"bad timestamp", func(h http.Header) string { h.Set(webhook.HeaderTimestamp, "yesterday"); return body }, 400, "timestamp"},
+		{"signed timestamp", func(h http.Header) string {
+			h.Set(webhook.HeaderTimestamp, "+"+h.Get(webhook.HeaderTimestamp))
+			return body
+		}, 400, "digits"},
+		{"id with a full stop", func(h http.Header) string { h.Set(webhook.HeaderID, "a.1"); return body }, 400, "full stop"},
+		{"more signatures than looked at", func(h http.Header) string {
+			h.Set(webhook.HeaderSignature, strings.Repeat("v1,AAAA ", 16)+h.Get(webhook.HeaderSignature))
+			return body
+		}, 401, "signature"},
 	}
 	for _, tc := range cases {
 		err := replay(tc.mutate)
@@ -347,11 +357,12 @@ func TestBreakerIgnoresMessageFailures(t *testing.T) {
 func TestPerKeyStopAndWait(t *testing.T) {
 	var inFlight, maxPerKey atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(webhook.HeaderKey) == "bad" {
+		key := envelopeOf(t, r)["key"]
+		if key == "bad" {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		if r.Header.Get(webhook.HeaderKey) == "one" {
+		if key == "one" {
 			n := inFlight.Add(1)
 			defer inFlight.Add(-1)
 			if n > maxPerKey.Load() {
@@ -379,22 +390,36 @@ func TestPerKeyStopAndWait(t *testing.T) {
 	}
 }
 
-// Headers that HTTP cannot carry unchanged are refused for good.
+// In raw mode, where a message's headers become request headers, a
+// header HTTP acts on or cannot carry unchanged is refused for good,
+// naming the header, and no request is sent.
 func TestUnsendableHeaders(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); w.WriteHeader(200) }))
 	defer srv.Close()
-	p := newPublisher(t, webhook.PublisherConfig{DefaultEndpoint: srv.URL})
-	for _, h := range []struct{ name, value, what string }{
-		{"bad name", "v", "a header name with a space"},
-		{"X-Line", "a\nb", "a header value with a newline"},
-		{"X-Padded", " v ", "a header value with spaces at its ends"},
-		{"Courier-Key", "v", "a header the wire format uses"},
+	p := newPublisher(t, webhook.PublisherConfig{DefaultEndpoint: srv.URL, Body: webhook.BodyRaw})
+	for _, h := range []struct{ name, value string }{
+		{"bad name", "v"}, {"X-Line", "a\nb"}, {"X-Padded", " v "},
+		{"Courier-Key", "v"}, {"Authorization", "Bearer stolen"}, {"Proxy-Authorization", "Basic eDp5"},
+		{"Cookie", "session=1"}, {"Set-Cookie", "session=1"}, {"Host", "evil.example"}, {"Forwarded", "for=1.2.3.4"},
+		{"X-Forwarded-For", "127.0.0.1"}, {"X-Forwarded-Host", "evil.example"}, {"Content-Encoding", "gzip"},
+		{"Content-Length", "0"}, {"Transfer-Encoding", "chunked"}, {"Connection", "close"}, {"Upgrade", "websocket"},
+		{"webhook-signature", "v1,AAAA"}, {"Webhook-Id", "other"},
 	} {
 		m := msg("k")
 		m.SetHeader(h.name, h.value)
-		if err := publishOne(t, p, m); !errors.Is(err, broker.ErrRejected) {
-			t.Errorf("%s: %v; want ErrRejected", h.what, err)
+		err := publishOne(t, p, m)
+		if !errors.Is(err, broker.ErrRejected) || !strings.Contains(err.Error(), h.name) {
+			t.Errorf("header %s: %v; want ErrRejected naming it", h.name, err)
 		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("%d requests sent", n)
+	}
+	m := msg("k")
+	m.SetHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	if err := publishOne(t, p, m); err != nil || hits.Load() != 1 {
+		t.Fatalf("an ordinary header: %v", err)
 	}
 }
 
@@ -411,4 +436,15 @@ func TestNoEndpoint(t *testing.T) {
 	if _, err := webhook.NewPublisher(webhook.PublisherConfig{Secrets: []string{"whsec_!!"}, DefaultEndpoint: "http://x"}); err == nil {
 		t.Fatal("a secret that is not base64 was accepted")
 	}
+}
+
+// envelopeOf reads the JSON envelope a request carries; string members
+// only.
+func envelopeOf(t testing.TB, r *http.Request) map[string]any {
+	t.Helper()
+	var env map[string]any
+	if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
+		t.Errorf("request body: %v", err)
+	}
+	return env
 }

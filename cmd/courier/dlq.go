@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
 
@@ -107,7 +108,7 @@ func (c *dlqListCmd) Run(e *env) error {
 	fmt.Fprintf(e.stdout, row, "DEAD LETTER", "WHEN", "SOURCE", "TYPE", "MESSAGE ID", "ATTEMPTS", "LAST ERROR")
 	for _, d := range dead {
 		fmt.Fprintf(e.stdout, row, "relay:"+strconv.FormatInt(d.ID, 10), d.DeadAt.UTC().Format(time.DateTime),
-			clip("topic "+d.Topic, 30), clip(d.Type, 20), d.MessageID, strconv.Itoa(d.Attempts), clip(d.LastError, 60))
+			clip("topic "+d.Topic, 30), clip(d.Type, 20), escape.Line(d.MessageID), strconv.Itoa(d.Attempts), clip(d.LastError, 60))
 	}
 	for _, p := range parked {
 		id := p.MessageID
@@ -119,7 +120,7 @@ func (c *dlqListCmd) Run(e *env) error {
 			why = "(replay asked) " + why
 		}
 		fmt.Fprintf(e.stdout, row, "consumer:"+strconv.FormatInt(p.ID, 10), p.ParkedAt.UTC().Format(time.DateTime),
-			clip(p.Consumer+" ← "+p.Subject, 30), clip(orDash(parkedType(p)), 20), id, strconv.Itoa(p.Attempts), clip(why, 60))
+			clip(p.Consumer+" ← "+p.Subject, 30), clip(orDash(parkedType(p)), 20), escape.Line(id), strconv.Itoa(p.Attempts), clip(why, 60))
 	}
 	return nil
 }
@@ -167,19 +168,22 @@ func (c *dlqShowCmd) Run(e *env) error {
 // showDeadLetter prints a relay-side dead letter for people: its fields, its
 // payload, and each attempt marked "counted" (it counted against the
 // message) or "broker" (the broker was unavailable; it did not count).
+// Every stored text is escaped (package escape): the last error may quote
+// a remote endpoint's answer.
 func showDeadLetter(e *env, ref string, d store.DeadLetter) {
 	w := e.stdout
-	fmt.Fprintf(w, "%-13s %s\n", "dead letter", ref)
-	fmt.Fprintf(w, "%-13s %s\n", "message id", d.MessageID)
-	fmt.Fprintf(w, "%-13s %s\n", "topic", d.Topic)
-	fmt.Fprintf(w, "%-13s %s\n", "key", d.Key)
-	fmt.Fprintf(w, "%-13s %s (version %d)\n", "type", d.Type, d.Version)
-	fmt.Fprintf(w, "%-13s %s\n", "occurred", d.OccurredAt.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "%-13s %s\n", "dead since", d.DeadAt.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "%-13s %d counted\n", "attempts", d.Attempts)
-	fmt.Fprintf(w, "%-13s %s\n", "last error", d.LastError)
+	field := func(name, value string) { fmt.Fprintf(w, "%-13s %s\n", name, escape.Line(value)) }
+	field("dead letter", ref)
+	field("message id", d.MessageID)
+	field("topic", d.Topic)
+	field("key", d.Key)
+	field("type", fmt.Sprintf("%s (version %d)", d.Type, d.Version))
+	field("occurred", d.OccurredAt.UTC().Format(time.RFC3339Nano))
+	field("dead since", d.DeadAt.UTC().Format(time.RFC3339Nano))
+	field("attempts", fmt.Sprintf("%d counted", d.Attempts))
+	field("last error", d.LastError)
 	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
-		fmt.Fprintf(w, "%-13s %s: %s\n", "header", k, d.Headers[k])
+		field("header", k+": "+d.Headers[k])
 	}
 	showPayload(e, d.ContentType, d.Payload)
 	if len(d.History) == 0 {
@@ -191,27 +195,29 @@ func showDeadLetter(e *env, ref string, d store.DeadLetter) {
 		if h.Counted {
 			kind = "counted"
 		}
-		fmt.Fprintf(w, "%-3d %-20s %-8s %s\n", i+1, h.At.UTC().Format(time.DateTime), kind, h.Error)
+		fmt.Fprintf(w, "%-3d %-20s %-8s %s\n", i+1, h.At.UTC().Format(time.DateTime), kind, escape.Line(h.Error))
 	}
 	fmt.Fprintln(w, "counted: counted against the message; broker: the broker was unavailable, not counted")
 }
 
-// showParked prints a consume-side dead letter for people.
+// showParked prints a consume-side dead letter for people, every stored
+// text escaped (package escape): all of it came from the broker.
 func showParked(e *env, ref string, p store.Parked) {
 	w := e.stdout
-	fmt.Fprintf(w, "%-13s %s\n", "dead letter", ref)
-	fmt.Fprintf(w, "%-13s %s\n", "consumer", p.Consumer)
-	fmt.Fprintf(w, "%-13s %s\n", "message id", p.MessageID)
-	fmt.Fprintf(w, "%-13s %s\n", "subject", p.Subject)
-	fmt.Fprintf(w, "%-13s %s\n", "reason", p.Reason)
-	fmt.Fprintf(w, "%-13s %s\n", "parked since", p.ParkedAt.UTC().Format(time.RFC3339Nano))
+	field := func(name, value string) { fmt.Fprintf(w, "%-13s %s\n", name, escape.Line(value)) }
+	field("dead letter", ref)
+	field("consumer", p.Consumer)
+	field("message id", p.MessageID)
+	field("subject", p.Subject)
+	field("reason", p.Reason)
+	field("parked since", p.ParkedAt.UTC().Format(time.RFC3339Nano))
 	if p.ReplayRequested != nil {
-		fmt.Fprintf(w, "%-13s %s\n", "replay asked", p.ReplayRequested.UTC().Format(time.RFC3339Nano))
+		field("replay asked", p.ReplayRequested.UTC().Format(time.RFC3339Nano))
 	}
-	fmt.Fprintf(w, "%-13s %d\n", "attempts", p.Attempts)
-	fmt.Fprintf(w, "%-13s %s\n", "last error", p.Error)
+	field("attempts", strconv.Itoa(p.Attempts))
+	field("last error", p.Error)
 	for _, k := range slices.Sorted(maps.Keys(p.Headers)) {
-		fmt.Fprintf(w, "%-13s %s: %s\n", "header", k, strings.Join(p.Headers[k], ", "))
+		field("header", k+": "+strings.Join(p.Headers[k], ", "))
 	}
 	showPayload(e, "", p.Payload)
 	if len(p.History) == 0 {
@@ -219,22 +225,22 @@ func showParked(e *env, ref string, p store.Parked) {
 	}
 	fmt.Fprintf(w, "\n%-3s %-20s %s\n", "#", "WHEN", "ERROR")
 	for i, h := range p.History {
-		fmt.Fprintf(w, "%-3d %-20s %s\n", i+1, h.At.UTC().Format(time.DateTime), h.Error)
+		fmt.Fprintf(w, "%-3d %-20s %s\n", i+1, h.At.UTC().Format(time.DateTime), escape.Line(h.Error))
 	}
 }
 
-// showPayload prints a payload as text when it is printable UTF-8, in
-// base64 otherwise.
+// showPayload prints a payload as text when it is printable UTF-8 (escaped
+// by escape.Text, which keeps its lines and tabs), in base64 otherwise.
 func showPayload(e *env, contentType string, payload []byte) {
 	what := fmt.Sprintf("%d bytes", len(payload))
 	if contentType != "" {
-		what = contentType + ", " + what
+		what = escape.Line(contentType) + ", " + what
 	}
 	printable := utf8.Valid(payload) && !strings.ContainsFunc(string(payload), func(r rune) bool {
 		return !unicode.IsPrint(r) && !unicode.IsSpace(r)
 	})
 	if printable {
-		fmt.Fprintf(e.stdout, "%-13s (%s)\n%s\n", "payload", what, payload)
+		fmt.Fprintf(e.stdout, "%-13s (%s)\n%s\n", "payload", what, escape.Text(string(payload)))
 		return
 	}
 	fmt.Fprintf(e.stdout, "%-13s (%s, base64)\n%s\n", "payload", what, base64.StdEncoding.EncodeToString(payload))
@@ -256,14 +262,21 @@ func refError(ref string, err error) error {
 	return err
 }
 
+// writeJSON prints v as indented JSON, with the characters encoding/json
+// leaves as they are that a terminal would act on escaped (escape.JSON).
 func writeJSON(e *env, v any) error {
-	enc := json.NewEncoder(e.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = e.stdout.Write(append(escape.JSON(b), '\n'))
+	return err
 }
 
+// clip renders s for a table column of n characters: on one line, escaped
+// (escape.Line), and cut with … when longer.
 func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = escape.Line(strings.Join(strings.Fields(s), " "))
 	if len([]rune(s)) <= n {
 		return s
 	}

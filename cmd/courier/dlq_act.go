@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
 
@@ -23,12 +24,12 @@ type letter struct {
 	parked *store.Parked
 }
 
-// what describes the letter in one short phrase.
+// what describes the letter in one short phrase, escaped for the terminal.
 func (l letter) what() string {
 	if l.relay != nil {
-		return l.relay.Topic + " " + l.relay.Type
+		return escape.Line(l.relay.Topic + " " + l.relay.Type)
 	}
-	return l.parked.Consumer + " ← " + l.parked.Subject + " " + parkedType(*l.parked)
+	return escape.Line(l.parked.Consumer + " ← " + l.parked.Subject + " " + parkedType(*l.parked))
 }
 
 // parkedType is the message type a parked delivery's headers name, or "".
@@ -174,7 +175,7 @@ func (c *dlqReplayCmd) Run(e *env) error {
 		if l.relay != nil {
 			fmt.Fprintf(e.stdout, "%s is back in the outbox; a running relay publishes it (--wait to see the outcome)\n", l.ref)
 		} else {
-			fmt.Fprintf(e.stdout, "%s: replay requested; consumer %s applies it when it next looks (every 5s by default) if it is running (--wait to see the outcome)\n", l.ref, l.parked.Consumer)
+			fmt.Fprintf(e.stdout, "%s: replay requested; consumer %s applies it when it next looks (every 5s by default) if it is running (--wait to see the outcome)\n", l.ref, escape.Line(l.parked.Consumer))
 		}
 	}
 	if c.Wait == 0 {
@@ -257,7 +258,7 @@ func waitReplays(e *env, d store.Driver[*sql.Tx], letters []letter, wait time.Du
 			if !ok {
 				failed++
 			}
-			fmt.Fprintf(e.stdout, "%-16s %s\n", l.ref, msg)
+			fmt.Fprintf(e.stdout, "%-16s %s\n", l.ref, escape.Line(msg))
 		}
 		pending = still
 		if len(pending) == 0 || time.Now().After(deadline) {
@@ -273,9 +274,9 @@ func waitReplays(e *env, d store.Driver[*sql.Tx], letters []letter, wait time.Du
 		failed++
 		if l.relay != nil {
 			_, _, msg, _ := replayOutcome(e.ctx, d, l)
-			fmt.Fprintf(e.stdout, "%-16s not published after %s: %s; is a relay running? (courier status)\n", l.ref, wait, msg)
+			fmt.Fprintf(e.stdout, "%-16s not published after %s: %s; is a relay running? (courier status)\n", l.ref, wait, escape.Line(msg))
 		} else {
-			fmt.Fprintf(e.stdout, "%-16s not applied after %s: is consumer %s running? The request stands.\n", l.ref, wait, l.parked.Consumer)
+			fmt.Fprintf(e.stdout, "%-16s not applied after %s: is consumer %s running? The request stands.\n", l.ref, wait, escape.Line(l.parked.Consumer))
 		}
 	}
 	if failed > 0 {

@@ -25,6 +25,8 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/courier-go/courier/internal/escape"
 )
 
 // cli is the command line grammar.
@@ -91,18 +93,22 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	defer stop()
 	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, log: newLogger(stderr, c.LogFormat, c.LogLevel)}
 	if err := kctx.Run(e); err != nil {
-		fmt.Fprintln(stderr, "courier:", err)
+		// Errors may quote what a database or broker said: escaped.
+		fmt.Fprintln(stderr, "courier:", escape.Text(err.Error()))
 		return 1
 	}
 	return 0
 }
 
+// newLogger logs to w in format. Both escape what a terminal would act on:
+// slog's text handler quotes such values itself, and escape.JSONWriter
+// escapes what its JSON handler leaves (C1 controls, format characters).
 func newLogger(w io.Writer, format, level string) *slog.Logger {
 	var lv slog.Level
 	_ = lv.UnmarshalText([]byte(level))
 	opts := &slog.HandlerOptions{Level: lv}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(slog.NewJSONHandler(escape.JSONWriter(w), opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
 }

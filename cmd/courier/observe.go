@@ -28,6 +28,7 @@ type observeFlags struct {
 	StatsInterval  time.Duration `name:"stats-interval" help:"Query the outbox for the /metrics gauges and /readyz at most this often, however often they are asked." default:"10s" env:"COURIER_STATS_INTERVAL"`
 	ReadyGrace     time.Duration `name:"ready-grace" help:"How long claims, the broker or recording outcomes may fail before /readyz answers 503." default:"1m" env:"COURIER_READY_GRACE"`
 	ReadyMaxOldest time.Duration `name:"ready-max-oldest" help:"/readyz answers 503 once the oldest pending message has waited longer than this (0: not checked)." default:"0s" env:"COURIER_READY_MAX_OLDEST"`
+	MaxTopics      int           `name:"metrics-max-topics" help:"Topics with series of their own in /metrics: the first this many seen; the others are summed under topic=\"other topics\"." default:"100" env:"COURIER_METRICS_MAX_TOPICS"`
 }
 
 // check validates the flags.
@@ -41,6 +42,8 @@ func (f observeFlags) check() error {
 		return fmt.Errorf("--ready-grace is %s: use 0 or more, such as 1m", f.ReadyGrace)
 	case f.ReadyMaxOldest < 0:
 		return fmt.Errorf("--ready-max-oldest is %s: use 0 (not checked) or more, such as 5m", f.ReadyMaxOldest)
+	case f.MaxTopics < 1:
+		return fmt.Errorf("--metrics-max-topics is %d: use 1 or more, such as 100", f.MaxTopics)
 	}
 	if _, _, err := net.SplitHostPort(f.MetricsAddr); err != nil {
 		return fmt.Errorf("--metrics-addr %q is not host:port: use :9464 (every interface) or 127.0.0.1:9464", f.MetricsAddr)
@@ -65,7 +68,7 @@ func (f observeFlags) listen(ops store.Operations) (*observer, error) {
 		return nil, nil
 	}
 	src := metrics.FromStatus(ops)
-	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, Slots: src, MinInterval: f.StatsInterval})
+	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, Slots: src, MinInterval: f.StatsInterval, MaxTopics: f.MaxTopics})
 	if err != nil {
 		return nil, err
 	}

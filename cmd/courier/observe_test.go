@@ -165,6 +165,7 @@ func TestObserveFlagErrors(t *testing.T) {
 		{[]string{"--metrics-addr", "9464"}, `--metrics-addr "9464" is not host:port`},
 		{[]string{"--metrics-addr", ":9464", "--stats-interval", "0s"}, "--stats-interval is 0s"},
 		{[]string{"--metrics-addr", ":9464", "--ready-max-oldest=-1s"}, "--ready-max-oldest is -1s"},
+		{[]string{"--metrics-addr", ":9464", "--metrics-max-topics", "0"}, "--metrics-max-topics is 0"},
 	} {
 		code, _, stderr := runCLI(t, append([]string{"relay", "--database-url", db}, tc.args...)...)
 		if code != 1 || !strings.Contains(stderr, tc.want) {

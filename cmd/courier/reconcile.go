@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
 
@@ -146,20 +147,20 @@ func printReconciliation(w io.Writer, rep reconcileReport, repaired bool) {
 	}
 	if section("ENDED LEASES", len(r.ExpiredLeases), "  lease\towner\trows\tended") {
 		for _, l := range r.ExpiredLeases {
-			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", l.ID, l.Owner, l.Rows, ago(r.Now, l.Until))
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", l.ID, escape.Line(l.Owner), l.Rows, ago(r.Now, l.Until))
 		}
 		fmt.Fprintln(tw)
 	}
 	if section("MESSAGES FAILING FOR LONG", len(r.RetriedRows), "  seq\ttopic\tkey\tattempts\twritten\tnext retry\tlast error") {
 		for _, m := range r.RetriedRows {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", m.Seq, m.Topic, clip(m.Key, 24), m.Attempts, ago(r.Now, m.CreatedAt),
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", m.Seq, escape.Line(m.Topic), clip(m.Key, 24), m.Attempts, ago(r.Now, m.CreatedAt),
 				relative(r.Now, m.RetryAt), clip(m.LastError, 60))
 		}
 		fmt.Fprintln(tw)
 	}
 	if section("SAGAS PAST THEIR DEADLINE", len(r.OverdueSagas), "  type\tid\tphase\tstate\tattempts\tdeadline") {
 		for _, s := range r.OverdueSagas {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\n", s.Type, s.ID, s.Phase, s.State, s.Attempts, ago(r.Now, s.Deadline))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\n", escape.Line(s.Type), escape.Line(s.ID), escape.Line(s.Phase), escape.Line(s.State), s.Attempts, ago(r.Now, s.Deadline))
 		}
 		fmt.Fprintln(tw)
 	}

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -168,17 +167,13 @@ func TestRelayToWebhook(t *testing.T) {
 	var mu sync.Mutex
 	var got []courier.Message
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := webhook.Verify(r, webhookSecret); err != nil {
+		m, err := webhook.VerifyMessage(r, webhookSecret)
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
-		id, err := uuid.Parse(r.Header.Get(webhook.HeaderID))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
 		mu.Lock()
-		got = append(got, courier.Message{ID: id, Key: r.Header.Get(webhook.HeaderKey), Topic: r.Header.Get(webhook.HeaderTopic)})
+		got = append(got, courier.Message{ID: m.ID, Key: m.Key, Topic: m.Topic})
 		mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))

@@ -135,6 +135,7 @@ func shopProcesses(t *testing.T, brokerURL string) {
 		body := `{"customer":"ann","sku":"mug","qty":1,"amount":1200}`
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/orders", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", `"cli-order-1"`)
+		req.Header.Set("Authorization", "Bearer ann")
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

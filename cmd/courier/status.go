@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
 
@@ -162,12 +163,17 @@ func (c *statusCmd) check(st store.Status) []string {
 	return failed
 }
 
-// printStatus writes st as aligned tables, the outbox's first.
+// printStatus writes st as aligned tables, the outbox's first. Names read
+// from the database (topics, relays, consumers, sagas, slots) are escaped
+// for the terminal.
 func printStatus(w io.Writer, st store.Status) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
 	row := func(cells ...any) {
 		for _, c := range cells {
+			if s, ok := c.(string); ok {
+				c = escape.Line(s)
+			}
 			fmt.Fprint(tw, c, "\t")
 		}
 		fmt.Fprintln(tw)

@@ -29,9 +29,23 @@ func TestServicesCrashAndRestartMidRun(t *testing.T) {
 
 		const n = 150
 		var placed atomic.Int64
+		// The last third of the orders waits for payment's crash, so that
+		// it comes mid-run however fast the first two thirds go.
+		paymentCrashed := make(chan struct{})
+		go func() {
+			defer close(paymentCrashed)
+			for deadline := time.Now().Add(time.Minute); s.Crashes()[shop.Payment] == 0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
 		done := make(chan shop.LoadResult, 1)
 		go func() {
-			done <- load(t, s, n, shop.LoadConfig{Concurrency: 8, ReplayRate: 0.1, Placed: func(i int) { placed.Store(int64(i)) }})
+			done <- load(t, s, n, shop.LoadConfig{Concurrency: 8, ReplayRate: 0.1, Placed: func(i int) {
+				placed.Store(int64(i))
+				if i >= 5*n/6 {
+					<-paymentCrashed
+				}
+			}})
 		}()
 		for _, c := range []struct {
 			at      int64

@@ -6,7 +6,7 @@
 // # The services
 //
 //   - orders takes orders over HTTP (POST /orders with an Idempotency-Key,
-//     GET /orders/{id}) and runs one saga per order: charge the payment,
+//     kept per client's Authorization; GET /orders/{id}) and runs one saga per order: charge the payment,
 //     reserve the stock, prepare the shipment. It is the orchestrator: every
 //     reply comes back to it, and a step that fails or times out is
 //     compensated with the steps before it (refund, release, cancel).
@@ -64,7 +64,8 @@
 //   - [WebhookTransport]: each service serves a webhook endpoint (a
 //     broker/webhook Handler) on a loopback port of its own, and the relays
 //     POST every message to the endpoints of the services that consume its
-//     topic ([Consumers]), signed with a shared whsec_ secret. Its inbox
+//     topic ([Consumers]), signed with the endpoint's own whsec_ secret;
+//     each endpoint takes only the topics its service consumes. Its inbox
 //     consumers retry in place (KeepOrder), since a retry answered through
 //     HTTP would hold back every message to the endpoint. courier demo
 //     --broker webhook.

@@ -139,6 +139,7 @@ func (c *client) post(key string, body any) (*http.Response, []byte) {
 	req, err := http.NewRequest(http.MethodPost, c.url+"/orders", bytes.NewReader(data))
 	testenv.Must(c.t, err, "request")
 	req.Header.Set(idempotency.HeaderKey, key)
+	req.Header.Set("Authorization", "Bearer test-client")
 	resp, err := c.http.Do(req)
 	testenv.Must(c.t, err, "POST /orders")
 	defer resp.Body.Close()

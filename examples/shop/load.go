@@ -182,19 +182,20 @@ func (l *Load) window(ctx context.Context) bool {
 // place places order i, and with ReplayRate posts it again.
 func (l *Load) place(ctx context.Context, i int) (PlacedOrder, error) {
 	qty := 1 + rand.IntN(l.cfg.MaxQty)
+	customer := "customer-" + strconv.Itoa(rand.IntN(200))
 	body, _ := json.Marshal(PlaceOrder{
-		Customer: "customer-" + strconv.Itoa(rand.IntN(200)),
+		Customer: customer,
 		SKU:      l.cfg.SKUs[rand.IntN(len(l.cfg.SKUs))],
 		Qty:      qty,
 		Amount:   int64(qty) * 1500,
 	})
 	key := uuid.NewString()
-	id, err := l.post(ctx, key, body)
+	id, err := l.post(ctx, customer, key, body)
 	if err != nil {
 		return PlacedOrder{}, fmt.Errorf("order %d: %w", i, err)
 	}
 	if chance(l.cfg.ReplayRate) {
-		again, err := l.post(ctx, key, body)
+		again, err := l.post(ctx, customer, key, body)
 		if err != nil {
 			return PlacedOrder{}, fmt.Errorf("order %d, sent again: %w", i, err)
 		}
@@ -205,9 +206,9 @@ func (l *Load) place(ctx context.Context, i int) (PlacedOrder, error) {
 	return PlacedOrder{ID: id, Key: key}, nil
 }
 
-// post sends POST /orders until it gets an answer that is final, and
-// returns the order's id.
-func (l *Load) post(ctx context.Context, key string, body []byte) (string, error) {
+// post sends POST /orders as customer until it gets an answer that is
+// final, and returns the order's id.
+func (l *Load) post(ctx context.Context, customer, key string, body []byte) (string, error) {
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
@@ -222,6 +223,7 @@ func (l *Load) post(ctx context.Context, key string, body []byte) (string, error
 			return "", err
 		}
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+customer) // the shop's keys are kept per client
 		req.Header.Set(idempotency.HeaderKey, key)
 		resp, err := l.cfg.Client.Do(req)
 		if err != nil {

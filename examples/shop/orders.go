@@ -32,12 +32,18 @@ type OrdersConfig struct {
 
 // OrdersService is the saga orchestrator and the shop's HTTP API:
 //
-//	POST /orders      {"customer","sku","qty","amount"} with an Idempotency-Key → 201 {"id","state"}
+//	POST /orders      {"customer","sku","qty","amount"} with an Idempotency-Key and an Authorization → 201 {"id","state"}
 //	GET  /orders/{id} the order, its saga state, phase, reason and history
 //
 // A POST creates the order row and starts its saga in the transaction of the
-// request's Idempotency-Key. Replies from the other services arrive through
-// the inbox and move the saga in the inbox's transaction.
+// request's Idempotency-Key. Keys are kept per client: per the credentials
+// in its Authorization header (idempotency.ScopeFromHeader), so that a
+// client never gets another's order back for a key they both chose; a POST
+// without them is answered 401. The shop checks no credentials itself (a
+// gateway in front of it would); an API with authentication of its own
+// scopes keys by the principal it found (idempotency.ScopeFromContext).
+// Replies from the other services arrive through the inbox and move the
+// saga in the inbox's transaction.
 type OrdersService struct {
 	*base
 	cfg OrdersConfig
@@ -97,7 +103,9 @@ func (o *OrdersService) setup(_ context.Context, n *node, drain time.Duration) (
 	if err != nil {
 		return incarnation{}, err
 	}
-	keys, err := idempotency.New(n.db.Idempotency(), idempotency.Config{LockTimeout: o.cfg.KeyLockTimeout, Logger: n.log})
+	keys, err := idempotency.New(n.db.Idempotency(), idempotency.Config{
+		Scope: idempotency.ScopeFromHeader("Authorization"), LockTimeout: o.cfg.KeyLockTimeout, Logger: n.log,
+	})
 	if err != nil {
 		return incarnation{}, err
 	}

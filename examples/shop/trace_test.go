@@ -45,6 +45,7 @@ func TestOneOrderTracedThroughEveryService(t *testing.T) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/orders", bytes.NewReader(body))
 	testenv.Must(t, err, "request")
 	req.Header.Set(idempotency.HeaderKey, uuid.NewString())
+	req.Header.Set("Authorization", "Bearer test-client")
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := c.http.Do(req)
 	testenv.Must(t, err, "POST /orders")

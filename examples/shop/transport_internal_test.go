@@ -71,3 +71,40 @@ func TestWebhookFanout(t *testing.T) {
 		t.Errorf("a message of a topic nobody consumes: %v; want an error naming the topic", err)
 	}
 }
+
+// Each service's endpoint has a secret of its own and takes only the
+// topics its service consumes: a request signed for the payment endpoint
+// is refused at inventory's (401), and one of the orders topic, signed
+// with the payment endpoint's secret, at the payment endpoint (403).
+func TestWebhookEndpointsApart(t *testing.T) {
+	tr, err := NewWebhookTransport(WebhookConfig{})
+	testenv.Must(t, err, "transport")
+	testenv.Must(t, tr.Setup(context.Background()), "setup")
+	t.Cleanup(func() { _ = tr.Close() })
+	link, err := tr.Open(context.Background(), Payment, "", nil)
+	testenv.Must(t, err, "open payment")
+	t.Cleanup(func() { _ = link.Close() })
+	inv, err := tr.Open(context.Background(), Inventory, "", nil)
+	testenv.Must(t, err, "open inventory")
+	t.Cleanup(func() { _ = inv.Close() })
+
+	tr.mu.Lock()
+	pay, invEP := tr.endpoints[Payment], tr.endpoints[Inventory]
+	tr.mu.Unlock()
+	if pay.secret == invEP.secret {
+		t.Fatal("two endpoints share a secret")
+	}
+	send := func(url, secret, topic string) error {
+		p, err := webhook.NewPublisher(webhook.PublisherConfig{DefaultEndpoint: url, Secrets: []string{secret}, Timeout: 2 * time.Second})
+		testenv.Must(t, err, "publisher")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return p.Publish(ctx, []courier.Message{courier.NewMessage(topic, "k", "Note", []byte("{}"))})[0]
+	}
+	if err := send(invEP.url, pay.secret, TopicInventory); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("payment's secret at inventory's endpoint: %v; want 401", err)
+	}
+	if err := send(pay.url, pay.secret, TopicOrders); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Errorf("an orders message at payment's endpoint: %v; want 403", err)
+	}
+}

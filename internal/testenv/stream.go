@@ -90,3 +90,17 @@ func CheckDelivery(t testing.TB, written, got []courier.Message) (dups int) {
 	}
 	return dups
 }
+
+// StreamCount returns how many messages the JetStream stream holds.
+func StreamCount(t testing.TB, nc *natsgo.Conn, stream string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	Must(t, err, "jetstream")
+	s, err := js.Stream(ctx, stream)
+	Must(t, err, "stream")
+	info, err := s.Info(ctx)
+	Must(t, err, "stream info")
+	return int(info.State.Msgs)
+}

@@ -1,121 +1,3 @@
-// Package cdc is a relay that reads the outbox from PostgreSQL's write-ahead
-// log instead of polling the table: change data capture through a logical
-// replication slot and the built-in pgoutput plugin (github.com/jackc/pglogrepl).
-// Writers do not change: the same outbox.Writer, the same courier_outbox
-// table (or, if they choose, no row at all: see Table-less messages). The relay publishes each committed row through the same
-// broker.Publisher as the polling relay and deletes it (or moves it to
-// courier_outbox_published, with KeepPublished) once the broker has
-// acknowledged it.
-//
-// # What it promises
-//
-//   - Nothing is lost. The slot's confirmed position only moves past a
-//     transaction once every message of it was acknowledged by the broker
-//     (or became a dead letter) and its rows were deleted; the relay sets
-//     that position itself, never "everything received". A relay that dies
-//     reads again from there: the broker sees duplicates at most, dropped by
-//     message id as usual.
-//   - Per-key order is commit order, which the log gives, for rows and
-//     table-less messages alike. Within a transaction, messages keep
-//     their insert order. A key's messages are
-//     published one round trip at a time, or as a run to a broker that keeps
-//     a key's order when pipelined (broker.OrderKeeper), exactly as the
-//     polling relay does (package relay, Ordering).
-//   - Failures are the polling relay's: an outage (broker.ErrUnavailable)
-//     pauses publishing and builds a backlog in the log, never dead letters;
-//     a counted failure holds its key back with a backoff while other keys
-//     go on; a refusal for good, or MaxAttempts counted failures, make the
-//     row a dead letter in courier_outbox_dead_letters, with its history.
-//     Attempts are counted in memory: a relay that restarts counts a
-//     message's attempts from zero again.
-//   - One reader at a time: a replication slot has one reader. A second
-//     relay on the same slot waits as a hot standby, trying every Standby,
-//     and takes over when the first one's connection ends.
-//
-// # The polling relay as the fallback
-//
-// Rows stay in courier_outbox until they are published, so the polling
-// relay (courier relay without --mode cdc) publishes whatever CDC left of
-// them (table-less messages excepted, see below): when
-// CDC is switched off, when its slot was dropped or lost (wal_status =
-// lost), or next to a CDC relay that is down. Both may even run at once:
-// each publishes a key's messages in order, and a message published by both
-// is a duplicate the broker or the inbox drops. When it starts, the CDC relay
-// itself publishes the rows already in the table, oldest first, before
-// what the log brings: rows written before its slot existed, or left by a
-// dead relay, are never stranded. It reads the table in one snapshot and,
-// before it reads the slot, peeks at the slot's backlog up to that
-// snapshot (pg_logical_slot_peek_binary_changes, which decodes without
-// consuming): the rows of transactions the log still holds are left to the
-// log, which brings them in commit order, and the table gives only rows
-// older than anything in the log. The price is decoding that backlog twice
-// at each start.
-//
-// # Table-less messages
-//
-// Writers may also skip the table: store/postgres.LogOnly writes each
-// message only to the log, as a transactional logical decoding message
-// (pg_logical_emit_message, prefix "courier_outbox:" and the table's OID,
-// so that the outboxes of several schemas stay apart) in the caller's
-// transaction, or queues it with the caller's statements
-// (postgres.QueueLogMessages):
-//
-//	w := outbox.New(postgres.LogOnly(), outbox.Config{}) // instead of postgres.Pgx()
-//
-// The relay decodes them with the rows, so a key's messages are published
-// in commit order whichever writer wrote them, even within one
-// transaction; nothing is deleted once they are published (with
-// KeepPublished, they are kept in courier_outbox_published like rows). One
-// that is kept, or becomes a dead letter, gets an id from courier_outbox's
-// sequence, so courier dlq
-// replay puts it in the table, from where it is published like a row. The
-// trade-off: no row means no polling fallback. Until the relay has
-// published a table-less message and confirmed its transaction, the slot
-// is its only copy: a slot that is dropped, or lost to
-// max_slot_wal_keep_size, loses the table-less messages it had not
-// confirmed (the rows of the same transactions are still in the table).
-// LogOnly refuses to write when the database has no logical slot at all;
-// keep max_slot_wal_keep_size (if set) above the backlog an outage can
-// build. A relay that stops or crashes loses nothing: the slot keeps
-// every transaction it did not confirm.
-//
-// # Cost and operations
-//
-// The database does less work than for the polling relay: no claim
-// queries, no leases; the walsender decodes each transaction once and
-// sends it, and the relay deletes published rows in the background, in
-// batches (BatchSize rows, or what gathered in 200 ms), off the publishing
-// path. The slot's confirmed position therefore trails publishing by up to
-// that much plus StatusInterval: a relay that dies publishes those messages
-// again when it comes back (duplicates, dropped by message id). Up to
-// Concurrency Publish calls run at once, on disjoint keys. The walsender's
-// cost is per transaction (PostgreSQL wakes it at each commit and writes
-// each decoded message to the socket on its own), so the saving is largest
-// at moderate rates; bench/RESULTS.md has the figures. At every start the
-// relay decodes the slot's backlog once more, to learn which transactions
-// the log still holds (see above).
-//
-// A slot retains the log from its confirmed position: a CDC relay that is
-// stopped makes PostgreSQL keep every WAL segment written since, until the
-// disk fills. Set max_slot_wal_keep_size so that PostgreSQL drops (loses) a
-// slot that falls too far behind instead: the polling relay then publishes
-// the backlog from the table, and a CDC relay started again makes a new
-// slot. Watch the slot: `courier status` lists it with its lag in bytes,
-// the WAL it retains and (while messages flow) the relay's lag in seconds
-// (store.Status.Slots, from store.Operations), `courier status
-// --fail-if-slot-lag 1GB --fail-if-slot-inactive` makes a probe of it, and
-// `courier relay --mode cdc --metrics-addr` serves them as the
-// courier_cdc_slot_* gauges (metrics.Collector's Config.Slots), with the
-// relay's counters (Stats, through metrics.CDC) and a readiness check (Ready)
-// that says whether it reads the slot or waits as a standby; SlotLag reads
-// one slot's lag from Go. On PostgreSQL 17,
-// a slot created with failover = true is synchronised to physical standbys
-// (sync_replication_slots), so the relay can follow a failover; on older
-// releases a promoted standby has no slot, and the relay creates one and
-// publishes the table's rows as above.
-//
-// The database needs wal_level = logical (ALTER SYSTEM SET wal_level =
-// logical, then a restart) and a user with the REPLICATION attribute.
 package cdc
 
 import (
@@ -304,15 +186,19 @@ type Stats struct {
 	Retried int64
 	// DeadLettered counts messages made dead letters.
 	DeadLettered int64
-	// Swept counts rows published from the table at start (not from the
-	// log).
+	// Swept counts rows published from the table (not from the log)
+	// while the relay made its slot.
 	Swept int64
 	// Confirmed is the slot position the relay last confirmed, as
 	// PostgreSQL writes an LSN ("0/16B3748"); "" before the first.
 	Confirmed string
-	// Reading is true while this relay holds the slot; false while it
-	// waits as a standby or reconnects.
+	// Reading is true while this relay holds the slot, or makes it;
+	// false while it waits as a standby or reconnects.
 	Reading bool
+	// Making is true while this relay makes the slot: it publishes the
+	// rows already in the table, then the log, and makes the slot once
+	// every row from the table is recorded.
+	Making bool
 }
 
 // Stats returns the relay's counters.
@@ -351,6 +237,7 @@ type failure struct {
 
 // txn is one committed transaction's messages, in commit order.
 type txn struct {
+	xid  uint32 // its id, as the log gives it
 	end  uint64 // the log position just past its commit
 	left int    // messages not yet published or dead
 }

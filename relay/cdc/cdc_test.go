@@ -66,7 +66,13 @@ func (e *env) config() cdc.Config {
 // start runs a relay until the test ends or stop is called.
 func (e *env) start(pub broker.Publisher, cfg cdc.Config) (r *cdc.Relay, stop func()) {
 	e.t.Helper()
-	r, err := cdc.New(e.pg.Pool, pub, cfg)
+	return e.startOn(e.pg.Pool, pub, cfg)
+}
+
+// startOn runs a relay on pool until the test ends or stop is called.
+func (e *env) startOn(pool *pgxpool.Pool, pub broker.Publisher, cfg cdc.Config) (r *cdc.Relay, stop func()) {
+	e.t.Helper()
+	r, err := cdc.New(pool, pub, cfg)
 	testenv.Must(e.t, err, "new relay")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -89,6 +95,21 @@ func (e *env) start(pub broker.Publisher, cfg cdc.Config) (r *cdc.Relay, stop fu
 	}
 	e.t.Cleanup(stop)
 	return r, stop
+}
+
+// startMade runs a relay and waits until it reads its slot: made, the
+// rows that were in the table published.
+func (e *env) startMade(pub broker.Publisher, cfg cdc.Config) (r *cdc.Relay, stop func()) {
+	e.t.Helper()
+	r, stop = e.start(pub, cfg)
+	e.eventually(func() bool { return reads(r) }, "the relay does not read its slot: %+v", testenv.Lazy(func() any { return r.Stats() }))
+	return r, stop
+}
+
+// reads reports whether r reads its slot (not making it).
+func reads(r *cdc.Relay) bool {
+	s := r.Stats()
+	return s.Reading && !s.Making
 }
 
 // dropSlot drops the test's slot once no relay reads it.
@@ -281,8 +302,7 @@ func TestOutageBuildsBacklog(t *testing.T) {
 // when the first stops. Nothing is lost across the handover.
 func TestStandbyTakesOver(t *testing.T) {
 	e := newEnv(t)
-	first, stopFirst := e.start(e.pub, e.config())
-	e.eventually(func() bool { return first.Stats().Reading }, "the first relay does not read")
+	_, stopFirst := e.startMade(e.pub, e.config())
 	second, _ := e.start(e.pub, e.config())
 	var want []courier.Message
 	for i := range 100 {
@@ -303,7 +323,7 @@ func TestStandbyTakesOver(t *testing.T) {
 		t.Fatalf("the standby reads (%+v) while the first relay holds the slot", second.Stats())
 	}
 	stopFirst()
-	e.eventually(func() bool { return second.Stats().Reading }, "the standby did not take over: %+v", second.Stats())
+	e.eventually(func() bool { return reads(second) }, "the standby did not take over: %+v", second.Stats())
 	for i := 100; i < 200; i++ {
 		want = append(want, msg(fmt.Sprintf("k%d", i%5), fmt.Sprint(i)))
 		e.write(want[i])
@@ -318,7 +338,7 @@ func TestWalsenderTerminated(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.Backoff = relay.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}
-	r, _ := e.start(e.pub, cfg)
+	r, _ := e.startMade(e.pub, cfg)
 	var want []courier.Message
 	kills := 0
 	for i := range 3000 {
@@ -473,7 +493,8 @@ func TestLostSlot(t *testing.T) {
 		testenv.Must(t, pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox").Scan(&n), "count")
 		return n
 	}
-	_, stop := run()
+	first, stop := run()
+	testenv.Eventually(t, 30*time.Second, func() bool { return reads(first) }, "the relay does not read its slot")
 	write(50)
 	testenv.Eventually(t, 30*time.Second, func() bool { return count() == 0 }, "first drain")
 	stop()

@@ -71,8 +71,7 @@ func TestLogOnlyInCommitOrder(t *testing.T) {
 			e := newEnv(t)
 			e.pub.KeepOrder(pipelined)
 			lw := outbox.New(postgres.LogOnly(), outbox.Config{})
-			r, _ := e.start(e.pub, e.config())
-			e.eventually(func() bool { return r.Stats().Reading }, "the relay does not read")
+			r, _ := e.startMade(e.pub, e.config())
 			var want []courier.Message
 			for i := 0; i < 1500; i += 10 {
 				var tx []courier.Message
@@ -126,8 +125,7 @@ func TestLogOnlyDeadLetterReplay(t *testing.T) {
 	cfg.MaxAttempts = 3
 	cfg.Backoff = relay.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond}
 	lw := outbox.New(postgres.LogOnly(), outbox.Config{})
-	r, _ := e.start(e.pub, cfg)
-	e.eventually(func() bool { return r.Stats().Reading }, "the relay does not read")
+	r, _ := e.startMade(e.pub, cfg)
 	poison := msg("p", "poison")
 	poison.Headers = map[string]string{"traceparent": "00-abc"}
 	e.pub.Fail(poison.ID, 3)
@@ -193,8 +191,7 @@ func TestLogOnlyRelayRestart(t *testing.T) {
 		}
 	}
 	for round := range 4 {
-		r, stop := e.start(e.pub, cfg)
-		e.eventually(func() bool { return r.Stats().Reading }, "relay %d does not read", round)
+		_, stop := e.startMade(e.pub, cfg)
 		before := len(e.pub.Messages())
 		e.pub.Hold()
 		write(300)
@@ -213,7 +210,7 @@ func TestLogOnlyRelayRestart(t *testing.T) {
 		}
 		write(100) // while no relay runs: only the slot has the log-only ones
 	}
-	r, _ := e.start(e.pub, cfg)
+	r, _ := e.startMade(e.pub, cfg)
 	e.eventually(func() bool {
 		seen := map[[16]byte]bool{}
 		for _, m := range e.pub.Messages() {
@@ -233,8 +230,7 @@ func TestLogOnlyOwnSchema(t *testing.T) {
 	other := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	od := postgres.NewDriver(other.Pool)
 	lw := outbox.New(postgres.LogOnly(), outbox.Config{})
-	r, _ := e.start(e.pub, e.config())
-	e.eventually(func() bool { return r.Stats().Reading }, "the relay does not read")
+	e.startMade(e.pub, e.config())
 	ctx := context.Background()
 	var want []courier.Message
 	for i := range 20 {
@@ -263,8 +259,7 @@ func TestLogOnlyKeepPublished(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.KeepPublished = true
-	r, _ := e.start(e.pub, cfg)
-	e.eventually(func() bool { return r.Stats().Reading }, "the relay does not read")
+	r, _ := e.startMade(e.pub, cfg)
 	lw := outbox.New(postgres.LogOnly(), outbox.Config{})
 	var want []courier.Message
 	for i := range 6 {

@@ -17,6 +17,9 @@ import (
 // of shared memory.
 func (r *Relay) Ready(ctx context.Context) (string, error) {
 	s := r.m.snapshot()
+	if s.Making {
+		return fmt.Sprintf("making slot %s: publishing the rows already in the table, then the log", r.cfg.Slot), nil
+	}
 	if s.Reading {
 		if s.Confirmed == "" {
 			return fmt.Sprintf("reading slot %s", r.cfg.Slot), nil

@@ -3,115 +3,11 @@ package cdc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
-
-	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
-	"github.com/courier-go/courier/internal/waits"
-	"github.com/courier-go/courier/store/postgres"
 )
-
-// Run reads the log and publishes until ctx ends; it returns nil then. A
-// relay whose slot another relay reads waits as a standby, trying every
-// Standby; a lost connection (the database restarting, its walsender
-// terminated) is retried with Backoff. Each time it starts reading, it
-// first publishes the rows already in the table (see the package
-// documentation).
-func (r *Relay) Run(ctx context.Context) error {
-	if err := Setup(ctx, r.pool, r.cfg.Publication); err != nil {
-		return err
-	}
-	failures := 0
-	standby := false
-	for {
-		err := r.session(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		delay := r.cfg.Standby
-		switch {
-		case errors.Is(err, errSlotBusy):
-			if !standby {
-				r.log.Info("another relay reads the slot; waiting as a standby", "slot", r.cfg.Slot)
-			}
-			standby, failures = true, 0
-		default:
-			standby = false
-			failures++
-			delay = r.cfg.Backoff.Delay(failures)
-			r.log.Warn("reading the log failed; starting again", "error", err, "retry_in", delay)
-		}
-		if !waits.Sleep(ctx, delay) {
-			return nil
-		}
-	}
-}
-
-// session holds the slot once: the table's rows first, then the log, until
-// ctx ends or the connection fails.
-func (r *Relay) session(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	in := make(chan batch, 16)
-	prog := &progress{}
-	published := make(chan error, 1)
-	go func() {
-		err := r.publish(ctx, in, prog)
-		published <- err
-		cancel() // a publisher that gave up ends the session
-	}()
-	stop := func(err error) error {
-		cancel()
-		if perr := <-published; perr != nil && err == nil && !errors.Is(perr, context.Canceled) {
-			err = perr
-		}
-		return err
-	}
-
-	conn, err := r.open(ctx)
-	if err != nil {
-		return stop(err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	// The slot exists: a row committed from now on is in the log, one
-	// committed before may be only in the table. The rows in the table
-	// that the log does not hold go first; the reader holds the log's
-	// transactions back meanwhile.
-	began := time.Now()
-	tx, snap, err := r.begin(ctx)
-	if err != nil {
-		return stop(err)
-	}
-	peeked := time.Since(began)
-	if err := r.start(ctx, conn); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return stop(err)
-	}
-	r.m.setReading(true)
-	defer r.m.setReading(false)
-	var prefix string
-	if err := r.pool.QueryRow(ctx, "SELECT '"+postgres.LogPrefix+"' || "+postgres.LogTableSQL).Scan(&prefix); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return stop(fmt.Errorf("cdc: find courier_outbox: %w (run courier migrate first)", err))
-	}
-	rd := &reader{r: r, conn: conn, prog: prog, out: in, relations: map[uint32]*pglogrepl.RelationMessage{},
-		types: pgtype.NewMap(), prefix: prefix, swept: make(chan *snapshot, 1), lastSent: time.Now()}
-	go func() {
-		if err := r.sweep(ctx, tx, snap, in); err != nil {
-			r.log.Warn("could not publish the rows in the table", "error", err)
-			cancel() // the session starts again
-			return
-		}
-		r.log.Info("reading the outbox from the log", "slot", r.cfg.Slot, "from_table", snap.rows,
-			"left_to_the_log", len(snap.logged), "backlog_scan", peeked.Round(time.Millisecond), "table_read", time.Since(began).Round(time.Millisecond))
-		rd.swept <- snap
-	}()
-	return stop(rd.run(ctx))
-}
 
 // key is one ordering key's messages waiting to be published, in commit
 // order.
@@ -134,22 +30,29 @@ type publisher struct {
 	calls   int    // Publish calls in flight
 	outages int
 	pause   time.Time
+
+	// While the slot is made: the rows from the table not yet recorded,
+	// whether the sweep's last page arrived, and recorded, closed (then
+	// nil) once both say every row from the table is recorded.
+	swept    int
+	sweptAll bool
+	recorded chan struct{}
 }
 
 // publish takes batches from in and publishes their messages key by key
 // until ctx ends. What the broker answered is written to the table by a
 // recorder in the background (see recordEvery); a transaction is confirmed
 // once its every message is written there.
-func (r *Relay) publish(ctx context.Context, in <-chan batch, prog *progress) error {
+func (r *Relay) publish(ctx context.Context, in <-chan batch, p *publisher) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rec := newRecorder(r)
+	p.rec = newRecorder(r)
 	recorded := make(chan error, 1)
 	go func() {
-		recorded <- rec.run(ctx)
+		recorded <- p.rec.run(ctx)
 		cancel()
 	}()
-	err := r.publishing(ctx, in, &publisher{r: r, prog: prog, rec: rec, keys: map[string]*key{}})
+	err := r.publishing(ctx, in, p)
 	cancel()
 	if rerr := <-recorded; rerr != nil && !errors.Is(rerr, context.Canceled) {
 		return rerr // the database failed: that ended the session
@@ -231,11 +134,13 @@ type answer struct {
 }
 
 // add queues a batch's items under their keys and registers its
-// transaction. Rows the session swept from the table are skipped when the
-// log brings them again.
+// transaction, or counts the rows read from the table.
 func (p *publisher) add(b batch) {
 	if b.t != nil {
 		p.txs = append(p.txs, b.t)
+	} else {
+		p.swept += len(b.items)
+		p.sweptAll = p.sweptAll || b.last
 	}
 	for _, it := range b.items {
 		k := p.keys[it.msg.Key]
@@ -403,6 +308,7 @@ func (p *publisher) settle(items []*item) {
 		if it.txn != nil {
 			it.txn.left--
 		} else {
+			p.swept--
 			p.r.m.swept.Add(1)
 		}
 	}
@@ -420,6 +326,10 @@ func (p *publisher) advance() {
 		clear(p.txs[:n])
 		p.txs = p.txs[n:]
 		p.prog.done.Add(int64(n))
+	}
+	if p.recorded != nil && p.sweptAll && p.swept == 0 {
+		close(p.recorded)
+		p.recorded = nil
 	}
 }
 

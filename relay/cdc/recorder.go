@@ -18,15 +18,13 @@ import (
 // rather than one or two per message.
 const recordEvery = 200 * time.Millisecond
 
-// unseenFor is how long the relay looks for a row it published: the log
-// brings a commit a moment before other sessions see the transaction. A
-// row still missing after that was deleted by someone else (a polling
-// relay that published it too).
-const unseenFor = 10 * time.Second
-
 // unseenRetry is how often the recorder looks again for rows it did not
-// find.
+// find while their transaction is not yet visible: the log brings a commit
+// a moment before other sessions see it.
 const unseenRetry = 10 * time.Millisecond
+
+// unseenWarn is how long a row may stay unseen before the relay says so.
+const unseenWarn = 10 * time.Second
 
 // recorder writes what the broker answered to the table, in its own
 // goroutine, and hands the items it wrote back to the publisher, which
@@ -52,9 +50,10 @@ type recorder struct {
 // unseen is an item whose row the relay has not found yet to delete or
 // dead-letter.
 type unseen struct {
-	it    *item
-	dead  bool
-	since time.Time
+	it     *item
+	dead   bool
+	since  time.Time
+	warned bool
 }
 
 func newRecorder(r *Relay) *recorder {
@@ -183,20 +182,23 @@ func (rc *recorder) due() bool {
 // rows were not found the last time, and returns the items that are done.
 // It tries twice; the second failure is returned.
 func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*item, error) {
-	wasUnseen := make(map[*item]time.Time, len(rc.unseen))
+	wasUnseen := make(map[*item]unseen, len(rc.unseen))
 	for _, u := range rc.unseen {
 		if u.dead {
 			dead = append(dead, u.it)
 		} else {
 			published = append(published, u.it)
 		}
-		wasUnseen[u.it] = u.since
+		wasUnseen[u.it] = u
 	}
 	rc.unseen = rc.unseen[:0]
-	var missing []*item
+	var (
+		missing []*item
+		snap    *snapshot
+	)
 	for attempt := 1; ; attempt++ {
 		var err error
-		missing, err = rc.r.finish(ctx, published, dead)
+		missing, snap, err = rc.r.finish(ctx, published, dead)
 		if err == nil {
 			break
 		}
@@ -212,24 +214,27 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 	for _, it := range dead {
 		isDead[it] = true
 	}
-	gone := make(map[*item]bool, len(missing))
+	later := make(map[*item]bool, len(missing))
 	now := time.Now()
 	for _, it := range missing {
-		since, ok := wasUnseen[it]
+		if it.txn == nil || snap.sees(it.txn.xid) {
+			continue // gone: published by another relay, or by this one before it died
+		}
+		u, ok := wasUnseen[it]
 		if !ok {
-			since = now
+			u = unseen{it: it, dead: isDead[it], since: now}
 		}
-		if now.Sub(since) < unseenFor {
-			gone[it] = true
-			rc.unseen = append(rc.unseen, unseen{it: it, dead: isDead[it], since: since})
-			continue
+		if !u.warned && now.Sub(u.since) >= unseenWarn {
+			u.warned = true
+			rc.r.log.Warn("a published message's transaction is still not visible; looking for its row again", "id", it.seq, "message_id", it.msg.ID, "xid", it.txn.xid)
 		}
-		rc.r.log.Warn("row not found after publishing; another relay may have published it", "id", it.seq, "message_id", it.msg.ID)
+		later[it] = true
+		rc.unseen = append(rc.unseen, u)
 	}
-	done := make([]*item, 0, len(published)+len(dead)-len(gone))
+	done := make([]*item, 0, len(published)+len(dead)-len(later))
 	for _, list := range [][]*item{published, dead} {
 		for _, it := range list {
-			if !gone[it] {
+			if !later[it] {
 				done = append(done, it)
 			}
 		}

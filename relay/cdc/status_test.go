@@ -107,7 +107,7 @@ func TestStatusReportsSlotLag(t *testing.T) {
 	t.Logf("standby: %s", status)
 	stopWriting()
 	stop()
-	e.eventually(func() bool { return standby.Stats().Reading }, "the standby takes over")
+	e.eventually(func() bool { return reads(standby) }, "the standby takes over")
 }
 
 // Ready fails while no relay reads the slot.

@@ -58,13 +58,13 @@ SELECT nextval(pg_get_serial_sequence('courier_outbox', 'id')), f.*
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[],
             $9::timestamptz[], $10::timestamptz[], $11::int[])
      AS f(message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)`
-	// sweepPageSQL reads a page of the table's ids, oldest first, with
-	// the transaction that wrote each; sweepRowsSQL reads the rows of the
-	// ids the log does not bring. Most rows of a backlog are the log's,
-	// so their payloads are never read from the table.
-	sweepPageSQL = `SELECT id, xmin::text::bigint FROM courier_outbox WHERE id > $1 ORDER BY id LIMIT $2`
-	sweepRowsSQL = `SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
-FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
+	// sweepSQL reads a page of the table's rows, oldest first.
+	sweepSQL = `SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
+FROM courier_outbox WHERE id > $1 ORDER BY id LIMIT $2`
+	// snapshotSQL runs before the statements that record: a transaction
+	// it sees is seen by them too, so a row of it that they do not find
+	// is gone.
+	snapshotSQL = `SELECT pg_current_snapshot()::text`
 )
 
 // historyCap is the most failures a dead letter's history keeps, as with the
@@ -73,10 +73,13 @@ const historyCap = 20
 
 // finish records what the broker said of published and dead in one
 // transaction: published rows deleted (or archived), dead ones moved to the
-// dead letters. It returns the items whose rows it did not find: the log
-// can bring a commit a moment before the transaction is visible to other
-// sessions, so the caller tries those again. Items without a row are done.
-func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []*item, err error) {
+// dead letters. It returns the items whose rows it did not find, with a
+// snapshot taken before it looked: the log can bring a commit a moment
+// before the transaction is visible to other sessions, so the caller tries
+// again those of transactions the snapshot does not see yet; a row of a
+// transaction it sees is gone (another relay published it, or this one
+// before it died). Items without a row are done.
+func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []*item, snap *snapshot, err error) {
 	var ids []int64
 	for _, it := range published {
 		if it.seq > 0 {
@@ -112,11 +115,13 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 		errs, history = append(errs, h[len(h)-1].Error), append(history, string(js))
 	}
 	if len(ids) == 0 && len(deadIDs) == 0 && len(logDead.ids) == 0 && len(logKept.ids) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	found := make(map[int64]bool, len(ids)+len(deadIDs))
+	var snapText string
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		var b pgx.Batch
+		b.Queue(snapshotSQL)
 		if len(ids) > 0 {
 			q := deleteSQL
 			if r.cfg.KeepPublished {
@@ -139,7 +144,11 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 				l.occurred, l.created, l.attempts)
 		}
 		br := tx.SendBatch(ctx, &b)
-		for range queries {
+		if err := br.QueryRow().Scan(&snapText); err != nil {
+			br.Close()
+			return err
+		}
+		for range queries - 1 {
 			rows, err := br.Query()
 			if err != nil {
 				br.Close()
@@ -163,7 +172,7 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 		return br.Close()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cdc: record %d published and %d dead messages: %w", len(published), len(dead), err)
+		return nil, nil, fmt.Errorf("cdc: record %d published and %d dead messages: %w", len(published), len(dead), err)
 	}
 	for _, list := range [][]*item{published, dead} {
 		for _, it := range list {
@@ -172,7 +181,11 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 			}
 		}
 	}
-	return missing, nil
+	if len(missing) == 0 {
+		return nil, nil, nil
+	}
+	snap, err = parseSnapshot(snapText)
+	return missing, snap, err
 }
 
 // logRows holds the columns of table-less messages written to a table
@@ -206,7 +219,7 @@ type metrics struct {
 	published, retried, dead, swept atomic.Int64
 	mu                              sync.Mutex
 	confirmed                       uint64
-	reading                         bool
+	reading, making                 bool
 }
 
 func (m *metrics) setConfirmed(lsn uint64) {
@@ -215,10 +228,10 @@ func (m *metrics) setConfirmed(lsn uint64) {
 	m.confirmed = lsn
 }
 
-func (m *metrics) setReading(on bool) {
+func (m *metrics) setReading(on, making bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.reading = on
+	m.reading, m.making = on, on && making
 }
 
 func (m *metrics) snapshot() Stats {
@@ -226,7 +239,7 @@ func (m *metrics) snapshot() Stats {
 	defer m.mu.Unlock()
 	s := Stats{
 		Published: m.published.Load(), Retried: m.retried.Load(), DeadLettered: m.dead.Load(),
-		Swept: m.swept.Load(), Reading: m.reading,
+		Swept: m.swept.Load(), Reading: m.reading, Making: m.making,
 	}
 	if m.confirmed > 0 {
 		s.Confirmed = lsnString(m.confirmed)

@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/courier-go/courier/internal/redact"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/mysql"
 	"github.com/courier-go/courier/store/postgres"
@@ -148,20 +149,28 @@ type URL struct {
 }
 
 // Parse reads raw. It fails, with a message that names Options.Flag and
-// the forms it accepts, for an empty string, a scheme it does not know, or
-// a MySQL URL the driver would not open; the message never holds the
-// password.
+// the forms it accepts, for an empty string, a scheme it does not know, a
+// MySQL URL the driver would not open, or a password holding a character
+// that ends it for the URL's parser (/ for PostgreSQL's, which reads URLs
+// as libpq does; /, ? and # for MySQL's): the message says to
+// percent-encode it. The message never holds the password.
 func Parse(raw string, opts Options) (URL, error) {
 	u := URL{Where: Redact(raw)}
 	switch {
 	case raw == "":
 		return URL{}, fmt.Errorf("%s is empty: use %s", opts.flag(), opts.forms())
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		if err := redact.CheckUserinfo(raw, "/"); err != nil {
+			return URL{}, fmt.Errorf("%s %q: %w", opts.flag(), u.Where, err)
+		}
 		u.Dialect, u.Conn = "postgres", raw
 	case strings.HasPrefix(raw, "mysql://"):
+		if err := redact.CheckUserinfo(raw, "/?#"); err != nil {
+			return URL{}, fmt.Errorf("%s %q: %w", opts.flag(), u.Where, err)
+		}
 		dsn, err := mysql.DSNFromURL(raw)
 		if err != nil {
-			return URL{}, fmt.Errorf("%s %q is not a MySQL URL (%v): use mysql://user:password@host:3306/database, with reserved characters percent-encoded (@ as %%40)", opts.flag(), Redact(raw), err)
+			return URL{}, fmt.Errorf("%s %q is not a MySQL URL (%v): use mysql://user:password@host:3306/database, with reserved characters percent-encoded (@ as %%40)", opts.flag(), u.Where, redact.In(err.Error(), raw))
 		}
 		u.Dialect, u.Conn = "mysql", dsn
 	case strings.HasPrefix(raw, "sqlite://"):
@@ -173,7 +182,7 @@ func Parse(raw string, opts Options) (URL, error) {
 	case opts.BarePaths && !strings.Contains(raw, "://"):
 		u.Dialect, u.Conn = "sqlite", raw
 	default:
-		return URL{}, fmt.Errorf("%s %q is not a database URL Courier knows: use %s", opts.flag(), Redact(raw), opts.forms())
+		return URL{}, fmt.Errorf("%s %q is not a database URL Courier knows: use %s", opts.flag(), u.Where, opts.forms())
 	}
 	if u.Dialect == "sqlite" {
 		if u.Conn == "" {
@@ -240,7 +249,7 @@ func Open(ctx context.Context, raw string, opts Options) (*DB, error) {
 			check += " (" + opts.Env + ")"
 		}
 		return nil, fmt.Errorf("cannot reach the database at %s: %v; check %s and that the server is running",
-			d.where, strings.Join(strings.Fields(err.Error()), " "), check)
+			d.where, redact.In(strings.Join(strings.Fields(err.Error()), " "), raw), check)
 	}
 	return d, nil
 }
@@ -250,7 +259,7 @@ func Open(ctx context.Context, raw string, opts Options) (*DB, error) {
 func (d *DB) openPostgres(ctx context.Context, u URL, opts Options) error {
 	cfg, err := pgxpool.ParseConfig(u.Conn)
 	if err != nil {
-		return fmt.Errorf("%s is malformed (%v): use postgres://user:password@host:5432/database", opts.flag(), err)
+		return fmt.Errorf("%s is malformed (%v): use postgres://user:password@host:5432/database", opts.flag(), redact.In(err.Error(), u.Conn))
 	}
 	cfg.ConnConfig.ConnectTimeout = ConnectTimeout
 	if opts.CreateSchema {
@@ -363,15 +372,10 @@ func firstSchema(searchPath string) string {
 	return strings.Trim(strings.TrimSpace(first), `"`)
 }
 
-// Redact returns the URL raw with its password, if any, replaced by xxxxx;
-// anything that does not parse as a URL is returned as it is.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+// Redact returns raw with what may be secret replaced by xxxxx: the
+// password of the user information, the values of parameters such as
+// password and sslpassword, and the like, whether or not raw parses (a
+// password holding an unencoded /, ? or # included). It applies Courier's
+// one redaction rule, which brokerurl.Redact, the CLI and the dashboard
+// apply too; docs/operations.md ("Secrets in URLs") states it.
+func Redact(raw string) string { return redact.URL(raw) }

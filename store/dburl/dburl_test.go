@@ -30,6 +30,8 @@ func TestParse(t *testing.T) {
 	}{
 		{raw: "postgres://app:secret@db:5432/shop", dialect: "postgres", conn: "postgres://app:secret@db:5432/shop", where: "postgres://app:xxxxx@db:5432/shop"},
 		{raw: "postgresql://app@db/shop?search_path=orders", dialect: "postgres", conn: "postgresql://app@db/shop?search_path=orders", where: "postgresql://app@db/shop?search_path=orders"},
+		{raw: "postgres://app@db/shop?password=secret&sslpassword=s2", dialect: "postgres", conn: "postgres://app@db/shop?password=secret&sslpassword=s2", where: "postgres://app@db/shop?password=xxxxx&sslpassword=xxxxx"},
+		{raw: "postgres://app:p?ss@db/shop", dialect: "postgres", conn: "postgres://app:p?ss@db/shop", where: "postgres://app:xxxxx@db/shop"}, // pgx reads it as libpq does
 		{raw: "mysql://app:a%40b%3Ac%2Fd@db:3306/shop", dialect: "mysql", conn: "app:a@b:c/d@tcp(db:3306)/shop", where: "mysql://app:xxxxx@db:3306/shop"},
 		{raw: "mysql://app@db/shop?timeout=5s", dialect: "mysql", conn: "app@tcp(db:3306)/shop?timeout=5s", where: "mysql://app@db/shop?timeout=5s"},
 		{raw: "sqlite:///var/lib/courier.db", dialect: "sqlite", conn: "/var/lib/courier.db", where: "/var/lib/courier.db"},
@@ -56,6 +58,10 @@ func TestParse(t *testing.T) {
 		{raw: "mysql://app:secret@db:3306/shop?timeout=soon", want: "is not a MySQL URL"},
 		{raw: "mysql://app:100%@db/shop", want: "invalid URL escape"},
 		{raw: "sqlite:", want: "names no SQLite file"},
+		{raw: "mysql://app:p#secret@db/shop", want: "percent-encode"},
+		{raw: "mysql://app:p/secret@db/shop", want: "percent-encode"},
+		{raw: "postgres://app:p/secret@db/shop", want: "percent-encode"},
+		{raw: "host=db password=secret", want: `"host=db password=xxxxx" is not a database URL`},
 	} {
 		_, err := dburl.Parse(c.raw, dburl.Options{Flag: "--database-url", BarePaths: c.bare})
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "secret") {
@@ -194,4 +200,46 @@ func checkDriver(t *testing.T, db *dburl.DB) {
 	if n != 0 {
 		t.Fatalf("a new outbox holds %d rows", n)
 	}
+}
+
+// Parse never fails to hide a password, wherever it sits and whatever it
+// holds, in the URL it keeps for messages (Where) or in its error; and it
+// never panics, whatever it is given.
+func FuzzParse(f *testing.F) {
+	for _, s := range [][3]string{
+		{"postgres", "secret", "db:5432/shop"},
+		{"mysql", "p#ss", "db:3306/shop"},
+		{"mysql", "p/ss?w", "db/shop?timeout=5s"},
+		{"postgres", "p?ss", "db/shop?sslmode=disable"},
+		{"postgresql", "a@b", "db/shop"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, scheme, password, rest string) {
+		_, _ = dburl.Parse(scheme+password+rest, dburl.Options{BarePaths: true})
+		if len(password) < 4 || strings.Contains(password, "://") || strings.Trim(password, "x") == "" ||
+			strings.Contains(rest, "@") || strings.ContainsAny(scheme, "@:/?#") || !plain(scheme+password+rest) {
+			return // messages quote with %q: keep to what it leaves as it is
+		}
+		forms := []func(pw string) string{func(pw string) string { return scheme + "://app:" + pw + "@" + rest }}
+		if !strings.ContainsAny(rest, "?#") { // else the parameter is part of another's value, or of a fragment
+			forms = append(forms, func(pw string) string { return scheme + "://app@" + rest + "?password=" + url.QueryEscape(pw) })
+		}
+		for _, form := range forms {
+			raw, skeleton := form(password), form("xxxxx")
+			u, err := dburl.Parse(raw, dburl.Options{Flag: "--database-url"})
+			shown := u.Where
+			if err != nil {
+				shown = err.Error()
+			}
+			if strings.Count(shown, password) > strings.Count(skeleton, password) {
+				t.Fatalf("Parse(%q) shows the password %q: %q", raw, password, shown)
+			}
+		}
+	})
+}
+
+// plain reports whether s is printable ASCII without quotes or backslashes.
+func plain(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e || r == '"' || r == '\\' })
 }

@@ -60,7 +60,7 @@ const logFormat byte = 1
 // to a comparison. Together that cost writers about 5% of their
 // transactions a second.
 const logCheck = `CASE WHEN current_setting('courier.log_checked', true) COLLATE "C" > $2 THEN NULL
-     ELSE query_to_xml('SELECT current_setting(''wal_level'') AS level, EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_type = ''logical'' AND database = current_database()) AS slot',
+     ELSE query_to_xml('SELECT current_setting(''wal_level'') AS level, EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_type = ''logical'' AND NOT temporary AND database = current_database()) AS slot',
                        false, true, '')::text || set_config('courier.log_checked', $3, false)
 END`
 

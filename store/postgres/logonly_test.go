@@ -79,12 +79,12 @@ func TestLogMessagePrefix(t *testing.T) {
 		t.Fatalf("both schemas' courier_outbox have OID %s", oidA)
 	}
 
-	// A temporary test_decoding slot, read on the connection that made it.
+	// A test_decoding slot (not temporary: LogOnly does not count those).
 	conn, err := a.Admin.Acquire(ctx)
 	testenv.Must(t, err, "acquire")
 	defer conn.Release()
 	slot := strings.ToLower(testenv.Name("p_"))
-	_, err = conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)", slot)
+	_, err = conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'test_decoding')", slot)
 	testenv.Must(t, err, "create slot")
 	defer func() { _, _ = conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot) }()
 
@@ -183,7 +183,15 @@ func TestLogOnlySlotCheck(t *testing.T) {
 	pool := open()
 	wantNoSlot("first write without a slot", write(pool), "start the CDC relay")
 	wantNoSlot("queued without a slot", queue(pool), "start the CDC relay")
-	_, err := pool.Exec(ctx, "SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
+	// A temporary slot (the one a relay reads while it makes its slot)
+	// goes with its session: it does not count.
+	temp, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	testenv.Must(t, err, "connect")
+	_, err = temp.Exec(ctx, "SELECT pg_create_logical_replication_slot('t', 'pgoutput', true)")
+	testenv.Must(t, err, "create temporary slot")
+	wantNoSlot("write with only a temporary slot", write(pool), "start the CDC relay")
+	testenv.Must(t, temp.Close(ctx), "close")
+	_, err = pool.Exec(ctx, "SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
 	testenv.Must(t, err, "create slot")
 	testenv.Must(t, write(pool), "write with a slot")
 	_, err = pool.Exec(ctx, "SELECT pg_drop_replication_slot('s')")

@@ -180,13 +180,14 @@ func badInput[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 
 	// An absurd Idempotency-Key is a 400, not a crash or a stored key.
-	keys, err := idempotency.New(d.Idempotency(), idempotency.Config{})
+	keys, err := idempotency.New(d.Idempotency(), idempotency.Config{Scope: idempotency.ScopeFromHeader("Authorization")})
 	testenv.Must(t, err, "keys")
 	h := keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
 	for _, key := range []string{strings.Repeat("k", 10000), "\x00\x01", `"` + sqlish + `"`, sqlish, `"\u00e9"`} {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer chaos")
 		h.ServeHTTP(rec, req)
 		want := 400
 		if key == `"`+sqlish+`"` { // odd but valid: quoted printable ASCII

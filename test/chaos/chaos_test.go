@@ -7,7 +7,7 @@
 // webhook endpoint (the transport runs, below).
 //
 //	go test ./test/chaos                  # the short runs CI does (under a minute each)
-//	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport and 5,000 orders, minutes of chaos
+//	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport, 5,000 orders and 10 minutes of CDC kills per mode, minutes of chaos
 //
 // TestChaos's faults: relays and consumers killed, relays stopped past their
 // lease (by the test, and by themselves in the middle of a claim, see
@@ -48,6 +48,13 @@
 //     test binary's, with a one-second request timeout and circuit breaker;
 //     with -long `courier relay` runs it too, with its defaults (10s
 //     requests, a 30s breaker), and recovers in about a minute.
+//
+// TestCDCRelayKills does the same to `courier relay --mode cdc`: two relay
+// processes at a time, each SIGKILLed 0.3–3s after it started, walsenders
+// terminated now and then, while writers commit to the table (rows) or to
+// the log only (tableless); it compares the JetStream stream with what was
+// committed (nothing lost, no duplicate, every key in commit order) and
+// counts the publishes on the wire (fewer than 1.5 a message).
 //
 // Their relays count 3 failed attempts at most, so an outage counted
 // against the messages would show as dead letters; the checker (check)

@@ -1,0 +1,195 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/courier-go/courier/internal/waits"
+	"github.com/courier-go/courier/store/postgres"
+)
+
+// errSlotBusy is returned by a session when another relay reads the slot,
+// or makes it.
+var errSlotBusy = errors.New("cdc: the replication slot is read by another relay")
+
+// errMade ends the session that made the slot: the next one reads it.
+var errMade = errors.New("cdc: the replication slot was made")
+
+// Run reads the log and publishes until ctx ends; it returns nil then. A
+// relay whose slot another relay reads waits as a standby, trying every
+// Standby; a lost connection (the database restarting, its walsender
+// terminated) is retried with Backoff. When the slot does not exist, the
+// relay makes it and publishes the rows already in the table first (see
+// the package documentation).
+func (r *Relay) Run(ctx context.Context) error {
+	if err := Setup(ctx, r.pool, r.cfg.Publication); err != nil {
+		return err
+	}
+	failures := 0
+	standby := false
+	for {
+		err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		delay := r.cfg.Standby
+		switch {
+		case errors.Is(err, errMade):
+			standby, failures = false, 0
+			continue
+		case errors.Is(err, errSlotBusy):
+			if !standby {
+				r.log.Info("another relay reads the slot or makes it; waiting as a standby", "slot", r.cfg.Slot, "reason", err)
+			}
+			standby, failures = true, 0
+		default:
+			standby = false
+			failures++
+			delay = r.cfg.Backoff.Delay(failures)
+			r.log.Warn("reading the log failed; starting again", "error", err, "retry_in", delay)
+		}
+		if !waits.Sleep(ctx, delay) {
+			return nil
+		}
+	}
+}
+
+// session holds the slot once, until ctx ends or a part fails. When the
+// slot does not exist it makes it instead (make) and returns errMade.
+func (r *Relay) session(ctx context.Context) error {
+	conn, err := pgconn.ConnectConfig(ctx, r.repl)
+	if err != nil {
+		return fmt.Errorf("cdc: replication connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	exists, err := slotExists(ctx, conn, r.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return r.make(ctx, conn)
+	}
+	if err := r.start(ctx, conn, r.cfg.Slot); err != nil {
+		return err
+	}
+	return r.stream(ctx, conn, nil)
+}
+
+// slotExists reports whether the slot is in pg_replication_slots, asked
+// on the replication connection.
+func slotExists(ctx context.Context, conn *pgconn.PgConn, slot string) (bool, error) {
+	rows, err := conn.Exec(ctx, fmt.Sprintf("SELECT 1 FROM pg_replication_slots WHERE slot_name = '%s'", slot)).ReadAll()
+	if err != nil {
+		return false, fmt.Errorf("cdc: look for slot %s: %w", slot, err)
+	}
+	return len(rows) == 1 && len(rows[0].Rows) == 1, nil
+}
+
+// start streams slot from its confirmed position.
+func (r *Relay) start(ctx context.Context, conn *pgconn.PgConn, slot string) error {
+	err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			fmt.Sprintf("publication_names '%s'", r.cfg.Publication),
+			"binary 'true'",
+			"messages 'true'",
+		},
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use
+		return fmt.Errorf("%w: %s", errSlotBusy, pgErr.Message)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "55000" && r.slotLost(ctx) {
+		return r.dropLost(ctx, err)
+	}
+	if err != nil {
+		return fmt.Errorf("cdc: start replication on slot %s: %w", slot, err)
+	}
+	return nil
+}
+
+// slotLost reports whether PostgreSQL invalidated the slot (wal_status
+// lost).
+func (r *Relay) slotLost(ctx context.Context) bool {
+	var status string
+	err := r.pool.QueryRow(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Slot).Scan(&status)
+	return err == nil && status == "lost"
+}
+
+// dropLost drops the slot PostgreSQL invalidated (max_slot_wal_keep_size):
+// the log it needed is gone. The rows are still in the table; the next
+// session makes a new slot and publishes them (table-less messages it had
+// not confirmed are lost with it). It returns err, the failure that showed
+// the slot lost.
+func (r *Relay) dropLost(ctx context.Context, err error) error {
+	r.log.Error("the replication slot is lost; making a new one and publishing the table's rows", "slot", r.cfg.Slot, "error", err)
+	if _, derr := r.pool.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); derr != nil {
+		return fmt.Errorf("cdc: drop lost slot %s: %w", r.cfg.Slot, derr)
+	}
+	return fmt.Errorf("cdc: slot %s was lost: %w", r.cfg.Slot, err)
+}
+
+// stream publishes what conn streams (replication started) until ctx ends
+// or a part fails. With first (the session that makes the slot), the rows
+// first reads from the table go before the log's transactions, and the
+// session ends with errMade once the slot is made.
+func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var prefix string
+	if err := r.pool.QueryRow(ctx, "SELECT '"+postgres.LogPrefix+"' || "+postgres.LogTableSQL).Scan(&prefix); err != nil {
+		return fmt.Errorf("cdc: find courier_outbox: %w (run courier migrate first)", err)
+	}
+	in := make(chan batch, 16)
+	prog := &progress{}
+	p := &publisher{r: r, prog: prog, keys: map[string]*key{}}
+	rd := &reader{r: r, conn: conn, slot: r.cfg.Slot, prog: prog, out: in, relations: map[uint32]*pglogrepl.RelationMessage{},
+		types: pgtype.NewMap(), prefix: prefix, lastSent: time.Now()}
+	var swept chan struct{}
+	if first != nil {
+		swept = make(chan struct{})
+		read := make(chan struct{})
+		recorded := make(chan struct{})
+		p.recorded = recorded
+		rd.slot, rd.read, rd.recorded = first.slot, read, recorded
+		go func() {
+			defer close(swept)
+			if err := r.sweep(ctx, first.tx, in); err != nil {
+				r.log.Warn("could not read the rows in the table", "error", err)
+				cancel() // the session starts again
+				return
+			}
+			close(read)
+		}()
+	}
+	published := make(chan error, 1)
+	go func() {
+		published <- r.publish(ctx, in, p)
+		cancel() // a publisher that gave up ends the session
+	}()
+	r.m.setReading(true, first != nil)
+	defer r.m.setReading(false, false)
+	err := rd.run(ctx)
+	cancel()
+	if swept != nil {
+		<-swept
+	}
+	if perr := <-published; perr != nil && !errors.Is(perr, context.Canceled) && (err == nil || errors.Is(err, context.Canceled)) {
+		err = perr
+	}
+	return err
+}
+
+// making is the state of the session that makes the slot.
+type making struct {
+	slot string // the temporary slot read meanwhile
+	tx   pgx.Tx // the transaction the table is read in, at the temporary slot's start
+}

@@ -1,0 +1,277 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/courier-go/courier"
+	couriernats "github.com/courier-go/courier/broker/nats"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store/postgres"
+)
+
+// TestCDCRelayKills runs `courier relay --mode cdc` processes, two at a
+// time (one reads the slot, the other waits as a standby), each SIGKILLed
+// 0.3–3s after it started and replaced at once, while writers commit one
+// message per transaction over 1,000 keys at about 300 a second, and
+// terminates the reading relay's walsender now and then; then one relay
+// drains. Every message reaches the JetStream stream exactly once, each
+// key in commit order; the slot's confirmed position keeps moving, so that
+// the relays publish fewer than 1.5 copies of each message on the wire
+// (counted by a plain subscriber on the stream's subjects). It runs with
+// the messages in the outbox table (rows) and as table-less messages
+// (postgres.LogOnly, tableless), 20 seconds each, or 10 minutes each with
+// -long.
+func TestCDCRelayKills(t *testing.T) {
+	for _, mode := range []string{"rows", "tableless"} {
+		t.Run(mode, func(t *testing.T) { cdcKills(t, mode == "tableless") })
+	}
+}
+
+// cdcRun is one run of TestCDCRelayKills.
+type cdcRun struct {
+	t         *testing.T
+	pg        *testenv.PG
+	nc        *natsgo.Conn
+	slot      string
+	cmdline   []string
+	logs      *os.File
+	runs      atomic.Int64 // relay processes started
+	tableless bool
+}
+
+func cdcKills(t *testing.T, tableless bool) {
+	chaosFor, keys, rate := 20*time.Second, 1000, 300
+	if *long {
+		chaosFor = 10 * time.Minute
+	}
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	ctx := context.Background()
+	var level string
+	testenv.Must(t, pg.Pool.QueryRow(ctx, "SHOW wal_level").Scan(&level), "wal_level")
+	if level != "logical" {
+		t.Fatalf("wal_level is %s: the CDC relay needs logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL; .ci/run does)", level)
+	}
+	natsURL := testenv.NATSOrEmbedded(t)
+	nc := testenv.Connect(t, natsURL)
+	stream := testenv.Name("CDCCHAOS")
+	mapping := couriernats.Config{SubjectPrefix: strings.ToLower(stream) + "."}
+	testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: stream}), "stream")
+	slot := strings.ToLower(testenv.Name("chaos_"))
+	t.Cleanup(func() { dropSlot(t, pg, slot) })
+
+	// Every publish on the wire, duplicates the stream drops included.
+	var wire atomic.Int64
+	sub, err := nc.Subscribe(mapping.SubjectPrefix+">", func(*natsgo.Msg) { wire.Add(1) })
+	testenv.Must(t, err, "subscribe")
+	testenv.Must(t, sub.SetPendingLimits(-1, -1), "pending limits")
+	defer sub.Unsubscribe()
+
+	logs, err := os.Create(filepath.Join(t.TempDir(), "relays.log"))
+	testenv.Must(t, err, "log file")
+	defer logs.Close()
+	c := &cdcRun{t: t, pg: pg, nc: nc, slot: slot, logs: logs, tableless: tableless,
+		cmdline: []string{courierBinary(t), "relay", "--mode", "cdc", "--slot", slot, "--publication", slot,
+			"--database-url", pg.URL, "--broker-url", natsURL, "--stream", stream, "--subject-prefix", mapping.SubjectPrefix,
+			"--batch-size", "200", "--log-format", "text", "--log-level", "info"}}
+	defer func() {
+		if t.Failed() {
+			t.Logf("last lines of the relays' log:\n%s", lastLines(logs.Name(), 40))
+		}
+	}()
+
+	// A first relay makes the slot: table-less messages need it.
+	first := c.startRelay()
+	testenv.Eventually(t, 60*time.Second, func() bool { return c.slotAt() > 0 }, "the slot is not made; log:\n%s",
+		testenv.Lazy(func() any { return lastLines(logs.Name(), 20) }))
+
+	chaos, stopChaos := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var kills, terminated atomic.Int64
+	// Two relays live at a time, each for 0.3–3s.
+	wg.Go(func() { c.liveAndDie(chaos, first, &kills) })
+	wg.Go(func() { c.liveAndDie(chaos, nil, &kills) })
+	wg.Go(func() {
+		for {
+			select {
+			case <-chaos.Done():
+				return
+			case <-time.After(time.Duration(3000+rand.IntN(4000)) * time.Millisecond):
+			}
+			var n int64
+			_ = pg.Admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot).Scan(&n)
+			terminated.Add(n)
+		}
+	})
+	// The slot's position, once a second: it keeps moving.
+	var samples, moved atomic.Int64
+	wg.Go(func() {
+		last := c.slotAt()
+		for {
+			select {
+			case <-chaos.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			at := c.slotAt()
+			samples.Add(1)
+			if at > last {
+				moved.Add(1)
+			}
+			last = at
+		}
+	})
+
+	written := c.write(ctx, chaosFor, keys, rate)
+	stopChaos()
+	wg.Wait()
+	end := c.walAt()
+
+	// One relay drains what is left.
+	last := c.startRelay()
+	defer func() { _ = last.Process.Kill(); _ = last.Wait() }()
+	js := testenv.StreamCount
+	testenv.Eventually(t, 3*time.Minute, func() bool { return js(t, nc, stream) >= len(written) && c.slotAt() >= end },
+		"the stream holds %d of %d messages; the slot is at %s, the log ended at %s", testenv.Lazy(func() any { return js(t, nc, stream) }), len(written),
+		testenv.Lazy(func() any { return c.slotAt() }), end)
+	_ = last.Process.Kill()
+	_ = last.Wait()
+
+	got := testenv.StreamMessages(t, nc, stream, mapping)
+	dups := testenv.CheckDelivery(t, written, got)
+	if dups != 0 {
+		t.Errorf("%d duplicates reached the stream", dups)
+	}
+	if !tableless {
+		var left int
+		testenv.Must(t, pg.Pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox").Scan(&left), "rows left")
+		if left != 0 {
+			t.Errorf("%d rows left in the outbox", left)
+		}
+	}
+	var dead int
+	testenv.Must(t, pg.Pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox_dead_letters").Scan(&dead), "dead letters")
+	if dead != 0 {
+		t.Errorf("%d dead letters", dead)
+	}
+	onWire := wire.Load()
+	if ratio := float64(onWire) / float64(len(written)); ratio >= 1.5 {
+		t.Errorf("%d publishes on the wire for %d messages (%.2f×): the relays published too much again after kills", onWire, len(written), ratio)
+	}
+	if s, m := samples.Load(), moved.Load(); m*2 < s {
+		t.Errorf("the slot's position moved in %d of %d one-second samples", m, s)
+	}
+	t.Logf("%s: %d messages in %s over %d keys; %d relay processes, %d SIGKILLed, %d walsenders terminated; %d publishes on the wire (%.2f×); slot moved in %d of %d seconds; 0 lost, 0 out of order, %d duplicates in the stream",
+		map[bool]string{false: "rows", true: "table-less"}[tableless], len(written), chaosFor, keys, c.runs.Load(), kills.Load(), terminated.Load(),
+		onWire, float64(onWire)/float64(len(written)), moved.Load(), samples.Load(), dups)
+}
+
+// startRelay starts a relay process.
+func (c *cdcRun) startRelay() *exec.Cmd {
+	cmd := exec.Command(c.cmdline[0], c.cmdline[1:]...)
+	cmd.Stderr = c.logs
+	testenv.Must(c.t, cmd.Start(), "start a relay")
+	c.runs.Add(1)
+	return cmd
+}
+
+// liveAndDie keeps one relay running, SIGKILLing it 0.3–3s after it
+// started and starting another, until ctx ends; it starts with cmd when
+// not nil.
+func (c *cdcRun) liveAndDie(ctx context.Context, cmd *exec.Cmd, kills *atomic.Int64) {
+	for {
+		if cmd == nil {
+			cmd = c.startRelay()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(300+rand.IntN(2700)) * time.Millisecond):
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+		kills.Add(1)
+		cmd = nil
+	}
+}
+
+// write commits one message per transaction, rate a second over keys
+// keys, for d, from three writers with keys of their own; it returns the
+// messages in commit order.
+func (c *cdcRun) write(ctx context.Context, d time.Duration, keys, rate int) []courier.Message {
+	d2 := postgres.NewDriver(c.pg.Pool)
+	inserter := d2.Inserter()
+	if c.tableless {
+		inserter = postgres.LogOnly()
+	}
+	w := outbox.New(inserter, outbox.Config{})
+	const writers = 3
+	out := make([][]courier.Message, writers)
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for g := range writers {
+		wg.Go(func() {
+			tick := time.NewTicker(time.Second * writers / time.Duration(rate))
+			defer tick.Stop()
+			for i := 0; time.Now().Before(deadline); i++ {
+				<-tick.C
+				m := courier.NewMessage("orders", fmt.Sprintf("w%d-k%d", g, i%(keys/writers)), "Step", []byte(fmt.Sprint(i)))
+				if err := d2.InTx(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
+					c.t.Errorf("write: %v", err)
+					return
+				}
+				out[g] = append(out[g], m)
+			}
+		})
+	}
+	wg.Wait()
+	var all []courier.Message
+	for _, ms := range out {
+		all = append(all, ms...)
+	}
+	return all
+}
+
+// slotAt returns the slot's confirmed position, 0 before it exists.
+func (c *cdcRun) slotAt() pglogrepl.LSN {
+	var at pglogrepl.LSN
+	_ = c.pg.Admin.QueryRow(context.Background(), "SELECT coalesce(confirmed_flush_lsn, '0/0')::text FROM pg_replication_slots WHERE slot_name = $1", c.slot).Scan(&at)
+	return at
+}
+
+// walAt returns the end of the log now.
+func (c *cdcRun) walAt() pglogrepl.LSN {
+	var at pglogrepl.LSN
+	testenv.Must(c.t, c.pg.Admin.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&at), "log position")
+	return at
+}
+
+// dropSlot drops slot and its publication once no relay reads it.
+func dropSlot(t *testing.T, pg *testenv.PG, slot string) {
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := pg.Admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, _ = pg.Admin.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
+}
