@@ -182,7 +182,6 @@ func (f filter) Any() bool { return f.Topic != "" || f.Consumer != "" || f.Error
 func (h *Handler) list(r *http.Request, s side, q store.ListQuery) ([]row, error) {
 	var rows []row
 	if s == relaySide {
-		q.Consumer = ""
 		dead, err := h.admin.ListDeadLetters(r.Context(), q)
 		for _, d := range dead {
 			rows = append(rows, relayRow(d))
@@ -242,12 +241,7 @@ func (h *Handler) letters(w http.ResponseWriter, r *http.Request, s side) {
 		"Paged": q.After > 0, "All": []string{"replay", "discard"}}
 	if len(rows) > h.cfg.PageSize {
 		rows = rows[:h.cfg.PageSize]
-		next := url.Values{}
-		for k, v := range map[string]string{"topic": f.Topic, "consumer": f.Consumer, "error": f.Error} {
-			if v != "" {
-				next.Set(k, v)
-			}
-		}
+		next, _ := url.ParseQuery(f.Query()) // encoded by Query: it parses
 		next.Set("after", strconv.FormatInt(rows[len(rows)-1].ID, 10))
 		data["Rows"], data["Next"] = rows, "/"+s.path+"?"+next.Encode()
 	}
