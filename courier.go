@@ -80,3 +80,18 @@ func (b Backoff) Delay(n int) time.Duration {
 	}
 	return d
 }
+
+// Clock is the source of the current time that every runtime configuration
+// takes (relays, consumers, sagas, cleanup, Idempotency-Key records), so
+// that a test moves time forward instead of sleeping until a deadline
+// passes. A nil Clock is the real one: Now returns time.Now(). Stores read
+// the database's own clock when theirs is nil (see store.Clock).
+type Clock func() time.Time
+
+// Now returns c's time, or time.Now() when c is nil.
+func (c Clock) Now() time.Time {
+	if c == nil {
+		return time.Now()
+	}
+	return c()
+}

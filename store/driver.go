@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/courier-go/courier"
 )
 
 // Database is one database as a dialect sees it: every store it provides
@@ -94,21 +96,12 @@ type RelayConfig struct {
 }
 
 // Clock is the time source of the store operations that compare with "now":
-// lease ends, retry times, Idempotency-Key locks and expiries. A nil Clock
-// is the database's own clock (the server's on PostgreSQL and MySQL, the
-// process's on SQLite), which is what production wants: relays on several
-// hosts then share one clock. Tests set a Clock they control and move time
-// forward instead of sleeping until a deadline passes: each dialect's
-// Driver has a WithClock that returns a Driver whose stores use it, and
-// its StoreConfig a Clock field for the relay's store built without a
-// Driver.
-type Clock func() time.Time
-
-// Now returns c's time, or the zero time when c is nil (the database's
-// clock).
-func (c Clock) Now() time.Time {
-	if c == nil {
-		return time.Time{}
-	}
-	return c()
-}
+// lease ends, retry times, Idempotency-Key locks and expiries. It is
+// courier.Clock, with one difference in meaning: a nil Clock is the
+// database's own clock (the server's on PostgreSQL and MySQL, the process's
+// on SQLite), which is what production wants: relays on several hosts then
+// share one clock. Tests set a Clock they control and move time forward
+// instead of sleeping until a deadline passes: each dialect's Driver has a
+// WithClock that returns a Driver whose stores use it, and its StoreConfig a
+// Clock field for the relay's store built without a Driver.
+type Clock = courier.Clock
