@@ -18,11 +18,11 @@ import (
 	courieramqp "github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/kafka"
 	"github.com/courier-go/courier/broker/nats/embedded"
-	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/internal/shop"
 	"github.com/courier-go/courier/store/dburl"
 )
 
-// demoCmd runs the reference shop (examples/shop) in-process under load
+// demoCmd runs the reference shop (internal/shop) in-process under load
 // and faults, then audits it.
 type demoCmd struct {
 	Orders      int           `help:"Orders to place." default:"1000" env:"COURIER_DEMO_ORDERS"`
@@ -238,7 +238,7 @@ func (c *demoCmd) header(w io.Writer, where, broker, logPath string, stock map[s
 	if crash != "" {
 		faults += ", " + crash + " crashed and restarted halfway"
 	}
-	fmt.Fprintf(w, "Courier demo: %d orders through the reference shop (examples/shop)\n", c.Orders)
+	fmt.Fprintf(w, "Courier demo: %d orders through the reference shop (internal/shop)\n", c.Orders)
 	fmt.Fprintf(w, "  services   orders (saga orchestrator, HTTP API), payment, inventory, shipping: each its own database, outbox, relay and inbox\n")
 	fmt.Fprintf(w, "  databases  %s\n", where)
 	fmt.Fprintf(w, "  broker     %s\n", broker)

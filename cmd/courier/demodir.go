@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/internal/shop"
 )
 
 // demoMark is the file courier demo writes into a data directory it makes

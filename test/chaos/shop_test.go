@@ -24,7 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store/postgres"
 )

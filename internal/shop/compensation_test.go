@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/internal/shop"
 )
 
 // No double compensation: shipping fails every order, so each order's stock

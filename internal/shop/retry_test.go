@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 )
 

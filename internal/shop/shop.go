@@ -60,7 +60,7 @@ func PostgresDatabases(base, prefix string) (Databases, error) {
 // the PostgreSQL schemas Databases.Create makes, the description of the
 // NATS streams a NATSTransport makes. It tells them from others' schemas
 // and streams of the same names, which the shop never drops nor deletes.
-const Mark = "Courier's reference shop (examples/shop, courier demo): dropped by its next run"
+const Mark = "Courier's reference shop (courier demo): dropped by its next run"
 
 // Foreign returns the PostgreSQL schemas of d that exist without the
 // shop's Mark: the shop did not create them, and Drop leaves them alone.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/courier-go/courier/examples/shop"
+	"github.com/courier-go/courier/internal/shop"
 	"github.com/courier-go/courier/idempotency"
 )
 
