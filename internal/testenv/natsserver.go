@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,14 +71,32 @@ type NATSProcess struct {
 	done chan struct{}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, and that
+// it has not returned before in this process: the kernel may hand a port
+// that was just closed out again, and a server given one port twice (a
+// client and a cluster port, say) fails to start.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	Must(t, err, "find a free port")
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		Must(t, err, "find a free port")
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		handedOut.Lock()
+		fresh := !handedOut.ports[port]
+		handedOut.ports[port] = true
+		handedOut.Unlock()
+		if fresh {
+			return port
+		}
+	}
 }
+
+// handedOut is every port FreePort returned.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // StartNATSServer starts the nats-server of EnvNATSServer with JetStream
 // and cfg, and waits until it accepts connections.

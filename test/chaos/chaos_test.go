@@ -68,7 +68,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -246,13 +245,6 @@ func (p *proc) supervise(t *testing.T, stop <-chan struct{}, wg *sync.WaitGroup)
 	})
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	testenv.Must(t, err, "free port")
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // The run's topics are the partitions part0…part{N-1}, which the stream
 // binds, and unboundTopic, which no stream binds: a publish there can never
 // succeed, so its messages must end as dead letters.
@@ -323,7 +315,7 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	ctx := context.Background()
 	r := &run{t: t, began: began, s: s, dialect: d.name, db: d.setup(t), faults: map[string]int{}}
 
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	r.stream = testenv.Name("CHAOS")
 	prefix := strings.ToLower(r.stream) + "."

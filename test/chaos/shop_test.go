@@ -166,10 +166,10 @@ func TestShopUnderProcessKills(t *testing.T) {
 	dir := t.TempDir()
 	metricsDir := filepath.Join(dir, "metrics")
 	testenv.Must(t, os.Mkdir(metricsDir, 0o755), "metrics directory")
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	stream := testenv.Name("SHOP")
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	stock := shop.DemoStock(s.orders) // vinyl runs out: some orders are cancelled for want of stock
 	stockJSON, _ := json.Marshal(stock)
 	chaos := shop.Faults{FailureRate: 0.03, DuplicateRate: 0.03, ReorderRate: 0.03}
