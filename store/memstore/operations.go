@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/ops"
 )
 
 // Operations returns the operators' maintenance view of s (see
@@ -32,13 +33,8 @@ func (o memOps) Status(ctx context.Context) (store.Status, error) {
 	defer s.mu.Unlock()
 	now := s.now().UTC()
 	st := store.Status{Now: now, Outbox: store.Stats{Now: now}, Published: store.Count{N: int64(len(s.published))}}
-	topics := map[string]*store.TopicStatus{}
-	topic := func(name string) *store.TopicStatus {
-		if topics[name] == nil {
-			topics[name] = &store.TopicStatus{Topic: name}
-		}
-		return topics[name]
-	}
+	topics := ops.Topics{}
+	topic := topics.Get
 	bySeq := map[int64]*row{}
 	for _, r := range s.rows {
 		bySeq[r.rec.Seq] = r
@@ -76,17 +72,7 @@ func (o memOps) Status(ctx context.Context) (store.Status, error) {
 	for _, d := range s.dead {
 		topic(d.Topic).DeadLetters++
 	}
-	for _, t := range topics {
-		st.Topics = append(st.Topics, *t)
-		st.Outbox.Pending += t.Pending
-		st.Outbox.Leased += t.Leased
-		st.Outbox.InBackoff += t.InBackoff
-		st.Outbox.DeadLetters += t.DeadLetters
-		if !t.OldestPending.IsZero() && (st.Outbox.OldestPending.IsZero() || t.OldestPending.Before(st.Outbox.OldestPending)) {
-			st.Outbox.OldestPending = t.OldestPending
-		}
-	}
-	slices.SortFunc(st.Topics, func(a, b store.TopicStatus) int { return cmp.Compare(a.Topic, b.Topic) })
+	topics.Fill(&st)
 	for _, r := range relays {
 		st.Relays = append(st.Relays, *r)
 	}

@@ -63,13 +63,8 @@ func (o Ops) slots(ctx context.Context, _ time.Time, st *store.Status) error {
 
 func (o Ops) topics(ctx context.Context, now time.Time, st *store.Status) error {
 	t := o.d.Time.Encode(now)
-	byTopic := map[string]*store.TopicStatus{}
-	topic := func(name string) *store.TopicStatus {
-		if byTopic[name] == nil {
-			byTopic[name] = &store.TopicStatus{Topic: name}
-		}
-		return byTopic[name]
-	}
+	byTopic := Topics{}
+	topic := byTopic.Get
 	var (
 		name                string
 		pending, backoff, n int64
@@ -108,17 +103,7 @@ FROM courier_outbox GROUP BY topic`, []any{t}, func(scan func(...any) error) err
 	if err != nil {
 		return err
 	}
-	for _, ts := range byTopic {
-		st.Topics = append(st.Topics, *ts)
-		st.Outbox.Pending += ts.Pending
-		st.Outbox.Leased += ts.Leased
-		st.Outbox.InBackoff += ts.InBackoff
-		st.Outbox.DeadLetters += ts.DeadLetters
-		if !ts.OldestPending.IsZero() && (st.Outbox.OldestPending.IsZero() || ts.OldestPending.Before(st.Outbox.OldestPending)) {
-			st.Outbox.OldestPending = ts.OldestPending
-		}
-	}
-	slices.SortFunc(st.Topics, func(a, b store.TopicStatus) int { return cmp.Compare(a.Topic, b.Topic) })
+	byTopic.Fill(st)
 	return nil
 }
 
