@@ -98,7 +98,7 @@ var adversityPoisons = []struct{ fig, label string }{
 	{"adv_unbound", "sent to a subject no stream binds"},
 }
 
-// runAdversityClaim times empty claims of postgres.Store on a clean outbox,
+// runAdversityClaim times empty claims of PostgreSQL's relay store on a clean outbox,
 // then on one whose deadRows rows were deleted while a transaction that
 // holds vacuum back stays open, and a scan from the start of the primary key
 // in both states for reference.
@@ -108,7 +108,7 @@ func (b *Bench) runAdversityClaim(ctx context.Context) error {
 		return err
 	}
 	defer env.Close()
-	if _, err := postgres.Migrate(ctx, env.Pool); err != nil {
+	if _, err := postgres.NewDriver(env.Pool).Migrate(ctx); err != nil {
 		return err
 	}
 	if err := b.timeClaims(ctx, env, "clean"); err != nil {
@@ -185,7 +185,7 @@ FROM generate_series($1::bigint, $2::bigint) g`, done+1, min(done+chunk, n), Top
 	return tx.Rollback(ctx)
 }
 
-// timeClaims times the first claim of a new postgres.Store on env's (empty)
+// timeClaims times the first claim of a new PostgreSQL relay store on env's (empty)
 // outbox, claims for advClaimWarmup, then advClaims timed claims, and
 // records them under adv_claim_<state>_*.
 func (b *Bench) timeClaims(ctx context.Context, env *Env, state string) error {
@@ -194,7 +194,7 @@ func (b *Bench) timeClaims(ctx context.Context, env *Env, state string) error {
 		return err
 	}
 	defer pool.Close()
-	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+	st, err := postgres.NewDriver(pool).RelayStore(ctx, store.RelayConfig{})
 	if err != nil {
 		return err
 	}
@@ -583,7 +583,7 @@ func verdict(ok bool) string {
 
 // adversitySettingsText documents how the adversity section is measured.
 func adversitySettingsText(cfg config) string {
-	return fmt.Sprintf(`- **Empty claim with dead rows** (Courier alone, PostgreSQL): a fresh schema, migrated; a new `+"`postgres.Store`"+` (pool of 4)
+	return fmt.Sprintf(`- **Empty claim with dead rows** (Courier alone, PostgreSQL): a fresh schema, migrated; a new relay store (`+"`postgres.Driver`"+`'s `+"`RelayStore`"+`, pool of 4)
   claims on the empty outbox: the first claim is timed alone (a new Store's first claims are full passes), then the Store claims
   back to back for %s (its floor needs 2 s of history), then %d claims are timed. Then %s rows are inserted with one
   `+"`INSERT … SELECT … FROM generate_series`"+` per 500,000 (the real columns, 10,000 keys, a 200-byte payload), a transaction on a

@@ -578,7 +578,7 @@ func renderBrokers(sb *strings.Builder, fn *footnotes, res *Results, cfg config)
 func brokerSettingsText(cfg config) string {
 	return fmt.Sprintf(`- **Courier relay drain per broker** (Courier alone): %s messages over 10,000 keys, and then %s on one key, written beforehand
   into a fresh PostgreSQL schema with Courier's outbox writer (transactions of 1000, the drain section's fill), then drained by a
-  child process running the drain section's relay (`+"`"+`postgres.NewStore`+"`"+` with default settings, the LISTEN/NOTIFY notifier,
+  child process running the drain section's relay (`+"`"+`postgres.Driver`+"`"+`'s `+"`"+`RelayStore`+"`"+` with default settings, the LISTEN/NOTIFY notifier,
   `+"`"+`relay.Config`+"`"+` otherwise default: batches of 1000, 2 in flight) with the publisher `+"`"+`brokerurl.Open`+"`"+` makes (the
   `+"`"+`Broker`+"`"+`'s `+"`"+`Publisher`+"`"+` field, whose optional interfaces such as `+"`"+`broker.OrderKeeper`+"`"+` the relay sees; nothing
   created), the clock stopped when every message is acknowledged and marked; a relay.Observer counts the relay's calls to

@@ -141,7 +141,7 @@ func (b *Bench) runCleanup(ctx context.Context, pause time.Duration) error {
 		return err
 	}
 	defer env.Close()
-	if _, err := postgres.Migrate(ctx, env.Pool); err != nil {
+	if _, err := postgres.NewDriver(env.Pool).Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	start := time.Now()
@@ -160,7 +160,7 @@ func (b *Bench) runCleanup(ctx context.Context, pause time.Duration) error {
 		return err
 	}
 	defer cpool.Close()
-	c := &cleanup.Cleaner{Ops: postgres.Operations(cpool), Keep: map[store.Table]time.Duration{store.TablePublished: 24 * time.Hour},
+	c := &cleanup.Cleaner{Ops: postgres.NewDriver(cpool).Operations(), Keep: map[store.Table]time.Duration{store.TablePublished: 24 * time.Hour},
 		Pause: pause, Log: slog.New(slog.DiscardHandler)}
 	if pause == 0 {
 		c.Pause = -1 // none
@@ -392,7 +392,7 @@ func renderCleanup(sb *strings.Builder, fn *footnotes, res *Results, cfg config)
 // cleanupSettingsText documents how the cleanup table is measured.
 func cleanupSettingsText(cfg config) string {
 	rows, window := cleanupSizes(cfg)
-	return fmt.Sprintf(`- **Writers during a retention cleanup** (Courier alone, PostgreSQL): a fresh schema (`+"`postgres.Migrate`"+`) whose
+	return fmt.Sprintf(`- **Writers during a retention cleanup** (Courier alone, PostgreSQL): a fresh schema (`+"`postgres.Driver`"+`'s `+"`Migrate`"+`) whose
   `+"`courier_outbox_published`"+` is filled with %s rows published ten days ago (`+"`INSERT … SELECT … generate_series`"+`, %s rows a
   statement, about 400 bytes a row, then `+"`VACUUM ANALYZE`"+`); %d writers commit one outbox message per transaction
   (`+"`outbox.Writer`"+` on `+"`postgres.Pgx()`"+`, the bench's message, no relay) for 1 s of warm-up, then %s alone, then while

@@ -27,7 +27,7 @@ func (*courierSystem) Name() string { return "courier" }
 
 // Prepare implements System.
 func (*courierSystem) Prepare(ctx context.Context, env *Env) error {
-	_, err := postgres.Migrate(ctx, env.Pool)
+	_, err := postgres.NewDriver(env.Pool).Migrate(ctx)
 	return err
 }
 
@@ -102,15 +102,15 @@ func (*courierSystem) StartRelay(ctx context.Context, env *Env) (Relay, error) {
 }
 
 // openCourierStore opens the drains' Courier store on env's schema: its own
-// pool on env.RelayURL (at most 10 connections), postgres.NewStore with
-// default settings, and a relay.Config with the LISTEN/NOTIFY notifier and
+// pool on env.RelayURL (at most 10 connections), the relay store of
+// postgres.NewDriver with default settings, and a relay.Config with the LISTEN/NOTIFY notifier and
 // every other setting at its default. closeDB closes the pool.
 func openCourierStore(ctx context.Context, env *Env) (st store.RelayStore, cfg relay.Config, closeDB func(), err error) {
 	pool, err := newPool(ctx, env.RelayURL, 10)
 	if err != nil {
 		return nil, cfg, nil, err
 	}
-	st, err = postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+	st, err = postgres.NewDriver(pool).RelayStore(ctx, store.RelayConfig{})
 	if err != nil {
 		pool.Close()
 		return nil, cfg, nil, err

@@ -175,7 +175,7 @@ func courierClaimComplete(ctx context.Context, env *Env, n int) (time.Duration, 
 		return 0, err
 	}
 	defer pool.Close()
-	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+	st, err := postgres.NewDriver(pool).RelayStore(ctx, store.RelayConfig{})
 	if err != nil {
 		return 0, err
 	}

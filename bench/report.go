@@ -475,7 +475,7 @@ headers; River: job arguments, which the worker turns into headers), and a Nats-
 **Courier** (this repository): `+"`outbox.New(postgres.Pgx(), outbox.Config{})`"+` writes in the business transaction; one relay,
 `+"`relay.New(store, publisher, relay.Config{Notifier: postgres.NewNotifier(...)})`"+` with every other setting at its default
 (batches of 1000, 2 batches in flight, 30 s lease, LISTEN/NOTIFY wake-ups, 1 s fallback poll), Courier's JetStream publisher
-(asynchronous publishes, all acks awaited, 16384 pending at most), `+"`postgres.StoreConfig{}`"+` (published rows deleted).
+(asynchronous publishes, all acks awaited, 16384 pending at most), `+"`store.RelayConfig{}`"+` (published rows deleted).
 
 **Watermill** (`+"`components/forwarder`"+`): the business transaction publishes through a watermill-sql `+"`Publisher`"+` created on
 the transaction (`+"`TxFromPgx`"+`), decorated by `+"`forwarder.NewPublisher`"+` (JSON envelope), as Watermill documents. The
@@ -537,10 +537,10 @@ func dialectSettingsText(cfg config) string {
   JetStream and marked) for each of Courier's store dialects, into a fresh stream with the same settings as every other drain.
   PostgreSQL: the comparison table's Courier drain (same schema, writer, store and LISTEN/NOTIFY notifier), measured again in this
   section, so it differs from the comparison table's 10,000-key cell by the machine's noise only. SQLite: a file in a temporary
-  directory opened with `+"`sqlite.Open`"+` (WAL, synchronous=FULL, 10 s busy timeout), `+"`sqlite.Migrate`"+`, the writer on
-  `+"`sqlite.DatabaseSQL()`"+`, the relay on `+"`sqlite.NewStore(ctx, db, sqlite.StoreConfig{})`"+`. MySQL/MariaDB: a fresh database
-  on the `+"`-mysql`"+` server, `+"`mysql.Migrate`"+`, the writer on `+"`mysql.DatabaseSQL()`"+`, the relay on
-  `+"`mysql.NewStore(ctx, db, mysql.StoreConfig{})`"+`. SQLite and MySQL relays poll (no notifier: neither dialect can wake a relay in
+  directory opened with `+"`sqlite.Open`"+` (WAL, synchronous=FULL, 10 s busy timeout), its `+"`sqlite.Driver`"+` (through `+"`dburl.Open`"+`): `+"`Migrate`"+`, the writer on
+  `+"`Inserter()`"+`, the relay on `+"`RelayStore(ctx, store.RelayConfig{})`"+`. MySQL/MariaDB: a fresh database
+  on the `+"`-mysql`"+` server, its `+"`mysql.Driver`"+`: `+"`Migrate`"+`, the writer on `+"`Inserter()`"+`, the relay on
+  `+"`RelayStore(ctx, store.RelayConfig{})`"+`. SQLite and MySQL relays poll (no notifier: neither dialect can wake a relay in
   another process), which changes nothing while the outbox is full; every relay uses default settings and at most 10 connections.
   The stream is checked to hold exactly the messages written and the outbox to be empty afterwards. The relay's CPU is the child's
   user+sys time (for SQLite it includes the database's work); the database server's CPU is that of the PostgreSQL backends serving

@@ -51,18 +51,19 @@ func Example() {
 		panic(err)
 	}
 	defer db.Close()
-	if _, err := sqlite.Migrate(ctx, db); err != nil {
+	d := sqlite.NewDriver(db) // hands out every store of the database
+	if _, err := d.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	if _, err := db.Exec("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)"); err != nil {
 		panic(err)
 	}
 
-	keys, err := idempotency.New(sqlite.SQLIdempotency(db), idempotency.Config{Scope: idempotency.ScopeFromContext(userKey{})})
+	keys, err := idempotency.New(d.Idempotency(), idempotency.Config{Scope: idempotency.ScopeFromContext(userKey{})})
 	if err != nil {
 		panic(err)
 	}
-	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{})
+	w := outbox.New(d.Inserter(), outbox.Config{})
 	createOrder := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		tx, _ := idempotency.Tx[*sql.Tx](r.Context()) // the key's transaction
 		var in struct{ Item string }

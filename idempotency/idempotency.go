@@ -69,7 +69,7 @@
 // OneScopeForAllClients (one scope shared by every client) is for a single
 // trusted caller only.
 //
-//	keys, _ := idempotency.New(postgres.PgxIdempotency(pool), idempotency.Config{
+//	keys, _ := idempotency.New(postgres.NewDriver(pool).Idempotency(), idempotency.Config{
 //		Scope: idempotency.ScopeFromContext(userKey{}), // set by the authentication in front
 //	})
 //	mux.Handle("POST /orders", keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -202,7 +202,7 @@ type Keys[TTx any] struct {
 // New returns Keys on st.
 func New[TTx any](st store.Idempotency[TTx], cfg Config) (*Keys[TTx], error) {
 	if st == nil {
-		return nil, errors.New("idempotency: store is nil: pass the dialect's, e.g. postgres.PgxIdempotency(pool)")
+		return nil, errors.New("idempotency: store is nil: pass the dialect's, e.g. postgres.NewDriver(pool).Idempotency()")
 	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {

@@ -30,14 +30,15 @@ func Example() {
 		panic(err)
 	}
 	defer db.Close()
-	if _, err := sqlite.Migrate(ctx, db); err != nil {
+	d := sqlite.NewDriver(db) // hands out every store of the database
+	if _, err := d.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	if _, err := db.Exec("CREATE TABLE charges (order_id TEXT PRIMARY KEY)"); err != nil {
 		panic(err)
 	}
 
-	ib, err := inbox.New(sqlite.SQLInbox(db), "billing")
+	ib, err := inbox.New(d.Inbox(), "billing")
 	if err != nil {
 		panic(err)
 	}
@@ -94,7 +95,8 @@ func ExampleConsumer() {
 		panic(err)
 	}
 	defer db.Close()
-	if _, err := sqlite.Migrate(ctx, db); err != nil {
+	d := sqlite.NewDriver(db) // hands out every store of the database
+	if _, err := d.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	if _, err := db.Exec("CREATE TABLE charges (order_id TEXT PRIMARY KEY, amount INTEGER)"); err != nil {
@@ -110,7 +112,7 @@ func ExampleConsumer() {
 		_, err := tx.ExecContext(ctx, "INSERT INTO charges (order_id, amount) VALUES (?, ?)", ev.OrderID, ev.Total)
 		return err
 	})
-	ib, err := inbox.New(sqlite.SQLInbox(db), "billing")
+	ib, err := inbox.New(d.Inbox(), "billing")
 	if err != nil {
 		panic(err)
 	}
@@ -121,7 +123,7 @@ func ExampleConsumer() {
 		panic(err)
 	}
 	defer sub.Close()
-	c, err := inbox.NewConsumer(ib, sub, sqlite.ConsumerStore(db), r.Handler(), inbox.ConsumerConfig{})
+	c, err := inbox.NewConsumer(ib, sub, d.ConsumerStore(), r.Handler(), inbox.ConsumerConfig{})
 	if err != nil {
 		panic(err)
 	}

@@ -5,7 +5,7 @@
 // messages the handler writes, so either all of them commit or none do, and a
 // message whose marker exists is acknowledged and skipped.
 //
-//	ib := inbox.New(postgres.PgxInbox(pool), "billing")
+//	ib := inbox.New(postgres.NewDriver(pool).Inbox(), "billing")
 //	res, err := ib.Handle(ctx, msg, func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
 //		_, err := tx.Exec(ctx, "INSERT INTO charges …")
 //		return err
@@ -74,7 +74,7 @@ func New[TTx any](st store.Inbox[TTx], consumer string) (*Inbox[TTx], error) {
 		return nil, errors.New("inbox: consumer name is empty: name the consuming service, e.g. \"billing\"")
 	}
 	if st == nil {
-		return nil, errors.New("inbox: store is nil: pass the dialect's inbox, e.g. postgres.PgxInbox(pool)")
+		return nil, errors.New("inbox: store is nil: pass the dialect's inbox, e.g. postgres.NewDriver(pool).Inbox()")
 	}
 	return &Inbox[TTx]{st: st, consumer: consumer}, nil
 }

@@ -38,11 +38,11 @@ func TestWriteBeforeMigrating(t *testing.T) {
 		db, err := sqlite.Open(filepath.Join(t.TempDir(), "app.db"))
 		testenv.Must(t, err, "open")
 		defer db.Close()
-		check(t, sqlTx(t, db, outbox.New(sqlite.DatabaseSQL(), outbox.Config{}), msg), "sqlite.Migrate")
+		check(t, sqlTx(t, db, outbox.New(sqlite.DatabaseSQL(), outbox.Config{}), msg), "sqlite.NewDriver(db).Migrate(ctx)")
 	})
 	t.Run("mysql", func(t *testing.T) {
 		my := testenv.MySQL(t, nil)
-		check(t, sqlTx(t, my.DB, outbox.New(mysql.DatabaseSQL(), outbox.Config{}), msg), "mysql.Migrate")
+		check(t, sqlTx(t, my.DB, outbox.New(mysql.DatabaseSQL(), outbox.Config{}), msg), "mysql.NewDriver(db).Migrate(ctx)")
 	})
 	t.Run("postgres", func(t *testing.T) {
 		pg := testenv.Postgres(t, nil)
@@ -51,7 +51,7 @@ func TestWriteBeforeMigrating(t *testing.T) {
 			testenv.Must(t, err, "begin")
 			err = outbox.New(postgres.Pgx(), outbox.Config{}).Write(ctx, tx, msgs...)
 			_ = tx.Rollback(ctx)
-			check(t, err, "postgres.Migrate")
+			check(t, err, "postgres.NewDriver(pool).Migrate(ctx)")
 		}
 	})
 }

@@ -54,13 +54,13 @@ func TestPanickingStepIsParkedByTheConsumer(t *testing.T) {
 	})
 	testenv.Must(t, err, "subscriber")
 	t.Cleanup(func() { _ = sub.Close() })
-	ib, err := inbox.New(sqlite.SQLInbox(f.db), "orders")
+	ib, err := inbox.New(sqlite.NewDriver(f.db).Inbox(), "orders")
 	testenv.Must(t, err, "inbox")
 	h := func(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
 		_, err := orch.Handle(ctx, tx, msg)
 		return err
 	}
-	c, err := inbox.NewConsumer(ib, sub, sqlite.ConsumerStore(f.db), h, inbox.ConsumerConfig{
+	c, err := inbox.NewConsumer(ib, sub, sqlite.NewDriver(f.db).ConsumerStore(), h, inbox.ConsumerConfig{
 		Concurrency: 1, KeepOrder: true, MaxDeliveries: 2,
 		Backoff: courier.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond},
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/saga"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/sqlite"
 )
 
@@ -30,7 +31,8 @@ func Example() {
 		panic(err)
 	}
 	defer db.Close()
-	if _, err := sqlite.Migrate(ctx, db); err != nil {
+	d := sqlite.NewDriver(db) // hands out every store of the database
+	if _, err := d.Migrate(ctx); err != nil {
 		panic(err)
 	}
 
@@ -56,7 +58,7 @@ func Example() {
 			Compensate: send("shipping", "CancelShipment"), Compensated: "ShipmentCancelled",
 		}},
 	}
-	orders, err := saga.New(def, sqlite.SQLSagas(db), outbox.New(sqlite.DatabaseSQL(), outbox.Config{}), saga.Config{})
+	orders, err := saga.New(def, d.Sagas(), outbox.New(d.Inserter(), outbox.Config{}), saga.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -110,7 +112,7 @@ func Example() {
 
 	// The commands the saga wrote to the outbox, in order, as a relay
 	// claims them.
-	st, err := sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
+	st, err := d.RelayStore(ctx, store.RelayConfig{})
 	if err != nil {
 		panic(err)
 	}

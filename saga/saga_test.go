@@ -362,7 +362,7 @@ func TestConcurrentTransitionsConflict(t *testing.T) {
 }
 
 func TestDefinitionErrorsNameTheField(t *testing.T) {
-	st := postgres.SQLSagas(nil)
+	st := sqlite.NewDriver(nil).Sagas() // never reached: the definitions are refused first
 	w := outbox.New(postgres.DatabaseSQL(), outbox.Config{})
 	bad := orderSaga()
 	bad.Steps[2].Compensate = nil

@@ -61,7 +61,7 @@ func TestDLQReplayWaitConsumer(t *testing.T) {
 	testenv.Must(t, couriernats.EnsureStream(ctx, nc, couriernats.Config{}, couriernats.StreamConfig{}), "stream")
 	sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{Consumer: "billing"})
 	testenv.Must(t, err, "subscriber")
-	ib, err := inbox.New(sqlite.SQLInbox(db), "billing")
+	ib, err := inbox.New(sqlite.NewDriver(db).Inbox(), "billing")
 	testenv.Must(t, err, "inbox")
 	r := inbox.NewRouter[*sql.Tx]()
 	r.Handle("ChargeRequested", func(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
@@ -70,7 +70,7 @@ func TestDLQReplayWaitConsumer(t *testing.T) {
 		}
 		return nil
 	})
-	c, err := inbox.NewConsumer(ib, sub, sqlite.ConsumerStore(db), r.Handler(), inbox.ConsumerConfig{ReplayEvery: 100 * time.Millisecond})
+	c, err := inbox.NewConsumer(ib, sub, sqlite.NewDriver(db).ConsumerStore(), r.Handler(), inbox.ConsumerConfig{ReplayEvery: 100 * time.Millisecond})
 	testenv.Must(t, err, "consumer")
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

@@ -92,7 +92,7 @@ func TestMigrateExport(t *testing.T) {
 	dir := t.TempDir()
 	code, out, _ = runCLI(t, "migrate", "--dir", dir, "--dialect", "postgres")
 	files, _ := filepath.Glob(filepath.Join(dir, "*.up.sql"))
-	if code != 0 || len(files) != len(postgres.Migrations()) {
+	if code != 0 || len(files) != len(postgres.ExportSQL()) {
 		t.Fatalf("migrate --dir: %d %q, files %v", code, out, files)
 	}
 }
@@ -103,7 +103,7 @@ func TestMigrateExport(t *testing.T) {
 func TestMigrateRelayStatus(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "courier.db")
-		migrateRelayStatus(t, "sqlite://"+path, len(sqlite.Migrations()), func(ctx context.Context, msgs []courier.Message) {
+		migrateRelayStatus(t, "sqlite://"+path, len(sqlite.ExportSQL()), func(ctx context.Context, msgs []courier.Message) {
 			db, err := sqlite.Open(path)
 			testenv.Must(t, err, "open")
 			defer db.Close()
@@ -115,7 +115,7 @@ func TestMigrateRelayStatus(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		pg := testenv.Postgres(t, nil)
-		migrateRelayStatus(t, pg.URL, len(postgres.Migrations()), func(ctx context.Context, msgs []courier.Message) {
+		migrateRelayStatus(t, pg.URL, len(postgres.ExportSQL()), func(ctx context.Context, msgs []courier.Message) {
 			tx, err := pg.Pool.Begin(ctx)
 			testenv.Must(t, err, "begin")
 			testenv.Must(t, outbox.New(postgres.Pgx(), outbox.Config{}).Write(ctx, tx, msgs...), "write")

@@ -30,7 +30,7 @@ func TestMigratePrintDefaultsToSQLite(t *testing.T) {
 // --dir names files the way the chosen tool wants them, numbered after the
 // application's own migrations or by timestamp.
 func TestMigrateExportLayouts(t *testing.T) {
-	n := len(sqlite.Migrations())
+	n := len(sqlite.ExportSQL())
 	cases := []struct {
 		args  string
 		files []string // patterns of the first migration's files
@@ -40,7 +40,7 @@ func TestMigrateExportLayouts(t *testing.T) {
 		{"--tool golang-migrate --start 100", []string{`^0100_courier_outbox\.up\.sql$`}, n, "CREATE TABLE"},
 		{"--tool golang-migrate --down", []string{`^0001_courier_outbox\.down\.sql$`, `^0001_courier_outbox\.up\.sql$`}, 2 * n, "cannot be reverted"},
 		{"--tool goose --prefix timestamp", []string{`^\d{14}_courier_outbox\.sql$`}, n, "-- +goose Up"},
-		{"--tool goose --dialect postgres", []string{`^0001_courier_outbox\.sql$`}, len(postgres.Migrations()), "-- +goose StatementBegin"},
+		{"--tool goose --dialect postgres", []string{`^0001_courier_outbox\.sql$`}, len(postgres.ExportSQL()), "-- +goose StatementBegin"},
 		{"--tool flyway --start 50", []string{`^V50__courier_outbox\.sql$`}, n, "CREATE TABLE"},
 		{"--since 2", []string{`^0001_courier_idempotency\.up\.sql$`}, n - 2, "CREATE TABLE"},
 	}

@@ -1,11 +1,9 @@
 package mysql
 
 import (
-	"context"
 	"strings"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/sqlstore"
 )
 
 // serverNow is the server's clock in the store's statements.
@@ -39,18 +37,4 @@ func clocked(clock store.Clock, query string, args ...any) (string, []any) {
 	}
 	b.WriteString(query)
 	return b.String(), append(out, args...)
-}
-
-// withClock returns d with clock's time instead of the server's, for the
-// statements that d builds; d itself when clock is nil.
-func withClock(d sqlstore.Dialect, clock store.Clock) sqlstore.Dialect {
-	if clock == nil {
-		return d
-	}
-	d.Now, d.NowArgs = "?", func() []any { return []any{formatTime(clock())} }
-	d.DeleteExpiredKeysSQL = strings.Replace(d.DeleteExpiredKeysSQL, serverNow, "?", 1)
-	d.MarkSQL = strings.Replace(d.MarkSQL, serverNow, "?", 1)
-	db := d.DB
-	d.Stats = func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) }
-	return d
 }

@@ -1,89 +1,76 @@
 package mysql
 
 import (
-	"context"
 	"database/sql"
-	"log/slog"
 	"time"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/sqltx"
+	"github.com/courier-go/courier/store/internal/sqldriver"
 )
 
-// DefaultPollInterval is the relay's polling interval on MySQL. MySQL has no wake-ups across processes, so the relay polls; a poll that finds nothing costs one indexed query.
+// DefaultPollInterval is the relay's polling interval on MySQL. MySQL has
+// no wake-ups across processes, so the relay polls; a poll that finds
+// nothing costs one indexed query.
 const DefaultPollInterval = 250 * time.Millisecond
 
-// Driver is MySQL through database/sql: a store.Driver whose stores work in
-// *sql.Tx transactions.
-type Driver struct {
-	sqlDB
-	clock store.Clock // nil: the server's clock
-}
+// Driver is MySQL or MariaDB through database/sql: a
+// store.Driver[*sql.Tx], the one value that hands out every store of the
+// database (see store.Driver for each method). It is the way to build
+// them: the stores it hands out all take their time from its clock
+// ([Driver.WithClock]; the server's UTC_TIMESTAMP(6) by default).
+//
+//   - Migrate applies the migrations the database lacks, each in order,
+//     and returns the versions it applied (none when the schema is
+//     current). Concurrent calls, from any process, wait for one another on
+//     a named lock (GET_LOCK) scoped to the database. MySQL commits DDL at
+//     once, so unlike on PostgreSQL or SQLite a migration that fails
+//     halfway leaves its first statements applied; they are all
+//     idempotent: fix the cause (the error names the statement) and run
+//     Migrate again. Tables are created in the database of db's DSN.
+//   - RelayStore checks the schema and that the server has JSON_TABLE
+//     (MySQL 8.0, MariaDB 10.6 or newer), which claims need.
+//   - Inbox's transactions run at the server's default isolation level
+//     (REPEATABLE READ unless configured otherwise): the marker behaves the
+//     same at every level. A duplicate waits for the first delivery's
+//     transaction at most innodb_lock_wait_timeout (50 s by default), then
+//     fails and is retried by the consumer.
+//   - Idempotency compares scopes and keys byte for byte; each may be up to
+//     1024 bytes long.
+//   - Sagas' transitions load the instance with SELECT … FOR UPDATE, so
+//     concurrent transitions of one instance queue on its row (and the
+//     version check guards the rest). Saga times are the orchestrator's
+//     clock in Unix microseconds.
+//   - ConsumerStore records parked_at and the times of failed replays on
+//     the server's clock, a failure's time on the caller's.
+//   - Notifier returns nil (MySQL has no wake-ups across processes);
+//     PollInterval returns [DefaultPollInterval]; SerialWrites reports
+//     false; Rebind returns a statement as it is.
+type Driver struct{ base }
+
+// base gives Driver the methods of the driver MySQL shares with SQLite,
+// without an exported field.
+type base = sqldriver.Driver
 
 var _ store.Driver[*sql.Tx] = Driver{}
 
 // NewDriver returns the Driver on db. The database stays the caller's to
 // close.
-func NewDriver(db *sql.DB) Driver { return Driver{sqlDB: sqlDB{SQL: db, Prefix: "mysql: "}} }
-
-// sqlDB gives Driver Ping, Rebind, InTx, Exec and QueryRow.
-type sqlDB = sqltx.DB
+func NewDriver(db *sql.DB) Driver { return Driver{sqldriver.New(db, &mysqlDialect)} }
 
 // WithClock returns a copy of d whose stores take the time they compare
 // with from c instead of the server's clock (see [store.Clock]).
-func (d Driver) WithClock(c store.Clock) Driver {
-	d.clock = c
-	return d
+func (d Driver) WithClock(c store.Clock) Driver { return Driver{d.base.WithClock(c)} }
+
+// mysqlDialect is what MySQL tells the driver it shares with SQLite.
+var mysqlDialect = sqldriver.Dialect{
+	Name:          "mysql",
+	PollInterval:  DefaultPollInterval,
+	Schema:        migrations,
+	Migrate:       migrate,
+	SchemaVersion: schemaVersion,
+	Inserter:      DatabaseSQL(),
+	Stores:        dialect,
+	RelayStore:    newRelayStore,
+	Idempotency:   idempotency,
+	Operations:    operations,
 }
-
-// Dialect returns "mysql".
-func (Driver) Dialect() string { return "mysql" }
-
-// Migrate is [Migrate] on the driver's database.
-func (d Driver) Migrate(ctx context.Context) ([]int, error) { return Migrate(ctx, d.SQL) }
-
-// SchemaVersion is [SchemaVersion] on the driver's database.
-func (d Driver) SchemaVersion(ctx context.Context) (int, error) { return SchemaVersion(ctx, d.SQL) }
-
-// CheckSchema is [CheckSchema] on the driver's database.
-func (d Driver) CheckSchema(ctx context.Context) error { return CheckSchema(ctx, d.SQL) }
-
-// Migrations returns [Migrations].
-func (Driver) Migrations() []store.Migration { return Migrations() }
-
-// ExportSQL returns [ExportSQL].
-func (Driver) ExportSQL() []store.Migration { return ExportSQL() }
-
-// RelayStore returns [NewStore] on the driver's database.
-func (d Driver) RelayStore(ctx context.Context, cfg store.RelayConfig) (store.RelayStore, error) {
-	return NewStore(ctx, d.SQL, StoreConfig{KeepPublished: cfg.KeepPublished, Clock: d.clock})
-}
-
-// Notifier returns nil: MySQL has no wake-ups across processes.
-func (Driver) Notifier(*slog.Logger) (store.Notifier, error) { return nil, nil }
-
-// PollInterval returns [DefaultPollInterval].
-func (Driver) PollInterval() time.Duration { return DefaultPollInterval }
-
-// ConsumerStore returns [ConsumerStore] on the driver's database.
-func (d Driver) ConsumerStore() store.ConsumerStore { return ConsumerStore(d.SQL) }
-
-// Admin returns [Admin] on the driver's database, with the driver's clock.
-func (d Driver) Admin() store.Admin { return withClock(dialect(d.SQL), d.clock).Admin() }
-
-// SerialWrites reports false.
-func (Driver) SerialWrites() bool { return false }
-
-// Inserter returns [DatabaseSQL].
-func (Driver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
-
-// Inbox returns [SQLInbox] on the driver's database, with the driver's
-// clock.
-func (d Driver) Inbox() store.Inbox[*sql.Tx] { return withClock(dialect(d.SQL), d.clock).Inbox() }
-
-// Idempotency returns [SQLIdempotency] on the driver's database, with the
-// driver's clock.
-func (d Driver) Idempotency() store.Idempotency[*sql.Tx] { return sqlIdempotency(d.SQL, d.clock) }
-
-// Sagas returns [SQLSagas] on the driver's database.
-func (d Driver) Sagas() store.Sagas[*sql.Tx] { return SQLSagas(d.SQL) }

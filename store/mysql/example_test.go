@@ -21,10 +21,10 @@ func Example() {
 		panic(err)
 	}
 	defer db.Close()
-	if _, err := mysql.Migrate(ctx, db); err != nil {
+	d := mysql.NewDriver(db) // hands out every store of the database
+	if _, err := d.Migrate(ctx); err != nil {
 		panic(err)
 	}
-	d := mysql.NewDriver(db) // hands out every store of the database
 	w := outbox.New(d.Inserter(), outbox.Config{})
 
 	// The order and its message are committed together, or neither is.

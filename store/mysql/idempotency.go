@@ -52,17 +52,11 @@ WHERE scope = ? AND idem_key = ? AND owner <> ?
 // answer if a server version's gap locking proves otherwise.
 const claimAttempts = 5
 
-// SQLIdempotency returns the idempotency-key store for handlers that work in
-// database/sql transactions on db. Lock and expiry times are the server's
-// UTC_TIMESTAMP(6), so requests served by different machines agree on them.
-// Scopes and keys are compared byte for byte and may be up to 1024 bytes
-// long each.
-func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdempotency(db, nil) }
-
-// sqlIdempotency is SQLIdempotency with clock's time instead of the
-// server's when clock is not nil.
-func sqlIdempotency(db *sql.DB, clock store.Clock) sqlIdem {
-	d := withClock(dialect(db), clock)
+// idempotency returns the idempotency-key store on db: lock and expiry
+// times are the server's UTC_TIMESTAMP(6), or clock's when clock is not
+// nil.
+func idempotency(db *sql.DB, clock store.Clock) store.Idempotency[*sql.Tx] {
+	d := dialect(db, clock)
 	return sqlIdem{Keys: d.Keys(), d: d, clock: clock}
 }
 

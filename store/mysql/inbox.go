@@ -1,10 +1,7 @@
 package mysql
 
 import (
-	"database/sql"
 	"fmt"
-
-	"github.com/courier-go/courier/store"
 )
 
 // maxConsumer is the longest consumer name courier_inbox holds, in bytes.
@@ -27,20 +24,6 @@ func checkConsumer(consumer string) error {
 // errors into warnings, which is why the consumer name is checked first and
 // the message id is always 36 characters.
 const markSQL = `INSERT IGNORE INTO courier_inbox (consumer, message_id, processed_at) VALUES (?, ?, UTC_TIMESTAMP(6))`
-
-// SQLInbox returns the inbox for handlers that work in database/sql
-// transactions on db. Transactions run at the server's default isolation
-// level (REPEATABLE READ unless configured otherwise): the marker behaves the
-// same at every level. A duplicate waits for the first delivery's
-// transaction at most innodb_lock_wait_timeout (50 s by default), then fails
-// and is retried by the consumer. processed_at is the server's
-// UTC_TIMESTAMP(6).
-func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return dialect(db).Inbox() }
-
-// ConsumerStore returns the store of parked deliveries, failures and inbox
-// markers on db. parked_at and the times of failed replays are the server's
-// clock; a recorded failure's time is the caller's.
-func ConsumerStore(db *sql.DB) store.ConsumerStore { return dialect(db).Consumers() }
 
 // replayFailedSQL appends an entry to the history, in the format of the
 // relay's histories.

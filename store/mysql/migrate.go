@@ -28,16 +28,13 @@ var migrationFS embed.FS
 
 // migrations are the embedded scripts, with what exported scripts need:
 // the version table and the statement that records a migration in it.
-var migrations = schema.New(migrationFS, versionTable, "MySQL 8.0, MariaDB 10.6+", "mysql.Migrate",
+var migrations = schema.New(migrationFS, versionTable, "MySQL 8.0, MariaDB 10.6+", "mysql.NewDriver(db).Migrate(ctx)",
 	"INSERT IGNORE INTO courier_schema_migrations (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));")
-
-// Migrations returns the MySQL schema's migrations in version order.
-func Migrations() []store.Migration { return migrations.Load() }
 
 // migrateLockTimeout bounds the wait for another Migrate.
 const migrateLockTimeout = 60 * time.Second
 
-// Migrate applies the migrations the database lacks, each in order, and
+// migrate applies the migrations the database lacks, each in order, and
 // returns the versions it applied (none when the schema is current, so
 // running it again is a no-op). Concurrent calls, from any process, wait for
 // one another on a named lock (GET_LOCK) scoped to the database. It returns
@@ -48,15 +45,16 @@ const migrateLockTimeout = 60 * time.Second
 // that fails halfway leaves its first statements applied. They are all
 // idempotent: fix the cause (the error names the statement) and run Migrate
 // again (an index that exists is skipped). Tables are created in the database of db's DSN.
-func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
-	applied, err := migrate(ctx, db)
+func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
+	applied, err := applyMigrations(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: migrate: %w", err)
 	}
 	return applied, nil
 }
 
-func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
+// applyMigrations is migrate without its errors' prefix.
+func applyMigrations(ctx context.Context, db *sql.DB) ([]int, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -83,7 +81,7 @@ func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	if _, err := conn.ExecContext(ctx, versionTable); err != nil {
 		return nil, fmt.Errorf("create version table: %w", err)
 	}
-	pending, err := migrations.Pending(SchemaVersion(ctx, conn))
+	pending, err := migrations.Pending(schemaVersion(ctx, conn))
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +133,7 @@ func firstLine(stmt string) string {
 // checkServer fails with an explanation when the connection has no database
 // selected or the server lacks JSON_TABLE (MySQL before 8.0.4, MariaDB
 // before 10.6), which claims need.
-func checkServer(ctx context.Context, q Querier) error {
+func checkServer(ctx context.Context, q sqltx.Querier) error {
 	var name sql.NullString
 	if err := q.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&name); err != nil {
 		return err
@@ -152,18 +150,9 @@ func checkServer(ctx context.Context, q Querier) error {
 	return nil
 }
 
-// Querier runs a query; *sql.DB, *sql.Conn and *sql.Tx are Queriers.
-type Querier = sqltx.Querier
-
-// CheckSchema reports whether the MySQL schema behind q is the one this
-// binary knows, failing with the errors of [store.CheckVersion].
-func CheckSchema(ctx context.Context, q Querier) error {
-	return migrations.Check(SchemaVersion(ctx, q))
-}
-
-// SchemaVersion returns the highest migration version applied to the
+// schemaVersion returns the highest migration version applied to the
 // MySQL database behind q, 0 when Courier's schema is absent.
-func SchemaVersion(ctx context.Context, q Querier) (int, error) {
+func schemaVersion(ctx context.Context, q sqltx.Querier) (int, error) {
 	return migrations.Version(func(v *int) error {
 		return q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM courier_schema_migrations").Scan(v)
 	}, func(err error) bool { return errorNumber(err) == errNoSuchTable })

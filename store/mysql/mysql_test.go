@@ -48,7 +48,7 @@ func TestTimesIgnoreDSNAndSessionZone(t *testing.T) {
 		}
 		db, err := sql.Open("mysql", cfg.FormatDSN())
 		testenv.Must(t, err, "open")
-		st, err := mysql.NewStore(ctx, db, mysql.StoreConfig{})
+		st, err := mysql.NewDriver(db).RelayStore(ctx, store.RelayConfig{})
 		if err != nil {
 			db.Close()
 			if strings.Contains(err.Error(), "Unknown or incorrect time zone") {
@@ -89,7 +89,7 @@ func TestMigrateNeedsDatabase(t *testing.T) {
 	db, err := sql.Open("mysql", cfg.FormatDSN())
 	testenv.Must(t, err, "open")
 	defer db.Close()
-	if _, err := mysql.Migrate(context.Background(), db); err == nil || !strings.Contains(err.Error(), "name it in the DSN") {
+	if _, err := mysql.NewDriver(db).Migrate(context.Background()); err == nil || !strings.Contains(err.Error(), "name it in the DSN") {
 		t.Fatalf("Migrate without a database = %v, want an error asking for one in the DSN", err)
 	}
 }
@@ -98,7 +98,7 @@ func TestMigrateNeedsDatabase(t *testing.T) {
 func TestClaimLockRowMissing(t *testing.T) {
 	my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 	ctx := context.Background()
-	st, err := mysql.NewStore(ctx, my.DB, mysql.StoreConfig{})
+	st, err := mysql.NewDriver(my.DB).RelayStore(ctx, store.RelayConfig{})
 	testenv.Must(t, err, "store")
 	_, err = my.DB.ExecContext(ctx, "DELETE FROM courier_outbox_claimer")
 	testenv.Must(t, err, "delete turn row")
@@ -111,7 +111,7 @@ func TestClaimLockRowMissing(t *testing.T) {
 	}
 	_, err = my.DB.ExecContext(ctx, "DELETE FROM courier_schema_migrations")
 	testenv.Must(t, err, "forget migrations")
-	_, err = mysql.Migrate(ctx, my.DB)
+	_, err = mysql.NewDriver(my.DB).Migrate(ctx)
 	testenv.Must(t, err, "migrate again over the existing tables")
 	_, err = st.Claim(ctx, "r", 10, time.Minute)
 	testenv.Must(t, err, "claim after the repair")
@@ -133,7 +133,7 @@ func TestMigrateRerunsIndexMigration(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	applied, err := mysql.Migrate(ctx, my.DB)
+	applied, err := mysql.NewDriver(my.DB).Migrate(ctx)
 	if err != nil || len(applied) != 1 || applied[0] != 7 {
 		t.Fatalf("migrate again: %v, %v; want 0007 applied", applied, err)
 	}

@@ -9,11 +9,9 @@ import (
 	"github.com/courier-go/courier/store/internal/ops"
 )
 
-// Operations returns the operators' maintenance view of the database behind
-// db (see [store.Operations]), on the server's clock. Its TryLock is
-// GET_LOCK, held on a connection of its own.
-func Operations(db *sql.DB) store.Operations { return operations(db, nil) }
-
+// operations returns the operators' maintenance view of the database
+// behind db (see [store.Operations]), on the server's clock or clock. Its
+// TryLock is GET_LOCK, held on a connection of its own.
 func operations(db *sql.DB, clock store.Clock) store.Operations {
 	return ops.New(ops.Dialect{
 		Name:      "mysql",
@@ -57,7 +55,3 @@ func getLock(ctx context.Context, db *sql.DB, name string) (func(), bool, error)
 		conn.Close()
 	}, true, nil
 }
-
-// Operations returns [Operations] on the driver's database, with the
-// driver's clock.
-func (d Driver) Operations() store.Operations { return operations(d.SQL, d.clock) }

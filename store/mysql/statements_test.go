@@ -22,7 +22,7 @@ func TestStatements(t *testing.T) {
 			t.Fatalf("statement %d = %q, want %q", i, got[i], want[i])
 		}
 	}
-	for _, m := range Migrations() {
+	for _, m := range migrations.Load() {
 		stmts := statements(m.SQL)
 		if len(stmts) == 0 {
 			t.Fatalf("migration %d has no statements", m.Version)
@@ -67,7 +67,7 @@ func TestDialectStatements(t *testing.T) {
 	if !strings.Contains(retrySQL, trim) || !strings.Contains(deadSQL, trim) {
 		t.Errorf("the statements that append a failure do not trim the history at %d", columns.HistoryCap)
 	}
-	d := dialect(nil)
+	d := dialect(nil, nil)
 	q, args, err := d.ReplayFailed(7, "boom")
 	if err != nil || q != replayFailedSQL || len(args) != 3 || args[0] != "boom" || args[2] != int64(7) {
 		t.Errorf("ReplayFailed = %q, %v, %v", q, args, err)

@@ -12,10 +12,9 @@ import (
 	"github.com/courier-go/courier/store/internal/columns"
 )
 
-// Admin returns the operators' view of the database behind pool.
-func Admin(pool *pgxpool.Pool) store.Admin { return admin{pool, nil} }
-
-// admin has database's fields, so a database converts to its admin.
+// admin is the operators' view of the database behind the pool
+// ([Driver.Admin]). It has database's fields, so a database converts to its
+// admin.
 type admin struct {
 	pool  *pgxpool.Pool
 	clock store.Clock // for Stats; nil: now()

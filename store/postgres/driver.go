@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,41 +12,30 @@ import (
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-// DefaultPollInterval is the relay's polling interval on PostgreSQL, where
-// LISTEN/NOTIFY wakes it as soon as writers commit: polling only covers a
-// lost connection.
-const DefaultPollInterval = time.Second
-
-// database is what both drivers share: everything that goes through the
-// pool, and the clock its stores compare with (nil: the server's now()).
-type database struct {
-	pool  *pgxpool.Pool
-	clock store.Clock
-}
-
-func (database) Dialect() string                              { return "postgres" }
-func (d database) Ping(ctx context.Context) error             { return d.pool.Ping(ctx) }
-func (d database) Migrate(ctx context.Context) ([]int, error) { return Migrate(ctx, d.pool) }
-func (d database) SchemaVersion(ctx context.Context) (int, error) {
-	return SchemaVersion(ctx, d.pool)
-}
-func (d database) CheckSchema(ctx context.Context) error { return CheckSchema(ctx, d.pool) }
-func (database) Migrations() []store.Migration           { return Migrations() }
-func (database) ExportSQL() []store.Migration            { return ExportSQL() }
-func (d database) RelayStore(ctx context.Context, cfg store.RelayConfig) (store.RelayStore, error) {
-	return NewStore(ctx, d.pool, StoreConfig{KeepPublished: cfg.KeepPublished, Clock: d.clock})
-}
-func (d database) Notifier(log *slog.Logger) (store.Notifier, error) {
-	return NewNotifier(d.pool.Config().ConnString(), log)
-}
-func (database) PollInterval() time.Duration          { return DefaultPollInterval }
-func (d database) ConsumerStore() store.ConsumerStore { return ConsumerStore(d.pool) }
-func (d database) Admin() store.Admin                 { return admin(d) }
-func (database) SerialWrites() bool                   { return false }
-func (database) Rebind(query string) string           { return sqltx.Dollar(query) }
-
-// Driver is PostgreSQL through pgx: a store.Driver whose stores work in
-// pgx.Tx transactions.
+// Driver is PostgreSQL through pgx: a store.Driver[pgx.Tx], the one value
+// that hands out every store of the database (see store.Driver for each
+// method). It is the way to build them: the stores it hands out all take
+// their time from its clock ([Driver.WithClock]; the server's now() by
+// default). [SQLDriver] is the same for *sql.Tx transactions.
+//
+//   - Migrate applies the migrations the database lacks, each in order, all
+//     in one transaction, and returns the versions it applied (none when
+//     the schema is current). Concurrent calls wait for one another (a
+//     transaction-scoped advisory lock). It returns an error wrapping
+//     [store.ErrSchemaNewer] when the database was migrated by a newer
+//     Courier. Tables are created in the first schema of the connection's
+//     search_path, which must exist.
+//   - RelayStore checks the schema and returns the relay's store (see the
+//     package documentation, Claiming); its tables are resolved through the
+//     pool's search_path.
+//   - Notifier returns a [Notifier] on the pool's connection string; give
+//     a relay behind PgBouncer in transaction mode its own, direct one
+//     ([NewNotifier]). PollInterval returns [DefaultPollInterval].
+//   - Operations' TryLock is a session advisory lock held on a pool
+//     connection of its own; its Trim deletes batches by ctid (see
+//     docs/operations.md).
+//   - SerialWrites reports false; Rebind numbers ? placeholders ($1, $2,
+//     …).
 type Driver struct{ database }
 
 var _ store.Driver[pgx.Tx] = Driver{}
@@ -67,14 +54,17 @@ func (d Driver) WithClock(c store.Clock) Driver {
 // Inserter returns [Pgx].
 func (Driver) Inserter() store.Inserter[pgx.Tx] { return Pgx() }
 
-// Inbox returns [PgxInbox] on the pool, with the driver's clock.
+// Inbox returns the inbox for handlers that work in pgx transactions on the
+// pool; processed_at is the driver's clock.
 func (d Driver) Inbox() store.Inbox[pgx.Tx] { return pgxInbox{d.pool, d.clock} }
 
-// Idempotency returns [PgxIdempotency] on the pool, with the driver's clock.
+// Idempotency returns the Idempotency-Key records for handlers that work in
+// pgx transactions on the pool; lock and expiry times are the driver's
+// clock.
 func (d Driver) Idempotency() store.Idempotency[pgx.Tx] { return pgxIdem{d.pool, d.clock} }
 
-// Sagas returns [PgxSagas] on the pool.
-func (d Driver) Sagas() store.Sagas[pgx.Tx] { return PgxSagas(d.pool) }
+// Sagas returns the saga store for pgx transactions on the pool.
+func (d Driver) Sagas() store.Sagas[pgx.Tx] { return pgxSagas{d.pool} }
 
 // InTx runs fn in a transaction of the pool.
 func (d Driver) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
@@ -124,15 +114,18 @@ func (d SQLDriver) DB() *sql.DB { return d.db }
 // Inserter returns [DatabaseSQL].
 func (SQLDriver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
 
-// Inbox returns [SQLInbox] on the driver's *sql.DB, with its clock.
+// Inbox returns the inbox for handlers that work in database/sql
+// transactions on the driver's *sql.DB; processed_at is the driver's clock.
 func (d SQLDriver) Inbox() store.Inbox[*sql.Tx] { return sqlInbox{d.db, d.clock} }
 
-// Idempotency returns [SQLIdempotency] on the driver's *sql.DB, with its
-// clock.
+// Idempotency returns the Idempotency-Key records for handlers that work in
+// database/sql transactions on the driver's *sql.DB; lock and expiry times
+// are the driver's clock.
 func (d SQLDriver) Idempotency() store.Idempotency[*sql.Tx] { return sqlIdem{d.db, d.clock} }
 
-// Sagas returns [SQLSagas] on the driver's *sql.DB.
-func (d SQLDriver) Sagas() store.Sagas[*sql.Tx] { return SQLSagas(d.db) }
+// Sagas returns the saga store for database/sql transactions on the
+// driver's *sql.DB.
+func (d SQLDriver) Sagas() store.Sagas[*sql.Tx] { return sqlSagas{d.db} }
 
 // InTx runs fn in a transaction of the driver's *sql.DB.
 func (d SQLDriver) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {

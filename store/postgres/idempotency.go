@@ -36,10 +36,8 @@ SELECT fingerprint, state, locked_until, status, headers, body, false,
        expires_at <= now() OR (state = 'in_flight' AND locked_until <= now() AND fingerprint = $3)
 FROM courier_idempotency_keys WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`
 
-// PgxIdempotency returns the idempotency-key store for handlers that work in
-// pgx transactions on pool.
-func PgxIdempotency(pool *pgxpool.Pool) store.Idempotency[pgx.Tx] { return pgxIdem{pool, nil} }
-
+// pgxIdem is the idempotency-key store for handlers that work in pgx
+// transactions on the pool ([Driver.Idempotency]).
 type pgxIdem struct {
 	pool  *pgxpool.Pool
 	clock store.Clock // nil: now()
@@ -136,10 +134,8 @@ func (p pgxIdem) DeleteExpired(ctx context.Context, limit int) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// SQLIdempotency returns the idempotency-key store for handlers that work in
-// database/sql transactions on db.
-func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdem{db, nil} }
-
+// sqlIdem is the idempotency-key store for handlers that work in
+// database/sql transactions on db ([SQLDriver.Idempotency]).
 type sqlIdem struct {
 	db    *sql.DB
 	clock store.Clock // nil: now()

@@ -3,16 +3,13 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
@@ -31,10 +28,8 @@ func mark(clock store.Clock, consumer string, id any) (string, []any) {
 	return markAtSQL, []any{consumer, id, clock()}
 }
 
-// PgxInbox returns the inbox for handlers that work in pgx transactions on
-// pool.
-func PgxInbox(pool *pgxpool.Pool) store.Inbox[pgx.Tx] { return pgxInbox{pool, nil} }
-
+// pgxInbox is the inbox for handlers that work in pgx transactions on the
+// pool ([Driver.Inbox]).
 type pgxInbox struct {
 	pool  *pgxpool.Pool
 	clock store.Clock // processed_at's; nil: now()
@@ -53,10 +48,8 @@ func (i pgxInbox) Mark(ctx context.Context, tx pgx.Tx, consumer string, id uuid.
 	return tag.RowsAffected() == 1, nil
 }
 
-// SQLInbox returns the inbox for handlers that work in database/sql
-// transactions on db (PostgreSQL through pgx's stdlib driver or lib/pq).
-func SQLInbox(db *sql.DB) store.Inbox[*sql.Tx] { return sqlInbox{db, nil} }
-
+// sqlInbox is the inbox for handlers that work in database/sql
+// transactions on db ([SQLDriver.Inbox]).
 type sqlInbox struct {
 	db    *sql.DB
 	clock store.Clock // processed_at's; nil: now()
@@ -74,82 +67,4 @@ func (i sqlInbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
-}
-
-// ConsumerStore returns the store of parked deliveries and inbox markers on
-// pool.
-func ConsumerStore(pool *pgxpool.Pool) store.ConsumerStore { return consumerStore{pool} }
-
-type consumerStore struct{ pool *pgxpool.Pool }
-
-func (c consumerStore) Park(ctx context.Context, p store.Parked) error {
-	// NULL without a history: JSON null would become an entry of its own
-	// when ReplayFailed appends to it.
-	var hist []byte
-	if len(p.History) > 0 {
-		var err error
-		if hist, err = json.Marshal(p.History); err != nil {
-			return fmt.Errorf("postgres: park delivery: encode history: %w", err)
-		}
-	}
-	_, err := c.pool.Exec(ctx, `INSERT INTO courier_inbox_dead_letters
-    (consumer, message_id, subject, headers, payload, reason, last_error, attempts, history)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		p.Consumer, p.MessageID, p.Subject, p.Headers, p.Payload, p.Reason, p.Error, p.Attempts, hist)
-	if err != nil {
-		return fmt.Errorf("postgres: park delivery: %w", err)
-	}
-	return nil
-}
-
-const parkedColumns = `id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at, replay_requested`
-
-func scanParked(row pgx.Row) (store.Parked, error) {
-	var p store.Parked
-	var hist []byte
-	err := row.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &p.Headers, &p.Payload, &p.Reason, &p.Error,
-		&p.Attempts, &hist, &p.ParkedAt, &p.ReplayRequested)
-	if err != nil {
-		return p, err
-	}
-	return p, columns.DecodeJSON(hist, &p.History, "history of parked delivery", p.ID)
-}
-
-func (c consumerStore) ReplayRequested(ctx context.Context, consumer string, limit int) ([]store.Parked, error) {
-	rows, err := c.pool.Query(ctx, `SELECT `+parkedColumns+` FROM courier_inbox_dead_letters
-WHERE consumer = $1 AND replay_requested IS NOT NULL ORDER BY id LIMIT $2`, consumer, limit)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: parked deliveries to replay: %w", err)
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Parked, error) { return scanParked(r) })
-}
-
-func (c consumerStore) Unpark(ctx context.Context, id int64) error {
-	if _, err := c.pool.Exec(ctx, `DELETE FROM courier_inbox_dead_letters WHERE id = $1`, id); err != nil {
-		return fmt.Errorf("postgres: unpark delivery %d: %w", id, err)
-	}
-	return nil
-}
-
-func (c consumerStore) ReplayFailed(ctx context.Context, id int64, msg string) error {
-	_, err := c.exec(ctx, fmt.Sprintf("record failed replay of %d", id), `UPDATE courier_inbox_dead_letters
-SET replay_requested = NULL, last_error = $2, attempts = attempts + 1,
-    history = coalesce(history, '[]') || jsonb_build_array(jsonb_build_object('at', now(), 'error', $2::text))
-WHERE id = $1`, id, msg)
-	return err
-}
-
-func (c consumerStore) DeleteMarkers(ctx context.Context, before time.Time, limit int) (int64, error) {
-	return c.exec(ctx, "delete inbox markers", `DELETE FROM courier_inbox WHERE ctid = ANY(ARRAY(
-    SELECT ctid FROM courier_inbox WHERE processed_at < $1 LIMIT $2))`, before, limit)
-}
-
-// exec runs query and returns the number of rows it affected; what names
-// it in errors.
-func (c consumerStore) exec(ctx context.Context, what, query string, args ...any) (int64, error) {
-	tag, err := c.pool.Exec(ctx, query, args...)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: %s: %w", what, err)
-	}
-	return tag.RowsAffected(), nil
 }

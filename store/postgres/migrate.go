@@ -22,29 +22,26 @@ var migrationFS embed.FS
 
 // migrations are the embedded scripts, with what exported scripts need:
 // the version table and the statement that records a migration in it.
-var migrations = schema.New(migrationFS, versionTable, "PostgreSQL", "postgres.Migrate",
+var migrations = schema.New(migrationFS, versionTable, "PostgreSQL", "postgres.NewDriver(pool).Migrate(ctx)",
 	"INSERT INTO courier_schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;")
-
-// Migrations returns the PostgreSQL schema's migrations in version order.
-func Migrations() []store.Migration { return migrations.Load() }
 
 // migrateLock serialises concurrent Migrate calls on one database.
 const migrateLock = int64(0x636f7572_6d696772) // "courmigr"
 
-// Beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx are
-// Beginners.
-type Beginner interface {
+// beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx are
+// beginners.
+type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Migrate applies the migrations the database lacks, each in order, all in
+// migrate applies the migrations the database lacks, each in order, all in
 // one transaction, and returns the versions it applied (none when the schema
 // is current, so running it again is a no-op). Concurrent calls wait for one
 // another. It returns an error wrapping [store.ErrSchemaNewer] when the
 // database was migrated by a newer Courier.
 //
 // Tables are created in the first schema of the connection's search_path.
-func Migrate(ctx context.Context, db Beginner) ([]int, error) {
+func migrate(ctx context.Context, db beginner) ([]int, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
@@ -59,7 +56,7 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 		}
 		return nil, fmt.Errorf("postgres: migrate: create version table: %w", err)
 	}
-	pending, err := migrations.Pending(SchemaVersion(ctx, tx))
+	pending, err := migrations.Pending(schemaVersion(ctx, tx))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
 	}
@@ -79,23 +76,23 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 	return applied, nil
 }
 
-// SchemaVersion returns the highest migration version applied to the
+// schemaVersion returns the highest migration version applied to the
 // PostgreSQL database behind q, 0 when Courier's schema is absent.
-func SchemaVersion(ctx context.Context, q Querier) (int, error) {
+func schemaVersion(ctx context.Context, q querier) (int, error) {
 	return migrations.Version(func(v *int) error {
 		return q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM courier_schema_migrations").Scan(v)
 	}, func(err error) bool { return errorCode(err) == undefinedTable })
 }
 
-// Querier runs a query; pools, connections and transactions are Queriers.
-type Querier interface {
+// querier runs a query; pools, connections and transactions are queriers.
+type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// CheckSchema returns nil when the PostgreSQL schema behind q is at this
-// binary's version ([Migrations]), else the error of [store.CheckVersion].
-func CheckSchema(ctx context.Context, q Querier) error {
-	return migrations.Check(SchemaVersion(ctx, q))
+// checkSchema returns nil when the PostgreSQL schema behind q is at this
+// binary's version, else the error of [store.CheckVersion].
+func checkSchema(ctx context.Context, q querier) error {
+	return migrations.Check(schemaVersion(ctx, q))
 }
 
 // ExportSQL returns each PostgreSQL migration followed by the INSERT that

@@ -176,3 +176,19 @@ func (n *Notifier) closeLockConnLocked() {
 	}
 	n.armed = false
 }
+
+// wakeLockClass is the high half of the wake-up advisory lock ("cour", as in
+// the trigger function); the low half is the outbox table's oid, so schemas in
+// one database do not share locks. Claims lock "clai" the same way (see
+// courier_claim).
+const wakeLockClass = int64(0x636f7572)
+
+// outboxOID returns the OID of the courier_outbox table the search_path
+// finds.
+func outboxOID(ctx context.Context, q querier) (int64, error) {
+	var oid int64
+	if err := q.QueryRow(ctx, "SELECT 'courier_outbox'::regclass::oid::bigint").Scan(&oid); err != nil {
+		return 0, fmt.Errorf("postgres: find courier_outbox: %w", err)
+	}
+	return oid, nil
+}

@@ -12,8 +12,8 @@ import (
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-// Operations returns the operators' maintenance view of the database behind
-// pool (see [store.Operations]), on the server's clock.
+// operations returns the operators' maintenance view of the database
+// behind pool (see [store.Operations]), on the server's clock or clock.
 //
 // Its TryLock is a session advisory lock (pg_try_advisory_lock of the
 // name's hash), held on a pool connection of its own. Its Trim deletes a
@@ -24,8 +24,6 @@ import (
 // after the last one deleted (Trimmed.Next, a ctid), with a TID range scan:
 // the deleted rows stay in the table until vacuum, and a scan from the
 // start would walk all of them again at every batch.
-func Operations(pool *pgxpool.Pool) store.Operations { return operations(pool, nil) }
-
 func operations(pool *pgxpool.Pool, clock store.Clock) store.Operations {
 	return ops.New(ops.Dialect{
 		Name:      "postgres",
@@ -113,12 +111,7 @@ func (p pgOps) Query(ctx context.Context, query string, args []any, row func(sca
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return sqltx.EachRow(rows, func(r pgx.Rows) error { return row(r.Scan) })
 }
 
 func (p pgOps) Exec(ctx context.Context, query string, args ...any) (int64, error) {
@@ -129,6 +122,3 @@ func (p pgOps) Exec(ctx context.Context, query string, args ...any) (int64, erro
 func (p pgOps) Tx(ctx context.Context, fn func(ops.DB) error) error {
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return fn(pgOps{tx, p.pool}) })
 }
-
-// Operations returns [Operations] on the pool, with the driver's clock.
-func (d database) Operations() store.Operations { return operations(d.pool, d.clock) }

@@ -113,9 +113,8 @@ func recordSaga(ctx context.Context, exec execFunc, e store.SagaEvent) error {
 	return nil
 }
 
-// SQLSagas returns the saga store for database/sql transactions on db.
-func SQLSagas(db *sql.DB) store.Sagas[*sql.Tx] { return sqlSagas{db} }
-
+// sqlSagas is the saga store for database/sql transactions on db
+// ([SQLDriver.Sagas]).
 type sqlSagas struct{ db *sql.DB }
 
 func (s sqlSagas) InTx(ctx context.Context, fn func(*sql.Tx) error) error {
@@ -154,9 +153,8 @@ func (s sqlSagas) Due(ctx context.Context, typ string, now time.Time, limit int)
 	return ids, nil
 }
 
-// PgxSagas returns the saga store for pgx transactions on pool.
-func PgxSagas(pool *pgxpool.Pool) store.Sagas[pgx.Tx] { return pgxSagas{pool} }
-
+// pgxSagas is the saga store for pgx transactions on the pool
+// ([Driver.Sagas]).
 type pgxSagas struct{ pool *pgxpool.Pool }
 
 func (s pgxSagas) InTx(ctx context.Context, fn func(pgx.Tx) error) error {

@@ -1,91 +1,80 @@
 package sqlite
 
 import (
-	"context"
 	"database/sql"
-	"log/slog"
 	"time"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/sqltx"
+	"github.com/courier-go/courier/store/internal/sqldriver"
 )
 
-// DefaultPollInterval is the relay's polling interval on SQLite. SQLite's relay polls a local file, which costs next to nothing.
+// DefaultPollInterval is the relay's polling interval on SQLite. SQLite's
+// relay polls a local file, which costs next to nothing.
 const DefaultPollInterval = 100 * time.Millisecond
 
-// Driver is SQLite through database/sql: a store.Driver whose stores work in
-// *sql.Tx transactions.
-type Driver struct {
-	sqlDB
-	clock store.Clock // nil: this process's time.Now
-}
+// Driver is SQLite through database/sql: a store.Driver[*sql.Tx], the one
+// value that hands out every store of the database (see store.Driver for
+// each method). It is the way to build them: the stores it hands out all
+// take their time from its clock ([Driver.WithClock]; this process's
+// time.Now by default). Give it a pool opened with [Open] (or with a DSN of
+// your own that sets a busy timeout and _txlock=immediate).
+//
+//   - Migrate applies the migrations the database lacks, each in order, all
+//     in one transaction, and returns the versions it applied (none when
+//     the schema is current). The transaction starts with BEGIN IMMEDIATE,
+//     so concurrent calls, in this process or another on the same file,
+//     wait for one another (up to the connection's busy timeout). Tables are
+//     created in the main database of db's connections.
+//   - RelayStore checks the schema and that db's connections wait for the
+//     write lock (a busy timeout). Relays of one process should share one
+//     relay store, which queues their claims and completions in the process
+//     (see the package documentation, Several relays).
+//   - Inbox's InTx begins each transaction with BEGIN IMMEDIATE, taking the
+//     database's write lock before the marker is inserted: a concurrent
+//     delivery of the same message, in this process or another, waits for
+//     the lock and then finds the marker, or, when the first transaction
+//     rolled back, applies the message itself. The transactions of one
+//     inbox take turns in the process, so share it between the consumers of
+//     a process, and do not start another of its transactions inside a
+//     handler. processed_at is the driver's clock.
+//   - Idempotency claims and serves requests one at a time per file (see
+//     the package documentation, Idempotent requests).
+//   - Sagas' transactions begin with BEGIN IMMEDIATE, so transitions of one
+//     instance queue for the write lock; the version check still guards
+//     against a transition whose load happened in an earlier transaction.
+//   - ConsumerStore records parked_at and the history's times on this
+//     process's clock, a failure's time on the caller's.
+//   - Notifier returns nil (SQLite cannot notify other connections of a
+//     commit; see [store.LocalNotifier] for relays in the writers' process);
+//     PollInterval returns [DefaultPollInterval]; SerialWrites reports true;
+//     Rebind returns a statement as it is.
+type Driver struct{ base }
+
+// base gives Driver the methods of the driver SQLite shares with MySQL,
+// without an exported field.
+type base = sqldriver.Driver
 
 var _ store.Driver[*sql.Tx] = Driver{}
 
 // NewDriver returns the Driver on db. The database stays the caller's to
 // close.
-func NewDriver(db *sql.DB) Driver { return Driver{sqlDB: sqlDB{SQL: db, Prefix: "sqlite: "}} }
-
-// sqlDB gives Driver Ping, Rebind, InTx, Exec and QueryRow.
-type sqlDB = sqltx.DB
+func NewDriver(db *sql.DB) Driver { return Driver{sqldriver.New(db, &sqliteDialect)} }
 
 // WithClock returns a copy of d whose stores take the time they compare
 // with from c instead of time.Now (see [store.Clock]).
-func (d Driver) WithClock(c store.Clock) Driver {
-	d.clock = c
-	return d
+func (d Driver) WithClock(c store.Clock) Driver { return Driver{d.base.WithClock(c)} }
+
+// sqliteDialect is what SQLite tells the driver it shares with MySQL.
+var sqliteDialect = sqldriver.Dialect{
+	Name:          "sqlite",
+	PollInterval:  DefaultPollInterval,
+	SerialWrites:  true,
+	Schema:        migrations,
+	Migrate:       migrate,
+	SchemaVersion: schemaVersion,
+	Inserter:      DatabaseSQL(),
+	Stores:        dialect,
+	RelayStore:    newRelayStore,
+	Idempotency:   idempotency,
+	Operations:    operations,
 }
-
-// Dialect returns "sqlite".
-func (Driver) Dialect() string { return "sqlite" }
-
-// Migrate is [Migrate] on the driver's database.
-func (d Driver) Migrate(ctx context.Context) ([]int, error) { return Migrate(ctx, d.SQL) }
-
-// SchemaVersion is [SchemaVersion] on the driver's database.
-func (d Driver) SchemaVersion(ctx context.Context) (int, error) { return SchemaVersion(ctx, d.SQL) }
-
-// CheckSchema is [CheckSchema] on the driver's database.
-func (d Driver) CheckSchema(ctx context.Context) error { return CheckSchema(ctx, d.SQL) }
-
-// Migrations returns [Migrations].
-func (Driver) Migrations() []store.Migration { return Migrations() }
-
-// ExportSQL returns [ExportSQL].
-func (Driver) ExportSQL() []store.Migration { return ExportSQL() }
-
-// RelayStore returns [NewStore] on the driver's database.
-func (d Driver) RelayStore(ctx context.Context, cfg store.RelayConfig) (store.RelayStore, error) {
-	return NewStore(ctx, d.SQL, StoreConfig{KeepPublished: cfg.KeepPublished, Clock: d.clock})
-}
-
-// Notifier returns nil: SQLite has no wake-ups across processes.
-func (Driver) Notifier(*slog.Logger) (store.Notifier, error) { return nil, nil }
-
-// PollInterval returns [DefaultPollInterval].
-func (Driver) PollInterval() time.Duration { return DefaultPollInterval }
-
-// ConsumerStore returns [ConsumerStore] on the driver's database.
-func (d Driver) ConsumerStore() store.ConsumerStore { return ConsumerStore(d.SQL) }
-
-// Admin returns [Admin] on the driver's database, with the driver's clock.
-func (d Driver) Admin() store.Admin { return withClock(dialect(d.SQL, newQueue()), d.clock).Admin() }
-
-// SerialWrites reports true.
-func (Driver) SerialWrites() bool { return true }
-
-// Inserter returns [DatabaseSQL].
-func (Driver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
-
-// Inbox returns [SQLInbox] on the driver's database, with the driver's
-// clock.
-func (d Driver) Inbox() store.Inbox[*sql.Tx] {
-	return withClock(dialect(d.SQL, newQueue()), d.clock).Inbox()
-}
-
-// Idempotency returns [SQLIdempotency] on the driver's database, with the
-// driver's clock.
-func (d Driver) Idempotency() store.Idempotency[*sql.Tx] { return sqlIdempotency(d.SQL, d.clock) }
-
-// Sagas returns [SQLSagas] on the driver's database.
-func (d Driver) Sagas() store.Sagas[*sql.Tx] { return SQLSagas(d.SQL) }

@@ -24,7 +24,8 @@ func Example() {
 		panic(err)
 	}
 	defer db.Close()
-	if _, err := sqlite.Migrate(ctx, db); err != nil {
+	d := sqlite.NewDriver(db) // hands out every store of the database
+	if _, err := d.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	if _, err := db.Exec("CREATE TABLE orders (id TEXT PRIMARY KEY, total INTEGER)"); err != nil {
@@ -32,7 +33,7 @@ func Example() {
 	}
 
 	n := store.NewLocalNotifier() // give it to relay.Config.Notifier too
-	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{Notify: n.Signal})
+	w := outbox.New(d.Inserter(), outbox.Config{Notify: n.Signal})
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		panic(err)
@@ -53,7 +54,7 @@ func Example() {
 		panic(err)
 	}
 
-	st, err := sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
+	st, err := d.RelayStore(ctx, store.RelayConfig{})
 	if err != nil {
 		panic(err)
 	}

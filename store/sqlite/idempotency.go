@@ -8,6 +8,7 @@ import (
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqlstore"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 // claimKeySQL inserts the record, or takes over an in-flight one whose lock
@@ -23,49 +24,23 @@ ON CONFLICT (scope, idem_key) DO UPDATE
     WHERE k.expires_at <= ?6
        OR (k.state = 'in_flight' AND k.locked_until <= ?6 AND k.fingerprint = excluded.fingerprint)`
 
-// SQLIdempotency returns the idempotency-key store for handlers that work in
-// database/sql transactions on db, a pool opened with [Open] (or with a DSN
-// of your own that sets a busy timeout and _txlock=immediate).
-//
-// A claim is one immediate transaction: the upsert and the read of the
-// record that follows it hold the write lock together, so concurrent claims
-// of one key, in any process, run one after another and exactly one of them
-// owns the key. Lock and expiry times are this process's clock.
-//
-// Idempotent requests run one at a time per database file, unrelated keys
-// included. SQLite has one writer, and the request's transaction (InTx)
-// begins with BEGIN IMMEDIATE, so it holds the write lock from before the
-// handler runs until it commits. The next idempotent request, whatever its
-// key, waits for it, and so does every other writer of the file (outbox
-// writes, relay claims, inbox transactions). In the process, claims and the
-// transactions of InTx take turns in arrival order (see [SQLInbox]): a retry
-// of a key in flight waits for the first request and then usually gets its
-// stored response rather than a 409. Other processes wait through their
-// busy timeout (10 s with [Open]); a request that holds the lock longer
-// makes their claims fail, and the middleware answers those with 500. Keep
-// handlers short: no calls to other services inside them (write an outbox
-// message and let a consumer make the call). Use PostgreSQL or MySQL when
-// requests with different keys must run in parallel.
-//
-// That is not lifted with deferred transactions, which would let handlers
-// read in parallel: a handler's first write would still wait for the lock,
-// and in WAL mode a transaction that has read before another one committed
-// cannot take the write lock at all. It fails with SQLITE_BUSY at once,
-// without waiting, a failure every idempotent request would then risk.
-func SQLIdempotency(db *sql.DB) store.Idempotency[*sql.Tx] { return sqlIdempotency(db, nil) }
-
-// sqlIdempotency is SQLIdempotency with clock's time instead of this
-// process's when clock is not nil.
-func sqlIdempotency(db *sql.DB, clock store.Clock) sqlIdem {
-	turn := newQueue()
-	d := withClock(dialect(db, turn), clock)
+// idempotency returns the idempotency-key store on db, with clock's time
+// instead of this process's when clock is not nil. A claim is one
+// immediate transaction: the upsert and the read of the record that
+// follows it hold the write lock together, so concurrent claims of one key,
+// in any process, run one after another and exactly one of them owns the
+// key. Claims and the transactions of InTx take turns in the process (see
+// the package documentation, Idempotent requests).
+func idempotency(db *sql.DB, clock store.Clock) store.Idempotency[*sql.Tx] {
+	turn := sqltx.NewQueue()
+	d := dialect(db, clock).Queued(turn)
 	return sqlIdem{Keys: d.Keys(), d: d, turn: turn, clock: clock}
 }
 
 type sqlIdem struct {
 	sqlstore.Keys
 	d     sqlstore.Dialect
-	turn  queue // shared with InTx's transactions
+	turn  sqltx.Queue // shared with InTx's transactions
 	clock store.Clock
 }
 
@@ -73,7 +48,7 @@ func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, 
 	rec := store.KeyRecord{Scope: c.Scope, Key: c.Key}
 	var mine bool
 	owner := c.Owner.String()
-	err := s.turn.run(ctx, func() error {
+	err := s.turn.Run(ctx, func() error {
 		return immediate(ctx, s.d.DB, func(conn *sql.Conn) error {
 			now := nowOf(s.clock)
 			if _, err := conn.ExecContext(ctx, claimKeySQL, c.Scope, c.Key, columns.Payload(c.Fingerprint), owner,

@@ -26,13 +26,10 @@ var migrationFS embed.FS
 
 // migrations are the embedded scripts, with what exported scripts need:
 // the version table and the statement that records a migration in it.
-var migrations = schema.New(migrationFS, versionTable, "SQLite", "sqlite.Migrate",
+var migrations = schema.New(migrationFS, versionTable, "SQLite", "sqlite.NewDriver(db).Migrate(ctx)",
 	"INSERT OR IGNORE INTO courier_schema_migrations (version, name) VALUES (%d, '%s');")
 
-// Migrations returns the SQLite schema's migrations in version order.
-func Migrations() []store.Migration { return migrations.Load() }
-
-// Migrate applies the migrations the database lacks, each in order, all in
+// migrate applies the migrations the database lacks, each in order, all in
 // one transaction, and returns the versions it applied (none when the schema
 // is current, so running it again is a no-op). The transaction starts with
 // BEGIN IMMEDIATE, so concurrent calls, in this process or another on the
@@ -41,13 +38,13 @@ func Migrations() []store.Migration { return migrations.Load() }
 // migrated by a newer Courier.
 //
 // Tables are created in the main database of db's connections.
-func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
+func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	var applied []int
 	err := immediate(ctx, db, func(conn *sql.Conn) error {
 		if _, err := conn.ExecContext(ctx, versionTable); err != nil {
 			return fmt.Errorf("create version table: %w", err)
 		}
-		pending, err := migrations.Pending(SchemaVersion(ctx, conn))
+		pending, err := migrations.Pending(schemaVersion(ctx, conn))
 		if err != nil {
 			return err
 		}
@@ -69,18 +66,9 @@ func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	return applied, nil
 }
 
-// Querier runs a query; *sql.DB, *sql.Conn and *sql.Tx are Queriers.
-type Querier = sqltx.Querier
-
-// CheckSchema compares the version of the SQLite file behind q with
-// [Migrations] and fails as [store.CheckVersion] does.
-func CheckSchema(ctx context.Context, q Querier) error {
-	return migrations.Check(SchemaVersion(ctx, q))
-}
-
-// SchemaVersion returns the highest migration version applied to the
+// schemaVersion returns the highest migration version applied to the
 // SQLite database behind q, 0 when Courier's schema is absent.
-func SchemaVersion(ctx context.Context, q Querier) (int, error) {
+func schemaVersion(ctx context.Context, q sqltx.Querier) (int, error) {
 	var tables int
 	if err := q.QueryRowContext(ctx,
 		"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'courier_schema_migrations'").Scan(&tables); err != nil {

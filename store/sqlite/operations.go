@@ -6,18 +6,18 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/ops"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-// Operations returns the operators' maintenance view of the database behind
-// db (see [store.Operations]), on this process's clock. Its batches run in
-// immediate transactions; its TryLock always succeeds: SQLite runs one
-// writer at a time, so two cleanups only interleave their batches.
-func Operations(db *sql.DB) store.Operations { return operations(db, nil) }
-
+// operations returns the operators' maintenance view of the database
+// behind db (see [store.Operations]), on this process's clock or clock. Its
+// batches run in immediate transactions; its TryLock always succeeds:
+// SQLite runs one writer at a time, so two cleanups only interleave their
+// batches.
 func operations(db *sql.DB, clock store.Clock) store.Operations {
 	return ops.New(ops.Dialect{
 		Name: "sqlite",
-		DB: ops.SQL{DB: db, Begin: func(ctx context.Context, fn func(ops.Conn) error) error {
+		DB: ops.SQL{DB: db, Begin: func(ctx context.Context, fn func(sqltx.Conn) error) error {
 			return immediate(ctx, db, func(c *sql.Conn) error { return fn(c) })
 		}},
 		Clock:     clock,
@@ -33,7 +33,3 @@ WHERE l.until > ? AND o.id = j.value GROUP BY o.topic`,
 		},
 	})
 }
-
-// Operations returns [Operations] on the driver's database, with the
-// driver's clock.
-func (d Driver) Operations() store.Operations { return operations(d.SQL, d.clock) }

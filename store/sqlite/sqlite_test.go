@@ -43,7 +43,7 @@ type claimRecord struct {
 // claimUntilIdle claims batches of limit rows until none come for a while,
 // completing each as published after a moment (a relay publishes in
 // between, holding no lock), and reports every claimed row.
-func claimUntilIdle(ctx context.Context, st *sqlite.Store, owner string, limit int, report func(claimRecord)) error {
+func claimUntilIdle(ctx context.Context, st store.RelayStore, owner string, limit int, report func(claimRecord)) error {
 	for idle := 0; idle < 20; {
 		b, err := st.Claim(ctx, owner, limit, time.Minute)
 		if err != nil {
@@ -79,7 +79,7 @@ func TestClaimerProcess(t *testing.T) {
 	db, err := sqlite.Open(path)
 	testenv.Must(t, err, "open")
 	defer db.Close()
-	st, err := sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
+	st, err := sqlite.NewDriver(db).RelayStore(ctx, store.RelayConfig{})
 	testenv.Must(t, err, "store")
 	out, err := os.Create(os.Getenv(envClaimerOut))
 	testenv.Must(t, err, "create output")
@@ -106,7 +106,7 @@ func TestClaimsAcrossProcesses(t *testing.T) {
 	}
 	db, path := openFile(t)
 	ctx := context.Background()
-	_, err := sqlite.Migrate(ctx, db)
+	_, err := sqlite.NewDriver(db).Migrate(ctx)
 	testenv.Must(t, err, "migrate")
 	const n = 600
 	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{})
@@ -153,7 +153,7 @@ func TestClaimsAcrossProcesses(t *testing.T) {
 	var wg sync.WaitGroup
 	testenv.Must(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644), "start signal")
 	for i := range 1 {
-		st, err := sqlite.NewStore(ctx, db, sqlite.StoreConfig{})
+		st, err := sqlite.NewDriver(db).RelayStore(ctx, store.RelayConfig{})
 		testenv.Must(t, err, "store")
 		wg.Go(func() {
 			err := claimUntilIdle(ctx, st, fmt.Sprintf("local-%d", i), 23, func(r claimRecord) {
@@ -235,16 +235,16 @@ func TestOpenRejectsQueryInPath(t *testing.T) {
 }
 
 // A handle without a busy timeout would fail claims with SQLITE_BUSY under
-// any contention; NewStore says how to fix it.
-func TestNewStoreNeedsBusyTimeout(t *testing.T) {
+// any contention; RelayStore says how to fix it.
+func TestRelayStoreNeedsBusyTimeout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "plain.db")
 	db, err := sql.Open("sqlite", path)
 	testenv.Must(t, err, "open")
 	defer db.Close()
-	_, err = sqlite.Migrate(context.Background(), db)
+	_, err = sqlite.NewDriver(db).Migrate(context.Background())
 	testenv.Must(t, err, "migrate")
-	if _, err := sqlite.NewStore(context.Background(), db, sqlite.StoreConfig{}); err == nil || !strings.Contains(err.Error(), "busy_timeout") {
-		t.Fatalf("NewStore without a busy timeout = %v, want an error naming busy_timeout", err)
+	if _, err := sqlite.NewDriver(db).RelayStore(context.Background(), store.RelayConfig{}); err == nil || !strings.Contains(err.Error(), "busy_timeout") {
+		t.Fatalf("RelayStore without a busy timeout = %v, want an error naming busy_timeout", err)
 	}
 }
 
@@ -255,5 +255,31 @@ func TestOpenUsesWAL(t *testing.T) {
 	testenv.Must(t, db.QueryRow("PRAGMA journal_mode").Scan(&mode), "journal mode")
 	if mode != "wal" {
 		t.Fatalf("journal_mode %q, want wal", mode)
+	}
+}
+
+// The shorthands make what the Driver makes: NewStore's relay store reads
+// the clock of its config, Admin the process's, and Migrate's schema is the
+// one both check.
+func TestShorthands(t *testing.T) {
+	db, _ := openFile(t)
+	ctx := context.Background()
+	applied, err := sqlite.Migrate(ctx, db)
+	testenv.Must(t, err, "migrate")
+	if len(applied) == 0 {
+		t.Fatal("Migrate applied nothing to a new file")
+	}
+	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	st, err := sqlite.NewStore(ctx, db, sqlite.StoreConfig{Clock: func() time.Time { return at }})
+	testenv.Must(t, err, "store")
+	s, err := st.Stats(ctx)
+	testenv.Must(t, err, "stats")
+	if !s.Now.Equal(at) {
+		t.Errorf("NewStore's stats at %s, want the configured clock's %s", s.Now, at)
+	}
+	a, err := sqlite.Admin(db).Stats(ctx)
+	testenv.Must(t, err, "admin stats")
+	if d := time.Since(a.Now); d < -time.Minute || d > time.Minute {
+		t.Errorf("Admin's stats at %s, want this process's clock", a.Now)
 	}
 }

@@ -1,7 +1,3 @@
-// Package schema holds what the dialects' migrations share: loading the
-// embedded scripts, deciding which of them a database lacks, and checking a
-// database's version against them. Each dialect keeps its scripts, its
-// version table and how it applies them.
 package schema
 
 import (
@@ -53,10 +49,11 @@ type Set struct {
 }
 
 // New returns the migrations embedded in fsys's folder "migrations", for
-// database (named in exported scripts, e.g. "SQLite"), whose version table
-// is created by versionTable and whose Go function that applies them is
-// migrateCall (e.g. "sqlite.Migrate"). record is the statement, with %d for
-// the version and %s for the name, that an exported script ends with.
+// database (named in exported scripts, e.g. "SQLite"), whose version table is
+// created by versionTable and whose Go function that applies them is
+// migrateCall (e.g. "sqlite.NewDriver(db).Migrate(ctx)"). record is the
+// statement, with %d for the version and %s for the name, that an exported
+// script ends with.
 func New(fsys fs.FS, versionTable, database, migrateCall, record string) Set {
 	return Set{fsys: fsys, versionTable: versionTable, database: database, migrateCall: migrateCall, record: record}
 }

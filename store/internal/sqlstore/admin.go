@@ -7,6 +7,7 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 const deadColumns = `id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
@@ -67,7 +68,7 @@ func (a Admin) DeadLetter(ctx context.Context, id int64) (store.DeadLetter, erro
 // Dialect.LockRow first, so concurrent replays of one dead letter wait for
 // each other and all but the first find it gone.
 func (a Admin) ReplayDeadLetter(ctx context.Context, id int64) error {
-	err := a.d.WriteTx(ctx, func(c Conn) error {
+	err := a.d.WriteTx(ctx, func(c sqltx.Conn) error {
 		var one int64
 		err := c.QueryRowContext(ctx, `SELECT id FROM courier_outbox_dead_letters WHERE id = ?`+a.d.LockRow, id).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -147,7 +148,7 @@ func (a Admin) DiscardParked(ctx context.Context, id int64) error {
 // decides.
 func (a Admin) one(ctx context.Context, what, table, query string, args ...any) error {
 	id := args[len(args)-1]
-	n, err := affected(ctx, a.d.DB, query, args...)
+	n, err := sqltx.Exec(ctx, a.d.DB, query, args...)
 	if err != nil {
 		return a.d.errorf("%s %v: %w", what, id, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 const parkedColumns = `id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at, replay_requested`
@@ -155,7 +156,7 @@ func (i Inbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UU
 	if err := i.d.checkConsumer(consumer); err != nil {
 		return false, i.d.errorf("inbox marker: %w", err)
 	}
-	n, err := affected(ctx, tx, i.d.MarkSQL, append([]any{consumer, id.String()}, i.d.now()...)...)
+	n, err := sqltx.Exec(ctx, tx, i.d.MarkSQL, append([]any{consumer, id.String()}, i.d.now()...)...)
 	if err != nil {
 		return false, i.d.errorf("inbox marker: %w", err)
 	}
@@ -165,7 +166,7 @@ func (i Inbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UU
 // deleteBefore runs query, a DELETE of up to limit rows from before
 // (oldest first), and returns how many it deleted; what names it in errors.
 func (c Consumers) deleteBefore(ctx context.Context, what, query string, before time.Time, limit int) (int64, error) {
-	n, err := affected(ctx, c.d.DB, query, c.d.Encode(before), limit)
+	n, err := sqltx.Exec(ctx, c.d.DB, query, c.d.Encode(before), limit)
 	if err != nil {
 		return 0, c.d.errorf("%s: %w", what, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 // InTx implements store.Idempotency with Dialect.InTx.
@@ -20,7 +21,7 @@ FROM courier_idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 // ReadKey reads the record of rec.Scope and rec.Key into rec after a claim
 // by owner, and reports whether owner holds it.
-func (d Dialect) ReadKey(ctx context.Context, c Conn, rec *store.KeyRecord, owner string) (mine bool, err error) {
+func (d Dialect) ReadKey(ctx context.Context, c sqltx.Conn, rec *store.KeyRecord, owner string) (mine bool, err error) {
 	var (
 		state, holder string
 		status        sql.NullInt64
@@ -52,7 +53,7 @@ func (k Keys) Complete(ctx context.Context, tx *sql.Tx, scope, key string, owner
 	if err != nil {
 		return false, k.d.errorf("complete idempotency key: encode headers: %w", err)
 	}
-	n, err := affected(ctx, tx, completeKeySQL, resp.Status, h, columns.Payload(resp.Body), scope, key, owner.String())
+	n, err := sqltx.Exec(ctx, tx, completeKeySQL, resp.Status, h, columns.Payload(resp.Body), scope, key, owner.String())
 	if err != nil {
 		return false, k.d.errorf("complete idempotency key: %w", err)
 	}
@@ -72,7 +73,7 @@ func (k Keys) Release(ctx context.Context, scope, key string, owner uuid.UUID) e
 // DeleteExpired implements store.Idempotency with
 // Dialect.DeleteExpiredKeysSQL.
 func (k Keys) DeleteExpired(ctx context.Context, limit int) (int64, error) {
-	n, err := affected(ctx, k.d.DB, k.d.DeleteExpiredKeysSQL, append(k.d.now(), limit)...)
+	n, err := sqltx.Exec(ctx, k.d.DB, k.d.DeleteExpiredKeysSQL, append(k.d.now(), limit)...)
 	if err != nil {
 		return 0, k.d.errorf("delete expired idempotency keys: %w", err)
 	}

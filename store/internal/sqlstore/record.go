@@ -7,6 +7,7 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 // RecordColumns are the outbox columns [ScanRecord] reads, in its order.
@@ -30,9 +31,9 @@ func ScanRecord(row interface{ Scan(...any) error }, t Times) (store.Record, err
 
 // ReadRecords runs query, a SELECT of RecordColumns, on q and returns its
 // rows, of which there are at most n, decoded with t.
-func ReadRecords(ctx context.Context, q Conn, t Times, n int, query string, args ...any) ([]store.Record, error) {
+func ReadRecords(ctx context.Context, q sqltx.Conn, t Times, n int, query string, args ...any) ([]store.Record, error) {
 	recs := make([]store.Record, 0, n)
-	err := QueryEach(ctx, q, query, args, func(rows *sql.Rows) error {
+	err := sqltx.QueryEach(ctx, q, query, args, func(rows *sql.Rows) error {
 		r, err := ScanRecord(rows, t)
 		recs = append(recs, r)
 		return err

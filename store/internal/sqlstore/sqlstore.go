@@ -1,15 +1,3 @@
-// Package sqlstore is the code that Courier's database/sql dialects with '?'
-// placeholders, MySQL/MariaDB and SQLite, share: the operators' view
-// (store.Admin), the consuming side's parked deliveries, failures and
-// markers (store.ConsumerStore), the inbox (store.Inbox) and the parts of
-// the idempotency-key store that do not claim. Their tables have the same
-// columns; what differs is described by a [Dialect]: how a transaction
-// runs, how times are written and read, what "now" is, and the few
-// statements whose SQL differs.
-//
-// Statements are built from the Dialect without I/O (as Watermill's schema
-// adapters build theirs), so each dialect's SQL can be checked in unit
-// tests.
 package sqlstore
 
 import (
@@ -19,14 +7,8 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
-
-// Conn runs statements: *sql.DB, *sql.Conn and *sql.Tx are Conns.
-type Conn interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
 
 // Dialect is what differs between the dialects.
 type Dialect struct {
@@ -39,7 +21,7 @@ type Dialect struct {
 	InTx func(ctx context.Context, fn func(*sql.Tx) error) error
 	// WriteTx runs fn in a transaction that writes, as replaying a dead
 	// letter does, and commits it when fn returns nil.
-	WriteTx func(ctx context.Context, fn func(Conn) error) error
+	WriteTx func(ctx context.Context, fn func(sqltx.Conn) error) error
 	// LockRow ends a statement that reads a row the transaction then
 	// changes, e.g. " FOR UPDATE"; empty where the transaction already
 	// excludes other writers.
@@ -80,6 +62,17 @@ type Dialect struct {
 
 func (d Dialect) errorf(format string, args ...any) error {
 	return fmt.Errorf(d.Name+": "+format, args...)
+}
+
+// Queued returns d whose InTx runs each transaction in its turn of q, so
+// that the transactions of the stores made from it take turns in this
+// process (see [sqltx.Queue]).
+func (d Dialect) Queued(q sqltx.Queue) Dialect {
+	inTx := d.InTx
+	d.InTx = func(ctx context.Context, fn func(*sql.Tx) error) error {
+		return q.Run(ctx, func() error { return inTx(ctx, fn) })
+	}
+	return d
 }
 
 // now returns Now's arguments.
@@ -160,26 +153,10 @@ func (t *Time) Scan(src any) error {
 	return nil
 }
 
-// QueryEach runs a query on q and calls fn for each row, until fn returns
-// an error.
-func QueryEach(ctx context.Context, q Conn, query string, args []any, fn func(*sql.Rows) error) error {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
 // queryAll runs a query on q and scans each row with scan.
-func queryAll[T any](ctx context.Context, q Conn, scan func(interface{ Scan(...any) error }) (T, error), query string, args ...any) ([]T, error) {
+func queryAll[T any](ctx context.Context, q sqltx.Conn, scan func(interface{ Scan(...any) error }) (T, error), query string, args ...any) ([]T, error) {
 	var out []T
-	err := QueryEach(ctx, q, query, args, func(rows *sql.Rows) error {
+	err := sqltx.QueryEach(ctx, q, query, args, func(rows *sql.Rows) error {
 		v, err := scan(rows)
 		if err != nil {
 			return err
@@ -190,17 +167,8 @@ func queryAll[T any](ctx context.Context, q Conn, scan func(interface{ Scan(...a
 	return out, err
 }
 
-// affected runs a statement and returns the number of rows it affected.
-func affected(ctx context.Context, q Conn, query string, args ...any) (int64, error) {
-	res, err := q.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
 // Column runs a query of one column on q and returns its values.
-func Column[T any](ctx context.Context, q Conn, query string, args ...any) ([]T, error) {
+func Column[T any](ctx context.Context, q sqltx.Conn, query string, args ...any) ([]T, error) {
 	return queryAll(ctx, q, func(row interface{ Scan(...any) error }) (T, error) {
 		var v T
 		err := row.Scan(&v)

@@ -1,6 +1,3 @@
-// Package sqltx holds the database/sql transaction helpers every dialect
-// shares: running a function in a transaction that is always ended, and
-// statements written with ? placeholders for drivers that number theirs.
 package sqltx
 
 import (
@@ -35,9 +32,9 @@ func InTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, prefix string, f
 	return nil
 }
 
-// Exec runs query in tx and returns the number of rows it affected.
-func Exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
-	res, err := tx.ExecContext(ctx, query, args...)
+// Exec runs query on q and returns the number of rows it affected.
+func Exec(ctx context.Context, q Conn, query string, args ...any) (int64, error) {
+	res, err := q.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -75,34 +72,37 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// DB is the database/sql part every dialect's Driver shares: the methods
-// that need only the *sql.DB and take ? placeholders as they are. A dialect
-// embeds it through an unexported alias, so its Driver gains the methods
-// and no exported field.
-type DB struct {
-	// SQL is the database.
-	SQL *sql.DB
-	// Prefix starts the errors of begin and commit, such as "mysql: ".
-	Prefix string
+// Conn runs statements: *sql.DB, *sql.Conn and *sql.Tx are Conns.
+type Conn interface {
+	Querier
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// Ping checks that the database answers.
-func (d DB) Ping(ctx context.Context) error { return d.SQL.PingContext(ctx) }
-
-// Rebind returns query as it is: the driver takes ? placeholders.
-func (DB) Rebind(query string) string { return query }
-
-// InTx runs fn in a transaction of the database (see [InTx]).
-func (d DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return InTx(ctx, d.SQL, nil, d.Prefix, fn)
+// Rows is what EachRow reads: *sql.Rows and pgx.Rows are Rows.
+type Rows interface {
+	Next() bool
+	Err() error
 }
 
-// Exec runs query in tx and returns the rows it affected.
-func (DB) Exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
-	return Exec(ctx, tx, query, args...)
+// EachRow calls fn for each row of rows, until fn returns an error, and
+// returns that error or the one rows ended with. The caller closes rows.
+func EachRow[R Rows](rows R, fn func(R) error) error {
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
-// QueryRow runs query in tx and scans its row into dest.
-func (DB) QueryRow(ctx context.Context, tx *sql.Tx, query string, dest []any, args ...any) error {
-	return QueryRow(ctx, tx, query, dest, args...)
+// QueryEach runs a query on q and calls fn for each row, until fn returns
+// an error.
+func QueryEach(ctx context.Context, q Conn, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return EachRow(rows, fn)
 }

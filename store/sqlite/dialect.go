@@ -12,34 +12,27 @@ import (
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-// Admin returns the operators' view of the database behind db: the outbox's
-// state and both kinds of dead letters. Replaying a dead letter runs in an
-// immediate transaction, like a relay's claim.
-func Admin(db *sql.DB) store.Admin { return dialect(db, nil).Admin() }
-
-// dialect is what SQLite tells the code it shares with MySQL: times are this
-// process's clock, written as Unix microseconds. Its InTx runs the
-// transactions in turn's queue (see [SQLInbox]), or as they come when turn
-// is nil.
-func dialect(db *sql.DB, turn queue) sqlstore.Dialect {
+// dialect describes db to the code SQLite shares with MySQL (the
+// operators' view, the consuming side, the inbox, the part of the
+// idempotency-key store that does not claim, the sagas): times are this
+// process's clock, or clock's when clock is not nil, written as Unix
+// microseconds. Replaying a dead letter runs in an immediate transaction,
+// like a relay's claim.
+func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 	return sqlstore.Dialect{
 		Name: "sqlite",
 		DB:   db,
 		InTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
-			tx := func() error { return sqltx.InTx(ctx, db, nil, "sqlite: ", fn) }
-			if turn == nil {
-				return tx()
-			}
-			return turn.run(ctx, tx)
+			return sqltx.InTx(ctx, db, nil, "sqlite: ", fn)
 		},
-		WriteTx: func(ctx context.Context, fn func(sqlstore.Conn) error) error {
+		WriteTx: func(ctx context.Context, fn func(sqltx.Conn) error) error {
 			return immediate(ctx, db, func(conn *sql.Conn) error { return fn(conn) })
 		},
 		IsDuplicate:          isUnique,
 		Now:                  "?",
-		NowArgs:              func() []any { return []any{time.Now().UnixMicro()} },
+		NowArgs:              func() []any { return []any{nowOf(clock).UnixMicro()} },
 		Times:                times,
-		Stats:                func(ctx context.Context) (store.Stats, error) { return Stats(ctx, db) },
+		Stats:                func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) },
 		MarkSQL:              markSQL,
 		DeleteMarkersSQL:     deleteMarkersSQL,
 		DeleteFailuresSQL:    deleteFailuresSQL,

@@ -1,0 +1,78 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/claims"
+)
+
+// rowsSQL reads claimed rows. It runs after the claim has committed: the
+// rows are leased to the caller by then, and reading them holds no lock.
+const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
+FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
+
+// Claim implements store.RelayStore: one call of courier_claim (see the
+// migrations), which leases the rows and returns their ids, then a plain
+// read of the rows. A row that is gone by then (the lease ran out and
+// another relay published it) is left out.
+func (s *relayStore) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	var (
+		batch      store.Batch
+		ids        []int64
+		lid        *int64
+		minPending int64
+	)
+	start := time.Now()
+	at := start // the floor's time: the clock's, when the store has one
+	if s.clock != nil {
+		at = s.clock()
+	}
+	floor := s.floor.floor(at)
+	var b pgx.Batch
+	b.Queue(asyncCommit)
+	if s.clock == nil {
+		b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5)", owner, limit, lease, claims.Window(limit), floor)
+	} else {
+		b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5, $6)",
+			owner, limit, lease, claims.Window(limit), floor, at)
+	}
+	br := s.pool.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&lid, &ids, &minPending)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
+	}
+	s.floor.note(at, floor, minPending, time.Since(start))
+	if lid == nil || len(ids) == 0 {
+		return store.Batch{}, nil
+	}
+	batch.Lease = *lid
+	rows, err := s.pool.Query(ctx, rowsSQL, ids)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("postgres: claim: read rows: %w", err)
+	}
+	batch.Records = make([]store.Record, 0, len(ids))
+	var r store.Record
+	m := &r.Message
+	_, err = pgx.ForEachRow(rows, []any{&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
+		&m.ContentType, &m.Payload, &m.Headers, &m.OccurredAt}, func() error {
+		m.OccurredAt = m.OccurredAt.UTC()
+		batch.Records = append(batch.Records, r)
+		r = store.Record{} // fresh payload and headers for the next row
+		return nil
+	})
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("postgres: claim: read rows: %w", err)
+	}
+	return batch, nil
+}
