@@ -95,13 +95,14 @@ type RelayConfig struct {
 	KeepPublished bool
 }
 
-// Clock is the time source of the store operations that compare with "now":
-// lease ends, retry times, Idempotency-Key locks and expiries. It is
-// courier.Clock, with one difference in meaning: a nil Clock is the
-// database's own clock (the server's on PostgreSQL and MySQL, the process's
-// on SQLite), which is what production wants: relays on several hosts then
-// share one clock. Tests set a Clock they control and move time forward
-// instead of sleeping until a deadline passes: each dialect's Driver has a
-// WithClock that returns a Driver whose stores use it, and its StoreConfig a
-// Clock field for the relay's store built without a Driver.
+// Clock is the time source of the store operations that compare with "now"
+// (lease ends, retry times, Idempotency-Key locks and expiries) and of the
+// times the stores record (inbox markers, parked deliveries, replay
+// requests and failed replays, dead letters). It is courier.Clock, with one
+// difference in meaning: a nil Clock is the database's own clock (the
+// server's on PostgreSQL and MySQL, the process's on SQLite), which is what
+// production wants: relays on several hosts then share one clock. Tests set
+// a Clock they control and move time forward instead of sleeping until a
+// deadline passes: each dialect's Driver has a WithClock that returns a
+// Driver whose stores all use it.
 type Clock = courier.Clock

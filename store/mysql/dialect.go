@@ -38,7 +38,8 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		DeleteFailuresSQL:    `DELETE FROM courier_inbox_failures WHERE failed_at < ? ORDER BY failed_at LIMIT ?`,
 		DeleteExpiredKeysSQL: deleteExpiredKeysSQL,
 		ReplayFailed: func(id int64, msg string) (string, []any, error) {
-			return replayFailedSQL, []any{msg, msg, id}, nil
+			q, args := clocked(clock, replayFailedSQL, msg, msg, id)
+			return q, args, nil
 		},
 	}
 	if clock != nil {

@@ -41,7 +41,7 @@ const DefaultPollInterval = 250 * time.Millisecond
 //     version check guards the rest). Saga times are the orchestrator's
 //     clock in Unix microseconds.
 //   - ConsumerStore records parked_at and the times of failed replays on
-//     the server's clock, a failure's time on the caller's.
+//     the driver's clock, a failure's time on the caller's.
 //   - Notifier returns nil (MySQL has no wake-ups across processes);
 //     PollInterval returns [DefaultPollInterval]; SerialWrites reports
 //     false; Rebind returns a statement as it is.

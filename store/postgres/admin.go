@@ -17,7 +17,7 @@ import (
 // admin.
 type admin struct {
 	pool  *pgxpool.Pool
-	clock store.Clock // for Stats; nil: now()
+	clock store.Clock // nil: now()
 }
 
 func (a admin) Stats(ctx context.Context) (store.Stats, error) { return stats(ctx, a.pool, a.clock) }
@@ -95,12 +95,13 @@ func (a admin) DiscardParked(ctx context.Context, id int64) error {
 }
 
 // one runs a statement that should touch exactly the row id (its
-// arguments are args, or id alone), and returns store.ErrNotFound when it
-// touched none.
+// arguments are args, or id alone) at the store's clock (see clocked), and
+// returns store.ErrNotFound when it touched none.
 func (a admin) one(ctx context.Context, what string, id int64, sql string, args ...any) error {
 	if len(args) == 0 {
 		args = []any{id}
 	}
+	sql, args = clocked(a.clock, sql, args...)
 	tag, err := a.pool.Exec(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("postgres: %s %d: %w", what, id, err)

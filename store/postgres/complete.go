@@ -39,6 +39,8 @@ SET attempts = o.attempts + f.counted::int,
 FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::bool[]) AS f(id, err, delay_us, counted)
 WHERE o.id = f.id AND ` + leaseLive
 
+// deadSQL moves failed rows into the dead letters, dead at now() (the
+// store's clock, as every now() of Complete's statements: see clocked).
 var deadSQL = `WITH f AS (
     SELECT * FROM unnest($1::bigint[], $4::text[], $5::bool[]) AS f(id, err, counted)
 ), dead AS (
@@ -48,9 +50,9 @@ var deadSQL = `WITH f AS (
 )
 INSERT INTO courier_outbox_dead_letters
     (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-     occurred_at, created_at, attempts, last_error, history)
+     occurred_at, created_at, attempts, last_error, history, dead_at)
 SELECT o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers,
-       o.occurred_at, o.created_at, o.attempts + f.counted::int, f.err, ` + historyEntry + `
+       o.occurred_at, o.created_at, o.attempts + f.counted::int, f.err, ` + historyEntry + `, now()
 FROM dead o CROSS JOIN LATERAL (SELECT o.err, o.counted) AS f(err, counted)`
 
 const endLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = $1 AND owner = $2`

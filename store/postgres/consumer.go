@@ -14,8 +14,18 @@ import (
 )
 
 // consumerStore is the store of parked deliveries, failures and inbox
-// markers on the pool ([Driver.ConsumerStore]).
-type consumerStore struct{ pool *pgxpool.Pool }
+// markers on the pool ([Driver.ConsumerStore]). It has database's fields,
+// so a database converts to its consumerStore.
+type consumerStore struct {
+	pool  *pgxpool.Pool
+	clock store.Clock // parked_at's and the failed replays'; nil: now()
+}
+
+// parkSQL inserts a parked delivery, parked at now() (the store's clock: see
+// clocked).
+const parkSQL = `INSERT INTO courier_inbox_dead_letters
+    (consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now())`
 
 func (c consumerStore) Park(ctx context.Context, p store.Parked) error {
 	// NULL without a history: JSON null would become an entry of its own
@@ -27,14 +37,9 @@ func (c consumerStore) Park(ctx context.Context, p store.Parked) error {
 			return fmt.Errorf("postgres: park delivery: encode history: %w", err)
 		}
 	}
-	_, err := c.pool.Exec(ctx, `INSERT INTO courier_inbox_dead_letters
-    (consumer, message_id, subject, headers, payload, reason, last_error, attempts, history)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+	_, err := c.exec(ctx, "park delivery", parkSQL,
 		p.Consumer, p.MessageID, p.Subject, p.Headers, p.Payload, p.Reason, p.Error, p.Attempts, hist)
-	if err != nil {
-		return fmt.Errorf("postgres: park delivery: %w", err)
-	}
-	return nil
+	return err
 }
 
 const parkedColumns = `id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at, replay_requested`
@@ -79,9 +84,10 @@ func (c consumerStore) DeleteMarkers(ctx context.Context, before time.Time, limi
     SELECT ctid FROM courier_inbox WHERE processed_at < $1 LIMIT $2))`, before, limit)
 }
 
-// exec runs query and returns the number of rows it affected; what names
-// it in errors.
+// exec runs query at the store's clock (see clocked) and returns the
+// number of rows it affected; what names it in errors.
 func (c consumerStore) exec(ctx context.Context, what, query string, args ...any) (int64, error) {
+	query, args = clocked(c.clock, query, args...)
 	tag, err := c.pool.Exec(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: %s: %w", what, err)

@@ -61,8 +61,9 @@ func (d database) Notifier(log *slog.Logger) (store.Notifier, error) {
 // PollInterval returns [DefaultPollInterval].
 func (database) PollInterval() time.Duration { return DefaultPollInterval }
 
-// ConsumerStore returns the consumer runtime's store on the pool.
-func (d database) ConsumerStore() store.ConsumerStore { return consumerStore{d.pool} }
+// ConsumerStore returns the consumer runtime's store on the pool, on the
+// driver's clock.
+func (d database) ConsumerStore() store.ConsumerStore { return consumerStore(d) }
 
 // Admin returns the operators' view on the pool, on the driver's clock.
 func (d database) Admin() store.Admin { return admin(d) }

@@ -37,7 +37,9 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		DeleteMarkersSQL:     deleteMarkersSQL,
 		DeleteFailuresSQL:    deleteFailuresSQL,
 		DeleteExpiredKeysSQL: deleteExpiredKeysSQL,
-		ReplayFailed:         replayFailed,
+		ReplayFailed: func(id int64, msg string) (string, []any, error) {
+			return replayFailed(nowOf(clock), id, msg)
+		},
 	}
 }
 
@@ -61,9 +63,9 @@ SET replay_requested = NULL, last_error = ?2, attempts = attempts + 1,
 WHERE id = ?1`
 
 // replayFailed returns the statement that records a failed replay of id,
-// with an entry of this process's clock.
-func replayFailed(id int64, msg string) (string, []any, error) {
-	entry, err := json.Marshal(store.Attempt{At: time.Now().UTC().Truncate(time.Microsecond), Error: msg})
+// with an entry at now.
+func replayFailed(now time.Time, id int64, msg string) (string, []any, error) {
+	entry, err := json.Marshal(store.Attempt{At: now.UTC().Truncate(time.Microsecond), Error: msg})
 	if err != nil {
 		return "", nil, err
 	}

@@ -23,7 +23,7 @@ func TestHistories(t *testing.T) {
 			t.Errorf("no history cap of %d in\n%s", columns.HistoryCap, q)
 		}
 	}
-	q, args, err := replayFailed(7, "boom")
+	q, args, err := replayFailed(time.Now(), 7, "boom")
 	if err != nil || q != replayFailedSQL || len(args) != 3 || args[0] != int64(7) || args[1] != "boom" {
 		t.Fatalf("replayFailed = %q, %v, %v", q, args, err)
 	}

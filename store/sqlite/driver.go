@@ -42,8 +42,8 @@ const DefaultPollInterval = 100 * time.Millisecond
 //   - Sagas' transactions begin with BEGIN IMMEDIATE, so transitions of one
 //     instance queue for the write lock; the version check still guards
 //     against a transition whose load happened in an earlier transaction.
-//   - ConsumerStore records parked_at and the history's times on this
-//     process's clock, a failure's time on the caller's.
+//   - ConsumerStore records parked_at and the times of failed replays on
+//     the driver's clock, a failure's time on the caller's.
 //   - Notifier returns nil (SQLite cannot notify other connections of a
 //     commit; see [store.LocalNotifier] for relays in the writers' process);
 //     PollInterval returns [DefaultPollInterval]; SerialWrites reports true;

@@ -220,7 +220,8 @@ func sameParked(t *testing.T, got, want store.Parked) {
 // Parked deliveries come back as parked, listed by consumer in parking
 // order; an operator's replay request is served to the consumer, withdrawn
 // with another attempt recorded when the replay fails, and the delivery is
-// gone once unparked or discarded.
+// gone once unparked or discarded. The times recorded (parked, replay
+// requested, replay failed) are the driver's clock's.
 func testParkAndReplay[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
@@ -239,7 +240,11 @@ func testParkAndReplay[TTx any](t *testing.T, h opener[TTx]) {
 		Reason: store.ReasonMalformed, Error: "no handler for message type \"Refund\"", Attempts: 1,
 		History: []store.Attempt{{At: at, Error: "no handler for message type \"Refund\""}},
 	}}
-	start := time.Now()
+	// The driver's stores take the time they record from its clock: moved
+	// an hour on, it tells their times from the database's (or this
+	// process's).
+	db.clock.Advance(time.Hour)
+	start := db.clock.Now()
 	for _, p := range parked {
 		if err := cs.Park(ctx, p); err != nil {
 			t.Fatalf("park %+v: %v", p, err)
@@ -346,10 +351,10 @@ func testParkAndReplay[TTx any](t *testing.T, h opener[TTx]) {
 	if err != nil || p.ReplayRequested == nil {
 		t.Fatalf("ParkedMessage after RequestReplay: %+v, %v; want the request time", p, err)
 	}
-	near(t, "replay_requested", *p.ReplayRequested, time.Now(), clockMargin)
+	near(t, "replay_requested", *p.ReplayRequested, db.clock.Now(), clockMargin)
 
 	// A failed replay withdraws the request and counts an attempt.
-	failedAt := time.Now()
+	failedAt := db.clock.Now()
 	if err := cs.ReplayFailed(ctx, ids[0], "still failing"); err != nil {
 		t.Fatalf("ReplayFailed: %v", err)
 	}

@@ -171,10 +171,11 @@ func testExportedSQL[TTx any](t *testing.T, h opener[TTx]) {
 	}
 }
 
-// Admin shows relay-side dead letters as they died, oldest first; a replay
-// puts one back into the outbox under its original id, before the later
-// messages of its key, with no attempts counted and its history kept; a
-// discard deletes it; both report ErrNotFound for what is not there.
+// Admin shows relay-side dead letters as they died (when the driver's clock
+// says), oldest first; a replay puts one back into the outbox under its
+// original id, before the later messages of its key, with no attempts counted
+// and its history kept; a discard deletes it; both report ErrNotFound for what
+// is not there.
 func testAdminDeadLetters[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
@@ -188,13 +189,15 @@ func testAdminDeadLetters[TTx any](t *testing.T, h opener[TTx]) {
 	written := time.Now()
 	db.write(t, first, second, other)
 
-	// first and other die; second is released and waits.
+	// first and other die; second is released and waits. They die at the
+	// driver's clock, an hour from the database's.
+	db.clock.Advance(time.Hour)
 	b := claim(t, st, "r", 10, time.Minute)
 	if len(b.Records) != 3 {
 		t.Fatalf("claimed %d rows, want 3", len(b.Records))
 	}
 	firstSeq, secondSeq, otherSeq := b.Records[0].Seq, b.Records[1].Seq, b.Records[2].Seq
-	died := time.Now()
+	died := db.clock.Now()
 	complete(t, st, "r", b, store.Outcome{Dead: []store.Failure{
 		{Seq: firstSeq, Error: "message too large", Counted: true},
 		{Seq: otherSeq, Error: "invalid subject", Counted: true},

@@ -103,8 +103,9 @@ func (Driver) Notifier(*slog.Logger) (store.Notifier, error) { return nil, nil }
 // PollInterval returns the dialect's polling interval.
 func (d Driver) PollInterval() time.Duration { return d.dialect.PollInterval }
 
-// ConsumerStore returns the consumer runtime's store.
-func (d Driver) ConsumerStore() store.ConsumerStore { return d.dialect.Stores(d.db, nil).Consumers() }
+// ConsumerStore returns the consumer runtime's store, on the driver's
+// clock.
+func (d Driver) ConsumerStore() store.ConsumerStore { return d.stores().Consumers() }
 
 // Admin returns the operators' view, on the driver's clock.
 func (d Driver) Admin() store.Admin { return d.stores().Admin() }
