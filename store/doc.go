@@ -4,8 +4,10 @@
 // packages that write messages (outbox) and move them (relay) depend only on
 // this package, never on a dialect.
 //
-// The dialect packages own the schema: embedded, versioned migrations applied
-// by their Migrate function or by `courier migrate`.
+// A dialect hands out its stores through one value, its [Driver] (such as
+// postgres.NewDriver(pool)): every store of a database, on the Driver's
+// [Clock]. The dialect packages own the schema: embedded, versioned
+// migrations applied by their Driver's Migrate or by `courier migrate`.
 //
 // Operators' tools read and maintain a database through [Admin] (dead
 // letters) and [Operations] (status, reconciliation of what is stuck,
