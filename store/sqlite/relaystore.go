@@ -36,13 +36,9 @@ type relayStore struct {
 
 var _ store.RelayStore = (*relayStore)(nil)
 
-// newRelayStore checks that the database's schema is the one this binary
-// knows and that db's connections wait for the write lock (a busy timeout,
-// as [Open] sets), and returns the relay's store on db.
+// newRelayStore checks that db's connections wait for the write lock (a
+// busy timeout, as [Open] sets) and returns the relay's store on db.
 func newRelayStore(ctx context.Context, db *sql.DB, cfg store.RelayConfig, clock store.Clock) (store.RelayStore, error) {
-	if err := migrations.Check(schemaVersion(ctx, db)); err != nil {
-		return nil, err
-	}
 	var busy int64
 	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil {
 		return nil, fmt.Errorf("sqlite: read busy_timeout: %w", err)

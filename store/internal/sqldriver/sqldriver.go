@@ -37,8 +37,8 @@ type Dialect struct {
 	// sqlstore), with clock's time instead of the database's when clock is
 	// not nil.
 	Stores func(db *sql.DB, clock store.Clock) sqlstore.Dialect
-	// RelayStore returns the relay's store on db at clock; it checks the
-	// schema first.
+	// RelayStore returns the relay's store on db at clock, once the Driver
+	// has checked the schema.
 	RelayStore func(ctx context.Context, db *sql.DB, cfg store.RelayConfig, clock store.Clock) (store.RelayStore, error)
 	// Idempotency returns the Idempotency-Key records on db at clock.
 	Idempotency func(db *sql.DB, clock store.Clock) store.Idempotency[*sql.Tx]
@@ -92,8 +92,12 @@ func (d Driver) Migrations() []store.Migration { return d.dialect.Schema.Load() 
 // ExportSQL returns the migrations as scripts for external migration tools.
 func (d Driver) ExportSQL() []store.Migration { return d.dialect.Schema.Export() }
 
-// RelayStore returns the relay's store, on the driver's clock.
+// RelayStore checks that the database's schema is the one this binary
+// knows and returns the relay's store, on the driver's clock.
 func (d Driver) RelayStore(ctx context.Context, cfg store.RelayConfig) (store.RelayStore, error) {
+	if err := d.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
 	return d.dialect.RelayStore(ctx, d.db, cfg, d.clock)
 }
 
