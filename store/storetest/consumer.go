@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/memstore"
 )
 
 // mark inserts the marker of (consumer, id) in a transaction of ib and
@@ -224,10 +225,33 @@ func sameParked(t *testing.T, got, want store.Parked) {
 // requested, replay failed) are the driver's clock's.
 func testParkAndReplay[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
-	ctx := context.Background()
-	cs, a := db.ConsumerStore(), db.Admin()
+	f := &parkedFixture{t: t, cs: db.ConsumerStore(), a: db.Admin(), clock: db.clock}
+	f.park()
+	f.checkListed()
+	f.checkRepairs()
+	f.checkReplayRequests()
+	f.checkFailedReplays()
+	f.checkUnparkAndDiscard()
+}
+
+// parkedFixture is testParkAndReplay's database: its consumer store and
+// Admin, the suite's clock, the deliveries it parked and their ids.
+type parkedFixture struct {
+	t      *testing.T
+	cs     store.ConsumerStore
+	a      store.Admin
+	clock  *memstore.Clock
+	parked []store.Parked
+	ids    []int64
+}
+
+// park parks three deliveries, an hour on the driver's clock from the
+// database's (or this process's), and checks that they come back as
+// parked, in parking order, at the clock's time.
+func (f *parkedFixture) park() {
+	t, ctx := f.t, context.Background()
 	at := time.Now().UTC().Truncate(time.Microsecond)
-	parked := []store.Parked{{
+	f.parked = []store.Parked{{
 		Consumer: "billing", MessageID: uuid.NewString(), Subject: "courier.payments",
 		Headers: map[string][]string{"Courier-Type": {"ChargeRequested"}, "X-Multi": {"a", "b"}},
 		Payload: []byte("charge 42 €"), Reason: store.ReasonFailed, Error: "gateway timeout", Attempts: 5,
@@ -243,19 +267,19 @@ func testParkAndReplay[TTx any](t *testing.T, h opener[TTx]) {
 	// The driver's stores take the time they record from its clock: moved
 	// an hour on, it tells their times from the database's (or this
 	// process's).
-	db.clock.Advance(time.Hour)
-	start := db.clock.Now()
-	for _, p := range parked {
-		if err := cs.Park(ctx, p); err != nil {
+	f.clock.Advance(time.Hour)
+	start := f.clock.Now()
+	for _, p := range f.parked {
+		if err := f.cs.Park(ctx, p); err != nil {
 			t.Fatalf("park %+v: %v", p, err)
 		}
 	}
-	all, err := a.Parked(ctx, "", 100)
+	all, err := f.a.Parked(ctx, "", 100)
 	if err != nil || len(all) != 3 {
 		t.Fatalf("Parked(all) = %d parked, %v; want 3", len(all), err)
 	}
 	for i, p := range all {
-		sameParked(t, p, parked[i])
+		sameParked(t, p, f.parked[i])
 		near(t, "parked_at", p.ParkedAt, start, clockMargin)
 		if p.ReplayRequested != nil {
 			t.Errorf("parked %d: replay requested at %s before anyone asked", p.ID, p.ReplayRequested)
@@ -267,114 +291,139 @@ func testParkAndReplay[TTx any](t *testing.T, h opener[TTx]) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	ids := []int64{all[0].ID, all[1].ID, all[2].ID}
-	listed := func(consumer string, limit int) []int64 {
-		t.Helper()
-		ps, err := a.Parked(ctx, consumer, limit)
-		must(t, err, "Parked(%q, %d)", consumer, limit)
-		return parkedIDs(ps)
-	}
-	toReplay := func(consumer string, limit int) []int64 {
-		t.Helper()
-		ps, err := cs.ReplayRequested(ctx, consumer, limit)
-		must(t, err, "ReplayRequested(%q, %d)", consumer, limit)
-		for _, p := range ps {
-			if p.ReplayRequested == nil {
-				t.Errorf("parked %d served for replay without a request time", p.ID)
-			}
+	f.ids = []int64{all[0].ID, all[1].ID, all[2].ID}
+}
+
+// listed returns the ids of Parked(consumer, limit).
+func (f *parkedFixture) listed(consumer string, limit int) []int64 {
+	f.t.Helper()
+	ps, err := f.a.Parked(context.Background(), consumer, limit)
+	must(f.t, err, "Parked(%q, %d)", consumer, limit)
+	return parkedIDs(ps)
+}
+
+// toReplay returns the ids of ReplayRequested(consumer, limit), each of
+// which must have its request's time.
+func (f *parkedFixture) toReplay(consumer string, limit int) []int64 {
+	f.t.Helper()
+	ps, err := f.cs.ReplayRequested(context.Background(), consumer, limit)
+	must(f.t, err, "ReplayRequested(%q, %d)", consumer, limit)
+	for _, p := range ps {
+		if p.ReplayRequested == nil {
+			f.t.Errorf("parked %d served for replay without a request time", p.ID)
 		}
-		return parkedIDs(ps)
 	}
+	return parkedIDs(ps)
+}
+
+// missing is an id no parked delivery has.
+func (f *parkedFixture) missing() int64 { return f.ids[2] + 1000 }
+
+// checkListed lists the deliveries by consumer and reads one, and a
+// missing one.
+func (f *parkedFixture) checkListed() {
+	t, ctx, ids := f.t, context.Background(), f.ids
 	for _, c := range []struct {
 		consumer string
 		limit    int
 		want     []int64
 	}{{"billing", 100, []int64{ids[0], ids[2]}}, {"shipping", 100, ids[1:2]}, {"", 2, ids[:2]}, {"nobody", 10, []int64{}}, {"Billing", 10, []int64{}}} {
-		if got := listed(c.consumer, c.limit); !slices.Equal(got, c.want) {
+		if got := f.listed(c.consumer, c.limit); !slices.Equal(got, c.want) {
 			t.Errorf("Parked(%q, %d) = %v, want %v", c.consumer, c.limit, got, c.want)
 		}
 	}
-	if p, err := a.ParkedMessage(ctx, ids[0]); err != nil {
+	if p, err := f.a.ParkedMessage(ctx, ids[0]); err != nil {
 		t.Fatalf("ParkedMessage(%d): %v", ids[0], err)
 	} else {
-		sameParked(t, p, parked[0])
+		sameParked(t, p, f.parked[0])
 	}
-	missing := ids[2] + 1000
-	if _, err := a.ParkedMessage(ctx, missing); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.a.ParkedMessage(ctx, f.missing()); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ParkedMessage(missing) = %v, want ErrNotFound", err)
 	}
-	if err := a.RequestReplay(ctx, missing); !errors.Is(err, store.ErrNotFound) {
+	if err := f.a.RequestReplay(ctx, f.missing()); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("RequestReplay(missing) = %v, want ErrNotFound", err)
 	}
+}
 
-	// Repairs replace the message id and headers, and only those; a repair
-	// that changes nothing still finds the row.
+// checkRepairs checks that repairs replace the message id and headers, and
+// only those, and that a repair that changes nothing still finds the row.
+func (f *parkedFixture) checkRepairs() {
+	t, ctx, id, parked := f.t, context.Background(), f.ids[1], f.parked[1]
 	repaired := map[string][]string{"Nats-Msg-Id": {"01939f3a-0000-7000-8000-0000000000aa"}, "Courier-Type": {"Fixed"}}
 	for range 2 {
-		if err := a.RepairParked(ctx, ids[1], "01939f3a-0000-7000-8000-0000000000aa", repaired); err != nil {
-			t.Fatalf("RepairParked(%d): %v", ids[1], err)
+		if err := f.a.RepairParked(ctx, id, "01939f3a-0000-7000-8000-0000000000aa", repaired); err != nil {
+			t.Fatalf("RepairParked(%d): %v", id, err)
 		}
 	}
-	if p, err := a.ParkedMessage(ctx, ids[1]); err != nil || p.MessageID != "01939f3a-0000-7000-8000-0000000000aa" ||
-		!maps.EqualFunc(p.Headers, repaired, slices.Equal) || p.Subject != parked[1].Subject || p.Error != parked[1].Error {
+	if p, err := f.a.ParkedMessage(ctx, id); err != nil || p.MessageID != "01939f3a-0000-7000-8000-0000000000aa" ||
+		!maps.EqualFunc(p.Headers, repaired, slices.Equal) || p.Subject != parked.Subject || p.Error != parked.Error {
 		t.Fatalf("ParkedMessage after RepairParked: %+v, %v; want the new id and headers, the rest unchanged", p, err)
 	}
-	if err := a.RepairParked(ctx, ids[1], parked[1].MessageID, parked[1].Headers); err != nil {
-		t.Fatalf("RepairParked(%d) back: %v", ids[1], err)
+	if err := f.a.RepairParked(ctx, id, parked.MessageID, parked.Headers); err != nil {
+		t.Fatalf("RepairParked(%d) back: %v", id, err)
 	}
-	if err := a.RepairParked(ctx, missing, "x", nil); !errors.Is(err, store.ErrNotFound) {
+	if err := f.a.RepairParked(ctx, f.missing(), "x", nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("RepairParked(missing) = %v, want ErrNotFound", err)
 	}
+}
 
-	// Replay requests.
-	if got := toReplay("billing", 10); len(got) != 0 {
+// checkReplayRequests asks for two replays of billing's deliveries (one
+// twice) and checks that they are served to billing only, oldest first,
+// with the request's time on the driver's clock.
+func (f *parkedFixture) checkReplayRequests() {
+	t, ctx, ids := f.t, context.Background(), f.ids
+	if got := f.toReplay("billing", 10); len(got) != 0 {
 		t.Fatalf("replays served before any request: %v", got)
 	}
 	for _, id := range []int64{ids[2], ids[0]} {
-		if err := a.RequestReplay(ctx, id); err != nil {
+		if err := f.a.RequestReplay(ctx, id); err != nil {
 			t.Fatalf("RequestReplay(%d): %v", id, err)
 		}
 	}
-	if err := a.RequestReplay(ctx, ids[2]); err != nil {
+	if err := f.a.RequestReplay(ctx, ids[2]); err != nil {
 		t.Fatalf("RequestReplay(%d) again: %v", ids[2], err)
 	}
-	if got := toReplay("billing", 10); !slices.Equal(got, []int64{ids[0], ids[2]}) {
+	if got := f.toReplay("billing", 10); !slices.Equal(got, []int64{ids[0], ids[2]}) {
 		t.Fatalf("ReplayRequested(billing) = %v, want %v (oldest first)", got, []int64{ids[0], ids[2]})
 	}
-	if got := toReplay("billing", 1); !slices.Equal(got, ids[:1]) {
+	if got := f.toReplay("billing", 1); !slices.Equal(got, ids[:1]) {
 		t.Fatalf("ReplayRequested(billing, 1) = %v, want %v", got, ids[:1])
 	}
-	if got := toReplay("shipping", 10); len(got) != 0 {
+	if got := f.toReplay("shipping", 10); len(got) != 0 {
 		t.Fatalf("ReplayRequested(shipping) = %v: another consumer's requests", got)
 	}
-	p, err := a.ParkedMessage(ctx, ids[0])
+	p, err := f.a.ParkedMessage(ctx, ids[0])
 	if err != nil || p.ReplayRequested == nil {
 		t.Fatalf("ParkedMessage after RequestReplay: %+v, %v; want the request time", p, err)
 	}
-	near(t, "replay_requested", *p.ReplayRequested, db.clock.Now(), clockMargin)
+	near(t, "replay_requested", *p.ReplayRequested, f.clock.Now(), clockMargin)
+}
 
-	// A failed replay withdraws the request and counts an attempt.
-	failedAt := db.clock.Now()
-	if err := cs.ReplayFailed(ctx, ids[0], "still failing"); err != nil {
+// checkFailedReplays checks that a failed replay withdraws the request and
+// counts an attempt, with an entry in the history at the driver's clock.
+func (f *parkedFixture) checkFailedReplays() {
+	t, ctx, ids := f.t, context.Background(), f.ids
+	failedAt := f.clock.Now()
+	if err := f.cs.ReplayFailed(ctx, ids[0], "still failing"); err != nil {
 		t.Fatalf("ReplayFailed: %v", err)
 	}
-	if err := cs.ReplayFailed(ctx, ids[1], "still malformed"); err != nil {
+	if err := f.cs.ReplayFailed(ctx, ids[1], "still malformed"); err != nil {
 		t.Fatalf("ReplayFailed without history: %v", err)
 	}
-	if got := toReplay("billing", 10); !slices.Equal(got, ids[2:]) {
+	if got := f.toReplay("billing", 10); !slices.Equal(got, ids[2:]) {
 		t.Fatalf("ReplayRequested(billing) after a failed replay = %v, want %v", got, ids[2:])
 	}
 	for i, wantErr := range []string{"still failing", "still malformed"} {
-		p, err := a.ParkedMessage(ctx, ids[i])
+		p, err := f.a.ParkedMessage(ctx, ids[i])
 		if err != nil {
 			t.Fatalf("ParkedMessage(%d): %v", ids[i], err)
 		}
-		if len(p.History) != len(parked[i].History)+1 {
-			t.Fatalf("parked %d after a failed replay: history %v, want one entry more than %v", p.ID, p.History, parked[i].History)
+		if len(p.History) != len(f.parked[i].History)+1 {
+			t.Fatalf("parked %d after a failed replay: history %v, want one entry more than %v", p.ID, p.History, f.parked[i].History)
 		}
 		last := p.History[len(p.History)-1]
 		near(t, "time of the failed replay", last.At, failedAt, clockMargin)
-		want := parked[i]
+		want := f.parked[i]
 		want.Error, want.Attempts = wantErr, want.Attempts+1
 		want.History = append(slices.Clone(want.History), store.Attempt{At: last.At, Error: wantErr})
 		sameParked(t, p, want)
@@ -382,24 +431,28 @@ func testParkAndReplay[TTx any](t *testing.T, h opener[TTx]) {
 			t.Errorf("parked %d: replay still requested after it failed", p.ID)
 		}
 	}
+}
 
-	// Unparked after a successful replay; discarded by an operator.
-	if err := cs.Unpark(ctx, ids[2]); err != nil {
+// checkUnparkAndDiscard unparks a delivery after a successful replay and
+// has an operator discard another.
+func (f *parkedFixture) checkUnparkAndDiscard() {
+	t, ctx, ids := f.t, context.Background(), f.ids
+	if err := f.cs.Unpark(ctx, ids[2]); err != nil {
 		t.Fatalf("Unpark: %v", err)
 	}
-	if _, err := a.ParkedMessage(ctx, ids[2]); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.a.ParkedMessage(ctx, ids[2]); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ParkedMessage(unparked) = %v, want ErrNotFound", err)
 	}
-	if got := toReplay("billing", 10); len(got) != 0 {
+	if got := f.toReplay("billing", 10); len(got) != 0 {
 		t.Fatalf("ReplayRequested after the unpark = %v, want none", got)
 	}
-	if err := a.DiscardParked(ctx, ids[1]); err != nil {
+	if err := f.a.DiscardParked(ctx, ids[1]); err != nil {
 		t.Fatalf("DiscardParked: %v", err)
 	}
-	if err := a.DiscardParked(ctx, ids[1]); !errors.Is(err, store.ErrNotFound) {
+	if err := f.a.DiscardParked(ctx, ids[1]); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("DiscardParked twice = %v, want ErrNotFound", err)
 	}
-	if got := listed("", 10); !slices.Equal(got, ids[:1]) {
+	if got := f.listed("", 10); !slices.Equal(got, ids[:1]) {
 		t.Fatalf("parked after unpark and discard: %v, want %v", got, ids[:1])
 	}
 }
@@ -514,10 +567,19 @@ func completeKey[TTx any](t *testing.T, st store.Idempotency[TTx], scope, key st
 // key. Scopes and keys are compared exactly.
 func testIdempotencyClaim[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
-	ctx := context.Background()
 	st := db.Idempotency()
-	key := "order-42"
 	fp := fingerprint("POST /orders {\"item\":\"coffee\"}")
+	c := claimFreshKey(t, st, fp)
+	completeClaimedKey(t, st, c)
+	releaseKeys(t, st, fp)
+	storeEmptyResponse(t, st, fp)
+}
+
+// claimFreshKey claims ("alice", "order-42"), a fresh key, checks that a
+// second claim reports it in flight and that claims of other scopes and
+// keys are claims of other keys, and returns the first claim.
+func claimFreshKey[TTx any](t *testing.T, st store.Idempotency[TTx], fp []byte) store.KeyClaim {
+	key := "order-42"
 	c := keyClaim("alice", key, fp, time.Minute, time.Hour)
 	claimed := time.Now()
 	rec, mine := claimKey(t, st, c)
@@ -534,7 +596,15 @@ func testIdempotencyClaim[TTx any](t *testing.T, h opener[TTx]) {
 			t.Fatalf("(%q, %q) is another key than (%q, %q), yet its claim found a record", other.scope, other.key, "alice", key)
 		}
 	}
+	return c
+}
 
+// completeClaimedKey checks that only c's owner completes its key, in a
+// transaction that commits (not one rolled back or whose function
+// panicked), once, and that later claims, whatever their request, get the
+// stored response byte for byte, which Release leaves alone.
+func completeClaimedKey[TTx any](t *testing.T, st store.Idempotency[TTx], c store.KeyClaim) {
+	ctx, key, fp := context.Background(), c.Key, c.Fingerprint
 	resp := store.StoredResponse{
 		Status:  http.StatusCreated,
 		Headers: http.Header{"Content-Type": {"application/json"}, "Link": {"</a>; rel=a", "</b>; rel=b"}},
@@ -565,7 +635,7 @@ func testIdempotencyClaim[TTx any](t *testing.T, h opener[TTx]) {
 	if completeKey(t, st, "alice", key, c.Owner, resp, true) {
 		t.Fatal("a second Complete of a done key succeeded")
 	}
-	rec, mine = claimKey(t, st, keyClaim("alice", key, fp, time.Minute, time.Hour))
+	rec, mine := claimKey(t, st, keyClaim("alice", key, fp, time.Minute, time.Hour))
 	if mine || !rec.Done || rec.Response.Status != resp.Status || !bytes.Equal(rec.Response.Body, resp.Body) ||
 		!maps.EqualFunc(rec.Response.Headers, resp.Headers, slices.Equal[[]string]) || !bytes.Equal(rec.Fingerprint, fp) {
 		t.Fatalf("claim of a done key: mine %v, %+v; want the stored response %+v", mine, rec, resp)
@@ -581,8 +651,12 @@ func testIdempotencyClaim[TTx any](t *testing.T, h opener[TTx]) {
 	if rec, _ := claimKey(t, st, keyClaim("alice", key, fp, time.Minute, time.Hour)); !rec.Done {
 		t.Fatal("Release deleted a done key")
 	}
+}
 
-	// Release.
+// releaseKeys checks that Release frees an in-flight key for its owner
+// only.
+func releaseKeys[TTx any](t *testing.T, st store.Idempotency[TTx], fp []byte) {
+	ctx := context.Background()
 	r := keyClaim("alice", "release", fp, time.Minute, time.Hour)
 	claimKey(t, st, r)
 	if err := st.Release(ctx, r.Scope, r.Key, uuid.New()); err != nil {
@@ -597,8 +671,11 @@ func testIdempotencyClaim[TTx any](t *testing.T, h opener[TTx]) {
 	if _, mine := claimKey(t, st, keyClaim(r.Scope, r.Key, fp, time.Minute, time.Hour)); !mine {
 		t.Fatal("a released key cannot be claimed again")
 	}
+}
 
-	// An empty response.
+// storeEmptyResponse checks that a response without headers nor body is
+// stored and comes back as such.
+func storeEmptyResponse[TTx any](t *testing.T, st store.Idempotency[TTx], fp []byte) {
 	e := keyClaim("alice", "empty", fp, time.Minute, time.Hour)
 	claimKey(t, st, e)
 	if !completeKey(t, st, e.Scope, e.Key, e.Owner, store.StoredResponse{Status: http.StatusNoContent}, true) {

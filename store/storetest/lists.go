@@ -22,10 +22,24 @@ import (
 // the payload and the start of its last error.
 func testAdminLists[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
-	ctx := context.Background()
-	st, a := db.newStore(t, false), db.Admin()
+	a := db.Admin()
+	all := deadLettersToList(t, db)
+	checkDeadLetterLists(t, a, all)
+	checkDeadLetterSummaries(t, a, all)
+	pid := parkedToList(t, db)
+	checkParkedLists(t, a, pid)
+	checkParkedSummaries(t, a, pid)
+}
 
-	long := strings.Repeat("é", store.ErrorPreview-1) + "ü tail past the preview"
+// longError is an error longer than a summary's preview, whose last
+// character in the preview takes two bytes.
+var longError = strings.Repeat("é", store.ErrorPreview-1) + "ü tail past the preview"
+
+// deadLettersToList parks five messages of topics orders, orders.eu and
+// payments as dead letters with errors to filter on, the third with a
+// 1 MiB payload and longError, and returns their ids.
+func deadLettersToList[TTx any](t *testing.T, db *testDB[TTx]) []int64 {
+	st := db.newStore(t, false)
 	msgs := []courier.Message{
 		courier.NewMessage("orders", "o-1", "OrderPlaced", []byte(`{"total":42}`)),
 		courier.NewMessage("orders.eu", "o-2", "OrderPlaced", nil),
@@ -33,7 +47,7 @@ func testAdminLists[TTx any](t *testing.T, h opener[TTx]) {
 		courier.NewMessage("orders", "o-3", "OrderShipped", []byte("x")),
 		courier.NewMessage("orders", "o-4", "OrderShipped", []byte("xy")),
 	}
-	errs := []string{"Message Too Large", "schema REJECTED", long, "disk 100% full_now", "quota 100 percent: full now"}
+	errs := []string{"Message Too Large", "schema REJECTED", longError, "disk 100% full_now", "quota 100 percent: full now"}
 	db.write(t, msgs...)
 	b := claim(t, st, "r", 10, time.Minute)
 	var o store.Outcome
@@ -41,22 +55,36 @@ func testAdminLists[TTx any](t *testing.T, h opener[TTx]) {
 		o.Dead = append(o.Dead, store.Failure{Seq: r.Seq, Error: errs[i], Counted: true})
 	}
 	complete(t, st, "r", b, o)
-	all := seqs(b.Records)
+	return seqs(b.Records)
+}
 
-	list := func(q store.ListQuery) []int64 {
-		t.Helper()
-		ds, err := a.ListDeadLetters(ctx, q)
-		must(t, err, "ListDeadLetters(%+v)", q)
-		out := []int64{}
-		for _, d := range ds {
-			out = append(out, d.ID)
+// listCase is a query of a list and the ids it should return.
+type listCase struct {
+	q    store.ListQuery
+	want []int64
+}
+
+// checkList runs each case's query through list, named what, and compares
+// the ids (id) of what it returns with the case's.
+func checkList[S any](t *testing.T, what string, list func(context.Context, store.ListQuery) ([]S, error), id func(S) int64, cases []listCase) {
+	t.Helper()
+	for _, c := range cases {
+		got, err := list(context.Background(), c.q)
+		must(t, err, "%s(%+v)", what, c.q)
+		ids := []int64{}
+		for _, s := range got {
+			ids = append(ids, id(s))
 		}
-		return out
+		if !slices.Equal(ids, c.want) {
+			t.Errorf("%s(%+v) = %v, want %v", what, c.q, ids, c.want)
+		}
 	}
-	for _, c := range []struct {
-		q    store.ListQuery
-		want []int64
-	}{
+}
+
+// checkDeadLetterLists filters and pages the dead letters of
+// deadLettersToList, all.
+func checkDeadLetterLists(t *testing.T, a store.Admin, all []int64) {
+	checkList(t, "ListDeadLetters", a.ListDeadLetters, func(d store.DeadLetterSummary) int64 { return d.ID }, []listCase{
 		{store.ListQuery{}, all},
 		{store.ListQuery{Topic: "orders"}, []int64{all[0], all[3], all[4]}},
 		{store.ListQuery{Topic: "eu"}, []int64{}},
@@ -75,11 +103,18 @@ func testAdminLists[TTx any](t *testing.T, h opener[TTx]) {
 		{store.ListQuery{After: all[3], Limit: 2}, all[4:]},
 		{store.ListQuery{After: all[4]}, []int64{}},
 		{store.ListQuery{Topic: "orders", After: all[0], Limit: 1}, all[3:4]},
-	} {
-		if got := list(c.q); !slices.Equal(got, c.want) {
-			t.Errorf("ListDeadLetters(%+v) = %v, want %v", c.q, got, c.want)
+	})
+	for _, q := range []store.ListQuery{{Limit: -1}, {Limit: store.MaxListLimit + 1}, {IDs: make([]int64, store.MaxListLimit+1)}} {
+		if _, err := a.ListDeadLetters(context.Background(), q); err == nil || !strings.Contains(err.Error(), "ListQuery.") {
+			t.Errorf("ListDeadLetters(Limit %d, %d ids) = %v, want an error naming the field", q.Limit, len(q.IDs), err)
 		}
 	}
+}
+
+// checkDeadLetterSummaries compares each summary of the dead letters of
+// deadLettersToList, all, with the full dead letter.
+func checkDeadLetterSummaries(t *testing.T, a store.Admin, all []int64) {
+	ctx := context.Background()
 	sums, err := a.ListDeadLetters(ctx, store.ListQuery{})
 	must(t, err, "ListDeadLetters")
 	for _, s := range sums {
@@ -98,18 +133,17 @@ func testAdminLists[TTx any](t *testing.T, h opener[TTx]) {
 	if len(sums) == len(all) && (sums[2].PayloadSize != 1<<20 || sums[1].PayloadSize != 0 || sums[2].LastError != strings.Repeat("é", store.ErrorPreview-1)+"ü") {
 		t.Errorf("summaries: payload sizes %d and %d, want 1 MiB and 0; error preview %q", sums[2].PayloadSize, sums[1].PayloadSize, sums[2].LastError)
 	}
-	for _, q := range []store.ListQuery{{Limit: -1}, {Limit: store.MaxListLimit + 1}, {IDs: make([]int64, store.MaxListLimit+1)}} {
-		if _, err := a.ListDeadLetters(ctx, q); err == nil || !strings.Contains(err.Error(), "ListQuery.") {
-			t.Errorf("ListDeadLetters(Limit %d, %d ids) = %v, want an error naming the field", q.Limit, len(q.IDs), err)
-		}
-	}
+}
 
-	// The consumer side.
-	cs := db.ConsumerStore()
+// parkedToList parks four deliveries of consumers billing and shipping,
+// asks for the second one's replay, and returns their ids.
+func parkedToList[TTx any](t *testing.T, db *testDB[TTx]) []int64 {
+	ctx := context.Background()
+	cs, a := db.ConsumerStore(), db.Admin()
 	parked := []store.Parked{
 		{Consumer: "billing", MessageID: uuid.NewString(), Subject: "courier.payments", Headers: map[string][]string{"Courier-Type": {"ChargeRequested"}},
 			Payload: []byte("charge"), Reason: store.ReasonFailed, Error: "card DECLINED", Attempts: 5},
-		{Consumer: "billing", MessageID: uuid.NewString(), Subject: "payments", Payload: make([]byte, 70_000), Reason: store.ReasonFailed, Error: long, Attempts: 2},
+		{Consumer: "billing", MessageID: uuid.NewString(), Subject: "payments", Payload: make([]byte, 70_000), Reason: store.ReasonFailed, Error: longError, Attempts: 2},
 		{Consumer: "shipping", Subject: "courier.xpayments", Payload: []byte{}, Reason: store.ReasonMalformed, Error: "no Courier headers", Attempts: 1},
 		{Consumer: "billing", Subject: "courier.orders", Payload: []byte{1}, Reason: store.ReasonMalformed, Error: "no handler", Attempts: 1},
 	}
@@ -123,20 +157,12 @@ func testAdminLists[TTx any](t *testing.T, h opener[TTx]) {
 	}
 	pid := parkedIDs(full)
 	must(t, a.RequestReplay(ctx, pid[1]), "request replay")
-	listParked := func(q store.ListQuery) []int64 {
-		t.Helper()
-		ps, err := a.ListParked(ctx, q)
-		must(t, err, "ListParked(%+v)", q)
-		out := []int64{}
-		for _, p := range ps {
-			out = append(out, p.ID)
-		}
-		return out
-	}
-	for _, c := range []struct {
-		q    store.ListQuery
-		want []int64
-	}{
+	return pid
+}
+
+// checkParkedLists filters and pages the deliveries of parkedToList, pid.
+func checkParkedLists(t *testing.T, a store.Admin, pid []int64) {
+	checkList(t, "ListParked", a.ListParked, func(p store.ParkedSummary) int64 { return p.ID }, []listCase{
 		{store.ListQuery{}, pid},
 		{store.ListQuery{Topic: "payments"}, pid[:2]},
 		{store.ListQuery{Topic: "courier.payments"}, pid[:1]},
@@ -148,11 +174,13 @@ func testAdminLists[TTx any](t *testing.T, h opener[TTx]) {
 		{store.ListQuery{Error: "handler"}, pid[3:]},
 		{store.ListQuery{IDs: []int64{pid[3], pid[0]}, Consumer: "billing"}, []int64{pid[0], pid[3]}},
 		{store.ListQuery{After: pid[0], Limit: 2}, pid[1:3]},
-	} {
-		if got := listParked(c.q); !slices.Equal(got, c.want) {
-			t.Errorf("ListParked(%+v) = %v, want %v", c.q, got, c.want)
-		}
-	}
+	})
+}
+
+// checkParkedSummaries compares each summary of the deliveries of
+// parkedToList, pid, with the full parked delivery.
+func checkParkedSummaries(t *testing.T, a store.Admin, pid []int64) {
+	ctx := context.Background()
 	psums, err := a.ListParked(ctx, store.ListQuery{})
 	must(t, err, "ListParked")
 	for _, s := range psums {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,17 +55,28 @@ func relayOf(st store.Status, owner string) store.RelayStatus {
 // published copies and the dead letters, and TryLock.
 func testOperationsOutbox[TTx any](t *testing.T, db *relayDB[TTx]) {
 	ops := db.ops(t)
-	ctx := context.Background()
 	t0 := db.stopClock()
 	if st := opsStatus(t, ops); len(st.Topics) != 0 || len(st.Relays) != 0 || st.Outbox.Pending != 0 || !st.Now.Equal(t0) {
 		t.Fatalf("status of an empty outbox: %+v; want nothing, at the store's clock %s", st, t0)
 	}
 	rs := db.newStore(t, true)
+	a, b := leaseForOperations(t, db, rs)
+	checkOutboxStatus(t, ops, t0)
+	reconcileOutbox(t, db, ops, rs, t0, a, b)
+	trimOutbox(t, ops, t0)
+	checkTryLock(t, ops, db.SerialWrites)
+}
+
+// leaseForOperations writes five rows of three topics and leaves them
+// leased by three relays: relay-a holds k1 for 30 s, relay-b completed k2
+// (retry in a minute), k3 (dead letter) and k4 (published), relay-c holds
+// k5 for an hour. It returns relay-a's and relay-b's batches.
+func leaseForOperations[TTx any](t *testing.T, db *relayDB[TTx], rs store.RelayStore) (a, b store.Batch) {
 	db.write(t, courier.NewMessage("orders", "k1", "T", []byte("1")), courier.NewMessage("orders", "k2", "T", []byte("2")),
 		courier.NewMessage("payments", "k3", "T", []byte("3")), courier.NewMessage("orders", "k4", "T", []byte("4")),
 		courier.NewMessage("audit", "k5", "T", []byte("5")))
-	a := claim(t, rs, "relay-a", 1, 30*time.Second) // k1
-	b := claim(t, rs, "relay-b", 3, time.Minute)    // k2, k3, k4
+	a = claim(t, rs, "relay-a", 1, 30*time.Second) // k1
+	b = claim(t, rs, "relay-b", 3, time.Minute)    // k2, k3, k4
 	if len(a.Records) != 1 || len(b.Records) != 3 {
 		t.Fatalf("claimed %d and %d rows, want 1 and 3", len(a.Records), len(b.Records))
 	}
@@ -77,7 +89,12 @@ func testOperationsOutbox[TTx any](t *testing.T, db *relayDB[TTx]) {
 	if len(c.Records) != 1 {
 		t.Fatalf("relay-c claimed %d rows, want 1", len(c.Records))
 	}
+	return a, b
+}
 
+// checkOutboxStatus checks Status per topic and per relay after
+// leaseForOperations, at t0.
+func checkOutboxStatus(t *testing.T, ops store.Operations, t0 time.Time) {
 	st := opsStatus(t, ops)
 	if o := topicOf(st, "orders"); o.Pending != 2 || o.Leased != 1 || o.InBackoff != 1 || o.DeadLetters != 0 || o.OldestPending.IsZero() {
 		t.Fatalf("orders: %+v; want 2 pending, 1 leased, 1 in backoff, an oldest row", o)
@@ -97,7 +114,13 @@ func testOperationsOutbox[TTx any](t *testing.T, db *relayDB[TTx]) {
 	if st.Published.N != 1 {
 		t.Fatalf("published copies: %+v, want 1", st.Published)
 	}
+}
 
+// reconcileOutbox checks that Reconcile finds relay-a's lease (a) once it
+// has ended and relay-b's retried row (b's first), with their thresholds,
+// and that releasing the ended lease hands its row to the next claim.
+func reconcileOutbox[TTx any](t *testing.T, db *relayDB[TTx], ops store.Operations, rs store.RelayStore, t0 time.Time, a, b store.Batch) {
+	ctx := context.Background()
 	r, err := ops.Reconcile(ctx, store.ReconcileOptions{})
 	if err != nil || len(r.ExpiredLeases) != 0 || len(r.RetriedRows) != 0 {
 		t.Fatalf("reconcile while leases are live: %+v, %v; want nothing", r, err)
@@ -139,9 +162,13 @@ func testOperationsOutbox[TTx any](t *testing.T, db *relayDB[TTx]) {
 	if again := claim(t, rs, "relay-d", 10, time.Minute); len(again.Records) != 1 || again.Records[0].Seq != a.Records[0].Seq {
 		t.Fatalf("after the release, relay-d claimed %v; want relay-a's row %d", seqs(again.Records), a.Records[0].Seq)
 	}
+}
 
-	// Trim: nothing is older than an hour before; everything is older than
-	// an hour after, deleted a batch at a time.
+// trimOutbox checks Trim of the published copies and the dead letters:
+// nothing is older than an hour before t0; everything is older than an
+// hour after, deleted a batch at a time.
+func trimOutbox(t *testing.T, ops store.Operations, t0 time.Time) {
+	ctx := context.Background()
 	for _, table := range []store.Table{store.TablePublished, store.TableDeadLetters} {
 		if res, err := ops.Trim(ctx, store.Trim{Table: table, Before: t0.Add(-time.Hour)}); err != nil || res.Deleted != 0 {
 			t.Fatalf("trim %s before an hour ago: %+v, %v; want nothing deleted", table, res, err)
@@ -156,12 +183,17 @@ func testOperationsOutbox[TTx any](t *testing.T, db *relayDB[TTx]) {
 	if _, err := ops.Trim(ctx, store.Trim{Table: "nonsense", Before: t0}); !errors.Is(err, store.ErrUnknownTable) {
 		t.Fatalf("trim of an unknown table: %v, want ErrUnknownTable", err)
 	}
+}
 
+// checkTryLock checks that TryLock excludes a second holder (except where
+// the database has one writer, serialWrites) until released.
+func checkTryLock(t *testing.T, ops store.Operations, serialWrites bool) {
+	ctx := context.Background()
 	release, ok, err := ops.TryLock(ctx, "courier_test")
 	if err != nil || !ok {
 		t.Fatalf("TryLock: %v, %v", ok, err)
 	}
-	if _, ok2, err := ops.TryLock(ctx, "courier_test"); err != nil || (ok2 && !db.SerialWrites) {
+	if _, ok2, err := ops.TryLock(ctx, "courier_test"); err != nil || (ok2 && !serialWrites) {
 		t.Fatalf("TryLock while held: %v, %v; want false (SQLite: true)", ok2, err)
 	}
 	release()
@@ -177,16 +209,39 @@ func testOperationsOutbox[TTx any](t *testing.T, db *relayDB[TTx]) {
 // (in flight, completed, stale and released), and Trim of each table.
 func testOperations[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
-	ops := db.Operations()
-	ctx := context.Background()
-	t0 := db.stopClock()
-	st := opsStatus(t, ops)
+	f := &opsFixture[TTx]{t: t, db: db, ops: db.Operations(), t0: db.stopClock()}
+	f.past = f.t0.Add(-time.Minute)
+	st := opsStatus(t, f.ops)
 	if len(st.Consumers) != 0 || len(st.Sagas) != 0 || len(st.OverdueSagas) != 0 || st.Keys.InFlight != 0 ||
 		st.Keys.Completed.N != 0 || st.InboxMarkers.N != 0 || st.Published.N != 0 {
 		t.Fatalf("status of an empty database: %+v", st)
 	}
+	f.seedConsumers()
+	f.seedSagas()
+	f.seedKeys()
+	f.checkStatus()
+	f.reconcile()
+	f.trim()
+}
 
-	// Consumers.
+// opsFixture is testOperations' database, its Operations, the clock's
+// time when the test began (t0) and the deadline of the overdue saga
+// (past).
+type opsFixture[TTx any] struct {
+	t        *testing.T
+	db       *testDB[TTx]
+	ops      store.Operations
+	t0, past time.Time
+}
+
+// opsLockFor is how long testOperations' keys are locked.
+const opsLockFor = 10 * time.Second
+
+// seedConsumers parks two deliveries of billing (one to replay) and one of
+// shipping, records two failures of one message of inventory an hour ago,
+// and marks a message consumed by billing and one by shipping.
+func (f *opsFixture[TTx]) seedConsumers() {
+	t, ctx, db := f.t, context.Background(), f.db
 	cs := db.ConsumerStore()
 	for _, p := range []store.Parked{
 		{Consumer: "billing", MessageID: uuid.NewString(), Subject: "s", Payload: []byte("x"), Reason: store.ReasonFailed, Error: "e", Attempts: 3},
@@ -200,16 +255,19 @@ func testOperations[TTx any](t *testing.T, h opener[TTx]) {
 	must(t, db.Admin().RequestReplay(ctx, parked[0].ID), "request replay")
 	failing := uuid.New()
 	for _, msg := range []string{"one", "two"} {
-		_, err := cs.RecordFailure(ctx, "inventory", failing, store.Attempt{At: t0.Add(-time.Hour), Error: msg})
+		_, err := cs.RecordFailure(ctx, "inventory", failing, store.Attempt{At: f.t0.Add(-time.Hour), Error: msg})
 		must(t, err, "record failure")
 	}
 	mark(t, db.Inbox(), "billing", uuid.New(), true)
 	mark(t, db.Inbox(), "shipping", uuid.New(), true)
+}
 
-	// Sagas: two running (one overdue), one compensating, two completed
-	// (one long ago), one cancelled.
-	sagas := db.Sagas()
-	past, future := t0.Add(-time.Minute), t0.Add(time.Hour)
+// seedSagas creates two running sagas (o1 overdue since past), one
+// compensating, two completed (o4 long ago) and one cancelled (r1, long
+// ago), each with one event.
+func (f *opsFixture[TTx]) seedSagas() {
+	ctx, sagas, t0 := context.Background(), f.db.Sagas(), f.t0
+	past, future := f.past, t0.Add(time.Hour)
 	old := t0.Add(-48 * time.Hour)
 	for _, r := range []store.SagaRecord{
 		{Type: "order", ID: "o1", State: "charging", Phase: "running", Deadline: &past, CreatedAt: old, UpdatedAt: old},
@@ -220,7 +278,7 @@ func testOperations[TTx any](t *testing.T, h opener[TTx]) {
 		{Type: "refund", ID: "r1", State: "failed", Phase: "cancelled", CreatedAt: old, UpdatedAt: old},
 	} {
 		r.Version, r.Data = 1, []byte(`{}`)
-		must(t, sagas.InTx(ctx, func(tx TTx) error {
+		must(f.t, sagas.InTx(ctx, func(tx TTx) error {
 			if err := sagas.Create(ctx, tx, r); err != nil {
 				return err
 			}
@@ -228,19 +286,25 @@ func testOperations[TTx any](t *testing.T, h opener[TTx]) {
 				From: "", To: r.State, Outcome: "applied"})
 		}), "create saga %s", r.ID)
 	}
+}
 
-	// Keys: one in flight, one completed.
-	keys := db.Idempotency()
+// seedKeys claims ("api", "in-flight") and completes ("api", "done").
+func (f *opsFixture[TTx]) seedKeys() {
+	t, keys := f.t, f.db.Idempotency()
 	fp := fingerprint("POST /orders")
-	const lockFor = 10 * time.Second
-	claimKey(t, keys, keyClaim("api", "in-flight", fp, lockFor, time.Hour))
-	done := keyClaim("api", "done", fp, lockFor, time.Hour)
+	claimKey(t, keys, keyClaim("api", "in-flight", fp, opsLockFor, time.Hour))
+	done := keyClaim("api", "done", fp, opsLockFor, time.Hour)
 	claimKey(t, keys, done)
 	if !completeKey(t, keys, "api", "done", done.Owner, store.StoredResponse{Status: 201}, true) {
 		t.Fatal("complete key")
 	}
+}
 
-	st = opsStatus(t, ops)
+// checkStatus checks Status's consumers, markers, sagas and keys after the
+// seeds.
+func (f *opsFixture[TTx]) checkStatus() {
+	t := f.t
+	st := opsStatus(t, f.ops)
 	want := []store.ConsumerStatus{
 		{Consumer: "billing", Parked: 2, ReplayRequested: 1},
 		{Consumer: "inventory", FailingMessages: 1, Failures: 2},
@@ -266,27 +330,26 @@ func testOperations[TTx any](t *testing.T, h opener[TTx]) {
 		{Type: "order", Phase: "running", State: "charging", Count: 2},
 		{Type: "refund", Phase: "cancelled", Count: 1},
 	}
-	if len(st.Sagas) != len(wantSagas) {
+	if !slices.Equal(st.Sagas, wantSagas) {
 		t.Fatalf("sagas: %+v; want %+v", st.Sagas, wantSagas)
 	}
-	for i := range wantSagas {
-		if st.Sagas[i] != wantSagas[i] {
-			t.Fatalf("sagas: %+v; want %+v", st.Sagas, wantSagas)
-		}
-	}
 	if len(st.OverdueSagas) != 1 || st.OverdueSagas[0].Type != "order" || st.OverdueSagas[0].Count != 1 ||
-		!st.OverdueSagas[0].OldestDeadline.Equal(past) {
-		t.Fatalf("overdue sagas: %+v; want order's o1, due %s", st.OverdueSagas, past)
+		!st.OverdueSagas[0].OldestDeadline.Equal(f.past) {
+		t.Fatalf("overdue sagas: %+v; want order's o1, due %s", st.OverdueSagas, f.past)
 	}
 	if st.Keys.InFlight != 1 || st.Keys.LockExpired != 0 || st.Keys.Completed != (store.Count{N: 1}) {
 		t.Fatalf("keys: %+v; want 1 in flight, 1 completed", st.Keys)
 	}
+}
 
-	// Reconcile: o1 is overdue; the key goes stale when its lock expires.
+// reconcile checks that o1 is overdue and that the in-flight key goes
+// stale when its lock expires, and releases it.
+func (f *opsFixture[TTx]) reconcile() {
+	t, ctx, ops, t0 := f.t, context.Background(), f.ops, f.t0
 	r, err := ops.Reconcile(ctx, store.ReconcileOptions{})
 	must(t, err, "reconcile")
 	if len(r.OverdueSagas) != 1 || r.OverdueSagas[0].ID != "o1" || r.OverdueSagas[0].State != "charging" ||
-		!r.OverdueSagas[0].Deadline.Equal(past) || len(r.StaleKeys) != 0 {
+		!r.OverdueSagas[0].Deadline.Equal(f.past) || len(r.StaleKeys) != 0 {
 		t.Fatalf("reconcile: overdue %+v, stale keys %+v; want o1 and no key", r.OverdueSagas, r.StaleKeys)
 	}
 	if r, err := ops.Reconcile(ctx, store.ReconcileOptions{SagaGrace: 2 * time.Minute}); err != nil || len(r.OverdueSagas) != 0 {
@@ -295,12 +358,12 @@ func testOperations[TTx any](t *testing.T, h opener[TTx]) {
 	if ok, err := ops.ReleaseKey(ctx, "api", "in-flight"); err != nil || ok {
 		t.Fatalf("ReleaseKey of a key whose lock holds: %v, %v; want false", ok, err)
 	}
-	db.clock.Set(t0.Add(lockFor))
+	f.db.clock.Set(t0.Add(opsLockFor))
 	r, err = ops.Reconcile(ctx, store.ReconcileOptions{})
 	must(t, err, "reconcile")
 	if len(r.StaleKeys) != 1 || r.StaleKeys[0].Scope != "api" || r.StaleKeys[0].Key != "in-flight" ||
-		!r.StaleKeys[0].LockedUntil.Equal(t0.Add(lockFor)) {
-		t.Fatalf("stale keys: %+v; want (api, in-flight) locked until %s", r.StaleKeys, t0.Add(lockFor))
+		!r.StaleKeys[0].LockedUntil.Equal(t0.Add(opsLockFor)) {
+		t.Fatalf("stale keys: %+v; want (api, in-flight) locked until %s", r.StaleKeys, t0.Add(opsLockFor))
 	}
 	if st := opsStatus(t, ops); st.Keys.LockExpired != 1 {
 		t.Fatalf("keys once the lock expired: %+v", st.Keys)
@@ -311,28 +374,35 @@ func testOperations[TTx any](t *testing.T, h opener[TTx]) {
 	if ok, err := ops.ReleaseKey(ctx, "api", "in-flight"); err != nil || !ok {
 		t.Fatalf("ReleaseKey of a stale key: %v, %v; want true", ok, err)
 	}
-	if rec, mine := claimKey(t, keys, keyClaim("api", "in-flight", fingerprint("POST /other"), lockFor, time.Hour)); !mine || rec.Done {
+	if rec, mine := claimKey(t, f.db.Idempotency(), keyClaim("api", "in-flight", fingerprint("POST /other"), opsLockFor, time.Hour)); !mine || rec.Done {
 		t.Fatalf("a claim after the release: mine %v, %+v; want a fresh key", mine, rec)
 	}
+}
 
-	// Trim.
-	trimAll := func(table store.Table, before time.Time) int64 {
-		t.Helper()
-		var total int64
-		after := ""
-		for {
-			res, err := ops.Trim(ctx, store.Trim{Table: table, Before: before, After: after, Limit: 1})
-			if err != nil {
-				t.Fatalf("trim %s: %v", table, err)
-			}
-			total += res.Deleted
-			if res.Deleted < 1 {
-				return total
-			}
-			after = res.Next
+// trimAll trims table of rows from before before, a row at a time, and
+// returns how many it deleted.
+func (f *opsFixture[TTx]) trimAll(table store.Table, before time.Time) int64 {
+	f.t.Helper()
+	var total int64
+	after := ""
+	for {
+		res, err := f.ops.Trim(context.Background(), store.Trim{Table: table, Before: before, After: after, Limit: 1})
+		if err != nil {
+			f.t.Fatalf("trim %s: %v", table, err)
 		}
+		total += res.Deleted
+		if res.Deleted < 1 {
+			return total
+		}
+		after = res.Next
 	}
-	if n := trimAll(store.TableSagas, t0.Add(-time.Hour)); n != 2 {
+}
+
+// trim trims each table and checks what is left: finished sagas with
+// their history, failures, markers, parked deliveries and expired keys.
+func (f *opsFixture[TTx]) trim() {
+	t, ctx, t0, sagas := f.t, context.Background(), f.t0, f.db.Sagas()
+	if n := f.trimAll(store.TableSagas, t0.Add(-time.Hour)); n != 2 {
 		t.Fatalf("trimmed %d sagas finished before an hour ago, want 2 (o4, r1)", n)
 	}
 	for _, id := range []string{"o4", "o1", "o5"} {
@@ -347,25 +417,25 @@ func testOperations[TTx any](t *testing.T, h opener[TTx]) {
 	if h, err := sagas.History(ctx, "order", "o5"); err != nil || len(h) != 1 {
 		t.Fatalf("history of a kept saga: %+v, %v; want its one event", h, err)
 	}
-	if n := trimAll(store.TableInboxFailures, t0.Add(-2*time.Hour)); n != 0 {
+	if n := f.trimAll(store.TableInboxFailures, t0.Add(-2*time.Hour)); n != 0 {
 		t.Fatalf("trimmed %d failures from before two hours ago, want 0", n)
 	}
-	if n := trimAll(store.TableInboxFailures, t0); n != 2 {
+	if n := f.trimAll(store.TableInboxFailures, t0); n != 2 {
 		t.Fatalf("trimmed %d failures, want 2", n)
 	}
 	far := time.Now().Add(24 * time.Hour)
 	for table, want := range map[store.Table]int64{store.TableInboxMarkers: 2, store.TableParked: 3} {
-		if n := trimAll(table, time.Now().Add(-24*time.Hour)); n != 0 {
+		if n := f.trimAll(table, time.Now().Add(-24*time.Hour)); n != 0 {
 			t.Fatalf("trimmed %d rows of %s from before yesterday, want 0", n, table)
 		}
-		if n := trimAll(table, far); n != want {
+		if n := f.trimAll(table, far); n != want {
 			t.Fatalf("trimmed %d rows of %s, want %d", n, table, want)
 		}
 	}
-	if n := trimAll(store.TableKeys, t0.Add(time.Hour+time.Second)); n != 1 {
+	if n := f.trimAll(store.TableKeys, t0.Add(time.Hour+time.Second)); n != 1 {
 		t.Fatalf("trimmed %d expired keys, want 1 (the completed one; the other was claimed again later)", n)
 	}
-	st = opsStatus(t, ops)
+	st := opsStatus(t, f.ops)
 	if len(st.Consumers) != 0 || st.InboxMarkers.N != 0 || st.Keys.Completed.N != 0 || st.Keys.InFlight != 1 {
 		t.Fatalf("status after the trims: consumers %+v, markers %+v, keys %+v", st.Consumers, st.InboxMarkers, st.Keys)
 	}

@@ -178,106 +178,145 @@ func testExportedSQL[TTx any](t *testing.T, h opener[TTx]) {
 // is not there.
 func testAdminDeadLetters[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
-	ctx := context.Background()
-	st, a := db.newStore(t, false), db.Admin()
-	occurred := time.Date(2024, 2, 29, 23, 59, 58, 123456789, time.UTC)
-	first := courier.NewMessage("orders", "order-1", "OrderPlaced", []byte(`{"total":42}`),
-		courier.WithVersion(2), courier.WithContentType(courier.ContentTypeJSON), courier.WithOccurredAt(occurred),
+	f := &deadFixture[TTx]{t: t, db: db, st: db.newStore(t, false), a: db.Admin()}
+	f.kill()
+	f.checkDeadLetters()
+	f.replay()
+	f.discard()
+}
+
+// deadFixture is testAdminDeadLetters' database: its relay store and
+// Admin, the first message (which dies and is replayed), and the rows'
+// seqs: first's, the second of first's key (released), and other's (dies
+// and is discarded).
+type deadFixture[TTx any] struct {
+	t                          *testing.T
+	db                         *testDB[TTx]
+	st                         store.RelayStore
+	a                          store.Admin
+	first                      courier.Message
+	written, died              time.Time
+	firstSeq, secondSeq, other int64
+}
+
+// occurredAt is when the first message of testAdminDeadLetters occurred.
+var occurredAt = time.Date(2024, 2, 29, 23, 59, 58, 123456789, time.UTC)
+
+// kill writes three messages, two of one key, and has the first and the
+// third die, an hour on the driver's clock from the database's.
+func (f *deadFixture[TTx]) kill() {
+	t := f.t
+	f.first = courier.NewMessage("orders", "order-1", "OrderPlaced", []byte(`{"total":42}`),
+		courier.WithVersion(2), courier.WithContentType(courier.ContentTypeJSON), courier.WithOccurredAt(occurredAt),
 		courier.WithHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
 	second := courier.NewMessage("orders", "order-1", "OrderShipped", nil)
 	other := courier.NewMessage("orders", "order-2", "OrderPlaced", nil)
-	written := time.Now()
-	db.write(t, first, second, other)
+	f.written = time.Now()
+	f.db.write(t, f.first, second, other)
 
 	// first and other die; second is released and waits. They die at the
 	// driver's clock, an hour from the database's.
-	db.clock.Advance(time.Hour)
-	b := claim(t, st, "r", 10, time.Minute)
+	f.db.clock.Advance(time.Hour)
+	b := claim(t, f.st, "r", 10, time.Minute)
 	if len(b.Records) != 3 {
 		t.Fatalf("claimed %d rows, want 3", len(b.Records))
 	}
-	firstSeq, secondSeq, otherSeq := b.Records[0].Seq, b.Records[1].Seq, b.Records[2].Seq
-	died := db.clock.Now()
-	complete(t, st, "r", b, store.Outcome{Dead: []store.Failure{
-		{Seq: firstSeq, Error: "message too large", Counted: true},
-		{Seq: otherSeq, Error: "invalid subject", Counted: true},
+	f.firstSeq, f.secondSeq, f.other = b.Records[0].Seq, b.Records[1].Seq, b.Records[2].Seq
+	f.died = f.db.clock.Now()
+	complete(t, f.st, "r", b, store.Outcome{Dead: []store.Failure{
+		{Seq: f.firstSeq, Error: "message too large", Counted: true},
+		{Seq: f.other, Error: "invalid subject", Counted: true},
 	}})
+}
 
+// missing is an id no dead letter has.
+func (f *deadFixture[TTx]) missing() int64 { return f.other + 1000 }
+
+// checkDeadLetters lists the dead letters, oldest first, and reads them as
+// they died.
+func (f *deadFixture[TTx]) checkDeadLetters() {
+	t, ctx, a, first := f.t, context.Background(), f.a, f.first
 	list, err := a.DeadLetters(ctx, 10)
 	if err != nil {
 		t.Fatalf("DeadLetters: %v", err)
 	}
-	if got := deadIDs(list); !slices.Equal(got, []int64{firstSeq, otherSeq}) {
-		t.Fatalf("DeadLetters = %v, want %v (oldest first)", got, []int64{firstSeq, otherSeq})
+	if got := deadIDs(list); !slices.Equal(got, []int64{f.firstSeq, f.other}) {
+		t.Fatalf("DeadLetters = %v, want %v (oldest first)", got, []int64{f.firstSeq, f.other})
 	}
-	if one, err := a.DeadLetters(ctx, 1); err != nil || !slices.Equal(deadIDs(one), []int64{firstSeq}) {
-		t.Fatalf("DeadLetters(limit 1) = %v, %v; want %v", deadIDs(one), err, []int64{firstSeq})
+	if one, err := a.DeadLetters(ctx, 1); err != nil || !slices.Equal(deadIDs(one), []int64{f.firstSeq}) {
+		t.Fatalf("DeadLetters(limit 1) = %v, %v; want %v", deadIDs(one), err, []int64{f.firstSeq})
 	}
-	d, err := a.DeadLetter(ctx, firstSeq)
+	d, err := a.DeadLetter(ctx, f.firstSeq)
 	if err != nil {
-		t.Fatalf("DeadLetter(%d): %v", firstSeq, err)
+		t.Fatalf("DeadLetter(%d): %v", f.firstSeq, err)
 	}
 	switch {
-	case d.ID != firstSeq || d.MessageID != first.ID.String() || d.Topic != first.Topic || d.Key != first.Key ||
+	case d.ID != f.firstSeq || d.MessageID != first.ID.String() || d.Topic != first.Topic || d.Key != first.Key ||
 		d.Type != first.Type || d.Version != first.Version || d.ContentType != first.ContentType:
 		t.Errorf("dead letter %+v does not describe message %s", d, first.ID)
 	case !bytes.Equal(d.Payload, first.Payload) || !maps.Equal(d.Headers, first.Headers):
 		t.Errorf("dead letter: payload %q headers %v, want %q %v", d.Payload, d.Headers, first.Payload, first.Headers)
-	case !d.OccurredAt.Equal(occurred.Truncate(time.Microsecond)):
-		t.Errorf("dead letter occurred at %s, want %s", d.OccurredAt, occurred.Truncate(time.Microsecond))
+	case !d.OccurredAt.Equal(occurredAt.Truncate(time.Microsecond)):
+		t.Errorf("dead letter occurred at %s, want %s", d.OccurredAt, occurredAt.Truncate(time.Microsecond))
 	case d.Attempts != 1 || d.LastError != "message too large" || len(d.History) != 1 || d.History[0].Error != "message too large" || !d.History[0].Counted:
 		t.Errorf("dead letter: %d attempts, last error %q, history %+v; want 1, the failure, one entry marked counted", d.Attempts, d.LastError, d.History)
 	}
-	near(t, "created_at", d.CreatedAt, written, clockMargin)
-	near(t, "dead_at", d.DeadAt, died, clockMargin)
+	near(t, "created_at", d.CreatedAt, f.written, clockMargin)
+	near(t, "dead_at", d.DeadAt, f.died, clockMargin)
 	if len(d.History) == 1 {
-		near(t, "history time", d.History[0].At, died, clockMargin)
+		near(t, "history time", d.History[0].At, f.died, clockMargin)
 	}
-	if o, err := a.DeadLetter(ctx, otherSeq); err != nil || o.Payload == nil || len(o.Payload) != 0 || len(o.Headers) != 0 {
-		t.Errorf("DeadLetter(%d) = %+v, %v; want an empty payload (never nil) and no headers", otherSeq, o, err)
+	if o, err := a.DeadLetter(ctx, f.other); err != nil || o.Payload == nil || len(o.Payload) != 0 || len(o.Headers) != 0 {
+		t.Errorf("DeadLetter(%d) = %+v, %v; want an empty payload (never nil) and no headers", f.other, o, err)
 	}
-	missing := otherSeq + 1000
-	if _, err := a.DeadLetter(ctx, missing); !errors.Is(err, store.ErrNotFound) {
+	if _, err := a.DeadLetter(ctx, f.missing()); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("DeadLetter(missing) = %v, want ErrNotFound", err)
 	}
 	if s, err := a.Stats(ctx); err != nil || s.Pending != 1 || s.DeadLetters != 2 {
 		t.Fatalf("Admin.Stats = %+v, %v; want 1 pending, 2 dead letters", s, err)
 	}
+}
 
-	// Replay: back under its id, ahead of its key's later message.
-	if err := a.ReplayDeadLetter(ctx, firstSeq); err != nil {
+// replay puts the first dead letter back under its id, ahead of its key's
+// later message, with no attempts counted and its history kept.
+func (f *deadFixture[TTx]) replay() {
+	t, ctx, a := f.t, context.Background(), f.a
+	if err := a.ReplayDeadLetter(ctx, f.firstSeq); err != nil {
 		t.Fatalf("ReplayDeadLetter: %v", err)
 	}
-	if err := a.ReplayDeadLetter(ctx, firstSeq); !errors.Is(err, store.ErrNotFound) {
+	if err := a.ReplayDeadLetter(ctx, f.firstSeq); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ReplayDeadLetter twice = %v, want ErrNotFound", err)
 	}
-	if _, err := a.DeadLetter(ctx, firstSeq); !errors.Is(err, store.ErrNotFound) {
+	if _, err := a.DeadLetter(ctx, f.firstSeq); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("DeadLetter(replayed) = %v, want ErrNotFound", err)
 	}
 	if s, err := a.Stats(ctx); err != nil || s.Pending != 2 || s.DeadLetters != 1 {
 		t.Fatalf("Admin.Stats after the replay = %+v, %v; want 2 pending, 1 dead letter", s, err)
 	}
-	if f, _ := db.failures(t, firstSeq); f.Attempts != 0 || f.LastError != "" || len(f.History) != 1 {
-		t.Fatalf("replayed row: %d attempts, last error %q, %d history entries; want 0, none, the 1 kept", f.Attempts, f.LastError, len(f.History))
+	if fs, _ := f.db.failures(t, f.firstSeq); fs.Attempts != 0 || fs.LastError != "" || len(fs.History) != 1 {
+		t.Fatalf("replayed row: %d attempts, last error %q, %d history entries; want 0, none, the 1 kept", fs.Attempts, fs.LastError, len(fs.History))
 	}
-	again := claim(t, st, "r", 10, time.Minute)
-	if got := seqs(again.Records); !slices.Equal(got, []int64{firstSeq, secondSeq}) {
-		t.Fatalf("claim after the replay = %v, want %v: the replayed message first, under its id", got, []int64{firstSeq, secondSeq})
+	again := claim(t, f.st, "r", 10, time.Minute)
+	if got := seqs(again.Records); !slices.Equal(got, []int64{f.firstSeq, f.secondSeq}) {
+		t.Fatalf("claim after the replay = %v, want %v: the replayed message first, under its id", got, []int64{f.firstSeq, f.secondSeq})
 	}
-	sameMessage(t, again.Records[0].Message, first)
+	sameMessage(t, again.Records[0].Message, f.first)
 	if again.Records[0].Attempts != 0 {
 		t.Errorf("replayed message claimed with %d attempts, want 0", again.Records[0].Attempts)
 	}
-	complete(t, st, "r", again, store.Outcome{Published: seqs(again.Records)})
+	complete(t, f.st, "r", again, store.Outcome{Published: seqs(again.Records)})
+}
 
-	// Discard.
-	if err := a.DiscardDeadLetter(ctx, otherSeq); err != nil {
+// discard deletes the other dead letter, once.
+func (f *deadFixture[TTx]) discard() {
+	t, ctx, a := f.t, context.Background(), f.a
+	if err := a.DiscardDeadLetter(ctx, f.other); err != nil {
 		t.Fatalf("DiscardDeadLetter: %v", err)
 	}
-	if err := a.DiscardDeadLetter(ctx, otherSeq); !errors.Is(err, store.ErrNotFound) {
+	if err := a.DiscardDeadLetter(ctx, f.other); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("DiscardDeadLetter twice = %v, want ErrNotFound", err)
 	}
-	if err := a.ReplayDeadLetter(ctx, missing); !errors.Is(err, store.ErrNotFound) {
+	if err := a.ReplayDeadLetter(ctx, f.missing()); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ReplayDeadLetter(missing) = %v, want ErrNotFound", err)
 	}
 	if list, err := a.DeadLetters(ctx, 10); err != nil || len(list) != 0 {
