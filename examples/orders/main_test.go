@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,6 +129,36 @@ func TestAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkBilledOnce(t, s.db, 2)
+}
+
+// A service that cannot start releases what it opened (goleak, in
+// TestMain, sees an embedded NATS server left running) and says why.
+func TestOpenFailsCleanly(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().String()
+	notAFile := t.TempDir()
+	if err := os.Mkdir(filepath.Join(notAFile, "orders.db"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, dir, addr, want string
+	}{
+		{"the database is a directory", notAFile, "127.0.0.1:0", "orders.db"},
+		{"the HTTP address is taken", t.TempDir(), taken, taken},
+	} {
+		s, err := open(t.Context(), c.dir, c.addr, slog.New(slog.DiscardHandler))
+		if err == nil {
+			s.close()
+			t.Fatalf("%s: open succeeded", c.name)
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: the error does not name %s: %v", c.name, c.want, err)
+		}
+	}
 }
 
 // FuzzDecodeOrder feeds POST /orders any body: decodeOrder either refuses

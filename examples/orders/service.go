@@ -42,8 +42,8 @@ type service struct {
 // open wires the service on the embedded default, its files in dir, its
 // HTTP server listening on addr. Nothing runs until run is called; close
 // releases everything open made.
-func open(ctx context.Context, dir, addr string, log *slog.Logger) (s *service, err error) {
-	s = &service{}
+func open(ctx context.Context, dir, addr string, log *slog.Logger) (_ *service, err error) {
+	s := &service{}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -86,7 +86,10 @@ func open(ctx context.Context, dir, addr string, log *slog.Logger) (s *service, 
 	if err = s.openBilling(ctx, log); err != nil {
 		return nil, err
 	}
-	return s, s.openHTTP(addr, w, log)
+	if err = s.openHTTP(addr, w, log); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // openRelay makes the relay: it claims what the outbox holds, publishes it
