@@ -17,6 +17,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/internal/waits"
+	"github.com/courier-go/courier/relay/internal/dispatch"
 	"github.com/courier-go/courier/store"
 )
 
@@ -59,6 +60,10 @@ type Config struct {
 	Notifier store.Notifier
 	// Owner names this relay in leases. Default host-pid-random.
 	Owner string
+	// Clock is the time the relay measures leases, retries, pauses and its
+	// State with. Default: the real clock. (The store compares times with
+	// its own, see store.Clock.)
+	Clock courier.Clock
 	// Logger receives the relay's logs. Default: discard.
 	Logger *slog.Logger
 	// Observer, if set, is told of claims, publishes and outcomes as they
@@ -293,11 +298,11 @@ type Relay struct {
 	running atomic.Bool
 	kick    chan struct{} // a batch finished: its keys may have more rows
 
-	mu        sync.Mutex
-	retryAt   time.Time // earliest retry this relay scheduled
-	pauseTill time.Time // broker down: claim nothing until then
-	outages   int       // consecutive batches lost to broker.ErrUnavailable
-	state     State     // what State reports, but Metrics and At
+	disp *dispatch.Dispatcher
+
+	mu      sync.Mutex
+	retryAt time.Time // earliest retry this relay scheduled
+	state   State     // what State reports, but the broker's, Metrics and At
 
 	published, retried, dead, released, batches atomic.Int64
 }
@@ -312,7 +317,10 @@ func New(st store.RelayStore, pub broker.Publisher, cfg Config) (*Relay, error) 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{store: st, pub: instrument(pub, cfg), cfg: cfg, log: cfg.Logger.With("relay", cfg.Owner), kick: make(chan struct{}, 1)}, nil
+	log := cfg.Logger.With("relay", cfg.Owner)
+	disp := dispatch.New(pub, dispatch.Config{Policy: dispatch.Policy{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff},
+		Clock: cfg.Clock, Logger: log, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider})
+	return &Relay{store: st, pub: pub, cfg: cfg, log: log, disp: disp, kick: make(chan struct{}, 1)}, nil
 }
 
 // Owner returns the name this relay leases rows under.
@@ -324,9 +332,10 @@ func (r *Relay) Owner() string { return r.cfg.Owner }
 func (r *Relay) State() State {
 	r.mu.Lock()
 	s := r.state
-	s.BrokerOutages, s.PausedUntil = r.outages, r.pauseTill
 	r.mu.Unlock()
-	s.At = time.Now()
+	o := r.disp.Outage()
+	s.BrokerDown, s.BrokerError, s.BrokerDownSince, s.BrokerOutages, s.PausedUntil = o.Down, o.Err, o.Since, o.Rounds, o.PausedUntil
+	s.At = r.cfg.Clock.Now()
 	s.Metrics = r.Metrics()
 	return s
 }
@@ -401,7 +410,7 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 	defer p.disarm(context.WithoutCancel(ctx))
 	failures := 0 // consecutive failed claims
 	for {
-		if !waits.Sleep(ctx, time.Until(r.pausedUntil())) {
+		if !waits.Sleep(ctx, r.until(r.pausedUntil())) {
 			return
 		}
 		select {
@@ -437,7 +446,7 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 // many rows it holds. A batch with rows is published in a goroutine of wg,
 // which frees the slot when it is done; otherwise the slot is freed at once.
 func (r *Relay) claimBatch(ctx, work context.Context, wg *sync.WaitGroup, slots chan struct{}) (int, error) {
-	claimed := time.Now()
+	claimed := r.cfg.Clock.Now()
 	batch, err := r.claim(ctx)
 	r.noteClaim(err, ctx.Err() != nil)
 	if err != nil || len(batch.Records) == 0 {
@@ -457,7 +466,7 @@ func (r *Relay) claimBatch(ctx, work context.Context, wg *sync.WaitGroup, slots 
 // for a wake-up, a finished batch or the end of ctx. It reports whether ctx
 // is still live.
 func (r *Relay) idle(ctx context.Context, wake <-chan struct{}, wait time.Duration) bool {
-	if d := time.Until(r.nextRetry()); d < wait {
+	if d := r.until(r.nextRetry()); d < wait {
 		wait = max(d, 0)
 	}
 	t := time.NewTimer(wait)
@@ -560,7 +569,7 @@ func (r *Relay) setRunning(running bool) {
 	defer r.mu.Unlock()
 	r.state.Running = running
 	if running {
-		r.state.Started = time.Now()
+		r.state.Started = r.cfg.Clock.Now()
 	}
 }
 
@@ -572,11 +581,11 @@ func (r *Relay) noteClaim(err error, stopping bool) {
 	st := &r.state
 	switch {
 	case err == nil:
-		st.LastClaim, st.ClaimError, st.ClaimFailures, st.ClaimFailingSince = time.Now(), "", 0, time.Time{}
+		st.LastClaim, st.ClaimError, st.ClaimFailures, st.ClaimFailingSince = r.cfg.Clock.Now(), "", 0, time.Time{}
 	case stopping:
 	default:
 		if st.ClaimFailures == 0 {
-			st.ClaimFailingSince = time.Now()
+			st.ClaimFailingSince = r.cfg.Clock.Now()
 		}
 		st.ClaimFailures++
 		st.ClaimError = err.Error()
@@ -594,7 +603,7 @@ func (r *Relay) noteComplete(err error) {
 		st.CompleteError, st.CompleteFailingSince = "", time.Time{}
 	default:
 		if st.CompleteFailingSince.IsZero() {
-			st.CompleteFailingSince = time.Now()
+			st.CompleteFailingSince = r.cfg.Clock.Now()
 		}
 		st.CompleteError = err.Error()
 	}
@@ -607,21 +616,21 @@ func (r *Relay) signalKick() {
 	}
 }
 
-func (r *Relay) pausedUntil() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.pauseTill
-}
+func (r *Relay) pausedUntil() time.Time { return r.disp.Outage().PausedUntil }
+
+// until is how long until t by the relay's clock.
+func (r *Relay) until(t time.Time) time.Duration { return t.Sub(r.cfg.Clock.Now()) }
 
 func (r *Relay) nextRetry() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.cfg.Clock.Now()
 	if r.retryAt.IsZero() {
-		return time.Now().Add(24 * time.Hour)
+		return now.Add(24 * time.Hour)
 	}
-	if !r.retryAt.After(time.Now()) {
+	if !r.retryAt.After(now) {
 		r.retryAt = time.Time{} // due now; claim will see it
-		return time.Now()
+		return now
 	}
 	return r.retryAt
 }
@@ -633,199 +642,88 @@ func (r *Relay) nextRetry() time.Time {
 func (r *Relay) process(ctx, work context.Context, claimed time.Time, batch store.Batch) {
 	recs := batch.Records
 	leaseEnd := claimed.Add(r.cfg.LeaseDuration - leaseMargin)
-	pubDeadline := time.Now().Add(r.cfg.PublishTimeout)
+	pubDeadline := r.cfg.Clock.Now().Add(r.cfg.PublishTimeout)
 	if leaseEnd.Before(pubDeadline) {
 		pubDeadline = leaseEnd
 	}
-	pubCtx, cancel := context.WithDeadline(work, pubDeadline)
+	pubCtx, cancel := context.WithTimeout(work, r.until(pubDeadline))
 	defer cancel()
-	released := 0
-
-	chains := chainsByKey(recs)
-	pipelined := broker.KeepsKeyOrder(r.pub)
+	keys := keysOf(recs)
 	var out store.Outcome
-	msgs := make([]courier.Message, 0, len(recs))
-	runs := make([]int, 0, len(chains))
-	anyOK, allDown := false, true
-	var downErr error // an ErrUnavailable error of the batch
-	for len(chains) > 0 {
-		if ctx.Err() != nil || pubCtx.Err() != nil {
-			break
+	released := 0
+	items := make([][]dispatch.Item, 0, len(keys))
+	for len(keys) > 0 && ctx.Err() == nil && pubCtx.Err() == nil {
+		items = items[:0]
+		for _, k := range keys {
+			items = append(items, k.items)
 		}
-		// Each round sends every key's next message, or, to a publisher
-		// that keeps a key's order, its next run of messages to one topic.
-		msgs, runs = msgs[:0], runs[:0]
-		for _, c := range chains {
-			n := 1
-			if pipelined {
-				n = sameTopicRun(recs, c)
+		next := keys[:0]
+		for i, o := range r.disp.Round(pubCtx, items, len(recs)) {
+			k := keys[i]
+			for _, j := range o.Published {
+				out.Published = append(out.Published, recs[k.idx[j]].Seq)
 			}
-			for _, i := range c[:n] {
-				msgs = append(msgs, recs[i].Message)
+			for _, f := range o.Dead {
+				out.Dead = append(out.Dead, failure(recs[k.idx[f.Index]].Seq, f.Failure))
 			}
-			runs = append(runs, n)
-		}
-		errs := r.pub.Publish(pubCtx, msgs)
-		next := chains[:0]
-		j := 0
-		for k, c := range chains {
-			sent, held := runs[k], false
-			for _, i := range c[:sent] {
-				rec, err := &recs[i], errs[j]
-				j++
-				if held { // after a failure of its key: not stored
-					released++
-					continue
-				}
-				if err == nil {
-					anyOK, allDown = true, false
-					out.Published = append(out.Published, rec.Seq)
-					continue
-				}
-				if !errors.Is(err, broker.ErrUnavailable) {
-					allDown = false
-				} else if downErr == nil {
-					downErr = err
-				}
-				r.fail(&out, rec, err)
-				// A message rejected for good is a dead letter at once
-				// and leaves the order; any other failure holds the
-				// key's later messages back (see broker.OrderKeeper).
-				held = !permanent(err)
+			if f := o.Failed; f != nil {
+				// Its key's later rows go back: the store holds them
+				// until the retry (rule 1).
+				out.Retry = append(out.Retry, failure(recs[k.idx[f.Index]].Seq, f.Failure))
+				r.noteRetry(f.At.Add(f.Delay))
+				released += len(k.idx) - o.Done - 1
+				continue
 			}
-			switch {
-			case held:
-				released += len(c) - sent
-			case len(c) > sent:
-				next = append(next, c[sent:])
+			if o.Done < len(k.idx) {
+				next = append(next, key{idx: k.idx[o.Done:], items: k.items[o.Done:]})
 			}
 		}
-		chains = next
+		keys = next
 	}
-	for _, c := range chains { // shutdown or timeout: hand back the rest
-		released += len(c)
+	for _, k := range keys { // shutdown or timeout: hand back the rest
+		released += len(k.idx)
 	}
-	r.noteBroker(anyOK, allDown && (len(out.Retry) > 0 || len(out.Dead) > 0), downErr)
 	if r.complete(work, leaseEnd, batch.Lease, out) {
 		r.released.Add(int64(released))
 	}
 }
 
-// chainsByKey groups record indexes by key, keeping Seq order within a key
-// and first-appearance order across keys.
-func chainsByKey(recs []store.Record) [][]int {
+// key is one key's records of a batch still to publish: their indexes in
+// the batch, and the dispatcher's items.
+type key struct {
+	idx   []int
+	items []dispatch.Item
+}
+
+// keysOf groups the records by key, keeping Seq order within a key and
+// first-appearance order across keys.
+func keysOf(recs []store.Record) []key {
 	pos := make(map[string]int, len(recs))
-	var chains [][]int
+	var keys []key
 	for i := range recs {
-		k := recs[i].Message.Key
-		if p, ok := pos[k]; ok {
-			chains[p] = append(chains[p], i)
+		it := dispatch.Item{Message: recs[i].Message, Attempts: recs[i].Attempts}
+		if p, ok := pos[it.Message.Key]; ok {
+			keys[p].idx, keys[p].items = append(keys[p].idx, i), append(keys[p].items, it)
 			continue
 		}
-		pos[k] = len(chains)
-		chains = append(chains, []int{i})
+		pos[it.Message.Key] = len(keys)
+		keys = append(keys, key{idx: []int{i}, items: []dispatch.Item{it}})
 	}
-	return chains
+	return keys
 }
 
-// sameTopicRun is how many of chain c's leading records share the first
-// one's topic.
-func sameTopicRun(recs []store.Record, c []int) int {
-	topic := recs[c[0]].Message.Topic
-	n := 1
-	for n < len(c) && recs[c[n]].Message.Topic == topic {
-		n++
-	}
-	return n
+// failure is the store's record of row seq's failure f.
+func failure(seq int64, f dispatch.Failure) store.Failure {
+	return store.Failure{Seq: seq, Error: f.Err.Error(), Delay: f.Delay, Counted: f.Counted}
 }
 
-// permanent reports whether err is a refusal for good, which makes a message
-// a dead letter at once: ErrRejected without ErrUnavailable.
-func permanent(err error) bool {
-	return errors.Is(err, broker.ErrRejected) && !errors.Is(err, broker.ErrUnavailable)
-}
-
-// fail records rec's failed publish in out, as a retry or a dead letter.
-func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
-	f := store.Failure{Seq: rec.Seq, Error: err.Error()}
-	if errors.Is(err, broker.ErrUnavailable) {
-		r.mu.Lock()
-		f.Delay = r.outageDelay(r.outages+1, err)
-		r.mu.Unlock()
-	} else {
-		f.Counted = true
-		attempts := rec.Attempts + 1
-		if permanent := permanent(err); permanent || attempts >= r.cfg.MaxAttempts {
-			out.Dead = append(out.Dead, f)
-			r.log.Error("message dead-lettered", "message_id", rec.Message.ID, "key", rec.Message.Key,
-				"topic", rec.Message.Topic, "attempts", attempts, "permanent", permanent, "error", err)
-			return
-		}
-		f.Delay = r.cfg.Backoff.Delay(attempts)
-		r.log.Warn("publish failed; will retry", "message_id", rec.Message.ID, "key", rec.Message.Key,
-			"attempt", attempts, "retry_in", f.Delay, "error", err)
-	}
-	if f.Counted {
-		f.Delay = r.honourRetryAfter(f.Delay, err)
-	}
-	out.Retry = append(out.Retry, f)
-	r.mu.Lock()
-	if at := time.Now().Add(f.Delay); r.retryAt.IsZero() || at.Before(r.retryAt) {
-		r.retryAt = at
-	}
-	r.mu.Unlock()
-}
-
-// outageDelay is the wait after the n-th outage in a row: the broker's own
-// estimate when err carries one (broker.RetryAfterError: a Retry-After, a
-// circuit breaker's remaining open time), at least a moment and at most
-// Backoff.Max, else the backoff's. An endpoint that says it is back in 5s
-// is tried again then, not after a backoff grown through a long outage.
-func (r *Relay) outageDelay(n int, err error) time.Duration {
-	if wish, ok := broker.RetryAfter(err); ok {
-		return min(max(wish, min(r.cfg.Backoff.Initial, time.Second)), r.cfg.Backoff.Max)
-	}
-	return r.cfg.Backoff.Delay(n)
-}
-
-// honourRetryAfter lengthens delay to the wait the broker asked for (an
-// HTTP endpoint's Retry-After, see broker.RetryAfterError), capped at the
-// backoff's Max so a far-off date cannot hold a key back for longer than
-// the relay would on its own. A shorter wish than delay changes nothing.
-func (r *Relay) honourRetryAfter(delay time.Duration, err error) time.Duration {
-	wish, ok := broker.RetryAfter(err)
-	if !ok {
-		return delay
-	}
-	return max(delay, min(wish, r.cfg.Backoff.Max))
-}
-
-// noteBroker tracks outages: while whole batches fail because the broker is
-// unavailable (downErr is one of their errors), claiming pauses with a
-// growing backoff.
-func (r *Relay) noteBroker(anyOK, allDown bool, downErr error) {
+// noteRetry keeps the earliest retry this relay scheduled, so that it
+// claims when it falls due.
+func (r *Relay) noteRetry(at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := &r.state
-	switch {
-	case anyOK:
-		if r.outages > 0 {
-			r.log.Info("broker is back", "down_for", time.Since(st.BrokerDownSince).Round(time.Millisecond))
-		}
-		r.outages = 0
-		st.BrokerDown, st.BrokerError, st.BrokerDownSince = false, "", time.Time{}
-	case allDown:
-		if r.outages == 0 {
-			st.BrokerDownSince = time.Now()
-		}
-		st.BrokerDown = true
-		if downErr != nil {
-			st.BrokerError = downErr.Error()
-		}
-		r.outages++
-		d := r.outageDelay(r.outages, downErr)
-		r.pauseTill = time.Now().Add(d)
-		r.log.Warn("broker unavailable; pausing", "pause", d, "consecutive", r.outages)
+	if r.retryAt.IsZero() || at.Before(r.retryAt) {
+		r.retryAt = at
 	}
 }
 
@@ -835,7 +733,7 @@ func (r *Relay) noteBroker(anyOK, allDown bool, downErr error) {
 // writes to rows another relay may have taken over.
 func (r *Relay) complete(work context.Context, leaseEnd time.Time, lease int64, out store.Outcome) bool {
 	for attempt := 1; ; attempt++ {
-		cctx, cancel := context.WithDeadline(work, leaseEnd)
+		cctx, cancel := context.WithTimeout(work, r.until(leaseEnd))
 		err := r.store.Complete(cctx, r.cfg.Owner, lease, out)
 		cancel()
 		if err == nil || work.Err() == nil { // shutdown's deadline is no database failure
@@ -845,7 +743,7 @@ func (r *Relay) complete(work context.Context, leaseEnd time.Time, lease int64, 
 			break
 		}
 		delay := completeRetry.Delay(attempt)
-		if work.Err() != nil || time.Now().Add(delay).After(leaseEnd) {
+		if work.Err() != nil || r.cfg.Clock.Now().Add(delay).After(leaseEnd) {
 			r.log.Error("could not record batch outcome; its messages will be published again after the lease",
 				"error", err, "published", len(out.Published))
 			r.cfg.Observer.LeaseLost(len(out.Published))
