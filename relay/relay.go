@@ -26,9 +26,9 @@ type Config struct {
 	// BatchSize is the most rows one claim leases, 1 to 10000. Default
 	// DefaultBatchSize (1000).
 	BatchSize int
-	// Concurrency is how many claimed batches may be publishing at once.
-	// Default DefaultConcurrency (2): one publishing while the next is
-	// claimed.
+	// Concurrency is how many claimed batches may be publishing at once,
+	// 1 to 64. Default DefaultConcurrency (2): one publishing while the
+	// next is claimed.
 	Concurrency int
 	// LeaseDuration is how long claimed rows stay reserved for this relay,
 	// at least 1s. If the relay dies, other relays take the rows over after
@@ -81,45 +81,35 @@ type Config struct {
 // naturally.
 type Backoff = courier.Backoff
 
-// The defaults of Config's zero fields.
+// The defaults of Config's zero fields; the first seven are the CDC
+// relay's (relay/cdc) too, and so are the ranges of its fields that have
+// the same names.
 const (
-	DefaultBatchSize       = 1000
-	DefaultConcurrency     = 2
+	DefaultBatchSize       = dispatch.DefaultBatchSize
+	DefaultConcurrency     = dispatch.DefaultConcurrency
+	DefaultPublishTimeout  = dispatch.DefaultPublishTimeout // at most LeaseDuration/2
+	DefaultMaxAttempts     = dispatch.DefaultMaxAttempts
+	DefaultBackoffInitial  = dispatch.DefaultBackoffInitial
+	DefaultBackoffMax      = dispatch.DefaultBackoffMax
+	DefaultBackoffJitter   = dispatch.DefaultBackoffJitter
 	DefaultLeaseDuration   = 30 * time.Second
-	DefaultPublishTimeout  = 10 * time.Second // at most LeaseDuration/2
-	DefaultMaxAttempts     = 10
-	DefaultBackoffInitial  = 500 * time.Millisecond
-	DefaultBackoffMax      = time.Minute
-	DefaultBackoffJitter   = 0.2
 	DefaultPollInterval    = time.Second
 	DefaultShutdownTimeout = 15 * time.Second
 )
 
+// settings are the fields the CDC relay shares.
+func (c *Config) settings() *dispatch.Settings {
+	return &dispatch.Settings{BatchSize: c.BatchSize, Concurrency: c.Concurrency, PublishTimeout: c.PublishTimeout,
+		MaxAttempts: c.MaxAttempts, Backoff: c.Backoff}
+}
+
 func (c *Config) setDefaults() {
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
-	if c.PublishTimeout == 0 {
-		c.PublishTimeout = min(DefaultPublishTimeout, c.LeaseDuration/2)
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.Backoff.Initial == 0 {
-		c.Backoff.Initial = DefaultBackoffInitial
-	}
-	if c.Backoff.Max == 0 {
-		c.Backoff.Max = DefaultBackoffMax
-	}
-	if c.Backoff.Jitter == 0 {
-		c.Backoff.Jitter = DefaultBackoffJitter
-	}
+	s := c.settings()
+	s.SetDefaults(min(DefaultPublishTimeout, c.LeaseDuration/2))
+	c.BatchSize, c.Concurrency, c.PublishTimeout, c.MaxAttempts, c.Backoff = s.BatchSize, s.Concurrency, s.PublishTimeout, s.MaxAttempts, s.Backoff
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
 	}
@@ -138,21 +128,14 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) validate() error {
+	if err := c.settings().Validate("relay: Config"); err != nil {
+		return err
+	}
 	switch {
-	case c.BatchSize < 1 || c.BatchSize > 10000:
-		return fmt.Errorf("relay: Config.BatchSize is %d: use 1 to 10000", c.BatchSize)
-	case c.Concurrency < 1:
-		return fmt.Errorf("relay: Config.Concurrency is %d: use 1 or more", c.Concurrency)
 	case c.LeaseDuration < time.Second:
 		return fmt.Errorf("relay: Config.LeaseDuration is %s: use at least 1s", c.LeaseDuration)
-	case c.PublishTimeout <= 0 || c.PublishTimeout >= c.LeaseDuration-leaseMargin:
+	case c.PublishTimeout >= c.LeaseDuration-leaseMargin:
 		return fmt.Errorf("relay: Config.PublishTimeout is %s: use more than 0 and less than LeaseDuration (%s)", c.PublishTimeout, c.LeaseDuration)
-	case c.MaxAttempts < 1:
-		return fmt.Errorf("relay: Config.MaxAttempts is %d: use 1 or more", c.MaxAttempts)
-	case c.Backoff.Initial < 0 || c.Backoff.Max < c.Backoff.Initial:
-		return fmt.Errorf("relay: Config.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial", c.Backoff.Initial, c.Backoff.Max)
-	case c.Backoff.Jitter > 1:
-		return fmt.Errorf("relay: Config.Backoff.Jitter is %g: use 0 to 1", c.Backoff.Jitter)
 	case c.PollInterval <= 0:
 		return fmt.Errorf("relay: Config.PollInterval is %s: use more than 0", c.PollInterval)
 	case c.ShutdownTimeout <= 0:

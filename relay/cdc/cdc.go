@@ -11,10 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/relay/internal/dispatch"
 )
 
 // Defaults of Config's zero fields.
@@ -25,19 +27,21 @@ const (
 	DefaultStatusInterval = time.Second
 )
 
-// Config tunes a Relay. Zero fields take the defaults.
+// Config tunes a Relay. Zero fields take the defaults; the fields the
+// polling relay has too (BatchSize, Concurrency, PublishTimeout,
+// MaxAttempts, Backoff) take its defaults and have its ranges.
 type Config struct {
 	// Slot is the logical replication slot's name. Default DefaultSlot.
 	Slot string
 	// Publication is the publication on courier_outbox the slot decodes.
 	// Default DefaultPublication.
 	Publication string
-	// BatchSize is the most messages one Publish call carries. Default
-	// relay.DefaultBatchSize.
+	// BatchSize is the most messages one Publish call carries, 1 to
+	// 10000. Default relay.DefaultBatchSize.
 	BatchSize int
 	// Concurrency is how many Publish calls may be in flight at once, each
-	// on keys no other call holds: one publishing while the next is
-	// answered. Default relay.DefaultConcurrency.
+	// on keys no other call holds, 1 to 64: one publishing while the next
+	// is answered. Default relay.DefaultConcurrency.
 	Concurrency int
 	// PublishTimeout bounds one Publish call. Default
 	// relay.DefaultPublishTimeout.
@@ -59,84 +63,93 @@ type Config struct {
 	// position when nothing else happens. Default DefaultStatusInterval;
 	// keep it well under the server's wal_sender_timeout (60s).
 	StatusInterval time.Duration
+	// Clock is the time the relay measures retries, pauses and recording
+	// delays with. Default: the real clock.
+	Clock courier.Clock
 	// Logger receives the relay's logs. Default: discard.
 	Logger *slog.Logger
+	// Observer, if set, is told of every call to the broker (Published)
+	// and of what each call's messages became (Completed: published,
+	// retried, dead; the table is written in the background): package
+	// metrics implements it. Default: none.
+	Observer relay.Observer
+	// TracerProvider makes the relay's send spans, as the polling relay's
+	// (package relay, Tracing). Default otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// setDefaults fills zero fields and validates the rest.
-func (c *Config) setDefaults() error {
+// settings are the fields the polling relay shares.
+func (c *Config) settings() *dispatch.Settings {
+	return &dispatch.Settings{BatchSize: c.BatchSize, Concurrency: c.Concurrency, PublishTimeout: c.PublishTimeout,
+		MaxAttempts: c.MaxAttempts, Backoff: c.Backoff}
+}
+
+// setDefaults fills the zero fields.
+func (c *Config) setDefaults() {
 	if c.Slot == "" {
 		c.Slot = DefaultSlot
 	}
 	if c.Publication == "" {
 		c.Publication = DefaultPublication
 	}
-	if !slotName.MatchString(c.Slot) {
-		return fmt.Errorf("cdc: Config.Slot %q: use 1 to 63 lower-case letters, digits and underscores", c.Slot)
-	}
-	if !slotName.MatchString(c.Publication) {
-		return fmt.Errorf("cdc: Config.Publication %q: use 1 to 63 lower-case letters, digits and underscores", c.Publication)
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = relay.DefaultBatchSize
-	}
-	if c.BatchSize < 1 || c.BatchSize > 10000 {
-		return fmt.Errorf("cdc: Config.BatchSize is %d: use 1 to 10000", c.BatchSize)
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = relay.DefaultConcurrency
-	}
-	if c.Concurrency < 1 || c.Concurrency > 64 {
-		return fmt.Errorf("cdc: Config.Concurrency is %d: use 1 to 64", c.Concurrency)
-	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = relay.DefaultPublishTimeout
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = relay.DefaultMaxAttempts
-	}
-	if c.Backoff.Initial <= 0 {
-		c.Backoff.Initial = relay.DefaultBackoffInitial
-	}
-	if c.Backoff.Max <= 0 {
-		c.Backoff.Max = relay.DefaultBackoffMax
-	}
-	if c.Backoff.Jitter == 0 {
-		c.Backoff.Jitter = relay.DefaultBackoffJitter
-	}
-	if c.Standby <= 0 {
+	s := c.settings()
+	s.SetDefaults(relay.DefaultPublishTimeout)
+	c.BatchSize, c.Concurrency, c.PublishTimeout, c.MaxAttempts, c.Backoff = s.BatchSize, s.Concurrency, s.PublishTimeout, s.MaxAttempts, s.Backoff
+	if c.Standby == 0 {
 		c.Standby = DefaultStandby
 	}
-	if c.StatusInterval <= 0 {
+	if c.StatusInterval == 0 {
 		c.StatusInterval = DefaultStatusInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
+	if c.Observer == nil {
+		c.Observer = relay.NopObserver{}
+	}
+}
+
+// validate reports the first field out of range.
+func (c *Config) validate() error {
+	switch {
+	case !slotName.MatchString(c.Slot):
+		return fmt.Errorf("cdc: Config.Slot %q: use 1 to 63 lower-case letters, digits and underscores", c.Slot)
+	case !slotName.MatchString(c.Publication):
+		return fmt.Errorf("cdc: Config.Publication %q: use 1 to 63 lower-case letters, digits and underscores", c.Publication)
+	case c.Standby < 0:
+		return fmt.Errorf("cdc: Config.Standby is %s: use more than 0", c.Standby)
+	case c.StatusInterval < 0:
+		return fmt.Errorf("cdc: Config.StatusInterval is %s: use more than 0", c.StatusInterval)
+	}
+	return c.settings().Validate("cdc: Config")
 }
 
 // Validate reports the first field that is out of range, naming it and
 // its range; zero fields are fine (they take the defaults).
-func (c Config) Validate() error { return c.setDefaults() }
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
 
 // Relay publishes the outbox from the log. Run it; it is not restartable
 // concurrently with itself.
 type Relay struct {
-	pool *pgxpool.Pool
-	pub  broker.Publisher
-	cfg  Config
-	repl *pgconn.Config // the replication connection's configuration
-	log  *slog.Logger
-	m    metrics
+	pool      *pgxpool.Pool
+	disp      *dispatch.Dispatcher
+	pipelined bool // the publisher keeps a key's order (broker.OrderKeeper)
+	cfg       Config
+	repl      *pgconn.Config // the replication connection's configuration
+	log       *slog.Logger
+	m         metrics
 }
 
 // New returns a Relay that reads the outbox of pool's database (through a
 // replication connection with pool's settings) and publishes to pub.
 func New(pool *pgxpool.Pool, pub broker.Publisher, cfg Config) (*Relay, error) {
-	if err := cfg.setDefaults(); err != nil {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if pool == nil || pub == nil {
@@ -148,7 +161,9 @@ func New(pool *pgxpool.Pool, pub broker.Publisher, cfg Config) (*Relay, error) {
 	}
 	repl.RuntimeParams["replication"] = "database"
 	repl.RuntimeParams["application_name"] = "courier-cdc"
-	return &Relay{pool: pool, pub: pub, cfg: cfg, repl: repl, log: cfg.Logger}, nil
+	disp := dispatch.New(pub, dispatch.Config{Policy: dispatch.Policy{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff},
+		Clock: cfg.Clock, Logger: cfg.Logger, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider})
+	return &Relay{pool: pool, disp: disp, pipelined: broker.KeepsKeyOrder(pub), cfg: cfg, repl: repl, log: cfg.Logger}, nil
 }
 
 // Setup creates the publication on courier_outbox when it does not exist.

@@ -70,7 +70,7 @@ func (rd *reader) run(ctx context.Context) error {
 		if rd.recorded != nil && rd.cur == nil && closed(rd.recorded) {
 			return rd.makeSlot(ctx)
 		}
-		rctx, cancel := context.WithDeadline(ctx, rd.nextConfirm())
+		rctx, cancel := context.WithTimeout(ctx, rd.nextConfirm().Sub(rd.now()))
 		raw, err := rd.conn.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {
@@ -93,6 +93,9 @@ func (rd *reader) run(ctx context.Context) error {
 	}
 }
 
+// now is the relay's clock.
+func (rd *reader) now() time.Time { return rd.r.cfg.Clock.Now() }
+
 // closed reports whether c is closed.
 func closed(c <-chan struct{}) bool {
 	select {
@@ -114,7 +117,7 @@ func (rd *reader) busy() bool {
 // the status interval is up.
 func (rd *reader) nextConfirm() time.Time {
 	if rd.busy() || rd.recorded != nil {
-		return time.Now().Add(confirmEvery)
+		return rd.now().Add(confirmEvery)
 	}
 	return rd.lastSent.Add(rd.r.cfg.StatusInterval)
 }
@@ -122,7 +125,7 @@ func (rd *reader) nextConfirm() time.Time {
 // confirm tells the server the confirmed position when it moved (at most
 // every confirmEvery), when the status interval is up, or when forced.
 func (rd *reader) confirm(ctx context.Context, force bool) error {
-	since := time.Since(rd.lastSent)
+	since := rd.now().Sub(rd.lastSent)
 	moved := rd.prog.confirmed.Load() > rd.sentPos
 	if force || (moved && since >= confirmEvery) || since >= rd.r.cfg.StatusInterval {
 		return rd.status(ctx)
@@ -135,7 +138,7 @@ func (rd *reader) confirm(ctx context.Context, force bool) error {
 // never merely what was received.
 func (rd *reader) status(ctx context.Context) error {
 	pos := rd.prog.confirmed.Load()
-	rd.lastSent = time.Now()
+	rd.lastSent = rd.now()
 	if pos == 0 {
 		return nil // nothing confirmed yet: the slot keeps its own position
 	}
@@ -165,8 +168,8 @@ const makeWait = 5 * time.Second
 func (rd *reader) makeSlot(ctx context.Context) error {
 	tick := time.NewTicker(confirmEvery)
 	defer tick.Stop()
-	deadline := time.Now().Add(makeWait)
-	for rd.prog.handed.Load() != rd.prog.done.Load() && time.Now().Before(deadline) {
+	deadline := rd.now().Add(makeWait)
+	for rd.prog.handed.Load() != rd.prog.done.Load() && rd.now().Before(deadline) {
 		select {
 		case <-tick.C:
 			if err := rd.confirm(ctx, false); err != nil {
@@ -193,7 +196,7 @@ func (rd *reader) reply() error {
 	buf = binary.BigEndian.AppendUint64(buf, rd.received)
 	buf = binary.BigEndian.AppendUint64(buf, 0) // flush: none
 	buf = binary.BigEndian.AppendUint64(buf, 0) // apply: none
-	buf = binary.BigEndian.AppendUint64(buf, uint64(time.Since(pgEpoch).Microseconds()))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(rd.now().Sub(pgEpoch).Microseconds()))
 	buf = append(buf, 0)
 	msg, err := (&pgproto3.CopyData{Data: buf}).Encode(nil)
 	if err != nil {

@@ -67,7 +67,7 @@ func (rc *recorder) hand(published, dead []*item) {
 	}
 	rc.mu.Lock()
 	if len(rc.pub)+len(rc.dead) == 0 {
-		rc.since = time.Now()
+		rc.since = rc.now()
 	}
 	rc.pub = append(rc.pub, published...)
 	rc.dead = append(rc.dead, dead...)
@@ -75,6 +75,9 @@ func (rc *recorder) hand(published, dead []*item) {
 	rc.mu.Unlock()
 	signal(rc.wake) // the recorder writes now or sets its timer from since
 }
+
+// now is the relay's clock.
+func (rc *recorder) now() time.Time { return rc.r.cfg.Clock.Now() }
 
 // take returns the items written since the last call.
 func (rc *recorder) take() []*item {
@@ -142,9 +145,9 @@ func (rc *recorder) wait() (time.Duration, bool) {
 	case n >= rc.r.cfg.BatchSize:
 		return 0, true
 	case n > 0 && len(rc.unseen) > 0:
-		return min(recordEvery-time.Since(rc.since), unseenRetry), true
+		return min(recordEvery-rc.now().Sub(rc.since), unseenRetry), true
 	case n > 0:
-		return recordEvery - time.Since(rc.since), true
+		return recordEvery - rc.now().Sub(rc.since), true
 	case len(rc.unseen) > 0:
 		return unseenRetry, true
 	}
@@ -175,7 +178,7 @@ func (rc *recorder) due() bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	n := len(rc.pub) + len(rc.dead)
-	return n >= rc.r.cfg.BatchSize || (n > 0 && time.Since(rc.since) >= recordEvery) || len(rc.unseen) > 0
+	return n >= rc.r.cfg.BatchSize || (n > 0 && rc.now().Sub(rc.since) >= recordEvery) || len(rc.unseen) > 0
 }
 
 // record writes what the broker said to the table, with the items whose
@@ -215,7 +218,7 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 		isDead[it] = true
 	}
 	later := make(map[*item]bool, len(missing))
-	now := time.Now()
+	now := rc.now()
 	for _, it := range missing {
 		if it.txn == nil || snap.sees(it.txn.xid) {
 			continue // gone: published by another relay, or by this one before it died

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -152,7 +151,7 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making) 
 	prog := &progress{}
 	p := &publisher{r: r, prog: prog, keys: map[string]*key{}}
 	rd := &reader{r: r, conn: conn, slot: r.cfg.Slot, prog: prog, out: in, relations: map[uint32]*pglogrepl.RelationMessage{},
-		types: pgtype.NewMap(), prefix: prefix, lastSent: time.Now()}
+		types: pgtype.NewMap(), prefix: prefix, lastSent: r.cfg.Clock.Now()}
 	var swept chan struct{}
 	if first != nil {
 		swept = make(chan struct{})

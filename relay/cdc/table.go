@@ -97,7 +97,7 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 	if r.cfg.KeepPublished {
 		for _, it := range published {
 			if it.seq <= 0 {
-				logKept.add(it, "", "")
+				logKept.add(it, "", "", r.cfg.Clock.Now())
 			}
 		}
 	}
@@ -108,7 +108,7 @@ func (r *Relay) finish(ctx context.Context, published, dead []*item) (missing []
 		}
 		js, _ := json.Marshal(h)
 		if it.seq <= 0 {
-			logDead.add(it, h[len(h)-1].Error, string(js))
+			logDead.add(it, h[len(h)-1].Error, string(js), r.cfg.Clock.Now())
 			continue
 		}
 		deadIDs, attempts = append(deadIDs, it.seq), append(attempts, int32(it.attempts))
@@ -199,7 +199,7 @@ type logRows struct {
 	occurred, created              []time.Time
 }
 
-func (d *logRows) add(it *item, lastErr, history string) {
+func (d *logRows) add(it *item, lastErr, history string, now time.Time) {
 	m := &it.msg
 	var h *string
 	if len(m.Headers) > 0 {
@@ -211,7 +211,7 @@ func (d *logRows) add(it *item, lastErr, history string) {
 	d.topics, d.keys, d.types, d.cts = append(d.topics, m.Topic), append(d.keys, m.Key), append(d.types, m.Type), append(d.cts, m.ContentType)
 	d.versions, d.attempts = append(d.versions, int32(m.Version)), append(d.attempts, int32(it.attempts))
 	d.payloads, d.headers, d.history = append(d.payloads, m.Payload), append(d.headers, h), append(d.history, &history)
-	d.occurred, d.created, d.errs = append(d.occurred, m.OccurredAt), append(d.created, time.Now()), append(d.errs, lastErr)
+	d.occurred, d.created, d.errs = append(d.occurred, m.OccurredAt), append(d.created, now), append(d.errs, lastErr)
 }
 
 // metrics are the relay's counters.
