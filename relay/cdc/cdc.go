@@ -8,15 +8,14 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/relay/internal/dispatch"
+	"github.com/courier-go/courier/store"
 )
 
 // Defaults of Config's zero fields.
@@ -133,10 +132,43 @@ func (c Config) Validate() error {
 	return c.validate()
 }
 
+// Database is what the relay asks of the database whose log it reads,
+// besides the log itself: its publication and slots, the decoding of the
+// log, the table's rows while it makes its slot, and the writes of what
+// the broker answered. store/postgres's Driver.CDC is one:
+//
+//	r, err := cdc.New(postgres.NewDriver(pool).CDC(), publisher, cdc.Config{})
+type Database interface {
+	// ReplicationConfig is the configuration of a replication connection.
+	ReplicationConfig() *pgconn.Config
+	// Setup creates the publication when it does not exist.
+	Setup(ctx context.Context, publication string) error
+	// Decoder returns a decoder of the log for this outbox.
+	Decoder(ctx context.Context) (store.LogDecoder, error)
+	// Slot returns the state of a replication slot.
+	Slot(ctx context.Context, slot string) (store.SlotState, error)
+	// DropSlot drops a replication slot.
+	DropSlot(ctx context.Context, slot string) error
+	// CopySlot makes slot to a copy of from, starting at from's confirmed
+	// position; store.ErrSlotExists when to exists.
+	CopySlot(ctx context.Context, from, to string) error
+	// LockSlot takes the lock that lets one relay at a time make slot
+	// until release; store.ErrLocked while another relay holds it.
+	LockSlot(ctx context.Context, slot string) (release func(), err error)
+	// ReadTable reads the outbox's rows in an exported snapshot.
+	ReadTable(ctx context.Context, snapshot string) (store.TableReader, error)
+	// Record writes what the broker said of published and dead items
+	// (rows deleted, or archived with keep; dead letters).
+	Record(ctx context.Context, published, dead []*store.LogItem, keep bool) (store.Recorded, error)
+	// Fail records failed publishes and returns each item's counted
+	// attempts as the database holds them (-1: its row is gone).
+	Fail(ctx context.Context, fs []store.LogFailure) ([]int, error)
+}
+
 // Relay publishes the outbox from the log. Run it; it is not restartable
 // concurrently with itself.
 type Relay struct {
-	pool      *pgxpool.Pool
+	db        Database
 	disp      *dispatch.Dispatcher
 	pipelined bool // the publisher keeps a key's order (broker.OrderKeeper)
 	cfg       Config
@@ -145,52 +177,19 @@ type Relay struct {
 	m         metrics
 }
 
-// New returns a Relay that reads the outbox of pool's database (through a
-// replication connection with pool's settings) and publishes to pub.
-func New(pool *pgxpool.Pool, pub broker.Publisher, cfg Config) (*Relay, error) {
+// New returns a Relay that reads the outbox of db's database (through a
+// replication connection with its settings) and publishes to pub.
+func New(db Database, pub broker.Publisher, cfg Config) (*Relay, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if pool == nil || pub == nil {
-		return nil, errors.New("cdc: New needs a pool and a publisher")
+	if db == nil || pub == nil {
+		return nil, errors.New("cdc: New needs a database (postgres.Driver's CDC) and a publisher")
 	}
-	repl := pool.Config().ConnConfig.Config.Copy()
-	if repl.RuntimeParams == nil {
-		repl.RuntimeParams = map[string]string{}
-	}
-	repl.RuntimeParams["replication"] = "database"
-	repl.RuntimeParams["application_name"] = "courier-cdc"
 	disp := dispatch.New(pub, dispatch.Config{Policy: dispatch.Policy{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff},
 		Clock: cfg.Clock, Logger: cfg.Logger, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider})
-	return &Relay{pool: pool, disp: disp, pipelined: broker.KeepsKeyOrder(pub), cfg: cfg, repl: repl, log: cfg.Logger}, nil
-}
-
-// Setup creates the publication on courier_outbox when it does not exist.
-// Run calls it; the database user must own the table (or be a superuser).
-func Setup(ctx context.Context, pool *pgxpool.Pool, publication string) error {
-	if publication == "" {
-		publication = DefaultPublication
-	}
-	if !slotName.MatchString(publication) {
-		return fmt.Errorf("cdc: publication %q: use 1 to 63 lower-case letters, digits and underscores", publication)
-	}
-	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&exists); err != nil {
-		return fmt.Errorf("cdc: look for publication %s: %w", publication, err)
-	}
-	if exists {
-		return nil
-	}
-	_, err := pool.Exec(ctx, "CREATE PUBLICATION "+publication+" FOR TABLE courier_outbox WITH (publish = 'insert')")
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // created meanwhile
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("cdc: create publication %s on courier_outbox: %w (run courier migrate first; the user must own the table)", publication, err)
-	}
-	return nil
+	return &Relay{db: db, disp: disp, pipelined: broker.KeepsKeyOrder(pub), cfg: cfg, repl: db.ReplicationConfig(), log: cfg.Logger}, nil
 }
 
 // Stats counts what the relay did since it was made.
@@ -219,35 +218,10 @@ type Stats struct {
 // Stats returns the relay's counters.
 func (r *Relay) Stats() Stats { return r.m.snapshot() }
 
-// SlotLag reports how far slot's confirmed position is behind the current
-// end of the log, in bytes, and whether the slot exists. Each byte of it is
-// log PostgreSQL keeps for the slot.
-func SlotLag(ctx context.Context, pool *pgxpool.Pool, slot string) (lag int64, ok bool, err error) {
-	err = pool.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
-FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lag)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("cdc: slot %s lag: %w", slot, err)
-	}
-	return lag, true, nil
-}
-
 // item is one message on its way to the broker.
 type item struct {
-	seq      int64 // the row's id; 0 for none
-	msg      courier.Message
-	txn      *txn // nil for a row swept from the table
-	attempts int
-	history  []failure
-}
-
-// failure is one failed publish, for a dead letter's history.
-type failure struct {
-	At      time.Time `json:"at"`
-	Error   string    `json:"error"`
-	Counted bool      `json:"counted"`
+	store.LogItem
+	txn *txn // nil for a row read from the table
 }
 
 // txn is one committed transaction's messages, in commit order.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/courier-go/courier/relay/internal/dispatch"
 )
 
 // key is one ordering key's messages waiting to be published, in commit
@@ -61,7 +59,7 @@ func (r *Relay) publish(ctx context.Context, in <-chan batch, p *publisher) erro
 // once, each on keys no other call holds, so a key's messages still go one
 // call at a time.
 func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) error {
-	answered := make(chan answer, r.cfg.Concurrency)
+	answered := make(chan *call, r.cfg.Concurrency)
 	defer func() {
 		for ; p.calls > 0; p.calls-- {
 			<-answered // calls end with ctx
@@ -84,13 +82,11 @@ func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) e
 		}
 		now := r.cfg.Clock.Now()
 		if p.calls < r.cfg.Concurrency {
-			if keys, items := p.round(now); len(keys) > 0 {
+			if c := p.round(now); c != nil {
 				p.calls++
 				go func() {
-					pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-					outcomes := r.disp.Round(pctx, items, r.cfg.BatchSize)
-					cancel()
-					answered <- answer{keys, outcomes}
+					r.publishCall(ctx, c)
+					answered <- c
 				}()
 				continue
 			}
@@ -101,13 +97,13 @@ func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) e
 			from = in
 		}
 		select {
-		case a := <-answered:
+		case c := <-answered:
 			p.calls--
 			if ctx.Err() != nil {
 				timer.Stop()
 				return ctx.Err()
 			}
-			published, dead, retried := p.results(a.keys, a.outcomes)
+			published, dead, retried := p.results(c)
 			r.m.published.Add(int64(len(published)))
 			r.m.dead.Add(int64(len(dead)))
 			r.m.retried.Add(int64(retried))
@@ -125,12 +121,6 @@ func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) e
 	}
 }
 
-// answer is what a round did to its keys.
-type answer struct {
-	keys     []*key
-	outcomes []dispatch.Outcome
-}
-
 // add queues a batch's items under their keys and registers its
 // transaction, or counts the rows read from the table.
 func (p *publisher) add(b batch) {
@@ -141,10 +131,10 @@ func (p *publisher) add(b batch) {
 		p.sweptAll = p.sweptAll || b.last
 	}
 	for _, it := range b.items {
-		k := p.keys[it.msg.Key]
+		k := p.keys[it.Message.Key]
 		if k == nil {
-			k = &key{name: it.msg.Key}
-			p.keys[it.msg.Key] = k
+			k = &key{name: it.Message.Key}
+			p.keys[it.Message.Key] = k
 		}
 		if len(k.items) == 0 {
 			p.active = append(p.active, k)
@@ -158,12 +148,11 @@ func (p *publisher) add(b batch) {
 // round picks the keys of the next round, up to BatchSize messages: every
 // ready key's head, or as much of its items as the dispatcher may send at
 // once to a publisher that keeps a key's order.
-func (p *publisher) round(now time.Time) ([]*key, [][]dispatch.Item) {
+func (p *publisher) round(now time.Time) *call {
 	if now.Before(p.r.disp.Outage().PausedUntil) {
-		return nil, nil
+		return nil
 	}
-	var keys []*key
-	var items [][]dispatch.Item
+	c := &call{}
 	room := p.r.cfg.BatchSize
 	for _, k := range p.active {
 		if room <= 0 {
@@ -176,15 +165,14 @@ func (p *publisher) round(now time.Time) ([]*key, [][]dispatch.Item) {
 		if p.r.pipelined {
 			n = min(len(k.items), room)
 		}
-		its := make([]dispatch.Item, n)
-		for i, it := range k.items[:n] {
-			its[i] = dispatch.Item{Message: it.msg, Attempts: it.attempts}
-		}
-		keys, items = append(keys, k), append(items, its)
+		c.add(k, k.items[:n])
 		k.busy = true
 		room -= n
 	}
-	return keys, items
+	if len(c.keys) == 0 {
+		return nil
+	}
+	return c
 }
 
 // nextDue is how long until a held key or the pause comes due, at most the
@@ -205,20 +193,17 @@ func (p *publisher) nextDue(now time.Time) time.Duration {
 // results applies a round's outcomes to its keys: published and dead items
 // leave their keys; a failure holds the rest of its key back until its
 // retry.
-func (p *publisher) results(keys []*key, outcomes []dispatch.Outcome) (published, dead []*item, retried int) {
-	for i, k := range keys {
-		o := outcomes[i]
+func (p *publisher) results(c *call) (published, dead []*item, retried int) {
+	for i, k := range c.keys {
+		o := c.outcomes[i]
 		k.busy = false
 		for _, j := range o.Published {
 			published = append(published, k.items[j])
 		}
 		for _, f := range o.Dead {
-			it := k.items[f.Index]
-			it.note(f.Failure)
-			dead = append(dead, it)
+			dead = append(dead, k.items[f.Index])
 		}
 		if f := o.Failed; f != nil {
-			k.items[f.Index].note(f.Failure)
 			k.notBefore = f.At.Add(f.Delay)
 			retried++
 		}
@@ -238,15 +223,6 @@ func (p *publisher) results(keys []*key, outcomes []dispatch.Outcome) (published
 	clear(p.active[len(active):])
 	p.active = active
 	return published, dead, retried
-}
-
-// note adds failure f to the item's attempts and history.
-func (it *item) note(f dispatch.Failure) {
-	it.attempts = f.Attempts
-	it.history = append(it.history, failure{At: f.At.UTC(), Error: f.Err.Error(), Counted: f.Counted})
-	if len(it.history) > historyCap {
-		it.history = it.history[1:]
-	}
 }
 
 // settle counts finished items against their transactions and confirms

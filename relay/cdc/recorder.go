@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/internal/waits"
+	"github.com/courier-go/courier/store"
 )
 
 // recordEvery is the longest a published message waits to be written to
@@ -195,13 +196,10 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 		wasUnseen[u.it] = u
 	}
 	rc.unseen = rc.unseen[:0]
-	var (
-		missing []*item
-		snap    *snapshot
-	)
+	var rec store.Recorded
 	for attempt := 1; ; attempt++ {
 		var err error
-		missing, snap, err = rc.r.finish(ctx, published, dead)
+		rec, err = rc.r.db.Record(ctx, logItems(published), logItems(dead), rc.r.cfg.KeepPublished)
 		if err == nil {
 			break
 		}
@@ -217,10 +215,16 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 	for _, it := range dead {
 		isDead[it] = true
 	}
-	later := make(map[*item]bool, len(missing))
+	later := make(map[*item]bool, len(rec.Missing))
 	now := rc.now()
-	for _, it := range missing {
-		if it.txn == nil || snap.sees(it.txn.xid) {
+	for _, i := range rec.Missing {
+		var it *item
+		if i < len(published) {
+			it = published[i]
+		} else {
+			it = dead[i-len(published)]
+		}
+		if it.txn == nil || rec.Visible(it.Xid) {
 			continue // gone: published by another relay, or by this one before it died
 		}
 		u, ok := wasUnseen[it]
@@ -229,7 +233,7 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 		}
 		if !u.warned && now.Sub(u.since) >= unseenWarn {
 			u.warned = true
-			rc.r.log.Warn("a published message's transaction is still not visible; looking for its row again", "id", it.seq, "message_id", it.msg.ID, "xid", it.txn.xid)
+			rc.r.log.Warn("a published message's transaction is still not visible; looking for its row again", "id", it.Seq, "message_id", it.Message.ID, "xid", it.Xid)
 		}
 		later[it] = true
 		rc.unseen = append(rc.unseen, u)
@@ -243,4 +247,13 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 		}
 	}
 	return done, nil
+}
+
+// logItems returns what the database needs of items.
+func logItems(items []*item) []*store.LogItem {
+	out := make([]*store.LogItem, len(items))
+	for i, it := range items {
+		out[i] = &it.LogItem
+	}
+	return out
 }

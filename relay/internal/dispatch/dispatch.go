@@ -149,7 +149,7 @@ func (d *Dispatcher) Round(ctx context.Context, keys [][]Item, limit int) []Outc
 				} else if downErr == nil {
 					downErr = err
 				}
-				f := Judged{Index: i, Failure: d.judge(err, it, now)}
+				f := Judged{Index: i, Failure: d.Judge(err, it.Message, it.Attempts, now)}
 				holding = !f.Permanent
 				if f.Dead {
 					o.Dead = append(o.Dead, f)
@@ -174,13 +174,13 @@ func (d *Dispatcher) run(items []Item, limit int) int {
 	return n
 }
 
-// judge applies the policy to it's failure, and logs it.
-func (d *Dispatcher) judge(err error, it Item, now time.Time) Failure {
+// Judge applies the policy to a failure of m, which failed attempts times
+// before (counted), at now, and logs what it means.
+func (d *Dispatcher) Judge(err error, m courier.Message, attempts int, now time.Time) Failure {
 	d.mu.Lock()
 	outages := d.outage.Rounds + 1
 	d.mu.Unlock()
-	f := d.cfg.Judge(err, it.Attempts, outages, now)
-	m := &it.Message
+	f := d.cfg.Judge(err, attempts, outages, now)
 	switch {
 	case f.Dead:
 		d.cfg.Logger.Error("message dead-lettered", "message_id", m.ID, "key", m.Key,
