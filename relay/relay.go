@@ -114,7 +114,7 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 	defer p.disarm(context.WithoutCancel(ctx))
 	failures := 0 // consecutive failed claims
 	for {
-		if !waits.Sleep(ctx, r.until(r.pausedUntil())) {
+		if !r.sleepOutPause(ctx) {
 			return
 		}
 		select {
@@ -206,6 +206,18 @@ func (r *Relay) signalKick() {
 }
 
 func (r *Relay) pausedUntil() time.Time { return r.disp.Outage().PausedUntil }
+
+// sleepOutPause waits while the broker is held down, looking at the clock
+// at least every PollInterval (a test's clock moves without a timer
+// knowing), and reports whether ctx is still live.
+func (r *Relay) sleepOutPause(ctx context.Context) bool {
+	for d := r.until(r.pausedUntil()); d > 0; d = r.until(r.pausedUntil()) {
+		if !waits.Sleep(ctx, min(d, r.cfg.PollInterval)) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
+}
 
 // until is how long until t by the relay's clock.
 func (r *Relay) until(t time.Time) time.Duration { return t.Sub(r.cfg.Clock.Now()) }
