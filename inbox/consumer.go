@@ -419,23 +419,33 @@ func (c *Consumer[TTx]) run(ctx context.Context, tx TTx, msg courier.Message) (e
 // handle runs the handler through the inbox, telling the broker every
 // ExtendEvery that the message is still in progress.
 func (c *Consumer[TTx]) handle(ctx context.Context, d broker.Delivery, msg courier.Message) (Result, error) {
-	var t *time.Timer
+	defer c.keepAlive(ctx, d)()
+	return c.traced(ctx, d, msg)
+}
+
+// keepAlive tells the broker every ExtendEvery that d is still in
+// progress, until the returned stop is called: an extension under way
+// then is the last. ExtendEvery is real time, as the broker's ack wait is.
+func (c *Consumer[TTx]) keepAlive(ctx context.Context, d broker.Delivery) (stop func()) {
 	var mu sync.Mutex
-	extend := func() {
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(c.cfg.ExtendEvery, func() {
 		_ = d.Extend(ctx)
 		mu.Lock()
-		t.Reset(c.cfg.ExtendEvery)
-		mu.Unlock()
-	}
-	mu.Lock()
-	t = time.AfterFunc(c.cfg.ExtendEvery, extend)
-	mu.Unlock()
-	defer func() {
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(c.cfg.ExtendEvery)
+		}
+	})
+	return func() {
 		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
 		t.Stop()
-		mu.Unlock()
-	}()
-	return c.traced(ctx, d, msg)
+	}
 }
 
 // wait sleeps d while keeping the delivery alive; false when ctx ended.

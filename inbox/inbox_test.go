@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
@@ -120,6 +121,12 @@ func (e *env[TTx]) requestReplays(consumer string) {
 // run starts a consumer until the test ends.
 func (e *env[TTx]) run(consumer string, h inbox.Handler[TTx], cfg inbox.ConsumerConfig) *inbox.Consumer[TTx] {
 	e.t.Helper()
+	return e.runOn(e.subscriber(consumer), consumer, h, cfg)
+}
+
+// runOn starts a consumer on sub until the test ends.
+func (e *env[TTx]) runOn(sub broker.Subscriber, consumer string, h inbox.Handler[TTx], cfg inbox.ConsumerConfig) *inbox.Consumer[TTx] {
+	e.t.Helper()
 	ib, err := inbox.New(e.db.inbox, consumer)
 	testenv.Must(e.t, err, "inbox")
 	if cfg.Backoff == (courier.Backoff{}) {
@@ -131,7 +138,7 @@ func (e *env[TTx]) run(consumer string, h inbox.Handler[TTx], cfg inbox.Consumer
 	if os.Getenv("COURIER_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	c, err := inbox.NewConsumer(ib, e.subscriber(consumer), e.db.cs, h, cfg)
+	c, err := inbox.NewConsumer(ib, sub, e.db.cs, h, cfg)
 	testenv.Must(e.t, err, "consumer")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
