@@ -20,6 +20,7 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/memstore"
 )
 
 // env is one test's database and stream.
@@ -135,6 +136,9 @@ func (e *env[TTx]) runOn(sub broker.Subscriber, consumer string, h inbox.Handler
 	if cfg.ReplayEvery == 0 {
 		cfg.ReplayEvery = 50 * time.Millisecond
 	}
+	if cfg.ExtendEvery == 0 {
+		cfg.ExtendEvery = 500 * time.Millisecond // within the subscription's ack wait
+	}
 	if os.Getenv("COURIER_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -176,6 +180,9 @@ func TestFailTwiceThenSucceed(t *testing.T) {
 	onEachDialect(t, testFailTwiceThenSucceed, testFailTwiceThenSucceed)
 }
 
+// With KeepOrder the retries wait in place, an hour each on the consumer's
+// clock, which the test moves; without, the broker brings the message back
+// after the backoff (the 20ms the tests use).
 func testFailTwiceThenSucceed[TTx any](t *testing.T, d dialect[TTx]) {
 	for _, keepOrder := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep-order=%v", keepOrder), func(t *testing.T) {
@@ -192,7 +199,21 @@ func testFailTwiceThenSucceed[TTx any](t *testing.T, d dialect[TTx]) {
 			}
 			m := courier.NewMessage("payments", "order-2", "ChargeRequested", nil)
 			e.publish(m)
-			c := e.run(fmt.Sprintf("flaky-%v", keepOrder), h, inbox.ConsumerConfig{KeepOrder: keepOrder})
+			clock := memstore.NewClock()
+			clock.Set(time.Now())
+			cfg := inbox.ConsumerConfig{KeepOrder: keepOrder, Clock: clock.Now}
+			if keepOrder {
+				cfg.Backoff = courier.Backoff{Initial: time.Hour, Max: time.Hour}
+			}
+			c := e.run(fmt.Sprintf("flaky-%v", keepOrder), h, cfg)
+			for failed := int64(1); keepOrder && failed <= 2; failed++ {
+				testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Retried == failed }, "run %d did not fail: %v", failed, testenv.Lazy(func() any { return c.Metrics() }))
+				clock.Advance(time.Hour - time.Second)
+				if n := calls.Load(); int64(n) != failed {
+					t.Fatalf("%d runs after %d failures, before the backoff ended", n, failed)
+				}
+				clock.Advance(time.Second)
+			}
 			testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Applied == 1 }, "never applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
 			if n := e.effects(m); n != 1 || calls.Load() != 3 {
 				t.Fatalf("%d effects after %d calls; want 1 effect after 3 calls", n, calls.Load())
@@ -400,7 +421,10 @@ func testKeepOrderPerKey[TTx any](t *testing.T, d dialect[TTx]) {
 		msgs = append(msgs, courier.NewMessage("orders", fmt.Sprintf("k-%d", i%5), "Step", []byte(fmt.Sprint(i))))
 	}
 	e.publish(msgs...)
-	c := e.run("ordered", h, inbox.ConsumerConfig{KeepOrder: true, Concurrency: 3})
+	clock := memstore.NewClock()
+	c := e.run("ordered", h, inbox.ConsumerConfig{KeepOrder: true, Concurrency: 3, Clock: clock.Now, Backoff: courier.Backoff{Initial: time.Hour, Max: time.Hour}})
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Retried == 1 }, "message 3 did not fail: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	clock.Advance(time.Hour) // its retry in place falls due
 	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Applied == 200 }, "metrics %v", testenv.Lazy(func() any { return c.Metrics() }))
 	mu.Lock()
 	defer mu.Unlock()
