@@ -63,13 +63,14 @@ func (e *env[TTx]) publish(msgs ...courier.Message) {
 	}
 }
 
-// publishAgain sends copies after the stream's duplicate window, as a relay
-// that republishes after a crash does: JetStream stores each one.
-func (e *env[TTx]) publishAgain(t *testing.T, m courier.Message, times int) {
+// publishAgain sends copies of msgs, times times, each after the stream's
+// duplicate window, as a relay that republishes after a crash does:
+// JetStream stores each one. The window is the broker's, on real time.
+func (e *env[TTx]) publishAgain(t *testing.T, times int, msgs ...courier.Message) {
 	t.Helper()
 	for range times {
 		time.Sleep(120 * time.Millisecond)
-		e.publish(m)
+		e.publish(msgs...)
 	}
 }
 
@@ -159,7 +160,7 @@ func testSameMessageFiveTimesOneEffect[TTx any](t *testing.T, d dialect[TTx]) {
 	e := newEnv(t, d)
 	m := courier.NewMessage("payments", "order-1", "ChargeRequested", []byte("charge 42"))
 	e.publish(m)
-	e.publishAgain(t, m, 4)
+	e.publishAgain(t, 4, m)
 	c := e.run("billing", recordEffect(e.db, "billing"), inbox.ConsumerConfig{})
 	testenv.Eventually(t, 10*time.Second, func() bool { mm := c.Metrics(); return mm.Applied+mm.Duplicates == 5 }, "not all deliveries handled: %v", testenv.Lazy(func() any { return c.Metrics() }))
 	if n := e.effects(m); n != 1 {
@@ -374,12 +375,28 @@ func testFourInstancesExactlyOnce[TTx any](t *testing.T, d dialect[TTx]) {
 		e.publish(msgs[i:min(i+1000, n)]...)
 	}
 	// Some duplicates on the wire too.
-	for i := 0; i < 10; i++ {
-		e.publishAgain(t, msgs[i*7], 1)
+	var copies []courier.Message
+	for i := range 10 {
+		copies = append(copies, msgs[i*7])
 	}
+	e.publishAgain(t, 1, copies...)
 	testenv.Eventually(t, 2*time.Minute, func() bool { total, _ := e.totalEffects(); return total >= n }, "effects missing")
 	elapsed := time.Since(start)
-	time.Sleep(500 * time.Millisecond) // duplicates still in flight would show now
+	// Then every delivery on the wire (copies and redeliveries) has been
+	// acknowledged: a duplicate applied twice would show now.
+	js, err := jetstream.New(testenv.Connect(t, e.natsURL))
+	testenv.Must(t, err, "jetstream")
+	var left string
+	testenv.Eventually(t, time.Minute, func() bool {
+		info, err := js.Consumer(context.Background(), e.stream, "warehouse")
+		if err == nil {
+			ci := info.CachedInfo()
+			left = fmt.Sprintf("%d undelivered, %d unacknowledged", ci.NumPending, ci.NumAckPending)
+			return ci.NumPending == 0 && ci.NumAckPending == 0
+		}
+		left = err.Error()
+		return false
+	}, "deliveries in flight: %v", testenv.Lazy(func() any { return left }))
 	total, distinct := e.totalEffects()
 	if total != n || distinct != n {
 		t.Fatalf("%d effects for %d distinct messages, want exactly %d", total, distinct, n)
