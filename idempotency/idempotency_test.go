@@ -19,6 +19,7 @@ import (
 	"github.com/courier-go/courier/idempotency"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/memstore"
 )
 
@@ -28,6 +29,7 @@ type shop[TTx any] struct {
 	t      *testing.T
 	db     *database[TTx]
 	runs   atomic.Int32
+	claims claims // the key store's
 	server *httptest.Server
 	hold   chan struct{} // when set, handlers wait on it
 	fail   atomic.Int32  // next handlers answer 503 this many times
@@ -38,7 +40,7 @@ func newShop[TTx any](t *testing.T, d dialect[TTx], cfg idempotency.Config) *sho
 	if cfg.Scope == nil {
 		cfg.Scope = func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
 	}
-	keys, err := idempotency.New(s.db.keys, cfg)
+	keys, err := idempotency.New(countClaims[TTx]{s.db.keys, &s.claims}, cfg)
 	testenv.Must(t, err, "keys")
 	w := outbox.New(s.db.outbox, outbox.Config{})
 	mux := http.NewServeMux()
@@ -83,6 +85,21 @@ func newShop[TTx any](t *testing.T, d dialect[TTx], cfg idempotency.Config) *sho
 	s.server = httptest.NewServer(mux)
 	t.Cleanup(s.server.Close)
 	return s
+}
+
+// claims counts a key store's Claim calls.
+type claims struct{ begun, ended atomic.Int32 }
+
+// countClaims is a key store that counts its claims.
+type countClaims[TTx any] struct {
+	store.Idempotency[TTx]
+	n *claims
+}
+
+func (c countClaims[TTx]) Claim(ctx context.Context, kc store.KeyClaim) (store.KeyRecord, bool, error) {
+	c.n.begun.Add(1)
+	defer c.n.ended.Add(1)
+	return c.Idempotency.Claim(ctx, kc)
 }
 
 // doOnly is the Config.Scope of tests that call Do, whose Request carries
@@ -156,7 +173,12 @@ func testFiftyConcurrentRequestsOneExecution[TTx any](t *testing.T, d dialect[TT
 	for i := range replies {
 		wg.Go(func() { replies[i] = s.post("same-key", "carol", `{"item":"tea"}`) })
 	}
-	time.Sleep(300 * time.Millisecond) // the others arrive while the first is held
+	// The others find the key claimed while the first is held (on SQLite
+	// they wait for its transaction's write lock).
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return s.runs.Load() == 1 && s.claims.begun.Load() == 50 && (s.claims.ended.Load() == 50 || d.name == "sqlite")
+	}, "%v claims begun, %v ended, %v handlers ran", testenv.Lazy(func() any { return s.claims.begun.Load() }),
+		testenv.Lazy(func() any { return s.claims.ended.Load() }), testenv.Lazy(func() any { return s.runs.Load() }))
 	close(s.hold)
 	wg.Wait()
 	created, replayed, conflicts := 0, 0, 0
