@@ -110,7 +110,7 @@ func newFixture(t testing.TB, dialect string) *fixture {
 			f.sagas = f.driver.Sagas()
 			var err error
 			f.orch, err = saga.New(orderSaga(), f.sagas, outbox.New(f.driver.Inserter(), outbox.Config{}),
-				saga.Config{Now: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }})
+				saga.Config{Clock: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }})
 			testenv.Must(t, err, "orchestrator")
 		}
 	}
