@@ -68,9 +68,6 @@ type Config struct {
 	// Stats.Now read it. Default: the real clock. Tests pass a [Clock]'s
 	// Now to make leases expire and retries fall due without sleeping.
 	Clock courier.Clock
-	// Now stands for Clock when Clock is nil. Prefer Clock, the name every
-	// runtime configuration gives its time.
-	Now func() time.Time
 	// KeepPublished keeps a copy of each published row (see
 	// [Store.Published]) instead of only deleting it.
 	KeepPublished bool
@@ -118,9 +115,6 @@ type lease struct {
 
 // New returns an empty store.
 func New(cfg Config) *Store {
-	if cfg.Clock == nil {
-		cfg.Clock = cfg.Now
-	}
 	return &Store{now: cfg.Clock, keep: cfg.KeepPublished, leases: make(map[int64]*lease)}
 }
 

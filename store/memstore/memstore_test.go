@@ -157,22 +157,18 @@ func TestClock(t *testing.T) {
 	}
 }
 
-// The store reads its time from Config.Clock, or from Config.Now when
-// Clock is nil.
+// The store reads its time from Config.Clock.
 func TestConfigClock(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
-	clock, other := memstore.NewClock(), memstore.NewClock()
+	clock := memstore.NewClock()
 	clock.Set(at)
-	other.Set(at.Add(time.Hour))
 	for _, c := range []struct {
 		name string
 		cfg  memstore.Config
 		want time.Time
 	}{
 		{"Clock", memstore.Config{Clock: clock.Now}, at},
-		{"Now", memstore.Config{Now: clock.Now}, at},
-		{"both", memstore.Config{Clock: clock.Now, Now: other.Now}, at},
 	} {
 		s, err := memstore.New(c.cfg).Stats(ctx)
 		if err != nil || !s.Now.Equal(c.want) {
