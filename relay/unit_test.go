@@ -15,6 +15,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/memory"
+	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
@@ -40,14 +41,16 @@ type unit struct {
 
 func newUnit(t *testing.T) *unit {
 	clock := memstore.NewClock()
-	st := memstore.New(memstore.Config{Now: clock.Now})
+	st := memstore.New(memstore.Config{Clock: clock.Now})
 	return &unit{t: t, clock: clock, st: st, pub: memory.NewPublisher(), w: outbox.New(st, outbox.Config{})}
 }
 
 // config polls every few milliseconds and retries failed messages after an
-// hour, which only the store's clock makes pass.
+// hour, which only the test's clock (the store's and the relay's) makes
+// pass.
 func (u *unit) config() relay.Config {
 	return relay.Config{
+		Clock:         u.clock.Now,
 		BatchSize:     100,
 		LeaseDuration: time.Minute,
 		PollInterval:  5 * time.Millisecond,
@@ -601,10 +604,15 @@ func TestUnitOutageRetryAfterShortensTheWait(t *testing.T) {
 	if wait := pending[0].RetryAt.Sub(u.clock.Now()); wait < 9*time.Minute || wait > 10*time.Minute {
 		t.Fatalf("a1 retries in %v, want the 10m the broker said (the backoff says 1h)", wait)
 	}
-	if st := r.State(); !st.BrokerDown || time.Until(st.PausedUntil) > 11*time.Minute || time.Until(st.PausedUntil) < 9*time.Minute {
+	if st := r.State(); !st.BrokerDown || st.PausedUntil.Sub(u.clock.Now()) > 11*time.Minute || st.PausedUntil.Sub(u.clock.Now()) < 9*time.Minute {
 		t.Fatalf("state %+v: want the relay paused for the broker's 10m", st)
 	}
 	if pending[0].Record.Attempts != 0 {
 		t.Fatalf("an outage counted an attempt: %+v", pending[0])
 	}
+	// Once the broker's 10 minutes have passed (on the test's clock), the
+	// relay claims again and a1 goes out.
+	pub.down.Store(false)
+	u.clock.Advance(10*time.Minute + time.Second)
+	u.eventually(func() bool { return u.published(a1) }, "a1 not published after the broker's wait; state %+v", testenv.Lazy(func() any { return r.State() }))
 }

@@ -6,7 +6,7 @@
 // database the program runs on.
 //
 //	clock := memstore.NewClock()
-//	st := memstore.New(memstore.Config{Now: clock.Now})
+//	st := memstore.New(memstore.Config{Clock: clock.Now})
 //	n := st.NewNotifier() // signalled after each commit
 //	w := outbox.New(st, outbox.Config{})
 //	_ = st.InTx(ctx, func(tx *memstore.Tx) error { return w.Write(ctx, tx, msg) })
