@@ -25,7 +25,8 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 	ctx := context.Background()
 	clock := memstore.NewClock()
 	clock.Set(time.Now())
-	st, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{Clock: clock.Now})
+	d := postgres.NewDriver(pg.Pool).WithClock(clock.Now)
+	st, err := d.RelayStore(ctx, store.RelayConfig{})
 	testenv.Must(t, err, "store")
 	w := outbox.New(postgres.Pgx(), outbox.Config{})
 	write := func(msgs ...courier.Message) {
@@ -95,7 +96,7 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 		}
 		clock.Advance(400 * time.Millisecond)
 	}
-	testenv.Must(t, postgres.Admin(pg.Pool).ReplayDeadLetter(ctx, b.Records[0].Seq), "replay")
+	testenv.Must(t, d.Admin().ReplayDeadLetter(ctx, b.Records[0].Seq), "replay")
 	if !drain(dead, 10*time.Second) {
 		t.Fatal("a dead letter replayed under its old id was never claimed")
 	}
@@ -133,7 +134,7 @@ func TestClaimWithoutSequencePrivilege(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	testenv.Must(t, err, "connect as the relay's role")
 	defer pool.Close()
-	st, err := postgres.NewStore(ctx, pool, postgres.StoreConfig{})
+	st, err := postgres.NewDriver(pool).RelayStore(ctx, store.RelayConfig{})
 	testenv.Must(t, err, "store")
 	for range 3 {
 		b, err := st.Claim(ctx, "r", 10, time.Minute)
@@ -199,4 +200,24 @@ func TestNotifierWakesOnlyWhenArmed(t *testing.T) {
 		t.Fatal("an armed notifier was not woken by a commit")
 	}
 	testenv.Must(t, n.Disarm(ctx), "disarm")
+}
+
+// The shorthands make what the Driver makes: NewStore's relay store reads
+// the clock of its config, Admin the server's.
+func TestShorthands(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	ctx := context.Background()
+	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	st, err := postgres.NewStore(ctx, pg.Pool, postgres.StoreConfig{Clock: func() time.Time { return at }})
+	testenv.Must(t, err, "store")
+	s, err := st.Stats(ctx)
+	testenv.Must(t, err, "stats")
+	if !s.Now.Equal(at) {
+		t.Errorf("NewStore's stats at %s, want the configured clock's %s", s.Now, at)
+	}
+	a, err := postgres.Admin(pg.Pool).Stats(ctx)
+	testenv.Must(t, err, "admin stats")
+	if d := time.Since(a.Now); d < -time.Minute || d > time.Minute {
+		t.Errorf("Admin's stats at %s, want the server's clock", a.Now)
+	}
 }
