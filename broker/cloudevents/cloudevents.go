@@ -47,12 +47,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/internal/timestamp"
 )
 
 // SpecVersion is the CloudEvents version Courier writes.
@@ -148,7 +148,7 @@ func (c *Config) Attributes(prefix string, m *courier.Message) []Attribute {
 		{prefix + AttrSource, c.Source},
 		{prefix + AttrType, m.Type},
 		{prefix + AttrSubject, m.Key},
-		{prefix + AttrTime, m.OccurredAt.UTC().Format(time.RFC3339Nano)},
+		{prefix + AttrTime, timestamp.Format(m.OccurredAt)},
 		{prefix + AttrVersion, strconv.Itoa(m.Version)},
 	}
 }
@@ -220,10 +220,9 @@ func Decode(prefix string, get func(name string) string) (courier.Message, error
 		return bad(AttrTime, "is missing")
 	}
 	var err error
-	if m.OccurredAt, err = parseTime(t); err != nil {
-		return bad(AttrTime, err.Error())
+	if m.OccurredAt, err = timestamp.Parse(t); err != nil {
+		return bad(AttrTime, "is not an RFC 3339 time: "+err.Error())
 	}
-	m.OccurredAt = m.OccurredAt.UTC()
 	m.Version = 1
 	if v := get(prefix + AttrVersion); v != "" {
 		if m.Version, err = strconv.Atoi(v); err != nil || m.Version < 1 {

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/internal/timestamp"
 )
 
 // MediaTypeJSON is the media type of an event in the JSON event format
@@ -253,18 +254,12 @@ func IsJSON(contentType string) bool {
 	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
-// parseTime reads an RFC 3339 timestamp. time.Parse takes offsets up to
-// +24:59, which RFC 3339 does not.
+// parseTime reads an RFC 3339 timestamp as written (see
+// timestamp.ParseRFC3339).
 func parseTime(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := timestamp.ParseRFC3339(s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("is not an RFC 3339 time: %v", err)
-	}
-	if z := s[len(s)-1]; z != 'Z' {
-		off := s[len(s)-6:] // ±hh:mm, the layout made sure of it
-		if off[1:3] > "23" || off[4:6] > "59" {
-			return time.Time{}, fmt.Errorf("is not an RFC 3339 time: offset %s out of range", off)
-		}
 	}
 	return t, nil
 }
