@@ -168,7 +168,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 			continue
 		}
 		errs[i] = p.classify(&msgs[i], err)
-		if !errors.Is(errs[i], broker.ErrRejected) || errors.Is(errs[i], broker.ErrUnavailable) {
+		if !broker.Permanent(errs[i]) {
 			if held == nil {
 				held = make(map[topicKey]error)
 			}

@@ -102,7 +102,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 			p.acked = append(p.acked, m)
 			continue
 		}
-		if p.ordered && !(errors.Is(errs[i], broker.ErrRejected) && !errors.Is(errs[i], broker.ErrUnavailable)) {
+		if p.ordered && !broker.Permanent(errs[i]) {
 			if failed == nil {
 				failed = make(map[topicKey]error)
 			}

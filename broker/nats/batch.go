@@ -339,7 +339,7 @@ func (p *Publisher) publishRun(ctx context.Context, lk *lookups, msgs []courier.
 			n++
 			ack, err := p.publishOne(ctx, lk, &msgs[i])
 			errs[i] = err
-			if err != nil && !permanent(err) {
+			if err != nil && !broker.Permanent(err) {
 				p.holdBack(msgs, run[n:], errs, err)
 				return
 			}
@@ -515,10 +515,4 @@ func (p *Publisher) holdBack(msgs []courier.Message, rest []int, errs []error, c
 		errs[i] = broker.Unavailable(fmt.Errorf("subject %q: held back: an earlier message of key %q failed: %v",
 			p.cfg.Subject(msgs[i].Topic), msgs[i].Key, cause))
 	}
-}
-
-// permanent reports whether err is a refusal for good, after which the
-// rest of a key's run goes on.
-func permanent(err error) bool {
-	return errors.Is(err, broker.ErrRejected) && !errors.Is(err, broker.ErrUnavailable)
 }
