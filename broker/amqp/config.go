@@ -11,6 +11,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/broker/internal/setting"
 	"github.com/courier-go/courier/internal/redact"
 )
 
@@ -88,34 +89,25 @@ func ParseURL(s string) (Config, error) {
 }
 
 func (c *Config) setDefaults() {
-	if c.Exchange == "" {
-		c.Exchange = DefaultExchange
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = DefaultDialTimeout
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = DefaultHeartbeat
-	}
-	if c.Backoff.Initial == 0 {
-		c.Backoff.Initial = DefaultBackoffInitial
-	}
-	if c.Backoff.Max == 0 {
-		c.Backoff.Max = max(DefaultBackoffMax, c.Backoff.Initial)
-	}
-	if c.Backoff.Jitter == 0 {
-		c.Backoff.Jitter = DefaultBackoffJitter
-	}
+	setting.Default(&c.Exchange, DefaultExchange)
+	setting.Default(&c.DialTimeout, DefaultDialTimeout)
+	setting.Default(&c.Heartbeat, DefaultHeartbeat)
+	setting.Default(&c.Backoff.Initial, DefaultBackoffInitial)
+	setting.Default(&c.Backoff.Max, max(DefaultBackoffMax, c.Backoff.Initial))
+	setting.Default(&c.Backoff.Jitter, DefaultBackoffJitter)
 }
 
 func (c *Config) validate() error {
-	switch {
-	case c.URL == "":
+	if c.URL == "" {
 		return errors.New("amqp: Config.URL is empty: set it to the broker's URL, such as amqp://guest:guest@127.0.0.1:5672/")
-	case c.DialTimeout < 0:
-		return fmt.Errorf("amqp: Config.DialTimeout is %s: use more than 0, or 0 for %s", c.DialTimeout, DefaultDialTimeout)
-	case c.Heartbeat < 0:
-		return fmt.Errorf("amqp: Config.Heartbeat is %s: use more than 0, or 0 for %s", c.Heartbeat, DefaultHeartbeat)
+	}
+	if err := setting.First(
+		setting.Positive("amqp: Config.DialTimeout", c.DialTimeout, DefaultDialTimeout),
+		setting.Positive("amqp: Config.Heartbeat", c.Heartbeat, DefaultHeartbeat),
+	); err != nil {
+		return err
+	}
+	switch {
 	case c.Backoff.Initial < 0 || c.Backoff.Max < c.Backoff.Initial:
 		return fmt.Errorf("amqp: Config.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial (0 takes the defaults, %s..%s)",
 			c.Backoff.Initial, c.Backoff.Max, DefaultBackoffInitial, DefaultBackoffMax)
@@ -171,23 +163,19 @@ type PublisherConfig struct {
 
 func (c *PublisherConfig) setDefaults() {
 	c.Config.setDefaults()
-	if c.Channels == 0 {
-		c.Channels = DefaultChannels
-	}
-	if c.ConfirmTimeout == 0 {
-		c.ConfirmTimeout = DefaultConfirmTimeout
-	}
+	setting.Default(&c.Channels, DefaultChannels)
+	setting.Default(&c.ConfirmTimeout, DefaultConfirmTimeout)
 }
 
 func (c *PublisherConfig) validate() error {
-	if err := c.Config.validate(); err != nil {
+	if err := setting.First(
+		c.Config.validate(),
+		setting.Positive("amqp: PublisherConfig.Channels", c.Channels, DefaultChannels),
+		setting.Positive("amqp: PublisherConfig.ConfirmTimeout", c.ConfirmTimeout, DefaultConfirmTimeout),
+	); err != nil {
 		return err
 	}
 	switch {
-	case c.Channels < 0:
-		return fmt.Errorf("amqp: PublisherConfig.Channels is %d: use 1 or more, or 0 for %d", c.Channels, DefaultChannels)
-	case c.ConfirmTimeout < 0:
-		return fmt.Errorf("amqp: PublisherConfig.ConfirmTimeout is %s: use more than 0, or 0 for %s", c.ConfirmTimeout, DefaultConfirmTimeout)
 	case c.MaxMessageSize < 0:
 		return fmt.Errorf("amqp: PublisherConfig.MaxMessageSize is %d: use 0 (learned) or the broker's max_message_size", c.MaxMessageSize)
 	case c.CloudEvents != nil:
@@ -222,22 +210,17 @@ type SubscriberConfig struct {
 
 func (c *SubscriberConfig) setDefaults() {
 	c.Config.setDefaults()
-	if c.Prefetch == 0 {
-		c.Prefetch = DefaultPrefetch
-	}
+	setting.Default(&c.Prefetch, DefaultPrefetch)
 }
 
 func (c *SubscriberConfig) validate() error {
-	if err := c.Config.validate(); err != nil {
-		return err
-	}
-	switch {
-	case c.Queue == "":
+	if c.Queue == "" {
 		return errors.New("amqp: SubscriberConfig.Queue is empty: name the queue to consume, declared with EnsureTopology")
-	case c.Prefetch < 0:
-		return fmt.Errorf("amqp: SubscriberConfig.Prefetch is %d: use 1 or more, or 0 for %d", c.Prefetch, DefaultPrefetch)
 	}
-	return nil
+	return setting.First(
+		c.Config.validate(),
+		setting.Positive("amqp: SubscriberConfig.Prefetch", c.Prefetch, DefaultPrefetch),
+	)
 }
 
 // Validate reports whether NewSubscriber would accept c: nil, or the error

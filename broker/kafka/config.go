@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/broker/internal/setting"
 	"github.com/courier-go/courier/internal/redact"
 )
 
@@ -140,24 +141,21 @@ type PublisherConfig struct {
 }
 
 func (c *PublisherConfig) setDefaults() {
-	if c.AckTimeout == 0 {
-		c.AckTimeout = DefaultAckTimeout
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = DefaultMaxMessageBytes
-	}
+	setting.Default(&c.AckTimeout, DefaultAckTimeout)
+	setting.Default(&c.MaxMessageBytes, DefaultMaxMessageBytes)
 }
 
 func (c *PublisherConfig) validate() error {
-	if err := c.Config.Validate(); err != nil {
-		return err
-	}
+	err := setting.First(
+		c.Config.Validate(),
+		setting.Positive("kafka: PublisherConfig.AckTimeout", c.AckTimeout, DefaultAckTimeout),
+		setting.Positive("kafka: PublisherConfig.MaxMessageBytes", c.MaxMessageBytes, DefaultMaxMessageBytes),
+	)
 	switch {
-	case c.AckTimeout < 0:
-		return fmt.Errorf("kafka: PublisherConfig.AckTimeout is %s: use more than 0, or 0 for %s", c.AckTimeout, DefaultAckTimeout)
-	case c.MaxMessageBytes < 0 || c.MaxMessageBytes > maxMessageBytes:
-		return fmt.Errorf("kafka: PublisherConfig.MaxMessageBytes is %d: use 1 to %d (at most the topics' max.message.bytes), or 0 for %d",
-			c.MaxMessageBytes, maxMessageBytes, DefaultMaxMessageBytes)
+	case err != nil:
+		return err
+	case c.MaxMessageBytes > maxMessageBytes:
+		return fmt.Errorf("kafka: PublisherConfig.MaxMessageBytes is %d: use at most %d (and at most the topics' max.message.bytes)", c.MaxMessageBytes, maxMessageBytes)
 	case c.CloudEvents != nil:
 		return c.CloudEvents.Check("kafka: PublisherConfig.CloudEvents")
 	}
@@ -194,9 +192,7 @@ type SubscriberConfig struct {
 }
 
 func (c *SubscriberConfig) setDefaults() {
-	if c.Prefetch == 0 {
-		c.Prefetch = DefaultPrefetch
-	}
+	setting.Default(&c.Prefetch, DefaultPrefetch)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -211,10 +207,8 @@ func (c *SubscriberConfig) validate() error {
 		return errors.New("kafka: SubscriberConfig.Group is empty: name the consuming service, e.g. \"billing\"")
 	case len(c.Topics) == 0:
 		return errors.New("kafka: SubscriberConfig.Topics is empty: list the message topics to receive, e.g. []string{\"orders\"}")
-	case c.Prefetch < 0:
-		return fmt.Errorf("kafka: SubscriberConfig.Prefetch is %d: use 1 or more, or 0 for %d", c.Prefetch, DefaultPrefetch)
 	}
-	return nil
+	return setting.Positive("kafka: SubscriberConfig.Prefetch", c.Prefetch, DefaultPrefetch)
 }
 
 // Validate reports whether NewSubscriber would accept c: nil, or the error

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/broker/internal/setting"
 )
 
 // The defaults of the zero fields of Config, PublisherConfig,
@@ -103,32 +104,22 @@ type PublisherConfig struct {
 }
 
 func (c *PublisherConfig) setDefaults() {
-	if c.AckTimeout == 0 {
-		c.AckTimeout = DefaultAckTimeout
-	}
-	if c.MaxPending == 0 {
-		c.MaxPending = DefaultMaxPending
-	}
-	if c.MaxBatches == 0 {
-		c.MaxBatches = DefaultMaxBatches
-	}
+	setting.Default(&c.AckTimeout, DefaultAckTimeout)
+	setting.Default(&c.MaxPending, DefaultMaxPending)
+	setting.Default(&c.MaxBatches, DefaultMaxBatches)
 }
 
 func (c *PublisherConfig) validate() error {
-	if err := c.Config.Validate(); err != nil {
-		return err
+	err := setting.First(
+		c.Config.Validate(),
+		setting.Positive("nats: PublisherConfig.AckTimeout", c.AckTimeout, DefaultAckTimeout),
+		setting.Positive("nats: PublisherConfig.MaxPending", c.MaxPending, DefaultMaxPending),
+		setting.Positive("nats: PublisherConfig.MaxBatches", c.MaxBatches, DefaultMaxBatches),
+	)
+	if err == nil && c.CloudEvents != nil {
+		err = c.CloudEvents.Check("nats: PublisherConfig.CloudEvents")
 	}
-	switch {
-	case c.AckTimeout < 0:
-		return fmt.Errorf("nats: PublisherConfig.AckTimeout is %s: use more than 0, or 0 for %s", c.AckTimeout, DefaultAckTimeout)
-	case c.MaxPending < 0:
-		return fmt.Errorf("nats: PublisherConfig.MaxPending is %d: use 1 or more, or 0 for %d", c.MaxPending, DefaultMaxPending)
-	case c.MaxBatches < 0:
-		return fmt.Errorf("nats: PublisherConfig.MaxBatches is %d: use 1 or more, or 0 for %d", c.MaxBatches, DefaultMaxBatches)
-	case c.CloudEvents != nil:
-		return c.CloudEvents.Check("nats: PublisherConfig.CloudEvents")
-	}
-	return nil
+	return err
 }
 
 // Validate reports whether NewPublisher would accept c: nil, or the error
@@ -166,35 +157,22 @@ type SubscriberConfig struct {
 }
 
 func (c *SubscriberConfig) setDefaults() {
-	if c.Stream == "" {
-		c.Stream = DefaultStream
-	}
-	if c.AckWait == 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.MaxAckPending == 0 {
-		c.MaxAckPending = DefaultMaxAckPending
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = DefaultPrefetch
-	}
+	setting.Default(&c.Stream, DefaultStream)
+	setting.Default(&c.AckWait, DefaultAckWait)
+	setting.Default(&c.MaxAckPending, DefaultMaxAckPending)
+	setting.Default(&c.Prefetch, DefaultPrefetch)
 }
 
 func (c *SubscriberConfig) validate() error {
-	if err := c.Config.Validate(); err != nil {
-		return err
-	}
-	switch {
-	case c.Consumer == "":
+	if c.Consumer == "" {
 		return errors.New("nats: SubscriberConfig.Consumer is empty: name the consuming service, e.g. \"billing\"")
-	case c.AckWait < 0:
-		return fmt.Errorf("nats: SubscriberConfig.AckWait is %s: use more than 0, or 0 for %s", c.AckWait, DefaultAckWait)
-	case c.MaxAckPending < 0:
-		return fmt.Errorf("nats: SubscriberConfig.MaxAckPending is %d: use 1 or more, or 0 for %d", c.MaxAckPending, DefaultMaxAckPending)
-	case c.Prefetch < 0:
-		return fmt.Errorf("nats: SubscriberConfig.Prefetch is %d: use 1 or more, or 0 for %d", c.Prefetch, DefaultPrefetch)
 	}
-	return nil
+	return setting.First(
+		c.Config.Validate(),
+		setting.Positive("nats: SubscriberConfig.AckWait", c.AckWait, DefaultAckWait),
+		setting.Positive("nats: SubscriberConfig.MaxAckPending", c.MaxAckPending, DefaultMaxAckPending),
+		setting.Positive("nats: SubscriberConfig.Prefetch", c.Prefetch, DefaultPrefetch),
+	)
 }
 
 // Validate reports whether NewSubscriber would accept c: nil, or the error
@@ -240,21 +218,18 @@ type StreamConfig struct {
 }
 
 func (c *StreamConfig) setDefaults(mapping Config) {
-	if c.Name == "" {
-		c.Name = DefaultStream
-	}
+	setting.Default(&c.Name, DefaultStream)
 	if len(c.Subjects) == 0 {
 		c.Subjects = []string{mapping.Subjects()}
 	}
-	if c.Duplicates == 0 {
-		c.Duplicates = DefaultDuplicates
-	}
+	setting.Default(&c.Duplicates, DefaultDuplicates)
 }
 
 func (c *StreamConfig) validate() error {
+	if err := setting.Positive("nats: StreamConfig.Duplicates", c.Duplicates, DefaultDuplicates); err != nil {
+		return err
+	}
 	switch {
-	case c.Duplicates < 0:
-		return fmt.Errorf("nats: StreamConfig.Duplicates is %s: use more than 0, or 0 for %s", c.Duplicates, DefaultDuplicates)
 	case c.MaxAge < 0:
 		return fmt.Errorf("nats: StreamConfig.MaxAge is %s: use 0 (no age limit) or more", c.MaxAge)
 	case c.Replicas < 0:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/broker/internal/setting"
 	"github.com/courier-go/courier/internal/redact"
 )
 
@@ -94,21 +95,11 @@ type BreakerConfig struct {
 }
 
 func (c *PublisherConfig) setDefaults() {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.MaxRetryAfter == 0 {
-		c.MaxRetryAfter = DefaultMaxRetryAfter
-	}
-	if c.Breaker.Failures == 0 {
-		c.Breaker.Failures = DefaultBreakerFailures
-	}
-	if c.Breaker.OpenFor == 0 {
-		c.Breaker.OpenFor = DefaultBreakerOpenFor
-	}
+	setting.Default(&c.Timeout, DefaultTimeout)
+	setting.Default(&c.Concurrency, DefaultConcurrency)
+	setting.Default(&c.MaxRetryAfter, DefaultMaxRetryAfter)
+	setting.Default(&c.Breaker.Failures, DefaultBreakerFailures)
+	setting.Default(&c.Breaker.OpenFor, DefaultBreakerOpenFor)
 }
 
 // validate checks c and returns the keys of Secrets and of
@@ -125,24 +116,21 @@ func (c *PublisherConfig) validate() ([]signingKey, map[string][]signingKey, err
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := c.checkEndpoints(); err != nil {
-		return nil, nil, err
-	}
-	switch {
-	case c.Body != BodyEnvelope && c.Body != BodyRaw:
+	if c.Body != BodyEnvelope && c.Body != BodyRaw {
 		return nil, nil, fmt.Errorf("webhook: PublisherConfig.Body is %v: use BodyEnvelope (the default) or BodyRaw", c.Body)
-	case c.Timeout < 0:
-		return nil, nil, fmt.Errorf("webhook: PublisherConfig.Timeout is %s: use more than 0, or 0 for %s", c.Timeout, DefaultTimeout)
-	case c.Concurrency < 0:
-		return nil, nil, fmt.Errorf("webhook: PublisherConfig.Concurrency is %d: use 1 or more, or 0 for %d", c.Concurrency, DefaultConcurrency)
-	case c.MaxRetryAfter < 0:
-		return nil, nil, fmt.Errorf("webhook: PublisherConfig.MaxRetryAfter is %s: use more than 0, or 0 for %s", c.MaxRetryAfter, DefaultMaxRetryAfter)
-	case c.Breaker.OpenFor < 0:
-		return nil, nil, fmt.Errorf("webhook: PublisherConfig.Breaker.OpenFor is %s: use more than 0, or 0 for %s", c.Breaker.OpenFor, DefaultBreakerOpenFor)
-	case c.CloudEvents != nil:
-		if err := c.CloudEvents.Check("webhook: PublisherConfig.CloudEvents"); err != nil {
-			return nil, nil, err
-		}
+	}
+	err = setting.First(
+		c.checkEndpoints(),
+		setting.Positive("webhook: PublisherConfig.Timeout", c.Timeout, DefaultTimeout),
+		setting.Positive("webhook: PublisherConfig.Concurrency", c.Concurrency, DefaultConcurrency),
+		setting.Positive("webhook: PublisherConfig.MaxRetryAfter", c.MaxRetryAfter, DefaultMaxRetryAfter),
+		setting.Positive("webhook: PublisherConfig.Breaker.OpenFor", c.Breaker.OpenFor, DefaultBreakerOpenFor),
+	)
+	if err == nil && c.CloudEvents != nil {
+		err = c.CloudEvents.Check("webhook: PublisherConfig.CloudEvents")
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	return keys, byURL, nil
 }
@@ -244,25 +232,21 @@ type VerifierConfig struct {
 }
 
 func (c *VerifierConfig) setDefaults() {
-	if c.Tolerance == 0 {
-		c.Tolerance = DefaultTolerance
-	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	setting.Default(&c.Tolerance, DefaultTolerance)
+	setting.Default(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 }
 
 // validate checks c and returns the keys of Secrets.
 func (c *VerifierConfig) validate() ([]verifyingKey, error) {
 	keys, err := parseVerifyingKeys(c.Secrets)
+	if err == nil {
+		err = setting.First(
+			setting.Positive("webhook: VerifierConfig.Tolerance", c.Tolerance, DefaultTolerance),
+			setting.Positive("webhook: VerifierConfig.MaxBodyBytes", c.MaxBodyBytes, DefaultMaxBodyBytes),
+		)
+	}
 	if err != nil {
 		return nil, err
-	}
-	switch {
-	case c.Tolerance < 0:
-		return nil, fmt.Errorf("webhook: VerifierConfig.Tolerance is %s: use more than 0, or 0 for %s", c.Tolerance, DefaultTolerance)
-	case c.MaxBodyBytes < 0:
-		return nil, fmt.Errorf("webhook: VerifierConfig.MaxBodyBytes is %d: use 1 or more, or 0 for %d", c.MaxBodyBytes, DefaultMaxBodyBytes)
 	}
 	return keys, nil
 }
@@ -296,19 +280,17 @@ type HandlerConfig struct {
 
 func (c *HandlerConfig) setDefaults() {
 	c.VerifierConfig.setDefaults()
-	if c.Wait == 0 {
-		c.Wait = DefaultWait
-	}
+	setting.Default(&c.Wait, DefaultWait)
 }
 
 // validate checks c and returns the keys of its Secrets.
 func (c *HandlerConfig) validate() ([]verifyingKey, error) {
 	keys, err := c.VerifierConfig.validate()
+	if err == nil {
+		err = setting.Positive("webhook: HandlerConfig.Wait", c.Wait, DefaultWait)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if c.Wait < 0 {
-		return nil, fmt.Errorf("webhook: HandlerConfig.Wait is %s: use more than 0 (below the sender's Timeout), or 0 for %s", c.Wait, DefaultWait)
 	}
 	return keys, nil
 }
