@@ -408,19 +408,13 @@ func (p *Publisher) publishBatch(ctx context.Context, lk *lookups, msgs []courie
 		if err != nil {
 			return p.unsent(&msgs[i], err)
 		}
-		select {
-		case <-f.Ok():
-			p.setBound(p.cfg.Subject(first.Topic), true)
-			return batchStored, nil
-		case err := <-f.Err():
-			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-				p.setBound(p.cfg.Subject(first.Topic), false)
-				return batchFailed, lk.verdict(ctx, first.Topic, err)
-			}
+		switch _, refused, err := p.wait(ctx, lk, first, f); {
+		case refused:
 			return p.batchRefusal(first, len(chunk), err)
-		case <-ctx.Done():
-			return batchFailed, broker.Unavailable(fmt.Errorf("waiting for the ack of a batch: %w", ctx.Err()))
+		case err != nil:
+			return batchFailed, err
 		}
+		return batchStored, nil
 	}
 	return batchStored, nil
 }

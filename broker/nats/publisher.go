@@ -145,18 +145,33 @@ func (p *Publisher) publishEach(ctx context.Context, lk *lookups, msgs []courier
 // await waits for f, the acknowledgement of a publish of m, and returns
 // it, or the failure, classified.
 func (p *Publisher) await(ctx context.Context, lk *lookups, m *courier.Message, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	ack, refused, err := p.wait(ctx, lk, m, f)
+	if refused {
+		return nil, p.classify(m, err)
+	}
+	return ack, err
+}
+
+// wait waits for f, the acknowledgement of a publish of m (of a batch
+// whose first message is m), and keeps what it says about m's subject.
+// It returns the acknowledgement; or the failure of a publish no stream
+// answered (no responders, no answer in time), classified by asking
+// JetStream which stream binds the subject, or ctx's end; or, with
+// refused true, the refusal JetStream answered with, for the caller to
+// classify.
+func (p *Publisher) wait(ctx context.Context, lk *lookups, m *courier.Message, f jetstream.PubAckFuture) (ack *jetstream.PubAck, refused bool, err error) {
 	select {
 	case ack := <-f.Ok():
 		p.setBound(p.cfg.Subject(m.Topic), true)
-		return ack, nil
+		return ack, false, nil
 	case err := <-f.Err():
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
 			p.setBound(p.cfg.Subject(m.Topic), false)
-			return nil, lk.verdict(ctx, m.Topic, err)
+			return nil, false, lk.verdict(ctx, m.Topic, err)
 		}
-		return nil, p.classify(m, err)
+		return nil, true, err
 	case <-ctx.Done():
-		return nil, broker.Unavailable(fmt.Errorf("waiting for the ack: %w", ctx.Err()))
+		return nil, false, broker.Unavailable(fmt.Errorf("waiting for the ack: %w", ctx.Err()))
 	}
 }
 
