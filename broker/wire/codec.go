@@ -151,3 +151,23 @@ func (b Binding) decodeEvent(ce string, get func(string) string) (courier.Messag
 	}
 	return m, nil
 }
+
+// TypeOf returns the message type that h, a delivery's headers as
+// broker.Raw carries them, names, whichever broker carried it:
+// Courier-Type, AMQP's type property, or a CloudEvents type attribute of
+// any binding; "" when none does. It reads, for display, a delivery that
+// may not decode (a parked one) and checks nothing. A webhook delivery's
+// type is in its signed body, not in h.
+func TypeOf(h map[string][]string) string {
+	names := []string{HeaderType, PropertyType}
+	for _, b := range []Binding{NATS, Kafka, AMQP} {
+		write, alsoRead := b.Prefixes()
+		names = append(names, write+cloudevents.AttrType, alsoRead+cloudevents.AttrType)
+	}
+	for _, name := range names {
+		if vs := h[name]; len(vs) > 0 && vs[0] != "" {
+			return vs[0]
+		}
+	}
+	return ""
+}

@@ -221,6 +221,29 @@ func TestDecodeCourierWins(t *testing.T) {
 	}
 }
 
+// TypeOf finds the type of a delivery whichever broker carried it, and of
+// one that carries only CloudEvents attributes.
+func TestTypeOf(t *testing.T) {
+	for _, b := range bindings {
+		m := sample()
+		if got := wire.TypeOf(encode(t, b, &m, nil)); got != m.Type {
+			t.Errorf("%v: TypeOf = %q, want %q", b, got, m.Type)
+		}
+		write, alsoRead := b.Prefixes()
+		for _, prefix := range []string{write, alsoRead} {
+			if prefix == "" {
+				continue
+			}
+			if got := wire.TypeOf(map[string][]string{prefix + "type": {"Shipped"}}); got != "Shipped" {
+				t.Errorf("%v, CloudEvents prefix %s: TypeOf = %q", b, prefix, got)
+			}
+		}
+	}
+	if got := wire.TypeOf(map[string][]string{"X-Type": {"T"}, wire.HeaderType: {""}}); got != "" {
+		t.Errorf("no type header: TypeOf = %q", got)
+	}
+}
+
 func TestHTTPIsNotDecoded(t *testing.T) {
 	m := sample()
 	h := encode(t, wire.HTTP, &m, nil)
