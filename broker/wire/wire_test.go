@@ -141,6 +141,8 @@ func TestDecodeMalformed(t *testing.T) {
 			{wire.HeaderVersion, "", wire.HeaderVersion},
 			{wire.HeaderVersion, "two", wire.HeaderVersion},
 			{wire.HeaderOccurredAt, "yesterday", wire.HeaderOccurredAt},
+			{wire.HeaderOccurredAt, "2026-11-30T12:00:00+24:00", wire.HeaderOccurredAt},
+			{wire.HeaderOccurredAt, "9999-12-31T23:59:59-23:59", wire.HeaderOccurredAt},
 		} {
 			h := maps.Clone(good)
 			if tc.value == "" {
