@@ -142,7 +142,7 @@ func (s *cdcSystem) Prepare(ctx context.Context, env *Env) error {
 		return nil
 	}
 	s.slot = cdcSlotPrefix + strings.ToLower(env.token)
-	return cdc.Setup(ctx, env.Pool, s.slot)
+	return postgres.NewDriver(env.Pool).CDC().Setup(ctx, s.slot)
 }
 
 // createSlot makes the slot before the outbox is filled, so that the fill is
@@ -253,7 +253,7 @@ func startCDCRelay(ctx context.Context, env *Env, slot string) (Relay, error) {
 		release()
 		return nil, err
 	}
-	r, err := cdc.New(pool, pub, cdc.Config{Slot: slot, Publication: slot})
+	r, err := cdc.New(postgres.NewDriver(pool).CDC(), pub, cdc.Config{Slot: slot, Publication: slot})
 	if err != nil {
 		release()
 		return nil, err

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 )
 
@@ -51,8 +52,8 @@ type Config struct {
 	// SessionTTL is how long a login lasts; logging out ends it sooner.
 	// Default DefaultSessionTTL (12 hours).
 	SessionTTL time.Duration
-	// Clock is the time sessions end by. Default: the process's clock.
-	Clock store.Clock
+	// Clock is the time sessions end by. Default: the real clock.
+	Clock courier.Clock
 	// Prefix is the path the handler is mounted under, such as
 	// "/courier" (no trailing slash); its links and cookies carry it.
 	// Default "" (the root).
@@ -86,9 +87,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.SessionTTL == 0 {
 		c.SessionTTL = DefaultSessionTTL
-	}
-	if c.Clock == nil {
-		c.Clock = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

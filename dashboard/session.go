@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 	"unicode"
+
+	"github.com/courier-go/courier"
 )
 
 // MinTokenBytes is the shortest token the dashboard takes: a token is all
@@ -47,20 +49,20 @@ const maxSessions = 10_000
 // restart or a new Handler, ends them all).
 type sessions struct {
 	ttl time.Duration
-	now func() time.Time
+	now courier.Clock
 
 	mu   sync.Mutex
 	ends map[[sha256.Size]byte]time.Time // by the id's digest
 }
 
-func newSessions(ttl time.Duration, now func() time.Time) *sessions {
+func newSessions(ttl time.Duration, now courier.Clock) *sessions {
 	return &sessions{ttl: ttl, now: now, ends: map[[sha256.Size]byte]time.Time{}}
 }
 
 // start begins a session and returns its id, for the cookie.
 func (s *sessions) start() string {
 	id := rand.Text()
-	now := s.now()
+	now := s.now.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, end := range s.ends {
@@ -91,7 +93,7 @@ func (s *sessions) valid(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	end, ok := s.ends[k]
-	if ok && !end.After(s.now()) {
+	if ok && !end.After(s.now.Now()) {
 		delete(s.ends, k)
 		return false
 	}

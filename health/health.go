@@ -42,6 +42,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/relay"
 )
 
@@ -96,8 +97,9 @@ type Config struct {
 	// DefaultCacheFor (1s); negative: no answer is reused once its round
 	// has ended (callers during a round still share it).
 	CacheFor time.Duration
-	// Clock is the time CacheFor is measured with. Default time.Now.
-	Clock func() time.Time
+	// Clock is the time CacheFor is measured with. Default: the real
+	// clock.
+	Clock courier.Clock
 	// Metrics, if set, is served at /metrics:
 	// promhttp.HandlerFor(registry, promhttp.HandlerOpts{}).
 	Metrics http.Handler
@@ -122,9 +124,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.CacheFor == 0 {
 		c.CacheFor = DefaultCacheFor
-	}
-	if c.Clock == nil {
-		c.Clock = time.Now
 	}
 }
 
@@ -232,7 +231,7 @@ type Report struct {
 // round), and must return when it does. A caller whose ctx ends first gets
 // a report that is not ready.
 func (h *Handler) Ready(ctx context.Context) Report {
-	start := h.cfg.Clock()
+	start := h.cfg.Clock.Now()
 	if h.cfg.CacheFor > 0 {
 		h.mu.Lock()
 		last, at := h.last, h.at

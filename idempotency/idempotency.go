@@ -90,6 +90,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 )
 
@@ -135,6 +136,13 @@ type Config struct {
 	ReplayHeaders []string
 	// Logger receives the middleware's logs. Default: discard.
 	Logger *slog.Logger
+	// Clock is the time a request that finds its key in flight counts the
+	// other attempt's lock from (InFlightError's RetryAfter and
+	// LockedFor). Default: the real clock. The lock's end itself, and a
+	// key's expiry, are set and compared by the store with its own clock
+	// (the database's, unless the store was given one), so a test that
+	// moves time sets the same clock on both.
+	Clock courier.Clock
 }
 
 // The defaults of Config's zero fields (MaxKeyLength's is MaxKeyLength).
@@ -284,7 +292,7 @@ func (k *Keys[TTx]) claimedBefore(rec store.KeyRecord, req Request) (Outcome, er
 	case rec.Done:
 		return Outcome{Response: rec.Response, Replayed: true}, nil
 	default:
-		left := time.Until(rec.LockedUntil)
+		left := rec.LockedUntil.Sub(k.cfg.Clock.Now())
 		return Outcome{}, &InFlightError{RetryAfter: retryAfter(left, k.cfg.LockTimeout), LockedFor: max(left, 0)}
 	}
 }

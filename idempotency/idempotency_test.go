@@ -19,6 +19,7 @@ import (
 	"github.com/courier-go/courier/idempotency"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/memstore"
 )
 
@@ -28,6 +29,7 @@ type shop[TTx any] struct {
 	t      *testing.T
 	db     *database[TTx]
 	runs   atomic.Int32
+	claims claims // the key store's
 	server *httptest.Server
 	hold   chan struct{} // when set, handlers wait on it
 	fail   atomic.Int32  // next handlers answer 503 this many times
@@ -38,7 +40,7 @@ func newShop[TTx any](t *testing.T, d dialect[TTx], cfg idempotency.Config) *sho
 	if cfg.Scope == nil {
 		cfg.Scope = func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
 	}
-	keys, err := idempotency.New(s.db.keys, cfg)
+	keys, err := idempotency.New(countClaims[TTx]{s.db.keys, &s.claims}, cfg)
 	testenv.Must(t, err, "keys")
 	w := outbox.New(s.db.outbox, outbox.Config{})
 	mux := http.NewServeMux()
@@ -83,6 +85,21 @@ func newShop[TTx any](t *testing.T, d dialect[TTx], cfg idempotency.Config) *sho
 	s.server = httptest.NewServer(mux)
 	t.Cleanup(s.server.Close)
 	return s
+}
+
+// claims counts a key store's Claim calls.
+type claims struct{ begun, ended atomic.Int32 }
+
+// countClaims is a key store that counts its claims.
+type countClaims[TTx any] struct {
+	store.Idempotency[TTx]
+	n *claims
+}
+
+func (c countClaims[TTx]) Claim(ctx context.Context, kc store.KeyClaim) (store.KeyRecord, bool, error) {
+	c.n.begun.Add(1)
+	defer c.n.ended.Add(1)
+	return c.Idempotency.Claim(ctx, kc)
 }
 
 // doOnly is the Config.Scope of tests that call Do, whose Request carries
@@ -156,7 +173,12 @@ func testFiftyConcurrentRequestsOneExecution[TTx any](t *testing.T, d dialect[TT
 	for i := range replies {
 		wg.Go(func() { replies[i] = s.post("same-key", "carol", `{"item":"tea"}`) })
 	}
-	time.Sleep(300 * time.Millisecond) // the others arrive while the first is held
+	// The others find the key claimed while the first is held (on SQLite
+	// they wait for its transaction's write lock).
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return s.runs.Load() == 1 && s.claims.begun.Load() == 50 && (s.claims.ended.Load() == 50 || d.name == "sqlite")
+	}, "%v claims begun, %v ended, %v handlers ran", testenv.Lazy(func() any { return s.claims.begun.Load() }),
+		testenv.Lazy(func() any { return s.claims.ended.Load() }), testenv.Lazy(func() any { return s.runs.Load() }))
 	close(s.hold)
 	wg.Wait()
 	created, replayed, conflicts := 0, 0, 0
@@ -294,7 +316,7 @@ func testCrashedOwnerIsTakenOver[TTx any](t *testing.T, d dialect[TTx]) {
 	clock := memstore.NewClock()
 	clock.Set(time.Now())
 	db := d.openAt(t, clock.Now)
-	keys, err := idempotency.New(db.keys, idempotency.Config{Scope: doOnly, LockTimeout: time.Second})
+	keys, err := idempotency.New(db.keys, idempotency.Config{Scope: doOnly, LockTimeout: time.Second, Clock: clock.Now})
 	testenv.Must(t, err, "keys")
 	ctx := context.Background()
 	req := idempotency.Request{Key: "crash", Fingerprint: idempotency.Fingerprint("POST", "/orders", []byte("x"))}
@@ -334,7 +356,7 @@ func TestExpiredKeyRunsAgain(t *testing.T) {
 func testExpiredKeyRunsAgain[TTx any](t *testing.T, d dialect[TTx]) {
 	clock := memstore.NewClock()
 	clock.Set(time.Now())
-	keys, err := idempotency.New(d.openAt(t, clock.Now).keys, idempotency.Config{Scope: doOnly, LockTimeout: time.Second, Retention: time.Second})
+	keys, err := idempotency.New(d.openAt(t, clock.Now).keys, idempotency.Config{Scope: doOnly, LockTimeout: time.Second, Retention: time.Second, Clock: clock.Now})
 	testenv.Must(t, err, "keys")
 	ctx := context.Background()
 	req := idempotency.Request{Key: "old", Fingerprint: idempotency.Fingerprint("POST", "/orders", nil)}
@@ -424,13 +446,17 @@ func testClientErrorStoresAnswerNotWrites[TTx any](t *testing.T, d dialect[TTx])
 // A request that finds its key in flight is told to come back soon: after
 // about as long as the other attempt has run so far, between 1 and 10
 // seconds, and never later than that attempt's lock ends; not after the
-// whole lock, which a client that obeys would wait out for nothing.
+// whole lock, which a client that obeys would wait out for nothing. The
+// key store and the Keys share a clock the test holds, years away from the
+// real time, so each answer is exact.
 func TestInFlightRetryAfterIsShort(t *testing.T) {
 	onEachDialect(t, testInFlightRetryAfterIsShort, testInFlightRetryAfterIsShort)
 }
 
 func testInFlightRetryAfterIsShort[TTx any](t *testing.T, d dialect[TTx]) {
-	db := d.open(t)
+	clock := memstore.NewClock()
+	clock.Set(time.Date(2031, 7, 8, 9, 10, 11, 0, time.UTC))
+	db := d.openAt(t, clock.Now)
 	ctx := context.Background()
 	run := func(ctx context.Context, tx TTx) (idempotency.Response, error) {
 		t.Fatal("the handler ran while its key was in flight")
@@ -440,30 +466,34 @@ func testInFlightRetryAfterIsShort[TTx any](t *testing.T, d dialect[TTx]) {
 		name        string
 		lockTimeout time.Duration // this process's
 		lockFor     time.Duration // the claim in flight's
-		min, max    time.Duration
+		ran         time.Duration // how long the claim has been in flight
+		retryAfter  time.Duration
 	}{
 		// The request in flight has just started (its lock is whole).
-		{"just started", time.Minute, time.Minute, time.Second, 10 * time.Second},
+		{"just started", time.Minute, time.Minute, 0, time.Second},
+		// It has run 4 seconds: as long again.
+		{"running", time.Minute, time.Minute, 4 * time.Second, 4 * time.Second},
 		// It has run 59 minutes of a one-hour lock: 10 seconds at most.
-		{"long running", time.Hour, time.Minute, 10 * time.Second, 10 * time.Second},
+		{"long running", time.Hour, time.Hour, 59 * time.Minute, 10 * time.Second},
 		// Its lock ends in 3 seconds: not later than that.
-		{"lock ends soon", time.Hour, 3 * time.Second, time.Second, 3 * time.Second},
+		{"lock ends soon", time.Hour, time.Minute, 57 * time.Second, 3 * time.Second},
 	}
 	for i, c := range cases {
-		keys, err := idempotency.New(db.keys, idempotency.Config{Scope: doOnly, LockTimeout: c.lockTimeout, Retention: 2 * time.Hour})
+		keys, err := idempotency.New(db.keys, idempotency.Config{Scope: doOnly, LockTimeout: c.lockTimeout, Retention: 2 * time.Hour, Clock: clock.Now})
 		testenv.Must(t, err, "keys")
 		req := idempotency.Request{Key: fmt.Sprint("busy-", i), Fingerprint: idempotency.Fingerprint("POST", "/orders", nil)}
 		if _, mine, err := db.keys.Claim(ctx, claimFor(req, c.lockFor)); err != nil || !mine {
 			t.Fatalf("%s: claim: %v, mine %v", c.name, err, mine)
 		}
+		clock.Advance(c.ran)
 		_, err = keys.Do(ctx, req, run)
 		var inFlight *idempotency.InFlightError
 		if !errors.As(err, &inFlight) {
 			t.Fatalf("%s: %v; want an InFlightError", c.name, err)
 		}
-		if inFlight.RetryAfter < c.min || inFlight.RetryAfter > c.max || inFlight.LockedFor > c.lockFor || inFlight.LockedFor < c.lockFor-time.Minute/2 {
-			t.Errorf("%s: RetryAfter %s, LockedFor %s; want RetryAfter within [%s, %s] and LockedFor at most %s",
-				c.name, inFlight.RetryAfter, inFlight.LockedFor, c.min, c.max, c.lockFor)
+		if left := c.lockFor - c.ran; inFlight.RetryAfter != c.retryAfter || inFlight.LockedFor != left {
+			t.Errorf("%s: RetryAfter %s, LockedFor %s; want %s and %s",
+				c.name, inFlight.RetryAfter, inFlight.LockedFor, c.retryAfter, left)
 		}
 	}
 }

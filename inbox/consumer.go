@@ -83,6 +83,16 @@ type ConsumerConfig struct {
 	// producer's). Default otel.GetTracerProvider(), which records nothing
 	// unless the program installed an SDK.
 	TracerProvider trace.TracerProvider
+	// Clock is the time the consumer reads: when a failed run happened
+	// (the history a parked message keeps), when a retry in place
+	// (KeepOrder) falls due, which markers and recorded failures are older
+	// than Retention, and how long a run took. Default: the real clock. A
+	// test sets a clock it moves (memstore.Clock's Now) to end a backoff
+	// or age the markers without waiting; while a retry in place waits,
+	// such a clock is read every 10ms. The redelivery delays the broker
+	// keeps (retries without KeepOrder), ExtendEvery, CleanupEvery and
+	// ReplayEvery run on real time.
+	Clock courier.Clock
 }
 
 // The defaults of ConsumerConfig's zero fields.
@@ -294,7 +304,7 @@ func (c *Consumer[TTx]) receive(ctx context.Context, laneOf func(job) chan<- job
 func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 	d := j.d
 	if j.err != nil {
-		c.park(work, j, store.ReasonMalformed, j.err, []store.Attempt{{At: time.Now().UTC(), Error: j.err.Error()}})
+		c.park(work, j, store.ReasonMalformed, j.err, []store.Attempt{{At: c.cfg.Clock.Now().UTC(), Error: j.err.Error()}})
 		return
 	}
 	failedHere := false // a run of this delivery failed (KeepOrder retries in place)
@@ -316,7 +326,8 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 				"key", j.msg.Key, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 		}
 		failedHere = true
-		failure := store.Attempt{At: time.Now().UTC(), Error: describe(err)}
+		failedAt := c.cfg.Clock.Now()
+		failure := store.Attempt{At: failedAt.UTC(), Error: describe(err)}
 		hist, rerr := c.cs.RecordFailure(work, c.ib.consumer, j.msg.ID, failure)
 		if errors.Is(err, courier.ErrMalformed) {
 			if rerr != nil {
@@ -345,8 +356,9 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 			}
 			return
 		}
-		// In place, so the key's later messages keep waiting behind it.
-		if !c.wait(ctx, d, delay) {
+		// In place, so the key's later messages keep waiting behind it. The
+		// backoff counts from the failure.
+		if !c.wait(ctx, d, failedAt.Add(delay)) {
 			return // shutting down: the broker redelivers it
 		}
 	}
@@ -419,38 +431,40 @@ func (c *Consumer[TTx]) run(ctx context.Context, tx TTx, msg courier.Message) (e
 // handle runs the handler through the inbox, telling the broker every
 // ExtendEvery that the message is still in progress.
 func (c *Consumer[TTx]) handle(ctx context.Context, d broker.Delivery, msg courier.Message) (Result, error) {
-	var t *time.Timer
-	var mu sync.Mutex
-	extend := func() {
-		_ = d.Extend(ctx)
-		mu.Lock()
-		t.Reset(c.cfg.ExtendEvery)
-		mu.Unlock()
-	}
-	mu.Lock()
-	t = time.AfterFunc(c.cfg.ExtendEvery, extend)
-	mu.Unlock()
-	defer func() {
-		mu.Lock()
-		t.Stop()
-		mu.Unlock()
-	}()
+	defer c.keepAlive(ctx, d)()
 	return c.traced(ctx, d, msg)
 }
 
-// wait sleeps d while keeping the delivery alive; false when ctx ended.
-func (c *Consumer[TTx]) wait(ctx context.Context, del broker.Delivery, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return true
+// keepAlive tells the broker every ExtendEvery that d is still in
+// progress, until the returned stop is called: an extension under way
+// then is the last. ExtendEvery is real time, as the broker's ack wait is.
+func (c *Consumer[TTx]) keepAlive(ctx context.Context, d broker.Delivery) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(c.cfg.ExtendEvery, func() {
+		_ = d.Extend(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(c.cfg.ExtendEvery)
 		}
-		if !waits.Sleep(ctx, min(left, c.cfg.ExtendEvery)) {
-			return false
-		}
-		_ = del.Extend(ctx)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
+}
+
+// wait waits until the consumer's clock reads until, keeping the delivery
+// alive; false when ctx ended.
+func (c *Consumer[TTx]) wait(ctx context.Context, del broker.Delivery, until time.Time) bool {
+	defer c.keepAlive(ctx, del)()
+	return waits.Until(ctx, c.cfg.Clock, until)
 }
 
 // park stores the delivery as a consume-side dead letter, with the failed
@@ -515,7 +529,7 @@ const replayBatch = 100
 // retention window now, in chunks, and returns how many markers it deleted.
 func (c *Consumer[TTx]) cleanup(ctx context.Context) int64 {
 	var total int64
-	before := time.Now().Add(-c.cfg.Retention)
+	before := c.cfg.Clock.Now().Add(-c.cfg.Retention)
 	for {
 		n, err := c.cs.DeleteFailures(ctx, before, cleanupChunk)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/memstore"
 )
 
 // start runs a consumer until the returned stop is called (or the test
@@ -26,6 +27,9 @@ func (e *env[TTx]) start(consumer string, h inbox.Handler[TTx], cfg inbox.Consum
 	testenv.Must(e.t, err, "inbox")
 	if cfg.Backoff == (courier.Backoff{}) {
 		cfg.Backoff = courier.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+	}
+	if cfg.ExtendEvery == 0 {
+		cfg.ExtendEvery = 500 * time.Millisecond // within the subscription's ack wait
 	}
 	c, err := inbox.NewConsumer(ib, e.subscriber(consumer), e.db.cs, h, cfg)
 	testenv.Must(e.t, err, "consumer")
@@ -44,7 +48,8 @@ func TestPanickingHandlerIsParked(t *testing.T) {
 // A handler that panics on one message: the consumer survives, each run's
 // transaction rolls back, the message is parked after MaxDeliveries runs
 // with the panic and its stack in its history, and the message behind it (on
-// the one worker) is applied.
+// the one worker) is applied. With KeepOrder the retries wait in place, an
+// hour each on the consumer's clock, which the test moves.
 func testPanickingHandlerIsParked[TTx any](t *testing.T, d dialect[TTx]) {
 	for _, keepOrder := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep-order=%v", keepOrder), func(t *testing.T) {
@@ -62,7 +67,16 @@ func testPanickingHandlerIsParked[TTx any](t *testing.T, d dialect[TTx]) {
 				return nil
 			}
 			e.publish(poison, next)
-			c, _ := e.start("panicky", h, inbox.ConsumerConfig{MaxDeliveries: 3, Concurrency: 1, KeepOrder: keepOrder})
+			clock := memstore.NewClock()
+			cfg := inbox.ConsumerConfig{MaxDeliveries: 3, Concurrency: 1, KeepOrder: keepOrder, Clock: clock.Now}
+			if keepOrder {
+				cfg.Backoff = courier.Backoff{Initial: time.Hour, Max: time.Hour}
+			}
+			c, _ := e.start("panicky", h, cfg)
+			for failed := int64(1); keepOrder && failed <= 2; failed++ {
+				testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Retried == failed }, "run %d did not fail: %v", failed, testenv.Lazy(func() any { return c.Metrics() }))
+				clock.Advance(time.Hour)
+			}
 			testenv.Eventually(t, 15*time.Second, func() bool { mm := c.Metrics(); return mm.Parked == 1 && mm.Applied == 1 },
 				"poison not parked or next not applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
 			if mm := c.Metrics(); mm.Panicked != 3 || mm.Retried != 2 {

@@ -18,6 +18,10 @@
 // failed MaxDeliveries times or that can never be processed.
 // [Router] dispatches by message type to typed handlers.
 //
+// ConsumerConfig.Clock is the time the consumer reads (when a run failed,
+// when a retry in place falls due, which markers are past their
+// retention): a test gives it a clock it moves instead of waiting.
+//
 // Each handler run of a Consumer is an OpenTelemetry process span (kind
 // consumer) linked to the trace context the message carries, the
 // producer's: ConsumerConfig.TracerProvider chooses the provider. The

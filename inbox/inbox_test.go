@@ -14,11 +14,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/memstore"
 )
 
 // env is one test's database and stream.
@@ -61,13 +63,14 @@ func (e *env[TTx]) publish(msgs ...courier.Message) {
 	}
 }
 
-// publishAgain sends copies after the stream's duplicate window, as a relay
-// that republishes after a crash does: JetStream stores each one.
-func (e *env[TTx]) publishAgain(t *testing.T, m courier.Message, times int) {
+// publishAgain sends copies of msgs, times times, each after the stream's
+// duplicate window, as a relay that republishes after a crash does:
+// JetStream stores each one. The window is the broker's, on real time.
+func (e *env[TTx]) publishAgain(t *testing.T, times int, msgs ...courier.Message) {
 	t.Helper()
 	for range times {
 		time.Sleep(120 * time.Millisecond)
-		e.publish(m)
+		e.publish(msgs...)
 	}
 }
 
@@ -120,6 +123,12 @@ func (e *env[TTx]) requestReplays(consumer string) {
 // run starts a consumer until the test ends.
 func (e *env[TTx]) run(consumer string, h inbox.Handler[TTx], cfg inbox.ConsumerConfig) *inbox.Consumer[TTx] {
 	e.t.Helper()
+	return e.runOn(e.subscriber(consumer), consumer, h, cfg)
+}
+
+// runOn starts a consumer on sub until the test ends.
+func (e *env[TTx]) runOn(sub broker.Subscriber, consumer string, h inbox.Handler[TTx], cfg inbox.ConsumerConfig) *inbox.Consumer[TTx] {
+	e.t.Helper()
 	ib, err := inbox.New(e.db.inbox, consumer)
 	testenv.Must(e.t, err, "inbox")
 	if cfg.Backoff == (courier.Backoff{}) {
@@ -128,10 +137,13 @@ func (e *env[TTx]) run(consumer string, h inbox.Handler[TTx], cfg inbox.Consumer
 	if cfg.ReplayEvery == 0 {
 		cfg.ReplayEvery = 50 * time.Millisecond
 	}
+	if cfg.ExtendEvery == 0 {
+		cfg.ExtendEvery = 500 * time.Millisecond // within the subscription's ack wait
+	}
 	if os.Getenv("COURIER_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	c, err := inbox.NewConsumer(ib, e.subscriber(consumer), e.db.cs, h, cfg)
+	c, err := inbox.NewConsumer(ib, sub, e.db.cs, h, cfg)
 	testenv.Must(e.t, err, "consumer")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -148,7 +160,7 @@ func testSameMessageFiveTimesOneEffect[TTx any](t *testing.T, d dialect[TTx]) {
 	e := newEnv(t, d)
 	m := courier.NewMessage("payments", "order-1", "ChargeRequested", []byte("charge 42"))
 	e.publish(m)
-	e.publishAgain(t, m, 4)
+	e.publishAgain(t, 4, m)
 	c := e.run("billing", recordEffect(e.db, "billing"), inbox.ConsumerConfig{})
 	testenv.Eventually(t, 10*time.Second, func() bool { mm := c.Metrics(); return mm.Applied+mm.Duplicates == 5 }, "not all deliveries handled: %v", testenv.Lazy(func() any { return c.Metrics() }))
 	if n := e.effects(m); n != 1 {
@@ -169,6 +181,9 @@ func TestFailTwiceThenSucceed(t *testing.T) {
 	onEachDialect(t, testFailTwiceThenSucceed, testFailTwiceThenSucceed)
 }
 
+// With KeepOrder the retries wait in place, an hour each on the consumer's
+// clock, which the test moves; without, the broker brings the message back
+// after the backoff (the 20ms the tests use).
 func testFailTwiceThenSucceed[TTx any](t *testing.T, d dialect[TTx]) {
 	for _, keepOrder := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep-order=%v", keepOrder), func(t *testing.T) {
@@ -185,7 +200,21 @@ func testFailTwiceThenSucceed[TTx any](t *testing.T, d dialect[TTx]) {
 			}
 			m := courier.NewMessage("payments", "order-2", "ChargeRequested", nil)
 			e.publish(m)
-			c := e.run(fmt.Sprintf("flaky-%v", keepOrder), h, inbox.ConsumerConfig{KeepOrder: keepOrder})
+			clock := memstore.NewClock()
+			clock.Set(time.Now())
+			cfg := inbox.ConsumerConfig{KeepOrder: keepOrder, Clock: clock.Now}
+			if keepOrder {
+				cfg.Backoff = courier.Backoff{Initial: time.Hour, Max: time.Hour}
+			}
+			c := e.run(fmt.Sprintf("flaky-%v", keepOrder), h, cfg)
+			for failed := int64(1); keepOrder && failed <= 2; failed++ {
+				testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Retried == failed }, "run %d did not fail: %v", failed, testenv.Lazy(func() any { return c.Metrics() }))
+				clock.Advance(time.Hour - time.Second)
+				if n := calls.Load(); int64(n) != failed {
+					t.Fatalf("%d runs after %d failures, before the backoff ended", n, failed)
+				}
+				clock.Advance(time.Second)
+			}
 			testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Applied == 1 }, "never applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
 			if n := e.effects(m); n != 1 || calls.Load() != 3 {
 				t.Fatalf("%d effects after %d calls; want 1 effect after 3 calls", n, calls.Load())
@@ -346,12 +375,28 @@ func testFourInstancesExactlyOnce[TTx any](t *testing.T, d dialect[TTx]) {
 		e.publish(msgs[i:min(i+1000, n)]...)
 	}
 	// Some duplicates on the wire too.
-	for i := 0; i < 10; i++ {
-		e.publishAgain(t, msgs[i*7], 1)
+	var copies []courier.Message
+	for i := range 10 {
+		copies = append(copies, msgs[i*7])
 	}
+	e.publishAgain(t, 1, copies...)
 	testenv.Eventually(t, 2*time.Minute, func() bool { total, _ := e.totalEffects(); return total >= n }, "effects missing")
 	elapsed := time.Since(start)
-	time.Sleep(500 * time.Millisecond) // duplicates still in flight would show now
+	// Then every delivery on the wire (copies and redeliveries) has been
+	// acknowledged: a duplicate applied twice would show now.
+	js, err := jetstream.New(testenv.Connect(t, e.natsURL))
+	testenv.Must(t, err, "jetstream")
+	var left string
+	testenv.Eventually(t, time.Minute, func() bool {
+		info, err := js.Consumer(context.Background(), e.stream, "warehouse")
+		if err == nil {
+			ci := info.CachedInfo()
+			left = fmt.Sprintf("%d undelivered, %d unacknowledged", ci.NumPending, ci.NumAckPending)
+			return ci.NumPending == 0 && ci.NumAckPending == 0
+		}
+		left = err.Error()
+		return false
+	}, "deliveries in flight: %v", testenv.Lazy(func() any { return left }))
 	total, distinct := e.totalEffects()
 	if total != n || distinct != n {
 		t.Fatalf("%d effects for %d distinct messages, want exactly %d", total, distinct, n)
@@ -393,7 +438,10 @@ func testKeepOrderPerKey[TTx any](t *testing.T, d dialect[TTx]) {
 		msgs = append(msgs, courier.NewMessage("orders", fmt.Sprintf("k-%d", i%5), "Step", []byte(fmt.Sprint(i))))
 	}
 	e.publish(msgs...)
-	c := e.run("ordered", h, inbox.ConsumerConfig{KeepOrder: true, Concurrency: 3})
+	clock := memstore.NewClock()
+	c := e.run("ordered", h, inbox.ConsumerConfig{KeepOrder: true, Concurrency: 3, Clock: clock.Now, Backoff: courier.Backoff{Initial: time.Hour, Max: time.Hour}})
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Retried == 1 }, "message 3 did not fail: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	clock.Advance(time.Hour) // its retry in place falls due
 	testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Applied == 200 }, "metrics %v", testenv.Lazy(func() any { return c.Metrics() }))
 	mu.Lock()
 	defer mu.Unlock()

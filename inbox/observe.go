@@ -71,9 +71,9 @@ func (c *Consumer[TTx]) traced(ctx context.Context, d broker.Delivery, msg couri
 			span.SetAttributes(msgtrace.ConversationID.String(corr))
 		}
 	}
-	start := time.Now()
+	start := c.cfg.Clock.Now()
 	res, err := c.ib.Handle(ctx, msg, c.run)
-	took := time.Since(start)
+	took := c.cfg.Clock.Now().Sub(start)
 	if err == nil || ctx.Err() == nil {
 		c.cfg.Observer.Handled(c.ib.consumer, msg, res, err, took)
 	}

@@ -194,8 +194,9 @@
 // costs a non-recording span, a handful of allocations. A recorded span
 // links once per distinct trace context in the call (the messages of one
 // transaction share one), at a cost of about a microsecond each
-// (BenchmarkInstrumentedPublish); sample the send spans if batches of
-// thousands of requests' messages make that matter. A span keeps at most
+// (BenchmarkInstrumentedPublish, in relay/internal/dispatch); sample the
+// send spans if batches of thousands of requests' messages make that
+// matter. A span keeps at most
 // the SDK's link limit (128 by default, sdktrace.SpanLimits).
 //
 // Config.Observer receives the same events for metrics: package metrics

@@ -2,285 +2,19 @@ package relay
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/internal/waits"
+	"github.com/courier-go/courier/relay/internal/dispatch"
 	"github.com/courier-go/courier/store"
 )
-
-// Config tunes a Relay. Zero fields take the defaults given.
-type Config struct {
-	// BatchSize is the most rows one claim leases, 1 to 10000. Default
-	// DefaultBatchSize (1000).
-	BatchSize int
-	// Concurrency is how many claimed batches may be publishing at once.
-	// Default DefaultConcurrency (2): one publishing while the next is
-	// claimed.
-	Concurrency int
-	// LeaseDuration is how long claimed rows stay reserved for this relay,
-	// at least 1s. If the relay dies, other relays take the rows over after
-	// this long. Default DefaultLeaseDuration (30s). It must exceed
-	// PublishTimeout by more than half a second.
-	LeaseDuration time.Duration
-	// PublishTimeout bounds publishing one batch. Default
-	// DefaultPublishTimeout (10s), or LeaseDuration/2 when that is shorter.
-	// A batch's publishing also stops half a second before its lease ends,
-	// whichever comes first.
-	PublishTimeout time.Duration
-	// MaxAttempts is how many counted failures make a dead letter.
-	// Default DefaultMaxAttempts (10). A failure the broker calls permanent
-	// (broker.ErrRejected) makes one at once.
-	MaxAttempts int
-	// Backoff spaces retries, and the pauses while the broker is
-	// unavailable. Each zero field takes its default:
-	// DefaultBackoffInitial (500ms), DefaultBackoffMax (1m),
-	// DefaultBackoffJitter (0.2).
-	Backoff Backoff
-	// PollInterval is how often an idle relay looks for work when no
-	// wake-up arrives. Default DefaultPollInterval (1s); wiring code
-	// usually takes the dialect's (store.Database PollInterval).
-	PollInterval time.Duration
-	// ShutdownTimeout bounds the work done after Run's context ends.
-	// Default DefaultShutdownTimeout (15s).
-	ShutdownTimeout time.Duration
-	// Notifier, if set, wakes the relay soon after commits.
-	Notifier store.Notifier
-	// Owner names this relay in leases. Default host-pid-random.
-	Owner string
-	// Logger receives the relay's logs. Default: discard.
-	Logger *slog.Logger
-	// Observer, if set, is told of claims, publishes and outcomes as they
-	// happen: package metrics implements it. Default: none.
-	Observer Observer
-	// TracerProvider makes the relay's send spans, one per call to the
-	// broker, linked to the trace context each message carries (see
-	// Tracing in the package documentation). Default
-	// otel.GetTracerProvider(), which records nothing unless the program
-	// installed an SDK.
-	TracerProvider trace.TracerProvider
-}
-
-// Backoff is courier.Backoff, kept here so relay configurations read
-// naturally.
-type Backoff = courier.Backoff
-
-// The defaults of Config's zero fields.
-const (
-	DefaultBatchSize       = 1000
-	DefaultConcurrency     = 2
-	DefaultLeaseDuration   = 30 * time.Second
-	DefaultPublishTimeout  = 10 * time.Second // at most LeaseDuration/2
-	DefaultMaxAttempts     = 10
-	DefaultBackoffInitial  = 500 * time.Millisecond
-	DefaultBackoffMax      = time.Minute
-	DefaultBackoffJitter   = 0.2
-	DefaultPollInterval    = time.Second
-	DefaultShutdownTimeout = 15 * time.Second
-)
-
-func (c *Config) setDefaults() {
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.LeaseDuration == 0 {
-		c.LeaseDuration = DefaultLeaseDuration
-	}
-	if c.PublishTimeout == 0 {
-		c.PublishTimeout = min(DefaultPublishTimeout, c.LeaseDuration/2)
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.Backoff.Initial == 0 {
-		c.Backoff.Initial = DefaultBackoffInitial
-	}
-	if c.Backoff.Max == 0 {
-		c.Backoff.Max = DefaultBackoffMax
-	}
-	if c.Backoff.Jitter == 0 {
-		c.Backoff.Jitter = DefaultBackoffJitter
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.Owner == "" {
-		c.Owner = defaultOwner()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Observer == nil {
-		c.Observer = NopObserver{}
-	}
-}
-
-func (c *Config) validate() error {
-	switch {
-	case c.BatchSize < 1 || c.BatchSize > 10000:
-		return fmt.Errorf("relay: Config.BatchSize is %d: use 1 to 10000", c.BatchSize)
-	case c.Concurrency < 1:
-		return fmt.Errorf("relay: Config.Concurrency is %d: use 1 or more", c.Concurrency)
-	case c.LeaseDuration < time.Second:
-		return fmt.Errorf("relay: Config.LeaseDuration is %s: use at least 1s", c.LeaseDuration)
-	case c.PublishTimeout <= 0 || c.PublishTimeout >= c.LeaseDuration-leaseMargin:
-		return fmt.Errorf("relay: Config.PublishTimeout is %s: use more than 0 and less than LeaseDuration (%s)", c.PublishTimeout, c.LeaseDuration)
-	case c.MaxAttempts < 1:
-		return fmt.Errorf("relay: Config.MaxAttempts is %d: use 1 or more", c.MaxAttempts)
-	case c.Backoff.Initial < 0 || c.Backoff.Max < c.Backoff.Initial:
-		return fmt.Errorf("relay: Config.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial", c.Backoff.Initial, c.Backoff.Max)
-	case c.Backoff.Jitter > 1:
-		return fmt.Errorf("relay: Config.Backoff.Jitter is %g: use 0 to 1", c.Backoff.Jitter)
-	case c.PollInterval <= 0:
-		return fmt.Errorf("relay: Config.PollInterval is %s: use more than 0", c.PollInterval)
-	case c.ShutdownTimeout <= 0:
-		return fmt.Errorf("relay: Config.ShutdownTimeout is %s: use more than 0", c.ShutdownTimeout)
-	}
-	return nil
-}
-
-func defaultOwner() string {
-	host, _ := os.Hostname()
-	var b [4]byte
-	_, _ = cryptoRead(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-}
-
-var cryptoRead = crand.Read
-
-// Metrics are a relay's running totals since New.
-type Metrics struct {
-	// Published counts messages the broker acknowledged.
-	Published int64 `json:"published"`
-	// Retried counts failed publishes that will be retried.
-	Retried int64 `json:"retried"`
-	// DeadLettered counts messages parked after MaxAttempts, or at once
-	// when the broker rejected them for good (broker.ErrRejected).
-	DeadLettered int64 `json:"dead_lettered"`
-	// Released counts claimed messages handed back unattempted.
-	Released int64 `json:"released"`
-	// Batches counts claimed batches.
-	Batches int64 `json:"batches"`
-}
-
-// State is a snapshot of a relay for the program that embeds it: whether it
-// runs, what has been failing and since when, and its totals. Relay.State
-// returns it; Check turns it into a health verdict. Errors are kept as text
-// and the struct encodes to JSON as it is, for a health endpoint. See
-// "Watching a relay" in the package documentation.
-type State struct {
-	// At is when the snapshot was taken; Check judges durations up to it.
-	At time.Time `json:"at"`
-	// Running is true from the start of Run until it returns.
-	Running bool `json:"running"`
-	// Started is when Run started; zero before.
-	Started time.Time `json:"started,omitzero"`
-
-	// LastClaim is when a claim last succeeded, whether it found work or
-	// not; zero before the first. A running relay claims at least every
-	// PollInterval while it has nothing to do; longer gaps come from a
-	// broker pause (PausedUntil) or from batches still publishing (at most
-	// LeaseDuration).
-	LastClaim time.Time `json:"last_claim,omitzero"`
-	// ClaimError is the error of the last claim when it failed (the
-	// database is unreachable, refuses the query, or did not answer within
-	// LeaseDuration); empty once a claim succeeds.
-	ClaimError string `json:"claim_error,omitempty"`
-	// ClaimFailures counts the claims that have failed in a row; 0 after a
-	// success. Claims are retried after 100ms, doubling up to 5s.
-	ClaimFailures int `json:"claim_failures,omitempty"`
-	// ClaimFailingSince is when the first of those failures happened; zero
-	// while claims succeed.
-	ClaimFailingSince time.Time `json:"claim_failing_since,omitzero"`
-
-	// BrokerDown is true while the relay holds the broker unavailable: a
-	// whole batch failed with broker.ErrUnavailable and no publish has
-	// succeeded since. The relay learns about the broker only from its own
-	// publishes: an idle relay does not notice an outage, and BrokerDown
-	// stays true until one of its publishes succeeds.
-	BrokerDown bool `json:"broker_down"`
-	// BrokerError is the publish error that made the last batch count as
-	// an outage; empty when the broker is not down.
-	BrokerError string `json:"broker_error,omitempty"`
-	// BrokerDownSince is when the first batch of the outage failed; zero
-	// when the broker is not down.
-	BrokerDownSince time.Time `json:"broker_down_since,omitzero"`
-	// BrokerOutages counts the batches lost to the outage in a row; each
-	// one lengthens the pause (Config.Backoff).
-	BrokerOutages int `json:"broker_outages,omitempty"`
-	// PausedUntil is when the relay claims again during an outage; zero or
-	// past when it is not pausing.
-	PausedUntil time.Time `json:"paused_until,omitzero"`
-
-	// CompleteError is the error of the last failed attempt to record a
-	// batch's outcome (mark rows published, schedule retries, park dead
-	// letters); empty once one succeeds. The relay retries until the
-	// batch's lease is about to end, then gives the batch up: its
-	// acknowledged messages are published again after the lease.
-	CompleteError string `json:"complete_error,omitempty"`
-	// CompleteFailingSince is when recording outcomes started failing;
-	// zero while it succeeds.
-	CompleteFailingSince time.Time `json:"complete_failing_since,omitzero"`
-
-	// Metrics are the relay's running totals.
-	Metrics Metrics `json:"metrics"`
-}
-
-// ErrUnhealthy is wrapped by the errors State.Check returns.
-var ErrUnhealthy = errors.New("relay unhealthy")
-
-// Check tells whether the relay was healthy at s.At: it returns nil if so,
-// otherwise an error wrapping ErrUnhealthy that says what is wrong, since
-// when, the last error and what to look at. The rule, in this order:
-//
-//   - the relay is not running (Run has not started or has returned);
-//   - its claims have been failing for longer than grace (the database);
-//   - it has held the broker down for longer than grace;
-//   - recording batch outcomes has been failing for longer than grace (the
-//     database; messages are published again meanwhile).
-//
-// Failures younger than grace are tolerated, so that a database failover or
-// a broker restart the relay rides out does not make it unhealthy; with
-// grace 0 any ongoing failure does. A message that becomes a dead letter
-// does not make a relay unhealthy: watch the outbox's dead letters
-// (store.Stats) for that.
-func (s State) Check(grace time.Duration) error {
-	failing := func(since time.Time) bool { return !since.IsZero() && s.At.Sub(since) >= grace }
-	age := func(since time.Time) time.Duration { return s.At.Sub(since).Round(time.Millisecond) }
-	switch {
-	case !s.Running && s.Started.IsZero():
-		return fmt.Errorf("%w: not started: call Run", ErrUnhealthy)
-	case !s.Running:
-		return fmt.Errorf("%w: stopped: Run has returned", ErrUnhealthy)
-	case failing(s.ClaimFailingSince):
-		return fmt.Errorf("%w: claims have failed for %s (%d in a row), last: %s: check that the database is reachable and the schema migrated",
-			ErrUnhealthy, age(s.ClaimFailingSince), s.ClaimFailures, s.ClaimError)
-	case s.BrokerDown && failing(s.BrokerDownSince):
-		return fmt.Errorf("%w: the broker has been unavailable for %s (%d batches in a row), last: %s: check the broker and the connection to it",
-			ErrUnhealthy, age(s.BrokerDownSince), s.BrokerOutages, s.BrokerError)
-	case failing(s.CompleteFailingSince):
-		return fmt.Errorf("%w: recording batch outcomes has failed for %s, last: %s: check the database; published messages will be published again",
-			ErrUnhealthy, age(s.CompleteFailingSince), s.CompleteError)
-	}
-	return nil
-}
 
 // Relay moves messages from a store to a broker. Create it with New and
 // start it with Run.
@@ -293,11 +27,11 @@ type Relay struct {
 	running atomic.Bool
 	kick    chan struct{} // a batch finished: its keys may have more rows
 
-	mu        sync.Mutex
-	retryAt   time.Time // earliest retry this relay scheduled
-	pauseTill time.Time // broker down: claim nothing until then
-	outages   int       // consecutive batches lost to broker.ErrUnavailable
-	state     State     // what State reports, but Metrics and At
+	disp *dispatch.Dispatcher
+
+	mu      sync.Mutex
+	retryAt time.Time // earliest retry this relay scheduled
+	state   State     // what State reports, but the broker's, Metrics and At
 
 	published, retried, dead, released, batches atomic.Int64
 }
@@ -312,35 +46,14 @@ func New(st store.RelayStore, pub broker.Publisher, cfg Config) (*Relay, error) 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{store: st, pub: instrument(pub, cfg), cfg: cfg, log: cfg.Logger.With("relay", cfg.Owner), kick: make(chan struct{}, 1)}, nil
+	log := cfg.Logger.With("relay", cfg.Owner)
+	disp := dispatch.New(pub, dispatch.Config{Policy: dispatch.Policy{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff},
+		Clock: cfg.Clock, Logger: log, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider})
+	return &Relay{store: st, pub: pub, cfg: cfg, log: log, disp: disp, kick: make(chan struct{}, 1)}, nil
 }
 
 // Owner returns the name this relay leases rows under.
 func (r *Relay) Owner() string { return r.cfg.Owner }
-
-// State returns a snapshot of the relay's state. It is safe to call from any
-// goroutine, at any time, as often as a health check or metrics scrape
-// needs: it takes a mutex and reads a few counters.
-func (r *Relay) State() State {
-	r.mu.Lock()
-	s := r.state
-	s.BrokerOutages, s.PausedUntil = r.outages, r.pauseTill
-	r.mu.Unlock()
-	s.At = time.Now()
-	s.Metrics = r.Metrics()
-	return s
-}
-
-// Metrics returns the relay's running totals.
-func (r *Relay) Metrics() Metrics {
-	return Metrics{
-		Published:    r.published.Load(),
-		Retried:      r.retried.Load(),
-		DeadLettered: r.dead.Load(),
-		Released:     r.released.Load(),
-		Batches:      r.batches.Load(),
-	}
-}
 
 // Run relays messages until ctx ends, then shuts down gracefully (see the
 // package documentation) and returns nil. Errors from the database or the
@@ -401,7 +114,7 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 	defer p.disarm(context.WithoutCancel(ctx))
 	failures := 0 // consecutive failed claims
 	for {
-		if !waits.Sleep(ctx, time.Until(r.pausedUntil())) {
+		if !r.sleepOutPause(ctx) {
 			return
 		}
 		select {
@@ -437,7 +150,7 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 // many rows it holds. A batch with rows is published in a goroutine of wg,
 // which frees the slot when it is done; otherwise the slot is freed at once.
 func (r *Relay) claimBatch(ctx, work context.Context, wg *sync.WaitGroup, slots chan struct{}) (int, error) {
-	claimed := time.Now()
+	claimed := r.cfg.Clock.Now()
 	batch, err := r.claim(ctx)
 	r.noteClaim(err, ctx.Err() != nil)
 	if err != nil || len(batch.Records) == 0 {
@@ -457,7 +170,7 @@ func (r *Relay) claimBatch(ctx, work context.Context, wg *sync.WaitGroup, slots 
 // for a wake-up, a finished batch or the end of ctx. It reports whether ctx
 // is still live.
 func (r *Relay) idle(ctx context.Context, wake <-chan struct{}, wait time.Duration) bool {
-	if d := time.Until(r.nextRetry()); d < wait {
+	if d := r.until(r.nextRetry()); d < wait {
 		wait = max(d, 0)
 	}
 	t := time.NewTimer(wait)
@@ -470,76 +183,6 @@ func (r *Relay) idle(ctx context.Context, wake <-chan struct{}, wait time.Durati
 		return false
 	}
 	return true
-}
-
-// poller decides how long the claim loop waits between claims: it polls
-// while the relay is busy, letting writers commit without signalling, and
-// after a few empty polls arms the notifier and waits for a signal.
-type poller struct {
-	n            store.Notifier // nil: polling only
-	log          *slog.Logger
-	batchSize    int
-	pollInterval time.Duration
-	armed        bool
-	idleDelay    time.Duration // the next wait while no work is found
-}
-
-// next returns what follows a claim of n rows: claim again at once (again),
-// or wait up to wait.
-func (p *poller) next(ctx context.Context, n int) (wait time.Duration, again bool) {
-	switch {
-	case n > 0:
-		p.idleDelay = minIdleDelay
-		if p.armed {
-			p.armed = false
-			if err := p.n.Disarm(ctx); err != nil {
-				p.log.Debug("disarm wake-ups", "error", err)
-			}
-		}
-		if n == p.batchSize {
-			return 0, true
-		}
-		return p.idleDelay, false
-	case p.armed:
-		return p.pollInterval, false
-	case p.n == nil || p.idleDelay < armAfter:
-		return p.backOff(), false
-	}
-	ok, err := p.n.Arm(ctx)
-	if err != nil {
-		p.log.Debug("arm wake-ups", "error", err)
-	}
-	if ok {
-		// Rows committed before arming sent no signal: look once more.
-		p.armed = true
-		return 0, true
-	}
-	// A writer is mid-transaction (or the listener is down): its rows come
-	// soon, so look again shortly.
-	return p.backOff(), false
-}
-
-// backOff returns the current idle wait and doubles the next one, up to
-// the poll interval.
-func (p *poller) backOff() time.Duration {
-	d := p.idleDelay
-	p.idleDelay = min(p.idleDelay*2, p.pollInterval)
-	return d
-}
-
-// wake returns the notifier's wake-ups, nil without a notifier.
-func (p *poller) wake() <-chan struct{} {
-	if p.n == nil {
-		return nil
-	}
-	return p.n.Wake()
-}
-
-// disarm withdraws an armed notifier when the loop ends.
-func (p *poller) disarm(ctx context.Context) {
-	if p.armed {
-		_ = p.n.Disarm(ctx)
-	}
 }
 
 // claim leases a batch. A claim that has not answered within LeaseDuration
@@ -555,51 +198,6 @@ func (r *Relay) claim(ctx context.Context) (store.Batch, error) {
 	return batch, err
 }
 
-func (r *Relay) setRunning(running bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.state.Running = running
-	if running {
-		r.state.Started = time.Now()
-	}
-}
-
-// noteClaim records a claim's outcome for State. A claim cut short by
-// shutdown is not a failure.
-func (r *Relay) noteClaim(err error, stopping bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := &r.state
-	switch {
-	case err == nil:
-		st.LastClaim, st.ClaimError, st.ClaimFailures, st.ClaimFailingSince = time.Now(), "", 0, time.Time{}
-	case stopping:
-	default:
-		if st.ClaimFailures == 0 {
-			st.ClaimFailingSince = time.Now()
-		}
-		st.ClaimFailures++
-		st.ClaimError = err.Error()
-	}
-}
-
-// noteComplete records the outcome of an attempt to record a batch's
-// outcome, for State.
-func (r *Relay) noteComplete(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := &r.state
-	switch {
-	case err == nil:
-		st.CompleteError, st.CompleteFailingSince = "", time.Time{}
-	default:
-		if st.CompleteFailingSince.IsZero() {
-			st.CompleteFailingSince = time.Now()
-		}
-		st.CompleteError = err.Error()
-	}
-}
-
 func (r *Relay) signalKick() {
 	select {
 	case r.kick <- struct{}{}:
@@ -607,258 +205,33 @@ func (r *Relay) signalKick() {
 	}
 }
 
-func (r *Relay) pausedUntil() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.pauseTill
+func (r *Relay) pausedUntil() time.Time { return r.disp.Outage().PausedUntil }
+
+// sleepOutPause waits while the broker is held down, looking at the clock
+// at least every PollInterval (a test's clock moves without a timer
+// knowing), and reports whether ctx is still live.
+func (r *Relay) sleepOutPause(ctx context.Context) bool {
+	for d := r.until(r.pausedUntil()); d > 0; d = r.until(r.pausedUntil()) {
+		if !waits.Sleep(ctx, min(d, r.cfg.PollInterval)) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
 }
+
+// until is how long until t by the relay's clock.
+func (r *Relay) until(t time.Time) time.Duration { return t.Sub(r.cfg.Clock.Now()) }
 
 func (r *Relay) nextRetry() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.cfg.Clock.Now()
 	if r.retryAt.IsZero() {
-		return time.Now().Add(24 * time.Hour)
+		return now.Add(24 * time.Hour)
 	}
-	if !r.retryAt.After(time.Now()) {
+	if !r.retryAt.After(now) {
 		r.retryAt = time.Time{} // due now; claim will see it
-		return time.Now()
+		return now
 	}
 	return r.retryAt
-}
-
-// process publishes one claimed batch key by key (see the package
-// documentation) and records the outcome. Rounds stop when ctx ends; work
-// bounds the whole of it. claimed is when the claim started: the lease ends
-// LeaseDuration after it at the latest.
-func (r *Relay) process(ctx, work context.Context, claimed time.Time, batch store.Batch) {
-	recs := batch.Records
-	leaseEnd := claimed.Add(r.cfg.LeaseDuration - leaseMargin)
-	pubDeadline := time.Now().Add(r.cfg.PublishTimeout)
-	if leaseEnd.Before(pubDeadline) {
-		pubDeadline = leaseEnd
-	}
-	pubCtx, cancel := context.WithDeadline(work, pubDeadline)
-	defer cancel()
-	released := 0
-
-	chains := chainsByKey(recs)
-	pipelined := broker.KeepsKeyOrder(r.pub)
-	var out store.Outcome
-	msgs := make([]courier.Message, 0, len(recs))
-	runs := make([]int, 0, len(chains))
-	anyOK, allDown := false, true
-	var downErr error // an ErrUnavailable error of the batch
-	for len(chains) > 0 {
-		if ctx.Err() != nil || pubCtx.Err() != nil {
-			break
-		}
-		// Each round sends every key's next message, or, to a publisher
-		// that keeps a key's order, its next run of messages to one topic.
-		msgs, runs = msgs[:0], runs[:0]
-		for _, c := range chains {
-			n := 1
-			if pipelined {
-				n = sameTopicRun(recs, c)
-			}
-			for _, i := range c[:n] {
-				msgs = append(msgs, recs[i].Message)
-			}
-			runs = append(runs, n)
-		}
-		errs := r.pub.Publish(pubCtx, msgs)
-		next := chains[:0]
-		j := 0
-		for k, c := range chains {
-			sent, held := runs[k], false
-			for _, i := range c[:sent] {
-				rec, err := &recs[i], errs[j]
-				j++
-				if held { // after a failure of its key: not stored
-					released++
-					continue
-				}
-				if err == nil {
-					anyOK, allDown = true, false
-					out.Published = append(out.Published, rec.Seq)
-					continue
-				}
-				if !errors.Is(err, broker.ErrUnavailable) {
-					allDown = false
-				} else if downErr == nil {
-					downErr = err
-				}
-				r.fail(&out, rec, err)
-				// A message rejected for good is a dead letter at once
-				// and leaves the order; any other failure holds the
-				// key's later messages back (see broker.OrderKeeper).
-				held = !permanent(err)
-			}
-			switch {
-			case held:
-				released += len(c) - sent
-			case len(c) > sent:
-				next = append(next, c[sent:])
-			}
-		}
-		chains = next
-	}
-	for _, c := range chains { // shutdown or timeout: hand back the rest
-		released += len(c)
-	}
-	r.noteBroker(anyOK, allDown && (len(out.Retry) > 0 || len(out.Dead) > 0), downErr)
-	if r.complete(work, leaseEnd, batch.Lease, out) {
-		r.released.Add(int64(released))
-	}
-}
-
-// chainsByKey groups record indexes by key, keeping Seq order within a key
-// and first-appearance order across keys.
-func chainsByKey(recs []store.Record) [][]int {
-	pos := make(map[string]int, len(recs))
-	var chains [][]int
-	for i := range recs {
-		k := recs[i].Message.Key
-		if p, ok := pos[k]; ok {
-			chains[p] = append(chains[p], i)
-			continue
-		}
-		pos[k] = len(chains)
-		chains = append(chains, []int{i})
-	}
-	return chains
-}
-
-// sameTopicRun is how many of chain c's leading records share the first
-// one's topic.
-func sameTopicRun(recs []store.Record, c []int) int {
-	topic := recs[c[0]].Message.Topic
-	n := 1
-	for n < len(c) && recs[c[n]].Message.Topic == topic {
-		n++
-	}
-	return n
-}
-
-// permanent reports whether err is a refusal for good, which makes a message
-// a dead letter at once: ErrRejected without ErrUnavailable.
-func permanent(err error) bool {
-	return errors.Is(err, broker.ErrRejected) && !errors.Is(err, broker.ErrUnavailable)
-}
-
-// fail records rec's failed publish in out, as a retry or a dead letter.
-func (r *Relay) fail(out *store.Outcome, rec *store.Record, err error) {
-	f := store.Failure{Seq: rec.Seq, Error: err.Error()}
-	if errors.Is(err, broker.ErrUnavailable) {
-		r.mu.Lock()
-		f.Delay = r.outageDelay(r.outages+1, err)
-		r.mu.Unlock()
-	} else {
-		f.Counted = true
-		attempts := rec.Attempts + 1
-		if permanent := permanent(err); permanent || attempts >= r.cfg.MaxAttempts {
-			out.Dead = append(out.Dead, f)
-			r.log.Error("message dead-lettered", "message_id", rec.Message.ID, "key", rec.Message.Key,
-				"topic", rec.Message.Topic, "attempts", attempts, "permanent", permanent, "error", err)
-			return
-		}
-		f.Delay = r.cfg.Backoff.Delay(attempts)
-		r.log.Warn("publish failed; will retry", "message_id", rec.Message.ID, "key", rec.Message.Key,
-			"attempt", attempts, "retry_in", f.Delay, "error", err)
-	}
-	if f.Counted {
-		f.Delay = r.honourRetryAfter(f.Delay, err)
-	}
-	out.Retry = append(out.Retry, f)
-	r.mu.Lock()
-	if at := time.Now().Add(f.Delay); r.retryAt.IsZero() || at.Before(r.retryAt) {
-		r.retryAt = at
-	}
-	r.mu.Unlock()
-}
-
-// outageDelay is the wait after the n-th outage in a row: the broker's own
-// estimate when err carries one (broker.RetryAfterError: a Retry-After, a
-// circuit breaker's remaining open time), at least a moment and at most
-// Backoff.Max, else the backoff's. An endpoint that says it is back in 5s
-// is tried again then, not after a backoff grown through a long outage.
-func (r *Relay) outageDelay(n int, err error) time.Duration {
-	if wish, ok := broker.RetryAfter(err); ok {
-		return min(max(wish, min(r.cfg.Backoff.Initial, time.Second)), r.cfg.Backoff.Max)
-	}
-	return r.cfg.Backoff.Delay(n)
-}
-
-// honourRetryAfter lengthens delay to the wait the broker asked for (an
-// HTTP endpoint's Retry-After, see broker.RetryAfterError), capped at the
-// backoff's Max so a far-off date cannot hold a key back for longer than
-// the relay would on its own. A shorter wish than delay changes nothing.
-func (r *Relay) honourRetryAfter(delay time.Duration, err error) time.Duration {
-	wish, ok := broker.RetryAfter(err)
-	if !ok {
-		return delay
-	}
-	return max(delay, min(wish, r.cfg.Backoff.Max))
-}
-
-// noteBroker tracks outages: while whole batches fail because the broker is
-// unavailable (downErr is one of their errors), claiming pauses with a
-// growing backoff.
-func (r *Relay) noteBroker(anyOK, allDown bool, downErr error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := &r.state
-	switch {
-	case anyOK:
-		if r.outages > 0 {
-			r.log.Info("broker is back", "down_for", time.Since(st.BrokerDownSince).Round(time.Millisecond))
-		}
-		r.outages = 0
-		st.BrokerDown, st.BrokerError, st.BrokerDownSince = false, "", time.Time{}
-	case allDown:
-		if r.outages == 0 {
-			st.BrokerDownSince = time.Now()
-		}
-		st.BrokerDown = true
-		if downErr != nil {
-			st.BrokerError = downErr.Error()
-		}
-		r.outages++
-		d := r.outageDelay(r.outages, downErr)
-		r.pauseTill = time.Now().Add(d)
-		r.log.Warn("broker unavailable; pausing", "pause", d, "consecutive", r.outages)
-	}
-}
-
-// complete records the outcome, retrying until it succeeds or the lease is
-// about to end (the rows are then claimed again and re-published: a
-// duplicate, never a loss). No attempt outlives the lease, so a relay never
-// writes to rows another relay may have taken over.
-func (r *Relay) complete(work context.Context, leaseEnd time.Time, lease int64, out store.Outcome) bool {
-	for attempt := 1; ; attempt++ {
-		cctx, cancel := context.WithDeadline(work, leaseEnd)
-		err := r.store.Complete(cctx, r.cfg.Owner, lease, out)
-		cancel()
-		if err == nil || work.Err() == nil { // shutdown's deadline is no database failure
-			r.noteComplete(err)
-		}
-		if err == nil {
-			break
-		}
-		delay := completeRetry.Delay(attempt)
-		if work.Err() != nil || time.Now().Add(delay).After(leaseEnd) {
-			r.log.Error("could not record batch outcome; its messages will be published again after the lease",
-				"error", err, "published", len(out.Published))
-			r.cfg.Observer.LeaseLost(len(out.Published))
-			return false
-		}
-		r.log.Warn("record batch outcome failed; retrying", "error", err, "retry_in", delay)
-		if !waits.Sleep(work, delay) {
-			return false
-		}
-	}
-	r.published.Add(int64(len(out.Published)))
-	r.retried.Add(int64(len(out.Retry)))
-	r.dead.Add(int64(len(out.Dead)))
-	r.cfg.Observer.Completed(len(out.Published), len(out.Retry), len(out.Dead))
-	return true
 }

@@ -40,7 +40,7 @@ type unit struct {
 
 func newUnit(t *testing.T) *unit {
 	clock := memstore.NewClock()
-	st := memstore.New(memstore.Config{Now: clock.Now})
+	st := memstore.New(memstore.Config{Clock: clock.Now})
 	return &unit{t: t, clock: clock, st: st, pub: memory.NewPublisher(), w: outbox.New(st, outbox.Config{})}
 }
 

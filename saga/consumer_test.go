@@ -13,13 +13,15 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/saga"
+	"github.com/courier-go/courier/store/memstore"
 	"github.com/courier-go/courier/store/sqlite"
 )
 
 // A saga whose step panics on a reply, run by an inbox consumer: the panic
 // is recovered, the transition and its command roll back, the reply is
 // parked with the panic and its stack after MaxDeliveries runs, and other
-// instances' replies go on being applied.
+// instances' replies go on being applied. The retry waits in place an hour
+// on the consumer's clock, which the test moves.
 func TestPanickingStepIsParkedByTheConsumer(t *testing.T) {
 	f := newFixture(t, "sqlite")
 	def := orderSaga()
@@ -60,9 +62,10 @@ func TestPanickingStepIsParkedByTheConsumer(t *testing.T) {
 		_, err := orch.Handle(ctx, tx, msg)
 		return err
 	}
+	clock := memstore.NewClock()
 	c, err := inbox.NewConsumer(ib, sub, sqlite.ConsumerStore(f.db), h, inbox.ConsumerConfig{
-		Concurrency: 1, KeepOrder: true, MaxDeliveries: 2,
-		Backoff: courier.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+		Concurrency: 1, KeepOrder: true, MaxDeliveries: 2, ExtendEvery: 500 * time.Millisecond,
+		Backoff: courier.Backoff{Initial: time.Hour, Max: time.Hour}, Clock: clock.Now,
 	})
 	testenv.Must(t, err, "consumer")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -70,6 +73,8 @@ func TestPanickingStepIsParkedByTheConsumer(t *testing.T) {
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	testenv.Eventually(t, 15*time.Second, func() bool { return c.Metrics().Retried == 1 }, "the reply did not fail: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	clock.Advance(time.Hour)
 	testenv.Eventually(t, 15*time.Second, func() bool { m := c.Metrics(); return m.Parked == 1 && m.Applied == 1 },
 		"reply not parked or the other not applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
 	if in := f.get("o1"); in.State != "PaymentPending" || in.Data.ChargeID != "" {

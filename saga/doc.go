@@ -43,5 +43,7 @@
 // transition and the next command commit together; when a step's functions
 // (Command, OnReply, Compensate) panic there, the inbox.Consumer recovers
 // the panic, the transition rolls back, and the reply is retried and then
-// parked like any failing one. Run fires deadlines.
+// parked like any failing one. Run fires deadlines, by the time of
+// Config.Clock: a test moves that clock and calls Expire instead of waiting
+// for a step to time out.
 package saga

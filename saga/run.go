@@ -14,7 +14,7 @@ import (
 // retriable; a compensation that timed out is sent again. A reply arriving
 // after its step timed out is then ignored as late.
 func (o *Orchestrator[D, TTx]) Expire(ctx context.Context) (int, error) {
-	ids, err := o.st.Due(ctx, o.def.Type, o.now().UTC(), 100)
+	ids, err := o.st.Due(ctx, o.def.Type, o.now.Now().UTC(), 100)
 	if err != nil {
 		return 0, err
 	}
@@ -37,7 +37,7 @@ func (o *Orchestrator[D, TTx]) expire(ctx context.Context, tx TTx, id string) er
 	if err != nil {
 		return err
 	}
-	now := o.now().UTC()
+	now := o.now.Now().UTC()
 	if rec.Deadline == nil || rec.Deadline.After(now) || rec.Phase == Completed || rec.Phase == Cancelled {
 		return nil
 	}

@@ -105,8 +105,11 @@ type Outcome struct {
 
 // Config tunes an Orchestrator.
 type Config struct {
-	// Now is the clock; default time.Now. Tests move it.
-	Now func() time.Time
+	// Clock is the time the orchestrator reads: the deadlines it sets,
+	// which of them Expire finds passed, and the times of instances and
+	// their history. Default: the real clock. A test sets a clock it moves
+	// to make a step time out without waiting.
+	Clock courier.Clock
 	// Logger receives transitions and ignored events. Default: discard.
 	Logger *slog.Logger
 }
@@ -117,7 +120,7 @@ type Orchestrator[D any, TTx any] struct {
 	def Definition[D]
 	st  store.Sagas[TTx]
 	w   *outbox.Writer[TTx]
-	now func() time.Time
+	now courier.Clock
 	log *slog.Logger
 }
 
@@ -160,13 +163,10 @@ func New[D any, TTx any](def Definition[D], st store.Sagas[TTx], w *outbox.Write
 			}
 		}
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Orchestrator[D, TTx]{def: def, st: st, w: w, now: cfg.Now, log: cfg.Logger.With("saga", def.Type)}, nil
+	return &Orchestrator[D, TTx]{def: def, st: st, w: w, now: cfg.Clock, log: cfg.Logger.With("saga", def.Type)}, nil
 }
 
 // Definition returns the orchestrator's definition (with defaults filled in).
@@ -181,7 +181,7 @@ type inst[D any] struct {
 // Start creates instance id with data in tx and sends its first command.
 // It returns store.ErrSagaExists if id is taken.
 func (o *Orchestrator[D, TTx]) Start(ctx context.Context, tx TTx, id string, data D) (*Instance[D], error) {
-	now := o.now().UTC()
+	now := o.now.Now().UTC()
 	in := &inst[D]{rec: store.SagaRecord{Type: o.def.Type, ID: id, State: o.def.Initial, Phase: Running, Version: 1,
 		CreatedAt: now, UpdatedAt: now}, data: data}
 	if err := o.st.Create(ctx, tx, in.rec); err != nil {
@@ -416,7 +416,7 @@ func (o *Orchestrator[D, TTx]) deadline(d time.Duration) *time.Time {
 	if d <= 0 {
 		return nil
 	}
-	t := o.now().UTC().Add(d)
+	t := o.now.Now().UTC().Add(d)
 	return &t
 }
 
@@ -428,7 +428,7 @@ func (o *Orchestrator[D, TTx]) transition(ctx context.Context, tx TTx, in *inst[
 }
 
 func (o *Orchestrator[D, TTx]) record(ctx context.Context, tx TTx, in *inst[D], ev courier.Message, from, to, outcome, reason string) error {
-	e := store.SagaEvent{Type: o.def.Type, SagaID: in.rec.ID, At: o.now().UTC(), EventType: ev.Type,
+	e := store.SagaEvent{Type: o.def.Type, SagaID: in.rec.ID, At: o.now.Now().UTC(), EventType: ev.Type,
 		From: from, To: to, Outcome: outcome, Reason: reason}
 	if ev.ID != [16]byte{} {
 		e.EventID = ev.ID.String()
@@ -444,7 +444,7 @@ func (o *Orchestrator[D, TTx]) save(ctx context.Context, tx TTx, in *inst[D], ex
 	}
 	in.rec.Data = data
 	in.rec.Version = expect + 1
-	in.rec.UpdatedAt = o.now().UTC()
+	in.rec.UpdatedAt = o.now.Now().UTC()
 	ok, err := o.st.Update(ctx, tx, in.rec, expect)
 	if err != nil {
 		return err

@@ -110,7 +110,7 @@ func newFixture(t testing.TB, dialect string) *fixture {
 			f.sagas = f.driver.Sagas()
 			var err error
 			f.orch, err = saga.New(orderSaga(), f.sagas, outbox.New(f.driver.Inserter(), outbox.Config{}),
-				saga.Config{Now: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }})
+				saga.Config{Clock: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }})
 			testenv.Must(t, err, "orchestrator")
 		}
 	}
@@ -341,6 +341,8 @@ func TestConcurrentTransitionsConflict(t *testing.T) {
 	defer tx1.Rollback()
 	_, err = f.orch.Handle(ctx, tx1, reply("o6", "PaymentSucceeded", "a"))
 	testenv.Must(t, err, "first")
+	var first int
+	testenv.Must(t, tx1.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&first), "first's backend")
 	done := make(chan error, 1)
 	go func() {
 		done <- f.sagas.InTx(ctx, func(tx *sql.Tx) error {
@@ -348,7 +350,11 @@ func TestConcurrentTransitionsConflict(t *testing.T) {
 			return err
 		})
 	}()
-	time.Sleep(200 * time.Millisecond) // the second waits on the row
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var waiting int
+		err := f.db.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", first).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, "the second transition does not wait on the row the first holds")
 	testenv.Must(t, tx1.Commit(), "commit first")
 	if err := <-done; !errors.Is(err, saga.ErrConflict) {
 		t.Fatalf("second transition: %v, want ErrConflict", err)

@@ -51,6 +51,64 @@ type demoCmd struct {
 const demoSubjectPrefix = "courier-demo."
 
 func (c *demoCmd) Run(e *env) (err error) {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	// Schemas the demo did not create are refused before anything is
+	// written.
+	if err := c.checkSchemas(e.ctx); err != nil {
+		return err
+	}
+	// An external broker is reached before anything is written, so that a
+	// wrong --broker-url leaves nothing behind.
+	external, err := c.externalTransport(e.ctx)
+	if err != nil {
+		return err
+	}
+	if external != nil && !c.Keep {
+		defer teardownExternal(e, external)
+	}
+	dir, err := c.dataDir()
+	if err != nil {
+		return err
+	}
+	if c.DataDir == "" {
+		defer func() {
+			// The temporary directory is the demo's, all of it; a failed
+			// run keeps its logs, which its error names.
+			if err == nil && !c.Keep {
+				_ = os.RemoveAll(dir)
+			}
+		}()
+	}
+	logPath := filepath.Join(dir, "demo.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	defer logFile.Close()
+	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	dbs, where, dropSchemas, err := c.databases(e, dir)
+	if err != nil {
+		return err
+	}
+	defer dropSchemas()
+	tr, brokerWhere, stop, err := c.transport(external, dir)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	cfg := c.demoConfig(dbs, tr)
+	cfg.Progress, cfg.Logger = e.stderr, log
+	c.header(e.stdout, where, brokerWhere, logPath, cfg.Stock, cfg.Crash)
+	return runDemo(e, cfg, logPath)
+}
+
+// validate checks the flags' values, and that --broker-url and
+// --database-url name what the demo runs on, without connecting.
+func (c *demoCmd) validate() error {
 	if c.Orders < 1 || c.Concurrency < 1 || c.InFlight < 0 {
 		return errors.New("--orders and --concurrency must be 1 or more, --in-flight 0 or more")
 	}
@@ -83,83 +141,64 @@ func (c *demoCmd) Run(e *env) (err error) {
 		// The services each get a schema of their own (search_path).
 		return fmt.Errorf("--database-url %q: the demo runs on PostgreSQL (postgres://…), or without the flag on SQLite files", dburl.Redact(c.DatabaseURL))
 	}
-	// Schemas the demo did not create are refused before anything is
-	// written.
-	if err := c.checkSchemas(e.ctx); err != nil {
-		return err
+	return nil
+}
+
+// teardownExternal deletes what the demo made on an external broker,
+// logging a failure.
+func teardownExternal(e *env, external shop.Transport) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), 30*time.Second)
+	defer cancel()
+	if err := external.Teardown(ctx); err != nil {
+		e.log.Warn("could not delete the demo's stream, topics or queues", "broker", external.String(), "error", err)
 	}
-	// An external broker is reached before anything is written, so that a
-	// wrong --broker-url leaves nothing behind.
-	external, err := c.externalTransport(e.ctx)
-	if err != nil {
-		return err
+}
+
+// databases returns the services' databases and where they are: SQLite
+// files in dir or, with --database-url, PostgreSQL schemas, created after
+// an earlier run's (marked) are dropped. drop drops them again at the end;
+// it does nothing on SQLite or with --keep.
+func (c *demoCmd) databases(e *env, dir string) (dbs shop.Databases, where string, drop func(), err error) {
+	drop = func() {}
+	if c.DatabaseURL == "" {
+		return shop.SQLiteDatabases(dir), fmt.Sprintf("SQLite files in %s (orders.db, payment.db, inventory.db, shipping.db)", dir), drop, nil
 	}
-	if external != nil && !c.Keep {
-		defer func() {
+	if dbs, err = shop.PostgresDatabases(c.DatabaseURL, "courier_demo"); err != nil {
+		return dbs, "", nil, fmt.Errorf("--database-url: %w", err)
+	}
+	where = fmt.Sprintf("PostgreSQL %s, schemas courier_demo_orders, _payment, _inventory, _shipping", dburl.Redact(c.DatabaseURL))
+	if !c.Keep {
+		// An earlier run's schemas (marked) go; Foreign refused others.
+		if err := dbs.Drop(e.ctx); err != nil {
+			return dbs, "", nil, fmt.Errorf("--database-url: %v", oneLine(err))
+		}
+		drop = func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), 30*time.Second)
 			defer cancel()
-			if err := external.Teardown(ctx); err != nil {
-				e.log.Warn("could not delete the demo's stream, topics or queues", "broker", external.String(), "error", err)
+			if err := dbs.Drop(ctx); err != nil {
+				e.log.Warn("could not drop the demo's schemas", "error", err)
 			}
-		}()
+		}
 	}
-	dir, err := c.dataDir()
-	if err != nil {
-		return err
+	if err := dbs.Create(e.ctx); err != nil {
+		drop()
+		return dbs, "", nil, fmt.Errorf("--database-url: %v", oneLine(err))
 	}
-	if c.DataDir == "" {
-		defer func() {
-			// The temporary directory is the demo's, all of it; a failed
-			// run keeps its logs, which its error names.
-			if err == nil && !c.Keep {
-				_ = os.RemoveAll(dir)
-			}
-		}()
-	}
-	logPath := filepath.Join(dir, "demo.log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
-	}
-	defer logFile.Close()
-	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return dbs, where, drop, nil
+}
 
-	dbs := shop.SQLiteDatabases(dir)
-	where := fmt.Sprintf("SQLite files in %s (orders.db, payment.db, inventory.db, shipping.db)", dir)
-	if c.DatabaseURL != "" {
-		if dbs, err = shop.PostgresDatabases(c.DatabaseURL, "courier_demo"); err != nil {
-			return fmt.Errorf("--database-url: %w", err)
-		}
-		where = fmt.Sprintf("PostgreSQL %s, schemas courier_demo_orders, _payment, _inventory, _shipping", dburl.Redact(c.DatabaseURL))
-		if !c.Keep {
-			// An earlier run's schemas (marked) go; Foreign refused others.
-			if err := dbs.Drop(e.ctx); err != nil {
-				return fmt.Errorf("--database-url: %v", oneLine(err))
-			}
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), 30*time.Second)
-				defer cancel()
-				if err := dbs.Drop(ctx); err != nil {
-					e.log.Warn("could not drop the demo's schemas", "error", err)
-				}
-			}()
-		}
-		if err := dbs.Create(e.ctx); err != nil {
-			return fmt.Errorf("--database-url: %v", oneLine(err))
-		}
+// transport returns the external transport when there is one, else starts
+// one in this process (see inProcessTransport). stop stops what it started.
+func (c *demoCmd) transport(external shop.Transport, dir string) (tr shop.Transport, where string, stop func(), err error) {
+	if external != nil {
+		return external, external.String(), func() {}, nil
 	}
+	return c.inProcessTransport(dir)
+}
 
-	tr, brokerWhere := external, ""
-	if tr != nil {
-		brokerWhere = tr.String()
-	} else {
-		var stop func()
-		if tr, brokerWhere, stop, err = c.inProcessTransport(dir); err != nil {
-			return err
-		}
-		defer stop()
-	}
-
+// demoConfig turns the flags into the shop's demo configuration, with
+// dbs and tr; Progress and Logger are left to the caller.
+func (c *demoCmd) demoConfig(dbs shop.Databases, tr shop.Transport) shop.DemoConfig {
 	faults := shop.Faults{FailureRate: c.FailureRate, Latency: c.Latency, DuplicateRate: c.DuplicateRate, ReorderRate: c.ReorderRate}
 	perService := map[string]shop.Faults{}
 	for _, s := range shop.Services {
@@ -184,14 +223,17 @@ func (c *demoCmd) Run(e *env) (err error) {
 	if inFlight == 0 {
 		inFlight = -1
 	}
-	c.header(e.stdout, where, brokerWhere, logPath, stock, crash)
-
-	rep, err := shop.RunDemo(e.ctx, shop.DemoConfig{
+	return shop.DemoConfig{
 		Databases: dbs, Transport: tr,
 		Orders: c.Orders, Concurrency: c.Concurrency, InFlight: inFlight, Stock: stock, Faults: perService, ReplayRate: c.ReplayRate,
 		Crash: crash, Timeout: c.Timeout, Timeouts: shop.Timeouts{Step: c.StepTimeout},
-		Progress: e.stderr, Logger: log,
-	})
+	}
+}
+
+// runDemo runs the shop's demo, prints its report, and fails when the
+// demo or one of its invariants did, naming the logs.
+func runDemo(e *env, cfg shop.DemoConfig, logPath string) error {
+	rep, err := shop.RunDemo(e.ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("%w (logs: %s)", err, logPath)
 	}

@@ -125,6 +125,8 @@ func (r *relayProcess) Logs() string { r.mu.Lock(); defer r.mu.Unlock(); return 
 func startRelay(t *testing.T, url string, args ...string) *relayProcess {
 	t.Helper()
 	r := &relayProcess{out: make(chan struct{})}
+	started := make(chan struct{})
+	var once sync.Once
 	r.cmd = exec.Command(os.Args[0], append([]string{"relay", "--log-format", "json"}, args...)...)
 	r.cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL="+url)
 	stderr, err := r.cmd.StderrPipe()
@@ -143,9 +145,21 @@ func startRelay(t *testing.T, url string, args ...string) *relayProcess {
 			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "serving /metrics") {
 				addr <- rec.Addr
 			}
+			if rec.Msg == "relay started" {
+				once.Do(func() { close(started) })
+			}
 		}
 	}()
 	t.Cleanup(func() { r.Stop(t) })
+	// Running means claiming: the relay has opened its database and its
+	// broker, which takes a while on a busy machine.
+	select {
+	case <-started:
+	case <-r.out:
+		t.Fatalf("the relay exited before it started:\n%s", r.Logs())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the relay did not start within a minute:\n%s", r.Logs())
+	}
 	if !strings.Contains(strings.Join(args, " "), "--metrics-addr") {
 		return r
 	}

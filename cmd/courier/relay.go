@@ -15,6 +15,7 @@ import (
 	"github.com/courier-go/courier/broker/nats/embedded"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 type relayCmd struct {
@@ -108,6 +109,8 @@ func (c *relayCmd) check() (relay.Config, error) {
 	return cfg, nil
 }
 
+// Run runs the relay (polling, or with --mode cdc reading the log) until
+// the command's context ends.
 func (c *relayCmd) Run(e *env) error {
 	cfg, err := c.check()
 	if err != nil {
@@ -122,18 +125,13 @@ func (c *relayCmd) Run(e *env) error {
 		}
 	}
 	embeddedDB := c.DatabaseURL == ""
-	d, err := c.open(e.ctx, embeddedDB, c.ListenURL)
+	d, err := c.openDatabase(e, embeddedDB)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = d.PollInterval()
-	}
-	if embeddedDB {
-		if _, err := d.Migrate(e.ctx); err != nil {
-			return err
-		}
 	}
 	stopDashboard, err := c.dashboardFlags.serve(e, d)
 	if err != nil {
@@ -144,47 +142,92 @@ func (c *relayCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-
-	var announce []func() // where things are, once all is ready
-	if embeddedDB {
-		announce = append(announce, func() {
-			e.log.Info("database: embedded SQLite file (the default; set --database-url for another)", "path", d.String())
-		})
-	}
-	brokerURL := c.BrokerURL
-	if brokerURL == "" {
-		dir, _ := filepath.Abs(c.DataDir)
-		srv, err := embedded.Start(embedded.Config{Dir: dir, Port: c.EmbeddedPort})
-		if err != nil {
-			return fmt.Errorf("%w; pass --embedded-port 0 for any free port, or --broker-url to use a running NATS", err)
-		}
-		defer srv.Shutdown()
-		brokerURL = srv.ClientURL()
-		defer e.log.Info("embedded NATS stopped")
-		announce = append(announce, func() {
-			e.log.Info("broker: embedded NATS JetStream (the default; set --broker-url for another); consumers connect here",
-				"url", brokerURL, "data", dir)
-		})
-	}
-	b, err := brokerurl.Open(e.ctx, brokerURL, c.brokerOptions(e.log))
+	b, closeBroker, announceBroker, err := c.openBroker(e)
 	if err != nil {
-		var se *brokerurl.StreamError
-		if errors.As(err, &se) {
-			return c.streamError(se)
-		}
 		return err
 	}
-	defer b.Close()
+	defer closeBroker()
 	if c.Mode == "cdc" {
 		if c.Cleanup.Every > 0 {
 			defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
 		}
 		return c.runCDC(e, d.Operations(), b)
 	}
+	r, stopObserving, err := c.newRelay(e, d, st, b, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopObserving()
+	// Where things are, once all is ready.
+	if embeddedDB {
+		e.log.Info("database: embedded SQLite file (the default; set --database-url for another)", "path", d.String())
+	}
+	announceBroker()
+	c.logRelaying(e, d, b, cfg.PollInterval)
+	if c.Cleanup.Every > 0 {
+		defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
+	}
+	return r.Run(e.ctx)
+}
+
+// openDatabase opens --database-url, or the embedded SQLite file, which it
+// creates and migrates.
+func (c *relayCmd) openDatabase(e *env, embeddedDB bool) (*dburl.DB, error) {
+	d, err := c.open(e.ctx, embeddedDB, c.ListenURL)
+	if err != nil {
+		return nil, err
+	}
+	if embeddedDB {
+		if _, err := d.Migrate(e.ctx); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// openBroker opens --broker-url or, without it, starts the embedded NATS
+// server in --data-dir and opens that. closeAll closes the broker and
+// stops the server; announce logs where the embedded server listens (it
+// does nothing for --broker-url).
+func (c *relayCmd) openBroker(e *env) (b *brokerurl.Broker, closeAll, announce func(), err error) {
+	brokerURL, stopServer, announce := c.BrokerURL, func() {}, func() {}
+	if brokerURL == "" {
+		dir, _ := filepath.Abs(c.DataDir)
+		srv, err := embedded.Start(embedded.Config{Dir: dir, Port: c.EmbeddedPort})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%w; pass --embedded-port 0 for any free port, or --broker-url to use a running NATS", err)
+		}
+		brokerURL = srv.ClientURL()
+		stopServer = func() {
+			e.log.Info("embedded NATS stopped")
+			srv.Shutdown()
+		}
+		announce = func() {
+			e.log.Info("broker: embedded NATS JetStream (the default; set --broker-url for another); consumers connect here",
+				"url", brokerURL, "data", dir)
+		}
+	}
+	b, err = brokerurl.Open(e.ctx, brokerURL, c.brokerOptions(e.log))
+	if err != nil {
+		stopServer()
+		var se *brokerurl.StreamError
+		if errors.As(err, &se) {
+			return nil, nil, nil, c.streamError(se)
+		}
+		return nil, nil, nil, err
+	}
+	return b, func() { _ = b.Close(); stopServer() }, announce, nil
+}
+
+// newRelay makes the polling relay, woken by the database's notifier
+// (unless --no-listen) and reporting to the --metrics-addr endpoints,
+// which it starts serving. stop stops serving them.
+func (c *relayCmd) newRelay(e *env, d *dburl.DB, st store.RelayStore, b *brokerurl.Broker, cfg relay.Config) (r *relay.Relay, stop func(), err error) {
 	if !c.NoListen {
 		n, err := d.Notifier(e.log)
 		if err != nil {
-			return fmt.Errorf("--listen-url: %w", err)
+			return nil, nil, fmt.Errorf("--listen-url: %w", err)
 		}
 		if n != nil {
 			cfg.Notifier = n
@@ -192,26 +235,29 @@ func (c *relayCmd) Run(e *env) error {
 	}
 	obs, err := c.observeFlags.listen(d.Operations())
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if obs != nil {
-		cfg.Observer = obs.col.Relay()
-		defer obs.ln.Close()
-	}
-	r, err := relay.New(st, b, cfg)
-	if err != nil {
-		return flagError(err)
-	}
-	if obs != nil {
-		stop, err := obs.serve(e, r, cfg, d, b)
-		if err != nil {
-			return err
+	if obs == nil {
+		if r, err = relay.New(st, b, cfg); err != nil {
+			return nil, nil, flagError(err)
 		}
-		defer stop()
+		return r, func() {}, nil
 	}
-	for _, a := range announce {
-		a()
+	cfg.Observer = obs.col.Relay()
+	if r, err = relay.New(st, b, cfg); err != nil {
+		_ = obs.ln.Close()
+		return nil, nil, flagError(err)
 	}
+	stopServing, err := obs.serve(e, r, cfg, d, b)
+	if err != nil {
+		_ = obs.ln.Close()
+		return nil, nil, err
+	}
+	return r, func() { stopServing(); _ = obs.ln.Close() }, nil
+}
+
+// logRelaying logs where the relay reads and publishes.
+func (c *relayCmd) logRelaying(e *env, d *dburl.DB, b *brokerurl.Broker, pollInterval time.Duration) {
 	where := []any{"database", d.String(), "dialect", d.Dialect(), "broker", b.String()}
 	switch b.Kind() {
 	case brokerurl.NATS:
@@ -223,11 +269,7 @@ func (c *relayCmd) Run(e *env) error {
 	case brokerurl.Webhook:
 		where = append(where, "secrets_from", c.WebhookSecretEnv)
 	}
-	e.log.Info("relaying", append(where, "poll_interval", cfg.PollInterval)...)
-	if c.Cleanup.Every > 0 {
-		defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
-	}
-	return r.Run(e.ctx)
+	e.log.Info("relaying", append(where, "poll_interval", pollInterval)...)
 }
 
 // brokerOptions says how brokerurl reads and opens --broker-url; log

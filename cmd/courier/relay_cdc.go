@@ -8,6 +8,7 @@ import (
 	"github.com/courier-go/courier/broker/brokerurl"
 	"github.com/courier-go/courier/relay/cdc"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/postgres"
 )
 
 // cdcFlags are the flags of `courier relay --mode cdc`.
@@ -39,7 +40,7 @@ func (c *relayCmd) runCDC(e *env, ops store.Operations, b *brokerurl.Broker) err
 		return fmt.Errorf("--database-url: %w", err)
 	}
 	defer pool.Close()
-	r, err := cdc.New(pool, b, cdc.Config{
+	r, err := cdc.New(postgres.NewDriver(pool).CDC(), b, cdc.Config{
 		Slot: c.Slot, Publication: c.Publication, BatchSize: c.BatchSize, Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts,
 		KeepPublished: c.KeepPublished, Logger: e.log,
 	})

@@ -14,7 +14,6 @@ import (
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
-	"github.com/courier-go/courier/relay/cdc"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
 )
@@ -41,7 +40,7 @@ func newSlot(t *testing.T, pg *testenv.PG, create bool) string {
 		_, _ = pg.Admin.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
 	})
 	if create {
-		testenv.Must(t, cdc.Setup(ctx, pg.Pool, slot), "publication")
+		testenv.Must(t, postgres.NewDriver(pg.Pool).CDC().Setup(ctx, slot), "publication")
 		_, err := pg.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 		testenv.Must(t, err, "create slot")
 	}

@@ -94,6 +94,37 @@ func (r *Report) OK() bool {
 // RunDemo runs the demo and returns its report. It fails only when the shop
 // cannot run at all; broken invariants are in the report.
 func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s, err := Start(ctx, Options{
+		Databases: cfg.Databases, Transport: cfg.Transport, BrokerURL: cfg.BrokerURL, Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix,
+		Faults: cfg.Faults, Stock: cfg.Stock, Timeouts: cfg.Timeouts, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Stop()
+	ordersDB, err := openDB(ctx, cfg.Databases.Orders)
+	if err != nil {
+		return nil, err
+	}
+	defer ordersDB.Close()
+
+	d := &demoRun{cfg: cfg, shop: s, ordersDB: ordersDB}
+	if err := d.startLoad(ctx); err != nil {
+		return nil, err
+	}
+	defer d.stopLoad()
+	load, timedOut, err := d.waitForSagas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.report(ctx, load, timedOut)
+}
+
+// setDefaults fills in the zero fields and checks Crash.
+func (cfg *DemoConfig) setDefaults() error {
 	if cfg.Orders <= 0 {
 		cfg.Orders = 1000
 	}
@@ -110,108 +141,123 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
 		cfg.Timeout = 3 * time.Minute
 	}
 	if cfg.Crash != "" && !slices.Contains(Services, cfg.Crash) {
-		return nil, fmt.Errorf("demo: cannot crash %q: name one of %v, or none", cfg.Crash, Services)
+		return fmt.Errorf("demo: cannot crash %q: name one of %v, or none", cfg.Crash, Services)
 	}
-	s, err := Start(ctx, Options{
-		Databases: cfg.Databases, Transport: cfg.Transport, BrokerURL: cfg.BrokerURL, Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix,
-		Faults: cfg.Faults, Stock: cfg.Stock, Timeouts: cfg.Timeouts, Logger: cfg.Logger,
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer s.Stop()
-	ordersDB, err := openDB(ctx, cfg.Databases.Orders)
-	if err != nil {
-		return nil, err
-	}
-	defer ordersDB.Close()
+	return nil
+}
 
-	skus := make([]string, 0, len(cfg.Stock))
-	for sku := range cfg.Stock {
+// demoRun is a demo under way: the shop, the orders' database its
+// progress is read from, and the load placing orders in the background.
+type demoRun struct {
+	cfg      DemoConfig
+	shop     *Shop
+	ordersDB *serviceDB
+
+	placed, ended atomic.Int64       // orders placed, sagas ended
+	loaded        chan loadOutcome   // the load's outcome, once it returned
+	stopLoad      context.CancelFunc // ends the load (it ends by itself after cfg.Timeout)
+}
+
+// loadOutcome is what Load.Run returned.
+type loadOutcome struct {
+	res LoadResult
+	err error
+}
+
+// startLoad starts placing the orders, in a goroutine that sends its
+// outcome to d.loaded; d.stopLoad stops it.
+func (d *demoRun) startLoad(ctx context.Context) error {
+	skus := make([]string, 0, len(d.cfg.Stock))
+	for sku := range d.cfg.Stock {
 		skus = append(skus, sku)
 	}
 	slices.Sort(skus)
-	var placed, ended atomic.Int64
-	load, err := NewLoad(LoadConfig{URL: s.URL(), Orders: cfg.Orders, Concurrency: cfg.Concurrency, SKUs: skus,
-		ReplayRate: cfg.ReplayRate, Placed: func(n int) { placed.Store(int64(n)) },
-		MaxInFlight: max(cfg.InFlight, 0), Ended: func() int { return int(ended.Load()) }})
+	load, err := NewLoad(LoadConfig{URL: d.shop.URL(), Orders: d.cfg.Orders, Concurrency: d.cfg.Concurrency, SKUs: skus,
+		ReplayRate: d.cfg.ReplayRate, Placed: func(n int) { d.placed.Store(int64(n)) },
+		MaxInFlight: max(d.cfg.InFlight, 0), Ended: func() int { return int(d.ended.Load()) }})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Timeout)
-	defer stopLoad()
-	type loadOut struct {
-		res LoadResult
-		err error
-	}
-	loaded := make(chan loadOut, 1)
+	loadCtx, stop := context.WithTimeout(ctx, d.cfg.Timeout)
+	d.loaded, d.stopLoad = make(chan loadOutcome, 1), stop
 	go func() {
 		res, err := load.Run(loadCtx)
-		loaded <- loadOut{res, err}
+		d.loaded <- loadOutcome{res, err}
 	}()
+	return nil
+}
 
-	bar := newProgress(cfg.Progress, cfg.Orders)
-	rep := &Report{Config: cfg, Ignored: -1}
-	crashed := cfg.Crash == ""
-	deadline := time.Now().Add(cfg.Timeout)
+// waitForSagas waits until the load has returned and the saga of every
+// order it placed has ended, or until cfg.Timeout passed (timedOut), drawing
+// the progress bar and crashing cfg.Crash once half the orders are placed.
+// It returns what the load did.
+func (d *demoRun) waitForSagas(ctx context.Context) (load LoadResult, timedOut bool, err error) {
+	bar := newProgress(d.cfg.Progress, d.cfg.Orders)
+	crashed := d.cfg.Crash == ""
+	deadline := time.Now().Add(d.cfg.Timeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	var loadDone *loadOut
+	var loadDone *loadOutcome
 	for {
-		n, err := countEnded(ctx, ordersDB)
+		n, err := countEnded(ctx, d.ordersDB)
 		if err != nil && ctx.Err() == nil {
-			cfg.Logger.Warn("count ended orders", "error", err)
+			d.cfg.Logger.Warn("count ended orders", "error", err)
 		}
-		ended.Store(int64(n))
-		bar.draw(int(placed.Load()), n)
-		if !crashed && placed.Load() >= int64(cfg.Orders/2) {
+		d.ended.Store(int64(n))
+		bar.draw(int(d.placed.Load()), n)
+		if !crashed && d.placed.Load() >= int64(d.cfg.Orders/2) {
 			crashed = true
-			if err := s.Restart(cfg.Crash); err != nil {
-				return nil, err
+			if err := d.shop.Restart(d.cfg.Crash); err != nil {
+				return LoadResult{}, false, err
 			}
 		}
 		if loadDone != nil && n >= len(loadDone.res.Orders) {
 			break
 		}
 		if time.Now().After(deadline) {
-			rep.TimedOut = true
+			timedOut = true
 			break
 		}
 		select {
 		case <-ctx.Done():
 			bar.done()
-			stopLoad()
-			<-loaded
-			return nil, ctx.Err()
-		case out := <-loaded:
+			d.stopLoad()
+			<-d.loaded
+			return LoadResult{}, false, ctx.Err()
+		case out := <-d.loaded:
 			loadDone = &out
 			if out.err != nil && !errors.Is(out.err, context.DeadlineExceeded) {
 				bar.done()
-				return nil, fmt.Errorf("demo: placing orders: %w", out.err)
+				return LoadResult{}, false, fmt.Errorf("demo: placing orders: %w", out.err)
 			}
 		case <-tick.C:
 		}
 	}
 	bar.done()
 	if loadDone == nil {
-		stopLoad()
-		out := <-loaded
+		d.stopLoad()
+		out := <-d.loaded
 		loadDone = &out
 	}
-	rep.Load = loadDone.res
+	return loadDone.res, timedOut, nil
+}
 
-	for _, svc := range s.Services() {
+// report collects the services' totals, stops the shop and audits it.
+func (d *demoRun) report(ctx context.Context, load LoadResult, timedOut bool) (*Report, error) {
+	rep := &Report{Config: d.cfg, Load: load, Ignored: -1, TimedOut: timedOut}
+	for _, svc := range d.shop.Services() {
 		if rep.Metrics == nil {
 			rep.Metrics = map[string]Metrics{}
 		}
 		rep.Metrics[svc.Name()] = svc.Metrics()
 	}
-	rep.Crashes = s.Crashes()
-	s.Stop()
-	if rep.Audit, err = AuditShop(ctx, cfg.Databases); err != nil {
+	rep.Crashes = d.shop.Crashes()
+	d.shop.Stop()
+	var err error
+	if rep.Audit, err = AuditShop(ctx, d.cfg.Databases); err != nil {
 		return nil, err
 	}
-	if n, err := countIgnored(ctx, ordersDB); err == nil {
+	if n, err := countIgnored(ctx, d.ordersDB); err == nil {
 		rep.Ignored = n
 	}
 	rep.Invariants = append([]Invariant{entryInvariant(rep.Load, rep.Audit)}, rep.Audit.Invariants...)

@@ -15,9 +15,20 @@ import (
 // and the invariants.
 func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
+	r.writeOutcomes(&b)
+	r.writeSpeed(&b)
+	r.writeFaults(&b)
+	r.writeInvariants(&b)
+	n, err := io.WriteString(w, b.String())
+	return int64(n), err
+}
+
+// writeOutcomes writes the orders by final state, then the cancellation
+// reasons, the most frequent first.
+func (r *Report) writeOutcomes(b *strings.Builder) {
 	a := r.Audit
-	fmt.Fprintf(&b, "\nOrders by final state (%d placed)\n", a.Orders)
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(b, "\nOrders by final state (%d placed)\n", a.Orders)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	for _, st := range []struct{ name, key string }{
 		{StateShippingReady + " (completed)", StateShippingReady},
 		{StateCancelled, StateCancelled},
@@ -37,28 +48,37 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	slices.SortFunc(reasons, func(x, y string) int {
 		return cmp.Or(cmp.Compare(a.Reasons[y], a.Reasons[x]), strings.Compare(x, y))
 	})
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	tw = tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	for _, reason := range reasons {
 		fmt.Fprintf(tw, "    %s\t%d\n", reason, a.Reasons[reason])
 	}
 	tw.Flush()
+}
 
+// writeSpeed writes the throughput and the latencies of the orders that
+// ended, if any did.
+func (r *Report) writeSpeed(b *strings.Builder) {
+	a := r.Audit
 	ended := len(a.Latencies)
 	span := a.Last.Sub(a.First)
 	b.WriteString("\n")
 	if ended > 0 && span > 0 {
-		fmt.Fprintf(&b, "Throughput  %.0f orders/s: %d orders ended in %s, from the first order placed to the last saga's end\n",
+		fmt.Fprintf(b, "Throughput  %.0f orders/s: %d orders ended in %s, from the first order placed to the last saga's end\n",
 			float64(ended)/span.Seconds(), ended, round(span))
-		fmt.Fprintf(&b, "Latency     p50 %s, p99 %s, max %s, from POST /orders to the saga's end state\n",
+		fmt.Fprintf(b, "Latency     p50 %s, p99 %s, max %s, from POST /orders to the saga's end state\n",
 			round(percentile(a.Latencies, 50)), round(percentile(a.Latencies, 99)), round(percentile(a.Latencies, 100)))
 	}
+}
 
+// writeFaults writes the faults injected and what absorbed them.
+func (r *Report) writeFaults(b *strings.Builder) {
+	a := r.Audit
 	var total Metrics
 	for _, m := range r.Metrics {
 		total = total.add(m)
 	}
 	b.WriteString("\nFaults injected, and absorbed\n")
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  POSTs sent again with the same Idempotency-Key\t%d\tanswered from the stored response: %d\n", r.Load.Retries+r.Load.Replays, r.Load.Replays)
 	fmt.Fprintf(tw, "  payments declined, stock exhausted, shipments failed\t%d, %d, %d\t\n",
 		prefixed(a.Reasons, "payment: "), prefixed(a.Reasons, "inventory: "), prefixed(a.Reasons, "shipping: "))
@@ -79,9 +99,13 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	}
 	fmt.Fprintf(tw, "  services crashed and restarted mid-run\t%s\t\n", strings.Join(crashes, ", "))
 	tw.Flush()
+}
 
+// writeInvariants writes each invariant with its verdict, then the
+// verdict of the run.
+func (r *Report) writeInvariants(b *strings.Builder) {
 	b.WriteString("\nInvariants\n")
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	failed := 0
 	for _, inv := range r.Invariants {
 		mark := "ok  "
@@ -94,15 +118,13 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	tw.Flush()
 	switch {
 	case failed > 0:
-		fmt.Fprintf(&b, "\n%d of %d invariants FAILED.\n", failed, len(r.Invariants))
+		fmt.Fprintf(b, "\n%d of %d invariants FAILED.\n", failed, len(r.Invariants))
 	default:
-		fmt.Fprintf(&b, "\nAll %d invariants hold.\n", len(r.Invariants))
+		fmt.Fprintf(b, "\nAll %d invariants hold.\n", len(r.Invariants))
 	}
 	if r.TimedOut {
-		fmt.Fprintf(&b, "Gave up waiting after %s: %d sagas had not ended.\n", r.Config.Timeout, a.Open())
+		fmt.Fprintf(b, "Gave up waiting after %s: %d sagas had not ended.\n", r.Config.Timeout, r.Audit.Open())
 	}
-	n, err := io.WriteString(w, b.String())
-	return int64(n), err
 }
 
 func percent(n, total int) string {

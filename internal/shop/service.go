@@ -189,75 +189,30 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	defer cancel()
 	log := b.cfg.Logger
 
-	db, err := openDB(life, b.cfg.DatabaseURL)
+	db, link, err := b.connect(life, tables, topic)
 	if err != nil {
-		return fmt.Errorf("shop %s: %w", b.name, err)
+		return err
 	}
 	defer db.Close()
-	if err := db.migrate(life, tables); err != nil {
-		return fmt.Errorf("shop %s: %w", b.name, err)
-	}
-	link, err := b.cfg.Transport.Open(life, b.name, topic, log)
-	if err != nil {
-		return fmt.Errorf("shop %s: %w", b.name, err)
-	}
 	defer func() { _ = link.Close() }()
 	wake := store.NewLocalNotifier()
 	n := &node{db: db, w: outbox.New(db.Inserter(), outbox.Config{Notify: wake.Signal}), wake: wake, log: log}
-
 	inc, err := setup(life, n, drain)
 	if err != nil {
 		return fmt.Errorf("shop %s: %w", b.name, err)
 	}
-	st, err := db.RelayStore(life, store.RelayConfig{})
+	r, obs, err := b.newRelay(life, db, link, wake, drain)
 	if err != nil {
-		return fmt.Errorf("shop %s: relay store: %w", b.name, err)
-	}
-	obs, err := b.observe(db)
-	if err != nil {
-		return fmt.Errorf("shop %s: %w", b.name, err)
+		return err
 	}
 	if obs != nil {
 		defer obs.ln.Close()
 	}
-	r, err := relay.New(st, link.Publisher, relay.Config{
-		Notifier: wake, PollInterval: 250 * time.Millisecond, LeaseDuration: relayLease, PublishTimeout: relayPublish,
-		Backoff:         courier.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2},
-		ShutdownTimeout: drain, Logger: log, Observer: obs.relayObserver(),
-	})
-	if err != nil {
-		return fmt.Errorf("shop %s: %w", b.name, err)
-	}
-	chaos := NewChaos(link.Subscriber, ChaosConfig{Duplicate: faults.DuplicateRate, Reorder: faults.ReorderRate})
-	ib, err := inbox.New(db.Inbox(), b.name)
+	cons, chaos, err := b.newConsumer(db, link, obs, inc.handler, faults, drain)
 	if err != nil {
 		return err
 	}
-	ccfg := inbox.ConsumerConfig{
-		Concurrency: 8, KeepOrder: link.KeepOrder, MaxDeliveries: 25, Backoff: courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
-		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: log,
-	}
-	if obs != nil {
-		ccfg.Observer = obs.col.Consumer()
-	}
-	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, inc.handler), ccfg)
-	if err != nil {
-		return err
-	}
-
-	live := func() Metrics {
-		rm := r.Metrics()
-		return Metrics{Inbox: cons.Metrics(), Chaos: chaos.Stats(), Published: rm.Published, Runs: 1}
-	}
-	b.mu.Lock()
-	b.current, b.chaos = live, chaos
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		b.past = b.past.add(live())
-		b.current, b.chaos = nil, nil
-		b.mu.Unlock()
-	}()
+	defer b.track(r, cons, chaos)()
 
 	g := newGroup(life)
 	g.Go(wake.Run)
@@ -283,6 +238,93 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	err = g.Wait()
 	log.Info("service stopped", "error", err)
 	return err
+}
+
+// connect opens the incarnation's database, migrating it with tables, and
+// its link to the broker, consuming topic.
+func (b *base) connect(ctx context.Context, tables []string, topic string) (*serviceDB, *Link, error) {
+	db, err := openDB(ctx, b.cfg.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("shop %s: %w", b.name, err)
+	}
+	if err := db.migrate(ctx, tables); err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("shop %s: %w", b.name, err)
+	}
+	link, err := b.cfg.Transport.Open(ctx, b.name, topic, b.cfg.Logger)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("shop %s: %w", b.name, err)
+	}
+	return db, link, nil
+}
+
+// newRelay makes the incarnation's relay, woken by wake, and its
+// observability when Config.MetricsAddr is set (nil otherwise); the caller
+// closes obs's listener.
+func (b *base) newRelay(ctx context.Context, db *serviceDB, link *Link, wake *store.LocalNotifier, drain time.Duration) (*relay.Relay, *observability, error) {
+	st, err := db.RelayStore(ctx, store.RelayConfig{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("shop %s: relay store: %w", b.name, err)
+	}
+	obs, err := b.observe(db)
+	if err != nil {
+		return nil, nil, fmt.Errorf("shop %s: %w", b.name, err)
+	}
+	r, err := relay.New(st, link.Publisher, relay.Config{
+		Notifier: wake, PollInterval: 250 * time.Millisecond, LeaseDuration: relayLease, PublishTimeout: relayPublish,
+		Backoff:         courier.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2},
+		ShutdownTimeout: drain, Logger: b.cfg.Logger, Observer: obs.relayObserver(),
+	})
+	if err != nil {
+		if obs != nil {
+			obs.ln.Close()
+		}
+		return nil, nil, fmt.Errorf("shop %s: %w", b.name, err)
+	}
+	return r, obs, nil
+}
+
+// newConsumer makes the incarnation's inbox consumer: handler, with the
+// faults in force, applies what link's subscriber delivers, through the
+// chaos decorator that duplicates and reorders deliveries.
+func (b *base) newConsumer(db *serviceDB, link *Link, obs *observability, handler inbox.Handler[*sql.Tx], faults Faults, drain time.Duration) (*inbox.Consumer[*sql.Tx], *Chaos, error) {
+	chaos := NewChaos(link.Subscriber, ChaosConfig{Duplicate: faults.DuplicateRate, Reorder: faults.ReorderRate})
+	ib, err := inbox.New(db.Inbox(), b.name)
+	if err != nil {
+		return nil, nil, err
+	}
+	ccfg := inbox.ConsumerConfig{
+		Concurrency: 8, KeepOrder: link.KeepOrder, MaxDeliveries: 25, Backoff: courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
+		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: b.cfg.Logger,
+	}
+	if obs != nil {
+		ccfg.Observer = obs.col.Consumer()
+	}
+	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, handler), ccfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cons, chaos, nil
+}
+
+// track makes Metrics count the running incarnation's totals as they grow;
+// the function it returns, called when the incarnation has stopped, adds
+// them to the finished incarnations' totals.
+func (b *base) track(r *relay.Relay, cons *inbox.Consumer[*sql.Tx], chaos *Chaos) (stopped func()) {
+	live := func() Metrics {
+		rm := r.Metrics()
+		return Metrics{Inbox: cons.Metrics(), Chaos: chaos.Stats(), Published: rm.Published, Runs: 1}
+	}
+	b.mu.Lock()
+	b.current, b.chaos = live, chaos
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		b.past = b.past.add(live())
+		b.current, b.chaos = nil, nil
+		b.mu.Unlock()
+	}
 }
 
 // group runs goroutines that stop together: the first that fails cancels

@@ -1,12 +1,14 @@
 // Package waits holds the waiting that Courier's long-running loops (the
-// relay, the inbox consumer) share: a sleep that a context cuts short, and
-// the context that keeps work in flight going for a bounded grace period
-// after shutdown begins.
+// relay, the inbox consumer) share: a sleep that a context cuts short, a
+// wait for a deadline on a courier.Clock, and the context that keeps work
+// in flight going for a bounded grace period after shutdown begins.
 package waits
 
 import (
 	"context"
 	"time"
+
+	"github.com/courier-go/courier"
 )
 
 // Sleep waits d or until ctx ends, and reports whether ctx is still live.
@@ -22,6 +24,30 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// ClockPoll is how often [Until] reads a clock other than the real one.
+const ClockPoll = 10 * time.Millisecond
+
+// Until waits until clock reads deadline or later, or until ctx ends, and
+// reports whether ctx is still live. On the real clock (nil) it sleeps
+// once. Any other clock may be moved at any moment and no timer hears of
+// it (a test advances its clock past a backoff instead of waiting it out),
+// so Until reads it again every ClockPoll; a clock stopped at an instant
+// keeps Until waiting until it is moved past deadline.
+func Until(ctx context.Context, clock courier.Clock, deadline time.Time) bool {
+	for {
+		left := deadline.Sub(clock.Now())
+		if left <= 0 {
+			return ctx.Err() == nil
+		}
+		if clock != nil {
+			left = min(left, ClockPoll)
+		}
+		if !Sleep(ctx, left) {
+			return false
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package waits_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,54 @@ func TestSleep(t *testing.T) {
 	}
 	if time.Since(start) > time.Second {
 		t.Fatal("Sleep waited on an ended context")
+	}
+}
+
+// stoppedClock is a clock at an instant that moves only when advanced.
+type stoppedClock struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *stoppedClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.at }
+
+func (c *stoppedClock) advance(d time.Duration) { c.mu.Lock(); c.at = c.at.Add(d); c.mu.Unlock() }
+
+// Until ends when the clock passes the deadline: the real clock by
+// sleeping, a clock the test holds when the test moves it, however far the
+// deadline is in real time.
+func TestUntil(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if !waits.Until(ctx, nil, time.Now().Add(time.Millisecond)) || !waits.Until(ctx, nil, time.Now().Add(-time.Hour)) {
+		t.Fatal("Until on the real clock reported a live context as ended")
+	}
+
+	clk := &stoppedClock{at: time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)}
+	done := make(chan bool)
+	deadline := clk.now().Add(time.Hour)
+	go func() { done <- waits.Until(ctx, clk.now, deadline) }()
+	clk.advance(59 * time.Minute)
+	select {
+	case <-done:
+		t.Fatal("Until returned a minute before its deadline")
+	case <-time.After(3 * waits.ClockPoll): // it read the clock again meanwhile
+	}
+	clk.advance(time.Minute)
+	select {
+	case live := <-done:
+		if !live {
+			t.Fatal("Until reported a live context as ended")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Until did not end when its clock passed the deadline")
+	}
+
+	deadline = clk.now().Add(time.Hour)
+	go func() { done <- waits.Until(ctx, clk.now, deadline) }()
+	cancel()
+	if <-done {
+		t.Fatal("Until reported an ended context as live")
 	}
 }
 

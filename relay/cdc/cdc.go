@@ -8,13 +8,14 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/relay/internal/dispatch"
+	"github.com/courier-go/courier/store"
 )
 
 // Defaults of Config's zero fields.
@@ -25,19 +26,21 @@ const (
 	DefaultStatusInterval = time.Second
 )
 
-// Config tunes a Relay. Zero fields take the defaults.
+// Config tunes a Relay. Zero fields take the defaults; the fields the
+// polling relay has too (BatchSize, Concurrency, PublishTimeout,
+// MaxAttempts, Backoff) take its defaults and have its ranges.
 type Config struct {
 	// Slot is the logical replication slot's name. Default DefaultSlot.
 	Slot string
 	// Publication is the publication on courier_outbox the slot decodes.
 	// Default DefaultPublication.
 	Publication string
-	// BatchSize is the most messages one Publish call carries. Default
-	// relay.DefaultBatchSize.
+	// BatchSize is the most messages one Publish call carries, 1 to
+	// 10000. Default relay.DefaultBatchSize.
 	BatchSize int
 	// Concurrency is how many Publish calls may be in flight at once, each
-	// on keys no other call holds: one publishing while the next is
-	// answered. Default relay.DefaultConcurrency.
+	// on keys no other call holds, 1 to 64: one publishing while the next
+	// is answered. Default relay.DefaultConcurrency.
 	Concurrency int
 	// PublishTimeout bounds one Publish call. Default
 	// relay.DefaultPublishTimeout.
@@ -59,123 +62,134 @@ type Config struct {
 	// position when nothing else happens. Default DefaultStatusInterval;
 	// keep it well under the server's wal_sender_timeout (60s).
 	StatusInterval time.Duration
+	// Clock is the time the relay measures retries, pauses and recording
+	// delays with. Default: the real clock.
+	Clock courier.Clock
 	// Logger receives the relay's logs. Default: discard.
 	Logger *slog.Logger
+	// Observer, if set, is told of every call to the broker (Published)
+	// and of what each call's messages became (Completed: published,
+	// retried, dead; the table is written in the background): package
+	// metrics implements it. Default: none.
+	Observer relay.Observer
+	// TracerProvider makes the relay's send spans, as the polling relay's
+	// (package relay, Tracing). Default otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// setDefaults fills zero fields and validates the rest.
-func (c *Config) setDefaults() error {
+// settings are the fields the polling relay shares.
+func (c *Config) settings() *dispatch.Settings {
+	return &dispatch.Settings{BatchSize: c.BatchSize, Concurrency: c.Concurrency, PublishTimeout: c.PublishTimeout,
+		MaxAttempts: c.MaxAttempts, Backoff: c.Backoff}
+}
+
+// setDefaults fills the zero fields.
+func (c *Config) setDefaults() {
 	if c.Slot == "" {
 		c.Slot = DefaultSlot
 	}
 	if c.Publication == "" {
 		c.Publication = DefaultPublication
 	}
-	if !slotName.MatchString(c.Slot) {
-		return fmt.Errorf("cdc: Config.Slot %q: use 1 to 63 lower-case letters, digits and underscores", c.Slot)
-	}
-	if !slotName.MatchString(c.Publication) {
-		return fmt.Errorf("cdc: Config.Publication %q: use 1 to 63 lower-case letters, digits and underscores", c.Publication)
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = relay.DefaultBatchSize
-	}
-	if c.BatchSize < 1 || c.BatchSize > 10000 {
-		return fmt.Errorf("cdc: Config.BatchSize is %d: use 1 to 10000", c.BatchSize)
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = relay.DefaultConcurrency
-	}
-	if c.Concurrency < 1 || c.Concurrency > 64 {
-		return fmt.Errorf("cdc: Config.Concurrency is %d: use 1 to 64", c.Concurrency)
-	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = relay.DefaultPublishTimeout
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = relay.DefaultMaxAttempts
-	}
-	if c.Backoff.Initial <= 0 {
-		c.Backoff.Initial = relay.DefaultBackoffInitial
-	}
-	if c.Backoff.Max <= 0 {
-		c.Backoff.Max = relay.DefaultBackoffMax
-	}
-	if c.Backoff.Jitter == 0 {
-		c.Backoff.Jitter = relay.DefaultBackoffJitter
-	}
-	if c.Standby <= 0 {
+	s := c.settings()
+	s.SetDefaults(relay.DefaultPublishTimeout)
+	c.BatchSize, c.Concurrency, c.PublishTimeout, c.MaxAttempts, c.Backoff = s.BatchSize, s.Concurrency, s.PublishTimeout, s.MaxAttempts, s.Backoff
+	if c.Standby == 0 {
 		c.Standby = DefaultStandby
 	}
-	if c.StatusInterval <= 0 {
+	if c.StatusInterval == 0 {
 		c.StatusInterval = DefaultStatusInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
+	if c.Observer == nil {
+		c.Observer = relay.NopObserver{}
+	}
+}
+
+// validate reports the first field out of range.
+func (c *Config) validate() error {
+	switch {
+	case !slotName.MatchString(c.Slot):
+		return fmt.Errorf("cdc: Config.Slot %q: use 1 to 63 lower-case letters, digits and underscores", c.Slot)
+	case !slotName.MatchString(c.Publication):
+		return fmt.Errorf("cdc: Config.Publication %q: use 1 to 63 lower-case letters, digits and underscores", c.Publication)
+	case c.Standby < 0:
+		return fmt.Errorf("cdc: Config.Standby is %s: use more than 0", c.Standby)
+	case c.StatusInterval < 0:
+		return fmt.Errorf("cdc: Config.StatusInterval is %s: use more than 0", c.StatusInterval)
+	}
+	return c.settings().Validate("cdc: Config")
 }
 
 // Validate reports the first field that is out of range, naming it and
 // its range; zero fields are fine (they take the defaults).
-func (c Config) Validate() error { return c.setDefaults() }
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
+// Database is what the relay asks of the database whose log it reads,
+// besides the log itself: its publication and slots, the decoding of the
+// log, the table's rows while it makes its slot, and the writes of what
+// the broker answered. store/postgres's Driver.CDC is one:
+//
+//	r, err := cdc.New(postgres.NewDriver(pool).CDC(), publisher, cdc.Config{})
+type Database interface {
+	// ReplicationConfig is the configuration of a replication connection.
+	ReplicationConfig() *pgconn.Config
+	// Setup creates the publication when it does not exist.
+	Setup(ctx context.Context, publication string) error
+	// Decoder returns a decoder of the log for this outbox.
+	Decoder(ctx context.Context) (store.LogDecoder, error)
+	// Slot returns the state of a replication slot.
+	Slot(ctx context.Context, slot string) (store.SlotState, error)
+	// DropSlot drops a replication slot.
+	DropSlot(ctx context.Context, slot string) error
+	// CopySlot makes slot to a copy of from, starting at from's confirmed
+	// position; store.ErrSlotExists when to exists.
+	CopySlot(ctx context.Context, from, to string) error
+	// LockSlot takes the lock that lets one relay at a time make slot
+	// until release; store.ErrLocked while another relay holds it.
+	LockSlot(ctx context.Context, slot string) (release func(), err error)
+	// ReadTable reads the outbox's rows in an exported snapshot.
+	ReadTable(ctx context.Context, snapshot string) (store.TableReader, error)
+	// Record writes what the broker said of published and dead items
+	// (rows deleted, or archived with keep; dead letters).
+	Record(ctx context.Context, published, dead []*store.LogItem, keep bool) (store.Recorded, error)
+	// Fail records failed publishes and returns each item's counted
+	// attempts as the database holds them (-1: its row is gone).
+	Fail(ctx context.Context, fs []store.LogFailure) ([]int, error)
+}
 
 // Relay publishes the outbox from the log. Run it; it is not restartable
 // concurrently with itself.
 type Relay struct {
-	pool *pgxpool.Pool
-	pub  broker.Publisher
-	cfg  Config
-	repl *pgconn.Config // the replication connection's configuration
-	log  *slog.Logger
-	m    metrics
+	db        Database
+	disp      *dispatch.Dispatcher
+	pipelined bool // the publisher keeps a key's order (broker.OrderKeeper)
+	cfg       Config
+	repl      *pgconn.Config // the replication connection's configuration
+	log       *slog.Logger
+	m         metrics
 }
 
-// New returns a Relay that reads the outbox of pool's database (through a
-// replication connection with pool's settings) and publishes to pub.
-func New(pool *pgxpool.Pool, pub broker.Publisher, cfg Config) (*Relay, error) {
-	if err := cfg.setDefaults(); err != nil {
+// New returns a Relay that reads the outbox of db's database (through a
+// replication connection with its settings) and publishes to pub.
+func New(db Database, pub broker.Publisher, cfg Config) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if pool == nil || pub == nil {
-		return nil, errors.New("cdc: New needs a pool and a publisher")
+	if db == nil || pub == nil {
+		return nil, errors.New("cdc: New needs a database (postgres.Driver's CDC) and a publisher")
 	}
-	repl := pool.Config().ConnConfig.Config.Copy()
-	if repl.RuntimeParams == nil {
-		repl.RuntimeParams = map[string]string{}
-	}
-	repl.RuntimeParams["replication"] = "database"
-	repl.RuntimeParams["application_name"] = "courier-cdc"
-	return &Relay{pool: pool, pub: pub, cfg: cfg, repl: repl, log: cfg.Logger}, nil
-}
-
-// Setup creates the publication on courier_outbox when it does not exist.
-// Run calls it; the database user must own the table (or be a superuser).
-func Setup(ctx context.Context, pool *pgxpool.Pool, publication string) error {
-	if publication == "" {
-		publication = DefaultPublication
-	}
-	if !slotName.MatchString(publication) {
-		return fmt.Errorf("cdc: publication %q: use 1 to 63 lower-case letters, digits and underscores", publication)
-	}
-	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&exists); err != nil {
-		return fmt.Errorf("cdc: look for publication %s: %w", publication, err)
-	}
-	if exists {
-		return nil
-	}
-	_, err := pool.Exec(ctx, "CREATE PUBLICATION "+publication+" FOR TABLE courier_outbox WITH (publish = 'insert')")
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // created meanwhile
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("cdc: create publication %s on courier_outbox: %w (run courier migrate first; the user must own the table)", publication, err)
-	}
-	return nil
+	disp := dispatch.New(pub, dispatch.Config{Policy: dispatch.Policy{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff},
+		Clock: cfg.Clock, Logger: cfg.Logger, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider})
+	return &Relay{db: db, disp: disp, pipelined: broker.KeepsKeyOrder(pub), cfg: cfg, repl: db.ReplicationConfig(), log: cfg.Logger}, nil
 }
 
 // Stats counts what the relay did since it was made.
@@ -204,35 +218,10 @@ type Stats struct {
 // Stats returns the relay's counters.
 func (r *Relay) Stats() Stats { return r.m.snapshot() }
 
-// SlotLag reports how far slot's confirmed position is behind the current
-// end of the log, in bytes, and whether the slot exists. Each byte of it is
-// log PostgreSQL keeps for the slot.
-func SlotLag(ctx context.Context, pool *pgxpool.Pool, slot string) (lag int64, ok bool, err error) {
-	err = pool.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
-FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lag)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("cdc: slot %s lag: %w", slot, err)
-	}
-	return lag, true, nil
-}
-
 // item is one message on its way to the broker.
 type item struct {
-	seq      int64 // the row's id; 0 for none
-	msg      courier.Message
-	txn      *txn // nil for a row swept from the table
-	attempts int
-	history  []failure
-}
-
-// failure is one failed publish, for a dead letter's history.
-type failure struct {
-	At      time.Time `json:"at"`
-	Error   string    `json:"error"`
-	Counted bool      `json:"counted"`
+	store.LogItem
+	txn *txn // nil for a row read from the table
 }
 
 // txn is one committed transaction's messages, in commit order.

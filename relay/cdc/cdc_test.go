@@ -72,7 +72,7 @@ func (e *env) start(pub broker.Publisher, cfg cdc.Config) (r *cdc.Relay, stop fu
 // startOn runs a relay on pool until the test ends or stop is called.
 func (e *env) startOn(pool *pgxpool.Pool, pub broker.Publisher, cfg cdc.Config) (r *cdc.Relay, stop func()) {
 	e.t.Helper()
-	r, err := cdc.New(pool, pub, cfg)
+	r, err := cdc.New(postgres.NewDriver(pool).CDC(), pub, cfg)
 	testenv.Must(e.t, err, "new relay")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -214,9 +214,10 @@ func TestDrainsTableAndLogInOrder(t *testing.T) {
 			if s.Published != int64(len(want)) || s.Swept < 300 || !s.Reading {
 				t.Fatalf("stats %+v: want %d published, at least 300 from the table, reading", s, len(want))
 			}
-			lag, ok, err := cdc.SlotLag(context.Background(), e.pg.Pool, e.slot)
+			slot, err := postgres.NewDriver(e.pg.Pool).CDC().Slot(context.Background(), e.slot)
 			testenv.Must(t, err, "slot lag")
-			if !ok {
+			lag := slot.LagBytes
+			if !slot.Exists {
 				t.Fatal("the slot does not exist")
 			}
 			t.Logf("slot lag %d bytes after the drain; stats %+v", lag, s)
@@ -408,7 +409,7 @@ func TestDatabaseRestart(t *testing.T) {
 	cfg := cdc.Config{BatchSize: 100, StatusInterval: 100 * time.Millisecond,
 		Backoff: relay.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		Logger:  slog.New(slog.NewTextHandler(testWriter{t}, nil))}
-	r, err := cdc.New(pool, pub, cfg)
+	r, err := cdc.New(postgres.NewDriver(pool).CDC(), pub, cfg)
 	testenv.Must(t, err, "relay")
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -471,7 +472,7 @@ func TestLostSlot(t *testing.T) {
 	w := outbox.New(d.Inserter(), outbox.Config{})
 	pub := memory.NewPublisher()
 	run := func() (*cdc.Relay, func()) {
-		r, err := cdc.New(pool, pub, cdc.Config{StatusInterval: 100 * time.Millisecond,
+		r, err := cdc.New(postgres.NewDriver(pool).CDC(), pub, cdc.Config{StatusInterval: 100 * time.Millisecond,
 			Backoff: relay.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond},
 			Logger:  slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 		testenv.Must(t, err, "relay")

@@ -28,13 +28,18 @@
 //     a replayed dead letter is published after every message of its key
 //     committed before the replay, pending ones included, since the log
 //     brings it at its replay's commit).
-//   - Failures are the polling relay's: an outage (broker.ErrUnavailable)
-//     pauses publishing and builds a backlog in the log, never dead letters;
-//     a counted failure holds its key back with a backoff while other keys
-//     go on; a refusal for good, or MaxAttempts counted failures, make the
-//     row a dead letter in courier_outbox_dead_letters, with its history.
-//     Attempts are counted in memory: a relay that restarts counts a
-//     message's attempts from zero again.
+//   - Failures are the polling relay's, decided by the dispatcher both
+//     relays share (relay/internal/dispatch): an outage
+//     (broker.ErrUnavailable) pauses publishing and builds a backlog in the
+//     log, never dead letters, and a broker that says when to come back
+//     (Retry-After) is believed; a counted failure holds its key back with
+//     a backoff while other keys go on; a refusal for good, or MaxAttempts
+//     counted failures, make the message a dead letter in
+//     courier_outbox_dead_letters, with its history. Each failure is
+//     recorded in the database as it happens (on the message's row, where
+//     the polling relay would see it; for a table-less message in
+//     courier_outbox_log_failures), so a message's attempts and history
+//     survive a relay's restart.
 //   - One reader at a time: a replication slot has one reader. A second
 //     relay on the same slot waits as a hot standby, trying every Standby,
 //     and takes over when the first one's connection ends.
@@ -133,12 +138,16 @@
 // courier_cdc_slot_* gauges (metrics.Collector's Config.Slots), with the
 // relay's counters (Stats, through metrics.CDC) and a readiness check (Ready)
 // that says whether it reads the slot, makes it, or waits as a standby;
-// SlotLag reads one slot's lag from Go. On PostgreSQL 17, a slot created
+// Database.Slot reads one slot's lag from Go. On PostgreSQL 17, a slot created
 // with failover = true is synchronised to physical standbys
 // (sync_replication_slots); a slot the relay makes is not, so on a
 // promoted standby the relay makes a new one and publishes the table's
 // rows as above.
 //
-// The database needs wal_level = logical (ALTER SYSTEM SET wal_level =
-// logical, then a restart) and a user with the REPLICATION attribute.
+// The relay reads and writes the database through Database, which
+// store/postgres implements (postgres.Driver.CDC): the publication and
+// slots, the decoding of the log, the table's rows while it makes its slot,
+// and the writes of what the broker answered. The database needs wal_level
+// = logical (ALTER SYSTEM SET wal_level = logical, then a restart) and a
+// user with the REPLICATION attribute.
 package cdc

@@ -279,3 +279,40 @@ func TestLogOnlyKeepPublished(t *testing.T) {
 		t.Fatalf("%d rows left in courier_outbox", n)
 	}
 }
+
+// A table-less message's failures are recorded too
+// (courier_outbox_log_failures): its attempts survive a relay's restart
+// as a row's do, and its dead letter holds every failure.
+func TestLogOnlyAttemptsSurviveRestart(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.MaxAttempts = 3
+	cfg.Backoff = relay.Backoff{Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond}
+	lw := outbox.New(postgres.LogOnly(), outbox.Config{})
+	_, stop := e.startMade(e.pub, cfg)
+	failing, after := msg("k", "failing"), msg("k", "after")
+	e.pub.Fail(failing.ID, -1)
+	e.writeMixed(lw, func(int) bool { return true }, failing, after)
+	e.eventually(func() bool { return e.stored("courier_outbox_log_failures", failing.ID) == 2 }, "two failures not recorded")
+	stop() // after two counted failures of three
+	cfg.Backoff = relay.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
+	e.startMade(e.pub, cfg)
+	e.eventually(func() bool { return len(e.pub.Messages()) == 1 && e.count("courier_outbox_dead_letters") == 1 }, "not settled")
+	if n := e.pub.Attempts(failing.ID); n != 3 {
+		t.Fatalf("tried %d times across the restart, want MaxAttempts (3)", n)
+	}
+	if got := e.deadLetters(); len(got) != 1 || got[0].Attempts != 3 || got[0].History != 3 || !got[0].HasError {
+		t.Fatalf("dead letters %+v: want the failing one after 3 attempts, with 3 failures", got)
+	}
+	if n := e.count("courier_outbox_log_failures"); n != 0 {
+		t.Fatalf("%d failures left of a dead letter", n)
+	}
+}
+
+// stored returns the attempts table holds of message id (-1: none).
+func (e *env) stored(table string, id [16]byte) int {
+	e.t.Helper()
+	n := -1
+	_ = e.pg.Pool.QueryRow(context.Background(), "SELECT attempts FROM "+table+" WHERE message_id = $1", id).Scan(&n)
+	return n
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/relay/cdc"
+	"github.com/courier-go/courier/store/postgres"
 )
 
 // pause is a pgx tracer that holds a relay at a point of its own: the
@@ -96,7 +97,7 @@ func (h signalLog) Handle(ctx context.Context, r slog.Record) error {
 func TestStartWhileAnotherMakesTheSlot(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	testenv.Must(t, cdc.Setup(ctx, e.pg.Pool, e.slot), "publication")
+	testenv.Must(t, postgres.NewDriver(e.pg.Pool).CDC().Setup(ctx, e.slot), "publication")
 	first, second := msg("k", "first"), msg("k", "second")
 
 	// The transaction the slot waits for.
@@ -112,7 +113,7 @@ func TestStartWhileAnotherMakesTheSlot(t *testing.T) {
 	defer aCancel()
 	aPause := newPause()
 	aPause.armed, aPause.cancel = committed.Load, aCancel
-	a, err := cdc.New(e.pool(aPause), e.pub, e.config())
+	a, err := cdc.New(postgres.NewDriver(e.pool(aPause)).CDC(), e.pub, e.config())
 	testenv.Must(t, err, "relay a")
 	aDone := make(chan error, 1)
 	go func() { aDone <- a.Run(aCtx) }()

@@ -2,10 +2,7 @@ package cdc
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Ready reports whether the relay does its part, for a readiness check
@@ -26,19 +23,15 @@ func (r *Relay) Ready(ctx context.Context) (string, error) {
 		}
 		return fmt.Sprintf("reading slot %s, confirmed up to %s", r.cfg.Slot, s.Confirmed), nil
 	}
-	var (
-		active bool
-		pid    *int32
-	)
-	err := r.pool.QueryRow(ctx, `SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&active, &pid)
+	slot, err := r.db.Slot(ctx, r.cfg.Slot)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return "", fmt.Errorf("slot %s does not exist yet: the relay is starting (it makes the slot), or cannot; see its logs", r.cfg.Slot)
 	case err != nil:
 		return "", fmt.Errorf("cannot look at slot %s: %w", r.cfg.Slot, err)
-	case active && pid != nil:
-		return fmt.Sprintf("standby: another relay reads slot %s (walsender pid %d); this one takes over when it stops", r.cfg.Slot, *pid), nil
-	case active:
+	case !slot.Exists:
+		return "", fmt.Errorf("slot %s does not exist yet: the relay is starting (it makes the slot), or cannot; see its logs", r.cfg.Slot)
+	case slot.Active && slot.PID != nil:
+		return fmt.Sprintf("standby: another relay reads slot %s (walsender pid %d); this one takes over when it stops", r.cfg.Slot, *slot.PID), nil
+	case slot.Active:
 		return fmt.Sprintf("standby: another relay reads slot %s; this one takes over when it stops", r.cfg.Slot), nil
 	}
 	return "", fmt.Errorf("no relay reads slot %s: this one is starting, or reconnecting after an error (see its logs)", r.cfg.Slot)

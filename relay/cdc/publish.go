@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/broker"
 )
 
 // key is one ordering key's messages waiting to be published, in commit
@@ -28,8 +25,6 @@ type publisher struct {
 	txs     []*txn // handed transactions not yet done, in commit order
 	pending int    // items in keys
 	calls   int    // Publish calls in flight
-	outages int
-	pause   time.Time
 
 	// While the slot is made: the rows from the table not yet recorded,
 	// whether the sweep's last page arrived, and recorded, closed (then
@@ -64,8 +59,7 @@ func (r *Relay) publish(ctx context.Context, in <-chan batch, p *publisher) erro
 // once, each on keys no other call holds, so a key's messages still go one
 // call at a time.
 func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) error {
-	pipelined := broker.KeepsKeyOrder(r.pub)
-	answered := make(chan answer, r.cfg.Concurrency)
+	answered := make(chan *call, r.cfg.Concurrency)
 	defer func() {
 		for ; p.calls > 0; p.calls-- {
 			<-answered // calls end with ctx
@@ -86,15 +80,13 @@ func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) e
 			}
 			break
 		}
-		now := time.Now()
+		now := r.cfg.Clock.Now()
 		if p.calls < r.cfg.Concurrency {
-			if msgs, runs := p.round(now, pipelined); len(msgs) > 0 {
+			if c := p.round(now); c != nil {
 				p.calls++
 				go func() {
-					pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-					errs := r.pub.Publish(pctx, msgs)
-					cancel()
-					answered <- answer{runs, errs}
+					r.publishCall(ctx, c)
+					answered <- c
 				}()
 				continue
 			}
@@ -105,15 +97,17 @@ func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) e
 			from = in
 		}
 		select {
-		case a := <-answered:
+		case c := <-answered:
 			p.calls--
 			if ctx.Err() != nil {
 				timer.Stop()
 				return ctx.Err()
 			}
-			published, dead := p.results(a.runs, a.errs)
+			published, dead, retried := p.results(c)
 			r.m.published.Add(int64(len(published)))
 			r.m.dead.Add(int64(len(dead)))
+			r.m.retried.Add(int64(retried))
+			r.cfg.Observer.Completed(len(published), retried, len(dead))
 			p.rec.hand(published, dead)
 		case b := <-from:
 			p.add(b)
@@ -127,12 +121,6 @@ func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) e
 	}
 }
 
-// answer is what a Publish call returned for its runs.
-type answer struct {
-	runs []run
-	errs []error
-}
-
 // add queues a batch's items under their keys and registers its
 // transaction, or counts the rows read from the table.
 func (p *publisher) add(b batch) {
@@ -143,10 +131,10 @@ func (p *publisher) add(b batch) {
 		p.sweptAll = p.sweptAll || b.last
 	}
 	for _, it := range b.items {
-		k := p.keys[it.msg.Key]
+		k := p.keys[it.Message.Key]
 		if k == nil {
-			k = &key{name: it.msg.Key}
-			p.keys[it.msg.Key] = k
+			k = &key{name: it.Message.Key}
+			p.keys[it.Message.Key] = k
 		}
 		if len(k.items) == 0 {
 			p.active = append(p.active, k)
@@ -157,50 +145,42 @@ func (p *publisher) add(b batch) {
 	p.advance()
 }
 
-// run is a key's part of a round: items taken from the head of k.
-type run struct {
-	k *key
-	n int
-}
-
-// round picks the messages of the next Publish call: every ready key's
-// head, or its run of messages to one topic when pipelined, up to
-// BatchSize messages.
-func (p *publisher) round(now time.Time, pipelined bool) ([]courier.Message, []run) {
-	if now.Before(p.pause) {
-		return nil, nil
+// round picks the keys of the next round, up to BatchSize messages: every
+// ready key's head, or as much of its items as the dispatcher may send at
+// once to a publisher that keeps a key's order.
+func (p *publisher) round(now time.Time) *call {
+	if now.Before(p.r.disp.Outage().PausedUntil) {
+		return nil
 	}
-	var msgs []courier.Message
-	var runs []run
+	c := &call{}
+	room := p.r.cfg.BatchSize
 	for _, k := range p.active {
-		if len(msgs) >= p.r.cfg.BatchSize {
+		if room <= 0 {
 			break
 		}
 		if len(k.items) == 0 || k.busy || now.Before(k.notBefore) {
 			continue
 		}
 		n := 1
-		if pipelined {
-			topic := k.items[0].msg.Topic
-			for n < len(k.items) && n < p.r.cfg.BatchSize-len(msgs) && k.items[n].msg.Topic == topic {
-				n++
-			}
+		if p.r.pipelined {
+			n = min(len(k.items), room)
 		}
-		for _, it := range k.items[:n] {
-			msgs = append(msgs, it.msg)
-		}
-		runs = append(runs, run{k, n})
+		c.add(k, k.items[:n])
 		k.busy = true
+		room -= n
 	}
-	return msgs, runs
+	if len(c.keys) == 0 {
+		return nil
+	}
+	return c
 }
 
 // nextDue is how long until a held key or the pause comes due, at most the
 // status interval.
 func (p *publisher) nextDue(now time.Time) time.Duration {
 	wait := p.r.cfg.StatusInterval
-	if p.pause.After(now) {
-		return min(wait, p.pause.Sub(now))
+	if pause := p.r.disp.Outage().PausedUntil; pause.After(now) {
+		return min(wait, pause.Sub(now))
 	}
 	for _, k := range p.active {
 		if len(k.items) > 0 && k.notBefore.After(now) {
@@ -210,50 +190,26 @@ func (p *publisher) nextDue(now time.Time) time.Duration {
 	return max(wait, time.Millisecond)
 }
 
-// results applies a Publish call's errors to the keys: published and dead
-// items leave their keys; a failure other than for good holds the rest of
-// its key back.
-func (p *publisher) results(runs []run, errs []error) (published, dead []*item) {
-	j := 0
-	anyOK, allDown := false, true
-	for _, ru := range runs {
-		k := ru.k
+// results applies a round's outcomes to its keys: published and dead items
+// leave their keys; a failure holds the rest of its key back until its
+// retry.
+func (p *publisher) results(c *call) (published, dead []*item, retried int) {
+	for i, k := range c.keys {
+		o := c.outcomes[i]
 		k.busy = false
-		taken := 0 // items leaving k from its head
-		held := false
-		for _, it := range k.items[:ru.n] {
-			err := errs[j]
-			j++
-			if held {
-				continue
-			}
-			if err == nil {
-				anyOK, allDown = true, false
-				published = append(published, it)
-				taken++
-				continue
-			}
-			if !errors.Is(err, broker.ErrUnavailable) {
-				allDown = false
-			}
-			if p.fail(k, it, err) {
-				dead = append(dead, it)
-				taken++
-				continue
-			}
-			held = true
+		for _, j := range o.Published {
+			published = append(published, k.items[j])
 		}
-		k.items = k.items[taken:]
-		p.pending -= taken
-	}
-	switch {
-	case anyOK:
-		p.outages = 0
-	case allDown && len(runs) > 0:
-		p.outages++
-		d := p.r.cfg.Backoff.Delay(p.outages)
-		p.pause = time.Now().Add(d)
-		p.r.log.Warn("broker unavailable; pausing", "pause", d, "consecutive", p.outages)
+		for _, f := range o.Dead {
+			dead = append(dead, k.items[f.Index])
+		}
+		if f := o.Failed; f != nil {
+			k.notBefore = f.At.Add(f.Delay)
+			retried++
+		}
+		clear(k.items[:o.Done])
+		k.items = k.items[o.Done:]
+		p.pending -= o.Done
 	}
 	// Keys left empty leave the active list.
 	active := p.active[:0]
@@ -266,39 +222,7 @@ func (p *publisher) results(runs []run, errs []error) (published, dead []*item) 
 	}
 	clear(p.active[len(active):])
 	p.active = active
-	return published, dead
-}
-
-// fail records it's failed publish and reports whether it is now a dead
-// letter; otherwise its key is held until its retry.
-func (p *publisher) fail(k *key, it *item, err error) (dead bool) {
-	cfg := &p.r.cfg
-	counted := !errors.Is(err, broker.ErrUnavailable)
-	it.history = append(it.history, failure{At: time.Now().UTC(), Error: err.Error(), Counted: counted})
-	if len(it.history) > historyCap {
-		it.history = it.history[1:]
-	}
-	var delay time.Duration
-	if counted {
-		it.attempts++
-		permanent := errors.Is(err, broker.ErrRejected)
-		if permanent || it.attempts >= cfg.MaxAttempts {
-			p.r.log.Error("message dead-lettered", "message_id", it.msg.ID, "key", it.msg.Key,
-				"topic", it.msg.Topic, "attempts", it.attempts, "permanent", permanent, "error", err)
-			return true
-		}
-		delay = cfg.Backoff.Delay(it.attempts)
-		p.r.log.Warn("publish failed; will retry", "message_id", it.msg.ID, "key", it.msg.Key,
-			"attempt", it.attempts, "retry_in", delay, "error", err)
-	} else {
-		delay = cfg.Backoff.Delay(p.outages + 1)
-	}
-	if wish, ok := broker.RetryAfter(err); ok {
-		delay = max(delay, min(wish, cfg.Backoff.Max))
-	}
-	k.notBefore = time.Now().Add(delay)
-	p.r.m.retried.Add(1)
-	return false
+	return published, dead, retried
 }
 
 // settle counts finished items against their transactions and confirms

@@ -3,18 +3,15 @@ package cdc
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store"
 )
 
 // confirmEvery is how soon the relay tells PostgreSQL a position it has
@@ -40,18 +37,16 @@ type progress struct {
 
 // reader owns the replication connection.
 type reader struct {
-	r         *Relay
-	conn      *pgconn.PgConn
-	slot      string // the slot it reads: the relay's, or the temporary one that makes it
-	prog      *progress
-	out       chan<- batch
-	relations map[uint32]*pglogrepl.RelationMessage
-	types     *pgtype.Map
-	prefix    string // the prefix of this outbox's table-less messages: postgres.LogPrefix and its table's OID
-	cur       *batch // the transaction being received
-	received  uint64 // the end of what the server sent so far
-	lastSent  time.Time
-	sentPos   uint64 // the position last confirmed to the server
+	r        *Relay
+	conn     *pgconn.PgConn
+	slot     string // the slot it reads: the relay's, or the temporary one that makes it
+	prog     *progress
+	out      chan<- batch
+	decoder  store.LogDecoder
+	cur      *batch // the transaction being received
+	received uint64 // the end of what the server sent so far
+	lastSent time.Time
+	sentPos  uint64 // the position last confirmed to the server
 
 	// While the slot is made: read is closed once the table's rows are
 	// handed over (the log's transactions wait until then), recorded once
@@ -70,7 +65,7 @@ func (rd *reader) run(ctx context.Context) error {
 		if rd.recorded != nil && rd.cur == nil && closed(rd.recorded) {
 			return rd.makeSlot(ctx)
 		}
-		rctx, cancel := context.WithDeadline(ctx, rd.nextConfirm())
+		rctx, cancel := context.WithTimeout(ctx, rd.nextConfirm().Sub(rd.now()))
 		raw, err := rd.conn.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {
@@ -93,6 +88,9 @@ func (rd *reader) run(ctx context.Context) error {
 	}
 }
 
+// now is the relay's clock.
+func (rd *reader) now() time.Time { return rd.r.cfg.Clock.Now() }
+
 // closed reports whether c is closed.
 func closed(c <-chan struct{}) bool {
 	select {
@@ -114,7 +112,7 @@ func (rd *reader) busy() bool {
 // the status interval is up.
 func (rd *reader) nextConfirm() time.Time {
 	if rd.busy() || rd.recorded != nil {
-		return time.Now().Add(confirmEvery)
+		return rd.now().Add(confirmEvery)
 	}
 	return rd.lastSent.Add(rd.r.cfg.StatusInterval)
 }
@@ -122,7 +120,7 @@ func (rd *reader) nextConfirm() time.Time {
 // confirm tells the server the confirmed position when it moved (at most
 // every confirmEvery), when the status interval is up, or when forced.
 func (rd *reader) confirm(ctx context.Context, force bool) error {
-	since := time.Since(rd.lastSent)
+	since := rd.now().Sub(rd.lastSent)
 	moved := rd.prog.confirmed.Load() > rd.sentPos
 	if force || (moved && since >= confirmEvery) || since >= rd.r.cfg.StatusInterval {
 		return rd.status(ctx)
@@ -135,7 +133,7 @@ func (rd *reader) confirm(ctx context.Context, force bool) error {
 // never merely what was received.
 func (rd *reader) status(ctx context.Context) error {
 	pos := rd.prog.confirmed.Load()
-	rd.lastSent = time.Now()
+	rd.lastSent = rd.now()
 	if pos == 0 {
 		return nil // nothing confirmed yet: the slot keeps its own position
 	}
@@ -165,8 +163,8 @@ const makeWait = 5 * time.Second
 func (rd *reader) makeSlot(ctx context.Context) error {
 	tick := time.NewTicker(confirmEvery)
 	defer tick.Stop()
-	deadline := time.Now().Add(makeWait)
-	for rd.prog.handed.Load() != rd.prog.done.Load() && time.Now().Before(deadline) {
+	deadline := rd.now().Add(makeWait)
+	for rd.prog.handed.Load() != rd.prog.done.Load() && rd.now().Before(deadline) {
 		select {
 		case <-tick.C:
 			if err := rd.confirm(ctx, false); err != nil {
@@ -193,7 +191,7 @@ func (rd *reader) reply() error {
 	buf = binary.BigEndian.AppendUint64(buf, rd.received)
 	buf = binary.BigEndian.AppendUint64(buf, 0) // flush: none
 	buf = binary.BigEndian.AppendUint64(buf, 0) // apply: none
-	buf = binary.BigEndian.AppendUint64(buf, uint64(time.Since(pgEpoch).Microseconds()))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(rd.now().Sub(pgEpoch).Microseconds()))
 	buf = append(buf, 0)
 	msg, err := (&pgproto3.CopyData{Data: buf}).Encode(nil)
 	if err != nil {
@@ -234,59 +232,31 @@ func (rd *reader) copyData(ctx context.Context, data []byte) error {
 			return fmt.Errorf("cdc: log data: %w", err)
 		}
 		rd.received = max(rd.received, uint64(xld.WALStart)+uint64(len(xld.WALData)))
-		m, err := pglogrepl.Parse(xld.WALData)
+		ev, err := rd.decoder.Decode(xld.WALData)
 		if err != nil {
-			return fmt.Errorf("cdc: decode pgoutput: %w", err)
+			return fmt.Errorf("cdc: at %s: %w", xld.WALStart, err)
 		}
-		return rd.logical(ctx, m)
+		return rd.event(ctx, ev)
 	}
 	return nil
 }
 
-// logical handles one pgoutput message.
-func (rd *reader) logical(ctx context.Context, m pglogrepl.Message) error {
-	switch m := m.(type) {
-	case *pglogrepl.RelationMessage:
-		rd.relations[m.RelationID] = m
-	case *pglogrepl.BeginMessage:
-		rd.cur = &batch{t: &txn{xid: m.Xid}}
-	case *pglogrepl.InsertMessage:
-		rel, ok := rd.relations[m.RelationID]
-		if !ok || rd.cur == nil {
-			return fmt.Errorf("cdc: an insert into relation %d outside a transaction or before its description", m.RelationID)
-		}
-		if rel.RelationName != "courier_outbox" {
-			return nil
-		}
-		it, err := rd.decode(rel, m.Tuple)
-		if err != nil {
-			return err
-		}
-		it.txn = rd.cur.t
+// event handles one decoded message of the log.
+func (rd *reader) event(ctx context.Context, ev store.LogEvent) error {
+	switch ev.Kind {
+	case store.LogBegin:
+		rd.cur = &batch{t: &txn{xid: ev.Xid}}
+	case store.LogMessage:
+		it := &item{LogItem: ev.Item, txn: rd.cur.t}
+		it.Xid = rd.cur.t.xid
 		rd.cur.items = append(rd.cur.items, it)
-	case *pglogrepl.LogicalDecodingMessage:
-		if m.Prefix != rd.prefix {
-			return nil // not table-less outbox messages, or another schema's
-		}
-		if !m.Transactional || rd.cur == nil {
-			rd.r.log.Warn("ignoring a non-transactional log message with the outbox's prefix", "prefix", m.Prefix, "lsn", m.LSN)
-			return nil
-		}
-		msg, err := postgres.DecodeLogMessage(m.Content)
-		if err != nil {
-			return fmt.Errorf("cdc: at %s: %w", m.LSN, err)
-		}
-		if msg.Payload == nil {
-			msg.Payload = []byte{}
-		}
-		rd.cur.items = append(rd.cur.items, &item{msg: msg, txn: rd.cur.t})
-	case *pglogrepl.CommitMessage:
+	case store.LogCommit:
 		b := rd.cur
 		rd.cur = nil
 		if b == nil {
 			return nil
 		}
-		b.t.end = uint64(m.TransactionEndLSN)
+		b.t.end = ev.End
 		return rd.hand(ctx, b)
 	}
 	return nil
@@ -323,63 +293,6 @@ func (rd *reader) hand(ctx context.Context, b *batch) error {
 			return ctx.Err()
 		}
 	}
-}
-
-// decode turns an inserted courier_outbox row into an item.
-func (rd *reader) decode(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (*item, error) {
-	it := &item{}
-	var id uuid.UUID
-	var version int32
-	for i, col := range tuple.Columns {
-		if i >= len(rel.Columns) {
-			break
-		}
-		c := rel.Columns[i]
-		if col.DataType == pglogrepl.TupleDataTypeNull {
-			continue
-		}
-		format := int16(pgtype.TextFormatCode)
-		if col.DataType == pglogrepl.TupleDataTypeBinary {
-			format = pgtype.BinaryFormatCode
-		}
-		var dst any
-		switch c.Name {
-		case "id":
-			dst = &it.seq
-		case "message_id":
-			dst = &id
-		case "topic":
-			dst = &it.msg.Topic
-		case "ordering_key":
-			dst = &it.msg.Key
-		case "type":
-			dst = &it.msg.Type
-		case "version":
-			dst = &version
-		case "content_type":
-			dst = &it.msg.ContentType
-		case "payload":
-			dst = &it.msg.Payload
-		case "headers":
-			dst = &it.msg.Headers
-		case "occurred_at":
-			dst = &it.msg.OccurredAt
-		default:
-			continue
-		}
-		if err := rd.types.Scan(c.DataType, format, col.Data, dst); err != nil {
-			return nil, fmt.Errorf("cdc: decode courier_outbox.%s: %w", c.Name, err)
-		}
-	}
-	it.msg.ID, it.msg.Version = id, int(version)
-	it.msg.OccurredAt = it.msg.OccurredAt.UTC()
-	if it.seq == 0 {
-		return nil, errors.New("cdc: an inserted courier_outbox row without an id")
-	}
-	if it.msg.Payload == nil {
-		it.msg.Payload = []byte{}
-	}
-	return it, nil
 }
 
 // advance raises v to lsn if lsn is higher.

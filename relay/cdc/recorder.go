@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/internal/waits"
+	"github.com/courier-go/courier/store"
 )
 
 // recordEvery is the longest a published message waits to be written to
@@ -67,7 +68,7 @@ func (rc *recorder) hand(published, dead []*item) {
 	}
 	rc.mu.Lock()
 	if len(rc.pub)+len(rc.dead) == 0 {
-		rc.since = time.Now()
+		rc.since = rc.now()
 	}
 	rc.pub = append(rc.pub, published...)
 	rc.dead = append(rc.dead, dead...)
@@ -75,6 +76,9 @@ func (rc *recorder) hand(published, dead []*item) {
 	rc.mu.Unlock()
 	signal(rc.wake) // the recorder writes now or sets its timer from since
 }
+
+// now is the relay's clock.
+func (rc *recorder) now() time.Time { return rc.r.cfg.Clock.Now() }
 
 // take returns the items written since the last call.
 func (rc *recorder) take() []*item {
@@ -142,9 +146,9 @@ func (rc *recorder) wait() (time.Duration, bool) {
 	case n >= rc.r.cfg.BatchSize:
 		return 0, true
 	case n > 0 && len(rc.unseen) > 0:
-		return min(recordEvery-time.Since(rc.since), unseenRetry), true
+		return min(recordEvery-rc.now().Sub(rc.since), unseenRetry), true
 	case n > 0:
-		return recordEvery - time.Since(rc.since), true
+		return recordEvery - rc.now().Sub(rc.since), true
 	case len(rc.unseen) > 0:
 		return unseenRetry, true
 	}
@@ -175,7 +179,7 @@ func (rc *recorder) due() bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	n := len(rc.pub) + len(rc.dead)
-	return n >= rc.r.cfg.BatchSize || (n > 0 && time.Since(rc.since) >= recordEvery) || len(rc.unseen) > 0
+	return n >= rc.r.cfg.BatchSize || (n > 0 && rc.now().Sub(rc.since) >= recordEvery) || len(rc.unseen) > 0
 }
 
 // record writes what the broker said to the table, with the items whose
@@ -192,13 +196,10 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 		wasUnseen[u.it] = u
 	}
 	rc.unseen = rc.unseen[:0]
-	var (
-		missing []*item
-		snap    *snapshot
-	)
+	var rec store.Recorded
 	for attempt := 1; ; attempt++ {
 		var err error
-		missing, snap, err = rc.r.finish(ctx, published, dead)
+		rec, err = rc.r.db.Record(ctx, logItems(published), logItems(dead), rc.r.cfg.KeepPublished)
 		if err == nil {
 			break
 		}
@@ -214,10 +215,16 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 	for _, it := range dead {
 		isDead[it] = true
 	}
-	later := make(map[*item]bool, len(missing))
-	now := time.Now()
-	for _, it := range missing {
-		if it.txn == nil || snap.sees(it.txn.xid) {
+	later := make(map[*item]bool, len(rec.Missing))
+	now := rc.now()
+	for _, i := range rec.Missing {
+		var it *item
+		if i < len(published) {
+			it = published[i]
+		} else {
+			it = dead[i-len(published)]
+		}
+		if it.txn == nil || rec.Visible(it.Xid) {
 			continue // gone: published by another relay, or by this one before it died
 		}
 		u, ok := wasUnseen[it]
@@ -226,7 +233,7 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 		}
 		if !u.warned && now.Sub(u.since) >= unseenWarn {
 			u.warned = true
-			rc.r.log.Warn("a published message's transaction is still not visible; looking for its row again", "id", it.seq, "message_id", it.msg.ID, "xid", it.txn.xid)
+			rc.r.log.Warn("a published message's transaction is still not visible; looking for its row again", "id", it.Seq, "message_id", it.Message.ID, "xid", it.Xid)
 		}
 		later[it] = true
 		rc.unseen = append(rc.unseen, u)
@@ -240,4 +247,13 @@ func (rc *recorder) record(ctx context.Context, published, dead []*item) ([]*ite
 		}
 	}
 	return done, nil
+}
+
+// logItems returns what the database needs of items.
+func logItems(items []*item) []*store.LogItem {
+	out := make([]*store.LogItem, len(items))
+	for i, it := range items {
+		out[i] = &it.LogItem
+	}
+	return out
 }

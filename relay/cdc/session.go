@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/courier-go/courier/internal/waits"
-	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store"
 )
 
 // errSlotBusy is returned by a session when another relay reads the slot,
@@ -29,7 +26,7 @@ var errMade = errors.New("cdc: the replication slot was made")
 // relay makes it and publishes the rows already in the table first (see
 // the package documentation).
 func (r *Relay) Run(ctx context.Context) error {
-	if err := Setup(ctx, r.pool, r.cfg.Publication); err != nil {
+	if err := r.db.Setup(ctx, r.cfg.Publication); err != nil {
 		return err
 	}
 	failures := 0
@@ -69,27 +66,17 @@ func (r *Relay) session(ctx context.Context) error {
 		return fmt.Errorf("cdc: replication connection: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	exists, err := slotExists(ctx, conn, r.cfg.Slot)
+	slot, err := r.db.Slot(ctx, r.cfg.Slot)
 	if err != nil {
 		return err
 	}
-	if !exists {
+	if !slot.Exists {
 		return r.make(ctx, conn)
 	}
 	if err := r.start(ctx, conn, r.cfg.Slot); err != nil {
 		return err
 	}
 	return r.stream(ctx, conn, nil)
-}
-
-// slotExists reports whether the slot is in pg_replication_slots, asked
-// on the replication connection.
-func slotExists(ctx context.Context, conn *pgconn.PgConn, slot string) (bool, error) {
-	rows, err := conn.Exec(ctx, fmt.Sprintf("SELECT 1 FROM pg_replication_slots WHERE slot_name = '%s'", slot)).ReadAll()
-	if err != nil {
-		return false, fmt.Errorf("cdc: look for slot %s: %w", slot, err)
-	}
-	return len(rows) == 1 && len(rows[0].Rows) == 1, nil
 }
 
 // start streams slot from its confirmed position.
@@ -107,21 +94,15 @@ func (r *Relay) start(ctx context.Context, conn *pgconn.PgConn, slot string) err
 	if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use
 		return fmt.Errorf("%w: %s", errSlotBusy, pgErr.Message)
 	}
-	if errors.As(err, &pgErr) && pgErr.Code == "55000" && r.slotLost(ctx) {
-		return r.dropLost(ctx, err)
+	if errors.As(err, &pgErr) && pgErr.Code == "55000" {
+		if s, serr := r.db.Slot(ctx, slot); serr == nil && s.WALStatus == "lost" {
+			return r.dropLost(ctx, err)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("cdc: start replication on slot %s: %w", slot, err)
 	}
 	return nil
-}
-
-// slotLost reports whether PostgreSQL invalidated the slot (wal_status
-// lost).
-func (r *Relay) slotLost(ctx context.Context) bool {
-	var status string
-	err := r.pool.QueryRow(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Slot).Scan(&status)
-	return err == nil && status == "lost"
 }
 
 // dropLost drops the slot PostgreSQL invalidated (max_slot_wal_keep_size):
@@ -131,7 +112,7 @@ func (r *Relay) slotLost(ctx context.Context) bool {
 // the slot lost.
 func (r *Relay) dropLost(ctx context.Context, err error) error {
 	r.log.Error("the replication slot is lost; making a new one and publishing the table's rows", "slot", r.cfg.Slot, "error", err)
-	if _, derr := r.pool.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); derr != nil {
+	if derr := r.db.DropSlot(ctx, r.cfg.Slot); derr != nil {
 		return fmt.Errorf("cdc: drop lost slot %s: %w", r.cfg.Slot, derr)
 	}
 	return fmt.Errorf("cdc: slot %s was lost: %w", r.cfg.Slot, err)
@@ -144,15 +125,14 @@ func (r *Relay) dropLost(ctx context.Context, err error) error {
 func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var prefix string
-	if err := r.pool.QueryRow(ctx, "SELECT '"+postgres.LogPrefix+"' || "+postgres.LogTableSQL).Scan(&prefix); err != nil {
-		return fmt.Errorf("cdc: find courier_outbox: %w (run courier migrate first)", err)
+	decoder, err := r.db.Decoder(ctx)
+	if err != nil {
+		return err
 	}
 	in := make(chan batch, 16)
 	prog := &progress{}
 	p := &publisher{r: r, prog: prog, keys: map[string]*key{}}
-	rd := &reader{r: r, conn: conn, slot: r.cfg.Slot, prog: prog, out: in, relations: map[uint32]*pglogrepl.RelationMessage{},
-		types: pgtype.NewMap(), prefix: prefix, lastSent: time.Now()}
+	rd := &reader{r: r, conn: conn, slot: r.cfg.Slot, prog: prog, out: in, decoder: decoder, lastSent: r.cfg.Clock.Now()}
 	var swept chan struct{}
 	if first != nil {
 		swept = make(chan struct{})
@@ -162,7 +142,7 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making) 
 		rd.slot, rd.read, rd.recorded = first.slot, read, recorded
 		go func() {
 			defer close(swept)
-			if err := r.sweep(ctx, first.tx, in); err != nil {
+			if err := r.sweep(ctx, first.table, in); err != nil {
 				r.log.Warn("could not read the rows in the table", "error", err)
 				cancel() // the session starts again
 				return
@@ -177,7 +157,7 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making) 
 	}()
 	r.m.setReading(true, first != nil)
 	defer r.m.setReading(false, false)
-	err := rd.run(ctx)
+	err = rd.run(ctx)
 	cancel()
 	if swept != nil {
 		<-swept
@@ -190,6 +170,6 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making) 
 
 // making is the state of the session that makes the slot.
 type making struct {
-	slot string // the temporary slot read meanwhile
-	tx   pgx.Tx // the transaction the table is read in, at the temporary slot's start
+	slot  string            // the temporary slot read meanwhile
+	table store.TableReader // the table, as it was at the temporary slot's start
 }

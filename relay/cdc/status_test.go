@@ -13,6 +13,7 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/relay/cdc"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/postgres"
 )
 
 // slotStatus returns the test's slot as Status reports it, and whether it
@@ -42,7 +43,7 @@ func TestStatusReportsSlotLag(t *testing.T) {
 	}
 	// The publication first: pgoutput decodes the log with the catalog
 	// of its time, and a publication made after the slot is not found.
-	testenv.Must(t, cdc.Setup(ctx, e.pg.Pool, e.slot), "publication")
+	testenv.Must(t, postgres.NewDriver(e.pg.Pool).CDC().Setup(ctx, e.slot), "publication")
 	_, err := e.pg.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, e.slot)
 	testenv.Must(t, err, "create slot")
 
@@ -113,7 +114,7 @@ func TestStatusReportsSlotLag(t *testing.T) {
 // Ready fails while no relay reads the slot.
 func TestReadyWithoutReader(t *testing.T) {
 	e := newEnv(t)
-	r, err := cdc.New(e.pg.Pool, e.pub, e.config())
+	r, err := cdc.New(postgres.NewDriver(e.pg.Pool).CDC(), e.pub, e.config())
 	testenv.Must(t, err, "new relay")
 	if status, err := r.Ready(context.Background()); err == nil {
 		t.Fatalf("Ready of a relay that does not run: %q", status)

@@ -22,7 +22,7 @@ func published(t *testing.T, n int) (*memstore.Store, *memstore.Clock) {
 	t.Helper()
 	ctx := context.Background()
 	clock := memstore.NewClock()
-	st := memstore.New(memstore.Config{Now: clock.Now, KeepPublished: true})
+	st := memstore.New(memstore.Config{Clock: clock.Now, KeepPublished: true})
 	for i := range n {
 		err := st.InTx(ctx, func(tx *memstore.Tx) error {
 			return st.Insert(ctx, tx, []courier.Message{courier.NewMessage("orders", "k", "T", []byte{byte(i)})})
@@ -47,7 +47,7 @@ func TestRunOnce(t *testing.T) {
 	st, clock := published(t, 5)
 	var logs bytes.Buffer
 	c := &cleanup.Cleaner{Ops: st.Operations(), Keep: map[store.Table]time.Duration{store.TablePublished: time.Hour},
-		Batch: 2, Now: clock.Now, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+		Batch: 2, Clock: clock.Now, Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	ctx := context.Background()
 	if r, err := c.RunOnce(ctx); err != nil || r.Deleted[store.TablePublished] != 0 || r.Locked {
 		t.Fatalf("first pass: %+v, %v; want nothing deleted (the rows are fresh)", r, err)
@@ -93,7 +93,7 @@ func TestRunStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	c := &cleanup.Cleaner{Ops: st.Operations(), Keep: map[store.Table]time.Duration{store.TablePublished: time.Hour},
-		Now: clock.Now, Log: slog.New(slog.DiscardHandler)}
+		Clock: clock.Now, Log: slog.New(slog.DiscardHandler)}
 	go func() { done <- c.Run(ctx, time.Hour) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for len(st.Published()) != 0 && time.Now().Before(deadline) {

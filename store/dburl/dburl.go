@@ -244,6 +244,9 @@ func Open(ctx context.Context, raw string, opts Options) (*DB, error) {
 	defer cancel()
 	if err := d.Ping(pctx); err != nil {
 		d.Close()
+		if ctx.Err() != nil { // a signal, not the database
+			return nil, fmt.Errorf("stopped while connecting to the database at %s: %w", d.where, ctx.Err())
+		}
 		check := opts.flag()
 		if opts.Env != "" {
 			check += " (" + opts.Env + ")"

@@ -6,7 +6,7 @@ import (
 )
 
 // Clock is a clock for tests of stores: its Now is a store.Clock (and
-// Config.Now) that moves forward when the test says so, so that leases
+// Config.Clock) that moves forward when the test says so, so that leases
 // expire, retries fall due and Idempotency-Key locks and records end
 // without the test sleeping.
 //

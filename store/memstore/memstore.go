@@ -6,7 +6,7 @@
 // database the program runs on.
 //
 //	clock := memstore.NewClock()
-//	st := memstore.New(memstore.Config{Now: clock.Now})
+//	st := memstore.New(memstore.Config{Clock: clock.Now})
 //	n := st.NewNotifier() // signalled after each commit
 //	w := outbox.New(st, outbox.Config{})
 //	_ = st.InTx(ctx, func(tx *memstore.Tx) error { return w.Write(ctx, tx, msg) })
@@ -64,10 +64,10 @@ const HistoryLimit = 20
 
 // Config configures a Store. The zero value is ready to use.
 type Config struct {
-	// Now is the store's clock: lease ends, retry times, created_at and
-	// Stats.Now read it. Default time.Now. Tests pass a [Clock]'s Now to
-	// make leases expire and retries fall due without sleeping.
-	Now func() time.Time
+	// Clock is the store's time: lease ends, retry times, created_at and
+	// Stats.Now read it. Default: the real clock. Tests pass a [Clock]'s
+	// Now to make leases expire and retries fall due without sleeping.
+	Clock courier.Clock
 	// KeepPublished keeps a copy of each published row (see
 	// [Store.Published]) instead of only deleting it.
 	KeepPublished bool
@@ -77,7 +77,7 @@ type Config struct {
 // [store.Inserter] for [*Tx], and is safe for concurrent use by any number
 // of writers and relays. The zero value is not usable; call [New].
 type Store struct {
-	now  func() time.Time
+	now  courier.Clock
 	keep bool
 
 	mu        sync.Mutex
@@ -115,10 +115,7 @@ type lease struct {
 
 // New returns an empty store.
 func New(cfg Config) *Store {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	return &Store{now: cfg.Now, keep: cfg.KeepPublished, leases: make(map[int64]*lease)}
+	return &Store{now: cfg.Clock, keep: cfg.KeepPublished, leases: make(map[int64]*lease)}
 }
 
 // NewNotifier returns a notifier for one relay, signalled after every
@@ -172,7 +169,7 @@ func (tx *Tx) Commit() error {
 	tx.done = true
 	s := tx.s
 	s.mu.Lock()
-	now := s.now()
+	now := s.now.Now()
 	for _, r := range tx.rows {
 		r.createdAt = now
 		i, _ := slices.BinarySearchFunc(s.rows, r.rec.Seq, func(r *row, seq int64) int { return cmp.Compare(r.rec.Seq, seq) })
@@ -221,7 +218,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, d time.Durat
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.now.Now()
 	for id, l := range s.leases {
 		if !l.until.After(now) {
 			delete(s.leases, id)
@@ -312,7 +309,7 @@ func (s *Store) complete(ctx context.Context, owner string, leaseID int64, o sto
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.now.Now()
 	l, ok := s.leases[leaseID]
 	if !ok || l.owner != owner {
 		return nil
@@ -388,7 +385,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.now.Now()
 	st := store.Stats{Pending: int64(len(s.rows)), DeadLetters: int64(len(s.dead)), Now: now.UTC()}
 	for _, l := range s.leases {
 		if l.until.After(now) {

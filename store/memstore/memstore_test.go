@@ -17,7 +17,7 @@ import (
 // store per test whose clock is the suite's.
 func TestConformance(t *testing.T) {
 	storetest.ExerciseRelayStore(t, func(_ testing.TB, clock store.Clock) storetest.RelayHarness[*memstore.Tx] {
-		st := memstore.New(memstore.Config{Now: clock})
+		st := memstore.New(memstore.Config{Clock: clock})
 		return storetest.RelayHarness[*memstore.Tx]{
 			Inserter: st, InTx: st.InTx, RelayStore: st.RelayStore, Operations: st.Operations, Inspect: inspector{st},
 		}
@@ -154,5 +154,25 @@ func TestClock(t *testing.T) {
 	c.Advance(time.Second)
 	if got := c.Now(); !got.Equal(want.Add(time.Second)) {
 		t.Fatalf("stopped clock advanced by a second reads %s, want %s", got, want.Add(time.Second))
+	}
+}
+
+// The store reads its time from Config.Clock.
+func TestConfigClock(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
+	clock := memstore.NewClock()
+	clock.Set(at)
+	for _, c := range []struct {
+		name string
+		cfg  memstore.Config
+		want time.Time
+	}{
+		{"Clock", memstore.Config{Clock: clock.Now}, at},
+	} {
+		s, err := memstore.New(c.cfg).Stats(ctx)
+		if err != nil || !s.Now.Equal(c.want) {
+			t.Errorf("%s: Stats.Now %s, %v; want %s", c.name, s.Now, err, c.want)
+		}
 	}
 }

@@ -30,7 +30,7 @@ func (o memOps) Status(ctx context.Context) (store.Status, error) {
 	s := o.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now().UTC()
+	now := s.now.Now().UTC()
 	st := store.Status{Now: now, Outbox: store.Stats{Now: now}, Published: store.Count{N: int64(len(s.published))}}
 	topics := map[string]*store.TopicStatus{}
 	topic := func(name string) *store.TopicStatus {
@@ -108,7 +108,7 @@ func (o memOps) Reconcile(ctx context.Context, opts store.ReconcileOptions) (sto
 	s := o.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now().UTC()
+	now := s.now.Now().UTC()
 	r := store.Reconciliation{Now: now}
 	for id, l := range s.leases {
 		if !l.until.After(now.Add(-opts.LeaseGrace)) {
@@ -142,7 +142,7 @@ func (o memOps) ReleaseLease(ctx context.Context, id int64) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.leases[id]
-	if !ok || l.until.After(s.now()) {
+	if !ok || l.until.After(s.now.Now()) {
 		return false, nil
 	}
 	delete(s.leases, id)

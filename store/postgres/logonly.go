@@ -17,15 +17,15 @@ import (
 	"github.com/courier-go/courier/store"
 )
 
-// LogPrefix begins the prefix of the logical decoding messages LogOnly
-// writes: LogPrefix and the OID of the courier_outbox table the
-// statement's search_path finds (LogTableSQL), such as
+// logPrefix begins the prefix of the logical decoding messages LogOnly
+// writes: logPrefix and the OID of the courier_outbox table the
+// statement's search_path finds (logTableSQL), such as
 // "courier_outbox:16403". The log is the whole database's, so the prefix
 // keeps apart the outboxes of several schemas (each courier_outbox has its
 // own OID); the CDC relay (relay/cdc) reads the messages of its own.
-const LogPrefix = "courier_outbox:"
+const logPrefix = "courier_outbox:"
 
-// LogTableSQL is the expression for the rest of the prefix: the OID of
+// logTableSQL is the expression for the rest of the prefix: the OID of
 // courier_outbox as the statement's search_path resolves it. The OID, not
 // the schema's name: resolving the table's name to its OID (regclass input)
 // is a syscache lookup, while the schema's name took a subquery on
@@ -39,10 +39,10 @@ const LogPrefix = "courier_outbox:"
 // lifetime: a table dropped and created again has another, so the
 // table-less messages still in the slot then are not read by a relay
 // started afterwards.
-const LogTableSQL = `'courier_outbox'::text::regclass::oid`
+const logTableSQL = `'courier_outbox'::text::regclass::oid`
 
 // logFormat is the first byte of a message's content: the version of its
-// encoding (see EncodeLogMessage).
+// encoding (see encodeLogMessage).
 const logFormat byte = 1
 
 // logCheck is the statements' check that something can read the log. A
@@ -77,8 +77,8 @@ func logCheckArgs(now time.Time) (string, string) {
 // messages would be written where nothing can ever read them, so the
 // write fails and the caller's transaction rolls back.
 const (
-	logOne  = `SELECT pg_logical_emit_message(true, '` + LogPrefix + `' || ` + LogTableSQL + `, $1::bytea) IS NOT NULL, ` + logCheck
-	logMany = `SELECT count(pg_logical_emit_message(true, '` + LogPrefix + `' || ` + LogTableSQL + `, m)) > 0, ` + logCheck + `
+	logOne  = `SELECT pg_logical_emit_message(true, '` + logPrefix + `' || ` + logTableSQL + `, $1::bytea) IS NOT NULL, ` + logCheck
+	logMany = `SELECT count(pg_logical_emit_message(true, '` + logPrefix + `' || ` + logTableSQL + `, m)) > 0, ` + logCheck + `
 FROM unnest($1::bytea[]) AS m`
 )
 
@@ -91,7 +91,7 @@ var ErrNoLogicalSlot = errors.New("postgres: no logical replication slot reads t
 
 // LogOnly returns an outbox inserter for pgx transactions that writes each
 // message only to the write-ahead log, as a transactional logical decoding
-// message (pg_logical_emit_message(true, LogPrefix || LogTableSQL, …)) in
+// message (pg_logical_emit_message(true, logPrefix || logTableSQL, …)) in
 // the caller's transaction, and no row in courier_outbox (the table must
 // exist all the same: the prefix names it by its OID, and dead letters and
 // replays use it). Pass it to outbox.New:
@@ -163,11 +163,11 @@ func QueueLogMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Messa
 func logStatement(msgs []courier.Message) (string, []any) {
 	now, until := logCheckArgs(time.Now())
 	if len(msgs) == 1 {
-		return logOne, []any{EncodeLogMessage(nil, &msgs[0]), now, until}
+		return logOne, []any{encodeLogMessage(nil, &msgs[0]), now, until}
 	}
 	contents := make([][]byte, len(msgs))
 	for i := range msgs {
-		contents[i] = EncodeLogMessage(nil, &msgs[i])
+		contents[i] = encodeLogMessage(nil, &msgs[i])
 	}
 	return logMany, []any{contents, now, until}
 }
@@ -205,13 +205,13 @@ func between(s, start, end string) string {
 	return in
 }
 
-// EncodeLogMessage appends m's encoding, as LogOnly writes it, to b: a
+// encodeLogMessage appends m's encoding, as LogOnly writes it, to b: a
 // version byte (1), the 16 bytes of the id, the time it occurred (Unix
 // microseconds, zig-zag varint), the schema version (varint), topic, key,
 // type and content type (each a varint length and its bytes), the number of
 // headers and each header's name and value (sorted by name), then the
 // payload to the end.
-func EncodeLogMessage(b []byte, m *courier.Message) []byte {
+func encodeLogMessage(b []byte, m *courier.Message) []byte {
 	size := 1 + 16 + 10 + 5 + len(m.Topic) + len(m.Key) + len(m.Type) + len(m.ContentType) + 20 + len(m.Payload)
 	for k, v := range m.Headers {
 		size += len(k) + len(v) + 4
@@ -240,10 +240,10 @@ func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
-// DecodeLogMessage reads a message that EncodeLogMessage wrote. It fails on
+// decodeLogMessage reads a message that encodeLogMessage wrote. It fails on
 // an unknown version byte or a truncated or malformed encoding, naming
 // what is wrong.
-func DecodeLogMessage(b []byte) (courier.Message, error) {
+func decodeLogMessage(b []byte) (courier.Message, error) {
 	var m courier.Message
 	d := logDecoder{b: b}
 	if len(b) == 0 || b[0] != logFormat {
@@ -251,7 +251,7 @@ func DecodeLogMessage(b []byte) (courier.Message, error) {
 		if len(b) > 0 {
 			v = int(b[0])
 		}
-		return m, fmt.Errorf("postgres: a %s log message of format %d: this version reads format %d (upgrade the relay)", LogPrefix, v, logFormat)
+		return m, fmt.Errorf("postgres: a %s log message of format %d: this version reads format %d (upgrade the relay)", logPrefix, v, logFormat)
 	}
 	d.b = d.b[1:]
 	if len(d.b) < 16 {
@@ -319,5 +319,5 @@ func (d *logDecoder) string() (string, bool) {
 }
 
 func (d *logDecoder) fail(field string) error {
-	return fmt.Errorf("postgres: a %s log message with a truncated or malformed %s", LogPrefix, field)
+	return fmt.Errorf("postgres: a %s log message with a truncated or malformed %s", logPrefix, field)
 }

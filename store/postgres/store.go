@@ -4,9 +4,11 @@
 // wake-ups ([Notifier]). [QueueMessages] queues messages into the caller's
 // own pgx.Batch instead. Table-less messages, written only to the log for
 // the CDC relay (relay/cdc), come from [LogOnly] and [QueueLogMessages]:
-// logical decoding messages whose prefix, [LogPrefix] and the OID of the
-// courier_outbox table the search_path finds, keeps several schemas'
-// outboxes apart.
+// logical decoding messages whose prefix, courier_outbox: and the OID of
+// the courier_outbox table the search_path finds, keeps several schemas'
+// outboxes apart. [CDC] is what the CDC relay asks of the database: its
+// publication and slots, the log's decoding, the table's rows while it
+// makes its slot, and the writes of what the broker answered.
 //
 // Outbox ids come from an identity column, allocated at insert, not at
 // commit; claims take a key's committed rows in id order. The per-key order

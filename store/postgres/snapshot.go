@@ -1,4 +1,4 @@
-package cdc
+package postgres
 
 import (
 	"fmt"
@@ -17,15 +17,15 @@ type snapshot struct {
 func parseSnapshot(text string) (*snapshot, error) {
 	parts := strings.Split(text, ":")
 	if len(parts) != 3 {
-		return nil, fmt.Errorf("cdc: a snapshot %q: want xmin:xmax:xip", text)
+		return nil, fmt.Errorf("postgres: a snapshot %q: want xmin:xmax:xip", text)
 	}
 	s := &snapshot{xip: map[uint64]bool{}}
 	var err error
 	if s.xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
-		return nil, fmt.Errorf("cdc: snapshot %q: %w", text, err)
+		return nil, fmt.Errorf("postgres: snapshot %q: %w", text, err)
 	}
 	if s.xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
-		return nil, fmt.Errorf("cdc: snapshot %q: %w", text, err)
+		return nil, fmt.Errorf("postgres: snapshot %q: %w", text, err)
 	}
 	for _, x := range strings.Split(parts[2], ",") {
 		if x == "" {
@@ -33,7 +33,7 @@ func parseSnapshot(text string) (*snapshot, error) {
 		}
 		v, err := strconv.ParseUint(x, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("cdc: snapshot %q: %w", text, err)
+			return nil, fmt.Errorf("postgres: snapshot %q: %w", text, err)
 		}
 		s.xip[v] = true
 	}

@@ -1,9 +1,10 @@
-package relay
+package dispatch
 
 import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -44,7 +45,7 @@ func BenchmarkInstrumentedPublish(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			var p broker.Publisher = ackAll{}
 			if tc.tp != nil {
-				p = instrument(p, Config{Observer: NopObserver{}, TracerProvider: tc.tp})
+				p = instrument(p, Config{Observer: nopObserver{}, TracerProvider: tc.tp})
 			}
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -61,3 +62,8 @@ type ackAll struct{}
 func (ackAll) Publish(_ context.Context, msgs []courier.Message) []error {
 	return make([]error, len(msgs))
 }
+
+// nopObserver is told nothing.
+type nopObserver struct{}
+
+func (nopObserver) Published([]courier.Message, []error, time.Duration) {}
