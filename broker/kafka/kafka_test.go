@@ -173,4 +173,3 @@ func TestRecordTimeWritable(t *testing.T) {
 		}
 	}
 }
-
