@@ -1,7 +1,3 @@
-// Package broker defines how Courier talks to a message broker: a Publisher
-// for the relay, a Subscriber for consumers. Each broker has a sub-package
-// (broker/nats for NATS JetStream, …) that implements these interfaces; the
-// relay and the inbox depend only on this package.
 package broker
 
 import (
@@ -86,19 +82,9 @@ func KeepsKeyOrder(p Publisher) bool {
 var ErrUnavailable = errors.New("broker unavailable")
 
 // Unavailable wraps err so that errors.Is(result, ErrUnavailable) holds.
-func Unavailable(err error) error {
-	if err == nil || errors.Is(err, ErrUnavailable) {
-		return err
-	}
-	return &unavailableError{err}
-}
-
-type unavailableError struct{ err error }
-
-func (e *unavailableError) Error() string { return "broker unavailable: " + e.err.Error() }
-func (e *unavailableError) Unwrap() []error {
-	return []error{ErrUnavailable, e.err}
-}
+// The result's text is err's, prefixed with "broker unavailable: ". nil, and
+// an error that wraps ErrUnavailable already, are returned as they are.
+func Unavailable(err error) error { return mark(err, ErrUnavailable, "broker unavailable: ") }
 
 // ErrRejected marks publish errors that are permanent: the broker refused the
 // message for what it is (too large for the broker or for the stream that
@@ -111,19 +97,42 @@ var ErrRejected = errors.New("broker rejected the message")
 
 // Rejected wraps err so that errors.Is(result, ErrRejected) holds. The
 // result's text is err's, prefixed with "rejected by the broker for good: ".
-func Rejected(err error) error {
-	if err == nil || errors.Is(err, ErrRejected) {
+// nil, and an error that wraps ErrRejected already, are returned as they
+// are.
+func Rejected(err error) error { return mark(err, ErrRejected, "rejected by the broker for good: ") }
+
+// Permanent reports whether err is a refusal for good: it wraps ErrRejected
+// and not ErrUnavailable (an error wrapping both is an outage, see
+// Publisher). The relay makes such a message a dead letter at once, without
+// counting attempts, and a publisher that keeps a key's order
+// ([OrderKeeper]) goes on with the key's later messages after it, since no
+// retry of it will come.
+func Permanent(err error) bool {
+	if errors.Is(err, ErrUnavailable) {
+		return false
+	}
+	return errors.Is(err, ErrRejected)
+}
+
+// markedError is err marked with one of the package's sentinel errors.
+type markedError struct {
+	sentinel error
+	prefix   string // put before err's text
+	err      error
+}
+
+// mark wraps err so that errors.Is(result, sentinel) holds, unless err is
+// nil or wraps sentinel already.
+func mark(err, sentinel error, prefix string) error {
+	if err == nil || errors.Is(err, sentinel) {
 		return err
 	}
-	return &rejectedError{err}
+	return &markedError{sentinel: sentinel, prefix: prefix, err: err}
 }
 
-type rejectedError struct{ err error }
+func (e *markedError) Error() string { return e.prefix + e.err.Error() }
 
-func (e *rejectedError) Error() string { return "rejected by the broker for good: " + e.err.Error() }
-func (e *rejectedError) Unwrap() []error {
-	return []error{ErrRejected, e.err}
-}
+func (e *markedError) Unwrap() []error { return []error{e.sentinel, e.err} }
 
 // RetryAfterError is implemented by publish errors that know when the
 // broker will take messages again: an HTTP endpoint that answered 429 or 503

@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/store"
 )
 
@@ -140,16 +141,8 @@ func relayRow(d store.DeadLetterSummary) row {
 
 func parkedRow(p store.ParkedSummary) row {
 	return row{ID: p.ID, Ref: "consumer:" + strconv.FormatInt(p.ID, 10), When: p.ParkedAt, Source: p.Consumer + " ← " + p.Subject,
-		Type: parkedType(p.Headers), Message: p.MessageID, Attempts: p.Attempts, Error: p.Reason + ": " + p.Error,
+		Type: wire.TypeOf(p.Headers), Message: p.MessageID, Attempts: p.Attempts, Error: p.Reason + ": " + p.Error,
 		Size: p.PayloadSize, Replay: p.ReplayRequested}
-}
-
-// parkedType is the message type a parked delivery's headers name, or "".
-func parkedType(h map[string][]string) string {
-	if v := h["Courier-Type"]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
 }
 
 // filter selects dead letters, as the CLI's courier dlq --topic, --consumer

@@ -11,22 +11,8 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/wire"
 )
-
-// SubscriberConfig describes a consumer of one queue.
-type SubscriberConfig struct {
-	Config
-	// Queue to consume, declared beforehand (see EnsureTopology).
-	// Required.
-	Queue string
-	// Prefetch is how many unacknowledged deliveries RabbitMQ hands this
-	// subscriber ahead (QoS prefetch count). Default 100. Deliveries held
-	// by Retry count against it.
-	Prefetch int
-	// ConsumerTag names the consumer in RabbitMQ's management tools.
-	// Default: one the server generates.
-	ConsumerTag string
-}
 
 // Subscriber consumes a queue with manual acknowledgements. It reconnects
 // after a connection loss (see Next). Safe for concurrent use; Close it
@@ -47,18 +33,13 @@ type Subscriber struct {
 
 var _ broker.Subscriber = (*Subscriber)(nil)
 
-// NewSubscriber connects and starts consuming cfg.Queue. It fails when the
-// queue does not exist or the broker cannot be reached.
+// NewSubscriber connects and starts consuming cfg.Queue. It fails when cfg
+// is invalid (see SubscriberConfig.Validate), the queue does not exist or
+// the broker cannot be reached.
 func NewSubscriber(ctx context.Context, cfg SubscriberConfig) (*Subscriber, error) {
-	cfg.Config = cfg.Config.withDefaults()
+	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Queue == "" {
-		return nil, errors.New("amqp: SubscriberConfig.Queue is empty: name the queue to consume, declared with EnsureTopology")
-	}
-	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = 100
 	}
 	s := &Subscriber{cfg: cfg, timers: make(map[*time.Timer]struct{})}
 	if _, err := s.consume(ctx); err != nil {
@@ -232,7 +213,7 @@ func (d *delivery) Raw() broker.Raw { return raw(&d.d) }
 // Attempt is x-delivery-count+1 on quorum queues; elsewhere 2 for a
 // redelivery and 1 otherwise.
 func (d *delivery) Attempt() int {
-	switch n := d.d.Headers["x-delivery-count"].(type) {
+	switch n := d.d.Headers[wire.HeaderDeliveryCount].(type) {
 	case int64:
 		return int(n) + 1
 	case int32:

@@ -36,6 +36,19 @@ type Topology struct {
 	DeadLetterRoutingKey string
 }
 
+// Validate returns an error naming the field when EnsureTopology would
+// refuse t: a negative DeliveryLimit, or Topics without a Queue to bind
+// them to.
+func (t Topology) Validate() error {
+	switch {
+	case t.DeliveryLimit < 0:
+		return fmt.Errorf("amqp: Topology.DeliveryLimit is %d: use 0 (the broker's default) or more", t.DeliveryLimit)
+	case t.Queue == "" && len(t.Topics) > 0:
+		return errors.New("amqp: Topology.Topics without Topology.Queue: name the queue to bind them to")
+	}
+	return nil
+}
+
 // QueueArgs returns the arguments Topology declares its queue with.
 func (t Topology) QueueArgs() amqp091.Table {
 	args := amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum}
@@ -58,14 +71,15 @@ func (t Topology) QueueArgs() amqp091.Table {
 // t.Queue is set, a durable quorum queue bound to it for t.Topics. It is
 // idempotent; a queue that exists with other arguments makes it fail with
 // RabbitMQ's 406 PRECONDITION_FAILED (delete the queue or keep its
-// arguments).
+// arguments). It fails without connecting when cfg or t is invalid (see
+// Config.Validate and Topology.Validate).
 func EnsureTopology(ctx context.Context, cfg Config, t Topology) error {
-	cfg = cfg.withDefaults()
+	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	if t.DeliveryLimit < 0 {
-		return fmt.Errorf("amqp: Topology.DeliveryLimit is %d: use 0 (the broker's default) or more", t.DeliveryLimit)
+	if err := t.Validate(); err != nil {
+		return err
 	}
 	conn, err := cfg.dial()
 	if err != nil {
@@ -87,9 +101,6 @@ func EnsureTopology(ctx context.Context, cfg Config, t Topology) error {
 		return err
 	}
 	if t.Queue == "" {
-		if len(t.Topics) > 0 {
-			return errors.New("amqp: Topology.Topics without Topology.Queue: name the queue to bind them to")
-		}
 		return nil
 	}
 	_, err = ch.QueueDeclare(t.Queue, true, false, false, false, t.QueueArgs())

@@ -173,3 +173,18 @@ func received(t testing.TB, in Instance, want []courier.Message) []courier.Messa
 		got = append(got, m)
 	}
 }
+
+// firstCopies returns msgs without the copies that came again (a message
+// id seen before), in order: a broker delivers at least once, and order
+// is a promise about first deliveries.
+func firstCopies(msgs []courier.Message) []courier.Message {
+	seen := make(map[[16]byte]bool, len(msgs))
+	var out []courier.Message
+	for _, m := range msgs {
+		if !seen[m.ID] {
+			seen[m.ID] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}

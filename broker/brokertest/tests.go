@@ -353,12 +353,7 @@ func testPerKeyOrder(t *testing.T, h Harness) {
 	s := subscribe(t, in)
 	got := receive(t, s, msgs)
 	next := map[string]int{}
-	seen := map[[16]byte]bool{}
-	for _, m := range got {
-		if seen[m.ID] {
-			continue
-		}
-		seen[m.ID] = true
+	for _, m := range firstCopies(got) {
 		want := fmt.Sprint(next[m.Key])
 		if string(m.Payload) != want {
 			t.Fatalf("key %s: got message %s, want %s next", m.Key, m.Payload, want)
@@ -402,12 +397,7 @@ func testPipelinedKeyOrder(t *testing.T, h Harness) {
 	}
 	got := received(t, in, want)
 	last := map[string]int{}
-	seen := map[[16]byte]bool{}
-	for _, m := range got {
-		if seen[m.ID] {
-			continue
-		}
-		seen[m.ID] = true
+	for _, m := range firstCopies(got) {
 		n, _ := strconv.Atoi(string(m.Payload))
 		if p, ok := last[m.Key]; ok && n <= p {
 			t.Fatalf("key %s: message %d came after message %d", m.Key, n, p)

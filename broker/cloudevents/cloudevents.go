@@ -1,45 +1,3 @@
-// Package cloudevents maps Courier messages to CloudEvents 1.0 attributes
-// for the binary content mode of each broker binding, and back.
-//
-// Every broker publisher (nats, kafka, amqp, webhook) takes an optional
-// *Config in its PublisherConfig.CloudEvents. With it, each message also
-// carries these CloudEvents attributes, as headers named with the binding's
-// prefix (PrefixNATS, PrefixKafka, PrefixAMQP, PrefixHTTP):
-//
-//	specversion     "1.0"
-//	id              message id
-//	source          Config.Source
-//	type            message type
-//	subject         ordering key
-//	time            OccurredAt, RFC 3339 with nanoseconds
-//	courierversion  schema version (an extension attribute)
-//
-// The payload is the event's data, unchanged, and datacontenttype is the
-// message's content type, carried where each binding wants it: the
-// Content-Type header (HTTP), the content-type property (AMQP), a
-// "content-type" header (Kafka, NATS; see ContentTypeHeader).
-//
-// Courier's own headers stay: Courier's subscribers read them as before and
-// leave the CloudEvents attributes out of a message's headers, and
-// CloudEvents consumers ignore Courier's headers. A message header named
-// like one of the attributes is replaced by the attribute (the webhook
-// publisher refuses the message instead). The NATS, Kafka and AMQP decoders
-// also accept a message that carries only CloudEvents attributes (see
-// Decode).
-//
-// # JSON event format
-//
-// [Config.JSON] writes a message as one event in the JSON event format
-// (MediaTypeJSON, the HTTP binding's structured content mode): the
-// attributes above, datacontenttype, and two more extensions, couriertopic
-// and courierheaders (the headers as a JSON object inside a string), so
-// that the event's bytes hold the whole message. The payload is the data
-// member when it is JSON, else data_base64 ([DataMember]). The webhook
-// publisher sends this, signed, when it has CloudEvents on. [ParseJSON]
-// reads an event and checks it as the specification asks (it passes the
-// CloudEvents project's conformance tests of the format; see
-// testdata/conformance), and [Event.Message] turns it into a message by the
-// rules of Decode.
 package cloudevents
 
 import (
@@ -47,12 +5,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/internal/timestamp"
 )
 
 // SpecVersion is the CloudEvents version Courier writes.
@@ -148,7 +106,7 @@ func (c *Config) Attributes(prefix string, m *courier.Message) []Attribute {
 		{prefix + AttrSource, c.Source},
 		{prefix + AttrType, m.Type},
 		{prefix + AttrSubject, m.Key},
-		{prefix + AttrTime, m.OccurredAt.UTC().Format(time.RFC3339Nano)},
+		{prefix + AttrTime, timestamp.Format(m.OccurredAt)},
 		{prefix + AttrVersion, strconv.Itoa(m.Version)},
 	}
 }
@@ -220,10 +178,9 @@ func Decode(prefix string, get func(name string) string) (courier.Message, error
 		return bad(AttrTime, "is missing")
 	}
 	var err error
-	if m.OccurredAt, err = parseTime(t); err != nil {
-		return bad(AttrTime, err.Error())
+	if m.OccurredAt, err = timestamp.Parse(t); err != nil {
+		return bad(AttrTime, "is not an RFC 3339 time: "+err.Error())
 	}
-	m.OccurredAt = m.OccurredAt.UTC()
 	m.Version = 1
 	if v := get(prefix + AttrVersion); v != "" {
 		if m.Version, err = strconv.Atoi(v); err != nil || m.Version < 1 {

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/internal/timestamp"
 )
 
 // MediaTypeJSON is the media type of an event in the JSON event format
@@ -253,18 +254,12 @@ func IsJSON(contentType string) bool {
 	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
-// parseTime reads an RFC 3339 timestamp. time.Parse takes offsets up to
-// +24:59, which RFC 3339 does not.
+// parseTime reads an RFC 3339 timestamp as written (see
+// timestamp.ParseRFC3339).
 func parseTime(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := timestamp.ParseRFC3339(s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("is not an RFC 3339 time: %v", err)
-	}
-	if z := s[len(s)-1]; z != 'Z' {
-		off := s[len(s)-6:] // ±hh:mm, the layout made sure of it
-		if off[1:3] > "23" || off[4:6] > "59" {
-			return time.Time{}, fmt.Errorf("is not an RFC 3339 time: offset %s out of range", off)
-		}
 	}
 	return t, nil
 }
@@ -390,10 +385,8 @@ func (e *Event) Message() (courier.Message, error) {
 // it. Every string must be valid UTF-8, which JSON cannot carry otherwise;
 // an error names the field that is not.
 func (c *Config) JSON(m *courier.Message) ([]byte, error) {
-	for field, s := range map[string]string{"Topic": m.Topic, "Key": m.Key, "Type": m.Type, "ContentType": m.ContentType} {
-		if !utf8.ValidString(s) {
-			return nil, fmt.Errorf("cloudevents: the message's %s is not valid UTF-8, which JSON cannot carry unchanged", field)
-		}
+	if err := CheckUTF8(m); err != nil {
+		return nil, fmt.Errorf("cloudevents: %w", err)
 	}
 	b := make([]byte, 0, 256+len(m.Payload)*4/3)
 	b = append(b, '{')
@@ -416,21 +409,10 @@ func (c *Config) JSON(m *courier.Message) ([]byte, error) {
 	b = append(b, `,"couriertopic":`...)
 	b = AppendString(b, m.Topic)
 	if len(m.Headers) > 0 {
-		var h []byte
-		h = append(h, '{')
-		for i, k := range slices.Sorted(maps.Keys(m.Headers)) {
-			v := m.Headers[k]
-			if !utf8.ValidString(k) || !utf8.ValidString(v) {
-				return nil, fmt.Errorf("cloudevents: header %q of the message is not valid UTF-8, which JSON cannot carry unchanged", k)
-			}
-			if i > 0 {
-				h = append(h, ',')
-			}
-			h = AppendString(h, k)
-			h = append(h, ':')
-			h = AppendString(h, v)
+		h, err := AppendHeaders(nil, m.Headers)
+		if err != nil {
+			return nil, fmt.Errorf("cloudevents: %w", err)
 		}
-		h = append(h, '}')
 		b = append(b, `,"courierheaders":`...)
 		b = AppendString(b, string(h))
 	}
@@ -439,6 +421,38 @@ func (c *Config) JSON(m *courier.Message) ([]byte, error) {
 		b = append(b, name...)
 		b = append(b, '"', ':')
 		b = append(b, v...)
+	}
+	return append(b, '}'), nil
+}
+
+// CheckUTF8 returns an error naming the first of m's Topic, Key, Type and
+// ContentType that is not valid UTF-8, which the JSON formats (this
+// package's and the webhook envelope) cannot carry unchanged.
+func CheckUTF8(m *courier.Message) error {
+	for _, f := range [...]struct{ name, value string }{{"Topic", m.Topic}, {"Key", m.Key}, {"Type", m.Type}, {"ContentType", m.ContentType}} {
+		if !utf8.ValidString(f.value) {
+			return fmt.Errorf("the message's %s is not valid UTF-8, which JSON cannot carry unchanged", f.name)
+		}
+	}
+	return nil
+}
+
+// AppendHeaders appends h to b as a JSON object of strings, sorted by name,
+// as the JSON formats carry a message's headers. It fails, naming the
+// header, when a name or value is not valid UTF-8.
+func AppendHeaders(b []byte, h map[string]string) ([]byte, error) {
+	b = append(b, '{')
+	for i, k := range slices.Sorted(maps.Keys(h)) {
+		v := h[k]
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, fmt.Errorf("header %q of the message is not valid UTF-8, which JSON cannot carry unchanged", k)
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = AppendString(b, k)
+		b = append(b, ':')
+		b = AppendString(b, v)
 	}
 	return append(b, '}'), nil
 }

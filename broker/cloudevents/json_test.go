@@ -125,6 +125,24 @@ func TestTimeOffsets(t *testing.T) {
 	}
 }
 
+// A message's time is one RFC 3339 can write again in UTC: an event whose
+// time falls past the year 9999 in UTC is a valid CloudEvent, but not a
+// message.
+func TestTimeWritableInUTC(t *testing.T) {
+	ts := "9999-12-31T23:59:59-23:59"
+	e, err := cloudevents.ParseJSON([]byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","subject":"k","time":"` + ts + `"}`))
+	if err != nil {
+		t.Fatalf("JSON time %s: %v", ts, err)
+	}
+	if _, err := e.Message(); !errors.Is(err, courier.ErrMalformed) || !strings.Contains(err.Error(), "time") {
+		t.Errorf("message of an event at %s: %v; want ErrMalformed naming the time", ts, err)
+	}
+	h := map[string]string{"ce-specversion": "1.0", "ce-id": "1", "ce-type": "t", "ce-subject": "k", "ce-time": ts}
+	if _, err := cloudevents.Decode("ce-", func(k string) string { return h[k] }); !errors.Is(err, courier.ErrMalformed) {
+		t.Errorf("binary time %s: %v; want ErrMalformed", ts, err)
+	}
+}
+
 // An event without Courier's extensions still makes a message when it has
 // what Courier needs (a subject for the key, a time); courierheaders must
 // hold a JSON object.

@@ -142,7 +142,7 @@ func TestMessageTooLarge(t *testing.T) {
 		pub := publisher(t, kafka.PublisherConfig{Config: cfg})
 		failProduce(c, kerr.MessageTooLarge.Code, -1)
 		err := pub.Publish(ctx, msgs("a"))[0]
-		if !errors.Is(err, broker.ErrRejected) || errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), "max.message.bytes") {
+		if !broker.Permanent(err) || !strings.Contains(err.Error(), "max.message.bytes") {
 			t.Fatalf("publish refused as too large: %v; want ErrRejected naming max.message.bytes", err)
 		}
 	})
@@ -155,7 +155,7 @@ func TestMessageTooLarge(t *testing.T) {
 		errs := pub.Publish(ctx, ms)
 		for i, err := range errs {
 			switch {
-			case i == 2 && (!errors.Is(err, broker.ErrRejected) || errors.Is(err, broker.ErrUnavailable)):
+			case i == 2 && !broker.Permanent(err):
 				t.Errorf("the 8 KiB message on a topic of 4 KiB messages: %v; want ErrRejected", err)
 			case i != 2 && err != nil:
 				t.Errorf("message %d (it fits): %v; want it published", i, err)

@@ -154,3 +154,22 @@ func TestRecordRoundTrip(t *testing.T) {
 		t.Fatalf("record without Courier-Id: %v", err)
 	}
 }
+
+// A record's time must be one RFC 3339 writes again in UTC: an offset past
+// ±23:59, or a time past the year 9999 in UTC, is malformed, not a message
+// that a consumer could not pass on.
+func TestRecordTimeWritable(t *testing.T) {
+	cfg := kafka.Config{}
+	m := courier.NewMessage("orders", "k", "T", nil)
+	for _, at := range []string{"2026-11-30T12:00:00+24:00", "9999-12-31T23:59:59-23:59"} {
+		r := cfg.ToRecord(&m)
+		for i := range r.Headers {
+			if r.Headers[i].Key == kafka.HeaderOccurredAt {
+				r.Headers[i].Value = []byte(at)
+			}
+		}
+		if _, err := cfg.FromRaw(kafka.Raw(r)); !errors.Is(err, courier.ErrMalformed) || !strings.Contains(err.Error(), kafka.HeaderOccurredAt) {
+			t.Errorf("occurred at %s: %v; want ErrMalformed naming %s", at, err, kafka.HeaderOccurredAt)
+		}
+	}
+}

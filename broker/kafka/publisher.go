@@ -5,48 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
-	"github.com/courier-go/courier/broker/cloudevents"
 )
-
-// DefaultMaxMessageBytes is the default PublisherConfig.MaxMessageBytes:
-// franz-go's default batch size, just under Kafka's default
-// message.max.bytes (1,048,588), so that with Kafka's defaults the client
-// refuses a record too large before the broker would.
-const DefaultMaxMessageBytes = 1_000_012
-
-// PublisherConfig tunes a Publisher.
-type PublisherConfig struct {
-	Config
-	// AckTimeout bounds the wait of one Publish call for Kafka's
-	// acknowledgements; messages without one by then fail with
-	// broker.ErrUnavailable (the client may still deliver them later: the
-	// relay publishes them again, and consumers' inboxes drop the
-	// duplicate). It is also franz-go's RecordDeliveryTimeout. Default 30s.
-	AckTimeout time.Duration
-	// MaxMessageBytes caps the size of a record batch, hence of one
-	// record, before compression: franz-go's ProducerBatchMaxBytes. Set it
-	// at or below the smallest max.message.bytes of the topics published
-	// to, so that Kafka never refuses a batch as too large (see
-	// Publisher.Publish). Default DefaultMaxMessageBytes.
-	MaxMessageBytes int
-	// Options are more franz-go options (TLS, SASL, client id, …), applied
-	// after Courier's. Leave the producer's acks and idempotence at their
-	// defaults: the relay's guarantees rest on them.
-	Options []kgo.Opt
-	// CloudEvents, if set, adds the CloudEvents attributes of the binary
-	// content mode to every record, next to Courier's headers (see the
-	// package documentation). Its Source is required. Default nil: off.
-	CloudEvents *cloudevents.Config
-}
 
 // Publisher produces messages to Kafka through a franz-go client it owns.
 // It is safe for concurrent use; Close it when done.
@@ -66,27 +32,18 @@ var (
 
 // NewPublisher returns a Publisher on the cluster cfg names. It does not
 // connect yet: the first Publish does, and an unreachable cluster shows up
-// there as broker.ErrUnavailable.
+// there as broker.ErrUnavailable. It fails when cfg is invalid (see
+// PublisherConfig.Validate).
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.CloudEvents != nil {
-		if err := cfg.CloudEvents.Check("kafka: PublisherConfig.CloudEvents"); err != nil {
-			return nil, err
-		}
-		cfg.CloudEvents = cfg.CloudEvents.Clone()
-	}
-	if cfg.AckTimeout <= 0 {
-		cfg.AckTimeout = 30 * time.Second
-	}
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
-	}
+	cfg.CloudEvents = cfg.CloudEvents.Clone()
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ClientID("courier"),
-		kgo.ProducerBatchMaxBytes(int32(min(cfg.MaxMessageBytes, 1<<30))),
+		kgo.ClientID(clientID),
+		kgo.ProducerBatchMaxBytes(int32(cfg.MaxMessageBytes)),
 		kgo.RecordDeliveryTimeout(cfg.AckTimeout),
 		kgo.ManualFlushing(),
 		kgo.MaxBufferedRecords(maxBuffered),
@@ -168,7 +125,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 			continue
 		}
 		errs[i] = p.classify(&msgs[i], err)
-		if !errors.Is(errs[i], broker.ErrRejected) || errors.Is(errs[i], broker.ErrUnavailable) {
+		if !broker.Permanent(errs[i]) {
 			if held == nil {
 				held = make(map[topicKey]error)
 			}
@@ -243,18 +200,7 @@ func (p *Publisher) produce(ctx context.Context, msgs []courier.Message) []error
 // toRecord converts a message to a Kafka record, with its CloudEvents
 // attributes when the Publisher has them on.
 func (p *Publisher) toRecord(m *courier.Message) *kgo.Record {
-	r := p.cfg.ToRecord(m)
-	if ce := p.cfg.CloudEvents; ce != nil {
-		// A message header of the same name would shadow an attribute.
-		r.Headers = slices.DeleteFunc(r.Headers, func(h kgo.RecordHeader) bool {
-			return h.Key == cloudevents.ContentTypeHeader || cloudevents.Written(cloudevents.PrefixKafka, h.Key)
-		})
-		for _, a := range ce.Attributes(cloudevents.PrefixKafka, m) {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: a.Name, Value: []byte(a.Value)})
-		}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: cloudevents.ContentTypeHeader, Value: []byte(m.ContentType)})
-	}
-	return r
+	return p.cfg.record(m, p.cfg.CloudEvents)
 }
 
 // classify sorts err, the failure of m's record (see Publish).

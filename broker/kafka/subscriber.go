@@ -16,26 +16,6 @@ import (
 	"github.com/courier-go/courier/broker"
 )
 
-// SubscriberConfig describes a member of a consumer group.
-type SubscriberConfig struct {
-	Config
-	// Group is the consumer group, shared by every instance of one
-	// consuming service so that they split the partitions. Required.
-	Group string
-	// Topics are the message topics to receive (TopicPrefix is added).
-	// Required.
-	Topics []string
-	// Prefetch caps the records fetched but not yet handed out by Next.
-	// Default 100.
-	Prefetch int
-	// Logger receives fetch and commit errors. Default slog.Default().
-	Logger *slog.Logger
-	// Options are more franz-go options (TLS, SASL, session timeout, …),
-	// applied after Courier's. Do not enable auto-commit: the Subscriber
-	// commits offsets itself, only for acknowledged records.
-	Options []kgo.Opt
-}
-
 // Subscriber is a member of a Kafka consumer group. A new group starts at
 // the earliest offset of each partition. Safe for concurrent use.
 //
@@ -100,22 +80,11 @@ type entry struct {
 // NewSubscriber joins the consumer group and starts fetching. It does not
 // wait for the cluster: an unreachable cluster shows up as a Next that
 // waits (and as warnings in the log). ctx is not kept; the Subscriber runs
-// until Close.
+// until Close. It fails when cfg is invalid (see SubscriberConfig.Validate).
 func NewSubscriber(ctx context.Context, cfg SubscriberConfig) (*Subscriber, error) {
+	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Group == "" {
-		return nil, errors.New("kafka: SubscriberConfig.Group is empty: name the consuming service, e.g. \"billing\"")
-	}
-	if len(cfg.Topics) == 0 {
-		return nil, errors.New("kafka: SubscriberConfig.Topics is empty: list the message topics to receive, e.g. []string{\"orders\"}")
-	}
-	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = 100
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	s := &Subscriber{
 		cfg:    cfg,
@@ -132,7 +101,7 @@ func NewSubscriber(ctx context.Context, cfg SubscriberConfig) (*Subscriber, erro
 	}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ClientID("courier"),
+		kgo.ClientID(clientID),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),

@@ -4,31 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// TopicConfig describes a topic EnsureTopic creates.
-type TopicConfig struct {
-	// Partitions of the topic: the most members of one consumer group
-	// that receive at once. Default: the cluster's num.partitions.
-	Partitions int
-	// ReplicationFactor is how many brokers keep each partition. Default:
-	// the cluster's default.replication.factor. Use 3 in production, with
-	// min.insync.replicas=2 in Configs (see Durability in the package
-	// documentation).
-	ReplicationFactor int
-	// Configs are topic settings such as "min.insync.replicas" or
-	// "max.message.bytes".
-	Configs map[string]string
-}
+// createTopicTimeout is how long the cluster may take to create a topic.
+const createTopicTimeout = 30 * time.Second
 
 // EnsureTopic creates the Kafka topic for message topic topic (cfg's prefix
 // added) through cl unless it exists. An existing topic is left as it is:
-// its settings are the operator's.
+// its settings are the operator's. It fails without a request when tc is
+// invalid (see TopicConfig.Validate).
 func EnsureTopic(ctx context.Context, cl *kgo.Client, cfg Config, topic string, tc TopicConfig) error {
+	if err := tc.Validate(); err != nil {
+		return err
+	}
 	name := cfg.Topic(topic)
 	t := kmsg.NewCreateTopicsRequestTopic()
 	t.Topic = name
@@ -47,7 +40,7 @@ func EnsureTopic(ctx context.Context, cl *kgo.Client, cfg Config, topic string, 
 	}
 	req := kmsg.NewPtrCreateTopicsRequest()
 	req.Topics = append(req.Topics, t)
-	req.TimeoutMillis = 30_000
+	req.TimeoutMillis = int32(createTopicTimeout.Milliseconds())
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return fmt.Errorf("kafka: create topic %s: %w", name, err)

@@ -339,7 +339,7 @@ func (p *Publisher) publishRun(ctx context.Context, lk *lookups, msgs []courier.
 			n++
 			ack, err := p.publishOne(ctx, lk, &msgs[i])
 			errs[i] = err
-			if err != nil && !permanent(err) {
+			if err != nil && !broker.Permanent(err) {
 				p.holdBack(msgs, run[n:], errs, err)
 				return
 			}
@@ -408,19 +408,13 @@ func (p *Publisher) publishBatch(ctx context.Context, lk *lookups, msgs []courie
 		if err != nil {
 			return p.unsent(&msgs[i], err)
 		}
-		select {
-		case <-f.Ok():
-			p.setBound(p.cfg.Subject(first.Topic), true)
-			return batchStored, nil
-		case err := <-f.Err():
-			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-				p.setBound(p.cfg.Subject(first.Topic), false)
-				return batchFailed, lk.verdict(ctx, first.Topic, err)
-			}
+		switch _, refused, err := p.wait(ctx, lk, first, f); {
+		case refused:
 			return p.batchRefusal(first, len(chunk), err)
-		case <-ctx.Done():
-			return batchFailed, broker.Unavailable(fmt.Errorf("waiting for the ack of a batch: %w", ctx.Err()))
+		case err != nil:
+			return batchFailed, err
 		}
+		return batchStored, nil
 	}
 	return batchStored, nil
 }
@@ -515,10 +509,4 @@ func (p *Publisher) holdBack(msgs []courier.Message, rest []int, errs []error, c
 		errs[i] = broker.Unavailable(fmt.Errorf("subject %q: held back: an earlier message of key %q failed: %v",
 			p.cfg.Subject(msgs[i].Topic), msgs[i].Key, cause))
 	}
-}
-
-// permanent reports whether err is a refusal for good, after which the
-// rest of a key's run goes on.
-func permanent(err error) bool {
-	return errors.Is(err, broker.ErrRejected) && !errors.Is(err, broker.ErrUnavailable)
 }

@@ -195,7 +195,7 @@ func TestAtomicBatchRefusedHoldsTheRestOfItsKey(t *testing.T) {
 			t.Fatalf("message %d, in the first batch: %v", i, err)
 		case i >= 1000 && err == nil:
 			t.Fatalf("message %d, after the refused batch: stored, want it failed", i)
-		case i >= 1000 && errors.Is(err, broker.ErrRejected) && !errors.Is(err, broker.ErrUnavailable):
+		case i >= 1000 && broker.Permanent(err):
 			t.Fatalf("message %d: %v; a full stream is no rejection for good", i, err)
 		}
 	}
@@ -523,7 +523,7 @@ func TestAtomicBatchUnsendableMessage(t *testing.T) {
 	var want []courier.Message
 	for i, err := range pub.Publish(context.Background(), msgs) {
 		switch {
-		case i == 12 && (!errors.Is(err, broker.ErrRejected) || errors.Is(err, broker.ErrUnavailable)):
+		case i == 12 && !broker.Permanent(err):
 			t.Fatalf("message with a bad header name: %v, want it rejected for good", err)
 		case i != 12 && err != nil:
 			t.Fatalf("message %d: %v", i, err)

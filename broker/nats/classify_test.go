@@ -257,7 +257,7 @@ func TestPermanentRejections(t *testing.T) {
 					if err != nil {
 						t.Errorf("%s: %v; want it published", c.msg.Key, err)
 					}
-				case !errors.Is(err, broker.ErrRejected) || errors.Is(err, broker.ErrUnavailable):
+				case !broker.Permanent(err):
 					t.Errorf("%s: %v; want ErrRejected and not ErrUnavailable", c.msg.Key, err)
 				default:
 					for _, w := range c.want {

@@ -2,7 +2,6 @@ package nats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,29 +12,9 @@ import (
 	"github.com/courier-go/courier/broker"
 )
 
-// SubscriberConfig describes a durable JetStream consumer.
-type SubscriberConfig struct {
-	Config
-	// Stream to consume from. Default DefaultStream.
-	Stream string
-	// Consumer is the durable consumer's name, shared by every instance of
-	// one consuming service so they split the messages. Required.
-	Consumer string
-	// Topics to receive; empty means every topic under the subject prefix.
-	// More than one topic needs nats-server 2.10 or later.
-	Topics []string
-	// AckWait is how long the server waits for an acknowledgement (or an
-	// Extend) before redelivering. Default 30s.
-	AckWait time.Duration
-	// MaxAckPending caps unacknowledged deliveries across all instances.
-	// Default 1000. 1 keeps a subscription's messages strictly in stream
-	// order even when the server crashes with deliveries in flight (they
-	// are redelivered before anything newer), at the cost of one message at
-	// a time.
-	MaxAckPending int
-	// Prefetch is how many messages each instance pulls ahead. Default 100.
-	Prefetch int
-}
+// pullHeartbeat is how often the server signals a pending pull is alive
+// (see NewSubscriber).
+const pullHeartbeat = 2 * time.Second
 
 // Subscriber receives messages from a durable JetStream pull consumer, which
 // it creates or updates. Acknowledgements are explicit. Safe for concurrent
@@ -48,21 +27,12 @@ type Subscriber struct {
 var _ broker.Subscriber = (*Subscriber)(nil)
 
 // NewSubscriber creates or updates the durable consumer and starts pulling.
+// It fails without touching the server when cfg is invalid (see
+// SubscriberConfig.Validate).
 func NewSubscriber(ctx context.Context, nc *natsgo.Conn, cfg SubscriberConfig) (*Subscriber, error) {
-	if cfg.Consumer == "" {
-		return nil, errors.New("nats: SubscriberConfig.Consumer is empty: name the consuming service, e.g. \"billing\"")
-	}
-	if cfg.Stream == "" {
-		cfg.Stream = DefaultStream
-	}
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = 30 * time.Second
-	}
-	if cfg.MaxAckPending <= 0 {
-		cfg.MaxAckPending = 1000
-	}
-	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = 100
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -94,7 +64,7 @@ func NewSubscriber(ctx context.Context, nc *natsgo.Conn, cfg SubscriberConfig) (
 	// unanswered, and the client only pulls again after two missed
 	// heartbeats, so deliveries stopped for 30s after each consumer leader
 	// change in a cluster; now for 4s.
-	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Prefetch), jetstream.PullHeartbeat(2*time.Second))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Prefetch), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		return nil, fmt.Errorf("nats: pull from consumer %s: %w", cfg.Consumer, err)
 	}

@@ -3,16 +3,13 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
-	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/broker/internal/timestamp"
 )
 
 // BodyMode is how a request carries a message: what the signature covers.
@@ -75,16 +72,14 @@ const (
 // data_base64 (cloudevents.DataMember). A string that is not valid UTF-8,
 // which JSON cannot carry unchanged, is an error naming the field.
 func envelope(m *courier.Message) ([]byte, error) {
-	for field, s := range map[string]string{"Topic": m.Topic, "Key": m.Key, "Type": m.Type, "ContentType": m.ContentType} {
-		if !utf8.ValidString(s) {
-			return nil, fmt.Errorf("webhook: the message's %s is not valid UTF-8, which the JSON envelope cannot carry unchanged", field)
-		}
+	if err := cloudevents.CheckUTF8(m); err != nil {
+		return nil, fmt.Errorf("webhook: envelope: %w", err)
 	}
 	b := make([]byte, 0, 192+len(m.Payload)*4/3)
 	b = append(b, `{"type":`...)
 	b = cloudevents.AppendString(b, m.Type)
 	b = append(b, `,"timestamp":"`...)
-	b = m.OccurredAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = timestamp.Append(b, m.OccurredAt)
 	b = append(b, `","topic":`...)
 	b = cloudevents.AppendString(b, m.Topic)
 	b = append(b, `,"key":`...)
@@ -96,20 +91,11 @@ func envelope(m *courier.Message) ([]byte, error) {
 		b = cloudevents.AppendString(b, m.ContentType)
 	}
 	if len(m.Headers) > 0 {
-		b = append(b, `,"headers":{`...)
-		for i, k := range slices.Sorted(maps.Keys(m.Headers)) {
-			v := m.Headers[k]
-			if !utf8.ValidString(k) || !utf8.ValidString(v) {
-				return nil, fmt.Errorf("webhook: header %q of the message is not valid UTF-8, which the JSON envelope cannot carry unchanged", k)
-			}
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = cloudevents.AppendString(b, k)
-			b = append(b, ':')
-			b = cloudevents.AppendString(b, v)
+		b = append(b, `,"headers":`...)
+		var err error
+		if b, err = cloudevents.AppendHeaders(b, m.Headers); err != nil {
+			return nil, fmt.Errorf("webhook: envelope: %w", err)
 		}
-		b = append(b, '}')
 	}
 	if name, v := cloudevents.DataMember(m.ContentType, m.Payload); name != "" {
 		b = append(b, ',', '"')
@@ -157,10 +143,9 @@ func decodeBody(id string, body []byte) (courier.Message, error) {
 	if raw, ok := members[envTimestamp]; !ok || json.Unmarshal(raw, &ts) != nil {
 		return bad(envTimestamp, "is missing or not a string")
 	}
-	if m.OccurredAt, err = time.Parse(time.RFC3339Nano, ts); err != nil {
-		return bad(envTimestamp, "is not an RFC 3339 time")
+	if m.OccurredAt, err = timestamp.Parse(ts); err != nil {
+		return bad(envTimestamp, "is not an RFC 3339 time: "+err.Error())
 	}
-	m.OccurredAt = m.OccurredAt.UTC()
 	if raw, ok := members[envVersion]; !ok || json.Unmarshal(raw, &m.Version) != nil || m.Version < 1 {
 		return bad(envVersion, "is not an integer of 1 or more")
 	}

@@ -19,13 +19,6 @@ import (
 	"github.com/courier-go/courier/broker"
 )
 
-// Defaults of VerifierConfig's and HandlerConfig's zero fields.
-const (
-	DefaultTolerance    = 5 * time.Minute
-	DefaultMaxBodyBytes = 10 << 20
-	DefaultWait         = 8 * time.Second
-)
-
 // VerifyError is why a request failed verification or, for
 // VerifyMessage, decoding; its Status is the HTTP status to answer with
 // (400, 401 or 413).
@@ -51,34 +44,21 @@ type Verifier struct {
 	now       func() time.Time
 }
 
-// VerifierConfig configures a Verifier.
-type VerifierConfig struct {
-	// Secrets that may have signed a request: "whsec_" + base64 key
-	// (shared with the sender), or "whpk_" + an Ed25519 public key (the
-	// sender holds the private one). A request any of them verifies
-	// passes. Give each endpoint its own. Required.
-	Secrets []string
-	// Tolerance is how far webhook-timestamp may be from now, either way.
-	// Default DefaultTolerance (5m).
-	Tolerance time.Duration
-	// MaxBodyBytes caps the body; a larger one fails with 413. Default
-	// DefaultMaxBodyBytes (10 MiB).
-	MaxBodyBytes int64
-}
-
-// NewVerifier checks cfg and returns a Verifier.
+// NewVerifier checks cfg (see VerifierConfig.Validate) and returns a
+// Verifier.
 func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
-	keys, err := parseVerifyingKeys(cfg.Secrets)
+	cfg.setDefaults()
+	keys, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Tolerance <= 0 {
-		cfg.Tolerance = DefaultTolerance
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	return &Verifier{keys: keys, tolerance: cfg.Tolerance, maxBody: cfg.MaxBodyBytes, now: time.Now}, nil
+	return newVerifier(cfg, keys), nil
+}
+
+// newVerifier returns the Verifier of cfg, checked, with keys, its
+// Secrets parsed.
+func newVerifier(cfg VerifierConfig, keys []verifyingKey) *Verifier {
+	return &Verifier{keys: keys, tolerance: cfg.Tolerance, maxBody: cfg.MaxBodyBytes, now: time.Now}
 }
 
 // Verify checks r's signature and timestamp against secrets with the
@@ -167,7 +147,7 @@ func (v *Verifier) message(r *http.Request) (courier.Message, []byte, error) {
 	if err != nil {
 		return courier.Message{}, nil, err
 	}
-	for _, name := range []string{HeaderTopic, HeaderKey, HeaderType, HeaderVersion, HeaderOccurredAt, HeaderNames} {
+	for _, name := range unsignedHeaders() {
 		if len(r.Header.Values(name)) > 0 {
 			return courier.Message{}, nil, &VerifyError{Status: http.StatusBadRequest, Title: "unsigned message header " + name,
 				Detail: "the request carries the message's " + strings.TrimPrefix(name, "Courier-") + " in a header the signature does not cover (raw mode, or a request altered on the way): send it with PublisherConfig.Body BodyEnvelope (the default), which signs everything the receiver acts on",
@@ -187,23 +167,6 @@ func problem(w http.ResponseWriter, status int, title, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
-}
-
-// HandlerConfig configures a Handler.
-type HandlerConfig struct {
-	VerifierConfig
-	// Topics, if set, are the only topics the Handler takes; a request of
-	// another topic, though signed, is refused with 403. It stops a request
-	// signed for another endpoint that shares this one's secret from being
-	// replayed here. Default: any topic.
-	Topics []string
-	// Wait is how long a request waits for its delivery to be taken by
-	// Next and then acknowledged, retried or dropped; Extend starts it
-	// again. After it the request is answered 503 (Retry-After: 1) and the
-	// sender sends the message again later. Keep it below the sender's
-	// timeout (PublisherConfig.Timeout, 10s by default). Default
-	// DefaultWait (8s).
-	Wait time.Duration
 }
 
 // Handler receives webhook requests and is a broker.Subscriber of them:
@@ -254,15 +217,14 @@ type Handler struct {
 var _ broker.Subscriber = (*Handler)(nil)
 var _ http.Handler = (*Handler)(nil)
 
-// NewHandler checks cfg and returns a Handler.
+// NewHandler checks cfg (see HandlerConfig.Validate) and returns a Handler.
 func NewHandler(cfg HandlerConfig) (*Handler, error) {
-	v, err := NewVerifier(cfg.VerifierConfig)
+	cfg.setDefaults()
+	keys, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Wait <= 0 {
-		cfg.Wait = DefaultWait
-	}
+	v := newVerifier(cfg.VerifierConfig, keys)
 	var topics map[string]bool
 	for _, t := range cfg.Topics {
 		if topics == nil {

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -89,57 +88,55 @@ func privateKey(n int, key []byte) (ed25519.PrivateKey, error) {
 	return priv, nil
 }
 
-// parseSigningKeys decodes a sender's keys: whsec_ secrets and whsk_
-// private keys.
-func parseSigningKeys(secrets []string) ([]signingKey, error) {
+// parseKeys decodes secrets, each with parseKey, into the keys of one
+// side: key turns the prefix and the bytes of secret n into a key, or
+// refuses a kind of key that side must not hold. kinds names the keys the
+// side takes, for the error of an empty list.
+func parseKeys[K any](secrets []string, kinds string, key func(n int, prefix string, b []byte) (K, error)) ([]K, error) {
 	if len(secrets) == 0 {
-		return nil, errors.New("webhook: no secret: give at least one (\"whsec_\" + base64 key, or a \"whsk_\" Ed25519 private key)")
+		return nil, fmt.Errorf("webhook: no secret: give at least one (%s)", kinds)
 	}
-	keys := make([]signingKey, 0, len(secrets))
+	keys := make([]K, len(secrets))
 	for i, s := range secrets {
-		prefix, key, err := parseKey(i+1, s)
+		prefix, b, err := parseKey(i+1, s)
+		if err == nil {
+			keys[i], err = key(i+1, prefix, b)
+		}
 		if err != nil {
 			return nil, err
 		}
-		switch prefix {
-		case PublicKeyPrefix:
-			return nil, fmt.Errorf("webhook: secret %d is a %s public key, which cannot sign: give the sender the %s private key and the receivers the public one", i+1, PublicKeyPrefix, PrivateKeyPrefix)
-		case PrivateKeyPrefix:
-			priv, err := privateKey(i+1, key)
-			if err != nil {
-				return nil, err
-			}
-			keys = append(keys, signingKey{private: priv})
-		default:
-			keys = append(keys, signingKey{secret: key})
-		}
 	}
 	return keys, nil
+}
+
+// parseSigningKeys decodes a sender's keys: whsec_ secrets and whsk_
+// private keys.
+func parseSigningKeys(secrets []string) ([]signingKey, error) {
+	return parseKeys(secrets, `"whsec_" + base64 key, or a "whsk_" Ed25519 private key`, func(n int, prefix string, b []byte) (signingKey, error) {
+		switch prefix {
+		case PublicKeyPrefix:
+			return signingKey{}, fmt.Errorf("webhook: secret %d is a %s public key, which cannot sign: give the sender the %s private key and the receivers the public one", n, PublicKeyPrefix, PrivateKeyPrefix)
+		case PrivateKeyPrefix:
+			priv, err := privateKey(n, b)
+			return signingKey{private: priv}, err
+		}
+		return signingKey{secret: b}, nil
+	})
 }
 
 // parseVerifyingKeys decodes a receiver's keys: whsec_ secrets and whpk_
 // public keys. A private key is refused: a receiver that holds it could
 // sign.
 func parseVerifyingKeys(secrets []string) ([]verifyingKey, error) {
-	if len(secrets) == 0 {
-		return nil, errors.New("webhook: no secret: give at least one (\"whsec_\" + base64 key, or a \"whpk_\" Ed25519 public key)")
-	}
-	keys := make([]verifyingKey, 0, len(secrets))
-	for i, s := range secrets {
-		prefix, key, err := parseKey(i+1, s)
-		if err != nil {
-			return nil, err
-		}
+	return parseKeys(secrets, `"whsec_" + base64 key, or a "whpk_" Ed25519 public key`, func(n int, prefix string, b []byte) (verifyingKey, error) {
 		switch prefix {
 		case PrivateKeyPrefix:
-			return nil, fmt.Errorf("webhook: secret %d is a %s private key: a receiver needs only the %s public key, and must not hold what signs", i+1, PrivateKeyPrefix, PublicKeyPrefix)
+			return verifyingKey{}, fmt.Errorf("webhook: secret %d is a %s private key: a receiver needs only the %s public key, and must not hold what signs", n, PrivateKeyPrefix, PublicKeyPrefix)
 		case PublicKeyPrefix:
-			keys = append(keys, verifyingKey{public: ed25519.PublicKey(key)})
-		default:
-			keys = append(keys, verifyingKey{secret: key})
+			return verifyingKey{public: ed25519.PublicKey(b)}, nil
 		}
-	}
-	return keys, nil
+		return verifyingKey{secret: b}, nil
+	})
 }
 
 // signedContent is what a signature covers: id.timestamp.body.

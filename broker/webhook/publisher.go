@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,85 +20,9 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/internal/redact"
 )
-
-// Defaults of PublisherConfig's zero fields.
-const (
-	DefaultTimeout         = 10 * time.Second
-	DefaultConcurrency     = 16
-	DefaultMaxRetryAfter   = 10 * time.Minute
-	DefaultBreakerFailures = 5
-	DefaultBreakerOpenFor  = 30 * time.Second
-)
-
-// PublisherConfig tunes a Publisher. Zero fields take the defaults given.
-type PublisherConfig struct {
-	// Endpoints maps topics to endpoint URLs (http:// or https://).
-	Endpoints map[string]string
-	// Endpoint, if set, returns the URL of a topic that Endpoints does not
-	// list; "" means none.
-	Endpoint func(topic string) string
-	// DefaultEndpoint is the URL of the topics neither Endpoints nor
-	// Endpoint name. A message whose topic has no endpoint fails with a
-	// counted error that names the topic.
-	DefaultEndpoint string
-	// Secrets sign the requests to every endpoint without EndpointSecrets
-	// of its own: "whsec_" + base64 key, or "whsk_" + an Ed25519 private
-	// key (see the package documentation). Every one signs
-	// (webhook-signature carries one signature per key), so a receiver
-	// that knows any of them accepts the request. Required unless
-	// EndpointSecrets covers every endpoint of Endpoints and
-	// DefaultEndpoint.
-	Secrets []string
-	// EndpointSecrets gives endpoints keys of their own, by URL, written
-	// exactly as in Endpoints, DefaultEndpoint or what Endpoint returns;
-	// they replace Secrets for that endpoint. With a key per endpoint, a
-	// request signed for one endpoint does not verify at another. A URL
-	// that no topic uses (when Endpoint is nil) is refused as a typo.
-	EndpointSecrets map[string][]string
-	// Body is how a request carries the message. Default BodyEnvelope: a
-	// signed JSON envelope. BodyRaw sends the payload alone as the body
-	// and the rest in unsigned headers; see the package documentation
-	// before choosing it.
-	Body BodyMode
-	// Timeout bounds each request, answer included. Default
-	// DefaultTimeout (10s).
-	Timeout time.Duration
-	// Concurrency caps the requests in flight of one Publish call (keys
-	// sent concurrently). Default DefaultConcurrency (16).
-	Concurrency int
-	// MaxRetryAfter caps how long a Retry-After answer holds an endpoint
-	// back. Default DefaultMaxRetryAfter (10m).
-	MaxRetryAfter time.Duration
-	// Client sends the requests. Default: a client of its own, on a copy of
-	// http.DefaultTransport keeping Concurrency idle connections per host. Its
-	// CheckRedirect is replaced so that redirects are never followed, and
-	// its Timeout is left alone (Timeout applies per request anyway).
-	Client *http.Client
-	// Breaker tunes the circuit breaker of each endpoint.
-	Breaker BreakerConfig
-	// CloudEvents, if set, sends each message as a CloudEvent: in the JSON
-	// event format as the signed body (BodyEnvelope), or with the HTTP
-	// binding's binary content mode attributes next to Courier's headers
-	// (BodyRaw); see the package documentation. Its Source is required.
-	// Default nil: off.
-	CloudEvents *cloudevents.Config
-}
-
-// BreakerConfig tunes the circuit breaker each endpoint has.
-type BreakerConfig struct {
-	// Failures is how many consecutive failures of an endpoint open its
-	// breaker: requests that got no answer, 429, 5xx. Answers that blame
-	// the message (3xx, 4xx but 429) count as successes of the endpoint.
-	// Default DefaultBreakerFailures (5).
-	Failures uint32
-	// OpenFor is how long an open breaker fails messages without a request
-	// before it lets one probe through. Default DefaultBreakerOpenFor (30s).
-	OpenFor time.Duration
-	// Disabled turns the breakers off.
-	Disabled bool
-}
 
 // Publisher POSTs messages to HTTP endpoints (see the package
 // documentation). It is safe for concurrent use.
@@ -126,56 +51,15 @@ type endpoint struct {
 	openedAt time.Time // when the breaker last opened
 }
 
-// NewPublisher checks cfg and returns a Publisher.
+// NewPublisher checks cfg (see PublisherConfig.Validate) and returns a
+// Publisher.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
-	var keys []signingKey
-	if len(cfg.Secrets) > 0 || len(cfg.EndpointSecrets) == 0 {
-		var err error
-		if keys, err = parseSigningKeys(cfg.Secrets); err != nil {
-			return nil, fmt.Errorf("%w (PublisherConfig.Secrets)", err)
-		}
-	}
-	byURL, err := endpointKeys(cfg, keys == nil)
+	cfg.setDefaults()
+	keys, byURL, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Body != BodyEnvelope && cfg.Body != BodyRaw {
-		return nil, fmt.Errorf("webhook: PublisherConfig.Body is %v: use BodyEnvelope (the default) or BodyRaw", cfg.Body)
-	}
-	if cfg.CloudEvents != nil {
-		if err := cfg.CloudEvents.Check("webhook: PublisherConfig.CloudEvents"); err != nil {
-			return nil, err
-		}
-		cfg.CloudEvents = cfg.CloudEvents.Clone()
-	}
-	if cfg.Endpoints == nil && cfg.Endpoint == nil && cfg.DefaultEndpoint == "" {
-		return nil, errors.New("webhook: no endpoint: set PublisherConfig.Endpoints, Endpoint or DefaultEndpoint")
-	}
-	for topic, u := range cfg.Endpoints {
-		if _, err := parseURL(u); err != nil {
-			return nil, fmt.Errorf("webhook: endpoint of topic %q: %w", topic, err)
-		}
-	}
-	if cfg.DefaultEndpoint != "" {
-		if _, err := parseURL(cfg.DefaultEndpoint); err != nil {
-			return nil, fmt.Errorf("webhook: DefaultEndpoint: %w", err)
-		}
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.MaxRetryAfter <= 0 {
-		cfg.MaxRetryAfter = DefaultMaxRetryAfter
-	}
-	if cfg.Breaker.Failures == 0 {
-		cfg.Breaker.Failures = DefaultBreakerFailures
-	}
-	if cfg.Breaker.OpenFor <= 0 {
-		cfg.Breaker.OpenFor = DefaultBreakerOpenFor
-	}
+	cfg.CloudEvents = cfg.CloudEvents.Clone()
 	client := &http.Client{}
 	if cfg.Client != nil {
 		*client = *cfg.Client
@@ -186,58 +70,6 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &Publisher{cfg: cfg, keys: keys, byURL: byURL, client: client, endpoints: make(map[string]*endpoint)}, nil
-}
-
-// endpointKeys parses cfg.EndpointSecrets. Each URL must parse and, when
-// cfg.Endpoint is nil, be one a topic uses; when there are no Secrets
-// (noDefault), every URL of Endpoints and DefaultEndpoint must have keys.
-func endpointKeys(cfg PublisherConfig, noDefault bool) (map[string][]signingKey, error) {
-	used := map[string]bool{}
-	for _, u := range cfg.Endpoints {
-		used[u] = true
-	}
-	if cfg.DefaultEndpoint != "" {
-		used[cfg.DefaultEndpoint] = true
-	}
-	byURL := make(map[string][]signingKey, len(cfg.EndpointSecrets))
-	for u, secrets := range cfg.EndpointSecrets {
-		where := redact.URL(u)
-		if _, err := parseURL(u); err != nil {
-			return nil, fmt.Errorf("webhook: PublisherConfig.EndpointSecrets: %w", err)
-		}
-		if cfg.Endpoint == nil && !used[u] {
-			return nil, fmt.Errorf("webhook: PublisherConfig.EndpointSecrets names %s, which no topic uses: write the URL exactly as in Endpoints or DefaultEndpoint", where)
-		}
-		keys, err := parseSigningKeys(secrets)
-		if err != nil {
-			return nil, fmt.Errorf("%w (PublisherConfig.EndpointSecrets of %s)", err, where)
-		}
-		byURL[u] = keys
-	}
-	if noDefault {
-		for u := range used {
-			if byURL[u] == nil {
-				return nil, fmt.Errorf("webhook: endpoint %s has no secret: add it to PublisherConfig.EndpointSecrets or set Secrets", redact.URL(u))
-			}
-		}
-	}
-	return byURL, nil
-}
-
-func parseURL(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	var ue *url.Error
-	switch {
-	case errors.As(err, &ue):
-		return nil, fmt.Errorf("URL %q: %w", redact.URL(s), ue.Err)
-	case err != nil:
-		return nil, err
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("URL %q: use http:// or https://", redact.URL(s))
-	case u.Host == "":
-		return nil, fmt.Errorf("URL %q has no host", redact.URL(s))
-	}
-	return u, nil
 }
 
 // endpointOf returns the URL of topic, "" when none is configured.
@@ -422,12 +254,40 @@ func (p *Publisher) request(ctx context.Context, ep *endpoint, m *courier.Messag
 	return req, nil
 }
 
-// rawHeaders sets the headers of BodyRaw mode: Courier's, the message's
-// own and, with CloudEvents, the binary content mode's attributes. A
-// header HTTP acts on, one the wire format or CloudEvents sets, or a value
-// HTTP does not carry unchanged is a permanent refusal.
+// rawHeaders sets the headers of BodyRaw mode, as package broker/wire
+// writes them: Courier's, the message's own (under their names as
+// written, which Courier-Header-Names lists, sorted) and, with CloudEvents,
+// the binary content mode's attributes; and Courier-Topic. The message id
+// is left to webhook-id, which request sets, signed, in every mode. A
+// message the raw mode cannot carry unchanged is refused for good (see
+// checkRaw).
 func (p *Publisher) rawHeaders(h http.Header, m *courier.Message) error {
-	names := make([]string, 0, len(m.Headers))
+	if err := p.checkRaw(m); err != nil {
+		return err
+	}
+	var names []string
+	wire.HTTP.Encode(m, p.cfg.CloudEvents, func(name, value string) {
+		switch _, own := m.Headers[name]; {
+		case name == HeaderID:
+		case own:
+			h[name] = append(h[name], value)
+			names = append(names, name)
+		default:
+			h.Set(name, value)
+		}
+	})
+	h.Set(HeaderTopic, m.Topic)
+	if len(names) > 0 {
+		slices.Sort(names)
+		h.Set(HeaderNames, strings.Join(names, " "))
+	}
+	return nil
+}
+
+// checkRaw refuses for good a message whose headers raw mode would change
+// or that would change the request: a header name HTTP acts on or that the
+// wire format or CloudEvents sets, a value HTTP does not carry unchanged.
+func (p *Publisher) checkRaw(m *courier.Message) error {
 	for k, v := range m.Headers {
 		if err := courier.CheckHeaderName(k); err != nil {
 			return broker.Rejected(fmt.Errorf("webhook: header %q cannot be sent: %w", k, err))
@@ -438,26 +298,10 @@ func (p *Publisher) rawHeaders(h http.Header, m *courier.Message) error {
 		case !validValue(v):
 			return broker.Rejected(fmt.Errorf("webhook: the value of header %q has control characters or white space at an end, which HTTP does not carry unchanged", k))
 		}
-		h[k] = append(h[k], v)
-		names = append(names, k)
 	}
 	for name, v := range map[string]string{HeaderKey: m.Key, HeaderType: m.Type, HeaderTopic: m.Topic} {
 		if !validValue(v) {
 			return broker.Rejected(fmt.Errorf("webhook: the message's %s %q has control characters or white space at an end, which HTTP does not carry unchanged", strings.TrimPrefix(name, "Courier-"), v))
-		}
-	}
-	h.Set(HeaderContentType, m.ContentType)
-	h.Set(HeaderTopic, m.Topic)
-	h.Set(HeaderKey, m.Key)
-	h.Set(HeaderType, m.Type)
-	h.Set(HeaderVersion, strconv.Itoa(m.Version))
-	h.Set(HeaderOccurredAt, m.OccurredAt.UTC().Format(time.RFC3339Nano))
-	if len(names) > 0 {
-		h.Set(HeaderNames, strings.Join(names, " "))
-	}
-	if ce := p.cfg.CloudEvents; ce != nil {
-		for _, a := range ce.Attributes(cloudevents.PrefixHTTP, m) {
-			h.Set(a.Name, a.Value)
 		}
 	}
 	return nil

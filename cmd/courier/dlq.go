@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
@@ -120,7 +121,7 @@ func (c *dlqListCmd) Run(e *env) error {
 			why = "(replay asked) " + why
 		}
 		fmt.Fprintf(e.stdout, row, "consumer:"+strconv.FormatInt(p.ID, 10), p.ParkedAt.UTC().Format(time.DateTime),
-			clip(p.Consumer+" ← "+p.Subject, 30), clip(orDash(parkedType(p)), 20), escape.Line(id), strconv.Itoa(p.Attempts), clip(why, 60))
+			clip(p.Consumer+" ← "+p.Subject, 30), clip(orDash(wire.TypeOf(p.Headers)), 20), escape.Line(id), strconv.Itoa(p.Attempts), clip(why, 60))
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
@@ -29,15 +30,7 @@ func (l letter) what() string {
 	if l.relay != nil {
 		return escape.Line(l.relay.Topic + " " + l.relay.Type)
 	}
-	return escape.Line(l.parked.Consumer + " ← " + l.parked.Subject + " " + parkedType(*l.parked))
-}
-
-// parkedType is the message type a parked delivery's headers name, or "".
-func parkedType(p store.Parked) string {
-	if v := p.Headers["Courier-Type"]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
+	return escape.Line(l.parked.Consumer + " ← " + l.parked.Subject + " " + wire.TypeOf(l.parked.Headers))
 }
 
 func (s *dlqSelect) filtered() bool {

@@ -44,7 +44,7 @@ func (p Policy) Judge(err error, attempts, outages int, at time.Time) Failure {
 		f.Delay = p.OutageDelay(max(outages, 1), err)
 		return f
 	}
-	f.Counted, f.Permanent = true, permanent(err)
+	f.Counted, f.Permanent = true, broker.Permanent(err)
 	f.Attempts++
 	if f.Permanent || f.Attempts >= p.MaxAttempts {
 		f.Dead = true
@@ -69,9 +69,4 @@ func (p Policy) OutageDelay(n int, err error) time.Duration {
 		return min(max(wish, min(p.Backoff.Initial, time.Second)), p.Backoff.Max)
 	}
 	return p.Backoff.Delay(n)
-}
-
-// permanent reports whether err is a refusal for good.
-func permanent(err error) bool {
-	return errors.Is(err, broker.ErrRejected) && !errors.Is(err, broker.ErrUnavailable)
 }

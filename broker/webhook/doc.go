@@ -129,37 +129,3 @@
 // vectors (testdata/standard-webhooks.json) and against its JavaScript
 // library, which verifies what the publisher sends.
 package webhook
-
-import (
-	"strings"
-)
-
-// Header names of a webhook request. The webhook-* names are the Standard
-// Webhooks ones, on every request; the Courier-* names are sent in BodyRaw
-// mode only, unsigned.
-const (
-	HeaderID          = "webhook-id"
-	HeaderTimestamp   = "webhook-timestamp"
-	HeaderSignature   = "webhook-signature"
-	HeaderContentType = "Content-Type"
-	HeaderTopic       = "Courier-Topic"
-	HeaderKey         = "Courier-Key"
-	HeaderType        = "Courier-Type"
-	HeaderVersion     = "Courier-Version"
-	HeaderOccurredAt  = "Courier-Occurred-At"
-	HeaderNames       = "Courier-Header-Names"
-)
-
-// validValue reports whether s survives as an HTTP header value unchanged:
-// no control characters but tab, no white space at either end.
-func validValue(s string) bool {
-	if s != strings.TrimSpace(s) || strings.Trim(s, "\t ") != s {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}

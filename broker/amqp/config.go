@@ -1,0 +1,232 @@
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/broker/internal/setting"
+	"github.com/courier-go/courier/internal/redact"
+)
+
+// The defaults of the zero fields of Config, PublisherConfig and
+// SubscriberConfig.
+const (
+	DefaultExchange       = "courier"
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultHeartbeat      = 10 * time.Second
+	DefaultBackoffInitial = 100 * time.Millisecond
+	DefaultBackoffMax     = 5 * time.Second
+	DefaultBackoffJitter  = 0.2
+	DefaultChannels       = 2
+	DefaultConfirmTimeout = 10 * time.Second
+	DefaultPrefetch       = 100
+)
+
+// Config says where the broker is and how topics map to routing keys. Zero
+// fields take the defaults given; negative ones are refused.
+type Config struct {
+	// URL is the amqp:// or amqps:// URL of the broker, vhost included,
+	// without Courier's options ([ParseURL] takes them out). Required.
+	URL string
+	// Exchange is the topic exchange messages are published to. Default
+	// DefaultExchange ("courier").
+	Exchange string
+	// RoutingKeyPrefix is prepended to a message's topic to form its
+	// routing key. Default "": the routing key is the topic.
+	RoutingKeyPrefix string
+	// DialTimeout bounds connecting and the AMQP handshake. Default
+	// DefaultDialTimeout (5s); the URL's connection_timeout parameter
+	// (milliseconds) wins.
+	DialTimeout time.Duration
+	// Heartbeat is the AMQP heartbeat interval: a connection silent for two
+	// of them counts as lost. Default DefaultHeartbeat (10s).
+	Heartbeat time.Duration
+	// Backoff spaces reconnection attempts after a connection loss. Each
+	// zero field takes its default: DefaultBackoffInitial (100ms),
+	// DefaultBackoffMax (5s, or Initial when that is longer),
+	// DefaultBackoffJitter (0.2).
+	Backoff courier.Backoff
+}
+
+// ParseURL reads a Config from an amqp:// or amqps:// URL. Query
+// parameters exchange (default "courier") and prefix (the routing key
+// prefix, default none) are Courier's and are removed from Config.URL; the
+// others (heartbeat, connection_timeout, …) are amqp091-go's and stay:
+//
+//	amqp://guest:guest@127.0.0.1:5672/?exchange=events&prefix=shop.
+//
+// The Config's other fields have their defaults.
+func ParseURL(s string) (Config, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("%q: %w", redact.URL(s), ue.Err) // not the URL as it is: it may hold a password
+		}
+		return Config{}, fmt.Errorf("amqp: URL: %w", err)
+	}
+	if u.Scheme != "amqp" && u.Scheme != "amqps" {
+		return Config{}, fmt.Errorf("amqp: URL scheme is %q: use amqp:// or amqps://, such as amqp://guest:guest@127.0.0.1:5672/", u.Scheme)
+	}
+	q := u.Query()
+	cfg := Config{Exchange: q.Get("exchange"), RoutingKeyPrefix: q.Get("prefix")}
+	q.Del("exchange")
+	q.Del("prefix")
+	u.RawQuery = q.Encode()
+	cfg.URL = u.String()
+	if _, err := amqp091.ParseURI(cfg.URL); err != nil {
+		return Config{}, fmt.Errorf("amqp: URL: %w", err)
+	}
+	cfg.setDefaults()
+	return cfg, nil
+}
+
+func (c *Config) setDefaults() {
+	setting.Default(&c.Exchange, DefaultExchange)
+	setting.Default(&c.DialTimeout, DefaultDialTimeout)
+	setting.Default(&c.Heartbeat, DefaultHeartbeat)
+	setting.Default(&c.Backoff.Initial, DefaultBackoffInitial)
+	setting.Default(&c.Backoff.Max, max(DefaultBackoffMax, c.Backoff.Initial))
+	setting.Default(&c.Backoff.Jitter, DefaultBackoffJitter)
+}
+
+func (c *Config) validate() error {
+	if c.URL == "" {
+		return errors.New("amqp: Config.URL is empty: set it to the broker's URL, such as amqp://guest:guest@127.0.0.1:5672/")
+	}
+	if err := setting.First(
+		setting.Positive("amqp: Config.DialTimeout", c.DialTimeout, DefaultDialTimeout),
+		setting.Positive("amqp: Config.Heartbeat", c.Heartbeat, DefaultHeartbeat),
+	); err != nil {
+		return err
+	}
+	switch {
+	case c.Backoff.Initial < 0 || c.Backoff.Max < c.Backoff.Initial:
+		return fmt.Errorf("amqp: Config.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial (0 takes the defaults, %s..%s)",
+			c.Backoff.Initial, c.Backoff.Max, DefaultBackoffInitial, DefaultBackoffMax)
+	case c.Backoff.Jitter < 0 || c.Backoff.Jitter > 1:
+		return fmt.Errorf("amqp: Config.Backoff.Jitter is %g: use 0 to 1 (0 takes %g)", c.Backoff.Jitter, DefaultBackoffJitter)
+	}
+	if _, err := amqp091.ParseURI(c.URL); err != nil {
+		return fmt.Errorf("amqp: Config.URL: %w", err)
+	}
+	return nil
+}
+
+// Validate reports whether c can connect: nil, or an error naming the
+// field and the fix. Zero fields take their defaults first, as in
+// NewPublisher, NewSubscriber and EnsureTopology.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
+// RoutingKey returns the routing key a topic is published with.
+func (c Config) RoutingKey(topic string) string { return c.RoutingKeyPrefix + topic }
+
+// Topic returns the topic a routing key belongs to.
+func (c Config) Topic(routingKey string) string {
+	return strings.TrimPrefix(routingKey, c.RoutingKeyPrefix)
+}
+
+// PublisherConfig tunes a Publisher. Zero fields take the defaults given;
+// negative ones are refused.
+type PublisherConfig struct {
+	Config
+	// Channels is how many channels in confirm mode the Publisher keeps,
+	// each publishing one batch at a time. Default DefaultChannels (2, the
+	// relay's default concurrency).
+	Channels int
+	// ConfirmTimeout bounds one Publish call, from the first message sent
+	// to the last confirm. Messages not confirmed by then fail with
+	// broker.ErrUnavailable. Default DefaultConfirmTimeout (10s).
+	ConfirmTimeout time.Duration
+	// MaxMessageSize is the broker's max_message_size in bytes, if known:
+	// a message whose payload is larger is refused for good before it is
+	// sent (broker.ErrRejected), and the other messages of its batch go
+	// through. Default 0: learned from the first message RabbitMQ refuses
+	// for its size, which closes the channel under the rest of that batch
+	// (they fail as broker.ErrUnavailable and are retried).
+	MaxMessageSize int64
+	// CloudEvents, if set, adds the CloudEvents attributes of the binary
+	// content mode to every message, next to Courier's headers (see the
+	// package documentation). Its Source is required. Default nil: off.
+	CloudEvents *cloudevents.Config
+}
+
+func (c *PublisherConfig) setDefaults() {
+	c.Config.setDefaults()
+	setting.Default(&c.Channels, DefaultChannels)
+	setting.Default(&c.ConfirmTimeout, DefaultConfirmTimeout)
+}
+
+func (c *PublisherConfig) validate() error {
+	if err := setting.First(
+		c.Config.validate(),
+		setting.Positive("amqp: PublisherConfig.Channels", c.Channels, DefaultChannels),
+		setting.Positive("amqp: PublisherConfig.ConfirmTimeout", c.ConfirmTimeout, DefaultConfirmTimeout),
+	); err != nil {
+		return err
+	}
+	switch {
+	case c.MaxMessageSize < 0:
+		return fmt.Errorf("amqp: PublisherConfig.MaxMessageSize is %d: use 0 (learned) or the broker's max_message_size", c.MaxMessageSize)
+	case c.CloudEvents != nil:
+		return c.CloudEvents.Check("amqp: PublisherConfig.CloudEvents")
+	}
+	return nil
+}
+
+// Validate reports whether NewPublisher would accept c: nil, or the error
+// it would return, naming the field and the fix. Zero fields take their
+// defaults first, as in NewPublisher.
+func (c PublisherConfig) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
+// SubscriberConfig describes a consumer of one queue. Zero fields take the
+// defaults given; negative ones are refused.
+type SubscriberConfig struct {
+	Config
+	// Queue to consume, declared beforehand (see EnsureTopology).
+	// Required.
+	Queue string
+	// Prefetch is how many unacknowledged deliveries RabbitMQ hands this
+	// subscriber ahead (QoS prefetch count). Default DefaultPrefetch (100).
+	// Deliveries held by Retry count against it.
+	Prefetch int
+	// ConsumerTag names the consumer in RabbitMQ's management tools.
+	// Default: one the server generates.
+	ConsumerTag string
+}
+
+func (c *SubscriberConfig) setDefaults() {
+	c.Config.setDefaults()
+	setting.Default(&c.Prefetch, DefaultPrefetch)
+}
+
+func (c *SubscriberConfig) validate() error {
+	if c.Queue == "" {
+		return errors.New("amqp: SubscriberConfig.Queue is empty: name the queue to consume, declared with EnsureTopology")
+	}
+	return setting.First(
+		c.Config.validate(),
+		setting.Positive("amqp: SubscriberConfig.Prefetch", c.Prefetch, DefaultPrefetch),
+	)
+}
+
+// Validate reports whether NewSubscriber would accept c: nil, or the error
+// it would return before connecting, naming the field and the fix. Zero
+// fields take their defaults first, as in NewSubscriber.
+func (c SubscriberConfig) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}

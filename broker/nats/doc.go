@@ -1,0 +1,123 @@
+// Package nats publishes Courier messages to NATS JetStream.
+//
+// A message becomes a JetStream message on subject SubjectPrefix+Topic with
+// its payload as data and these headers (package broker/wire writes and
+// reads them, as it does every broker's):
+//
+//	Nats-Msg-Id          message id: JetStream drops a re-publication inside
+//	                     the stream's duplicate window (2 minutes by default)
+//	Courier-Key          ordering key
+//	Courier-Type         message type
+//	Courier-Version      schema version
+//	Courier-Occurred-At  RFC 3339 time
+//	Content-Type         payload media type
+//
+// plus the message's own headers (trace context, correlation id, …).
+// FromNATS leaves JetStream's own headers (Nats-*) out of a decoded
+// message's headers.
+//
+// # CloudEvents
+//
+// With PublisherConfig.CloudEvents set, a message also carries the
+// CloudEvents attributes of the NATS binding's binary content mode (ce-id,
+// ce-source, ce-type, ce-subject, … and content-type; see package
+// broker/cloudevents), next to Courier's headers, which stay. FromNATS
+// leaves those attributes out of a decoded message's headers, and decodes a
+// message that carries CloudEvents attributes instead of Courier's headers
+// (see package broker/wire).
+//
+// # Errors
+//
+// Publish tells failures of the message from failures of the broker (see
+// broker.Publisher). A message published on a subject no stream binds fails
+// with an error wrapping ErrNoStream that names the subject: JetStream is up
+// and will refuse it until a stream binds the subject, so it counts against
+// the message, and the relay makes it a dead letter after MaxAttempts while
+// other messages keep flowing. NATS answers such a publish with "no
+// responders" (or not at all, when a plain subscriber listens on the
+// subject), which it also does while JetStream is not ready: a server still
+// starting, a clustered stream without a leader. Publish therefore asks
+// JetStream which stream binds the subject before it blames the message, and
+// reports broker.ErrUnavailable unless JetStream answers that none does. It
+// asks before the first publish on each subject, too, so that such a message
+// fails at once rather than after AckTimeout.
+//
+// Refusals that no retry can change wrap broker.ErrRejected, so the relay
+// makes the message a dead letter at once with the broker's reason: a
+// message larger than the server's max_payload (checked by the client
+// before sending) or than the max_msg_size of the stream that binds its
+// subject, headers over JetStream's 64 KiB, an invalid subject. A subject
+// no stream binds is deliberately not among them: binding it is a change of
+// configuration the message may live to see.
+//
+// # Atomic batches: a key's run pipelined
+//
+// On nats-server 2.12 and later JetStream takes atomic batches (ADR-50): up
+// to 1,000 messages (the server's batch limit, max_msgs) sent with the headers
+// Nats-Batch-Id, Nats-Batch-Sequence and, on the last, Nats-Batch-Commit,
+// stored together and in order, or none of them, into a stream that allows
+// atomic publish (allow_atomic). EnsureStream creates streams that allow it
+// on such servers (StreamConfig.NoAtomicBatches turns that off); an existing
+// stream keeps its settings (nats stream edit NAME --allow-batch).
+//
+// The Publisher implements broker.OrderKeeper with them. KeepsKeyOrder
+// reports true when the connected server's version (from its INFO) is 2.12
+// or later and every stream that captures the publisher's subjects allows
+// atomic publish (looked up at most every 30 seconds); the relay then hands
+// Publish each key's run of messages at once. Publish sends a key's run as
+// atomic batches, each waiting for the acknowledgement of the one before, up
+// to PublisherConfig.MaxBatches keys' batches at once, and a key's single
+// message as it always did. A batch is stored whole or not at all; when one
+// fails, the key's later messages in the call are not sent: they fail with
+// broker.ErrUnavailable ("held back"). The promise holds even where batches
+// are not to be had after all (a stream whose allow_atomic was turned off, a
+// reconnect to an older server): the run then goes one message after the
+// other, each waiting for the acknowledgement of the one before.
+//
+// Within a batch:
+//
+//   - A message the server would refuse for good (over max_payload or the
+//     stream's max_msg_size with the batch headers, headers over 64 KiB) is
+//     left out of the batch and published alone, between the batches before
+//     and after it, so that it alone is rejected (broker.ErrRejected) and
+//     the rest of its key's run is stored in order. A batch refused without
+//     saying which message is at fault (a message gone missing, a bad
+//     request) is published again one message at a time.
+//   - Nats-Msg-Id still deduplicates, but JetStream refuses a whole batch
+//     that holds a message id it has stored within the duplicate window (and
+//     nats-server 2.12.0 refuses Nats-Msg-Id in batches altogether). A run
+//     published again after part of it was stored (a relay that crashed
+//     before it recorded the outcome) is therefore refused as a batch; the
+//     Publisher then publishes it one message at a time, each duplicate
+//     acknowledged and dropped as usual, until a message is stored afresh,
+//     and goes on in batches from there. On a server that refuses the header
+//     in batches it stops using batches (KeepsKeyOrder turns false).
+//   - A server configured with a smaller batch limit (jetstream { limits {
+//     batch { max_msgs } } }) refuses the batch, saying its limit; the
+//     Publisher's batches take that size from then on. Too many batches open
+//     on the stream (the limit max_inflight_per_stream, 50 by default) makes a
+//     batch wait and try again, a few times, before it fails as
+//     broker.ErrUnavailable.
+//
+// With PublisherConfig.NoAtomicBatches, on servers older than 2.12 (Debian's
+// 2.9, say) and with streams that do not allow atomic
+// publish, KeepsKeyOrder is false and Publish sends every message of a call
+// at once, as before: the relay then publishes a key's messages one round
+// trip apart.
+//
+// # Durability
+//
+// A JetStream acknowledgement means the server has written the message to
+// its store, not that the store reached the disk: by default nats-server
+// flushes its file store lazily (sync_interval, two minutes), so a power loss
+// or kernel crash can lose acknowledged messages (an independent 2025
+// analysis of NATS 2.12 showed exactly that), and the outbox row is already
+// marked published by then. Run the server with
+//
+//	jetstream { sync_interval: always }
+//
+// (server.Options.SyncAlways when embedded) to fsync every write before
+// acknowledging it, at a cost in throughput, or run a three-node cluster with
+// replicated streams so that an ack means a quorum holds the message. The
+// embedded default (package embedded) syncs always.
+package nats
