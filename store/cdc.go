@@ -12,6 +12,13 @@ import (
 // outbox from PostgreSQL's log, and store/postgres, which knows the
 // outbox's tables, its columns and how its messages look in the log.
 
+// The names of the CDC relay's replication slot and publication when its
+// configuration gives none: both are called after the table they carry.
+const (
+	DefaultSlot        = "courier_outbox"
+	DefaultPublication = "courier_outbox"
+)
+
 // LogItem is an outbox message the CDC relay read from the log or from the
 // table.
 type LogItem struct {

@@ -20,8 +20,8 @@ import (
 
 // Defaults of Config's zero fields.
 const (
-	DefaultSlot           = "courier_outbox"
-	DefaultPublication    = "courier_outbox"
+	DefaultSlot           = store.DefaultSlot
+	DefaultPublication    = store.DefaultPublication
 	DefaultStandby        = time.Second
 	DefaultStatusInterval = time.Second
 )
