@@ -81,6 +81,9 @@ type RelayStore interface {
 	Complete(ctx context.Context, owner string, lease int64, o Outcome) error
 	// Stats reports the outbox's state.
 	Stats(ctx context.Context) (Stats, error)
+	// Releaser moves scheduled messages that have fallen due into the
+	// outbox, where Claim finds them.
+	Releaser
 }
 
 // Notifier wakes a relay soon after messages are committed, so it need not

@@ -44,6 +44,7 @@ type Store struct {
 	leases    map[int64]*lease   // live or expired, until the next claim drops them
 	dead      []store.DeadLetter // in order of death
 	published []Row
+	schedule  []*scheduled // scheduled messages, waiting or released, in scheduling order
 	notifiers []*store.LocalNotifier
 	locks     map[string]bool // maintenance locks held (Operations)
 }
@@ -90,9 +91,11 @@ func (s *Store) NewNotifier() *store.LocalNotifier {
 // visible together when it commits, and never when it rolls back. A Tx is
 // not safe for concurrent use.
 type Tx struct {
-	s    *Store
-	rows []*row
-	done bool
+	s         *Store
+	rows      []*row
+	scheduled []*scheduled
+	cancels   []*scheduled
+	done      bool
 }
 
 // Begin starts a transaction.
@@ -132,9 +135,10 @@ func (tx *Tx) Commit() error {
 		i, _ := slices.BinarySearchFunc(s.rows, r.rec.Seq, func(r *row, seq int64) int { return cmp.Compare(r.rec.Seq, seq) })
 		s.rows = slices.Insert(s.rows, i, r)
 	}
+	s.commitSchedule(tx, now)
 	notifiers := slices.Clone(s.notifiers)
 	s.mu.Unlock()
-	if len(tx.rows) > 0 {
+	if len(tx.rows) > 0 || len(tx.scheduled) > 0 {
 		for _, n := range notifiers {
 			n.Signal()
 		}
@@ -142,9 +146,17 @@ func (tx *Tx) Commit() error {
 	return nil
 }
 
-// Rollback discards the transaction's messages. It does nothing after
-// Commit.
-func (tx *Tx) Rollback() { tx.done = true }
+// Rollback discards the transaction's messages and cancels. It does
+// nothing after Commit.
+func (tx *Tx) Rollback() {
+	if tx.done {
+		return
+	}
+	tx.done = true
+	tx.s.mu.Lock()
+	tx.s.rollbackSchedule(tx)
+	tx.s.mu.Unlock()
+}
 
 // Insert implements [store.Inserter]: each message gets its Seq now, and
 // becomes visible when tx commits.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strings"
+	"time"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/sqlstore"
@@ -27,9 +28,17 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		WriteTx: func(ctx context.Context, fn func(sqltx.Conn) error) error {
 			return sqltx.InTx(ctx, db, readCommitted(), "", func(tx *sql.Tx) error { return fn(tx) })
 		},
-		LockRow:              " FOR UPDATE",
-		IsDuplicate:          func(err error) bool { return errorNumber(err) == errDupEntry },
-		Now:                  serverNow,
+		LockRow:     " FOR UPDATE",
+		IsDuplicate: func(err error) bool { return errorNumber(err) == errDupEntry },
+		Now:         serverNow,
+		Later: func(after time.Duration) (string, []any) {
+			return serverNow + " + INTERVAL ? MICROSECOND", []any{after.Microseconds()}
+		},
+		SkipLocked: " FOR UPDATE SKIP LOCKED",
+		ReadLatest: " LOCK IN SHARE MODE",
+		WriteError: func(err error, what string) error {
+			return migrations.WriteError(err, what, errorNumber(err) == errNoSuchTable)
+		},
 		Times:                times,
 		CheckConsumer:        checkConsumer,
 		Stats:                func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) },
@@ -44,6 +53,7 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 	}
 	if clock != nil {
 		d.Now, d.NowArgs = "?", func() []any { return []any{formatTime(clock())} }
+		d.Later = func(after time.Duration) (string, []any) { return "?", []any{formatTime(clock().Add(after))} }
 		d.DeleteExpiredKeysSQL = strings.Replace(d.DeleteExpiredKeysSQL, serverNow, "?", 1)
 		d.MarkSQL = strings.Replace(d.MarkSQL, serverNow, "?", 1)
 	}

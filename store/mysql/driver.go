@@ -68,7 +68,7 @@ var mysqlDialect = sqldriver.Dialect{
 	Schema:        migrations,
 	Migrate:       migrate,
 	SchemaVersion: schemaVersion,
-	Inserter:      DatabaseSQL(),
+	Inserter:      inserter,
 	Stores:        dialect,
 	RelayStore:    newRelayStore,
 	Idempotency:   idempotency,

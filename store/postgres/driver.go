@@ -51,8 +51,8 @@ func (d Driver) WithClock(c store.Clock) Driver {
 	return d
 }
 
-// Inserter returns [Pgx].
-func (Driver) Inserter() store.Inserter[pgx.Tx] { return Pgx() }
+// Inserter returns [Pgx], scheduling messages on the driver's clock.
+func (d Driver) Inserter() store.Inserter[pgx.Tx] { return pgxInserter{pgxScheduler{d.clock}} }
 
 // Inbox returns the inbox for handlers that work in pgx transactions on the
 // pool; processed_at is the driver's clock.
@@ -111,8 +111,9 @@ func (d SQLDriver) WithClock(c store.Clock) SQLDriver {
 // DB returns the *sql.DB the driver's transactions run on.
 func (d SQLDriver) DB() *sql.DB { return d.db }
 
-// Inserter returns [DatabaseSQL].
-func (SQLDriver) Inserter() store.Inserter[*sql.Tx] { return DatabaseSQL() }
+// Inserter returns [DatabaseSQL], scheduling messages on the driver's
+// clock.
+func (d SQLDriver) Inserter() store.Inserter[*sql.Tx] { return sqlInserter{sqlScheduler{d.clock}} }
 
 // Inbox returns the inbox for handlers that work in database/sql
 // transactions on the driver's *sql.DB; processed_at is the driver's clock.

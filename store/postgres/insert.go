@@ -22,10 +22,12 @@ const insertMany = "INSERT INTO courier_outbox (" + columns.Names + ") " +
 	"SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[], $9::timestamptz[])"
 
 // Pgx returns the outbox inserter for pgx transactions (pgx.Tx), to pass to
-// outbox.New.
+// outbox.New. It is also their store.Scheduler: scheduled messages are due
+// by the server's clock.
 func Pgx() store.Inserter[pgx.Tx] { return pgxInserter{} }
 
-type pgxInserter struct{}
+// pgxInserter writes messages in pgx transactions, and schedules them.
+type pgxInserter struct{ pgxScheduler }
 
 func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message) error {
 	if len(msgs) == 1 {
@@ -102,10 +104,13 @@ func validate(limits courier.Limits, msgs []courier.Message) error {
 
 // DatabaseSQL returns the outbox inserter for database/sql transactions on
 // PostgreSQL (*sql.Tx from pgx's stdlib driver, lib/pq, or the transaction
-// GORM, sqlx, bun or ent hand you), to pass to outbox.New.
+// GORM, sqlx, bun or ent hand you), to pass to outbox.New. It is also their
+// store.Scheduler: scheduled messages are due by the server's clock.
 func DatabaseSQL() store.Inserter[*sql.Tx] { return sqlInserter{} }
 
-type sqlInserter struct{}
+// sqlInserter writes messages in database/sql transactions, and schedules
+// them.
+type sqlInserter struct{ sqlScheduler }
 
 // sqlChunk keeps each statement well under PostgreSQL's 65535 parameters.
 const sqlChunk = 1000

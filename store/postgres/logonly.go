@@ -118,9 +118,17 @@ var ErrNoLogicalSlot = errors.New("postgres: no logical replication slot reads t
 // slot. Use LogOnly where the write path's cost matters more than that
 // fallback, and keep the slot safe (no max_slot_wal_keep_size below the
 // backlog an outage builds).
+//
+// It is also a store.Scheduler, which schedules messages as rows, exactly
+// as Pgx does: a message that waits for days cannot wait in the slot
+// without making PostgreSQL keep days of WAL, so a scheduled message waits
+// in courier_outbox_scheduled whichever inserter wrote it, and is released
+// into courier_outbox as a row (published from the log by the CDC relay,
+// and by the polling relay as its fallback).
 func LogOnly() store.Inserter[pgx.Tx] { return logInserter{} }
 
-type logInserter struct{}
+// logInserter writes messages to the log, and schedules them as rows.
+type logInserter struct{ pgxScheduler }
 
 func (logInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message) error {
 	if len(msgs) == 0 {

@@ -45,3 +45,9 @@ func newRelayStore(ctx context.Context, pool *pgxpool.Pool, cfg store.RelayConfi
 // never a loss. Messages themselves are written by the application's own
 // transactions, under its own settings.
 const asyncCommit = "SELECT set_config('synchronous_commit', 'off', true)"
+
+// Release implements store.Releaser: one call of courier_release (see the
+// migrations) on the store's clock.
+func (s *relayStore) Release(ctx context.Context, limit int) (store.Released, error) {
+	return release(ctx, s.pool, s.clock, limit)
+}

@@ -28,9 +28,13 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		WriteTx: func(ctx context.Context, fn func(sqltx.Conn) error) error {
 			return immediate(ctx, db, func(conn *sql.Conn) error { return fn(conn) })
 		},
-		IsDuplicate:          isUnique,
-		Now:                  "?",
-		NowArgs:              func() []any { return []any{nowOf(clock).UnixMicro()} },
+		IsDuplicate: isUnique,
+		Now:         "?",
+		NowArgs:     func() []any { return []any{nowOf(clock).UnixMicro()} },
+		Later: func(after time.Duration) (string, []any) {
+			return "?", []any{nowOf(clock).Add(after).UnixMicro()}
+		},
+		WriteError:           func(err error, what string) error { return migrations.WriteError(err, what, isMissing(err)) },
 		Times:                times,
 		Stats:                func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) },
 		MarkSQL:              markSQL,

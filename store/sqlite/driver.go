@@ -72,7 +72,7 @@ var sqliteDialect = sqldriver.Dialect{
 	Schema:        migrations,
 	Migrate:       migrate,
 	SchemaVersion: schemaVersion,
-	Inserter:      DatabaseSQL(),
+	Inserter:      inserter,
 	Stores:        dialect,
 	RelayStore:    newRelayStore,
 	Idempotency:   idempotency,

@@ -176,6 +176,11 @@ func runRelayTests[TTx any](t *testing.T, open func(t testing.TB, clock store.Cl
 		{"UnicodeKeys", testUnicodeKeys[TTx]},
 		{"OrderOfUnserialisedWriters", testOrderUnserialised[TTx]},
 		{"OperationsOutbox", testOperationsOutbox[TTx]},
+		{"ScheduledDueOnTime", testScheduledDueOnTime[TTx]},
+		{"ScheduledOrder", testScheduledOrder[TTx]},
+		{"ScheduledCancel", testScheduledCancel[TTx]},
+		{"ScheduledCancelRace", testScheduledCancelRace[TTx]},
+		{"ScheduledConcurrentReleases", testScheduledConcurrentReleases[TTx]},
 	}, func(t *testing.T) *relayDB[TTx] {
 		clock := memstore.NewClock()
 		h := open(t, clock.Now)

@@ -53,8 +53,13 @@ const Names = "message_id, topic, ordering_key, type, version, content_type, pay
 // such as ", created_at" or "", whose arguments extra holds. Headers are
 // sent as text (see HeadersText).
 func Insert(msgs []courier.Message, at func(time.Time) any, more, row string, extra ...any) (string, []any) {
+	return InsertInto("courier_outbox", msgs, at, more, row, extra...)
+}
+
+// InsertInto is Insert into table, which has the outbox's columns.
+func InsertInto(table string, msgs []courier.Message, at func(time.Time) any, more, row string, extra ...any) (string, []any) {
 	var q strings.Builder
-	q.WriteString("INSERT INTO courier_outbox (" + Names + more + ") VALUES ")
+	q.WriteString("INSERT INTO " + table + " (" + Names + more + ") VALUES ")
 	args := make([]any, 0, len(msgs)*(9+len(extra)))
 	for i := range msgs {
 		m := &msgs[i]

@@ -79,10 +79,18 @@ func (s Set) Pending(current int, err error) ([]store.Migration, error) {
 // insert 3 outbox messages: …"); when missing says the outbox table does
 // not exist, the error also says how to create it ([store.MissingSchema]).
 func (s Set) InsertError(err error, n int, missing bool) error {
+	return s.WriteError(err, fmt.Sprintf("insert %d outbox messages", n), missing)
+}
+
+// WriteError returns nil when err is nil, else err, the error of what
+// ("schedule 3 messages"), prefixed with the dialect's name; when missing
+// says a table of Courier's does not exist, the error also says how to
+// create it ([store.MissingSchema]).
+func (s Set) WriteError(err error, what string, missing bool) error {
 	if err == nil {
 		return nil
 	}
-	err = fmt.Errorf("%s: insert %d outbox messages: %w", s.name(), n, err)
+	err = fmt.Errorf("%s: %s: %w", s.name(), what, err)
 	if missing {
 		return store.MissingSchema(err, s.migrateCall)
 	}

@@ -31,8 +31,10 @@ type Dialect struct {
 	// SchemaVersion returns the highest migration applied to the database
 	// behind q, 0 when Courier's schema is absent.
 	SchemaVersion func(ctx context.Context, q sqltx.Querier) (int, error)
-	// Inserter writes outbox messages in the caller's transaction.
-	Inserter store.Inserter[*sql.Tx]
+	// Inserter returns the inserter that writes outbox messages in the
+	// caller's transaction, and schedules them on clock (nil: the
+	// database's).
+	Inserter func(clock store.Clock) store.Inserter[*sql.Tx]
 	// Stores describes db to the stores the dialects share (package
 	// sqlstore), with clock's time instead of the database's when clock is
 	// not nil.
@@ -125,8 +127,9 @@ func (d Driver) SerialWrites() bool { return d.dialect.SerialWrites }
 // Rebind returns query as it is: both dialects take ? placeholders.
 func (Driver) Rebind(query string) string { return query }
 
-// Inserter returns the dialect's outbox inserter.
-func (d Driver) Inserter() store.Inserter[*sql.Tx] { return d.dialect.Inserter }
+// Inserter returns the dialect's outbox inserter, which schedules messages
+// on the driver's clock.
+func (d Driver) Inserter() store.Inserter[*sql.Tx] { return d.dialect.Inserter(d.clock) }
 
 // Inbox returns the inbox, on the driver's clock. On a database with one
 // writer its transactions take turns in the process.

@@ -34,6 +34,21 @@ type Dialect struct {
 	Now string
 	// NowArgs returns the arguments of Now; nil when Now takes none.
 	NowArgs func() []any
+	// Later returns the SQL of the time after from now, by the clock Now
+	// reads, and its arguments.
+	Later func(after time.Duration) (string, []any)
+	// SkipLocked ends a locking read that passes over rows other
+	// transactions hold, e.g. " FOR UPDATE SKIP LOCKED"; empty where the
+	// transaction already excludes other writers.
+	SkipLocked string
+	// ReadLatest ends a read that must see the latest committed row rather
+	// than the transaction's snapshot, e.g. " LOCK IN SHARE MODE"; empty
+	// where every read does.
+	ReadLatest string
+	// WriteError returns nil for a nil err, else err, the error of what
+	// ("schedule 3 messages"), with the fix when Courier's tables are
+	// missing.
+	WriteError func(err error, what string) error
 	// Times is the codec of time columns.
 	Times
 	// CheckConsumer refuses a consumer name the schema cannot hold; nil

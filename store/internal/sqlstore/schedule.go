@@ -1,0 +1,174 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqltx"
+)
+
+// Schedules is the store.Scheduler of a dialect's database/sql
+// transactions: scheduled messages wait in courier_outbox_scheduled until
+// a release ([Release]) moves them into courier_outbox.
+type Schedules struct{ d Dialect }
+
+var _ store.Scheduler[*sql.Tx] = Schedules{}
+
+// Schedules returns the scheduler of d's database.
+func (d Dialect) Schedules() Schedules { return Schedules{d} }
+
+// The statements of a cancel: the delete, then, when it found nothing to
+// delete, what is known of the id (a read of the latest committed row, so
+// that it sees a release that committed while the delete waited).
+const (
+	cancelSQL       = `DELETE FROM courier_outbox_scheduled WHERE message_id = ? AND released_at IS NULL`
+	cancelStatusSQL = `SELECT released_at IS NOT NULL FROM courier_outbox_scheduled WHERE message_id = ?`
+)
+
+// Schedule writes msgs (at most a statement's worth: the dialect's
+// inserter's chunks) due at due in tx.
+func (s Schedules) Schedule(ctx context.Context, tx *sql.Tx, due store.Due, msgs []courier.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	dueSQL, dueArgs := s.due(due)
+	q, args := columns.InsertInto("courier_outbox_scheduled", msgs, s.d.Encode, ", due_at, created_at",
+		"(?, ?, ?, ?, ?, ?, ?, ?, ?, "+dueSQL+", "+s.d.Now+")", append(dueArgs, s.d.now()...)...)
+	_, err := tx.ExecContext(ctx, q, args...)
+	return s.d.WriteError(err, fmt.Sprintf("schedule %d messages", len(msgs)))
+}
+
+// due returns the SQL of due's time and its arguments.
+func (s Schedules) due(due store.Due) (string, []any) {
+	if !due.At.IsZero() {
+		return "?", []any{s.d.Encode(due.At)}
+	}
+	return s.d.Later(max(due.After, 0))
+}
+
+// Cancel implements store.Scheduler.
+func (s Schedules) Cancel(ctx context.Context, tx *sql.Tx, id uuid.UUID) error {
+	n, err := sqltx.Exec(ctx, tx, cancelSQL, id.String())
+	if err != nil {
+		return s.d.WriteError(err, "cancel scheduled message "+id.String())
+	}
+	if n == 1 {
+		return nil
+	}
+	var released bool
+	err = tx.QueryRowContext(ctx, cancelStatusSQL+s.d.ReadLatest, id.String()).Scan(&released)
+	switch {
+	case errors.Is(err, sql.ErrNoRows) || err == nil && !released:
+		return s.d.errorf("cancel %s: %w", id, store.ErrNotScheduled)
+	case err != nil:
+		return s.d.WriteError(err, "cancel scheduled message "+id.String())
+	}
+	return s.d.errorf("cancel %s: %w", id, store.ErrAlreadyDue)
+}
+
+// The statements of a release, run in one transaction of the dialect's
+// relay store (see [Release]).
+const (
+	dueSQL = `SELECT id FROM courier_outbox_scheduled
+WHERE released_at IS NULL AND due_at <= ?
+ORDER BY due_at, id
+LIMIT ?`
+	releaseInsertSQL = `INSERT INTO courier_outbox (` + columns.Names + `, created_at)
+SELECT s.message_id, s.topic, s.ordering_key, s.type, s.version, s.content_type, coalesce(s.payload, ''), s.headers,
+       s.occurred_at, ?
+FROM courier_outbox_scheduled s%s
+WHERE s.id IN (%s)
+ORDER BY s.due_at, s.id%s`
+	releaseMarkSQL = `UPDATE courier_outbox_scheduled SET released_at = ?, payload = NULL, headers = NULL WHERE id IN (%s)`
+	nextDueSQL     = `SELECT MIN(due_at) FROM courier_outbox_scheduled WHERE released_at IS NULL`
+)
+
+// Guard is what keeps a release's insert to the release's turn, on a
+// dialect whose releases take turns through a lease (MySQL's claim turn): a
+// join of the turn's row and its arguments, such that the insert inserts
+// nothing once the turn is over. The zero Guard guards nothing (SQLite's
+// one writer is the turn).
+type Guard struct {
+	// Join follows the FROM of the insert, e.g. " JOIN t ON …".
+	Join string
+	// Args are Join's arguments.
+	Args []any
+	// Lock ends the insert's read, e.g. " FOR UPDATE", so that the next
+	// turn's taker waits for it.
+	Lock string
+}
+
+// Release moves up to limit scheduled messages due at now into the outbox
+// in conn, a transaction of the dialect's relay store that its caller
+// commits, while guard holds. It returns what store.Releaser reports, and
+// an error wrapping errTurnLost when the guard no longer held.
+func (d Dialect) Release(ctx context.Context, conn sqltx.Conn, now time.Time, limit int, guard Guard) (store.Released, error) {
+	var ids []int64
+	err := sqltx.QueryEach(ctx, conn, dueSQL+d.SkipLocked, []any{d.Encode(now), limit}, func(rows *sql.Rows) error {
+		var id int64
+		err := rows.Scan(&id)
+		ids = append(ids, id)
+		return err
+	})
+	if err != nil {
+		return store.Released{}, d.errorf("release scheduled messages: %w", err)
+	}
+	if len(ids) > 0 {
+		list, idArgs := placeholders(ids)
+		args := append(append([]any{d.Encode(now)}, guard.Args...), idArgs...)
+		n, err := sqltx.Exec(ctx, conn, fmt.Sprintf(releaseInsertSQL, guard.Join, list, guard.Lock), args...)
+		if err != nil {
+			return store.Released{}, d.errorf("release scheduled messages: %w", err)
+		}
+		if n != int64(len(ids)) {
+			return store.Released{}, d.errorf("release scheduled messages: %w", ErrTurnLost)
+		}
+		if _, err := sqltx.Exec(ctx, conn, fmt.Sprintf(releaseMarkSQL, list), append([]any{d.Encode(now)}, idArgs...)...); err != nil {
+			return store.Released{}, d.errorf("release scheduled messages: %w", err)
+		}
+	}
+	r, err := d.NextDue(ctx, conn, now)
+	r.Count = len(ids)
+	return r, err
+}
+
+// NextDue reports, on q at now, whether scheduled messages wait and how
+// long until the first falls due: what a Release that moves nothing
+// reports. A relay store asks it before it takes the turn a release
+// needs, so that a release with nothing due writes nothing.
+func (d Dialect) NextDue(ctx context.Context, q sqltx.Querier, now time.Time) (store.Released, error) {
+	var (
+		r    store.Released
+		next time.Time
+	)
+	dest := d.Dest(&next)
+	if err := q.QueryRowContext(ctx, nextDueSQL).Scan(dest); err != nil {
+		return store.Released{}, d.errorf("release scheduled messages: next due time: %w", err)
+	}
+	if dest.Valid {
+		r.Waiting, r.Next = true, next.Sub(now)
+	}
+	return r, nil
+}
+
+// ErrTurnLost is returned (wrapped) by a release whose turn ended before
+// it recorded anything: it moved nothing, and the next release does.
+var ErrTurnLost = errors.New("the release's turn ended before it was recorded")
+
+// placeholders returns "?, ?, …" for ids and the ids as arguments.
+func placeholders(ids []int64) (string, []any) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", "), args
+}
