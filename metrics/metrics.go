@@ -218,9 +218,9 @@ type Collector struct {
 	now func() time.Time
 
 	// relay
-	claimedBatches, claimedMessages, published, retried, dead, leaseLost prometheus.Counter
-	publishErrors                                                        *prometheus.CounterVec
-	publishDuration, publishLatency                                      prometheus.Histogram
+	claimedBatches, claimedMessages, published, retried, dead, leaseLost, released prometheus.Counter
+	publishErrors                                                                  *prometheus.CounterVec
+	publishDuration, publishLatency                                                prometheus.Histogram
 	// consumer
 	processed, duplicates, failed, replayed *prometheus.CounterVec
 	parked                                  *prometheus.CounterVec
@@ -274,6 +274,7 @@ func New(cfg Config) (*Collector, error) {
 	c.retried = counter("courier_relay_retried_messages_total", "Failed publishes scheduled for another attempt.")
 	c.dead = counter("courier_relay_dead_lettered_messages_total", "Messages parked as dead letters after their last attempt, or at once when the broker rejected them for good.")
 	c.leaseLost = counter("courier_relay_lease_losses_total", "Batches whose outcome could not be recorded before their lease ended; their published messages are published again.")
+	c.released = counter("courier_relay_released_messages_total", "Scheduled messages the relay moved into the outbox once they were due.")
 	c.publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "courier_relay_publish_errors_total",
 		Help: "Messages the broker did not acknowledge, by kind: unavailable (the broker's fault, not counted against the message), rejected (refused for good) or refused (counted, retried).",
@@ -285,7 +286,7 @@ func New(cfg Config) (*Collector, error) {
 	})
 	c.publishLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "courier_relay_publish_latency_seconds",
-		Help:    "Time from a message's OccurredAt (set when it is built, just before its transaction commits) to the broker's acknowledgement.",
+		Help:    "Time from a message's OccurredAt (set when it is built, just before its transaction commits; a scheduled message's due time) to the broker's acknowledgement.",
 		Buckets: latencyBuckets,
 	})
 	byConsumer := func(name, help string) *prometheus.CounterVec {
@@ -337,7 +338,7 @@ func New(cfg Config) (*Collector, error) {
 // collectors are the Collector's own metrics, filled by observers.
 func (c *Collector) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		c.claimedBatches, c.claimedMessages, c.published, c.retried, c.dead, c.leaseLost, c.publishErrors,
+		c.claimedBatches, c.claimedMessages, c.published, c.retried, c.dead, c.leaseLost, c.released, c.publishErrors,
 		c.publishDuration, c.publishLatency,
 		c.processed, c.duplicates, c.failed, c.replayed, c.parked, c.handlerDuration,
 		c.queries, c.queryErrors, c.lastSuccess,

@@ -52,6 +52,8 @@ func (o relayObserver) Completed(published, retried, dead int) {
 
 func (o relayObserver) LeaseLost(int) { o.c.leaseLost.Inc() }
 
+func (o relayObserver) Released(n int) { o.c.released.Add(float64(n)) }
+
 type consumerObserver struct{ c *Collector }
 
 func (o consumerObserver) Handled(consumer string, _ courier.Message, res inbox.Result, err error, d time.Duration) {

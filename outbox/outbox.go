@@ -31,11 +31,34 @@
 // When the relay runs in the same process, Config.Notify wakes it right
 // after a write (see store.LocalNotifier): the way to low latency on
 // databases without notifications of their own, such as SQLite and MySQL.
+//
+// # Scheduled messages
+//
+// [Writer.Schedule] writes messages to be published later, at a time or
+// after a delay, in the same transaction as the change that calls for
+// them; [Writer.Cancel] cancels one in another transaction, atomically
+// with the change that makes it moot (a saga cancelling its own timeout):
+//
+//	reminder, _ := courier.NewJSON("payments", orderID, PaymentReminder{…})
+//	_ = w.Schedule(ctx, tx, outbox.After(30*time.Minute), reminder)
+//	…
+//	err := w.Cancel(ctx, tx2, reminder.ID) // in the transaction that records the payment
+//	// nil: never published; store.ErrAlreadyDue: it was (or is being)
+//
+// A scheduled message waits outside the outbox until it falls due, so it
+// holds nothing back meanwhile: not its key's other messages, not the
+// relay. A relay publishes it at or after its due time by the database's
+// clock, never before; package relay's documentation (Ordering) says where
+// it takes its place among its key's messages.
 package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/msgtrace"
@@ -87,22 +110,96 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...courier.Message
 	if len(msgs) == 0 {
 		return nil
 	}
-	msgs = msgtrace.Inject(ctx, msgs)
-	for i := range msgs {
-		if err := msgs[i].Validate(w.limits); err != nil {
-			if len(msgs) == 1 {
-				return fmt.Errorf("outbox: %w", err)
-			}
-			return fmt.Errorf("outbox: message %d of %d: %w", i+1, len(msgs), err)
-		}
+	msgs, err := w.prepare(ctx, msgs)
+	if err != nil {
+		return err
 	}
 	if err := w.ins.Insert(ctx, tx, msgs); err != nil {
 		return err
 	}
+	w.notified()
+	return nil
+}
+
+// prepare records ctx's trace context in copies of msgs and validates
+// them, naming the first invalid one.
+func (w *Writer[TTx]) prepare(ctx context.Context, msgs []courier.Message) ([]courier.Message, error) {
+	msgs = msgtrace.Inject(ctx, msgs)
+	for i := range msgs {
+		if err := msgs[i].Validate(w.limits); err != nil {
+			if len(msgs) == 1 {
+				return nil, fmt.Errorf("outbox: %w", err)
+			}
+			return nil, fmt.Errorf("outbox: message %d of %d: %w", i+1, len(msgs), err)
+		}
+	}
+	return msgs, nil
+}
+
+// notified calls Config.Notify, when set.
+func (w *Writer[TTx]) notified() {
 	if w.notify != nil {
 		w.notify()
 	}
+}
+
+// At is a due time for Schedule: the moment t.
+func At(t time.Time) store.Due { return store.Due{At: t} }
+
+// After is a due time for Schedule: d after the scheduling statement runs,
+// by the database's clock (the Driver's Clock when it has one).
+func After(d time.Duration) store.Due { return store.Due{After: d} }
+
+// ErrCannotSchedule is returned by Schedule and Cancel when the Writer's
+// inserter is not a store.Scheduler (every dialect's inserter is; an
+// inserter of your own may not be).
+var ErrCannotSchedule = errors.New("outbox: the Writer's inserter cannot schedule messages (it is not a store.Scheduler): use a dialect's inserter, such as postgres.Pgx() or a Driver's Inserter()")
+
+// Schedule validates msgs and writes them in tx, to be published at or
+// after due (At or After), in the order given; nothing is written when a
+// message is invalid, as with Write, nor when due is zero (use Write to
+// publish at once). A scheduled message occurs at its due time: that is
+// its OccurredAt once published. Its id stays its own, so Cancel can name
+// it; schedule a message once (a second Schedule of the same id fails).
+// Until it falls due it is in no relay's way, and courier status counts it
+// as scheduled (see package relay, Ordering, for where it goes when due).
+// It records the trace context and calls Config.Notify as Write does.
+func (w *Writer[TTx]) Schedule(ctx context.Context, tx TTx, due store.Due, msgs ...courier.Message) error {
+	s, ok := w.ins.(store.Scheduler[TTx])
+	if !ok {
+		return ErrCannotSchedule
+	}
+	if due.At.IsZero() && due.After <= 0 {
+		return fmt.Errorf("outbox: schedule: the due time is zero: give outbox.At(t) or outbox.After(d) with d > 0, or Write the messages to publish them at once: %w", courier.ErrInvalidMessage)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	msgs, err := w.prepare(ctx, msgs)
+	if err != nil {
+		return err
+	}
+	if err := s.Schedule(ctx, tx, due, msgs); err != nil {
+		return err
+	}
+	w.notified()
 	return nil
+}
+
+// Cancel cancels the scheduled message id in tx: once tx commits, it is
+// never published. It returns nil when it cancelled the message, an error
+// wrapping store.ErrAlreadyDue when the message fell due already (it is
+// published, or being published: a handler of it must expect it), and one
+// wrapping store.ErrNotScheduled when no scheduled message has that id
+// (never scheduled, cancelled already, or due so long ago that its record
+// was trimmed). A release that runs while tx is open passes the message
+// over, so the cancel holds if tx commits.
+func (w *Writer[TTx]) Cancel(ctx context.Context, tx TTx, id uuid.UUID) error {
+	s, ok := w.ins.(store.Scheduler[TTx])
+	if !ok {
+		return ErrCannotSchedule
+	}
+	return s.Cancel(ctx, tx, id)
 }
 
 // EventSource is anything that records messages while a use case runs,

@@ -26,6 +26,9 @@ type Observer interface {
 	// before its lease ended: its published messages (the count) will be
 	// published again once another claim takes them.
 	LeaseLost(published int)
+	// Released is called after each release that moved n scheduled
+	// messages into the outbox, once they were due.
+	Released(n int)
 }
 
 // NopObserver does nothing. Embed it in an Observer to implement only the
@@ -43,3 +46,6 @@ func (NopObserver) Completed(int, int, int) {}
 
 // LeaseLost does nothing.
 func (NopObserver) LeaseLost(int) {}
+
+// Released does nothing.
+func (NopObserver) Released(int) {}

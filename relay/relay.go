@@ -13,6 +13,7 @@ import (
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/internal/waits"
 	"github.com/courier-go/courier/relay/internal/dispatch"
+	"github.com/courier-go/courier/relay/internal/due"
 	"github.com/courier-go/courier/store"
 )
 
@@ -28,6 +29,7 @@ type Relay struct {
 	kick    chan struct{} // a batch finished: its keys may have more rows
 
 	disp *dispatch.Dispatcher
+	due  *due.Timer // when to release scheduled messages
 
 	mu      sync.Mutex
 	retryAt time.Time // earliest retry this relay scheduled
@@ -49,7 +51,8 @@ func New(st store.RelayStore, pub broker.Publisher, cfg Config) (*Relay, error) 
 	log := cfg.Logger.With("relay", cfg.Owner)
 	disp := dispatch.New(pub, dispatch.Config{Policy: dispatch.Policy{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff},
 		Clock: cfg.Clock, Logger: log, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider})
-	return &Relay{store: st, pub: pub, cfg: cfg, log: log, disp: disp, kick: make(chan struct{}, 1)}, nil
+	timer := due.New(st, due.Config{Limit: cfg.BatchSize, Timeout: cfg.LeaseDuration, Clock: cfg.Clock, Logger: log, Released: cfg.Observer.Released})
+	return &Relay{store: st, pub: pub, cfg: cfg, log: log, disp: disp, due: timer, kick: make(chan struct{}, 1)}, nil
 }
 
 // Owner returns the name this relay leases rows under.
@@ -117,6 +120,7 @@ func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 		if !r.sleepOutPause(ctx) {
 			return
 		}
+		r.due.Release(ctx) // the scheduled messages that are due, if the timer says so
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -166,17 +170,19 @@ func (r *Relay) claimBatch(ctx, work context.Context, wg *sync.WaitGroup, slots 
 	return len(batch.Records), nil
 }
 
-// idle waits up to wait, less when a retry this relay scheduled falls due,
-// for a wake-up, a finished batch or the end of ctx. It reports whether ctx
-// is still live.
+// idle waits up to wait, less when a retry this relay scheduled or a
+// scheduled message falls due, for a wake-up, a finished batch or the end
+// of ctx. It reports whether ctx is still live.
 func (r *Relay) idle(ctx context.Context, wake <-chan struct{}, wait time.Duration) bool {
 	if d := r.until(r.nextRetry()); d < wait {
 		wait = max(d, 0)
 	}
+	wait = min(wait, r.due.Wait())
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-wake:
+		r.due.Poke() // the commit may have scheduled a message due sooner
 	case <-r.kick:
 	case <-t.C:
 	case <-ctx.Done():

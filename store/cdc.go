@@ -51,6 +51,10 @@ const (
 	LogMessage
 	// LogCommit ends the current transaction: End is set.
 	LogCommit
+	// LogScheduled is a scheduled message written in the current
+	// transaction (store.Scheduler): not to publish, but a due time the
+	// relay may not know yet.
+	LogScheduled
 )
 
 // LogEvent is one decoded message of the log.

@@ -28,7 +28,9 @@ type Due struct {
 //
 // A scheduled message waits in a table of its own until it falls due; a
 // relay then moves it into the outbox (its release), from where it is
-// published like any message. While it waits it holds nothing back: not its
+// published like any message. It occurs at its due time: that is its
+// OccurredAt from its release on (its id, a UUIDv7, still tells when it
+// was written). While it waits it holds nothing back: not its
 // key, not the relay's claims (see package relay, Ordering).
 type Scheduler[TTx any] interface {
 	// Schedule adds msgs, due at due, in tx. Messages are already

@@ -15,6 +15,7 @@ import (
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/relay/internal/dispatch"
+	"github.com/courier-go/courier/relay/internal/due"
 	"github.com/courier-go/courier/store"
 )
 
@@ -163,6 +164,9 @@ type Database interface {
 	// Fail records failed publishes and returns each item's counted
 	// attempts as the database holds them (-1: its row is gone).
 	Fail(ctx context.Context, fs []store.LogFailure) ([]int, error)
+	// Releaser moves scheduled messages that have fallen due into the
+	// outbox, from where the log brings them.
+	store.Releaser
 }
 
 // Relay publishes the outbox from the log. Run it; it is not restartable
@@ -175,6 +179,7 @@ type Relay struct {
 	repl      *pgconn.Config // the replication connection's configuration
 	log       *slog.Logger
 	m         metrics
+	due       *due.Timer // when to release scheduled messages
 }
 
 // New returns a Relay that reads the outbox of db's database (through a
@@ -189,7 +194,8 @@ func New(db Database, pub broker.Publisher, cfg Config) (*Relay, error) {
 	}
 	disp := dispatch.New(pub, dispatch.Config{Policy: dispatch.Policy{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff},
 		Clock: cfg.Clock, Logger: cfg.Logger, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider})
-	return &Relay{db: db, disp: disp, pipelined: broker.KeepsKeyOrder(pub), cfg: cfg, repl: db.ReplicationConfig(), log: cfg.Logger}, nil
+	timer := due.New(db, due.Config{Limit: cfg.BatchSize, Timeout: cfg.PublishTimeout, Clock: cfg.Clock, Logger: cfg.Logger, Released: cfg.Observer.Released})
+	return &Relay{db: db, disp: disp, pipelined: broker.KeepsKeyOrder(pub), cfg: cfg, repl: db.ReplicationConfig(), log: cfg.Logger, due: timer}, nil
 }
 
 // Stats counts what the relay did since it was made.

@@ -250,6 +250,8 @@ func (rd *reader) event(ctx context.Context, ev store.LogEvent) error {
 		it := &item{LogItem: ev.Item, txn: rd.cur.t}
 		it.Xid = rd.cur.t.xid
 		rd.cur.items = append(rd.cur.items, it)
+	case store.LogScheduled:
+		rd.r.due.Poke() // a due time the relay may not know; released when due
 	case store.LogCommit:
 		b := rd.cur
 		rd.cur = nil

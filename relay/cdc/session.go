@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,6 +31,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.db.Setup(ctx, r.cfg.Publication); err != nil {
 		return err
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { r.releaseDue(ctx) })
 	failures := 0
 	standby := false
 	for {
@@ -55,6 +60,25 @@ func (r *Relay) Run(ctx context.Context) error {
 		if !waits.Sleep(ctx, delay) {
 			return nil
 		}
+	}
+}
+
+// releaseDue releases scheduled messages when they fall due, until ctx
+// ends: every relay does, reading the slot or waiting as a standby
+// (releases take turns in the database). The reader pokes the timer when
+// the log brings a scheduling transaction.
+func (r *Relay) releaseDue(ctx context.Context) {
+	for {
+		r.due.Release(ctx)
+		t := time.NewTimer(r.due.Wait())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-r.due.Poked():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 }
 

@@ -108,7 +108,9 @@ func (s *Store) Release(ctx context.Context, limit int) (store.Released, error) 
 	for _, sc := range due {
 		sc.released = now
 		s.seq++
-		s.rows = append(s.rows, &row{rec: store.Record{Seq: s.seq, Message: cloneMessage(sc.msg)}, createdAt: now})
+		m := cloneMessage(sc.msg)
+		m.OccurredAt = sc.due.UTC() // a scheduled message occurs at its due time
+		s.rows = append(s.rows, &row{rec: store.Record{Seq: s.seq, Message: m}, createdAt: now})
 		sc.msg.Payload, sc.msg.Headers = nil, nil
 	}
 	r := store.Released{Count: len(due)}

@@ -45,27 +45,48 @@ func (c CDC) ReplicationConfig() *pgconn.Config {
 // identifier is what a slot's or a publication's name may be.
 var identifier = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// Setup creates the publication on courier_outbox when it does not exist.
-// The database user must own the table (or be a superuser).
+// Setup creates the publication on courier_outbox and
+// courier_outbox_scheduled when it does not exist, and adds
+// courier_outbox_scheduled to one of courier_outbox that lacks it (made
+// before scheduled messages existed), so that the relay learns of a
+// scheduled message when its transaction commits. The database user must
+// own the tables (or be a superuser).
 func (c CDC) Setup(ctx context.Context, publication string) error {
 	if !identifier.MatchString(publication) {
 		return fmt.Errorf("postgres: publication %q: use 1 to 63 lower-case letters, digits and underscores", publication)
 	}
-	var exists bool
-	if err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&exists); err != nil {
-		return fmt.Errorf("postgres: look for publication %s: %w", publication, err)
+	var exists, outbox, scheduled bool
+	err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
+       EXISTS (SELECT 1 FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+               WHERE p.pubname = $1 AND r.prrelid = 'courier_outbox'::regclass),
+       EXISTS (SELECT 1 FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+               WHERE p.pubname = $1 AND r.prrelid = 'courier_outbox_scheduled'::regclass)`, publication).Scan(&exists, &outbox, &scheduled)
+	if err != nil {
+		return fmt.Errorf("postgres: look for publication %s: %w (run courier migrate first)", publication, err)
 	}
-	if exists {
-		return nil
-	}
-	_, err := c.pool.Exec(ctx, "CREATE PUBLICATION "+publication+" FOR TABLE courier_outbox WITH (publish = 'insert')")
-	if errorCode(err) == "42710" { // created meanwhile
-		return nil
+	switch {
+	case !exists:
+		_, err = c.pool.Exec(ctx, "CREATE PUBLICATION "+publication+" FOR TABLE courier_outbox, courier_outbox_scheduled WITH (publish = 'insert')")
+		if errorCode(err) == "42710" { // created meanwhile
+			return nil
+		}
+	case outbox && !scheduled:
+		_, err = c.pool.Exec(ctx, "ALTER PUBLICATION "+publication+" ADD TABLE courier_outbox_scheduled")
+		if errorCode(err) == "42710" { // added meanwhile
+			return nil
+		}
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: create publication %s on courier_outbox: %w (run courier migrate first; the user must own the table)", publication, err)
+		return fmt.Errorf("postgres: publication %s on courier_outbox and courier_outbox_scheduled: %w (run courier migrate first; the user must own the tables)", publication, err)
 	}
 	return nil
+}
+
+// Release implements store.Releaser, as the polling relay's store does: the
+// CDC relay releases scheduled messages into courier_outbox, from where the
+// log brings them.
+func (c CDC) Release(ctx context.Context, limit int) (store.Released, error) {
+	return release(ctx, c.pool, c.clock, limit)
 }
 
 // Decoder returns a decoder of the log for this outbox: its rows and its

@@ -14,7 +14,9 @@ import (
 // outboxDecoder turns pgoutput's messages (protocol version 1, binary
 // tuples, with logical decoding messages) into the outbox's: the rows
 // inserted into courier_outbox and the table-less messages of this
-// outbox's prefix, each transaction between its begin and its commit.
+// outbox's prefix, each transaction between its begin and its commit, and
+// the scheduled messages written (rows of courier_outbox_scheduled, which
+// say only that one was: the relay releases them when due).
 type outboxDecoder struct {
 	prefix    string // logPrefix and the table's OID
 	relations map[uint32]*pglogrepl.RelationMessage
@@ -39,7 +41,11 @@ func (d *outboxDecoder) Decode(data []byte) (store.LogEvent, error) {
 		if !ok || !d.inTx {
 			return store.LogEvent{}, fmt.Errorf("postgres: an insert into relation %d outside a transaction or before its description", m.RelationID)
 		}
-		if rel.RelationName != "courier_outbox" {
+		switch rel.RelationName {
+		case "courier_outbox_scheduled":
+			return store.LogEvent{Kind: store.LogScheduled}, nil
+		case "courier_outbox":
+		default:
 			return store.LogEvent{}, nil
 		}
 		it, err := d.row(rel, m.Tuple)

@@ -70,8 +70,9 @@ func release(t *testing.T, st store.RelayStore, limit int) store.Released {
 }
 
 // A scheduled message is released when the store's clock reaches its due
-// time, not a microsecond before, with every field it was written with; a
-// relative due time counts from the scheduling statement. Until then a
+// time, not a microsecond before, with every field it was written with but
+// its time, which is its due time (it occurs then); a relative due time
+// counts from the scheduling statement. Until then a
 // release reports when the next one is due, and a claim finds nothing.
 func testScheduledDueOnTime[TTx any](t *testing.T, db *relayDB[TTx]) {
 	t0 := db.stopClock()
@@ -109,7 +110,7 @@ func testScheduledDueOnTime[TTx any](t *testing.T, db *relayDB[TTx]) {
 	b = claim(t, st, "a", 10, time.Minute)
 	checkRows(t, "the second release", b.Records, []courier.Message{later}, nil)
 	if got := b.Records[0].Message; got.Version != 3 || got.Headers["h"] != "v" || string(got.Payload) != `{"n":1}` ||
-		got.ContentType != courier.ContentTypeJSON || !got.OccurredAt.Equal(later.OccurredAt.Truncate(tick)) {
+		got.ContentType != courier.ContentTypeJSON || !got.OccurredAt.Equal(t0.Add(10*time.Second)) {
 		t.Fatalf("released message %+v differs from the one scheduled, %+v", got, later)
 	}
 }

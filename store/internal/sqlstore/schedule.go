@@ -84,7 +84,7 @@ ORDER BY due_at, id
 LIMIT ?`
 	releaseInsertSQL = `INSERT INTO courier_outbox (` + columns.Names + `, created_at)
 SELECT s.message_id, s.topic, s.ordering_key, s.type, s.version, s.content_type, coalesce(s.payload, ''), s.headers,
-       s.occurred_at, ?
+       s.due_at, ?
 FROM courier_outbox_scheduled s%s
 WHERE s.id IN (%s)
 ORDER BY s.due_at, s.id%s`

@@ -48,8 +48,8 @@ CREATE TRIGGER courier_outbox_scheduled_wake AFTER INSERT ON courier_outbox_sche
     EXECUTE FUNCTION courier_outbox_scheduled_wake();
 
 -- courier_release moves up to p_limit scheduled messages due at p_now into
--- courier_outbox, in due order (then scheduling order), created at p_now,
--- and marks them released; it returns how many it moved, whether messages
+-- courier_outbox, in due order (then scheduling order), created at p_now
+-- and occurring at their due time, and marks them released; it returns how many it moved, whether messages
 -- still wait and how long until the first of them is due. One server-side
 -- call, so that no lock outlives it whatever the client does (a relay
 -- frozen while it reads the answer holds nothing). Releases take turns
@@ -82,7 +82,7 @@ BEGIN
         INSERT INTO courier_outbox (message_id, topic, ordering_key, type, version, content_type, payload, headers,
                                     occurred_at, created_at)
         SELECT d.message_id, d.topic, d.ordering_key, d.type, d.version, d.content_type, coalesce(d.payload, ''::bytea),
-               d.headers, d.occurred_at, p_now
+               d.headers, d.due_at, p_now
         FROM due d
         ORDER BY d.due_at, d.id
     )
