@@ -205,3 +205,56 @@ func TestLogOnlySlotCheck(t *testing.T) {
 
 	wantNoSlot("wal_level replica", write(open("wal_level=replica")), "wal_level is replica")
 }
+
+// The decoder of the log tells the relay of each scheduled message written
+// (an insert into courier_outbox_scheduled, which the publication Setup
+// makes carries), without taking it for a message to publish.
+func TestDecoderSeesScheduled(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	ctx := context.Background()
+	var level string
+	testenv.Must(t, pg.Pool.QueryRow(ctx, "SHOW wal_level").Scan(&level), "wal_level")
+	if level != "logical" {
+		t.Fatalf("wal_level is %s: the test needs logical (.ci/run sets it)", level)
+	}
+	d := postgres.NewDriver(pg.Pool)
+	slot := strings.ToLower(testenv.Name("dec_"))
+	testenv.Must(t, d.CDC().Setup(ctx, slot), "publication")
+	_, err := pg.Admin.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot)
+	testenv.Must(t, err, "slot")
+	t.Cleanup(func() {
+		_, _ = pg.Admin.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", slot)
+		_, _ = pg.Admin.Exec(context.Background(), "DROP PUBLICATION IF EXISTS "+slot)
+	})
+	w := outbox.New(d.Inserter(), outbox.Config{})
+	row, later := courier.NewMessage("t", "k", "T", []byte("now")), courier.NewMessage("t", "k", "T", []byte("later"))
+	testenv.Must(t, d.InTx(ctx, func(tx pgx.Tx) error {
+		if err := w.Write(ctx, tx, row); err != nil {
+			return err
+		}
+		return w.Schedule(ctx, tx, outbox.After(time.Hour), later)
+	}), "write")
+	dec, err := d.CDC().Decoder(ctx)
+	testenv.Must(t, err, "decoder")
+	rows, err := pg.Pool.Query(ctx, `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+    'proto_version', '1', 'publication_names', $2, 'binary', 'true', 'messages', 'true')`, slot, slot)
+	testenv.Must(t, err, "read the slot")
+	var kinds []store.LogEventKind
+	for rows.Next() {
+		var data []byte
+		testenv.Must(t, rows.Scan(&data), "scan")
+		ev, err := dec.Decode(data)
+		testenv.Must(t, err, "decode")
+		if ev.Kind != store.LogNone {
+			kinds = append(kinds, ev.Kind)
+		}
+		if ev.Kind == store.LogMessage && ev.Item.Message.ID != row.ID {
+			t.Fatalf("decoded message %s, want only the row written now", ev.Item.Message.Payload)
+		}
+	}
+	testenv.Must(t, rows.Err(), "rows")
+	want := []store.LogEventKind{store.LogBegin, store.LogMessage, store.LogScheduled, store.LogCommit}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Fatalf("decoded %v, want %v (begin, the row, the scheduled one, commit)", kinds, want)
+	}
+}

@@ -58,6 +58,7 @@ func exercise[TTx any](t *testing.T, open func(t testing.TB) store.Driver[TTx]) 
 		{"LocalNotifierWakesRelay", testWakeUp[TTx]},
 		{"EndToEnd", testEndToEnd[TTx]},
 		{"OrderOfSerialisedWriters", testOrderSerialised[TTx]},
+		{"Scheduled", testScheduled[TTx]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

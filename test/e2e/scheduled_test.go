@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store"
+)
+
+// stamps records when JetStream stored each message of the stream.
+type stamps struct {
+	mu sync.Mutex
+	at map[uuid.UUID]time.Time
+}
+
+// stamp subscribes to the broker's stream and records, for each message,
+// the time JetStream stored it.
+func (b *broker) stamp() *stamps {
+	b.t.Helper()
+	s := &stamps{at: map[uuid.UUID]time.Time{}}
+	js, err := b.nc.JetStream()
+	testenv.Must(b.t, err, "jetstream")
+	sub, err := js.Subscribe(b.mapping.SubjectPrefix+">", func(m *natsgo.Msg) {
+		meta, err := m.Metadata()
+		id, perr := uuid.Parse(m.Header.Get(natsgo.MsgIdHdr))
+		if err != nil || perr != nil {
+			b.t.Errorf("a message without its metadata or id: %v %v", err, perr)
+			return
+		}
+		s.mu.Lock()
+		if _, seen := s.at[id]; !seen {
+			s.at[id] = meta.Timestamp
+		}
+		s.mu.Unlock()
+	}, natsgo.DeliverAll(), natsgo.AckNone())
+	testenv.Must(b.t, err, "subscribe")
+	b.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return s
+}
+
+// of returns when id was stored, and whether it was.
+func (s *stamps) of(id uuid.UUID) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.at[id]
+	return at, ok
+}
+
+// Scheduled messages written through the dialect's Driver reach the broker
+// at or after their due times (JetStream's own timestamp), each once, each
+// key's in due order and after what the key wrote before they fell due;
+// the one cancelled in its own transaction never does, although every
+// message due after it did; two relays share the releases.
+func testScheduled[TTx any](t *testing.T, d store.Driver[TTx]) {
+	b := newBroker(t)
+	st := relayStore(t, d)
+	notify, _ := b.startRelays(st, 2)
+	w := outbox.New(d.Inserter(), outbox.Config{Notify: notify})
+	seen := b.stamp()
+	ctx := context.Background()
+
+	now := []courier.Message{courier.NewMessage("events", "k0", "Now", nil), courier.NewMessage("events", "k1", "Now", nil)}
+	write(t, d, w, now...)
+	var scheduled []dueMsg
+	start := time.Now()
+	for i := range 60 {
+		at := start.Add(time.Second + time.Duration(rand.IntN(1500))*time.Millisecond)
+		m := courier.NewMessage("events", fmt.Sprintf("k%d", i%3), "Reminder", fmt.Appendf(nil, "%d", i))
+		if err := d.InTx(ctx, func(tx TTx) error { return w.Schedule(ctx, tx, outbox.At(at), m) }); err != nil {
+			t.Fatalf("schedule: %v", err)
+		}
+		scheduled = append(scheduled, dueMsg{m, at})
+	}
+	relative := courier.NewMessage("events", "relative", "Reminder", []byte("relative"))
+	if err := d.InTx(ctx, func(tx TTx) error { return w.Schedule(ctx, tx, outbox.After(2*time.Second), relative) }); err != nil {
+		t.Fatalf("schedule after a delay: %v", err)
+	}
+	cancelled := scheduled[7]
+	if err := d.InTx(ctx, func(tx TTx) error { return w.Cancel(ctx, tx, cancelled.msg.ID) }); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	scheduled = append(scheduled[:7], scheduled[8:]...)
+
+	testenv.Eventually(t, 30*time.Second, func() bool { return b.count() == len(scheduled)+1+len(now) },
+		"the stream holds %d of %d messages", testenv.Lazy(func() any { return b.count() }), len(scheduled)+1+len(now))
+	for _, s := range scheduled {
+		if at, ok := seen.of(s.msg.ID); !ok || at.Before(s.at) {
+			t.Fatalf("message %s due at %s stored at %s (seen %v): early", s.msg.Payload, s.at, at, ok)
+		}
+	}
+	if at, ok := seen.of(relative.ID); !ok || at.Before(start.Add(2*time.Second)) {
+		t.Fatalf("the message due two seconds after its scheduling stored at %s, %s after the start", at, at.Sub(start))
+	}
+	if _, ok := seen.of(cancelled.msg.ID); ok {
+		t.Fatal("the cancelled message was published")
+	}
+	err := d.InTx(ctx, func(tx TTx) error { return w.Cancel(ctx, tx, scheduled[0].msg.ID) })
+	if !errors.Is(err, store.ErrAlreadyDue) {
+		t.Fatalf("cancel a published message: %v; want store.ErrAlreadyDue", err)
+	}
+	checkScheduledOrder(t, b.received(), now, append(scheduled, dueMsg{relative, start})...)
+}
+
+// dueMsg is a scheduled message and its due time.
+type dueMsg struct {
+	msg courier.Message
+	at  time.Time
+}
+
+// checkScheduledOrder fails unless each key's messages in got (first
+// copies) are its messages of first, in order, then its scheduled ones in
+// due order, those due together in the order they were scheduled.
+func checkScheduledOrder(t *testing.T, got, first []courier.Message, scheduled ...dueMsg) {
+	t.Helper()
+	sort.SliceStable(scheduled, func(i, j int) bool { return scheduled[i].at.Before(scheduled[j].at) })
+	want := map[string][]uuid.UUID{}
+	for _, m := range first {
+		want[m.Key] = append(want[m.Key], m.ID)
+	}
+	for _, s := range scheduled {
+		want[s.msg.Key] = append(want[s.msg.Key], s.msg.ID)
+	}
+	have := map[string][]uuid.UUID{}
+	seen := map[uuid.UUID]bool{}
+	for _, m := range got {
+		if !seen[m.ID] {
+			have[m.Key] = append(have[m.Key], m.ID)
+		}
+		seen[m.ID] = true
+	}
+	for k, ids := range want {
+		if fmt.Sprint(have[k]) != fmt.Sprint(ids) {
+			t.Fatalf("key %s: published %v, want %v", k, have[k], ids)
+		}
+	}
+}
