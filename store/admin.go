@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // ErrNotFound is returned for a dead letter or parked message that does not
@@ -44,6 +46,13 @@ type Admin interface {
 	RequestReplay(ctx context.Context, id int64) error
 	// DiscardParked deletes a parked message for good.
 	DiscardParked(ctx context.Context, id int64) error
+	// ListScheduled lists the scheduled messages that wait and f selects,
+	// in due order (then scheduling order), without their payloads.
+	ListScheduled(ctx context.Context, f ScheduleFilter) ([]ScheduledMessage, error)
+	// CancelScheduled cancels a scheduled message in a transaction of its
+	// own, as Scheduler.Cancel does, with its errors (ErrAlreadyDue,
+	// ErrNotScheduled).
+	CancelScheduled(ctx context.Context, id uuid.UUID) error
 	// RepairParked replaces the message id and the headers of a parked
 	// delivery, so that one parked because its headers were malformed (no
 	// message id, no type…) decodes when it is replayed; RequestReplay

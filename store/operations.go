@@ -102,10 +102,25 @@ type Status struct {
 	OverdueSagas []OverdueSagas `json:"overdue_sagas"`
 	// Keys are the Idempotency-Key records.
 	Keys KeyStatus `json:"idempotency_keys"`
+	// Scheduled are the scheduled messages that wait (store.Scheduler).
+	Scheduled ScheduledStatus `json:"scheduled"`
 	// Slots are the logical replication slots of the database, by name:
 	// those a CDC relay (package relay/cdc) reads the outbox through, and
 	// any other. PostgreSQL only; other dialects report none.
 	Slots []ReplicationSlot `json:"replication_slots"`
+}
+
+// ScheduledStatus is the scheduled messages that wait to be released.
+type ScheduledStatus struct {
+	// Waiting counts them.
+	Waiting Count `json:"waiting"`
+	// Due counts those whose due time has passed: a running relay releases
+	// them within milliseconds, so a count that stays above zero means no
+	// relay runs.
+	Due int64 `json:"due"`
+	// NextDue is when the earliest of them falls due; zero when none
+	// waits.
+	NextDue time.Time `json:"next_due,omitzero"`
 }
 
 // TopicStatus is one topic's outbox rows and dead letters.
@@ -350,10 +365,14 @@ const (
 	TableDeadLetters Table = "dead_letters"
 	// TableParked: consume-side dead letters, by parked_at.
 	TableParked Table = "parked"
+	// TableReleased: scheduled messages released into the outbox, kept
+	// (without their payloads) so that a cancel can say they were
+	// published, by released_at.
+	TableReleased Table = "released"
 )
 
 // Tables lists every Table, in the order a cleanup trims them.
-var Tables = []Table{TablePublished, TableInboxMarkers, TableInboxFailures, TableKeys, TableSagas, TableDeadLetters, TableParked}
+var Tables = []Table{TablePublished, TableInboxMarkers, TableInboxFailures, TableKeys, TableSagas, TableDeadLetters, TableParked, TableReleased}
 
 // ErrUnknownTable is returned by Trim for a Table not in Tables.
 var ErrUnknownTable = errors.New("unknown table")

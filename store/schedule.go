@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -114,6 +115,19 @@ type ScheduleFilter struct {
 	// After, when set, lists the messages after this one in the list's
 	// order (due time, then scheduling order): the cursor of the next page.
 	After uuid.UUID
-	// Limit is the most messages listed. Default 50, at most 1,000.
+	// Limit is the most messages listed: default DefaultListLimit, at
+	// most MaxListLimit.
 	Limit int
+}
+
+// Check returns f with its defaults, or an error naming the field that is
+// out of range.
+func (f ScheduleFilter) Check() (ScheduleFilter, error) {
+	switch {
+	case f.Limit == 0:
+		f.Limit = DefaultListLimit
+	case f.Limit < 0 || f.Limit > MaxListLimit:
+		return f, fmt.Errorf("ScheduleFilter.Limit is %d: use 1 to %d (0 means %d)", f.Limit, MaxListLimit, DefaultListLimit)
+	}
+	return f, nil
 }

@@ -14,9 +14,9 @@ import (
 // Operations returns the operators' maintenance view of s (see
 // [store.Operations]). s holds an outbox only: the consumers', sagas' and
 // keys' parts of its Status are empty, Reconcile finds no sagas nor keys,
-// ReleaseKey releases nothing, and Trim deletes from the published copies
-// and the dead letters only (other tables hold nothing to delete). TryLock
-// is a lock of the process.
+// ReleaseKey releases nothing, and Trim deletes from the published copies,
+// the dead letters and the released scheduled messages only (other tables
+// hold nothing to delete). TryLock is a lock of the process.
 func (s *Store) Operations() store.Operations { return memOps{s} }
 
 type memOps struct{ s *Store }
@@ -80,6 +80,7 @@ func (o memOps) Status(ctx context.Context) (store.Status, error) {
 	if len(s.published) > 0 {
 		st.OldestPublished = s.published[0].PublishedAt
 	}
+	st.Scheduled = s.scheduledStatus(now)
 	return st, nil
 }
 
@@ -138,7 +139,8 @@ func (o memOps) ReleaseLease(ctx context.Context, id int64) (bool, error) {
 // ReleaseKey implements store.Operations: there are no keys.
 func (memOps) ReleaseKey(context.Context, string, string) (bool, error) { return false, nil }
 
-// Trim implements store.Operations.
+// Trim implements store.Operations: the published copies, the dead letters
+// and the released scheduled messages hold rows to delete.
 func (o memOps) Trim(ctx context.Context, t store.Trim) (store.Trimmed, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Trimmed{}, fmt.Errorf("memstore: trim: %w", err)
@@ -165,6 +167,14 @@ func (o memOps) Trim(ctx context.Context, t store.Trim) (store.Trimmed, error) {
 	case store.TableDeadLetters:
 		s.dead = slices.DeleteFunc(s.dead, func(d store.DeadLetter) bool {
 			if n < t.Limit && d.DeadAt.Before(t.Before) {
+				n++
+				return true
+			}
+			return false
+		})
+	case store.TableReleased:
+		s.schedule = slices.DeleteFunc(s.schedule, func(sc *scheduled) bool {
+			if n < t.Limit && !sc.released.IsZero() && sc.released.Before(t.Before) {
 				n++
 				return true
 			}

@@ -155,3 +155,21 @@ func (s *Store) Scheduled() []store.ScheduledMessage {
 	}
 	return out
 }
+
+// scheduledStatus reports the waiting messages at now, under s.mu.
+func (s *Store) scheduledStatus(now time.Time) store.ScheduledStatus {
+	var st store.ScheduledStatus
+	for _, sc := range s.schedule {
+		if !sc.released.IsZero() {
+			continue
+		}
+		st.Waiting.N++
+		if !sc.due.After(now) {
+			st.Due++
+		}
+		if st.NextDue.IsZero() || sc.due.Before(st.NextDue) {
+			st.NextDue = sc.due.UTC()
+		}
+	}
+	return st
+}

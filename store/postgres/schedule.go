@@ -14,6 +14,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqlstore"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
@@ -182,4 +183,40 @@ func release(ctx context.Context, pool *pgxpool.Pool, clock store.Clock, limit i
 	}
 	r.Next = next
 	return r, nil
+}
+
+// ListScheduled implements store.Admin.
+func (a admin) ListScheduled(ctx context.Context, f store.ScheduleFilter) ([]store.ScheduledMessage, error) {
+	f, err := f.Check()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list scheduled messages: %w", err)
+	}
+	q, args := sqlstore.ListScheduledSQL(f, func(t time.Time) any { return t })
+	rows, err := a.pool.Query(ctx, sqltx.Dollar(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list scheduled messages: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ScheduledMessage, error) {
+		var m store.ScheduledMessage
+		err := r.Scan(&m.ID, &m.Topic, &m.Key, &m.Type, &m.Size, &m.Due, &m.Created)
+		m.Due, m.Created = m.Due.UTC(), m.Created.UTC()
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list scheduled messages: %w", err)
+	}
+	return out, nil
+}
+
+// CancelScheduled implements store.Admin.
+func (a admin) CancelScheduled(ctx context.Context, id uuid.UUID) error {
+	var cerr error
+	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		cerr = pgxScheduler{a.clock}.Cancel(ctx, tx, id)
+		return cerr
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return err
 }

@@ -286,3 +286,120 @@ func testScheduledConcurrentReleases[TTx any](t *testing.T, db *relayDB[TTx]) {
 	b := claim(t, db.newStore(t, false), "a", 1000, time.Minute)
 	checkRows(t, "after concurrent releases", b.Records, want, nil)
 }
+
+// Status counts the scheduled messages that wait, those due, and when the
+// next falls due, at the store's clock; released ones leave the count and,
+// once trimmed (store.TableReleased), a cancel no longer knows them.
+func testScheduledStatus[TTx any](t *testing.T, db *relayDB[TTx]) {
+	ops := db.ops(t)
+	t0 := db.stopClock()
+	st := db.newStore(t, false)
+	if s := opsStatus(t, ops).Scheduled; s.Waiting.N != 0 || s.Due != 0 || !s.NextDue.IsZero() {
+		t.Fatalf("status with nothing scheduled: %+v", s)
+	}
+	soon, later, last := msgPair("soon", "later")
+	db.schedule(t, store.Due{At: t0.Add(time.Minute)}, soon)
+	db.schedule(t, store.Due{At: t0.Add(2 * time.Minute)}, later)
+	db.schedule(t, store.Due{At: t0.Add(time.Hour)}, last)
+	if s := opsStatus(t, ops).Scheduled; s.Waiting.N != 3 || s.Due != 0 || !s.NextDue.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("status with three scheduled: %+v; want 3 waiting, none due, the next at %s", s, t0.Add(time.Minute))
+	}
+	db.clock.Set(t0.Add(2 * time.Minute))
+	if s := opsStatus(t, ops).Scheduled; s.Waiting.N != 3 || s.Due != 2 {
+		t.Fatalf("status with two due: %+v", s)
+	}
+	if r := release(t, st, 100); r.Count != 2 {
+		t.Fatalf("release: %+v", r)
+	}
+	if s := opsStatus(t, ops).Scheduled; s.Waiting.N != 1 || s.Due != 0 || !s.NextDue.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("status after the release: %+v; want 1 waiting, the next at %s", s, t0.Add(time.Hour))
+	}
+	trimmed, err := ops.Trim(context.Background(), store.Trim{Table: store.TableReleased, Before: t0.Add(2 * time.Minute)})
+	must(t, err, "trim released messages")
+	if trimmed.Deleted != 0 {
+		t.Fatalf("a trim before the release deleted %d", trimmed.Deleted)
+	}
+	trimmed, err = ops.Trim(context.Background(), store.Trim{Table: store.TableReleased, Before: t0.Add(2*time.Minute + tick)})
+	must(t, err, "trim released messages")
+	if trimmed.Deleted != 2 {
+		t.Fatalf("the trim after the release deleted %d, want the 2 released", trimmed.Deleted)
+	}
+	if err := db.cancel(t, soon.ID); !errors.Is(err, store.ErrNotScheduled) {
+		t.Fatalf("cancel a trimmed one: %v; want ErrNotScheduled", err)
+	}
+	if err := db.cancel(t, last.ID); err != nil {
+		t.Fatalf("the waiting one survives the trim: cancel: %v", err)
+	}
+}
+
+// Admin lists the scheduled messages that wait, in due order, filtered and
+// a page at a time, and cancels them as Cancel does.
+func testAdminScheduled[TTx any](t *testing.T, h opener[TTx]) {
+	db := open(t, h, true)
+	t0 := db.stopClock()
+	a, ctx := db.Admin(), context.Background()
+	var msgs []courier.Message
+	for i, spec := range []struct{ topic, key string }{{"a", "k1"}, {"b", "k1"}, {"a", "k2"}, {"a", "k1"}, {"b", "k3"}} {
+		m := courier.NewMessage(spec.topic, spec.key, "T", make([]byte, i))
+		db.schedule(t, store.Due{At: t0.Add(time.Duration(5-i) * time.Minute)}, m)
+		msgs = append(msgs, m)
+	}
+	slices.Reverse(msgs) // due order
+	list := func(f store.ScheduleFilter) []store.ScheduledMessage {
+		t.Helper()
+		got, err := a.ListScheduled(ctx, f)
+		must(t, err, "list scheduled %+v", f)
+		return got
+	}
+	ids := func(ms []store.ScheduledMessage) []uuid.UUID {
+		out := make([]uuid.UUID, len(ms))
+		for i, m := range ms {
+			out[i] = m.ID
+		}
+		return out
+	}
+	want := func(ms ...courier.Message) []uuid.UUID {
+		out := make([]uuid.UUID, len(ms))
+		for i, m := range ms {
+			out[i] = m.ID
+		}
+		return out
+	}
+	all := list(store.ScheduleFilter{})
+	if !slices.Equal(ids(all), want(msgs...)) || all[0].Size != 4 || all[0].Topic != "b" || all[0].Key != "k3" ||
+		!all[0].Due.Equal(t0.Add(time.Minute)) || !all[0].Created.Equal(t0) {
+		t.Fatalf("all scheduled: %+v", all)
+	}
+	for _, c := range []struct {
+		f    store.ScheduleFilter
+		want []uuid.UUID
+	}{
+		{store.ScheduleFilter{Topic: "a"}, want(msgs[1], msgs[2], msgs[4])},
+		{store.ScheduleFilter{Key: "k1"}, want(msgs[1], msgs[3], msgs[4])},
+		{store.ScheduleFilter{DueBefore: t0.Add(3 * time.Minute)}, want(msgs[0], msgs[1])},
+		{store.ScheduleFilter{Limit: 2, After: msgs[1].ID}, want(msgs[2], msgs[3])},
+	} {
+		if got := ids(list(c.f)); !slices.Equal(got, c.want) {
+			t.Fatalf("scheduled %+v: %v, want %v", c.f, got, c.want)
+		}
+	}
+	if _, err := a.ListScheduled(ctx, store.ScheduleFilter{Limit: store.MaxListLimit + 1}); err == nil {
+		t.Fatal("a limit past MaxListLimit was taken")
+	}
+	must(t, a.CancelScheduled(ctx, msgs[0].ID), "cancel")
+	if err := a.CancelScheduled(ctx, msgs[0].ID); !errors.Is(err, store.ErrNotScheduled) {
+		t.Fatalf("cancel twice: %v; want ErrNotScheduled", err)
+	}
+	db.clock.Set(t0.Add(2 * time.Minute))
+	st, err := db.RelayStore(ctx, store.RelayConfig{})
+	must(t, err, "relay store")
+	if r := release(t, st, 10); r.Count != 1 {
+		t.Fatalf("release: %+v; want the one due", r)
+	}
+	if err := a.CancelScheduled(ctx, msgs[1].ID); !errors.Is(err, store.ErrAlreadyDue) {
+		t.Fatalf("cancel a released one: %v; want ErrAlreadyDue", err)
+	}
+	if got := ids(list(store.ScheduleFilter{})); !slices.Equal(got, want(msgs[2:]...)) {
+		t.Fatalf("after the cancel and the release: %v", got)
+	}
+}

@@ -52,6 +52,7 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"ParkAndReplay", testParkAndReplay[TTx]},
 		{"AdminDeadLetters", testAdminDeadLetters[TTx]},
 		{"AdminLists", testAdminLists[TTx]},
+		{"AdminScheduled", testAdminScheduled[TTx]},
 		{"Operations", testOperations[TTx]},
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim[TTx]},
 		{"IdempotencyTakeoverAndExpiry", testIdempotencyExpiry[TTx]},
@@ -181,6 +182,7 @@ func runRelayTests[TTx any](t *testing.T, open func(t testing.TB, clock store.Cl
 		{"ScheduledCancel", testScheduledCancel[TTx]},
 		{"ScheduledCancelRace", testScheduledCancelRace[TTx]},
 		{"ScheduledConcurrentReleases", testScheduledConcurrentReleases[TTx]},
+		{"ScheduledStatus", testScheduledStatus[TTx]},
 	}, func(t *testing.T) *relayDB[TTx] {
 		clock := memstore.NewClock()
 		h := open(t, clock.Now)

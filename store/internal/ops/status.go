@@ -3,6 +3,7 @@ package ops
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -32,6 +33,7 @@ func (o Ops) Status(ctx context.Context) (store.Status, error) {
 		{"consumers", o.consumers},
 		{"sagas", o.sagas},
 		{"idempotency keys", o.keys},
+		{"scheduled messages", o.scheduled},
 		{"replication slots", o.slots},
 	} {
 		if err := step.fn(ctx, now, &st); err != nil {
@@ -39,6 +41,28 @@ func (o Ops) Status(ctx context.Context) (store.Status, error) {
 		}
 	}
 	return st, nil
+}
+
+// scheduled counts the scheduled messages that wait, and those due, through
+// the index on due times that waiting messages are in (reading at most
+// store.CountLimit+1 entries: no estimate, which would count the released
+// ones too).
+func (o Ops) scheduled(ctx context.Context, now time.Time, st *store.Status) error {
+	var n int64
+	if err := o.one(ctx, `SELECT count(*) FROM (SELECT 1 AS one FROM courier_outbox_scheduled WHERE released_at IS NULL LIMIT `+
+		fmt.Sprint(store.CountLimit+1)+`) AS c`, nil, &n); err != nil {
+		return err
+	}
+	st.Scheduled.Waiting = store.Count{N: min(n, store.CountLimit), Estimated: n > store.CountLimit}
+	if n == 0 {
+		return nil
+	}
+	if err := o.one(ctx, `SELECT min(due_at) FROM courier_outbox_scheduled WHERE released_at IS NULL`, nil,
+		o.d.Time.Dest(&st.Scheduled.NextDue)); err != nil {
+		return err
+	}
+	return o.one(ctx, `SELECT count(*) FROM (SELECT 1 AS one FROM courier_outbox_scheduled WHERE released_at IS NULL AND due_at <= ? LIMIT `+
+		fmt.Sprint(store.CountLimit+1)+`) AS c`, []any{o.d.Time.Encode(now)}, &st.Scheduled.Due)
 }
 
 func (o Ops) slots(ctx context.Context, _ time.Time, st *store.Status) error {

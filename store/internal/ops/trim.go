@@ -20,6 +20,7 @@ var trimmedTables = map[store.Table]trimmed{
 	store.TableKeys:          {"courier_idempotency_keys", "expires_at", "scope, idem_key"},
 	store.TableDeadLetters:   {"courier_outbox_dead_letters", "dead_at", "id"},
 	store.TableParked:        {"courier_inbox_dead_letters", "parked_at", "id"},
+	store.TableReleased:      {"courier_outbox_scheduled", "released_at", "id"},
 }
 
 // Trim implements store.Operations: one statement (one batch) in a

@@ -172,3 +172,63 @@ func placeholders(ids []int64) (string, []any) {
 	}
 	return strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", "), args
 }
+
+// ListScheduledSQL returns the query (with ? placeholders) that lists the
+// scheduled messages f (checked already) selects, and its arguments, times
+// encoded by encode: the columns are message_id, topic, ordering_key,
+// type, the payload's length, due_at and created_at. Every dialect takes
+// it, row values and length() of bytes included.
+func ListScheduledSQL(f store.ScheduleFilter, encode func(time.Time) any) (string, []any) {
+	conds, args := []string{"released_at IS NULL"}, []any{}
+	if f.Topic != "" {
+		conds, args = append(conds, "topic = ?"), append(args, f.Topic)
+	}
+	if f.Key != "" {
+		conds, args = append(conds, "ordering_key = ?"), append(args, f.Key)
+	}
+	if !f.DueBefore.IsZero() {
+		conds, args = append(conds, "due_at < ?"), append(args, encode(f.DueBefore))
+	}
+	if f.After != uuid.Nil {
+		conds = append(conds, "(due_at, id) > (SELECT a.due_at, a.id FROM courier_outbox_scheduled a WHERE a.message_id = ?)")
+		args = append(args, f.After.String())
+	}
+	return `SELECT message_id, topic, ordering_key, type, coalesce(length(payload), 0), due_at, created_at
+FROM courier_outbox_scheduled WHERE ` + strings.Join(conds, " AND ") + `
+ORDER BY due_at, id LIMIT ?`, append(args, f.Limit)
+}
+
+// ListScheduled implements store.Admin.
+func (a Admin) ListScheduled(ctx context.Context, f store.ScheduleFilter) ([]store.ScheduledMessage, error) {
+	f, err := f.Check()
+	if err != nil {
+		return nil, a.d.errorf("list scheduled messages: %w", err)
+	}
+	q, args := ListScheduledSQL(f, a.d.Encode)
+	var out []store.ScheduledMessage
+	err = sqltx.QueryEach(ctx, a.d.DB, q, args, func(rows *sql.Rows) error {
+		var m store.ScheduledMessage
+		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Type, &m.Size, a.d.Dest(&m.Due), a.d.Dest(&m.Created)); err != nil {
+			return err
+		}
+		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		return nil, a.d.errorf("list scheduled messages: %w", err)
+	}
+	return out, nil
+}
+
+// CancelScheduled implements store.Admin.
+func (a Admin) CancelScheduled(ctx context.Context, id uuid.UUID) error {
+	var cerr error
+	err := a.d.InTx(ctx, func(tx *sql.Tx) error {
+		cerr = a.d.Schedules().Cancel(ctx, tx, id)
+		return cerr
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return err
+}
