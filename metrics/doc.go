@@ -3,7 +3,7 @@
 // globally and starts no goroutine.
 //
 //	src := metrics.FromStatus(db.Operations())
-//	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src})
+//	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, Slots: src, Scheduled: src})
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(col)
 //	r, err := relay.New(st, pub, relay.Config{Observer: col.Relay()})
@@ -31,12 +31,14 @@
 // not hammered by its monitoring. courier_stats_last_success_timestamp_seconds
 // tells how old the values are.
 //
-// FromStatus answers all four kinds of gauges from one store.Status per
+// FromStatus answers all five kinds of gauges from one store.Status per
 // refresh (store.Operations, which every store.Database gives): the outbox
 // per topic, saga instances by type and state with those past their
-// deadline, the idempotency keys in flight and, on PostgreSQL, the logical
-// replication slots' lag (Config.Slots: courier_cdc_slot_lag_bytes and the
-// rest, per slot). StoreStats exports only the
+// deadline, the idempotency keys in flight, the scheduled messages that
+// wait (Config.Scheduled: courier_outbox_scheduled_messages, those already
+// due and the time until the next falls due) and, on PostgreSQL, the
+// logical replication slots' lag (Config.Slots: courier_cdc_slot_lag_bytes
+// and the rest, per slot). StoreStats exports only the
 // outbox's totals (store.Stats), with the label topic="", for a program
 // that holds a store.Admin alone. Any other source implements
 // OutboxSource, SagaSource or KeySource.

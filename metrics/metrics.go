@@ -28,6 +28,9 @@ type Config struct {
 	// logical replication slots, which CDC relays read). Nil: none.
 	// FromStatus answers it.
 	Slots SlotSource
+	// Scheduled is queried for the scheduled messages' gauges. Nil: none.
+	// FromStatus answers it.
+	Scheduled ScheduleSource
 	// MinInterval is the shortest time between two queries of the sources:
 	// a scrape within MinInterval of the last query is answered from its
 	// results, however many scrapers there are and however often they
@@ -206,6 +209,26 @@ type SlotStats struct {
 	LagKnown bool
 }
 
+// ScheduleSource answers the query behind the scheduled messages' gauges.
+// FromStatus answers it from store.Status.Scheduled.
+type ScheduleSource interface {
+	// ScheduleStats reports the scheduled messages that wait.
+	ScheduleStats(ctx context.Context) (ScheduleStats, error)
+}
+
+// ScheduleStats is the scheduled messages that wait to be released.
+type ScheduleStats struct {
+	// Waiting counts them.
+	Waiting int64
+	// Due counts those whose due time has passed; a running relay
+	// releases them within milliseconds.
+	Due int64
+	// NextDue is how long until the earliest falls due (negative: it is
+	// overdue), when Known.
+	NextDue time.Duration
+	Known   bool
+}
+
 // Collector is a prometheus.Collector of Courier's metrics. Register it in
 // a registry of your own; it registers nothing by itself. Hand
 // Collector.Relay to relay.Config.Observer and Collector.Consumer to
@@ -233,6 +256,7 @@ type Collector struct {
 		pending, leased, backoff, deadLetters, oldest  *prometheus.Desc
 		sagas, overdue, keys                           *prometheus.Desc
 		slotLag, slotRetained, slotSeconds, slotActive *prometheus.Desc
+		scheduled, scheduledDue, nextDue               *prometheus.Desc
 	}
 
 	mu       sync.Mutex // held while querying: scrapes queue behind one query
@@ -248,6 +272,7 @@ type snapshot struct {
 	sagas     []SagaStats
 	keys      []KeyStats
 	slots     []SlotStats
+	scheduled ScheduleStats
 }
 
 // Buckets of the histograms, in seconds.
@@ -331,6 +356,9 @@ func New(cfg Config) (*Collector, error) {
 	c.descs.slotLag = prometheus.NewDesc("courier_cdc_slot_lag_bytes", "Write-ahead log written that the replication slot's reader (a CDC relay) has not confirmed, in bytes.", slot, nil)
 	c.descs.slotRetained = prometheus.NewDesc("courier_cdc_slot_retained_bytes", "Write-ahead log PostgreSQL keeps for the replication slot, in bytes: what a stopped CDC relay costs in disk.", slot, nil)
 	c.descs.slotSeconds = prometheus.NewDesc("courier_cdc_slot_lag_seconds", "How long the replication slot's reader took to confirm what it was last sent (pg_stat_replication's flush_lag); absent when PostgreSQL does not know it (no reader, or caught up).", slot, nil)
+	c.descs.scheduled = prometheus.NewDesc("courier_outbox_scheduled_messages", "Scheduled messages waiting to fall due (outbox.Writer.Schedule).", nil, nil)
+	c.descs.scheduledDue = prometheus.NewDesc("courier_outbox_scheduled_due_messages", "Scheduled messages whose due time has passed but that no relay has released yet: above zero for long, no relay runs.", nil, nil)
+	c.descs.nextDue = prometheus.NewDesc("courier_outbox_scheduled_next_due_seconds", "Time until the earliest waiting scheduled message falls due (negative: overdue); absent when none waits.", nil, nil)
 	c.descs.slotActive = prometheus.NewDesc("courier_cdc_slot_active", "1 while a reader (a CDC relay) is connected to the replication slot, 0 otherwise.", slot, nil)
 	return c, nil
 }
@@ -364,6 +392,11 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if c.cfg.Slots != nil {
 		for _, d := range []*prometheus.Desc{c.descs.slotLag, c.descs.slotRetained, c.descs.slotSeconds, c.descs.slotActive} {
+			ch <- d
+		}
+	}
+	if c.cfg.Scheduled != nil {
+		for _, d := range []*prometheus.Desc{c.descs.scheduled, c.descs.scheduledDue, c.descs.nextDue} {
 			ch <- d
 		}
 	}
@@ -405,6 +438,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			active = 1
 		}
 		gauge(c.descs.slotActive, active)
+	}
+	if c.cfg.Scheduled != nil {
+		ch <- prometheus.MustNewConstMetric(c.descs.scheduled, prometheus.GaugeValue, float64(s.scheduled.Waiting))
+		ch <- prometheus.MustNewConstMetric(c.descs.scheduledDue, prometheus.GaugeValue, float64(s.scheduled.Due))
+		if s.scheduled.Known {
+			ch <- prometheus.MustNewConstMetric(c.descs.nextDue, prometheus.GaugeValue, s.scheduled.NextDue.Seconds())
+		}
 	}
 	for _, m := range c.collectors() {
 		m.Collect(ch)
@@ -465,6 +505,11 @@ func (c *Collector) refresh(ctx context.Context) snapshot {
 	if c.cfg.Slots != nil {
 		if v, err := c.cfg.Slots.SlotStats(ctx); c.note("slots", err) {
 			s.slots = v
+		}
+	}
+	if c.cfg.Scheduled != nil {
+		if v, err := c.cfg.Scheduled.ScheduleStats(ctx); c.note("scheduled", err) {
+			s.scheduled = v
 		}
 	}
 	return *s

@@ -14,11 +14,12 @@ type StatusReader interface {
 	Status(ctx context.Context) (store.Status, error)
 }
 
-// StatusSource answers the outbox, saga, idempotency-key and replication
-// slot gauges from one store.Status: the outbox per topic, the saga
-// instances by type and state with those past their deadline, the keys in
-// flight and PostgreSQL's logical replication slots. Use it for
-// Config.Outbox, Config.Sagas, Config.Keys and Config.Slots at once; one
+// StatusSource answers the outbox, saga, idempotency-key, replication slot
+// and scheduled messages' gauges from one store.Status: the outbox per
+// topic, the saga instances by type and state with those past their
+// deadline, the keys in flight, PostgreSQL's logical replication slots and
+// the scheduled messages that wait. Use it for Config.Outbox,
+// Config.Sagas, Config.Keys, Config.Slots and Config.Scheduled at once; one
 // refresh of the Collector makes one Status query.
 type StatusSource struct {
 	r  StatusReader
@@ -29,10 +30,11 @@ type StatusSource struct {
 }
 
 var (
-	_ OutboxSource = (*StatusSource)(nil)
-	_ SagaSource   = (*StatusSource)(nil)
-	_ KeySource    = (*StatusSource)(nil)
-	_ SlotSource   = (*StatusSource)(nil)
+	_ OutboxSource   = (*StatusSource)(nil)
+	_ SagaSource     = (*StatusSource)(nil)
+	_ KeySource      = (*StatusSource)(nil)
+	_ SlotSource     = (*StatusSource)(nil)
+	_ ScheduleSource = (*StatusSource)(nil)
 )
 
 // FromStatus returns a StatusSource on r.
@@ -126,6 +128,19 @@ func (s *StatusSource) SlotStats(ctx context.Context) ([]SlotStats, error) {
 			row.Lag, row.LagKnown = time.Duration(*sl.LagSeconds*float64(time.Second)), true
 		}
 		out = append(out, row)
+	}
+	return out, nil
+}
+
+// ScheduleStats implements ScheduleSource.
+func (s *StatusSource) ScheduleStats(ctx context.Context) (ScheduleStats, error) {
+	st, err := s.status(ctx)
+	if err != nil {
+		return ScheduleStats{}, err
+	}
+	out := ScheduleStats{Waiting: st.Scheduled.Waiting.N, Due: st.Scheduled.Due}
+	if !st.Scheduled.NextDue.IsZero() {
+		out.NextDue, out.Known = st.Scheduled.NextDue.Sub(st.Now), true
 	}
 	return out, nil
 }

@@ -22,6 +22,7 @@ type retentionFlags struct {
 	KeepSagas         time.Duration `name:"keep-sagas" help:"Delete completed and cancelled sagas, with their history, finished longer ago than this (0: keep them)." env:"KEEP_SAGAS"`
 	KeepDeadLetters   time.Duration `name:"keep-dead-letters" help:"Delete relay-side dead letters older than this, unreplayed (0: keep them until discarded)." env:"KEEP_DEAD_LETTERS"`
 	KeepParked        time.Duration `name:"keep-parked" help:"Delete consume-side parked messages older than this, unreplayed (0: keep them until discarded)." env:"KEEP_PARKED"`
+	KeepReleased      time.Duration `name:"keep-released" help:"Delete the records of scheduled messages released longer ago than this; until then cancelling one says it was published (0: keep them)." default:"720h" env:"KEEP_RELEASED"`
 	Batch             int           `help:"Rows deleted per transaction; small batches keep writers from waiting." default:"1000" env:"BATCH"`
 	Pause             time.Duration `help:"Pause between two batches, giving way to writers (0: none, as fast as it goes)." default:"25ms" env:"PAUSE"`
 }
@@ -41,6 +42,7 @@ func (f retentionFlags) keep(prefix string) (map[store.Table]time.Duration, erro
 		{"keep-sagas", store.TableSagas, f.KeepSagas},
 		{"keep-dead-letters", store.TableDeadLetters, f.KeepDeadLetters},
 		{"keep-parked", store.TableParked, f.KeepParked},
+		{"keep-released", store.TableReleased, f.KeepReleased},
 	} {
 		if r.d < 0 {
 			return nil, fmt.Errorf("--%s%s is %s: use a positive duration, or 0 to keep the rows", prefix, r.flag, r.d)

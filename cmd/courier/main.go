@@ -9,6 +9,7 @@
 //	courier status  --database-url postgres://localhost/app --fail-if-oldest 5m --fail-if-dead-letters
 //	courier reconcile --database-url postgres://localhost/app --repair
 //	courier cleanup --database-url postgres://localhost/app --keep-published 168h --keep-inbox-markers 720h
+//	courier scheduled list --database-url postgres://localhost/app --due-within 1h
 //	courier dashboard --database-url postgres://localhost/app --addr 127.0.0.1:8080
 //
 // Every flag can also be set through the environment variable named in
@@ -34,13 +35,14 @@ type cli struct {
 	LogFormat string `help:"Log format: text or json." enum:"text,json" default:"text" env:"COURIER_LOG_FORMAT"`
 	LogLevel  string `help:"Log level: debug, info, warn or error." enum:"debug,info,warn,error" default:"info" env:"COURIER_LOG_LEVEL"`
 
-	Migrate migrateCmd `cmd:"" help:"Create or upgrade Courier's tables, or print their SQL."`
-	Relay   relayCmd   `cmd:"" help:"Move committed outbox messages to the broker until stopped (SIGINT/SIGTERM)."`
-	Status  statusCmd  `cmd:"" help:"Show the outbox per topic, relays' leases, dead letters, consumers, sagas and idempotency keys; --fail-if-… for probes."`
-	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"List, show, replay or discard dead letters."`
-	Demo    demoCmd    `cmd:"" help:"Run the reference shop under load and faults, then check its invariants (nothing to install)."`
-	Shop    shopCmd    `cmd:"" help:"Run one service of the reference shop as a process of its own."`
-	Version versionCmd `cmd:"" help:"Print the version."`
+	Migrate   migrateCmd   `cmd:"" help:"Create or upgrade Courier's tables, or print their SQL."`
+	Relay     relayCmd     `cmd:"" help:"Move committed outbox messages to the broker until stopped (SIGINT/SIGTERM)."`
+	Status    statusCmd    `cmd:"" help:"Show the outbox per topic, relays' leases, dead letters, consumers, sagas and idempotency keys; --fail-if-… for probes."`
+	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show, replay or discard dead letters."`
+	Scheduled scheduledCmd `cmd:"" help:"List or cancel scheduled messages that wait to fall due."`
+	Demo      demoCmd      `cmd:"" help:"Run the reference shop under load and faults, then check its invariants (nothing to install)."`
+	Shop      shopCmd      `cmd:"" help:"Run one service of the reference shop as a process of its own."`
+	Version   versionCmd   `cmd:"" help:"Print the version."`
 
 	Reconcile reconcileCmd `cmd:"" help:"Find what is stuck (ended leases, messages failing for long, overdue sagas, keys left in flight); --repair puts it right."`
 	Cleanup   cleanupCmd   `cmd:"" help:"Delete old published copies, inbox markers, expired idempotency keys, finished sagas… in small batches."`

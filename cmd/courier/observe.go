@@ -68,7 +68,7 @@ func (f observeFlags) listen(ops store.Operations) (*observer, error) {
 		return nil, nil
 	}
 	src := metrics.FromStatus(ops)
-	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, Slots: src, MinInterval: f.StatsInterval, MaxTopics: f.MaxTopics})
+	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, Slots: src, Scheduled: src, MinInterval: f.StatsInterval, MaxTopics: f.MaxTopics})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ type statusCmd struct {
 	FailIfExpiredLease bool          `name:"fail-if-expired-leases" help:"Exit 1 when a relay's lease ended without being completed (a relay stopped or froze mid-batch)." env:"COURIER_FAIL_IF_EXPIRED_LEASES"`
 	FailIfSlotLag      byteSize      `name:"fail-if-slot-lag" placeholder:"SIZE" help:"Exit 1 when a logical replication slot's reader (a CDC relay) has not confirmed this much of the log, such as 512MB or 1GB (PostgreSQL)." env:"COURIER_FAIL_IF_SLOT_LAG"`
 	FailIfSlotInactive bool          `name:"fail-if-slot-inactive" help:"Exit 1 when a logical replication slot has no reader (no CDC relay runs) or is lost (PostgreSQL)." env:"COURIER_FAIL_IF_SLOT_INACTIVE"`
+	FailIfLate         time.Duration `name:"fail-if-scheduled-late" help:"Exit 1 when a scheduled message's due time passed longer ago than this (e.g. 1m) and no relay released it." env:"COURIER_FAIL_IF_SCHEDULED_LATE"`
 }
 
 // errChecks is returned when a --fail-if check failed; the status is
@@ -34,7 +35,7 @@ func (c *statusCmd) Run(e *env) error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"--fail-if-oldest", c.FailIfOldest}, {"--fail-if-overdue-sagas", c.FailIfOverdueSagas}} {
+	}{{"--fail-if-oldest", c.FailIfOldest}, {"--fail-if-overdue-sagas", c.FailIfOverdueSagas}, {"--fail-if-scheduled-late", c.FailIfLate}} {
 		if f.d < 0 {
 			return fmt.Errorf("%s is %s: use a positive duration such as 5m, or leave it out", f.name, f.d)
 		}
@@ -147,6 +148,10 @@ func (c *statusCmd) check(st store.Status) []string {
 			failed = append(failed, fmt.Sprintf("%d relay leases ended without being completed: courier reconcile --repair releases them", n))
 		}
 	}
+	if sc := st.Scheduled; c.FailIfLate > 0 && !sc.NextDue.IsZero() && st.Now.Sub(sc.NextDue) > c.FailIfLate {
+		failed = append(failed, fmt.Sprintf("%d scheduled messages are due and not released, the oldest for %s (more than --fail-if-scheduled-late %s): is a relay running?",
+			sc.Due, roundAbove(st.Now.Sub(sc.NextDue), c.FailIfLate), c.FailIfLate))
+	}
 	for _, s := range st.Slots {
 		if c.FailIfSlotLag > 0 && s.LagBytes > int64(c.FailIfSlotLag) {
 			failed = append(failed, fmt.Sprintf("replication slot %s lags %s, more than --fail-if-slot-lag %s: is its CDC relay running and publishing? (the slot keeps %s of log meanwhile)",
@@ -222,6 +227,8 @@ func printStatus(w io.Writer, st store.Status) {
 	row("keys in flight", st.Keys.InFlight, "", "", "")
 	row("  lock expired", st.Keys.LockExpired, "", "", "")
 	row("keys completed", count(st.Keys.Completed), "", "", "")
+	row("scheduled", count(st.Scheduled.Waiting), "", "", "next due "+relative(st.Now, st.Scheduled.NextDue))
+	row("  due, not released", st.Scheduled.Due, "", "", "")
 	if len(st.Slots) > 0 {
 		row()
 		row("REPLICATION SLOTS", "active", "wal status", "lag", "retained", "lag time")
