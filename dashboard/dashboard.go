@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -378,7 +379,7 @@ func (h *Handler) parse() error {
 		"when":  when,
 		"clip":  clip,
 		"add1":  func(i int) int { return i + 1 },
-		"bytes": bytes,
+		"bytes": sizeOf,
 	}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html")
 	if err != nil {
@@ -417,9 +418,19 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, page string, da
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if err := h.pages[page].ExecuteTemplate(w, "layout.html", data); err != nil {
+	// Rendered whole before it is sent: a page that fails halfway is an
+	// error, never a page cut short under 200 OK.
+	var b bytes.Buffer
+	if err := h.pages[page].ExecuteTemplate(&b, "layout.html", data); err != nil {
 		h.cfg.Logger.Error("dashboard: render", "page", page, "err", err)
+		if page != "error" {
+			h.fail(w, r, http.StatusInternalServerError, "The page could not be drawn; the dashboard's log says why.")
+			return
+		}
+		http.Error(w, "The page could not be drawn; the dashboard's log says why.", http.StatusInternalServerError)
+		return
 	}
+	_, _ = w.Write(b.Bytes())
 }
 
 // fail writes an error page with status.

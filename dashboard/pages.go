@@ -33,6 +33,9 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /sagas", h.sagas)
 	mux.HandleFunc("GET /sagas/{type}/{id}", h.saga)
 	mux.HandleFunc("GET /keys", h.keys)
+	mux.HandleFunc("GET /scheduled", h.scheduled)
+	mux.HandleFunc("GET /scheduled/confirm", h.confirmCancel)
+	mux.HandleFunc("POST /scheduled/cancel", h.cancelScheduled)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})
@@ -95,7 +98,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	out := st.Outbox
 	data := map[string]any{"Title": "Overview", "Now": st.Now, "Stats": out, "OldestAge": out.OldestPendingAge(),
 		"Parked": parked, "Dialect": h.cfg.Database.Dialect(), "Topics": st.Topics, "Relays": st.Relays, "Expired": expired,
-		"Published": st.Published}
+		"Published": st.Published, "Scheduled": st.Scheduled}
 	if first, ok := h.record(sample{at: st.Now, pending: out.Pending, dead: out.DeadLetters, published: st.Published.N}); ok {
 		over := st.Now.Sub(first.at)
 		rt := rate{Over: ago(over), Pending: perMinute(out.Pending-first.pending, over), Dead: perMinute(out.DeadLetters-first.dead, over)}
@@ -444,10 +447,17 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 	if len(failed) > 0 {
 		msg += fmt.Sprintf("; %d failed: %s", len(failed), strings.Join(failed, "; "))
 	}
-	// Back to the list the confirmation came from, and to nothing else.
+	h.backTo(w, r, "/"+s.path, msg)
+}
+
+// backTo redirects to the list page list (a path of the dashboard) that
+// the posted form came from, its filters kept, saying msg: to the form's
+// back when that is a page of list, to list itself otherwise, and to
+// nothing else.
+func (h *Handler) backTo(w http.ResponseWriter, r *http.Request, list, msg string) {
 	back := localPath(r.PostFormValue("back"))
-	if u, err := url.Parse(back); err != nil || u.Path != "/"+s.path {
-		back = "/" + s.path
+	if u, err := url.Parse(back); err != nil || u.Path != list {
+		back = list
 	}
 	sep := "?"
 	if strings.Contains(back, "?") {
@@ -556,8 +566,8 @@ func when(t any) string {
 	return "-"
 }
 
-// bytes shows a size for people: 512 B, 3.4 KiB, 10.0 MiB.
-func bytes(n int64) string {
+// sizeOf shows a size for people: 512 B, 3.4 KiB, 10.0 MiB.
+func sizeOf(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

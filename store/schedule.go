@@ -96,7 +96,7 @@ type ScheduledMessage struct {
 	Key   string `json:"key"`
 	Type  string `json:"type"`
 	// Size is the payload's length in bytes.
-	Size int `json:"size"`
+	Size int64 `json:"size"`
 	// Due is when it falls due.
 	Due time.Time `json:"due"`
 	// Created is when it was scheduled.
@@ -112,6 +112,9 @@ type ScheduleFilter struct {
 	Key string
 	// DueBefore, when set, keeps the messages due before it.
 	DueBefore time.Time
+	// IDs, when not empty, keeps only these messages: at most
+	// MaxListLimit.
+	IDs []uuid.UUID
 	// After, when set, lists the messages after this one in the list's
 	// order (due time, then scheduling order): the cursor of the next page.
 	After uuid.UUID
@@ -128,6 +131,9 @@ func (f ScheduleFilter) Check() (ScheduleFilter, error) {
 		f.Limit = DefaultListLimit
 	case f.Limit < 0 || f.Limit > MaxListLimit:
 		return f, fmt.Errorf("ScheduleFilter.Limit is %d: use 1 to %d (0 means %d)", f.Limit, MaxListLimit, DefaultListLimit)
+	}
+	if len(f.IDs) > MaxListLimit {
+		return f, fmt.Errorf("ScheduleFilter.IDs holds %d ids: ask for at most %d at once", len(f.IDs), MaxListLimit)
 	}
 	return f, nil
 }

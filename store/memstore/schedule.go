@@ -150,7 +150,7 @@ func (s *Store) Scheduled() []store.ScheduledMessage {
 		if sc.released.IsZero() {
 			m := sc.msg
 			out = append(out, store.ScheduledMessage{ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type,
-				Size: len(m.Payload), Due: sc.due.UTC(), Created: sc.created.UTC()})
+				Size: int64(len(m.Payload)), Due: sc.due.UTC(), Created: sc.created.UTC()})
 		}
 	}
 	return out

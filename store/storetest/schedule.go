@@ -378,6 +378,7 @@ func testAdminScheduled[TTx any](t *testing.T, h opener[TTx]) {
 		{store.ScheduleFilter{Key: "k1"}, want(msgs[1], msgs[3], msgs[4])},
 		{store.ScheduleFilter{DueBefore: t0.Add(3 * time.Minute)}, want(msgs[0], msgs[1])},
 		{store.ScheduleFilter{Limit: 2, After: msgs[1].ID}, want(msgs[2], msgs[3])},
+		{store.ScheduleFilter{IDs: []uuid.UUID{msgs[3].ID, msgs[0].ID, uuid.New()}}, want(msgs[0], msgs[3])},
 	} {
 		if got := ids(list(c.f)); !slices.Equal(got, c.want) {
 			t.Fatalf("scheduled %+v: %v, want %v", c.f, got, c.want)

@@ -189,6 +189,12 @@ func ListScheduledSQL(f store.ScheduleFilter, encode func(time.Time) any) (strin
 	if !f.DueBefore.IsZero() {
 		conds, args = append(conds, "due_at < ?"), append(args, encode(f.DueBefore))
 	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, "message_id IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(f.IDs)), ", ")+")")
+		for _, id := range f.IDs {
+			args = append(args, id.String())
+		}
+	}
 	if f.After != uuid.Nil {
 		conds = append(conds, "(due_at, id) > (SELECT a.due_at, a.id FROM courier_outbox_scheduled a WHERE a.message_id = ?)")
 		args = append(args, f.After.String())
