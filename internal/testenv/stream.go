@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,6 +19,37 @@ import (
 // within a minute.
 func StreamMessages(t testing.TB, nc *natsgo.Conn, stream string, mapping couriernats.Config) []courier.Message {
 	t.Helper()
+	var out []courier.Message
+	eachStreamMessage(t, nc, stream, func(m jetstream.Msg) {
+		msg, err := mapping.FromNATS(&natsgo.Msg{Subject: m.Subject(), Header: natsgo.Header(m.Headers()), Data: m.Data()})
+		Must(t, err, "decode")
+		out = append(out, msg)
+	})
+	return out
+}
+
+// StreamStamps reads the whole JetStream stream on nc and returns when
+// JetStream stored each message, by message id (Nats-Msg-Id): the earliest
+// a consumer could see it.
+func StreamStamps(t testing.TB, nc *natsgo.Conn, stream string) map[[16]byte]time.Time {
+	t.Helper()
+	out := map[[16]byte]time.Time{}
+	eachStreamMessage(t, nc, stream, func(m jetstream.Msg) {
+		meta, err := m.Metadata()
+		Must(t, err, "metadata")
+		id, err := uuid.Parse(m.Headers().Get(natsgo.MsgIdHdr))
+		Must(t, err, "message id")
+		if _, seen := out[id]; !seen {
+			out[id] = meta.Timestamp
+		}
+	})
+	return out
+}
+
+// eachStreamMessage calls fn with each message of the JetStream stream on
+// nc, in order. It fails t when the stream cannot be read within a minute.
+func eachStreamMessage(t testing.TB, nc *natsgo.Conn, stream string, fn func(jetstream.Msg)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	js, err := jetstream.New(nc)
@@ -28,32 +60,29 @@ func StreamMessages(t testing.TB, nc *natsgo.Conn, stream string, mapping courie
 	Must(t, err, "stream info")
 	total := int(info.State.Msgs)
 	if total == 0 {
-		return nil
+		return
 	}
 	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	Must(t, err, "ordered consumer")
-	out := make([]courier.Message, 0, total)
-	for len(out) < total {
-		batch, err := c.FetchNoWait(min(1000, total-len(out)))
+	for read := 0; read < total; {
+		batch, err := c.FetchNoWait(min(1000, total-read))
 		Must(t, err, "fetch")
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			msg, err := mapping.FromNATS(&natsgo.Msg{Subject: m.Subject(), Header: natsgo.Header(m.Headers()), Data: m.Data()})
-			Must(t, err, "decode")
-			out = append(out, msg)
+			fn(m)
 		}
+		read += got
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			t.Fatalf("fetch: %v", err)
 		}
 		if got == 0 {
 			if ctx.Err() != nil {
-				t.Fatalf("read %d of %d stream messages", len(out), total)
+				t.Fatalf("read %d of %d stream messages", read, total)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return out
 }
 
 // CheckDelivery verifies that every written message is in got (a stream
