@@ -37,6 +37,25 @@
 // key's pending rows, so it is published after what its key published
 // meanwhile and before what is still pending.
 //
+// A scheduled message (outbox.Writer.Schedule) is not in the outbox while
+// it waits, so it holds nothing back: its key's other messages, written
+// before or after it, go out as if it did not exist, and a relay's claims
+// never see it. When it falls due a relay releases it (store.Releaser):
+// moves it into the outbox as a message of its key written at that moment.
+// It is then published after every message of its key committed before its
+// release and before those committed after, and from then on this contract
+// holds for it as for any other. Releases take turns and move due messages
+// in the order of their due times, and of their scheduling for equal due
+// times, so a key's scheduled messages are published in due order among
+// themselves. A relay releases a message at or after its due time by the
+// database's clock, never before, and within milliseconds of it while a
+// relay runs; when no relay ran at that time, the messages that fell due
+// meanwhile are released when one starts, behind what their keys wrote
+// during the outage. A cancel (outbox.Writer.Cancel) that commits before
+// the release removes the message; a release passes over a message whose
+// cancel has not committed yet, and if that cancel rolls back, the next
+// release moves it, behind any message of its key released meanwhile.
+//
 // The CDC relay (package relay/cdc) keeps this contract in every case, with
 // commit order, which the log gives, where the polling relay has the order
 // rows become visible, and through kills, restarts and standby takeovers

@@ -3,11 +3,12 @@
 // checks that nothing was lost, applied twice or reordered, on each SQL
 // dialect (TestChaos/postgres, /mysql, /sqlite). It does the same to the
 // reference shop's four services (TestShopUnderProcessKills), then audits the
-// shop's databases, and to relays publishing to RabbitMQ, Kafka and a
-// webhook endpoint (the transport runs, below).
+// shop's databases, to relays publishing to RabbitMQ, Kafka and a webhook
+// endpoint (the transport runs, below), and to relays killed while
+// scheduled messages fall due (TestScheduledRelayKills).
 //
 //	go test ./test/chaos                  # the short runs CI does (under a minute each)
-//	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport, 5,000 orders and 10 minutes of CDC kills per mode, minutes of chaos
+//	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport, 5,000 orders, 10 minutes of CDC kills per mode and 5 of scheduled messages, minutes of chaos
 //
 // TestChaos's faults: relays and consumers killed, relays stopped past their
 // lease (by the test, and by themselves in the middle of a claim, see

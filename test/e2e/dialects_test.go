@@ -59,6 +59,7 @@ func exercise[TTx any](t *testing.T, open func(t testing.TB) store.Driver[TTx]) 
 		{"EndToEnd", testEndToEnd[TTx]},
 		{"OrderOfSerialisedWriters", testOrderSerialised[TTx]},
 		{"Scheduled", testScheduled[TTx]},
+		{"ScheduledDeadLetter", testScheduledDeadLetter[TTx]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

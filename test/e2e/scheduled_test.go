@@ -14,8 +14,10 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/memory"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
 )
 
@@ -144,5 +146,44 @@ func checkScheduledOrder(t *testing.T, got, first []courier.Message, scheduled .
 		if fmt.Sprint(have[k]) != fmt.Sprint(ids) {
 			t.Fatalf("key %s: published %v, want %v", k, have[k], ids)
 		}
+	}
+}
+
+// A scheduled message that keeps failing once released is an ordinary
+// message of the outbox: retried, then a dead letter with its history, and
+// published at once when the dead letter is replayed.
+func testScheduledDeadLetter[TTx any](t *testing.T, d store.Driver[TTx]) {
+	pub := memory.NewPublisher()
+	cfg := relayConfig(nil)
+	cfg.MaxAttempts = 3
+	r, err := relay.New(relayStore(t, d), pub, cfg)
+	testenv.Must(t, err, "relay")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	w := outbox.New(d.Inserter(), outbox.Config{})
+	m := courier.NewMessage("reminders", "order-1", "Reminder", []byte("{}"))
+	pub.Fail(m.ID, 3)
+	if err := d.InTx(ctx, func(tx TTx) error { return w.Schedule(ctx, tx, outbox.After(200*time.Millisecond), m) }); err != nil {
+		t.Fatalf("schedule: %v", err)
+	}
+	var dead store.DeadLetter
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		ds, err := d.Admin().DeadLetters(ctx, 10)
+		testenv.Must(t, err, "dead letters")
+		if len(ds) == 1 {
+			dead = ds[0]
+		}
+		return len(ds) == 1
+	}, "no dead letter")
+	if dead.MessageID != m.ID.String() || dead.Attempts != 3 || len(dead.History) != 3 {
+		t.Fatalf("dead letter %+v; want the scheduled message after 3 attempts", dead)
+	}
+	testenv.Must(t, d.Admin().ReplayDeadLetter(ctx, dead.ID), "replay")
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(pub.Messages()) == 1 }, "the replayed message is not published")
+	if got := pub.Messages()[0]; got.ID != m.ID {
+		t.Fatalf("published %s, want the scheduled message", got.ID)
 	}
 }
