@@ -16,6 +16,9 @@
 //     time, filtered by topic, consumer and error text; one with its
 //     headers, payload and history of attempts; replay and discard, one or
 //     in bulk.
+//   - Scheduled messages that wait: how many, the next due time and those
+//     past it that no relay has released; a page at a time, filtered by
+//     topic and key, next due first; cancelled one or more at a time.
 //   - Consumers with parked messages or failed runs of their handler.
 //   - Sagas: instances counted by type, phase and state (filtered by state),
 //     those past their deadline, and one instance's timeline of transitions
