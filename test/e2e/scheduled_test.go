@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker/memory"
@@ -20,45 +18,6 @@ import (
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
 )
-
-// stamps records when JetStream stored each message of the stream.
-type stamps struct {
-	mu sync.Mutex
-	at map[uuid.UUID]time.Time
-}
-
-// stamp subscribes to the broker's stream and records, for each message,
-// the time JetStream stored it.
-func (b *broker) stamp() *stamps {
-	b.t.Helper()
-	s := &stamps{at: map[uuid.UUID]time.Time{}}
-	js, err := b.nc.JetStream()
-	testenv.Must(b.t, err, "jetstream")
-	sub, err := js.Subscribe(b.mapping.SubjectPrefix+">", func(m *natsgo.Msg) {
-		meta, err := m.Metadata()
-		id, perr := uuid.Parse(m.Header.Get(natsgo.MsgIdHdr))
-		if err != nil || perr != nil {
-			b.t.Errorf("a message without its metadata or id: %v %v", err, perr)
-			return
-		}
-		s.mu.Lock()
-		if _, seen := s.at[id]; !seen {
-			s.at[id] = meta.Timestamp
-		}
-		s.mu.Unlock()
-	}, natsgo.DeliverAll(), natsgo.AckNone())
-	testenv.Must(b.t, err, "subscribe")
-	b.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return s
-}
-
-// of returns when id was stored, and whether it was.
-func (s *stamps) of(id uuid.UUID) (time.Time, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	at, ok := s.at[id]
-	return at, ok
-}
 
 // Scheduled messages written through the dialect's Driver reach the broker
 // at or after their due times (JetStream's own timestamp), each once, each
@@ -70,7 +29,6 @@ func testScheduled[TTx any](t *testing.T, d store.Driver[TTx]) {
 	st := relayStore(t, d)
 	notify, _ := b.startRelays(st, 2)
 	w := outbox.New(d.Inserter(), outbox.Config{Notify: notify})
-	seen := b.stamp()
 	ctx := context.Background()
 
 	now := []courier.Message{courier.NewMessage("events", "k0", "Now", nil), courier.NewMessage("events", "k1", "Now", nil)}
@@ -97,15 +55,16 @@ func testScheduled[TTx any](t *testing.T, d store.Driver[TTx]) {
 
 	testenv.Eventually(t, 30*time.Second, func() bool { return b.count() == len(scheduled)+1+len(now) },
 		"the stream holds %d of %d messages", testenv.Lazy(func() any { return b.count() }), len(scheduled)+1+len(now))
+	stamps := testenv.StreamStamps(t, b.nc, b.stream)
 	for _, s := range scheduled {
-		if at, ok := seen.of(s.msg.ID); !ok || at.Before(s.at) {
+		if at, ok := stamps[s.msg.ID]; !ok || at.Before(s.at) {
 			t.Fatalf("message %s due at %s stored at %s (seen %v): early", s.msg.Payload, s.at, at, ok)
 		}
 	}
-	if at, ok := seen.of(relative.ID); !ok || at.Before(start.Add(2*time.Second)) {
+	if at, ok := stamps[relative.ID]; !ok || at.Before(start.Add(2*time.Second)) {
 		t.Fatalf("the message due two seconds after its scheduling stored at %s, %s after the start", at, at.Sub(start))
 	}
-	if _, ok := seen.of(cancelled.msg.ID); ok {
+	if _, ok := stamps[cancelled.msg.ID]; ok {
 		t.Fatal("the cancelled message was published")
 	}
 	err := d.InTx(ctx, func(tx TTx) error { return w.Cancel(ctx, tx, scheduled[0].msg.ID) })
