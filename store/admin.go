@@ -136,19 +136,30 @@ const (
 // Check returns q with its default Limit, or an error naming the field
 // that is out of range.
 func (q ListQuery) Check() (ListQuery, error) {
-	switch {
-	case q.Limit == 0:
-		q.Limit = DefaultListLimit
-	case q.Limit < 0 || q.Limit > MaxListLimit:
-		return q, fmt.Errorf("ListQuery.Limit is %d: use 1 to %d (0 means %d)", q.Limit, MaxListLimit, DefaultListLimit)
-	}
-	if len(q.IDs) > MaxListLimit {
-		return q, fmt.Errorf("ListQuery.IDs holds %d ids: ask for at most %d at once", len(q.IDs), MaxListLimit)
+	var err error
+	if q.Limit, err = checkList("ListQuery", q.Limit, len(q.IDs)); err != nil {
+		return q, err
 	}
 	if q.After < 0 {
 		q.After = 0
 	}
 	return q, nil
+}
+
+// checkList is the rule of a list's Limit and IDs in the query type named
+// what: a limit of 0 is DefaultListLimit, one out of 1 to MaxListLimit an
+// error, and so are more than MaxListLimit ids. It returns the limit.
+func checkList(what string, limit, ids int) (int, error) {
+	switch {
+	case limit == 0:
+		limit = DefaultListLimit
+	case limit < 0 || limit > MaxListLimit:
+		return limit, fmt.Errorf("%s.Limit is %d: use 1 to %d (0 means %d)", what, limit, MaxListLimit, DefaultListLimit)
+	}
+	if ids > MaxListLimit {
+		return limit, fmt.Errorf("%s.IDs holds %d ids: ask for at most %d at once", what, ids, MaxListLimit)
+	}
+	return limit, nil
 }
 
 // DeadLetterSummary is a relay-side dead letter as a list shows it.

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -126,14 +125,7 @@ type ScheduleFilter struct {
 // Check returns f with its defaults, or an error naming the field that is
 // out of range.
 func (f ScheduleFilter) Check() (ScheduleFilter, error) {
-	switch {
-	case f.Limit == 0:
-		f.Limit = DefaultListLimit
-	case f.Limit < 0 || f.Limit > MaxListLimit:
-		return f, fmt.Errorf("ScheduleFilter.Limit is %d: use 1 to %d (0 means %d)", f.Limit, MaxListLimit, DefaultListLimit)
-	}
-	if len(f.IDs) > MaxListLimit {
-		return f, fmt.Errorf("ScheduleFilter.IDs holds %d ids: ask for at most %d at once", len(f.IDs), MaxListLimit)
-	}
-	return f, nil
+	var err error
+	f.Limit, err = checkList("ScheduleFilter", f.Limit, len(f.IDs))
+	return f, err
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,13 +41,11 @@ func TestCDCRelayKills(t *testing.T) {
 
 // cdcRun is one run of TestCDCRelayKills.
 type cdcRun struct {
+	*relayProcs
 	t         *testing.T
 	pg        *testenv.PG
 	nc        *natsgo.Conn
 	slot      string
-	cmdline   []string
-	logs      *os.File
-	runs      atomic.Int64 // relay processes started
 	tableless bool
 }
 
@@ -74,37 +69,22 @@ func cdcKills(t *testing.T, tableless bool) {
 	slot := strings.ToLower(testenv.Name("chaos_"))
 	t.Cleanup(func() { dropSlot(t, pg, slot) })
 
-	// Every publish on the wire, duplicates the stream drops included.
-	var wire atomic.Int64
-	sub, err := nc.Subscribe(mapping.SubjectPrefix+">", func(*natsgo.Msg) { wire.Add(1) })
-	testenv.Must(t, err, "subscribe")
-	testenv.Must(t, sub.SetPendingLimits(-1, -1), "pending limits")
-	defer sub.Unsubscribe()
-
-	logs, err := os.Create(filepath.Join(t.TempDir(), "relays.log"))
-	testenv.Must(t, err, "log file")
-	defer logs.Close()
-	c := &cdcRun{t: t, pg: pg, nc: nc, slot: slot, logs: logs, tableless: tableless,
-		cmdline: []string{courierBinary(t), "relay", "--mode", "cdc", "--slot", slot, "--publication", slot,
-			"--database-url", pg.URL, "--broker-url", natsURL, "--stream", stream, "--subject-prefix", mapping.SubjectPrefix,
-			"--batch-size", "200", "--log-format", "text", "--log-level", "info"}}
-	defer func() {
-		if t.Failed() {
-			t.Logf("last lines of the relays' log:\n%s", lastLines(logs.Name(), 40))
-		}
-	}()
+	wire := countWire(t, nc, mapping.SubjectPrefix)
+	c := &cdcRun{t: t, pg: pg, nc: nc, slot: slot, tableless: tableless, relayProcs: newRelayProcs(t, "relay", "--mode", "cdc",
+		"--slot", slot, "--publication", slot, "--database-url", pg.URL, "--broker-url", natsURL, "--stream", stream,
+		"--subject-prefix", mapping.SubjectPrefix, "--batch-size", "200", "--log-format", "text", "--log-level", "info")}
 
 	// A first relay makes the slot: table-less messages need it.
-	first := c.startRelay()
+	first := c.start()
 	testenv.Eventually(t, 60*time.Second, func() bool { return c.slotAt() > 0 }, "the slot is not made; log:\n%s",
-		testenv.Lazy(func() any { return lastLines(logs.Name(), 20) }))
+		testenv.Lazy(func() any { return lastLines(c.logs.Name(), 20) }))
 
 	chaos, stopChaos := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	var kills, terminated atomic.Int64
+	var terminated atomic.Int64
 	// Two relays live at a time, each for 0.3–3s.
-	wg.Go(func() { c.liveAndDie(chaos, first, &kills) })
-	wg.Go(func() { c.liveAndDie(chaos, nil, &kills) })
+	wg.Go(func() { c.liveAndDie(chaos, first) })
+	wg.Go(func() { c.liveAndDie(chaos, nil) })
 	wg.Go(func() {
 		for {
 			select {
@@ -142,7 +122,7 @@ func cdcKills(t *testing.T, tableless bool) {
 	end := c.walAt()
 
 	// One relay drains what is left.
-	last := c.startRelay()
+	last := c.start()
 	defer func() { _ = last.Process.Kill(); _ = last.Wait() }()
 	js := testenv.StreamCount
 	testenv.Eventually(t, 3*time.Minute, func() bool { return js(t, nc, stream) >= len(written) && c.slotAt() >= end },
@@ -176,39 +156,8 @@ func cdcKills(t *testing.T, tableless bool) {
 		t.Errorf("the slot's position moved in %d of %d one-second samples", m, s)
 	}
 	t.Logf("%s: %d messages in %s over %d keys; %d relay processes, %d SIGKILLed, %d walsenders terminated; %d publishes on the wire (%.2f×); slot moved in %d of %d seconds; 0 lost, 0 out of order, %d duplicates in the stream",
-		map[bool]string{false: "rows", true: "table-less"}[tableless], len(written), chaosFor, keys, c.runs.Load(), kills.Load(), terminated.Load(),
+		map[bool]string{false: "rows", true: "table-less"}[tableless], len(written), chaosFor, keys, c.runs.Load(), c.kills.Load(), terminated.Load(),
 		onWire, float64(onWire)/float64(len(written)), moved.Load(), samples.Load(), dups)
-}
-
-// startRelay starts a relay process.
-func (c *cdcRun) startRelay() *exec.Cmd {
-	cmd := exec.Command(c.cmdline[0], c.cmdline[1:]...)
-	cmd.Stderr = c.logs
-	testenv.Must(c.t, cmd.Start(), "start a relay")
-	c.runs.Add(1)
-	return cmd
-}
-
-// liveAndDie keeps one relay running, SIGKILLing it 0.3–3s after it
-// started and starting another, until ctx ends; it starts with cmd when
-// not nil.
-func (c *cdcRun) liveAndDie(ctx context.Context, cmd *exec.Cmd, kills *atomic.Int64) {
-	for {
-		if cmd == nil {
-			cmd = c.startRelay()
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(300+rand.IntN(2700)) * time.Millisecond):
-		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if ctx.Err() != nil {
-			return
-		}
-		kills.Add(1)
-		cmd = nil
-	}
 }
 
 // write commits one message per transaction, rate a second over keys

@@ -6,13 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,10 +40,9 @@ func TestScheduledRelayKills(t *testing.T) {
 
 // scheduledRun is one run of TestScheduledRelayKills.
 type scheduledRun struct {
-	t       *testing.T
-	pg      *testenv.PG
-	cmdline []string
-	logs    *os.File
+	*relayProcs
+	t  *testing.T
+	pg *testenv.PG
 }
 
 // scheduledMsg is a message scheduled by the test, and what became of it.
@@ -70,34 +65,20 @@ func scheduledKills(t *testing.T, mode string) {
 	stream := testenv.Name("SCHED")
 	mapping := couriernats.Config{SubjectPrefix: strings.ToLower(stream) + "."}
 	testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: stream}), "stream")
-	var wire atomic.Int64
-	sub, err := nc.Subscribe(mapping.SubjectPrefix+">", func(*natsgo.Msg) { wire.Add(1) })
-	testenv.Must(t, err, "subscribe")
-	testenv.Must(t, sub.SetPendingLimits(-1, -1), "pending limits")
-	defer sub.Unsubscribe()
-
-	logs, err := os.Create(filepath.Join(t.TempDir(), "relays.log"))
-	testenv.Must(t, err, "log file")
-	defer logs.Close()
-	r := &scheduledRun{t: t, pg: pg, logs: logs, cmdline: []string{courierBinary(t), "relay", "--database-url", pg.URL,
-		"--broker-url", natsURL, "--stream", stream, "--subject-prefix", mapping.SubjectPrefix, "--batch-size", "100",
-		"--log-format", "text", "--log-level", "warn"}}
+	wire := countWire(t, nc, mapping.SubjectPrefix)
+	args := []string{"relay", "--database-url", pg.URL, "--broker-url", natsURL, "--stream", stream,
+		"--subject-prefix", mapping.SubjectPrefix, "--batch-size", "100", "--log-format", "text", "--log-level", "warn"}
 	if mode == "cdc" {
 		slot := strings.ToLower(testenv.Name("sched_"))
 		t.Cleanup(func() { dropSlot(t, pg, slot) })
-		r.cmdline = append(r.cmdline, "--mode", "cdc", "--slot", slot, "--publication", slot)
+		args = append(args, "--mode", "cdc", "--slot", slot, "--publication", slot)
 	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("last lines of the relays' log:\n%s", lastLines(logs.Name(), 40))
-		}
-	}()
+	r := &scheduledRun{t: t, pg: pg, relayProcs: newRelayProcs(t, args...)}
 
 	chaos, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	var kills atomic.Int64
 	for range 2 {
-		wg.Go(func() { r.liveAndDie(chaos, &kills) })
+		wg.Go(func() { r.liveAndDie(chaos, nil) })
 	}
 	written := r.schedule(ctx, writeFor)
 	stop()
@@ -120,7 +101,7 @@ func scheduledKills(t *testing.T, mode string) {
 	_ = last.Wait()
 	checkScheduledStream(t, nc, stream, mapping, written, want)
 	t.Logf("%s: %d scheduled in %s (%d cancelled in time), %d relays SIGKILLed; %d publishes on the wire for %d messages (%.2f×); none early, none lost, none twice in the stream, each key in due order",
-		mode, len(written), writeFor, len(written)-len(want), kills.Load(), wire.Load(), len(want), float64(wire.Load())/float64(len(want)))
+		mode, len(written), writeFor, len(written)-len(want), r.kills.Load(), wire.Load(), len(want), float64(wire.Load())/float64(len(want)))
 }
 
 // checkScheduledStream fails unless the stream holds each of want once,
@@ -145,29 +126,6 @@ func checkScheduledStream(t *testing.T, nc *natsgo.Conn, stream string, mapping 
 	}
 	if dups := testenv.CheckDelivery(t, msgs, testenv.StreamMessages(t, nc, stream, mapping)); dups != 0 {
 		t.Errorf("%d duplicates reached the stream", dups)
-	}
-}
-
-// start starts a relay process.
-func (r *scheduledRun) start() *exec.Cmd {
-	cmd := exec.Command(r.cmdline[0], r.cmdline[1:]...)
-	cmd.Stderr = r.logs
-	testenv.Must(r.t, cmd.Start(), "start a relay")
-	return cmd
-}
-
-// liveAndDie keeps one relay running, SIGKILLing it 0.3–3s after it
-// started and starting another, until ctx ends.
-func (r *scheduledRun) liveAndDie(ctx context.Context, kills *atomic.Int64) {
-	for ctx.Err() == nil {
-		cmd := r.start()
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(300+rand.IntN(2700)) * time.Millisecond):
-		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		kills.Add(1)
 	}
 }
 
