@@ -165,7 +165,7 @@ func TestReconcileAndCleanup(t *testing.T) {
 		t.Fatalf("status after the repair: relays %+v, keys %+v", st.Relays, st.Keys)
 	}
 
-	if code, _, errOut := runCLI(t, "cleanup", "--database-url", url, "--no-expired-keys", "--keep-inbox-failures", "0"); code != 1 ||
+	if code, _, errOut := runCLI(t, "cleanup", "--database-url", url, "--no-expired-keys", "--keep-inbox-failures", "0", "--keep-released", "0"); code != 1 ||
 		!strings.Contains(errOut, "nothing to clean up: pass a retention such as --keep-published 168h") {
 		t.Fatalf("cleanup without retentions: exit %d, %s", code, errOut)
 	}
