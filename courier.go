@@ -34,6 +34,14 @@ var ErrInvalidMessage = errors.New("courier: invalid message")
 // decode. Consumers park such messages at once instead of retrying them.
 var ErrMalformed = errors.New("courier: malformed message")
 
+// ErrNewerVersion marks a received message whose version is newer than any
+// its consumer knows: the producer was deployed before the consumer. It
+// is neither applied (with the old shape's meaning) nor lost: the consumer
+// retries it without counting the runs, for as long as a rolling deploy
+// takes, then parks it with a reason naming the version, for a replay once
+// the consumer knows it. inbox.Router returns it; a handler may too.
+var ErrNewerVersion = errors.New("courier: message version newer than the consumer knows")
+
 // ValidationError describes one bad field of a message and how to fix it.
 type ValidationError struct {
 	// Field is the name of the offending field, for example "Topic" or

@@ -132,16 +132,26 @@ type Typed interface {
 	MessageType() string
 }
 
+// Versioned is implemented by values that name the version of their
+// message type's shape: the Go type a producer writes and a consumer
+// decodes say which version they are, so the two deploy independently.
+// NewJSON writes MessageVersion as the message's Version; inbox.On
+// handles that version.
+type Versioned interface {
+	MessageVersion() int
+}
+
 // NewJSON builds a message whose payload is v encoded as JSON. The type is
 // v's MessageType() when v implements [Typed], else its Go type name without
 // the package (OrderPlaced for shop.OrderPlaced or *shop.OrderPlaced);
-// WithType overrides both.
+// WithType overrides both. The version is [VersionOf] v; WithVersion
+// overrides it.
 func NewJSON(topic, key string, v any, opts ...Option) (Message, error) {
 	payload, err := json.Marshal(v)
 	if err != nil {
 		return Message{}, fmt.Errorf("courier: encode %T as JSON: %w", v, err)
 	}
-	m := NewMessage(topic, key, TypeName(v), payload, WithContentType(ContentTypeJSON))
+	m := NewMessage(topic, key, TypeName(v), payload, WithContentType(ContentTypeJSON), WithVersion(VersionOf(v)))
 	for _, o := range opts {
 		o(&m)
 	}
@@ -165,6 +175,21 @@ func TypeName(v any) string {
 		return rt.Name()
 	}
 	return rt.String()
+}
+
+// VersionOf returns the message version NewJSON gives v: v.MessageVersion()
+// when v implements [Versioned] (through a pointer too), else 1.
+func VersionOf(v any) int {
+	if vv, ok := v.(Versioned); ok {
+		return vv.MessageVersion()
+	}
+	rv := reflect.ValueOf(v)
+	if rv.IsValid() && rv.Kind() != reflect.Pointer {
+		if vv, ok := reflect.New(rv.Type()).Interface().(Versioned); ok {
+			return vv.MessageVersion()
+		}
+	}
+	return 1
 }
 
 // DecodeJSON decodes the message's payload into v.

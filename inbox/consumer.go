@@ -47,6 +47,16 @@ type ConsumerConfig struct {
 	// such as a stack overflow, or os.Exit) is never counted, so its
 	// message comes back until the handler is fixed.
 	MaxDeliveries int
+	// NewerVersionWait is how long a message newer than the consumer knows
+	// (its handler returned an error wrapping courier.ErrNewerVersion: the
+	// producer was deployed first) is retried before it is parked with
+	// store.ReasonNewerVersion, counted from its first such run (recorded
+	// as an uncounted failure, so the wait outlives restarts and is shared
+	// by every instance). Such runs do not count toward MaxDeliveries.
+	// Make it as long as a rolling deploy of the consumer takes; once it
+	// is deployed, `courier dlq replay` applies what was parked. Default
+	// DefaultNewerVersionWait (15m); negative parks at once.
+	NewerVersionWait time.Duration
 	// Backoff spaces retries. When it is entirely zero it takes the
 	// defaults DefaultBackoffInitial (200ms) doubling to DefaultBackoffMax
 	// (30s), jitter DefaultBackoffJitter (0.2).
@@ -97,16 +107,17 @@ type ConsumerConfig struct {
 
 // The defaults of ConsumerConfig's zero fields.
 const (
-	DefaultConcurrency     = 4
-	DefaultMaxDeliveries   = 5
-	DefaultBackoffInitial  = 200 * time.Millisecond
-	DefaultBackoffMax      = 30 * time.Second
-	DefaultBackoffJitter   = 0.2
-	DefaultExtendEvery     = 10 * time.Second
-	DefaultRetention       = 7 * 24 * time.Hour
-	DefaultCleanupEvery    = time.Hour
-	DefaultReplayEvery     = 5 * time.Second
-	DefaultShutdownTimeout = 10 * time.Second
+	DefaultConcurrency      = 4
+	DefaultMaxDeliveries    = 5
+	DefaultNewerVersionWait = 15 * time.Minute
+	DefaultBackoffInitial   = 200 * time.Millisecond
+	DefaultBackoffMax       = 30 * time.Second
+	DefaultBackoffJitter    = 0.2
+	DefaultExtendEvery      = 10 * time.Second
+	DefaultRetention        = 7 * 24 * time.Hour
+	DefaultCleanupEvery     = time.Hour
+	DefaultReplayEvery      = 5 * time.Second
+	DefaultShutdownTimeout  = 10 * time.Second
 )
 
 func (c *ConsumerConfig) setDefaults() {
@@ -115,6 +126,9 @@ func (c *ConsumerConfig) setDefaults() {
 	}
 	if c.MaxDeliveries == 0 {
 		c.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if c.NewerVersionWait == 0 {
+		c.NewerVersionWait = DefaultNewerVersionWait
 	}
 	if c.Backoff == (courier.Backoff{}) {
 		c.Backoff = courier.Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax, Jitter: DefaultBackoffJitter}
@@ -327,29 +341,21 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 		}
 		failedHere = true
 		failedAt := c.cfg.Clock.Now()
-		failure := store.Attempt{At: failedAt.UTC(), Error: describe(err)}
+		failure := store.Attempt{At: failedAt.UTC(), Error: describe(err), Uncounted: errors.Is(err, courier.ErrNewerVersion)}
 		hist, rerr := c.cs.RecordFailure(work, c.ib.consumer, j.msg.ID, failure)
+		if rerr != nil {
+			hist = []store.Attempt{failure}
+		}
 		if errors.Is(err, courier.ErrMalformed) {
-			if rerr != nil {
-				hist = []store.Attempt{failure}
-			}
 			c.park(work, j, store.ReasonMalformed, err, hist)
 			return
 		}
-		failures := len(hist)
-		if rerr != nil {
-			// Uncounted: the database is likely unreachable, which may
-			// also be why the handler failed. Retry without parking.
-			c.log.Warn("could not record the handler's failure; retrying without counting it", "message_id", j.msg.ID, "error", rerr)
-			failures = runs
-		} else if failures >= c.cfg.MaxDeliveries {
-			c.park(work, j, store.ReasonFailed, err, hist)
+		delay, park := c.retryIn(j, err, failedAt, hist, rerr, runs)
+		if park != "" {
+			c.park(work, j, park, err, hist)
 			return
 		}
-		delay := c.cfg.Backoff.Delay(failures)
 		c.retried.Add(1)
-		c.log.Warn("handler failed; will retry", "message_id", j.msg.ID, "type", j.msg.Type, "key", j.msg.Key,
-			"failures", failures, "retry_in", delay, "error", err)
 		if !c.cfg.KeepOrder {
 			if err := d.Retry(work, delay); err != nil {
 				c.log.Warn("could not schedule redelivery; the broker redelivers after its ack wait", "message_id", j.msg.ID, "error", err)
@@ -362,6 +368,38 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 			return // shutting down: the broker redelivers it
 		}
 	}
+}
+
+// retryIn says when a failed run of j (err, at failedAt) runs again, or
+// why it is parked instead: its failures reached MaxDeliveries, or it
+// waited for a consumer that knows its version for NewerVersionWait. hist
+// is the message's recorded failures, this one included, unless rerr says
+// recording it failed; runs counts this delivery's runs here.
+func (c *Consumer[TTx]) retryIn(j job, err error, failedAt time.Time, hist []store.Attempt, rerr error, runs int) (delay time.Duration, park string) {
+	failures, waitingSince := store.Counted(hist)
+	if rerr != nil {
+		// Uncounted: the database is likely unreachable, which may also be
+		// why the handler failed. Retry without parking.
+		c.log.Warn("could not record the handler's failure; retrying without counting it", "message_id", j.msg.ID, "error", rerr)
+		return c.cfg.Backoff.Delay(runs), ""
+	}
+	if !hist[len(hist)-1].Uncounted {
+		if failures >= c.cfg.MaxDeliveries {
+			return 0, store.ReasonFailed
+		}
+		delay = c.cfg.Backoff.Delay(failures)
+		c.log.Warn("handler failed; will retry", "message_id", j.msg.ID, "type", j.msg.Type, "key", j.msg.Key,
+			"failures", failures, "retry_in", delay, "error", err)
+		return delay, ""
+	}
+	waited, left := failedAt.Sub(waitingSince), c.cfg.NewerVersionWait-failedAt.Sub(waitingSince)
+	if left <= 0 {
+		return 0, store.ReasonNewerVersion
+	}
+	delay = min(c.cfg.Backoff.Delay(len(hist)-failures), left)
+	c.log.Warn("message newer than this consumer knows; waiting for its deploy", "message_id", j.msg.ID, "type", j.msg.Type,
+		"version", j.msg.Version, "key", j.msg.Key, "waited", waited, "parked_in", left, "retry_in", delay, "error", err)
+	return delay, ""
 }
 
 // succeeded finishes a delivery whose handler committed (or that was a

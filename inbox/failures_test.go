@@ -222,3 +222,60 @@ func testCrashesAreNotFailures[TTx any](t *testing.T, d dialect[TTx]) {
 		t.Fatalf("%d recorded failures left after the message was applied, want 0", n)
 	}
 }
+
+func TestNewerVersionWaitsForTheDeploy(t *testing.T) {
+	onEachDialect(t, testNewerVersionWaitsForTheDeploy, testNewerVersionWaitsForTheDeploy)
+}
+
+// The producer is deployed first: a consumer that knows version 1 of an
+// event meets version 2. It neither applies it nor counts its runs (far
+// more than MaxDeliveries 1) while the message of another key goes on;
+// the wait, counted from its first run in the database, carries over to
+// the next process, which parks it once NewerVersionWait passed on the
+// consumer's clock, with the reason and the version named. The consumer
+// that knows version 2, deployed after, applies it when it is replayed.
+func testNewerVersionWaitsForTheDeploy[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
+	old := courier.NewMessage("orders", "o1", "OrderPlaced", []byte("v1"))
+	newer := courier.NewMessage("orders", "o2", "OrderPlaced", []byte("v2"), courier.WithVersion(2))
+	e.publish(newer, old)
+	router := func(versions ...int) inbox.Handler[TTx] {
+		r := inbox.NewRouter[TTx]()
+		for _, v := range versions {
+			r.HandleVersion("OrderPlaced", v, recordEffect(e.db, "orders"))
+		}
+		return r.Handler()
+	}
+	clock := memstore.NewClock()
+	cfg := inbox.ConsumerConfig{MaxDeliveries: 1, NewerVersionWait: time.Hour, Concurrency: 1, Clock: clock.Now}
+	c1, stop := e.start("orders", router(1), cfg)
+	testenv.Eventually(t, 10*time.Second, func() bool { mm := c1.Metrics(); return mm.Retried >= 3 && mm.Applied == 1 },
+		"the newer message was not retried past MaxDeliveries, or the older one not applied: %v", testenv.Lazy(func() any { return c1.Metrics() }))
+	stop()
+	if mm := c1.Metrics(); mm.Parked != 0 || e.effects(newer) != 0 || e.effects(old) != 1 {
+		t.Fatalf("before the wait ended: metrics %+v, effects of the newer %d, of the older %d", mm, e.effects(newer), e.effects(old))
+	}
+
+	clock.Advance(time.Hour)
+	c2, stop := e.start("orders", router(1), cfg)
+	testenv.Eventually(t, 10*time.Second, func() bool { return c2.Metrics().Parked == 1 }, "not parked: %v", testenv.Lazy(func() any { return c2.Metrics() }))
+	stop()
+	if mm := c2.Metrics(); mm.Retried != 0 {
+		t.Fatalf("the next process retried it (%+v): the wait did not carry over", mm)
+	}
+	ps := e.parked("orders")
+	if len(ps) != 1 || ps[0].MessageID != newer.ID.String() || ps[0].Reason != store.ReasonNewerVersion ||
+		!strings.Contains(ps[0].Error, "OrderPlaced version 2") || !ps[0].History[0].Uncounted {
+		t.Fatalf("parked %+v; want the newer message, reason %s, naming its version, its runs uncounted", ps, store.ReasonNewerVersion)
+	}
+
+	c3 := e.run("orders", router(1, 2), cfg)
+	e.requestReplays("orders")
+	testenv.Eventually(t, 10*time.Second, func() bool { return c3.Metrics().Replayed == 1 }, "not replayed: %v", testenv.Lazy(func() any { return c3.Metrics() }))
+	if e.effects(newer) != 1 || len(e.parked("orders")) != 0 {
+		t.Fatalf("after the replay: %d effects of the newer message, %d parked", e.effects(newer), len(e.parked("orders")))
+	}
+	if n := e.db.count(t, "SELECT count(*) FROM courier_inbox_failures"); n != 0 {
+		t.Fatalf("%d recorded failures left", n)
+	}
+}

@@ -16,7 +16,10 @@
 // optional per-key order, retries with backoff, recovery of handlers that
 // panic, and parking (consume-side dead letters) for messages whose handler
 // failed MaxDeliveries times or that can never be processed.
-// [Router] dispatches by message type to typed handlers.
+// [Router] dispatches by message type and version to typed handlers;
+// upcasters ([Upcast]) turn old versions into the newest shape, and a
+// version newer than the consumer knows (courier.ErrNewerVersion) waits,
+// uncounted, for the consumer's deploy (ConsumerConfig.NewerVersionWait).
 //
 // ConsumerConfig.Clock is the time the consumer reads (when a run failed,
 // when a retry in place falls due, which markers are past their
@@ -41,7 +44,9 @@ import (
 // Handler applies one message inside tx, the transaction that also records
 // the message's inbox marker. Returning an error rolls both back; an error
 // wrapping courier.ErrMalformed says the message can never be applied (the
-// Consumer parks it at once instead of retrying).
+// Consumer parks it at once instead of retrying); one wrapping
+// courier.ErrNewerVersion says the consumer does not know the message's
+// version yet (retried, uncounted, for ConsumerConfig.NewerVersionWait).
 type Handler[TTx any] func(ctx context.Context, tx TTx, msg courier.Message) error
 
 // Result says what Handle did with a message.

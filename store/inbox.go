@@ -41,7 +41,7 @@ type ConsumerStore interface {
 	// RecordFailure records that a run of consumer's handler failed on
 	// message id (its transaction was rolled back), in a transaction of its
 	// own, and returns every failure recorded for that message and consumer
-	// so far, oldest first, this one included. The record outlives the
+	// so far, oldest first, this one included, each with its Uncounted. The record outlives the
 	// process and is shared by every instance of the consumer, so failed
 	// runs are counted however many times the message is delivered, and a
 	// delivery lost to a crash counts nothing.
@@ -69,7 +69,7 @@ type Parked struct {
 	Subject string              `json:"subject"`
 	Headers map[string][]string `json:"headers,omitempty"`
 	Payload []byte              `json:"payload"`
-	// Reason is ReasonMalformed or ReasonFailed.
+	// Reason is ReasonMalformed, ReasonFailed or ReasonNewerVersion.
 	Reason string `json:"reason"`
 	// Error is the last error.
 	Error string `json:"error"`
@@ -88,6 +88,24 @@ type Parked struct {
 type Attempt struct {
 	At    time.Time `json:"at"`
 	Error string    `json:"error"`
+	// Uncounted marks a run that does not count toward the consumer's
+	// MaxDeliveries: the message was newer than the consumer knows
+	// (courier.ErrNewerVersion), and waits for the consumer's deploy.
+	Uncounted bool `json:"uncounted,omitempty"`
+}
+
+// Counted returns how many of hist count toward MaxDeliveries, and when
+// the first uncounted one happened (zero when none did).
+func Counted(hist []Attempt) (n int, firstUncounted time.Time) {
+	for _, a := range hist {
+		switch {
+		case !a.Uncounted:
+			n++
+		case firstUncounted.IsZero():
+			firstUncounted = a.At
+		}
+	}
+	return n, firstUncounted
 }
 
 // Reasons a delivery is parked.
@@ -97,4 +115,9 @@ const (
 	ReasonMalformed = "malformed"
 	// ReasonFailed: the handler failed on every allowed delivery.
 	ReasonFailed = "failed"
+	// ReasonNewerVersion: the message's version is newer than any the
+	// consumer knows (courier.ErrNewerVersion), and stayed so for the
+	// consumer's NewerVersionWait. Replay it once the consumer that knows
+	// the version is deployed.
+	ReasonNewerVersion = "newer_version"
 )

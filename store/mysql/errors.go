@@ -12,6 +12,8 @@ const (
 	errDupEntry = 1062
 	// errDupKeyName is ER_DUP_KEYNAME: an index of that name exists.
 	errDupKeyName = 1061
+	// errDupFieldName is ER_DUP_FIELDNAME: a column of that name exists.
+	errDupFieldName = 1060
 	// errNoSuchTable is ER_NO_SUCH_TABLE.
 	errNoSuchTable = 1146
 	// errDeadlock is ER_LOCK_DEADLOCK: InnoDB rolled the transaction back

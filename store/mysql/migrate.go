@@ -88,7 +88,7 @@ func applyMigrations(ctx context.Context, db *sql.DB) ([]int, error) {
 	var applied []int
 	for _, m := range pending {
 		for i, stmt := range statements(m.SQL) {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil && errorNumber(err) != errDupKeyName {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
 				return applied, fmt.Errorf("apply %04d_%s, statement %d (%s): %w; MySQL commits DDL at once, so the statements before it stay applied: fix the cause and run Migrate again",
 					m.Version, m.Name, i+1, firstLine(stmt), err)
 			}
@@ -164,3 +164,12 @@ func schemaVersion(ctx context.Context, q sqltx.Querier) (int, error) {
 // holds several statements: run it with the mysql client or a tool that
 // splits statements, or on a connection with multiStatements=true.
 func ExportSQL() []store.Migration { return migrations.Export() }
+
+// alreadyApplied says err is a statement's refusal to add what an earlier,
+// interrupted run of its migration added: an index or a column of that name
+// exists. MySQL commits DDL at once, and (unlike MariaDB) has no ADD COLUMN
+// IF NOT EXISTS, so such a statement is skipped on the next run.
+func alreadyApplied(err error) bool {
+	n := errorNumber(err)
+	return n == errDupKeyName || n == errDupFieldName
+}

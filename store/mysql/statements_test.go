@@ -28,11 +28,13 @@ func TestStatements(t *testing.T) {
 			t.Fatalf("migration %d has no statements", m.Version)
 		}
 		for _, s := range stmts {
-			// Migrate skips an index that exists (ER_DUP_KEYNAME), so an
-			// ALTER TABLE adding one index is idempotent.
-			addsOneKey := strings.HasPrefix(s, "ALTER TABLE ") && strings.Count(s, " ADD ") == 1 && strings.Contains(s, " ADD KEY ")
-			if !strings.HasPrefix(s, "CREATE TABLE IF NOT EXISTS ") && !strings.HasPrefix(s, "INSERT IGNORE ") && !addsOneKey {
-				t.Errorf("migration %d: statement %q is not idempotent (CREATE TABLE IF NOT EXISTS, INSERT IGNORE or ALTER TABLE … ADD KEY)", m.Version, firstLine(s))
+			// Migrate skips an index or a column that exists
+			// (ER_DUP_KEYNAME, ER_DUP_FIELDNAME), so an ALTER TABLE adding
+			// one index or one column is idempotent.
+			addsOne := strings.HasPrefix(s, "ALTER TABLE ") && strings.Count(s, " ADD ") == 1 &&
+				(strings.Contains(s, " ADD KEY ") || strings.Contains(s, " ADD COLUMN "))
+			if !strings.HasPrefix(s, "CREATE TABLE IF NOT EXISTS ") && !strings.HasPrefix(s, "INSERT IGNORE ") && !addsOne {
+				t.Errorf("migration %d: statement %q is not idempotent (CREATE TABLE IF NOT EXISTS, INSERT IGNORE, ALTER TABLE … ADD KEY or ADD COLUMN)", m.Version, firstLine(s))
 			}
 			if strings.Contains(s, ";") || strings.Contains(s, "--") {
 				t.Errorf("migration %d: statement %q holds a semicolon or a comment", m.Version, firstLine(s))

@@ -474,9 +474,14 @@ func testInboxFailures[TTx any](t *testing.T, h opener[TTx]) {
 	db := open(t, h, true)
 	ctx := context.Background()
 	cs := db.ConsumerStore()
+	var recordAttempt func(consumer string, id uuid.UUID, a store.Attempt) []store.Attempt
 	record := func(consumer string, id uuid.UUID, at time.Time, msg string) []store.Attempt {
 		t.Helper()
-		hist, err := cs.RecordFailure(ctx, consumer, id, store.Attempt{At: at, Error: msg})
+		return recordAttempt(consumer, id, store.Attempt{At: at, Error: msg})
+	}
+	recordAttempt = func(consumer string, id uuid.UUID, a store.Attempt) []store.Attempt {
+		t.Helper()
+		hist, err := cs.RecordFailure(ctx, consumer, id, a)
 		if err != nil {
 			t.Fatalf("record failure of %s for %q: %v", id, consumer, err)
 		}
@@ -484,7 +489,9 @@ func testInboxFailures[TTx any](t *testing.T, h opener[TTx]) {
 	}
 	same := func(what string, got, want []store.Attempt) {
 		t.Helper()
-		if !slices.EqualFunc(got, want, func(a, b store.Attempt) bool { return a.At.Equal(b.At) && a.Error == b.Error }) {
+		if !slices.EqualFunc(got, want, func(a, b store.Attempt) bool {
+			return a.At.Equal(b.At) && a.Error == b.Error && a.Uncounted == b.Uncounted
+		}) {
 			t.Fatalf("%s: failures %v, want %v", what, got, want)
 		}
 	}
@@ -504,6 +511,20 @@ func testInboxFailures[TTx any](t *testing.T, h opener[TTx]) {
 		same("consumer "+c, record(c, id, start, "x"), []store.Attempt{{At: start, Error: "x"}})
 	}
 	same("another message", record("billing", other, start, "y"), []store.Attempt{{At: start, Error: "y"}})
+	// A run that does not count (a message newer than the consumer knows)
+	// is kept as such, between counted ones.
+	waiting := uuid.New()
+	newer := store.Attempt{At: start, Error: "version 3 of OrderPlaced is newer than this consumer knows", Uncounted: true}
+	same("an uncounted failure", recordAttempt("billing", waiting, newer), []store.Attempt{newer})
+	later := store.Attempt{At: start.Add(time.Second), Error: "handler failed"}
+	hist := recordAttempt("billing", waiting, later)
+	same("a counted failure after it", hist, []store.Attempt{newer, later})
+	if n, first := store.Counted(hist); n != 1 || !first.Equal(start) {
+		t.Fatalf("Counted of %v: %d from %s, want 1 from %s", hist, n, first, start)
+	}
+	if err := cs.ClearFailures(ctx, "billing", waiting); err != nil {
+		t.Fatalf("clear failures: %v", err)
+	}
 
 	if err := cs.ClearFailures(ctx, "billing", id); err != nil {
 		t.Fatalf("clear failures: %v", err)

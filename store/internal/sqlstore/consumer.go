@@ -118,16 +118,18 @@ func (c Consumers) RecordFailure(ctx context.Context, consumer string, id uuid.U
 	if err := c.d.checkConsumer(consumer); err != nil {
 		return nil, c.d.errorf("record failure of %s: %w", id, err)
 	}
-	_, err := c.d.DB.ExecContext(ctx, `INSERT INTO courier_inbox_failures (consumer, message_id, failed_at, error)
-VALUES (?, ?, ?, ?)`, consumer, id.String(), c.d.Encode(f.At), f.Error)
+	_, err := c.d.DB.ExecContext(ctx, `INSERT INTO courier_inbox_failures (consumer, message_id, failed_at, error, counted)
+VALUES (?, ?, ?, ?, ?)`, consumer, id.String(), c.d.Encode(f.At), f.Error, !f.Uncounted)
 	if err != nil {
 		return nil, c.d.errorf("record failure of %s: %w", id, err)
 	}
 	hist, err := queryAll(ctx, c.d.DB, func(row interface{ Scan(...any) error }) (store.Attempt, error) {
 		var a store.Attempt
-		err := row.Scan(c.d.Dest(&a.At), &a.Error)
+		var counted bool
+		err := row.Scan(c.d.Dest(&a.At), &a.Error, &counted)
+		a.Uncounted = !counted
 		return a, err
-	}, `SELECT failed_at, error FROM courier_inbox_failures WHERE consumer = ? AND message_id = ? ORDER BY id`, consumer, id.String())
+	}, `SELECT failed_at, error, counted FROM courier_inbox_failures WHERE consumer = ? AND message_id = ? ORDER BY id`, consumer, id.String())
 	if err != nil {
 		return nil, c.d.errorf("read failures of %s: %w", id, err)
 	}
