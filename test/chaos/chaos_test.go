@@ -4,8 +4,10 @@
 // dialect (TestChaos/postgres, /mysql, /sqlite). It does the same to the
 // reference shop's four services (TestShopUnderProcessKills), then audits the
 // shop's databases, to relays publishing to RabbitMQ, Kafka and a webhook
-// endpoint (the transport runs, below), and to relays killed while
-// scheduled messages fall due (TestScheduledRelayKills).
+// endpoint (the transport runs, below), to relays killed while
+// scheduled messages fall due (TestScheduledRelayKills), and to consumers
+// upgraded to a new version of an event mid-stream
+// (TestConsumersUpgradedMidStream).
 //
 //	go test ./test/chaos                  # the short runs CI does (under a minute each)
 //	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport, 5,000 orders, 10 minutes of CDC kills per mode and 5 of scheduled messages, minutes of chaos

@@ -69,7 +69,7 @@ func runRole() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	lv := slog.LevelError
-	if role == "shop" || role == webhookRelayRole {
+	if role == "shop" || role == webhookRelayRole || role == versionedConsumerRole {
 		lv = slog.LevelWarn // its log is kept in a file, shown when the test fails
 	}
 	if os.Getenv(envLogLevel) == "debug" {
@@ -84,6 +84,8 @@ func runRole() {
 		err = runRelay(ctx, log)
 	case "consumer":
 		err = runConsumer(ctx, log)
+	case versionedConsumerRole:
+		err = runVersionedConsumer(ctx, log)
 	case "shop":
 		err = runShopService(ctx, log)
 	case webhookRelayRole:
