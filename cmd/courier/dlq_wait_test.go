@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,5 +131,70 @@ VALUES (42, '01939f3a-0000-7000-8000-000000000042', 'nowhere', 'k', 'Lost', 1, '
 	code, out, errOut := runCLI(t, "dlq", "replay", "relay:41", "relay:42", "--wait", "10s", "--database-url", d.url)
 	if code != 1 || !strings.Contains(out, "relay:41         published") || !strings.Contains(out, "relay:42         dead again: ") {
 		t.Fatalf("replay --wait with a relay: %d\n%s%s", code, out, errOut)
+	}
+}
+
+// A message parked because it was newer than its consumer knew
+// (newer_version) is listed with that reason, and applied by `dlq replay`
+// once the consumer that knows its version runs; replayed to one that
+// still does not, it stays parked, saying why.
+func TestDLQReplayNewerVersion(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "billing.db")
+	db, err := sqlite.Open(path)
+	testenv.Must(t, err, "open")
+	defer db.Close()
+	ctx := context.Background()
+	_, err = sqlite.Migrate(ctx, db)
+	testenv.Must(t, err, "migrate")
+	headers := `{"Nats-Msg-Id":["01939f3a-0000-7000-8000-000000000021"],"Courier-Key":["k"],"Courier-Type":["ChargeRequested"],"Courier-Version":["2"],"Courier-Occurred-At":["2026-11-29T10:00:00Z"]}`
+	_, err = db.Exec(`INSERT INTO courier_inbox_dead_letters (id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, parked_at)
+VALUES (1, 'billing', '01939f3a-0000-7000-8000-000000000021', 'courier.payments', ?, '{}', 'newer_version',
+        'courier: message version newer than the consumer knows: ChargeRequested version 2; this consumer knows versions [1]', 12, ?)`, headers, time.Now().UnixMicro())
+	testenv.Must(t, err, "seed parked delivery")
+	url := "sqlite://" + path
+	if code, out, errOut := runCLI(t, "dlq", "list", "--database-url", url); code != 0 || !strings.Contains(out, "newer_version") {
+		t.Fatalf("dlq list: %d\n%s%s", code, out, errOut)
+	}
+
+	srv := testenv.EmbeddedNATS(t)
+	nc := testenv.Connect(t, srv.ClientURL())
+	testenv.Must(t, couriernats.EnsureStream(ctx, nc, couriernats.Config{}, couriernats.StreamConfig{}), "stream")
+	var mu sync.Mutex
+	var applied []int
+	run := func(knows ...int) (stop func()) {
+		sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{Consumer: "billing"})
+		testenv.Must(t, err, "subscriber")
+		ib, err := inbox.New(sqlite.NewDriver(db).Inbox(), "billing")
+		testenv.Must(t, err, "inbox")
+		r := inbox.NewRouter[*sql.Tx]()
+		for _, v := range knows {
+			r.HandleVersion("ChargeRequested", v, func(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				applied = append(applied, msg.Version)
+				return nil
+			})
+		}
+		c, err := inbox.NewConsumer(ib, sub, sqlite.NewDriver(db).ConsumerStore(), r.Handler(), inbox.ConsumerConfig{ReplayEvery: 100 * time.Millisecond})
+		testenv.Must(t, err, "consumer")
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(cctx) }()
+		return func() { cancel(); <-done; _ = sub.Close() }
+	}
+
+	stop := run(1)
+	code, out, errOut := runCLI(t, "dlq", "replay", "consumer:1", "--wait", "10s", "--database-url", url)
+	stop()
+	if code != 1 || !strings.Contains(out, "replay failed, still parked") || !strings.Contains(out, "ChargeRequested version 2") {
+		t.Fatalf("replay to the consumer that knows version 1 only: %d\n%s%s", code, out, errOut)
+	}
+	stop = run(1, 2)
+	defer stop()
+	code, out, errOut = runCLI(t, "dlq", "replay", "consumer:1", "--wait", "10s", "--database-url", url)
+	mu.Lock()
+	defer mu.Unlock()
+	if code != 0 || !strings.Contains(out, "consumer:1       applied by consumer billing") || len(applied) != 1 || applied[0] != 2 {
+		t.Fatalf("replay after the deploy: %d, applied %v\n%s%s", code, applied, out, errOut)
 	}
 }
