@@ -350,7 +350,7 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 			c.park(work, j, store.ReasonMalformed, err, hist)
 			return
 		}
-		delay, park := c.retryIn(j, err, failedAt, hist, rerr, runs)
+		delay, park := c.retryIn(j, err, failure, hist, rerr, runs)
 		if park != "" {
 			c.park(work, j, park, err, hist)
 			return
@@ -370,12 +370,14 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 	}
 }
 
-// retryIn says when a failed run of j (err, at failedAt) runs again, or
-// why it is parked instead: its failures reached MaxDeliveries, or it
-// waited for a consumer that knows its version for NewerVersionWait. hist
-// is the message's recorded failures, this one included, unless rerr says
-// recording it failed; runs counts this delivery's runs here.
-func (c *Consumer[TTx]) retryIn(j job, err error, failedAt time.Time, hist []store.Attempt, rerr error, runs int) (delay time.Duration, park string) {
+// retryIn says when a failed run of j (err, recorded as failure) runs
+// again, or why it is parked instead: its failures reached MaxDeliveries,
+// or it waited for a consumer that knows its version for
+// NewerVersionWait. hist is the message's recorded failures, normally this
+// one included (another instance may have cleared them meanwhile), unless
+// rerr says recording it failed; runs counts this delivery's runs here.
+func (c *Consumer[TTx]) retryIn(j job, err error, failure store.Attempt, hist []store.Attempt, rerr error, runs int) (delay time.Duration, park string) {
+	failedAt := failure.At
 	failures, waitingSince := store.Counted(hist)
 	if rerr != nil {
 		// Uncounted: the database is likely unreachable, which may also be
@@ -383,7 +385,7 @@ func (c *Consumer[TTx]) retryIn(j job, err error, failedAt time.Time, hist []sto
 		c.log.Warn("could not record the handler's failure; retrying without counting it", "message_id", j.msg.ID, "error", rerr)
 		return c.cfg.Backoff.Delay(runs), ""
 	}
-	if !hist[len(hist)-1].Uncounted {
+	if !failure.Uncounted {
 		if failures >= c.cfg.MaxDeliveries {
 			return 0, store.ReasonFailed
 		}
@@ -391,6 +393,9 @@ func (c *Consumer[TTx]) retryIn(j job, err error, failedAt time.Time, hist []sto
 		c.log.Warn("handler failed; will retry", "message_id", j.msg.ID, "type", j.msg.Type, "key", j.msg.Key,
 			"failures", failures, "retry_in", delay, "error", err)
 		return delay, ""
+	}
+	if waitingSince.IsZero() {
+		waitingSince = failedAt
 	}
 	waited, left := failedAt.Sub(waitingSince), c.cfg.NewerVersionWait-failedAt.Sub(waitingSince)
 	if left <= 0 {
