@@ -383,12 +383,11 @@ func (c *Consumer[TTx]) retryIn(j job, err error, failure store.Attempt, hist []
 		// Uncounted: the database is likely unreachable, which may also be
 		// why the handler failed. Retry without parking.
 		c.log.Warn("could not record the handler's failure; retrying without counting it", "message_id", j.msg.ID, "error", rerr)
-		return c.cfg.Backoff.Delay(runs), ""
+		failures = runs
+	} else if failures >= c.cfg.MaxDeliveries && !failure.Uncounted {
+		return 0, store.ReasonFailed
 	}
-	if !failure.Uncounted {
-		if failures >= c.cfg.MaxDeliveries {
-			return 0, store.ReasonFailed
-		}
+	if rerr != nil || !failure.Uncounted {
 		delay = c.cfg.Backoff.Delay(failures)
 		c.log.Warn("handler failed; will retry", "message_id", j.msg.ID, "type", j.msg.Type, "key", j.msg.Key,
 			"failures", failures, "retry_in", delay, "error", err)
