@@ -26,7 +26,7 @@ import (
 func TestDemoCommand(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errOut := runCLI(t, "demo", "--orders", "60", "--data-dir", filepath.Join(dir, "demo"), "--crash", "payment")
-	if code != 0 || !strings.Contains(out, "All 7 invariants hold") || !strings.Contains(out, "payment ×1") {
+	if code != 0 || !strings.Contains(out, "All 8 invariants hold") || !strings.Contains(out, "payment ×1") {
 		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
 	}
 	for _, c := range []struct{ args, want string }{
@@ -66,7 +66,7 @@ func TestDemoCommandBrokers(t *testing.T) {
 				args = append(args, "--broker-url", testenv.AMQP(t))
 			}
 			code, out, errOut := runCLI(t, args...)
-			if code != 0 || !strings.Contains(out, "All 7 invariants hold") || !strings.Contains(out, "inventory ×1") {
+			if code != 0 || !strings.Contains(out, "All 8 invariants hold") || !strings.Contains(out, "inventory ×1") {
 				t.Fatalf("demo --broker %s: exit %d\n%s\n%s", broker, code, out, errOut)
 			}
 		})
@@ -207,7 +207,7 @@ func TestDemoLeavesNothingBehind(t *testing.T) {
 	t.Chdir(work)
 	t.Setenv("TMPDIR", tmp)
 	code, out, errOut := runCLI(t, "demo", "--orders", "20", "--crash", "none")
-	if code != 0 || !strings.Contains(out, "All 7 invariants hold") {
+	if code != 0 || !strings.Contains(out, "All 8 invariants hold") {
 		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
 	}
 	for _, d := range []string{work, tmp} {

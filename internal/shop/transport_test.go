@@ -34,7 +34,7 @@ func demoOver(t *testing.T, tr shop.Transport) {
 	if !rep.OK() || rep.TimedOut {
 		t.Fatalf("demo over %s failed:\n%s", tr, out.String())
 	}
-	for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment ×1", "All 7 invariants hold."} {
+	for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment ×1", "All 8 invariants hold."} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
