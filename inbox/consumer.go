@@ -343,7 +343,10 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 		failedAt := c.cfg.Clock.Now()
 		failure := store.Attempt{At: failedAt.UTC(), Error: describe(err), Uncounted: errors.Is(err, courier.ErrNewerVersion)}
 		hist, rerr := c.cs.RecordFailure(work, c.ib.consumer, j.msg.ID, failure)
-		if rerr != nil {
+		if rerr != nil || len(hist) == 0 {
+			// Not recorded, or cleared at once by another delivery of the
+			// message that was applied or parked meanwhile: this run is
+			// its history.
 			hist = []store.Attempt{failure}
 		}
 		if errors.Is(err, courier.ErrMalformed) {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
@@ -278,4 +280,49 @@ func testNewerVersionWaitsForTheDeploy[TTx any](t *testing.T, d dialect[TTx]) {
 	if n := e.db.count(t, "SELECT count(*) FROM courier_inbox_failures"); n != 0 {
 		t.Fatalf("%d recorded failures left", n)
 	}
+}
+
+func TestFailuresClearedMeanwhile(t *testing.T) {
+	onEachDialect(t, testFailuresClearedMeanwhile, testFailuresClearedMeanwhile)
+}
+
+// A run whose failure comes back with no history (another delivery of the
+// message cleared it meanwhile) counts as the message's only failure,
+// counted or newer than the consumer knows, in place or not: the
+// consumer retries it and applies it once the handler succeeds.
+func testFailuresClearedMeanwhile[TTx any](t *testing.T, d dialect[TTx]) {
+	for _, keepOrder := range []bool{false, true} {
+		for _, cause := range []error{errors.New("flaky"), fmt.Errorf("%w: version 2", courier.ErrNewerVersion)} {
+			t.Run(fmt.Sprintf("keep-order=%v/%v", keepOrder, cause), func(t *testing.T) {
+				e := newEnv(t, d)
+				e.db.cs = emptyHistory{e.db.cs}
+				msg := courier.NewMessage("orders", "o1", "OrderPlaced", []byte("x"))
+				e.publish(msg)
+				var runs atomic.Int64
+				h := func(ctx context.Context, tx TTx, m courier.Message) error {
+					if runs.Add(1) <= 3 {
+						return cause
+					}
+					return e.db.insertEffect(ctx, tx, "orders", m)
+				}
+				c, _ := e.start("orders", h, inbox.ConsumerConfig{MaxDeliveries: 2, Concurrency: 1, KeepOrder: keepOrder})
+				testenv.Eventually(t, 15*time.Second, func() bool { return c.Metrics().Applied == 1 }, "not applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
+				if mm := c.Metrics(); mm.Retried != 3 || mm.Parked != 0 || e.effects(msg) != 1 {
+					t.Fatalf("metrics %+v, %d effects; want 3 retries, nothing parked, applied once", mm, e.effects(msg))
+				}
+			})
+		}
+	}
+}
+
+// emptyHistory returns no history from RecordFailure, as when another
+// delivery of the message cleared its failures between the insert and the
+// read.
+type emptyHistory struct{ store.ConsumerStore }
+
+func (s emptyHistory) RecordFailure(ctx context.Context, consumer string, id uuid.UUID, f store.Attempt) ([]store.Attempt, error) {
+	if _, err := s.ConsumerStore.RecordFailure(ctx, consumer, id, f); err != nil {
+		return nil, err
+	}
+	return nil, s.ConsumerStore.ClearFailures(ctx, consumer, id)
 }

@@ -45,6 +45,8 @@ type demoCmd struct {
 	Stock               map[string]int `help:"Initial stock per SKU, sku=qty,… (default: mug, tee, cap and poster with plenty, vinyl with too little)." mapsep:"," env:"COURIER_DEMO_STOCK"`
 	Crash               string         `help:"Service crashed and restarted when half the orders are placed: orders, payment, inventory, shipping or none." default:"orders" enum:"orders,payment,inventory,shipping,none" env:"COURIER_DEMO_CRASH"`
 	StepTimeout         time.Duration  `help:"How long each saga step waits for its reply before it is compensated." default:"30s" env:"COURIER_DEMO_STEP_TIMEOUT"`
+	Deploy              string         `help:"How version 2 of ChargeRequested is deployed once a third of the orders are placed, the shop starting with version 1: producer-first (orders, then payment: version 2 requests wait, uncounted, for payment's deploy), producer-first-late (the same, payment deployed only once one waited --newer-version-wait and was parked; the demo replays what was parked), consumer-first (payment with an upcaster from version 1, then orders) or none (version 2 throughout)." default:"producer-first-late" enum:"producer-first,producer-first-late,consumer-first,none" env:"COURIER_DEMO_DEPLOY"`
+	NewerVersionWait    time.Duration  `help:"How long payment retries a request of a version newer than it knows before parking it." default:"2s" env:"COURIER_DEMO_NEWER_VERSION_WAIT"`
 	Stream              string         `help:"JetStream stream of the demo, created with the demo's mark (its description); a stream of that name without it is refused." default:"COURIER_DEMO" env:"COURIER_DEMO_STREAM"`
 }
 
@@ -118,7 +120,7 @@ func (c *demoCmd) validate() error {
 			return fmt.Errorf("%s is %g: use a probability from 0 to 1", name, v)
 		}
 	}
-	for name, v := range map[string]time.Duration{"--timeout": c.Timeout, "--step-timeout": c.StepTimeout} {
+	for name, v := range map[string]time.Duration{"--timeout": c.Timeout, "--step-timeout": c.StepTimeout, "--newer-version-wait": c.NewerVersionWait} {
 		if v <= 0 {
 			return fmt.Errorf("%s is %s: use more than 0", name, v)
 		}
@@ -223,11 +225,24 @@ func (c *demoCmd) demoConfig(dbs shop.Databases, tr shop.Transport) shop.DemoCon
 	if inFlight == 0 {
 		inFlight = -1
 	}
+	deploy, late := c.deploy()
 	return shop.DemoConfig{
 		Databases: dbs, Transport: tr,
 		Orders: c.Orders, Concurrency: c.Concurrency, InFlight: inFlight, Stock: stock, Faults: perService, ReplayRate: c.ReplayRate,
 		Crash: crash, Timeout: c.Timeout, Timeouts: shop.Timeouts{Step: c.StepTimeout},
+		Deploy: deploy, DeployLate: late, NewerVersionWait: c.NewerVersionWait,
 	}
+}
+
+// deploy returns --deploy as the demo's Deploy and DeployLate.
+func (c *demoCmd) deploy() (order string, late bool) {
+	switch c.Deploy {
+	case "none":
+		return "", false
+	case "producer-first-late":
+		return shop.DeployProducerFirst, true
+	}
+	return c.Deploy, false
 }
 
 // runDemo runs the shop's demo, prints its report, and fails when the
@@ -280,12 +295,22 @@ func (c *demoCmd) header(w io.Writer, where, broker, logPath string, stock map[s
 	if crash != "" {
 		faults += ", " + crash + " crashed and restarted halfway"
 	}
+	deploy := "none: ChargeRequested version 2 throughout"
+	switch order, late := c.deploy(); {
+	case order == shop.DeployConsumerFirst:
+		deploy = "ChargeRequested version 1 to 2 at a third of the orders, consumer first: payment, then orders"
+	case late:
+		deploy = fmt.Sprintf("ChargeRequested version 1 to 2 at a third of the orders, producer first: orders, then payment, after its newer-version wait (%s)", c.NewerVersionWait)
+	case order == shop.DeployProducerFirst:
+		deploy = "ChargeRequested version 1 to 2 at a third of the orders, producer first: orders, then payment"
+	}
 	fmt.Fprintf(w, "Courier demo: %d orders through the reference shop (internal/shop)\n", c.Orders)
 	fmt.Fprintf(w, "  services   orders (saga orchestrator, HTTP API), payment, inventory, shipping: each its own database, outbox, relay and inbox\n")
 	fmt.Fprintf(w, "  databases  %s\n", where)
 	fmt.Fprintf(w, "  broker     %s\n", broker)
 	fmt.Fprintf(w, "  stock      %s\n", strings.Join(skus, ", "))
 	fmt.Fprintf(w, "  faults     %s\n", faults)
+	fmt.Fprintf(w, "  deploy     %s\n", deploy)
 	fmt.Fprintf(w, "  logs       %s\n\n", logPath)
 }
 

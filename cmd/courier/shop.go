@@ -80,8 +80,9 @@ func (f shopFlags) transport() (shop.Transport, error) {
 
 type shopOrdersCmd struct {
 	shopFlags
-	HTTPAddr    string        `name:"http-addr" help:"Where the HTTP API listens." default:"127.0.0.1:8080" env:"COURIER_SHOP_HTTP_ADDR"`
-	StepTimeout time.Duration `help:"How long each saga step waits for its reply before it is compensated." default:"30s" env:"COURIER_SHOP_STEP_TIMEOUT"`
+	HTTPAddr      string        `name:"http-addr" help:"Where the HTTP API listens." default:"127.0.0.1:8080" env:"COURIER_SHOP_HTTP_ADDR"`
+	StepTimeout   time.Duration `help:"How long each saga step waits for its reply before it is compensated." default:"30s" env:"COURIER_SHOP_STEP_TIMEOUT"`
+	ChargeVersion int           `help:"Version of ChargeRequested written: 2, or 1 as the shop did before version 2 (deploy payment with 2 too, before or after)." default:"2" env:"COURIER_SHOP_CHARGE_VERSION"`
 }
 
 func (c *shopOrdersCmd) Run(e *env) error {
@@ -89,6 +90,7 @@ func (c *shopOrdersCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	cfg.ChargeVersion = c.ChargeVersion
 	svc, err := shop.NewOrders(shop.OrdersConfig{Config: cfg, HTTPAddr: c.HTTPAddr, Timeouts: shop.Timeouts{Step: c.StepTimeout}})
 	if err != nil {
 		return err
@@ -98,7 +100,9 @@ func (c *shopOrdersCmd) Run(e *env) error {
 
 type shopPaymentCmd struct {
 	shopFlags
-	DeclineRate float64 `help:"Probability that a charge is declined." env:"COURIER_SHOP_DECLINE_RATE"`
+	DeclineRate      float64       `help:"Probability that a charge is declined." env:"COURIER_SHOP_DECLINE_RATE"`
+	ChargeVersion    int           `help:"Newest version of ChargeRequested handled: 2 (version 1 is upcast to it), or 1 as the shop did before version 2, which leaves version 2 requests waiting." default:"2" env:"COURIER_SHOP_CHARGE_VERSION"`
+	NewerVersionWait time.Duration `help:"How long a request of a version newer than --charge-version is retried, uncounted, before it is parked for a replay after the deploy (0: Courier's 15 minutes)." env:"COURIER_SHOP_NEWER_VERSION_WAIT"`
 }
 
 func (c *shopPaymentCmd) Run(e *env) error {
@@ -106,7 +110,7 @@ func (c *shopPaymentCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	cfg.Faults.DeclineRate = c.DeclineRate
+	cfg.Faults.DeclineRate, cfg.ChargeVersion, cfg.NewerVersionWait = c.DeclineRate, c.ChargeVersion, c.NewerVersionWait
 	svc, err := shop.NewPayment(cfg)
 	if err != nil {
 		return err

@@ -21,12 +21,15 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 )
 
-// courier demo runs the whole shop in one process and reports its
-// invariants; bad settings get one line naming the flag.
+// courier demo runs the whole shop in one process, deploys version 2 of
+// ChargeRequested mid-run (by default producer first, payment late: what
+// waited is parked, then replayed) and reports its invariants; bad
+// settings get one line naming the flag.
 func TestDemoCommand(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errOut := runCLI(t, "demo", "--orders", "60", "--data-dir", filepath.Join(dir, "demo"), "--crash", "payment")
-	if code != 0 || !strings.Contains(out, "All 7 invariants hold") || !strings.Contains(out, "payment ×1") {
+	if code != 0 || !strings.Contains(out, "All 8 invariants hold") || !strings.Contains(out, "payment ×1") ||
+		!strings.Contains(out, "ChargeRequested deployed from version 1 to 2 mid-run, producer first") || !strings.Contains(out, "parked as newer_version") {
 		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
 	}
 	for _, c := range []struct{ args, want string }{
@@ -40,6 +43,7 @@ func TestDemoCommand(t *testing.T) {
 		{"--broker amqp --broker-url amqp://guest:guest@127.0.0.1:1/", "--broker amqp: cannot reach RabbitMQ at amqp://guest:xxxxx@127.0.0.1:1/"},
 		{"--timeout 0s", "--timeout is 0s"},
 		{"--step-timeout=-1s", "--step-timeout is -1s"},
+		{"--newer-version-wait 0s", "--newer-version-wait is 0s"},
 		{"--stock mug=-1", "--stock mug=-1"},
 		{"--stream a.b", "--stream \"a.b\""},
 	} {
@@ -66,7 +70,7 @@ func TestDemoCommandBrokers(t *testing.T) {
 				args = append(args, "--broker-url", testenv.AMQP(t))
 			}
 			code, out, errOut := runCLI(t, args...)
-			if code != 0 || !strings.Contains(out, "All 7 invariants hold") || !strings.Contains(out, "inventory ×1") {
+			if code != 0 || !strings.Contains(out, "All 8 invariants hold") || !strings.Contains(out, "inventory ×1") {
 				t.Fatalf("demo --broker %s: exit %d\n%s\n%s", broker, code, out, errOut)
 			}
 		})
@@ -207,7 +211,7 @@ func TestDemoLeavesNothingBehind(t *testing.T) {
 	t.Chdir(work)
 	t.Setenv("TMPDIR", tmp)
 	code, out, errOut := runCLI(t, "demo", "--orders", "20", "--crash", "none")
-	if code != 0 || !strings.Contains(out, "All 7 invariants hold") {
+	if code != 0 || !strings.Contains(out, "All 8 invariants hold") {
 		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
 	}
 	for _, d := range []string{work, tmp} {

@@ -8,6 +8,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/store"
 )
 
 // Invariant is one property every run must end with, and the counts that
@@ -36,6 +39,8 @@ type Audit struct {
 	First, Last time.Time
 	// Charges, Refunds, Shipments and Reservations count those rows.
 	Charges, Refunds, Shipments, Reservations int
+	// Parked counts the deliveries parked at payment, never replayed.
+	Parked int
 	// Invariants are the properties checked, in order.
 	Invariants []Invariant
 
@@ -65,6 +70,10 @@ type auditOrder struct {
 // AuditShop reads the four databases and checks the invariants:
 //
 //   - no double charge: at most one charge per order;
+//   - every charge request answered once, whatever its version: payment
+//     answered each order's ChargeRequested once (the saga's history holds
+//     one PaymentSucceeded or PaymentDeclined), or it is still in flight,
+//     not parked;
 //   - every refund matches a charge: same order, same amount, once;
 //   - stock conserved: for every SKU, initial = available + reserved and not
 //     released;
@@ -94,6 +103,9 @@ func AuditShop(ctx context.Context, dbs Databases) (*Audit, error) {
 	}
 	if err := a.checkPayment(ctx, open[Payment], orders); err != nil {
 		return nil, fmt.Errorf("audit payment: %w", err)
+	}
+	if err := a.checkAnswers(ctx, open[Orders], open[Payment], orders); err != nil {
+		return nil, fmt.Errorf("audit charge requests: %w", err)
 	}
 	if err := a.checkInventory(ctx, open[Inventory], orders); err != nil {
 		return nil, fmt.Errorf("audit inventory: %w", err)
@@ -231,6 +243,53 @@ func (a *Audit) checkPayment(ctx context.Context, db *serviceDB, orders map[stri
 	return nil
 }
 
+// checkAnswers checks that payment answered every order's ChargeRequested
+// once: the orders' saga history records every reply that arrived, applied
+// or ignored, and a request not answered yet must be in flight, not parked
+// at payment.
+func (a *Audit) checkAnswers(ctx context.Context, ordersDB, paymentDB *serviceDB, orders map[string]auditOrder) error {
+	answers := map[string]int{}
+	err := query(ctx, ordersDB, ordersDB.q(`SELECT saga_id, COUNT(*) FROM courier_saga_history WHERE saga_type = ? AND event_type IN (?, ?) GROUP BY saga_id`),
+		func(s scan) error {
+			var id string
+			var n int
+			if err := s(&id, &n); err != nil {
+				return err
+			}
+			answers[id] = n
+			return nil
+		}, sagaType, courier.TypeName(PaymentSucceeded{}), courier.TypeName(PaymentDeclined{}))
+	if err != nil {
+		return err
+	}
+	parked, err := paymentDB.Admin().ListParked(ctx, store.ListQuery{Consumer: Payment, Limit: store.MaxListLimit})
+	if err != nil {
+		return err
+	}
+	a.Parked = len(parked)
+	once, pending := 0, 0
+	var twice []string
+	for id := range orders {
+		switch n := answers[id]; {
+		case n == 1:
+			once++
+		case n == 0:
+			pending++
+		default:
+			twice = append(twice, id)
+		}
+	}
+	sort.Strings(twice)
+	inv := Invariant{Name: "every charge request answered once", OK: len(twice) == 0 && a.Parked == 0,
+		Detail: fmt.Sprintf("%d orders: %d answered once, %d more than once, %d still in flight; %d deliveries parked at payment",
+			len(orders), once, len(twice), pending, a.Parked)}
+	if len(twice) > 0 {
+		inv.Detail += " (" + sample(twice) + ")"
+	}
+	a.Invariants = append(a.Invariants, inv)
+	return nil
+}
+
 func (a *Audit) checkInventory(ctx context.Context, db *serviceDB, orders map[string]auditOrder) error {
 	type sku struct{ initial, available, reserved int64 }
 	skus := map[string]*sku{}
@@ -349,7 +408,7 @@ func (a *Audit) checkShipping(ctx context.Context, db *serviceDB, orders map[str
 
 // reorder puts the invariants in the order the report lists them.
 func (a *Audit) reorder() {
-	order := []string{"no double charge", "every refund matches a charge", "stock conserved", "no saga stuck",
+	order := []string{"no double charge", "every charge request answered once", "every refund matches a charge", "stock conserved", "no saga stuck",
 		"shipments only for completed orders", "effects match outcomes"}
 	slices.SortStableFunc(a.Invariants, func(x, y Invariant) int {
 		return slices.Index(order, x.Name) - slices.Index(order, y.Name)
@@ -367,9 +426,9 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 type scan func(dest ...any) error
 
-// query runs q and calls row for every row.
-func query(ctx context.Context, db *serviceDB, q string, row func(scan) error) error {
-	rows, err := db.sql.QueryContext(ctx, q)
+// query runs q with args and calls row for every row.
+func query(ctx context.Context, db *serviceDB, q string, row func(scan) error, args ...any) error {
+	rows, err := db.sql.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,18 @@ type Config struct {
 	// sagas and idempotency keys), /healthz and /readyz, such as
 	// 127.0.0.1:9465. Default: not served.
 	MetricsAddr string
+	// ChargeVersion is the newest version of ChargeRequested the service
+	// is built with, for the orders service and payment: orders writes it,
+	// payment handles it and turns older versions into it; payment meets a
+	// newer one as a consumer deployed after its producer does
+	// (courier.ErrNewerVersion). 1 is the shop as it was before version 2;
+	// the other services ignore it. Default ChargeVersion, the newest.
+	ChargeVersion int
+	// NewerVersionWait is how long the inbox consumer retries a message of
+	// a version newer than the service knows before it parks it
+	// (inbox.ConsumerConfig.NewerVersionWait): as long as the service's
+	// deploy may take. Default: Courier's, 15 minutes.
+	NewerVersionWait time.Duration
 	// Logger receives the service's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -71,7 +83,22 @@ func (c *Config) setDefaults(service string) error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Logger = c.Logger.With("service", service)
+	if c.ChargeVersion == 0 {
+		c.ChargeVersion = ChargeVersion
+	}
+	if err := checkChargeVersion(c.ChargeVersion); err != nil {
+		return fmt.Errorf("shop %s: Config.ChargeVersion: %w", service, err)
+	}
 	return c.Faults.validate()
+}
+
+// checkChargeVersion checks that v is a version of ChargeRequested the shop
+// has code for.
+func checkChargeVersion(v int) error {
+	if v < 1 || v > ChargeVersion {
+		return fmt.Errorf("ChargeRequested has no version %d: use 1 (before version 2) to %d", v, ChargeVersion)
+	}
+	return nil
 }
 
 // natsTransport returns the default transport: NATS at url (default

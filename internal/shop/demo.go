@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -40,8 +41,26 @@ type DemoConfig struct {
 	// with the same Idempotency-Key.
 	ReplayRate float64
 	// Crash names the service crashed and restarted once half the orders
-	// are placed; empty for none.
+	// are placed (and the Deploy is done); empty for none.
 	Crash string
+	// Deploy deploys version 2 of ChargeRequested to the orders service
+	// and payment once a third of the orders are placed (and payment
+	// applied a version 1 request), in the order it names:
+	// DeployConsumerFirst or DeployProducerFirst. The shop starts as it was
+	// before version 2 (orders writes version 1, payment knows only version
+	// 1); the last third of the orders waits until orders writes version 2.
+	// Empty: no deploy, the shop knows version 2 throughout.
+	Deploy string
+	// DeployLate, with DeployProducerFirst, deploys payment only once a
+	// version 2 request it could not handle waited NewerVersionWait and
+	// was parked; otherwise payment is deployed as soon as one waits for
+	// it. Either way the demo then replays what was parked as newer than
+	// payment knew, as an operator would.
+	DeployLate bool
+	// NewerVersionWait is payment's (see Config). Default
+	// DefaultLateNewerVersionWait with DeployLate, Courier's 15 minutes
+	// otherwise.
+	NewerVersionWait time.Duration
 	// Timeout bounds the wait for every saga to end. Default 3 minutes.
 	Timeout time.Duration
 	// Timeouts bound the saga's waits.
@@ -74,6 +93,8 @@ type Report struct {
 	Metrics map[string]Metrics
 	// Crashes counts each service's crashes.
 	Crashes map[string]int
+	// Rollout is what the Deploy did; nil without one.
+	Rollout *Rollout
 	// Ignored counts saga events ignored as duplicate, late or out of
 	// order; -1 when it could not be read.
 	Ignored int
@@ -97,10 +118,15 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s, err := Start(ctx, Options{
+	opts := Options{
 		Databases: cfg.Databases, Transport: cfg.Transport, BrokerURL: cfg.BrokerURL, Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix,
-		Faults: cfg.Faults, Stock: cfg.Stock, Timeouts: cfg.Timeouts, Logger: cfg.Logger,
-	})
+		Faults: cfg.Faults, Stock: cfg.Stock, Timeouts: cfg.Timeouts, Logger: cfg.Logger, NewerVersionWait: cfg.NewerVersionWait,
+	}
+	if cfg.Deploy != "" {
+		opts.ChargeVersion = 1 // the shop before version 2
+	}
+	cfg.Logger.Info("demo starting", "orders", cfg.Orders, "crash", cfg.Crash, "deploy", cfg.Deploy, "deploy_late", cfg.DeployLate)
+	s, err := Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +137,7 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
 	}
 	defer ordersDB.Close()
 
-	d := &demoRun{cfg: cfg, shop: s, ordersDB: ordersDB}
+	d := &demoRun{cfg: cfg, shop: s, ordersDB: ordersDB, switched: make(chan struct{})}
 	if err := d.startLoad(ctx); err != nil {
 		return nil, err
 	}
@@ -119,6 +145,9 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
 	load, timedOut, err := d.waitForSagas(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if d.deploy != nil && d.deploy.err != nil && !timedOut {
+		return nil, fmt.Errorf("demo: deploy, %s: %w", cfg.Deploy, d.deploy.err)
 	}
 	return d.report(ctx, load, timedOut)
 }
@@ -140,8 +169,22 @@ func (cfg *DemoConfig) setDefaults() error {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 3 * time.Minute
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	if cfg.Crash != "" && !slices.Contains(Services, cfg.Crash) {
 		return fmt.Errorf("demo: cannot crash %q: name one of %v, or none", cfg.Crash, Services)
+	}
+	switch cfg.Deploy {
+	case "", DeployConsumerFirst, DeployProducerFirst:
+	default:
+		return fmt.Errorf("demo: cannot deploy %q: use %q, %q or none", cfg.Deploy, DeployConsumerFirst, DeployProducerFirst)
+	}
+	if cfg.DeployLate && cfg.Deploy != DeployProducerFirst {
+		return fmt.Errorf("demo: DeployLate deploys payment late, after the orders service: it needs Deploy %q", DeployProducerFirst)
+	}
+	if cfg.DeployLate && cfg.NewerVersionWait <= 0 {
+		cfg.NewerVersionWait = DefaultLateNewerVersionWait
 	}
 	return nil
 }
@@ -153,9 +196,61 @@ type demoRun struct {
 	shop     *Shop
 	ordersDB *serviceDB
 
-	placed, ended atomic.Int64       // orders placed, sagas ended
-	loaded        chan loadOutcome   // the load's outcome, once it returned
+	placed, ended atomic.Int64     // orders placed, sagas ended
+	loaded        chan loadOutcome // the load's outcome, once it returned
+	loadDone      atomic.Bool      // the load returned
+	gated         atomic.Bool      // the load waits for switched
+	switched      chan struct{}    // closed once the orders service writes version 2, or the Deploy returned
+	switchOnce    sync.Once
 	stopLoad      context.CancelFunc // ends the load (it ends by itself after cfg.Timeout)
+	deploy        *deployRun         // the Deploy under way or done, nil before it began
+}
+
+// deployRun is the Deploy running in the background.
+type deployRun struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed once it returned
+	ro     *Rollout
+	err    error
+}
+
+// deployFinished reports whether the Deploy returned, or was not asked for.
+func (d *demoRun) deployFinished() bool {
+	if d.cfg.Deploy == "" {
+		return true
+	}
+	if d.deploy == nil {
+		return false
+	}
+	select {
+	case <-d.deploy.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// startDeploy runs the Deploy in the background.
+func (d *demoRun) startDeploy(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	dr := &deployRun{cancel: cancel, done: make(chan struct{})}
+	d.deploy = dr
+	go func() {
+		defer close(dr.done)
+		defer d.markSwitched()
+		dr.ro, dr.err = d.rollout(ctx)
+	}()
+}
+
+// markSwitched closes d.switched, once.
+func (d *demoRun) markSwitched() { d.switchOnce.Do(func() { close(d.switched) }) }
+
+// stopDeploy ends the Deploy, if one runs, and waits until it returned.
+func (d *demoRun) stopDeploy() {
+	if d.deploy != nil {
+		d.deploy.cancel()
+		<-d.deploy.done
+	}
 }
 
 // loadOutcome is what Load.Run returned.
@@ -164,39 +259,58 @@ type loadOutcome struct {
 	err error
 }
 
+// placedOne counts the orders placed, n so far. With a Deploy, the last
+// third of them waits until the orders service writes version 2 (or ctx
+// ends), so that some are placed after it however fast the others went.
+func (d *demoRun) placedOne(ctx context.Context, n int) {
+	d.placed.Store(int64(n))
+	if d.cfg.Deploy == "" || n < 2*d.cfg.Orders/3 {
+		return
+	}
+	d.gated.Store(true)
+	select {
+	case <-d.switched:
+	case <-ctx.Done():
+	}
+}
+
 // startLoad starts placing the orders, in a goroutine that sends its
 // outcome to d.loaded; d.stopLoad stops it.
 func (d *demoRun) startLoad(ctx context.Context) error {
+	loadCtx, stop := context.WithTimeout(ctx, d.cfg.Timeout)
 	skus := make([]string, 0, len(d.cfg.Stock))
 	for sku := range d.cfg.Stock {
 		skus = append(skus, sku)
 	}
 	slices.Sort(skus)
 	load, err := NewLoad(LoadConfig{URL: d.shop.URL(), Orders: d.cfg.Orders, Concurrency: d.cfg.Concurrency, SKUs: skus,
-		ReplayRate: d.cfg.ReplayRate, Placed: func(n int) { d.placed.Store(int64(n)) },
+		ReplayRate: d.cfg.ReplayRate, Placed: func(n int) { d.placedOne(loadCtx, n) },
 		MaxInFlight: max(d.cfg.InFlight, 0), Ended: func() int { return int(d.ended.Load()) }})
 	if err != nil {
+		stop()
 		return err
 	}
-	loadCtx, stop := context.WithTimeout(ctx, d.cfg.Timeout)
 	d.loaded, d.stopLoad = make(chan loadOutcome, 1), stop
 	go func() {
 		res, err := load.Run(loadCtx)
+		d.loadDone.Store(true)
 		d.loaded <- loadOutcome{res, err}
 	}()
 	return nil
 }
 
-// waitForSagas waits until the load has returned and the saga of every
-// order it placed has ended, or until cfg.Timeout passed (timedOut), drawing
-// the progress bar and crashing cfg.Crash once half the orders are placed.
-// It returns what the load did.
+// waitForSagas waits until the load has returned, the Deploy is done and
+// the saga of every order the load placed has ended, or until cfg.Timeout
+// passed (timedOut), drawing the progress bar, starting the Deploy once a
+// third of the orders are placed and crashing cfg.Crash once half are and
+// the Deploy is done. It returns what the load did.
 func (d *demoRun) waitForSagas(ctx context.Context) (load LoadResult, timedOut bool, err error) {
 	bar := newProgress(d.cfg.Progress, d.cfg.Orders)
 	crashed := d.cfg.Crash == ""
 	deadline := time.Now().Add(d.cfg.Timeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	defer d.stopDeploy()
 	var loadDone *loadOutcome
 	for {
 		n, err := countEnded(ctx, d.ordersDB)
@@ -205,13 +319,19 @@ func (d *demoRun) waitForSagas(ctx context.Context) (load LoadResult, timedOut b
 		}
 		d.ended.Store(int64(n))
 		bar.draw(int(d.placed.Load()), n)
-		if !crashed && d.placed.Load() >= int64(d.cfg.Orders/2) {
+		placed := d.placed.Load()
+		if d.cfg.Deploy != "" && d.deploy == nil &&
+			((placed >= int64(max(d.cfg.Orders/3, 1)) && d.shop.Payment.Metrics().Charges.V1 > 0) || loadDone != nil) {
+			d.startDeploy(ctx) // once payment applied version 1
+		}
+		deployed := d.deployFinished()
+		if !crashed && deployed && placed >= int64(d.cfg.Orders/2) {
 			crashed = true
 			if err := d.shop.Restart(d.cfg.Crash); err != nil {
 				return LoadResult{}, false, err
 			}
 		}
-		if loadDone != nil && n >= len(loadDone.res.Orders) {
+		if loadDone != nil && deployed && n >= len(loadDone.res.Orders) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -252,6 +372,12 @@ func (d *demoRun) report(ctx context.Context, load LoadResult, timedOut bool) (*
 		rep.Metrics[svc.Name()] = svc.Metrics()
 	}
 	rep.Crashes = d.shop.Crashes()
+	if d.deploy != nil {
+		rep.Rollout = d.deploy.ro
+		if rep.Rollout != nil {
+			rep.Rollout.Charges = rep.Metrics[Payment].Charges
+		}
+	}
 	d.shop.Stop()
 	var err error
 	if rep.Audit, err = AuditShop(ctx, d.cfg.Databases); err != nil {

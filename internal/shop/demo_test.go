@@ -32,7 +32,7 @@ func TestRunDemo(t *testing.T) {
 			t.Fatalf("demo failed:\n%s", out.String())
 		}
 		for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment: card declined",
-			"Throughput", "p99", "one order per Idempotency-Key", "payment ×1", "All 7 invariants hold."} {
+			"Throughput", "p99", "one order per Idempotency-Key", "payment ×1", "All 8 invariants hold."} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("report lacks %q:\n%s", want, out.String())
 			}

@@ -10,7 +10,8 @@
 //     reserve the stock, prepare the shipment. It is the orchestrator: every
 //     reply comes back to it, and a step that fails or times out is
 //     compensated with the steps before it (refund, release, cancel).
-//   - payment charges and refunds.
+//   - payment charges and refunds. It reads both versions of
+//     ChargeRequested (see Evolving an event below).
 //   - inventory reserves and releases stock.
 //   - shipping prepares and cancels shipments. A prepared shipment waits in
 //     the warehouse until the carrier collects it, after the saga has
@@ -33,13 +34,15 @@
 //
 //   - [Start] runs the four services in one process, each on its own
 //     database, talking only through the broker; [Shop.Restart] crashes one
-//     and starts it again on the same database.
+//     and starts it again on the same database; [Shop.Deploy] does the
+//     same with another build of it (Config.ChargeVersion).
 //   - [RunDemo] is what courier demo runs (over the transport --broker
 //     names): the shop, a [Load] of orders
 //     placed through the HTTP API with [Faults] injected (declined
 //     payments, missing stock, failed handlers and shipments, duplicated and
-//     reordered deliveries, replayed requests, a crash), then an [Audit] of
-//     the four databases.
+//     reordered deliveries, replayed requests, a crash), a deploy of
+//     ChargeRequested's version 2 in the middle of it (DemoConfig.Deploy),
+//     then an [Audit] of the four databases.
 //   - [NewOrders], [NewPayment], [NewInventory] and [NewShipping] run one
 //     service each, as courier shop SERVICE does in a process of its own.
 //
@@ -74,11 +77,37 @@
 // messages: the saga ignores replies that come late, twice or out of order,
 // and the chaos decorator reorders deliveries on purpose.
 //
+// # Evolving an event
+//
+// [ChargeRequested] has two versions: version 1 ([ChargeRequestedV1]) gave
+// the amount in cents of the shop's [Currency] without naming it; version 2
+// gives a [Money], value and currency. Config.ChargeVersion says which
+// build a service runs: the orders service writes its version, payment
+// built with version 2 turns version 1 into version 2 with an upcaster and
+// has one handler of version 2, and payment built with version 1 charges
+// version 1 and meets version 2 as newer than it knows
+// (courier.ErrNewerVersion): its inbox retries such a request without
+// counting the runs for Config.NewerVersionWait, then parks it as
+// newer_version, to be replayed once payment is deployed.
+//
+// The demo starts with version 1 everywhere and, once a third of the orders
+// are placed, deploys version 2 in the order DemoConfig.Deploy names, with
+// version 1 requests still in flight at the switch: consumer first
+// (payment, stopped while requests wait for it, then orders), or producer
+// first (orders, while payment is stopped and requests wait for it; payment
+// comes back with version 1 and receives version 2 requests, which wait
+// for its deploy; with DemoConfig.DeployLate they wait past
+// NewerVersionWait and are parked, and the demo replays them after the
+// deploy as an operator would). The report counts each version applied,
+// those that waited, were parked and replayed ([ChargeStats]), and the
+// audit checks that each order's request was answered once.
+//
 // # What the audit checks
 //
 // [AuditShop] reads the four databases directly, as an auditor would, and
 // checks the invariants the promises of Courier add up to: one order per
-// Idempotency-Key, no double charge, every refund matching a charge, stock
-// conserved, no saga stuck, shipments only for completed orders, and
-// effects that match each order's outcome.
+// Idempotency-Key, no double charge, every charge request answered once
+// (whatever its version, none left parked), every refund matching a
+// charge, stock conserved, no saga stuck, shipments only for completed
+// orders, and effects that match each order's outcome.
 package shop

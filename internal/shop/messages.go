@@ -12,11 +12,52 @@ const (
 
 // Commands the orders saga sends.
 
-// ChargeRequested asks payment to charge the customer for an order.
+// ChargeRequested asks payment to charge the customer for an order. This
+// is its version 2, ChargeVersion: the amount carries its currency.
+// Version 1, ChargeRequestedV1, still travels while the shop is deployed
+// from one to the other: payment turns it into this shape (upcastCharge).
 type ChargeRequested struct {
 	OrderID  string `json:"order_id"`
 	Customer string `json:"customer"`
+	Amount   Money  `json:"amount"`
+}
+
+// MessageVersion makes ChargeRequested version 2 of its type.
+func (ChargeRequested) MessageVersion() int { return ChargeVersion }
+
+// ChargeVersion is the newest version of ChargeRequested: the one orders
+// writes and payment handles unless Config.ChargeVersion says otherwise.
+const ChargeVersion = 2
+
+// Money is an amount in the minor unit (cents) of its currency.
+type Money struct {
+	Value    int64  `json:"value"`
+	Currency string `json:"currency"`
+}
+
+// Currency is the shop's only currency: the one of every order's amount,
+// and the one version 1 of ChargeRequested implied.
+const Currency = "EUR"
+
+// ChargeRequestedV1 is version 1 of ChargeRequested, as orders wrote it
+// before version 2: the amount in cents of the shop's Currency, without
+// naming it.
+type ChargeRequestedV1 struct {
+	OrderID  string `json:"order_id"`
+	Customer string `json:"customer"`
 	Amount   int64  `json:"amount"`
+}
+
+// MessageType keeps both versions one type, ChargeRequested.
+func (ChargeRequestedV1) MessageType() string { return "ChargeRequested" }
+
+// MessageVersion makes ChargeRequestedV1 version 1.
+func (ChargeRequestedV1) MessageVersion() int { return 1 }
+
+// upcastCharge turns a version 1 request into version 2: its amount was in
+// the shop's Currency.
+func upcastCharge(v1 ChargeRequestedV1) (ChargeRequested, error) {
+	return ChargeRequested{OrderID: v1.OrderID, Customer: v1.Customer, Amount: Money{Value: v1.Amount, Currency: Currency}}, nil
 }
 
 // RefundRequested asks payment to refund an order's charge, if there is

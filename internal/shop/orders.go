@@ -47,7 +47,6 @@ type OrdersConfig struct {
 type OrdersService struct {
 	*base
 	cfg OrdersConfig
-	def saga.Definition[orderData]
 
 	addrMu sync.Mutex
 	addr   string
@@ -70,7 +69,7 @@ func NewOrders(cfg OrdersConfig) (*OrdersService, error) {
 	if cfg.KeyLockTimeout <= 0 {
 		cfg.KeyLockTimeout = 5 * time.Second
 	}
-	return &OrdersService{base: b, cfg: cfg, def: orderSaga(cfg.Timeouts), addr: cfg.HTTPAddr}, nil
+	return &OrdersService{base: b, cfg: cfg, addr: cfg.HTTPAddr}, nil
 }
 
 // Addr returns the address the HTTP API listens on (the one it will listen
@@ -99,7 +98,8 @@ type ordersNode struct {
 
 func (o *OrdersService) setup(_ context.Context, n *node, drain time.Duration) (incarnation, error) {
 	sagas := n.db.Sagas()
-	orch, err := saga.New(o.def, sagas, n.w, saga.Config{Logger: n.log})
+	version := o.ChargeVersion()
+	orch, err := saga.New(orderSaga(o.cfg.Timeouts, version), sagas, n.w, saga.Config{Logger: n.log})
 	if err != nil {
 		return incarnation{}, err
 	}
@@ -118,7 +118,7 @@ func (o *OrdersService) setup(_ context.Context, n *node, drain time.Duration) (
 	o.addrMu.Lock()
 	o.addr = ln.Addr().String()
 	o.addrMu.Unlock()
-	n.log.Info("orders API listening", "url", o.URL())
+	n.log.Info("orders API listening", "url", o.URL(), "charge_version", version)
 	return incarnation{
 		handler: on.apply,
 		extra: []func(context.Context) error{

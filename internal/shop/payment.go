@@ -17,6 +17,12 @@ import (
 //	ChargeRequested → PaymentSucceeded, or PaymentDeclined (Faults.DeclineRate, or the order was refunded first)
 //	RefundRequested → PaymentRefunded, whether there was a charge to refund or not
 //
+// Built with version 2 of ChargeRequested (Config.ChargeVersion), it has
+// one handler of version 2 and an upcaster from version 1, so requests
+// written before orders was deployed with version 2 are charged alike.
+// Built with version 1 only, it charges version 1 requests and meets
+// version 2 ones as newer than it knows: they wait for its deploy.
+//
 // An order is charged at most once: the inbox applies each command once,
 // the handler answers a repeated charge with the existing one, and a unique
 // constraint on the order backs both up.
@@ -37,10 +43,21 @@ func NewPayment(cfg Config) (*PaymentService, error) {
 func (p *PaymentService) Run(ctx context.Context) error {
 	return p.run(ctx, paymentTables, TopicPayment, func(_ context.Context, n *node, _ time.Duration) (incarnation, error) {
 		pn := &paymentNode{node: n, faults: p.Faults}
+		version := p.ChargeVersion()
 		r := inbox.NewRouter[*sql.Tx]()
-		inbox.On(r, pn.charge)
+		switch version {
+		case 1:
+			inbox.On(r, func(ctx context.Context, tx *sql.Tx, msg courier.Message, v1 ChargeRequestedV1) error {
+				c, _ := upcastCharge(v1)
+				return pn.charge(ctx, tx, msg, c)
+			})
+		default:
+			inbox.Upcast(r, upcastCharge)
+			inbox.On(r, pn.charge)
+		}
 		inbox.On(r, pn.refund)
-		return incarnation{handler: r.Handler()}, nil
+		n.log.Info("payment handles ChargeRequested", "up_to_version", version)
+		return incarnation{handler: r.Handler(), observer: p.charges.observer(version)}, nil
 	})
 }
 
@@ -67,13 +84,15 @@ func (p *paymentNode) charge(ctx context.Context, tx *sql.Tx, msg courier.Messag
 		return p.reply(ctx, tx, msg, PaymentDeclined{OrderID: c.OrderID}, "order was refunded before the charge arrived")
 	case !errors.Is(err, sql.ErrNoRows):
 		return err
-	case c.Amount < 1:
+	case c.Amount.Value < 1:
 		return p.reply(ctx, tx, msg, PaymentDeclined{OrderID: c.OrderID}, "invalid amount")
+	case c.Amount.Currency != Currency:
+		return p.reply(ctx, tx, msg, PaymentDeclined{OrderID: c.OrderID}, "currency "+c.Amount.Currency+" not accepted")
 	case chance(p.faults().DeclineRate):
 		return p.reply(ctx, tx, msg, PaymentDeclined{OrderID: c.OrderID}, "card declined")
 	}
 	chargeID = "ch_" + uuid.NewString()
-	if err := p.insertCharge(ctx, tx, chargeID, c.OrderID, c.Customer, c.Amount, chargeCharged); err != nil {
+	if err := p.insertCharge(ctx, tx, chargeID, c.OrderID, c.Customer, c.Amount.Value, chargeCharged); err != nil {
 		return err
 	}
 	return p.reply(ctx, tx, msg, PaymentSucceeded{OrderID: c.OrderID, ChargeID: chargeID}, "")

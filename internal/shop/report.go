@@ -11,13 +11,14 @@ import (
 )
 
 // WriteTo writes the report as text: orders by final state with the
-// cancellation reasons, throughput, latency, the faults the run absorbed
-// and the invariants.
+// cancellation reasons, throughput, latency, the faults the run absorbed,
+// the deploy of ChargeRequested's version 2 and the invariants.
 func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
 	r.writeOutcomes(&b)
 	r.writeSpeed(&b)
 	r.writeFaults(&b)
+	r.writeRollout(&b)
 	r.writeInvariants(&b)
 	n, err := io.WriteString(w, b.String())
 	return int64(n), err

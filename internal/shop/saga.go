@@ -56,8 +56,9 @@ func (t *Timeouts) setDefaults() {
 
 // orderSaga returns the order saga: charge, reserve, ship. Every step has a
 // timeout and a compensation; see the package documentation for why the
-// shipping step can be undone.
-func orderSaga(t Timeouts) saga.Definition[orderData] {
+// shipping step can be undone. The charge is requested in version
+// chargeVersion of ChargeRequested.
+func orderSaga(t Timeouts, chargeVersion int) saga.Definition[orderData] {
 	t.setDefaults()
 	return saga.Definition[orderData]{
 		Type:              sagaType,
@@ -68,7 +69,10 @@ func orderSaga(t Timeouts) saga.Definition[orderData] {
 			{
 				Name: "payment", Pending: StatePaymentPending, Done: StatePaid,
 				Command: command(TopicPayment, func(id string, d *orderData) any {
-					return ChargeRequested{OrderID: id, Customer: d.Customer, Amount: d.Amount}
+					if chargeVersion == 1 {
+						return ChargeRequestedV1{OrderID: id, Customer: d.Customer, Amount: d.Amount}
+					}
+					return ChargeRequested{OrderID: id, Customer: d.Customer, Amount: Money{Value: d.Amount, Currency: Currency}}
 				}),
 				Succeeded: courier.TypeName(PaymentSucceeded{}), Failed: courier.TypeName(PaymentDeclined{}),
 				OnReply: func(d *orderData, r courier.Message) error {

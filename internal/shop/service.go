@@ -46,6 +46,12 @@ type Service interface {
 	SetFaults(Faults)
 	// Metrics returns the service's running totals over every incarnation.
 	Metrics() Metrics
+	// ChargeVersion returns the version of ChargeRequested the service's
+	// next incarnations are built with (Config.ChargeVersion).
+	ChargeVersion() int
+	// SetChargeVersion changes it from the next incarnation on: what a
+	// deploy of another build does (see Shop.Deploy).
+	SetChargeVersion(v int) error
 }
 
 // Metrics are a service's running totals.
@@ -60,6 +66,9 @@ type Metrics struct {
 	Published int64
 	// Runs counts the incarnations started.
 	Runs int64
+	// Charges counts what payment did with each version of
+	// ChargeRequested (payment only).
+	Charges ChargeStats
 }
 
 func (m Metrics) add(o Metrics) Metrics {
@@ -72,6 +81,7 @@ func (m Metrics) add(o Metrics) Metrics {
 	m.Chaos.Reordered += o.Chaos.Reordered
 	m.Published += o.Published
 	m.Runs += o.Runs
+	m.Charges = m.Charges.add(o.Charges)
 	return m
 }
 
@@ -81,6 +91,8 @@ type base struct {
 	name    string
 	cfg     Config
 	faults  atomic.Pointer[Faults]
+	version atomic.Int64 // ChargeVersion
+	charges chargeCounter
 	started chan struct{}
 	once    sync.Once
 	running atomic.Bool
@@ -98,7 +110,20 @@ func newBase(name string, cfg Config) (*base, error) {
 	b := &base{name: name, cfg: cfg, started: make(chan struct{})}
 	f := cfg.Faults
 	b.faults.Store(&f)
+	b.version.Store(int64(cfg.ChargeVersion))
 	return b, nil
+}
+
+// ChargeVersion implements Service.
+func (b *base) ChargeVersion() int { return int(b.version.Load()) }
+
+// SetChargeVersion implements Service.
+func (b *base) SetChargeVersion(v int) error {
+	if err := checkChargeVersion(v); err != nil {
+		return fmt.Errorf("shop %s: %w", b.name, err)
+	}
+	b.version.Store(int64(v))
+	return nil
 }
 
 // Name implements Service.
@@ -128,6 +153,7 @@ func (b *base) Metrics() Metrics {
 	if b.current != nil {
 		m = m.add(b.current())
 	}
+	m.Charges = b.charges.stats()
 	return m
 }
 
@@ -155,10 +181,12 @@ func (n *node) reply(ctx context.Context, tx *sql.Tx, cause courier.Message, v a
 }
 
 // incarnation is what a service adds to the shared plumbing: the handler of
-// its topic and goroutines of its own (HTTP server, saga deadlines).
+// its topic, goroutines of its own (HTTP server, saga deadlines) and an
+// observer of its inbox consumer, if any.
 type incarnation struct {
-	handler inbox.Handler[*sql.Tx]
-	extra   []func(context.Context) error
+	handler  inbox.Handler[*sql.Tx]
+	extra    []func(context.Context) error
+	observer inbox.Observer
 }
 
 // Timings of the plumbing, chosen so that a crashed service's work comes
@@ -208,7 +236,7 @@ func (b *base) run(ctx context.Context, tables []string, topic string, setup fun
 	if obs != nil {
 		defer obs.ln.Close()
 	}
-	cons, chaos, err := b.newConsumer(db, link, obs, inc.handler, faults, drain)
+	cons, chaos, err := b.newConsumer(db, link, obs, inc, faults, drain)
 	if err != nil {
 		return err
 	}
@@ -285,10 +313,10 @@ func (b *base) newRelay(ctx context.Context, db *serviceDB, link *Link, wake *st
 	return r, obs, nil
 }
 
-// newConsumer makes the incarnation's inbox consumer: handler, with the
+// newConsumer makes the incarnation's inbox consumer: its handler, with the
 // faults in force, applies what link's subscriber delivers, through the
 // chaos decorator that duplicates and reorders deliveries.
-func (b *base) newConsumer(db *serviceDB, link *Link, obs *observability, handler inbox.Handler[*sql.Tx], faults Faults, drain time.Duration) (*inbox.Consumer[*sql.Tx], *Chaos, error) {
+func (b *base) newConsumer(db *serviceDB, link *Link, obs *observability, inc incarnation, faults Faults, drain time.Duration) (*inbox.Consumer[*sql.Tx], *Chaos, error) {
 	chaos := NewChaos(link.Subscriber, ChaosConfig{Duplicate: faults.DuplicateRate, Reorder: faults.ReorderRate})
 	ib, err := inbox.New(db.Inbox(), b.name)
 	if err != nil {
@@ -297,11 +325,19 @@ func (b *base) newConsumer(db *serviceDB, link *Link, obs *observability, handle
 	ccfg := inbox.ConsumerConfig{
 		Concurrency: 8, KeepOrder: link.KeepOrder, MaxDeliveries: 25, Backoff: courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: b.cfg.Logger,
+		NewerVersionWait: b.cfg.NewerVersionWait,
 	}
+	var observers teeObserver
 	if obs != nil {
-		ccfg.Observer = obs.col.Consumer()
+		observers = append(observers, obs.col.Consumer())
 	}
-	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, handler), ccfg)
+	if inc.observer != nil {
+		observers = append(observers, inc.observer)
+	}
+	if len(observers) > 0 {
+		ccfg.Observer = observers
+	}
+	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, inc.handler), ccfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sync"
 	"time"
@@ -132,6 +133,12 @@ type Options struct {
 	// RestartDelay is how long a crashed service stays down before it is
 	// started again. Default 200ms.
 	RestartDelay time.Duration
+	// ChargeVersion is the version of ChargeRequested the orders service
+	// and payment start with (Config.ChargeVersion); Deploy changes it
+	// service by service. Default ChargeVersion, the newest.
+	ChargeVersion int
+	// NewerVersionWait: see Config. Default: Courier's, 15 minutes.
+	NewerVersionWait time.Duration
 	// Logger receives every service's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -152,6 +159,7 @@ type Shop struct {
 	mu      sync.Mutex
 	running map[string]*run
 	crashes map[string]int
+	deploys map[string]int
 }
 
 // run is one service's restart loop.
@@ -186,9 +194,10 @@ func Start(ctx context.Context, opts Options) (*Shop, error) {
 		return Config{
 			DatabaseURL: opts.Databases.URL(service), Transport: opts.Transport,
 			Faults: opts.Faults[service], Drain: crashDrain, Logger: opts.Logger,
+			ChargeVersion: opts.ChargeVersion, NewerVersionWait: opts.NewerVersionWait,
 		}
 	}
-	s := &Shop{opts: opts, log: opts.Logger, running: map[string]*run{}, crashes: map[string]int{}}
+	s := &Shop{opts: opts, log: opts.Logger, running: map[string]*run{}, crashes: map[string]int{}, deploys: map[string]int{}}
 	var err error
 	if s.Orders, err = NewOrders(OrdersConfig{Config: cfg(Orders), HTTPAddr: opts.HTTPAddr, Timeouts: opts.Timeouts, DeadlineEvery: opts.DeadlineEvery}); err != nil {
 		return nil, err
@@ -279,16 +288,9 @@ func (s *Shop) start(svc Service, failed chan<- error) {
 // Restart crashes the service called name (its contexts are cancelled,
 // nothing is drained) and starts it again on the same database.
 func (s *Shop) Restart(name string) error {
-	svc := s.Service(name)
-	if svc == nil {
-		return fmt.Errorf("shop: no service %q: use one of %v", name, Services)
-	}
-	s.mu.Lock()
-	r := s.running[name]
-	s.mu.Unlock()
-	if r != nil {
-		r.cancel()
-		<-r.done
+	svc, err := s.stop(name)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.crashes[name]++
@@ -297,6 +299,56 @@ func (s *Shop) Restart(name string) error {
 	time.Sleep(s.opts.RestartDelay)
 	s.start(svc, make(chan error, 1))
 	return nil
+}
+
+// Deploy replaces the service called name with its build of version
+// chargeVersion of ChargeRequested (see Config.ChargeVersion), as a deploy
+// would: it stops the service as Restart does, calls whileDown (unless
+// nil) while it is down, and starts it again on the same database.
+// whileDown's error is returned, the service started all the same.
+func (s *Shop) Deploy(name string, chargeVersion int, whileDown func() error) error {
+	if err := checkChargeVersion(chargeVersion); err != nil {
+		return fmt.Errorf("shop: deploy %s: %w", name, err)
+	}
+	svc, err := s.stop(name)
+	if err != nil {
+		return err
+	}
+	s.log.Warn("service stopped for a deploy", "service", name, "charge_version", chargeVersion)
+	if whileDown != nil {
+		err = whileDown()
+	}
+	if serr := svc.SetChargeVersion(chargeVersion); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	s.mu.Lock()
+	s.deploys[name]++
+	s.mu.Unlock()
+	s.start(svc, make(chan error, 1))
+	return err
+}
+
+// stop stops the service called name, as a crash would, and returns it.
+func (s *Shop) stop(name string) (Service, error) {
+	svc := s.Service(name)
+	if svc == nil {
+		return nil, fmt.Errorf("shop: no service %q: use one of %v", name, Services)
+	}
+	s.mu.Lock()
+	r := s.running[name]
+	s.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		<-r.done
+	}
+	return svc, nil
+}
+
+// Deploys returns how many times each service was deployed (Deploy).
+func (s *Shop) Deploys() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.deploys)
 }
 
 // Crashes returns how many times each service crashed and was restarted.

@@ -14,8 +14,10 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 )
 
-// demoOver runs a small demo over tr, on SQLite files, with every fault and
-// a crash, and fails the test unless every invariant holds.
+// demoOver runs a small demo over tr, on SQLite files, with every fault, a
+// crash and version 2 of ChargeRequested deployed producer first, payment
+// late (its version 2 requests wait, are parked, then replayed), and fails
+// the test unless every invariant holds and the deploy went right.
 func demoOver(t *testing.T, tr shop.Transport) {
 	t.Helper()
 	f := shop.Faults{FailureRate: 0.05, DuplicateRate: 0.1, ReorderRate: 0.1}
@@ -25,16 +27,17 @@ func demoOver(t *testing.T, tr shop.Transport) {
 		Databases: shop.SQLiteDatabases(t.TempDir()), Transport: tr,
 		Orders: 60, Faults: map[string]shop.Faults{shop.Orders: f, shop.Payment: payment, shop.Inventory: f, shop.Shipping: shipping},
 		Stock:      map[string]int{"mug": 200, "tee": 200, "cap": 200, "poster": 200, "vinyl": 3},
-		ReplayRate: 0.1, Crash: shop.Payment, Timeout: time.Minute, Logger: testLogger(t),
+		ReplayRate: 0.1, Crash: shop.Payment, Deploy: shop.DeployProducerFirst, DeployLate: true, Timeout: time.Minute, Logger: testLogger(t),
 	})
 	testenv.Must(t, err, "demo over "+tr.String())
+	checkDeploy(t, rep, 60, shop.DeployProducerFirst, true)
 	var out strings.Builder
 	_, err = rep.WriteTo(&out)
 	testenv.Must(t, err, "report")
 	if !rep.OK() || rep.TimedOut {
 		t.Fatalf("demo over %s failed:\n%s", tr, out.String())
 	}
-	for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment ×1", "All 7 invariants hold."} {
+	for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment ×1", "All 8 invariants hold."} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
