@@ -67,108 +67,136 @@ func (d *demoRun) rollout(ctx context.Context) (*Rollout, error) {
 	if ro.NewerVersionWait == 0 {
 		ro.NewerVersionWait = inbox.DefaultNewerVersionWait
 	}
-	s := d.shop
-	charges := func() ChargeStats { return s.Payment.Metrics().Charges }
-	// inFlight counts the orders whose request payment has not applied:
-	// each order's saga wrote one in the transaction that placed it, and
-	// payment counts each it applied once. Payment being down, they wait
-	// for it in the orders' outbox or the broker.
-	inFlight := func() (int, error) {
-		n, err := countOrders(ctx, d.ordersDB)
-		c := charges()
-		return n - int(c.V1+c.Upcast+c.V2+c.Replayed), err
-	}
-	// queued waits, payment being down, until a request is in flight for
-	// it, then sets Queued.
-	queued := func() error {
-		return d.waitFor(ctx, true, func() (bool, error) {
-			n, err := inFlight()
-			ro.Queued = n
-			return n > 0, err
-		})
-	}
+	r := &rolloutRun{d: d, ctx: ctx, ro: ro}
+	var err error
 	switch d.cfg.Deploy {
 	case DeployConsumerFirst:
-		err := s.Deploy(Payment, ChargeVersion, func() error {
-			if err := queued(); err != nil {
-				return err
-			}
-			n, err := inFlight()
-			ro.Queued = n
-			return err
-		})
-		if err != nil {
-			return ro, err
-		}
-		// Payment serves with its upcaster before orders writes version 2:
-		// it upcast one of the requests in flight, or, should they all have
-		// been answered meanwhile (a run cut short by the stop after its
-		// commit is not counted), no order waits for payment any more.
-		err = d.waitFor(ctx, false, func() (bool, error) {
-			if charges().Upcast > 0 || ro.Queued == 0 {
-				return true, nil
-			}
-			if !d.loadDone.Load() && !d.gated.Load() {
-				return false, nil
-			}
-			n, err := countState(ctx, d.ordersDB, StatePaymentPending)
-			return n == 0, err
-		})
-		if err != nil {
-			return ro, err
-		}
-		err = s.Deploy(Orders, ChargeVersion, nil)
-		ro.AtSwitch = charges()
-		d.markSwitched()
-		if err != nil {
-			return ro, err
-		}
+		err = r.consumerFirst()
 	case DeployProducerFirst:
-		var deployed time.Time
-		err := s.Deploy(Payment, 1, func() error {
-			if err := queued(); err != nil {
-				return err
-			}
-			err := s.Deploy(Orders, ChargeVersion, func() error {
-				n, err := inFlight() // orders being down too, none is added
-				ro.Queued = n
-				return err
-			})
-			ro.AtSwitch, deployed = charges(), time.Now()
-			d.markSwitched()
-			return err
-		})
-		if err != nil {
-			return ro, err
-		}
-		// Payment, back with version 1 only, meets version 2 requests.
-		err = d.waitFor(ctx, false, func() (bool, error) {
-			if charges().Waited > 0 {
-				return true, nil
-			}
-			if !d.loadDone.Load() {
-				return false, nil
-			}
-			n, err := countPlacedSince(ctx, d.ordersDB, deployed)
-			return n == 0, err // no version 2 request was written
-		})
-		if err != nil {
-			return ro, err
-		}
-		if d.cfg.DeployLate && charges().Waited > 0 {
-			// Payment's deploy comes after its NewerVersionWait.
-			if err := d.waitFor(ctx, false, func() (bool, error) { return charges().Parked > 0, nil }); err != nil {
-				return ro, err
-			}
-		}
-		if err := s.Deploy(Payment, ChargeVersion, nil); err != nil {
-			return ro, err
-		}
+		err = r.producerFirst()
 	default:
 		return nil, nil
 	}
+	if err != nil {
+		return ro, err
+	}
 	ro.Done = true
 	return ro, d.replayNewer(ctx, ro)
+}
+
+// rolloutRun is one deploy of a demo, under way.
+type rolloutRun struct {
+	d   *demoRun
+	ctx context.Context
+	ro  *Rollout
+}
+
+// charges are payment's counts.
+func (r *rolloutRun) charges() ChargeStats { return r.d.shop.Payment.Metrics().Charges }
+
+// inFlight counts the orders whose request payment has not applied: each
+// order's saga wrote one in the transaction that placed it, and payment
+// counts each it applied once. Payment being down, they wait for it in the
+// orders' outbox or the broker.
+func (r *rolloutRun) inFlight() (int, error) {
+	n, err := countOrders(r.ctx, r.d.ordersDB)
+	c := r.charges()
+	return n - int(c.V1+c.Upcast+c.V2+c.Replayed), err
+}
+
+// queued waits, payment being down, until a request is in flight for it,
+// then sets Queued.
+func (r *rolloutRun) queued() error {
+	return r.d.waitFor(r.ctx, true, func() (bool, error) {
+		n, err := r.inFlight()
+		r.ro.Queued = n
+		return n > 0, err
+	})
+}
+
+// consumerFirst deploys payment with its upcaster while requests of
+// version 1 are in flight for it, then the orders service writing
+// version 2.
+func (r *rolloutRun) consumerFirst() error {
+	d, s, ro := r.d, r.d.shop, r.ro
+	err := s.Deploy(Payment, ChargeVersion, func() error {
+		if err := r.queued(); err != nil {
+			return err
+		}
+		n, err := r.inFlight()
+		ro.Queued = n
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// Payment serves with its upcaster before orders writes version 2: it
+	// upcast one of the requests in flight, or, should they all have been
+	// answered meanwhile (a run cut short by the stop after its commit is
+	// not counted), no order waits for payment any more.
+	err = d.waitFor(r.ctx, false, func() (bool, error) {
+		if r.charges().Upcast > 0 || ro.Queued == 0 {
+			return true, nil
+		}
+		if !d.loadDone.Load() && !d.gated.Load() {
+			return false, nil
+		}
+		n, err := countState(r.ctx, d.ordersDB, StatePaymentPending)
+		return n == 0, err
+	})
+	if err != nil {
+		return err
+	}
+	err = s.Deploy(Orders, ChargeVersion, nil)
+	ro.AtSwitch = r.charges()
+	d.markSwitched()
+	return err
+}
+
+// producerFirst deploys the orders service writing version 2 while
+// payment is down with version 1 requests in flight for it; payment comes
+// back knowing version 1 only, meets version 2 requests, and is deployed
+// once one waits (late: once one was parked).
+func (r *rolloutRun) producerFirst() error {
+	d, s, ro := r.d, r.d.shop, r.ro
+	var deployed time.Time
+	err := s.Deploy(Payment, 1, func() error {
+		if err := r.queued(); err != nil {
+			return err
+		}
+		err := s.Deploy(Orders, ChargeVersion, func() error {
+			n, err := r.inFlight() // orders being down too, none is added
+			ro.Queued = n
+			return err
+		})
+		ro.AtSwitch, deployed = r.charges(), time.Now()
+		d.markSwitched()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// Payment, back with version 1 only, meets version 2 requests.
+	err = d.waitFor(r.ctx, false, func() (bool, error) {
+		if r.charges().Waited > 0 {
+			return true, nil
+		}
+		if !d.loadDone.Load() {
+			return false, nil
+		}
+		n, err := countPlacedSince(r.ctx, d.ordersDB, deployed)
+		return n == 0, err // no version 2 request was written
+	})
+	if err != nil {
+		return err
+	}
+	if d.cfg.DeployLate && r.charges().Waited > 0 {
+		// Payment's deploy comes after its NewerVersionWait.
+		if err := d.waitFor(r.ctx, false, func() (bool, error) { return r.charges().Parked > 0, nil }); err != nil {
+			return err
+		}
+	}
+	return s.Deploy(Payment, ChargeVersion, nil)
 }
 
 // replayNewer replays what payment parked as newer than it knew, now that
