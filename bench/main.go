@@ -14,7 +14,9 @@
 // each of its store dialects (PostgreSQL, SQLite, MySQL/MariaDB), and
 // Courier under adversity (empty claims over dead rows that a long
 // transaction keeps from vacuum; one key's latency behind another key's
-// poison message), then writes a Markdown report and a PNG chart. Every system gets its own
+// poison message), and Courier's scheduled messages (how late they are
+// published, what a million waiting ones cost the relay), then writes a
+// Markdown report and a PNG chart. Every system gets its own
 // PostgreSQL schema and JetStream stream, removed afterwards, and systems run
 // one after another.
 //
@@ -41,7 +43,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled"}
 
 // config is the command line.
 type config struct {
@@ -309,6 +311,8 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		for _, p := range cleanupPauses {
 			try("cleanup: writers during a retention cleanup, "+pauseKey(p), func() error { return b.runCleanup(ctx, p) })
 		}
+	case "scheduled":
+		b.runScheduled(ctx, try, run)
 	case "adversity":
 		try("adversity: empty claims, clean and with dead rows", func() error { return b.runAdversityClaim(ctx) })
 		for _, d := range rotate(dialects, run-1) {
@@ -334,6 +338,11 @@ func (b *Bench) warnSpread() {
 	for _, f := range brokerFigures {
 		for _, br := range b.cfg.brokers {
 			b.warnCell(f, br)
+		}
+	}
+	for _, f := range scheduledFigures {
+		for _, k := range []string{reference, schedWithout, schedWith} {
+			b.warnCell(f, k)
 		}
 	}
 }
