@@ -70,6 +70,15 @@ BEGIN
         RETURN QUERY SELECT 0, false, NULL::interval, true;
         RETURN;
     END IF;
+    -- Nothing due, the usual case (an idle relay asks every 100 ms): the
+    -- index's first entry says so, and the move below, whose plan depends
+    -- on p_now and is made afresh each call, is not run.
+    SELECT s.due_at INTO v_next FROM courier_outbox_scheduled s
+    WHERE s.released_at IS NULL ORDER BY s.due_at, s.id LIMIT 1;
+    IF v_next IS NULL OR v_next > p_now THEN
+        RETURN QUERY SELECT 0, v_next IS NOT NULL, v_next - p_now, false;
+        RETURN;
+    END IF;
     WITH due AS MATERIALIZED (
         SELECT s.id, s.message_id, s.topic, s.ordering_key, s.type, s.version, s.content_type, s.payload,
                s.headers, s.occurred_at, s.due_at
