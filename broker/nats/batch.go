@@ -91,12 +91,16 @@ func (b *batching) init(maxBatches int, off bool) {
 
 // atomicServer reports whether a server of this version (from the
 // connection's INFO) takes atomic batches: nats-server 2.12 and later.
-func atomicServer(version string) bool {
-	var major, minor int
-	if _, err := fmt.Sscanf(version, "%d.%d", &major, &minor); err != nil {
+func atomicServer(version string) bool { return serverAtLeast(version, 12) }
+
+// serverAtLeast reports whether version, a nats-server version such as
+// "2.10.3", is 2.minor or later.
+func serverAtLeast(version string, minor int) bool {
+	var major, min int
+	if _, err := fmt.Sscanf(version, "%d.%d", &major, &min); err != nil {
 		return false
 	}
-	return major > 2 || major == 2 && minor >= 12
+	return major > 2 || major == 2 && min >= minor
 }
 
 // serverBatches reports whether the Publisher may send atomic batches on
@@ -175,9 +179,10 @@ func (p *Publisher) streamsAllowAtomic(ctx context.Context) (bool, error) {
 }
 
 // streamFacts returns what the Publisher knows of the stream that binds
-// subject, asking JetStream when it knows nothing recent; false when
-// JetStream does not say.
-func (p *Publisher) streamFacts(ctx context.Context, subject string) (streamFacts, bool) {
+// m's subject, asking JetStream when it knows nothing recent of m's topic;
+// false when JetStream does not say.
+func (p *Publisher) streamFacts(ctx context.Context, m *courier.Message) (streamFacts, bool) {
+	subject := p.cfg.Subject(m.Topic) // what is known is known per topic, whatever the key
 	p.fmu.Lock()
 	f, ok := p.facts[subject]
 	p.fmu.Unlock()
@@ -186,7 +191,7 @@ func (p *Publisher) streamFacts(ctx context.Context, subject string) (streamFact
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.lookup)
 	defer cancel()
-	name, err := p.js.StreamNameBySubject(lctx, subject)
+	name, err := p.js.StreamNameBySubject(lctx, p.cfg.MessageSubject(m.Topic, m.Key))
 	if err != nil {
 		return streamFacts{}, false
 	}
@@ -276,7 +281,7 @@ func (p *Publisher) publishRun(ctx context.Context, lk *lookups, msgs []courier.
 	first := &msgs[run[0]]
 	subject := p.cfg.Subject(first.Topic)
 	if !p.isBound(subject) {
-		if err := lk.preflight(ctx, first.Topic); err != nil {
+		if err := lk.preflight(ctx, first); err != nil {
 			for _, i := range run {
 				errs[i] = err
 			}
@@ -286,7 +291,7 @@ func (p *Publisher) publishRun(ctx context.Context, lk *lookups, msgs []courier.
 	var facts streamFacts
 	batch := false
 	if p.serverBatches() {
-		facts, batch = p.streamFacts(ctx, subject)
+		facts, batch = p.streamFacts(ctx, first)
 		batch = batch && facts.atomic
 	}
 	busy := 0
@@ -507,6 +512,6 @@ func (p *Publisher) publishOne(ctx context.Context, lk *lookups, m *courier.Mess
 func (p *Publisher) holdBack(msgs []courier.Message, rest []int, errs []error, cause error) {
 	for _, i := range rest {
 		errs[i] = broker.Unavailable(fmt.Errorf("subject %q: held back: an earlier message of key %q failed: %v",
-			p.cfg.Subject(msgs[i].Topic), msgs[i].Key, cause))
+			p.cfg.MessageSubject(msgs[i].Topic, msgs[i].Key), msgs[i].Key, cause))
 	}
 }

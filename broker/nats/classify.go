@@ -22,7 +22,7 @@ import (
 //   - Everything else (connection lost or closed, timeouts, a stream full or
 //     not ready) wraps broker.ErrUnavailable.
 func (p *Publisher) classify(m *courier.Message, err error) error {
-	subject := p.cfg.Subject(m.Topic)
+	subject := p.cfg.MessageSubject(m.Topic, m.Key)
 	var apiErr *jetstream.APIError
 	isAPI := errors.As(err, &apiErr)
 	switch {

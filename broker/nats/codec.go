@@ -22,7 +22,8 @@ const (
 // Courier's headers or carries invalid ones. It is courier.ErrMalformed.
 var ErrMalformed = courier.ErrMalformed
 
-// ToNATS converts a message to a JetStream message: its subject, its
+// ToNATS converts a message to a JetStream message: its subject (see
+// MessageSubject), its
 // headers as package broker/wire writes them, its payload as data.
 func (c Config) ToNATS(m *courier.Message) *natsgo.Msg { return c.natsMsg(m, nil) }
 
@@ -31,7 +32,7 @@ func (c Config) ToNATS(m *courier.Message) *natsgo.Msg { return c.natsMsg(m, nil
 func (c Config) natsMsg(m *courier.Message, ce *cloudevents.Config) *natsgo.Msg {
 	h := make(natsgo.Header, len(m.Headers)+8)
 	wire.NATS.Encode(m, ce, func(name, value string) { h[name] = []string{value} })
-	return &natsgo.Msg{Subject: c.Subject(m.Topic), Header: h, Data: m.Payload}
+	return &natsgo.Msg{Subject: c.MessageSubject(m.Topic, m.Key), Header: h, Data: m.Payload}
 }
 
 // FromNATS converts a JetStream message back to a Courier message (see

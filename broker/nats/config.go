@@ -3,10 +3,12 @@ package nats
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/broker/internal/group"
 	"github.com/courier-go/courier/broker/internal/setting"
 )
 
@@ -22,6 +24,10 @@ const (
 	DefaultMaxAckPending = 1000
 	DefaultPrefetch      = 100
 	DefaultDuplicates    = 2 * time.Minute
+	// DefaultMemberHeartbeat and DefaultMemberTimeout are
+	// SubscriberConfig's, for Partitions.
+	DefaultMemberHeartbeat = group.DefaultHeartbeat
+	DefaultMemberTimeout   = group.DefaultTimeout
 )
 
 // maxLookup bounds one lookup of the stream that binds a subject (see
@@ -37,6 +43,16 @@ type Config struct {
 	SubjectPrefix string
 	// NoPrefix makes subjects equal to topics. Default false.
 	NoPrefix bool
+	// KeySubjects makes a message's key the last token of its subject:
+	// topic "orders" and key "o-42" become "courier.orders.o-42" (see
+	// KeyToken for keys that are not a subject token as they are). A
+	// subscription can then share the keys among the instances of a
+	// consumer (SubscriberConfig.Partitions), which partitions them by
+	// that token. Publishers and subscribers of a stream must agree on it:
+	// a subscriber with KeySubjects listens on "courier.orders.*", one
+	// without on "courier.orders". The default stream, capturing
+	// "courier.>", takes both. Default false.
+	KeySubjects bool
 }
 
 func (c Config) prefix() string {
@@ -63,15 +79,43 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Subject returns the subject a topic is published on.
+// Subject returns the subject a topic is published on, without the key
+// token KeySubjects adds (see MessageSubject).
 func (c Config) Subject(topic string) string { return c.prefix() + topic }
+
+// MessageSubject returns the subject a message of topic and key is
+// published on: Subject(topic), followed by the key's token when
+// KeySubjects is set.
+func (c Config) MessageSubject(topic, key string) string {
+	if !c.KeySubjects {
+		return c.Subject(topic)
+	}
+	return c.Subject(topic) + "." + KeyToken(key)
+}
+
+// Filter returns the subject filter that receives every message of topic:
+// Subject(topic), or Subject(topic)+".*" with KeySubjects.
+func (c Config) Filter(topic string) string {
+	if !c.KeySubjects {
+		return c.Subject(topic)
+	}
+	return c.Subject(topic) + ".*"
+}
 
 // Subjects returns the wildcard that covers every topic: "courier.>" by
 // default, ">" without a prefix.
 func (c Config) Subjects() string { return c.prefix() + ">" }
 
-// Topic returns the topic a subject belongs to.
-func (c Config) Topic(subject string) string { return strings.TrimPrefix(subject, c.prefix()) }
+// Topic returns the topic a subject belongs to (with KeySubjects, its last
+// token, the key's, left out).
+func (c Config) Topic(subject string) string {
+	if c.KeySubjects {
+		if i := strings.LastIndexByte(subject, '.'); i >= 0 {
+			subject = subject[:i]
+		}
+	}
+	return strings.TrimPrefix(subject, c.prefix())
+}
 
 // PublisherConfig tunes a Publisher. Zero fields take the defaults given;
 // negative ones are refused.
@@ -151,12 +195,42 @@ type SubscriberConfig struct {
 	// server crashes with deliveries in flight (they are redelivered
 	// before anything newer), at the cost of one message at a time.
 	MaxAckPending int
-	// Prefetch is how many messages each instance pulls ahead. Default
+	// Prefetch is how many messages each instance pulls ahead (with
+	// Partitions, from each partition it consumes). Default
 	// DefaultPrefetch (100).
 	Prefetch int
+	// Partitions, when set, shares the keys among the instances of the
+	// consumer: the subscription's messages are spread by key over this
+	// many partitions, and each partition is consumed by one instance at
+	// a time, which gets a key's messages in order; the partitions are
+	// spread evenly over the instances alive and move when one joins,
+	// leaves or falls silent (see MemberTimeout). With
+	// inbox.ConsumerConfig.KeepOrder, a key's messages are then applied
+	// in order across every instance. Make it at least the most instances
+	// you will run (16 is a good start); every instance of the consumer
+	// must use the same number. It needs Config.KeySubjects (on the
+	// publishers too), Topics, and nats-server 2.10 or later. See the
+	// package documentation (Key partitions). Default 0: every instance
+	// takes any message of the durable consumer.
+	Partitions int
+	// MemberHeartbeat is how often an instance announces itself to the
+	// others of its consumer, with Partitions. Default
+	// DefaultMemberHeartbeat (1s).
+	MemberHeartbeat time.Duration
+	// MemberTimeout is how long an instance unheard of keeps its
+	// partitions, with Partitions: a killed or frozen instance's
+	// partitions move this long after its last announcement. At least
+	// twice MemberHeartbeat. Default DefaultMemberTimeout (5s).
+	MemberTimeout time.Duration
+	// Logger receives the subscriber's logs (with Partitions: the
+	// partitions it takes and gives up). Default: discard.
+	Logger *slog.Logger
 }
 
 func (c *SubscriberConfig) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	setting.Default(&c.Stream, DefaultStream)
 	setting.Default(&c.AckWait, DefaultAckWait)
 	setting.Default(&c.MaxAckPending, DefaultMaxAckPending)
@@ -167,12 +241,34 @@ func (c *SubscriberConfig) validate() error {
 	if c.Consumer == "" {
 		return errors.New("nats: SubscriberConfig.Consumer is empty: name the consuming service, e.g. \"billing\"")
 	}
-	return setting.First(
+	if err := setting.First(
 		c.Config.Validate(),
 		setting.Positive("nats: SubscriberConfig.AckWait", c.AckWait, DefaultAckWait),
 		setting.Positive("nats: SubscriberConfig.MaxAckPending", c.MaxAckPending, DefaultMaxAckPending),
 		setting.Positive("nats: SubscriberConfig.Prefetch", c.Prefetch, DefaultPrefetch),
-	)
+	); err != nil || c.Partitions == 0 {
+		return err
+	}
+	if err := c.groupConfig().Check("nats: SubscriberConfig"); err != nil {
+		return err
+	}
+	switch {
+	case !c.KeySubjects:
+		return errors.New("nats: SubscriberConfig.Partitions needs Config.KeySubjects, on this subscriber and on the publishers of its topics: the partitions are made from the key's subject token")
+	case len(c.Topics) == 0:
+		return errors.New("nats: SubscriberConfig.Partitions needs Topics: list the topics to receive, e.g. []string{\"orders\"}")
+	}
+	for _, t := range c.Topics {
+		if strings.Contains(t, ">") {
+			return fmt.Errorf("nats: SubscriberConfig.Topics holds %q: with Partitions, a topic may hold * wildcards but not >", t)
+		}
+	}
+	return nil
+}
+
+// groupConfig is the group of the consumer's instances, with Partitions.
+func (c *SubscriberConfig) groupConfig() group.Config {
+	return group.Config{Name: c.Consumer, Partitions: c.Partitions, Heartbeat: c.MemberHeartbeat, Timeout: c.MemberTimeout, Logger: c.Logger}
 }
 
 // Validate reports whether NewSubscriber would accept c: nil, or the error

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 )
 
@@ -53,13 +54,13 @@ func (l *lookups) ask(ctx context.Context, subject string) lookup {
 }
 
 // preflight returns an ErrNoStream error when JetStream says no stream
-// binds topic's subject, a rejection when the subject is invalid, nil
+// binds m's subject, a rejection when the subject is invalid, nil
 // otherwise (the publish then goes ahead).
-func (l *lookups) preflight(ctx context.Context, topic string) error {
+func (l *lookups) preflight(ctx context.Context, m *courier.Message) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	subject := l.p.cfg.Subject(topic)
+	subject, topic := l.p.cfg.MessageSubject(m.Topic, m.Key), m.Topic
 	switch a := l.ask(ctx, subject); {
 	case errors.Is(a.err, jetstream.ErrStreamNotFound):
 		return noStream(subject, topic)
@@ -70,8 +71,8 @@ func (l *lookups) preflight(ctx context.Context, topic string) error {
 }
 
 // verdict classifies pubErr, a publish no stream answered.
-func (l *lookups) verdict(ctx context.Context, topic string, pubErr error) error {
-	subject := l.p.cfg.Subject(topic)
+func (l *lookups) verdict(ctx context.Context, m *courier.Message, pubErr error) error {
+	subject, topic := l.p.cfg.MessageSubject(m.Topic, m.Key), m.Topic
 	a := l.ask(ctx, subject)
 	switch {
 	case a.err == nil:

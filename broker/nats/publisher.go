@@ -122,7 +122,7 @@ func (p *Publisher) publishEach(ctx context.Context, lk *lookups, msgs []courier
 	futures := make([]jetstream.PubAckFuture, len(idx))
 	for n, i := range idx {
 		if subject := p.cfg.Subject(msgs[i].Topic); !p.isBound(subject) {
-			if err := lk.preflight(ctx, msgs[i].Topic); err != nil {
+			if err := lk.preflight(ctx, &msgs[i]); err != nil {
 				errs[i] = err
 				continue
 			}
@@ -167,7 +167,7 @@ func (p *Publisher) wait(ctx context.Context, lk *lookups, m *courier.Message, f
 	case err := <-f.Err():
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
 			p.setBound(p.cfg.Subject(m.Topic), false)
-			return nil, false, lk.verdict(ctx, m.Topic, err)
+			return nil, false, lk.verdict(ctx, m, err)
 		}
 		return nil, true, err
 	case <-ctx.Done():

@@ -3,6 +3,7 @@ package nats
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -17,11 +18,14 @@ import (
 const pullHeartbeat = 2 * time.Second
 
 // Subscriber receives messages from a durable JetStream pull consumer, which
-// it creates or updates. Acknowledgements are explicit. Safe for concurrent
-// use.
+// it creates or updates; or, with SubscriberConfig.Partitions, from the
+// partitions of the consumer's keys that this instance holds (see the
+// package documentation, Key partitions). Acknowledgements are explicit.
+// Safe for concurrent use.
 type Subscriber struct {
-	cfg  SubscriberConfig
-	iter jetstream.MessagesContext
+	cfg   SubscriberConfig
+	iter  jetstream.MessagesContext // without Partitions
+	parts *partitions               // with Partitions
 }
 
 var _ broker.Subscriber = (*Subscriber)(nil)
@@ -38,6 +42,13 @@ func NewSubscriber(ctx context.Context, nc *natsgo.Conn, cfg SubscriberConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
+	if cfg.Partitions > 0 {
+		parts, err := startPartitions(ctx, nc, js, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return &Subscriber{cfg: cfg, parts: parts}, nil
+	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       cfg.Consumer,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -49,10 +60,10 @@ func NewSubscriber(ctx context.Context, nc *natsgo.Conn, cfg SubscriberConfig) (
 	case 0:
 		cc.FilterSubject = cfg.Subjects()
 	case 1:
-		cc.FilterSubject = cfg.Subject(cfg.Topics[0])
+		cc.FilterSubject = cfg.Filter(cfg.Topics[0])
 	default:
 		for _, t := range cfg.Topics {
-			cc.FilterSubjects = append(cc.FilterSubjects, cfg.Subject(t))
+			cc.FilterSubjects = append(cc.FilterSubjects, cfg.Filter(t))
 		}
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
@@ -73,6 +84,9 @@ func NewSubscriber(ctx context.Context, nc *natsgo.Conn, cfg SubscriberConfig) (
 
 // Next implements broker.Subscriber.
 func (s *Subscriber) Next(ctx context.Context) (broker.Delivery, error) {
+	if s.parts != nil {
+		return s.parts.next(ctx)
+	}
 	m, err := s.iter.Next(jetstream.NextContext(ctx))
 	if err != nil {
 		if ctx.Err() != nil {
@@ -88,18 +102,56 @@ func (s *Subscriber) Decode(raw broker.Raw) (courier.Message, error) {
 	return s.cfg.FromNATS(&natsgo.Msg{Subject: raw.Subject, Header: natsgo.Header(raw.Headers), Data: raw.Data})
 }
 
-// Close implements broker.Subscriber.
+// Close implements broker.Subscriber. With Partitions, it gives up the
+// partitions this instance holds (their unacknowledged messages go to the
+// instances that take them over) and tells the others it leaves.
 func (s *Subscriber) Close() error {
+	if s.parts != nil {
+		s.parts.close()
+		return nil
+	}
 	s.iter.Stop()
 	return nil
 }
 
+// Member returns this instance's id in its consumer's group, with
+// Partitions; "" without.
+func (s *Subscriber) Member() string {
+	if s.parts == nil {
+		return ""
+	}
+	return s.parts.group.Member()
+}
+
+// Partitions returns the partitions this instance consumes now, with
+// Partitions; nil without.
+func (s *Subscriber) Partitions() []int {
+	if s.parts == nil {
+		return nil
+	}
+	return s.parts.group.Owned()
+}
+
 type delivery struct {
-	m jetstream.Msg
+	m       jetstream.Msg
+	subject string // the message's subject, when it differs from m's (a partition's)
+	part    *held  // the partition it came from, if any
+	settled atomic.Bool
+}
+
+// settle counts the delivery settled for its partition, once.
+func (d *delivery) settle() {
+	if d.part != nil && d.settled.CompareAndSwap(false, true) {
+		d.part.settled()
+	}
 }
 
 func (d *delivery) Raw() broker.Raw {
-	return broker.Raw{Subject: d.m.Subject(), Headers: d.m.Headers(), Data: d.m.Data()}
+	subject := d.subject
+	if subject == "" {
+		subject = d.m.Subject()
+	}
+	return broker.Raw{Subject: subject, Headers: d.m.Headers(), Data: d.m.Data()}
 }
 
 func (d *delivery) Attempt() int {
@@ -112,12 +164,19 @@ func (d *delivery) Attempt() int {
 
 // Ack does not wait for the server's confirmation: if the ack is lost, the
 // message comes again and the inbox skips it as a duplicate.
-func (d *delivery) Ack(context.Context) error { return d.m.Ack() }
+func (d *delivery) Ack(context.Context) error {
+	defer d.settle()
+	return d.m.Ack()
+}
 
 func (d *delivery) Retry(_ context.Context, delay time.Duration) error {
+	defer d.settle()
 	return d.m.NakWithDelay(delay)
 }
 
 func (d *delivery) Extend(context.Context) error { return d.m.InProgress() }
 
-func (d *delivery) Drop(context.Context) error { return d.m.Term() }
+func (d *delivery) Drop(context.Context) error {
+	defer d.settle()
+	return d.m.Term()
+}
