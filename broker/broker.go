@@ -172,6 +172,30 @@ type Subscriber interface {
 	Close() error
 }
 
+// KeySharer is implemented by a Subscriber whose consumer's instances share
+// the keys among them: the messages are spread by key over partitions,
+// each partition is delivered to one instance at a time, and a partition's
+// messages come in the order the broker stores them; the partitions move
+// between instances as they come and go. A partition that moves starts at
+// its new owner at or before its oldest message not acknowledged, so with
+// an inbox consumer that keeps order (inbox.ConsumerConfig.KeepOrder), a
+// key's messages are applied in order across every instance.
+type KeySharer interface {
+	// SharesKeys reports whether this subscriber shares its consumer's
+	// keys with the consumer's other instances (a broker's setting may
+	// turn it off).
+	SharesKeys() bool
+	// Partitions returns the partitions this instance consumes now.
+	Partitions() []int
+}
+
+// SharesKeys reports whether s implements [KeySharer] and shares its
+// consumer's keys among its instances.
+func SharesKeys(s Subscriber) bool {
+	k, ok := s.(KeySharer)
+	return ok && k.SharesKeys()
+}
+
 // Delivery is one delivery of one message.
 type Delivery interface {
 	// Raw is the delivery as received.

@@ -1,7 +1,9 @@
 package amqp_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
@@ -31,9 +33,17 @@ func TestConformance(t *testing.T) {
 			pub, err := amqp.NewPublisher(amqp.PublisherConfig{Config: cfg, MaxMessageSize: maxMessageSize})
 			testenv.Must(t, err, "publisher")
 			t.Cleanup(func() { _ = pub.Close() })
+			shared := partitioned(t, cfg, "conf_keys", 6)
 			return brokertest.Instance{
 				Topic:     "orders",
 				Publisher: pub,
+				SubscribeShared: func(tb testing.TB) broker.Subscriber {
+					s, err := amqp.NewSubscriber(context.Background(), amqp.SubscriberConfig{Config: cfg, Queue: shared, Prefetch: 10,
+						Partitions: 6, MemberHeartbeat: 100 * time.Millisecond, MemberTimeout: 500 * time.Millisecond})
+					testenv.Must(tb, err, "subscriber sharing keys")
+					tb.Cleanup(func() { _ = s.Close() })
+					return s
+				},
 				Subscribe: func(tb testing.TB) broker.Subscriber {
 					return newSubscriber(tb.(*testing.T), cfg, q, 10)
 				},

@@ -3,6 +3,7 @@ package amqp
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker/cloudevents"
+	"github.com/courier-go/courier/broker/internal/group"
 	"github.com/courier-go/courier/broker/internal/setting"
 	"github.com/courier-go/courier/internal/redact"
 )
@@ -204,23 +206,69 @@ type SubscriberConfig struct {
 	// Deliveries held by Retry count against it.
 	Prefetch int
 	// ConsumerTag names the consumer in RabbitMQ's management tools.
-	// Default: one the server generates.
+	// Default: one the server generates (with Partitions: the instance's
+	// member id).
 	ConsumerTag string
+	// Partitions, when set, shares the keys among the instances of the
+	// consumer: Queue's messages are spread by key over this many
+	// partition queues (declared with Topology.Partitions, the same
+	// number), each consumed by one instance at a time, which gets a key's
+	// messages in order; the partitions are spread evenly over the
+	// instances alive and move when one joins, leaves or falls silent (see
+	// MemberTimeout). With inbox.ConsumerConfig.KeepOrder, a key's messages
+	// are then applied in order across every instance. Prefetch applies to
+	// each partition held. See the package documentation (Key partitions).
+	// Default 0: consume Queue itself.
+	Partitions int
+	// MemberHeartbeat is how often an instance announces itself to the
+	// others of its consumer, with Partitions. Default
+	// DefaultMemberHeartbeat (1s).
+	MemberHeartbeat time.Duration
+	// MemberTimeout is how long an instance unheard of keeps its
+	// partitions, with Partitions: a killed or frozen instance's
+	// partitions move to the others this long after its last
+	// announcement, and they receive them once RabbitMQ has closed its
+	// connection (two missed Heartbeats). At least twice MemberHeartbeat.
+	// Default DefaultMemberTimeout (5s).
+	MemberTimeout time.Duration
+	// Logger receives the subscriber's logs (with Partitions: the
+	// partitions it takes and gives up). Default: discard.
+	Logger *slog.Logger
 }
+
+// DefaultMemberHeartbeat and DefaultMemberTimeout are SubscriberConfig's,
+// for Partitions.
+const (
+	DefaultMemberHeartbeat = group.DefaultHeartbeat
+	DefaultMemberTimeout   = group.DefaultTimeout
+)
 
 func (c *SubscriberConfig) setDefaults() {
 	c.Config.setDefaults()
 	setting.Default(&c.Prefetch, DefaultPrefetch)
+	setting.Default(&c.MemberHeartbeat, DefaultMemberHeartbeat)
+	setting.Default(&c.MemberTimeout, DefaultMemberTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 }
 
 func (c *SubscriberConfig) validate() error {
 	if c.Queue == "" {
 		return errors.New("amqp: SubscriberConfig.Queue is empty: name the queue to consume, declared with EnsureTopology")
 	}
-	return setting.First(
+	if err := setting.First(
 		c.Config.validate(),
 		setting.Positive("amqp: SubscriberConfig.Prefetch", c.Prefetch, DefaultPrefetch),
-	)
+	); err != nil || c.Partitions == 0 {
+		return err
+	}
+	return c.groupConfig().Check("amqp: SubscriberConfig")
+}
+
+// groupConfig is the group of the consumer's instances, with Partitions.
+func (c *SubscriberConfig) groupConfig() group.Config {
+	return group.Config{Name: c.Queue, Partitions: c.Partitions, Heartbeat: c.MemberHeartbeat, Timeout: c.MemberTimeout, Logger: c.Logger}
 }
 
 // Validate reports whether NewSubscriber would accept c: nil, or the error

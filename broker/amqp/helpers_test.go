@@ -42,6 +42,31 @@ func setup(t *testing.T, topo amqp.Topology) (amqp.Config, string) {
 	return cfg, topo.Queue
 }
 
+// partitioned declares the partition queues of a queue named after name,
+// n of them, on cfg's exchange for every topic, and returns the queue's
+// name. Queues and exchanges are deleted when the test ends.
+func partitioned(t *testing.T, cfg amqp.Config, name string, n int) string {
+	t.Helper()
+	queue := testenv.Name(name + "_")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.Cleanup(func() {
+		withChannel(t, cfg, func(ch *amqp091.Channel) error {
+			for p := range n {
+				if _, err := ch.QueueDelete(amqp.PartitionQueue(queue, p), false, false, false); err != nil {
+					return err
+				}
+			}
+			if err := ch.ExchangeDelete(queue+".members", false, false); err != nil {
+				return err
+			}
+			return ch.ExchangeDelete(amqp.PartitionExchange(queue), false, false)
+		})
+	})
+	testenv.Must(t, amqp.EnsureTopology(ctx, cfg, amqp.Topology{Queue: queue, Partitions: n}), "partitions")
+	return queue
+}
+
 // withChannel runs fn on a channel of a fresh connection.
 func withChannel(t *testing.T, cfg amqp.Config, fn func(ch *amqp091.Channel) error) {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -14,11 +15,13 @@ import (
 	"github.com/courier-go/courier/broker/wire"
 )
 
-// Subscriber consumes a queue with manual acknowledgements. It reconnects
-// after a connection loss (see Next). Safe for concurrent use; Close it
-// when done.
+// Subscriber consumes a queue with manual acknowledgements; or, with
+// SubscriberConfig.Partitions, the partition queues this instance holds
+// (see the package documentation, Key partitions). It reconnects after a
+// connection loss (see Next). Safe for concurrent use; Close it when done.
 type Subscriber struct {
-	cfg SubscriberConfig
+	cfg   SubscriberConfig
+	parts *partitions // with Partitions
 
 	mu         sync.Mutex
 	conn       *amqp091.Connection
@@ -31,7 +34,10 @@ type Subscriber struct {
 	timers   map[*time.Timer]struct{} // pending Retry delays; nil once closed
 }
 
-var _ broker.Subscriber = (*Subscriber)(nil)
+var (
+	_ broker.Subscriber = (*Subscriber)(nil)
+	_ broker.KeySharer  = (*Subscriber)(nil)
+)
 
 // NewSubscriber connects and starts consuming cfg.Queue. It fails when cfg
 // is invalid (see SubscriberConfig.Validate), the queue does not exist or
@@ -42,10 +48,41 @@ func NewSubscriber(ctx context.Context, cfg SubscriberConfig) (*Subscriber, erro
 		return nil, err
 	}
 	s := &Subscriber{cfg: cfg, timers: make(map[*time.Timer]struct{})}
+	if cfg.Partitions > 0 {
+		parts, err := startPartitions(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.parts = parts
+		return s, nil
+	}
 	if _, err := s.consume(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// SharesKeys implements broker.KeySharer: whether SubscriberConfig.Partitions
+// is set.
+func (s *Subscriber) SharesKeys() bool { return s.parts != nil }
+
+// Member returns this instance's id in its consumer's group, with
+// Partitions; "" without.
+func (s *Subscriber) Member() string {
+	if s.parts == nil {
+		return ""
+	}
+	return s.parts.group.Member()
+}
+
+// Partitions returns the partitions this instance consumes now, with
+// Partitions; nil without. RabbitMQ delivers a partition's messages to it
+// once the partition's previous consumer has gone.
+func (s *Subscriber) Partitions() []int {
+	if s.parts == nil {
+		return nil
+	}
+	return s.parts.group.Owned()
 }
 
 // consume returns the current deliveries, connecting and starting the
@@ -138,6 +175,14 @@ func (s *Subscriber) lost(dl <-chan amqp091.Delivery) {
 // broker.ErrUnavailable unless the queue is missing or access is refused),
 // and the next call tries again after Config.Backoff.
 func (s *Subscriber) Next(ctx context.Context) (broker.Delivery, error) {
+	if s.parts != nil {
+		d, err := s.parts.next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		d.s = s
+		return d, nil
+	}
 	for {
 		dl, err := s.consume(ctx)
 		if err != nil {
@@ -169,6 +214,10 @@ func (s *Subscriber) Close() error {
 	}
 	s.timers = nil
 	s.timersMu.Unlock()
+	if s.parts != nil {
+		s.parts.close()
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -204,8 +253,17 @@ func (s *Subscriber) after(d time.Duration, f func()) error {
 
 // delivery is one AMQP delivery.
 type delivery struct {
-	s *Subscriber
-	d amqp091.Delivery
+	s       *Subscriber
+	d       amqp091.Delivery
+	part    *held // the partition it came from, if any
+	settled atomic.Bool
+}
+
+// settle counts the delivery settled for its partition, once.
+func (d *delivery) settle() {
+	if d.part != nil && d.settled.CompareAndSwap(false, true) {
+		d.part.settled()
+	}
 }
 
 func (d *delivery) Raw() broker.Raw { return raw(&d.d) }
@@ -227,19 +285,33 @@ func (d *delivery) Attempt() int {
 	return 1
 }
 
-func (d *delivery) Ack(context.Context) error { return d.d.Ack(false) }
+func (d *delivery) Ack(context.Context) error {
+	defer d.settle()
+	return d.d.Ack(false)
+}
 
 // Retry rejects the delivery with requeue after delay, holding it (and its
 // prefetch slot) meanwhile; see the package documentation.
 func (d *delivery) Retry(_ context.Context, delay time.Duration) error {
 	if delay <= 0 {
+		defer d.settle()
 		return d.d.Nack(false, true)
 	}
-	return d.s.after(delay, func() { _ = d.d.Nack(false, true) })
+	err := d.s.after(delay, func() {
+		defer d.settle()
+		_ = d.d.Nack(false, true)
+	})
+	if err != nil {
+		d.settle()
+	}
+	return err
 }
 
 // Extend does nothing: RabbitMQ holds a delivery until its channel closes.
 func (d *delivery) Extend(context.Context) error { return nil }
 
 // Drop acknowledges the delivery: the consumer has parked the message.
-func (d *delivery) Drop(context.Context) error { return d.d.Ack(false) }
+func (d *delivery) Drop(context.Context) error {
+	defer d.settle()
+	return d.d.Ack(false)
+}

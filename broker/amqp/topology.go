@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/courier-go/courier/broker/internal/group"
+	"github.com/courier-go/courier/broker/wire"
 )
 
 // Topology is a consuming service's queue and what it receives.
@@ -34,7 +39,39 @@ type Topology struct {
 	// DeadLetterRoutingKey sets x-dead-letter-routing-key; empty keeps each
 	// message's routing key.
 	DeadLetterRoutingKey string
+	// Partitions, when set, spreads the messages by key over this many
+	// queues instead of one, for a consumer whose instances share the keys
+	// (SubscriberConfig.Partitions, the same number): PartitionQueue(Queue,
+	// 0) to PartitionQueue(Queue, Partitions-1), each a quorum queue with a
+	// single active consumer, bound to a consistent-hash exchange
+	// (PartitionExchange(Queue), hashing the Courier-Key header) that
+	// receives Topics from the exchange. It needs RabbitMQ's
+	// rabbitmq_consistent_hash_exchange plugin (rabbitmq-plugins enable
+	// rabbitmq_consistent_hash_exchange). The queue Queue itself is not
+	// declared. The number of partitions of a consumer cannot change:
+	// declare new queues under another name to change it. See the package
+	// documentation (Key partitions). Default 0: one queue.
+	Partitions int
 }
+
+// PartitionQueue returns the name of partition p's queue of queue:
+// "billing.3".
+func PartitionQueue(queue string, p int) string { return queue + "." + strconv.Itoa(p) }
+
+// PartitionExchange returns the name of the consistent-hash exchange that
+// spreads queue's messages over its partitions: "billing.keys".
+func PartitionExchange(queue string) string { return queue + ".keys" }
+
+// membersExchange is the fanout exchange on which the instances of
+// queue's consumer announce themselves.
+func membersExchange(queue string) string { return queue + ".members" }
+
+// consistentHash is the exchange type of RabbitMQ's consistent-hash
+// plugin; hashHeader is its argument naming the header it hashes.
+const (
+	consistentHash = "x-consistent-hash"
+	hashHeader     = "hash-header"
+)
 
 // Validate returns an error naming the field when EnsureTopology would
 // refuse t: a negative DeliveryLimit, or Topics without a Queue to bind
@@ -45,6 +82,10 @@ func (t Topology) Validate() error {
 		return fmt.Errorf("amqp: Topology.DeliveryLimit is %d: use 0 (the broker's default) or more", t.DeliveryLimit)
 	case t.Queue == "" && len(t.Topics) > 0:
 		return errors.New("amqp: Topology.Topics without Topology.Queue: name the queue to bind them to")
+	case t.Partitions < 0 || t.Partitions > group.MaxPartitions:
+		return fmt.Errorf("amqp: Topology.Partitions is %d: use 0 (one queue) or 1 to %d", t.Partitions, group.MaxPartitions)
+	case t.Partitions > 0 && t.Queue == "":
+		return errors.New("amqp: Topology.Partitions without Topology.Queue: name the queue the partitions are named after")
 	}
 	return nil
 }
@@ -52,7 +93,7 @@ func (t Topology) Validate() error {
 // QueueArgs returns the arguments Topology declares its queue with.
 func (t Topology) QueueArgs() amqp091.Table {
 	args := amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum}
-	if t.SingleActiveConsumer {
+	if t.SingleActiveConsumer || t.Partitions > 0 {
 		args[amqp091.SingleActiveConsumerArg] = true
 	}
 	if t.DeliveryLimit > 0 {
@@ -103,10 +144,6 @@ func EnsureTopology(ctx context.Context, cfg Config, t Topology) error {
 	if t.Queue == "" {
 		return nil
 	}
-	_, err = ch.QueueDeclare(t.Queue, true, false, false, false, t.QueueArgs())
-	if err := step("declare quorum queue "+t.Queue, err); err != nil {
-		return err
-	}
 	keys := make([]string, 0, max(len(t.Topics), 1))
 	for _, topic := range t.Topics {
 		keys = append(keys, cfg.RoutingKey(topic))
@@ -114,9 +151,49 @@ func EnsureTopology(ctx context.Context, cfg Config, t Topology) error {
 	if len(keys) == 0 {
 		keys = append(keys, cfg.RoutingKeyPrefix+"#")
 	}
+	if t.Partitions > 0 {
+		return ensurePartitions(ctx, ch, cfg, t, keys, step)
+	}
+	_, err = ch.QueueDeclare(t.Queue, true, false, false, false, t.QueueArgs())
+	if err := step("declare quorum queue "+t.Queue, err); err != nil {
+		return err
+	}
 	for _, k := range keys {
 		if err := step(fmt.Sprintf("bind queue %s to %s with %q", t.Queue, cfg.Exchange, k),
 			ch.QueueBind(t.Queue, k, cfg.Exchange, false, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensurePartitions declares t's partition queues and the consistent-hash
+// exchange that feeds them the messages of keys.
+func ensurePartitions(ctx context.Context, ch *amqp091.Channel, cfg Config, t Topology, keys []string, step func(string, error) error) error {
+	hx := PartitionExchange(t.Queue)
+	err := ch.ExchangeDeclare(hx, consistentHash, true, false, false, false, amqp091.Table{hashHeader: wire.HeaderKey})
+	var ae *amqp091.Error
+	if errors.As(err, &ae) && ae.Code == amqp091.CommandInvalid && strings.Contains(ae.Reason, "exchange type") {
+		return fmt.Errorf("amqp: declare exchange %s of type %s: %w: enable RabbitMQ's consistent-hash plugin (rabbitmq-plugins enable rabbitmq_consistent_hash_exchange) for Topology.Partitions", hx, consistentHash, err)
+	}
+	if err := step("declare exchange "+hx, err); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := step(fmt.Sprintf("bind exchange %s to %s with %q", hx, cfg.Exchange, k),
+			ch.ExchangeBind(hx, k, cfg.Exchange, false, nil)); err != nil {
+			return err
+		}
+	}
+	for p := range t.Partitions {
+		q := PartitionQueue(t.Queue, p)
+		_, err := ch.QueueDeclare(q, true, false, false, false, t.QueueArgs())
+		if err := step("declare quorum queue "+q, err); err != nil {
+			return err
+		}
+		// The binding's key is the queue's weight on the hash ring: every
+		// partition takes an equal share of the keys.
+		if err := step(fmt.Sprintf("bind queue %s to %s", q, hx), ch.QueueBind(q, "1", hx, false, nil)); err != nil {
 			return err
 		}
 	}

@@ -72,6 +72,11 @@ type Instance struct {
 	// publisher that then publishes to it: Publisher after the broker has
 	// been stopped, or a publisher pointed at an address nothing answers.
 	Unreachable func(t testing.TB) broker.Publisher
+	// SubscribeShared, when set, returns a new instance of a consumer of
+	// the destination whose instances share the keys (a
+	// broker.KeySharer): each call is one more instance of the same
+	// consumer. The suite closes each one it gets.
+	SubscribeShared func(t testing.TB) broker.Subscriber
 }
 
 // Run runs the suite, one subtest per behaviour, each on a destination of
@@ -95,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"AckedNotRedelivered", testAckedNotRedelivered},
 		{"PerKeyOrder", testPerKeyOrder},
 		{"PipelinedKeyOrder", testPipelinedKeyOrder},
+		{"SharedKeys", testSharedKeys},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -40,6 +40,11 @@
 //     AttemptsSurviveClose refine what is checked.
 //   - PerKeyOrder: the messages of each key, published by one publisher over
 //     several calls, reach the subscriber in publish order.
+//   - SharedKeys (Instance.SubscribeShared set): two instances of a consumer
+//     that shares its keys split the partitions; each key's messages go to
+//     one of them, in order; when one closes, the other takes its
+//     partitions and goes on with its keys, in order, with nothing
+//     delivered twice (its predecessor settled what it had).
 //
 // And what a publisher declares itself, by implementing broker.OrderKeeper:
 //

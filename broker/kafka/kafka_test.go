@@ -81,6 +81,9 @@ func TestConformance(t *testing.T) {
 					return subscriber(t, kafka.SubscriberConfig{Config: cfg, Group: group, Topics: []string{"orders"}})
 				},
 				Unreachable: func(t testing.TB) broker.Publisher { return killed(t) },
+				SubscribeShared: func(t testing.TB) broker.Subscriber {
+					return subscriber(t, kafka.SubscriberConfig{Config: cfg, Group: group + "-shared", Topics: []string{"orders"}})
+				},
 			}
 		},
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,7 +56,10 @@ type Subscriber struct {
 	close    sync.Once
 }
 
-var _ broker.Subscriber = (*Subscriber)(nil)
+var (
+	_ broker.Subscriber = (*Subscriber)(nil)
+	_ broker.KeySharer  = (*Subscriber)(nil)
+)
 
 type topicPartition struct {
 	topic     string
@@ -279,6 +283,25 @@ func (s *Subscriber) Next(ctx context.Context) (broker.Delivery, error) {
 // Decode implements broker.Subscriber.
 func (s *Subscriber) Decode(raw broker.Raw) (courier.Message, error) {
 	return s.cfg.FromRaw(raw)
+}
+
+// SharesKeys implements broker.KeySharer: the members of a consumer group
+// always share the partitions of its topics, and a Publisher sends each
+// message to the partition of its key.
+func (s *Subscriber) SharesKeys() bool { return true }
+
+// Partitions implements broker.KeySharer: the partitions of the group's
+// topics this member owns now, by number, sorted (with several topics, a
+// number stands for that partition of each topic the member owns).
+func (s *Subscriber) Partitions() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for tp := range s.parts {
+		out = append(out, int(tp.partition))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Close implements broker.Subscriber: it stops fetching, commits what was

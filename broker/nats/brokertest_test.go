@@ -37,13 +37,15 @@ func features(maxPayload int64) brokertest.Features {
 // The conformance suite on the machine's NATS server (embedded when
 // COURIER_TEST_NATS_URL is unset), a stream of its own per test.
 func TestConformance(t *testing.T) {
-	conformance(t, testenv.NATSOrEmbedded(t), stoppedServer)
+	conformance(t, testenv.NATSOrEmbedded(t), stoppedServer, false)
 }
 
 // The conformance suite on a current nats-server, run as a process of the
 // test (COURIER_TEST_NATS_SERVER); unreachable is that process killed.
 // EnsureStream creates its streams with atomic batches allowed, so the
 // publisher keeps a key's order when pipelined and PipelinedKeyOrder runs.
+// Its messages carry their keys in their subjects (Config.KeySubjects), and
+// SharedKeys runs on subscribers with Partitions.
 func TestConformanceCurrentServer(t *testing.T) {
 	srv := testenv.StartNATSServer(t, testenv.NATSServerConfig{})
 	conformance(t, srv.URL, func(t testing.TB) broker.Publisher {
@@ -56,24 +58,26 @@ func TestConformanceCurrentServer(t *testing.T) {
 		testenv.Must(t, err, "publisher")
 		dead.Kill()
 		return pub
-	})
+	}, true)
 }
 
 // conformance runs the suite on the server at url, a stream of its own per
-// test; unreachable gives a publisher whose server has gone.
-func conformance(t *testing.T, url string, unreachable func(testing.TB) broker.Publisher) {
+// test; unreachable gives a publisher whose server has gone. With
+// keySubjects, messages carry their keys in their subjects, and subscribers
+// with Partitions share them.
+func conformance(t *testing.T, url string, unreachable func(testing.TB) broker.Publisher, keySubjects bool) {
 	nc := testenv.Connect(t, url)
 	brokertest.Run(t, brokertest.Harness{
 		Features: features(nc.MaxPayload()),
 		New: func(t testing.TB) brokertest.Instance {
 			ctx := context.Background()
 			stream := testenv.Name("BT")
-			mapping := couriernats.Config{SubjectPrefix: stream + "."}
+			mapping := couriernats.Config{SubjectPrefix: stream + ".", KeySubjects: keySubjects}
 			testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: stream, Memory: true}), "ensure stream")
 			t.Cleanup(func() { deleteStream(nc, stream) })
 			pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, AckTimeout: 5 * time.Second})
 			testenv.Must(t, err, "publisher")
-			return brokertest.Instance{
+			in := brokertest.Instance{
 				Topic:     "orders",
 				Publisher: pub,
 				Subscribe: func(t testing.TB) broker.Subscriber {
@@ -89,6 +93,18 @@ func conformance(t *testing.T, url string, unreachable func(testing.TB) broker.P
 				},
 				Unreachable: unreachable,
 			}
+			if keySubjects {
+				in.SubscribeShared = func(t testing.TB) broker.Subscriber {
+					s, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
+						Config: mapping, Stream: stream, Consumer: "shared", Topics: []string{"orders"}, AckWait: ackWait,
+						Partitions: 6, MemberHeartbeat: 100 * time.Millisecond, MemberTimeout: 500 * time.Millisecond,
+					})
+					testenv.Must(t, err, "subscriber sharing keys")
+					t.Cleanup(func() { _ = s.Close() })
+					return s
+				}
+			}
+			return in
 		},
 	})
 }

@@ -235,6 +235,8 @@ func (c *SubscriberConfig) setDefaults() {
 	setting.Default(&c.AckWait, DefaultAckWait)
 	setting.Default(&c.MaxAckPending, DefaultMaxAckPending)
 	setting.Default(&c.Prefetch, DefaultPrefetch)
+	setting.Default(&c.MemberHeartbeat, DefaultMemberHeartbeat)
+	setting.Default(&c.MemberTimeout, DefaultMemberTimeout)
 }
 
 func (c *SubscriberConfig) validate() error {

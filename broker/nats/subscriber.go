@@ -28,7 +28,10 @@ type Subscriber struct {
 	parts *partitions               // with Partitions
 }
 
-var _ broker.Subscriber = (*Subscriber)(nil)
+var (
+	_ broker.Subscriber = (*Subscriber)(nil)
+	_ broker.KeySharer  = (*Subscriber)(nil)
+)
 
 // NewSubscriber creates or updates the durable consumer and starts pulling.
 // It fails without touching the server when cfg is invalid (see
@@ -113,6 +116,10 @@ func (s *Subscriber) Close() error {
 	s.iter.Stop()
 	return nil
 }
+
+// SharesKeys implements broker.KeySharer: whether SubscriberConfig.Partitions
+// is set.
+func (s *Subscriber) SharesKeys() bool { return s.parts != nil }
 
 // Member returns this instance's id in its consumer's group, with
 // Partitions; "" without.
