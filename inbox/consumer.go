@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -26,15 +25,28 @@ type ConsumerConfig struct {
 	// DefaultConcurrency (4).
 	Concurrency int
 	// KeepOrder handles the messages of one key one at a time, in the order
-	// this instance receives them, and retries a failing message in place
-	// (later messages of its key, and of keys sharing its worker, wait).
-	// Across several instances of one consumer, order holds per instance:
-	// partition the keys over subjects, one consumer each. A delivery the
-	// broker loses in flight (a server crash) comes back only after its ack
-	// wait, possibly behind later messages of its key; for order that
-	// survives that, keep one delivery in flight per subscription
-	// (broker/nats SubscriberConfig.MaxAckPending = 1) and scale with more
-	// partitions.
+	// this instance receives them, and retries a failing message in place:
+	// later messages of its key wait, while other keys go on (up to
+	// Concurrency at once; a key that waits holds back the others only
+	// once 32 deliveries per worker are held behind it).
+	//
+	// Across the instances of one consumer, a key's messages are applied in
+	// order when the subscriber shares the keys among them
+	// (broker.KeySharer: a Kafka consumer group, NATS and RabbitMQ
+	// subscribers with Partitions): each key is delivered to one instance
+	// at a time, and a key that moves to another instance (one joined,
+	// left, died or froze) starts there at or before its oldest message not
+	// acknowledged; a message that comes again is skipped by the inbox, and
+	// one that an earlier owner is still applying waits for that
+	// transaction. Without such a subscriber, order holds per instance
+	// only. See the package documentation (Ordered consumer groups) for
+	// what a frozen instance's open transaction costs.
+	//
+	// A delivery the broker loses in flight (a server crash) comes back
+	// only after its ack wait, possibly behind later messages of its key;
+	// for order that survives that, keep one delivery in flight per
+	// subscription (broker/nats SubscriberConfig.MaxAckPending = 1) and
+	// scale with more partitions.
 	KeepOrder bool
 	// MaxDeliveries is how many failed runs of the handler park a message.
 	// Default DefaultMaxDeliveries (5). A run fails when the handler returns an error or panics;
@@ -195,13 +207,12 @@ type ConsumerMetrics struct {
 // message's history keeps. Create it with NewConsumer and start it with
 // Run.
 type Consumer[TTx any] struct {
-	ib   *Inbox[TTx]
-	sub  broker.Subscriber
-	cs   store.ConsumerStore
-	h    Handler[TTx]
-	cfg  ConsumerConfig
-	log  *slog.Logger
-	seed maphash.Seed
+	ib  *Inbox[TTx]
+	sub broker.Subscriber
+	cs  store.ConsumerStore
+	h   Handler[TTx]
+	cfg ConsumerConfig
+	log *slog.Logger
 
 	tracer trace.Tracer
 	system string // messaging.system of sub
@@ -220,7 +231,7 @@ func NewConsumer[TTx any](ib *Inbox[TTx], sub broker.Subscriber, cs store.Consum
 		return nil, err
 	}
 	return &Consumer[TTx]{
-		ib: ib, sub: sub, cs: cs, h: h, cfg: cfg, seed: maphash.MakeSeed(),
+		ib: ib, sub: sub, cs: cs, h: h, cfg: cfg,
 		log:    cfg.Logger.With("consumer", ib.consumer),
 		tracer: msgtrace.Tracer(cfg.TracerProvider), system: msgtrace.SystemOf(sub),
 	}, nil
@@ -247,35 +258,41 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	work, cancelWork := waits.Grace(ctx, c.cfg.ShutdownTimeout)
 	defer cancelWork()
 
-	lanes := make([]chan job, c.cfg.Concurrency)
-	shared := make(chan job)
 	var wg sync.WaitGroup
-	for i := range lanes {
-		lane := shared
-		if c.cfg.KeepOrder {
-			lane = make(chan job, 8)
-			lanes[i] = lane
+	wg.Go(func() { c.maintain(ctx, work) })
+	c.log.Info("consumer started", "concurrency", c.cfg.Concurrency, "keep_order", c.cfg.KeepOrder,
+		"keys_shared_by_instances", broker.SharesKeys(c.sub))
+	if c.cfg.KeepOrder {
+		q := newKeyQueue(keepOrderBuffer * c.cfg.Concurrency)
+		stop := context.AfterFunc(ctx, q.close)
+		defer stop()
+		for range c.cfg.Concurrency {
+			wg.Go(func() {
+				for j, ok := q.take(); ok; j, ok = q.take() {
+					c.process(ctx, work, j)
+					q.done(j.msg.Key)
+				}
+			})
 		}
-		wg.Go(func() {
-			for j := range lane {
-				c.process(ctx, work, j)
+		c.receive(ctx, q.put)
+		q.close()
+	} else {
+		shared := make(chan job)
+		for range c.cfg.Concurrency {
+			wg.Go(func() {
+				for j := range shared {
+					c.process(ctx, work, j)
+				}
+			})
+		}
+		c.receive(ctx, func(j job) bool {
+			select {
+			case shared <- j:
+				return true
+			case <-ctx.Done():
+				return false
 			}
 		})
-	}
-	wg.Go(func() { c.maintain(ctx, work) })
-
-	c.log.Info("consumer started", "concurrency", c.cfg.Concurrency, "keep_order", c.cfg.KeepOrder)
-	c.receive(ctx, func(j job) chan<- job {
-		if c.cfg.KeepOrder {
-			return lanes[maphash.String(c.seed, j.msg.Key)%uint64(len(lanes))]
-		}
-		return shared
-	})
-	if c.cfg.KeepOrder {
-		for _, l := range lanes {
-			close(l)
-		}
-	} else {
 		close(shared)
 	}
 	wg.Wait()
@@ -283,11 +300,16 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	return nil
 }
 
+// keepOrderBuffer is how many deliveries a consumer that keeps order holds
+// per worker, waiting behind earlier ones of their keys: a key that waits
+// holds back the others only once that many are held.
+const keepOrderBuffer = 32
+
 // receiveRetry spaces the receives after a failed one.
 var receiveRetry = courier.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 
-// receive hands each delivery to the lane laneOf chooses, until ctx ends.
-func (c *Consumer[TTx]) receive(ctx context.Context, laneOf func(job) chan<- job) {
+// receive hands each delivery to put, until ctx ends or put refuses one.
+func (c *Consumer[TTx]) receive(ctx context.Context, put func(job) bool) {
 	failures := 0 // consecutive failed receives
 	for {
 		d, err := c.sub.Next(ctx)
@@ -305,10 +327,8 @@ func (c *Consumer[TTx]) receive(ctx context.Context, laneOf func(job) chan<- job
 		}
 		failures = 0
 		msg, derr := c.sub.Decode(d.Raw())
-		j := job{d: d, msg: msg, err: derr}
-		select {
-		case laneOf(j) <- j:
-		case <-ctx.Done():
+		if !put(job{d: d, msg: msg, err: derr}) {
+			return
 		}
 	}
 }

@@ -453,3 +453,67 @@ func testKeepOrderPerKey[TTx any](t *testing.T, d dialect[TTx]) {
 		}
 	}
 }
+
+// With KeepOrder, a key whose message waits (its handler blocks, as on a
+// row lock another instance holds) holds back its own later messages only:
+// every other key's are applied meanwhile, by the other workers. Not on
+// SQLite, where the waiting handler's transaction holds the database's one
+// write lock, and so every other key.
+func TestKeepOrderWaitingKeyHoldsOnlyItself(t *testing.T) {
+	onEachDialect(t, testWaitingKeyHoldsOnlyItself, testWaitingKeyHoldsOnlyItself)
+}
+
+func testWaitingKeyHoldsOnlyItself[TTx any](t *testing.T, d dialect[TTx]) {
+	if d.name == "sqlite" {
+		t.Skip("SQLite has one writer at a time: a handler waiting in its transaction holds every key")
+	}
+	e := newEnv(t, d)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var stuck []string
+	others := 0
+	h := func(ctx context.Context, tx TTx, msg courier.Message) error {
+		if msg.Key == "stuck" {
+			if string(msg.Payload) == "0" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			mu.Lock()
+			stuck = append(stuck, string(msg.Payload))
+			mu.Unlock()
+			return nil
+		}
+		mu.Lock()
+		others++
+		mu.Unlock()
+		return nil
+	}
+	var msgs []courier.Message
+	for i := range 100 {
+		if i < 20 {
+			msgs = append(msgs, courier.NewMessage("orders", "stuck", "Step", []byte(fmt.Sprint(i))))
+		}
+		msgs = append(msgs, courier.NewMessage("orders", fmt.Sprintf("other-%d", i), "Step", []byte("x")))
+	}
+	e.publish(msgs...)
+	c := e.run("waiting", h, inbox.ConsumerConfig{KeepOrder: true, Concurrency: 2})
+	testenv.Eventually(t, 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return others == 100 },
+		"%v of the other keys' messages applied while key stuck waits", testenv.Lazy(func() any { mu.Lock(); defer mu.Unlock(); return others }))
+	mu.Lock()
+	if len(stuck) != 0 {
+		t.Fatalf("key stuck's later messages were applied before its first: %v", stuck)
+	}
+	mu.Unlock()
+	close(release)
+	testenv.Eventually(t, 20*time.Second, func() bool { return c.Metrics().Applied == 120 }, "metrics %v", testenv.Lazy(func() any { return c.Metrics() }))
+	mu.Lock()
+	defer mu.Unlock()
+	for i, p := range stuck {
+		if p != fmt.Sprint(i) {
+			t.Fatalf("key stuck applied out of order: %v", stuck)
+		}
+	}
+}

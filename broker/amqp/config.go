@@ -48,7 +48,8 @@ type Config struct {
 	// (milliseconds) wins.
 	DialTimeout time.Duration
 	// Heartbeat is the AMQP heartbeat interval: a connection silent for two
-	// of them counts as lost. Default DefaultHeartbeat (10s).
+	// of them counts as lost. It counts in whole seconds (the broker's
+	// unit), so at least 1s. Default DefaultHeartbeat (10s).
 	Heartbeat time.Duration
 	// Backoff spaces reconnection attempts after a connection loss. Each
 	// zero field takes its default: DefaultBackoffInitial (100ms),
@@ -108,6 +109,9 @@ func (c *Config) validate() error {
 		setting.Positive("amqp: Config.Heartbeat", c.Heartbeat, DefaultHeartbeat),
 	); err != nil {
 		return err
+	}
+	if c.Heartbeat < time.Second {
+		return fmt.Errorf("amqp: Config.Heartbeat is %s: RabbitMQ counts heartbeats in whole seconds, and under 1s the client takes the server's (60s by default): use 1s or more", c.Heartbeat)
 	}
 	switch {
 	case c.Backoff.Initial < 0 || c.Backoff.Max < c.Backoff.Initial:

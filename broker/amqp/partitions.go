@@ -269,20 +269,26 @@ func (p *partitions) Acquire(_ context.Context, part int, _ func(string) bool) e
 	}
 	h = &held{ch: ch, stop: make(chan struct{}), done: make(chan struct{})}
 	p.held[part] = h
-	go p.pump(h, dl)
+	go p.pump(part, h, dl)
 	return nil
 }
 
 // pump hands what h's channel delivers to next, until h stops or the
 // channel closes.
-func (p *partitions) pump(h *held, dl <-chan amqp091.Delivery) {
+func (p *partitions) pump(part int, h *held, dl <-chan amqp091.Delivery) {
 	defer close(h.done)
+	since, first := time.Now(), true
 	for {
 		select {
 		case d, ok := <-dl:
 			if !ok {
 				h.lost.Store(true)
 				return
+			}
+			if first {
+				// Until now another consumer was the queue's active one.
+				p.log.Debug("amqp: partition delivering", "partition", part, "after", time.Since(since).Round(time.Millisecond))
+				first = false
 			}
 			h.out.Add(1)
 			select {

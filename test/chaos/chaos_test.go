@@ -10,7 +10,7 @@
 // (TestConsumersUpgradedMidStream).
 //
 //	go test ./test/chaos                  # the short runs CI does (under a minute each)
-//	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport, 5,000 orders, 10 minutes of CDC kills per mode and 5 of scheduled messages, minutes of chaos
+//	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport, 100,000 per consumer group, 5,000 orders, 10 minutes of CDC kills per mode and 5 of scheduled messages, minutes of chaos
 //
 // TestChaos's faults: relays and consumers killed, relays stopped past their
 // lease (by the test, and by themselves in the middle of a claim, see
@@ -51,6 +51,16 @@
 //     test binary's, with a one-second request timeout and circuit breaker;
 //     with -long `courier relay` runs it too, with its defaults (10s
 //     requests, a 30s breaker), and recovers in about a minute.
+//
+// TestOrderedGroupNATS, TestOrderedGroupKafka and TestOrderedGroupRabbitMQ
+// run four instances of one consumer, each a process, that share a topic's
+// keys (broker.KeySharer: NATS and RabbitMQ subscribers with Partitions, a
+// Kafka consumer group) and keep their order (inbox KeepOrder), while the
+// test publishes a steady stream and freezes one past its heartbeat, kills
+// one, adds one and removes one: nothing lost, applied twice or applied
+// before an earlier message of its key, and the wait each fault caused (see
+// groups_test.go). NATS runs on COURIER_TEST_NATS_SERVER (partitions need
+// nats-server 2.10 or later), RabbitMQ needs its consistent-hash plugin.
 //
 // TestCDCRelayKills does the same to `courier relay --mode cdc`: two relay
 // processes at a time, each SIGKILLed 0.3–3s after it started, walsenders

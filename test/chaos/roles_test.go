@@ -72,6 +72,9 @@ func runRole() {
 	if role == "shop" || role == webhookRelayRole || role == versionedConsumerRole {
 		lv = slog.LevelWarn // its log is kept in a file, shown when the test fails
 	}
+	if role == groupConsumerRole {
+		lv = slog.LevelInfo // the partitions it takes and gives up, in a file shown when the test fails
+	}
 	if os.Getenv(envLogLevel) == "debug" {
 		lv = slog.LevelDebug
 	}
@@ -86,6 +89,8 @@ func runRole() {
 		err = runConsumer(ctx, log)
 	case versionedConsumerRole:
 		err = runVersionedConsumer(ctx, log)
+	case groupConsumerRole:
+		err = runGroupConsumer(ctx, log)
 	case "shop":
 		err = runShopService(ctx, log)
 	case webhookRelayRole:
