@@ -21,6 +21,36 @@
 // version newer than the consumer knows (courier.ErrNewerVersion) waits,
 // uncounted, for the consumer's deploy (ConsumerConfig.NewerVersionWait).
 //
+// # Ordered consumer groups
+//
+// With ConsumerConfig.KeepOrder a Consumer applies a key's messages one at
+// a time, in the order it receives them, and other keys in parallel (up to
+// Concurrency). Run several instances of one consumer and the order holds
+// across all of them when the subscriber shares the keys among the
+// instances (broker.KeySharer): a Kafka consumer group, and NATS and
+// RabbitMQ subscribers with Partitions (broker/nats and broker/amqp,
+// "Key partitions"). Each key is then delivered to one instance at a time;
+// when instances come and go (a deploy, a crash, a process frozen past its
+// heartbeat) the key moves, and its new owner starts at or before its
+// oldest message not acknowledged. The inbox makes the handover safe: a
+// message that comes again is skipped, and one that the previous owner is
+// still applying (an instance that froze with a transaction open) waits
+// for that transaction, inserting its marker, and is skipped if it
+// committed. So each message is applied once, and only after every
+// earlier message of its key, whichever instance applies it.
+//
+// What a handover costs: a graceful one (an instance added, or stopped
+// with its context) waits for the leaving owner's deliveries to be
+// settled; a crash or a freeze waits until the others notice (the
+// broker's session timeout or the subscriber's MemberTimeout), and a key
+// whose message a frozen instance was applying waits until that
+// transaction ends. Have the database end a frozen instance's transaction:
+// on PostgreSQL set idle_in_transaction_session_timeout for the consumers'
+// role (a few seconds, longer than a handler's pauses between statements);
+// MariaDB has idle_transaction_timeout; MySQL only innodb_lock_wait_timeout,
+// which makes the waiting instance retry instead. docs/operations.md,
+// "Consumers that share keys", has the numbers.
+//
 // ConsumerConfig.Clock is the time the consumer reads (when a run failed,
 // when a retry in place falls due, which markers are past their
 // retention): a test gives it a clock it moves instead of waiting.

@@ -232,8 +232,9 @@ type SubscriberConfig struct {
 	// partitions, with Partitions: a killed or frozen instance's
 	// partitions move to the others this long after its last
 	// announcement, and they receive them once RabbitMQ has closed its
-	// connection (two missed Heartbeats). At least twice MemberHeartbeat.
-	// Default DefaultMemberTimeout (5s).
+	// connection (two missed Config.Heartbeats: with Partitions, Heartbeat
+	// defaults to half of MemberTimeout, in whole seconds, at least 1s).
+	// At least twice MemberHeartbeat. Default DefaultMemberTimeout (5s).
 	MemberTimeout time.Duration
 	// Logger receives the subscriber's logs (with Partitions: the
 	// partitions it takes and gives up). Default: discard.
@@ -248,10 +249,16 @@ const (
 )
 
 func (c *SubscriberConfig) setDefaults() {
-	c.Config.setDefaults()
-	setting.Default(&c.Prefetch, DefaultPrefetch)
 	setting.Default(&c.MemberHeartbeat, DefaultMemberHeartbeat)
 	setting.Default(&c.MemberTimeout, DefaultMemberTimeout)
+	if c.Partitions > 0 {
+		// RabbitMQ hands a dead instance's partitions on once it closed
+		// the instance's connection, after two missed heartbeats: about
+		// when the others notice it gone.
+		setting.Default(&c.Heartbeat, max(time.Second, (c.MemberTimeout/2).Truncate(time.Second)))
+	}
+	c.Config.setDefaults()
+	setting.Default(&c.Prefetch, DefaultPrefetch)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -121,7 +121,44 @@
 // prefetch window with Retry) interleave a key's messages. For per-key
 // order declare the queue with Topology.SingleActiveConsumer: RabbitMQ then
 // delivers to one consumer at a time and fails over to the next when it
-// goes away, and run the inbox consumer with KeepOrder.
+// goes away, and run the inbox consumer with KeepOrder. The other instances
+// only stand by; to share the keys among them, use key partitions.
+//
+// # Key partitions
+//
+// Topology.Partitions spreads a consumer's messages by key over several
+// queues: a consistent-hash exchange, PartitionExchange(Queue) (the
+// rabbitmq_consistent_hash_exchange plugin, which RabbitMQ ships: enable it
+// with rabbitmq-plugins), bound to the exchange for the topics, hashes each
+// message's Courier-Key header onto one of the quorum queues
+// PartitionQueue(Queue, 0), PartitionQueue(Queue, 1), …, each with a
+// single active consumer. A key's messages therefore sit in one queue, in
+// order.
+//
+// SubscriberConfig.Partitions (the same number) shares those queues among
+// the instances of the consumer. The instances announce themselves every
+// MemberHeartbeat on a fanout exchange, Queue+".members", each hearing it
+// through an exclusive queue of its own; one unheard of for MemberTimeout
+// is gone. The partitions are spread evenly over the instances alive
+// (rendezvous hashing, so a change moves few), and an instance consumes
+// each partition it holds on a channel of its own. RabbitMQ's single active
+// consumer makes it the one holder: a newcomer's consumer waits until the
+// holder's is gone, then receives what the holder left unacknowledged
+// first. Giving a partition up waits (at most MemberTimeout) for the
+// deliveries handed out to be settled, then closes the channel; an instance
+// that is killed or frozen loses its partitions once RabbitMQ closes its
+// connection (two missed Config.Heartbeats) and the others have noticed it
+// gone. An instance that wakes from a freeze gives up every partition it
+// held and takes its share again. Subscriber.Partitions says what an
+// instance holds; its Logger says when that changes.
+//
+// NewSubscriber checks that the partition queues exist in that number
+// (declare them with EnsureTopology) and refuses a count that disagrees.
+// The number cannot change while messages wait: declare the partitions
+// under a new Queue name, move the consumers there, and delete the old
+// queues once they are empty. The queue Queue itself is not used with
+// Partitions; a consumer that switched to them leaves it to drain with an
+// instance of the old kind, or to be deleted.
 //
 // # Dead letters
 //

@@ -45,6 +45,24 @@
 // its partition in the call, and those are reported not stored: nothing of
 // a key is stored after a message of it that failed.
 //
+// # Consumer groups: keys shared among instances
+//
+// The members of a consumer group (Subscribers with one Group) share the
+// topics' partitions, and so the keys: a key's records reach one member at
+// a time, in order (broker.KeySharer). When members come and go the group
+// rebalances; the Subscriber commits a partition's offset only past the
+// records acknowledged in an unbroken run (after the inbox's transaction
+// committed), and, when the partition is revoked, commits that much and
+// drops the records it had not handed out. The partition's next member
+// therefore starts at or before its oldest record not applied; records
+// that come again are skipped by the inbox, and one that the previous
+// member is still applying waits for its transaction. A member that is
+// killed or frozen keeps its partitions until the group's session timeout
+// (kgo.SessionTimeout in SubscriberConfig.Options; 45s by default) expires;
+// one that wakes after losing them commits nothing more for them and drops
+// their records it had not handed out. With the inbox consumer's KeepOrder, a key's messages are applied
+// in order across every member.
+//
 // # Features
 //
 // What the conformance suite (package broker/brokertest) checks of this

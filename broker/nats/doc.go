@@ -1,6 +1,8 @@
 // Package nats publishes Courier messages to NATS JetStream.
 //
-// A message becomes a JetStream message on subject SubjectPrefix+Topic with
+// A message becomes a JetStream message on subject SubjectPrefix+Topic
+// (followed by the key's token with Config.KeySubjects; see Key
+// partitions) with
 // its payload as data and these headers (package broker/wire writes and
 // reads them, as it does every broker's):
 //
@@ -104,6 +106,63 @@
 // publish, KeepsKeyOrder is false and Publish sends every message of a call
 // at once, as before: the relay then publishes a key's messages one round
 // trip apart.
+//
+// # Key partitions
+//
+// A durable consumer hands its messages to whichever instance pulls next,
+// so several instances of one consumer apply a key's messages out of order.
+// SubscriberConfig.Partitions shares the keys among the instances instead:
+// each key is delivered to one instance at a time, in stream order, and
+// with the inbox consumer's KeepOrder applied in order across all of them.
+//
+// It needs the key in the subject: publishers and subscribers set
+// Config.KeySubjects, which makes a message's subject
+// SubjectPrefix+Topic+"."+KeyToken(Key). The subscription then makes (once,
+// for every instance) a work-queue stream, PartitionStream(Stream,
+// Consumer), that sources the subscription's Topics from Stream through
+// JetStream's partition() subject transform: each message lands there as
+// "<partition>.<subject>", the partition a hash of the key's token alone,
+// so a key's messages of every topic share one partition. The stream starts
+// at the beginning of Stream, or just after what a durable consumer of the
+// same name had acknowledged (switching a consumer over does not apply
+// again what it applied), and carries Courier's mark in its description;
+// a stream of that name without the mark, or made for other Topics or
+// another partition count, is refused and left alone.
+//
+// The instances find each other on the core NATS subject
+// "_COURIER.GROUP.<stream>.<consumer>", where each announces itself every
+// MemberHeartbeat; one unheard of for MemberTimeout is gone. The partitions
+// are spread evenly over the instances alive (rendezvous hashing, so a
+// change moves few), and an instance consumes each partition it holds
+// through a consumer of its own on the partition stream, "p<N>-<member>",
+// filtering "<N>.>". JetStream lets no two consumers of a work queue
+// filter the same subjects, which is what makes one instance the holder of
+// a partition: a newcomer's consumer is refused until the holder deletes
+// its own. Giving a partition up waits (at most MemberTimeout) for the
+// deliveries handed out to be settled and their acknowledgements to reach
+// the server, then deletes the consumer, so that the next holder starts at
+// the oldest message not acknowledged and nothing comes twice. A holder
+// that is gone (killed, frozen, cut off) has its consumer deleted by the
+// instance that takes the partition over; what it had not acknowledged
+// comes again, ahead of what follows, and the inbox skips what was
+// applied. An instance that wakes from a freeze notices the gap, gives up
+// every partition it held and takes its share again. Subscriber.Partitions
+// says what an instance holds; its Logger says when that changes.
+//
+// It needs nats-server 2.10 or later (stream sources with subject
+// transforms). On an older server (Debian's 2.9) NewSubscriber refuses
+// Partitions, naming the server's version: run one instance of the
+// consumer there (KeepOrder keeps a key's order inside it), or partition
+// by hand, one topic and one consumer per partition.
+//
+// The partitions are fixed: every instance of a consumer must use the same
+// Partitions, Topics and KeySubjects (an instance that disagrees is
+// refused at start, and ignored by the others). To change them, let the
+// old instances drain the partition stream, stop them, delete the stream
+// (nats stream rm NAME) and start the new ones; the new stream then starts
+// over from the beginning of Stream unless a durable consumer of the same
+// name marks how far it got. Make Partitions at least the most instances
+// you will run; an instance beyond that many holds nothing and stands by.
 //
 // # Durability
 //

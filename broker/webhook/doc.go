@@ -87,6 +87,17 @@
 // is once the inbox committed the handler's transaction (or parked the
 // message), so a 2xx from it is as durable as the consumer's database.
 //
+// A receiving service of several instances behind a load balancer keeps
+// each key's order whatever the balancer does, since the relay sends a
+// key's next message only after the previous one was answered 2xx: as long
+// as an instance answers 2xx only once its transaction committed (the
+// Handler does, KeepOrder or not), a key's messages are applied in the
+// order sent, by whichever instances receive them. A retry (a 503, a
+// timeout) is the same message again, before any later message of its key.
+// What a receiver must not do is answer 2xx for a message it has only
+// queued: then the next one can overtake it. The price is one message per
+// key per round trip; other keys are sent concurrently.
+//
 // # Errors
 //
 // The publisher sorts the outcome of each request for the relay (see

@@ -33,7 +33,9 @@ type Owner interface {
 	// member that is gone.
 	Acquire(ctx context.Context, p int, alive func(member string) bool) error
 	// Release stops consuming partition p, if it does, so that what it
-	// has not acknowledged goes back to the broker for p's next owner.
+	// has not acknowledged goes back to the broker for p's next owner. It
+	// may wait for deliveries in progress; the group releases several
+	// partitions at once, each in a call of its own.
 	Release(ctx context.Context, p int)
 }
 
@@ -261,9 +263,7 @@ func (g *Group) Run(ctx context.Context) error {
 // not take their partitions before it hears from them again.
 func (g *Group) resume(ctx context.Context, gap time.Duration) {
 	g.log.Warn("group: this member did not run for a while; giving up its partitions to take its share again", "gap", gap.Round(time.Millisecond))
-	for _, p := range g.Owned() {
-		g.owner.Release(ctx, p)
-	}
+	g.release(ctx, g.Owned())
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.owned = nil
@@ -297,11 +297,13 @@ func (g *Group) rebalance(ctx context.Context) {
 	members := g.Members()
 	mine := Assign(members, g.cfg.Partitions)[g.cfg.Member]
 	owned := g.Owned()
+	var leaving []int
 	for _, p := range owned {
 		if !slices.Contains(mine, p) {
-			g.owner.Release(ctx, p)
+			leaving = append(leaving, p)
 		}
 	}
+	g.release(ctx, leaving)
 	var got []int
 	for _, p := range mine {
 		err := g.owner.Acquire(ctx, p, g.alive)
@@ -326,13 +328,21 @@ func (g *Group) rebalance(ctx context.Context) {
 func (g *Group) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	for _, p := range g.Owned() {
-		g.owner.Release(ctx, p)
-	}
+	g.release(ctx, g.Owned())
 	g.mu.Lock()
 	g.owned = nil
 	g.mu.Unlock()
 	if err := g.send(ctx, Beat{Member: g.cfg.Member, Partitions: g.cfg.Partitions, Leaving: true}); err != nil {
 		g.log.Warn("group: could not say this member leaves; the others notice after MemberTimeout", "error", err)
 	}
+}
+
+// release releases the partitions ps at once, and returns when every
+// release has.
+func (g *Group) release(ctx context.Context, ps []int) {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(func() { g.owner.Release(ctx, p) })
+	}
+	wg.Wait()
 }
