@@ -106,6 +106,7 @@ type Group struct {
 	odd     map[string]bool      // members that disagree about the partitions, warned of
 	changed chan struct{}        // a member came or went
 	owned   []int                // what this member consumes
+	echo    time.Time            // when this member last heard its own beat
 }
 
 // New returns the group member cfg describes, which announces itself with
@@ -135,11 +136,12 @@ func (g *Group) Heard(data []byte) {
 		g.log.Warn("group: ignoring a message on the group's channel", "error", err)
 		return
 	}
-	if b.Member == g.cfg.Member {
-		return
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if b.Member == g.cfg.Member {
+		g.echo = time.Now()
+		return
+	}
 	if b.Partitions != g.cfg.Partitions {
 		if !g.odd[b.Member] {
 			g.odd[b.Member] = true
@@ -190,6 +192,7 @@ func (g *Group) Owned() []int {
 	return slices.Clone(g.owned)
 }
 
+// alive reports whether member is alive in this member's view.
 func (g *Group) alive(member string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -197,17 +200,21 @@ func (g *Group) alive(member string) bool {
 	return ok || member == g.cfg.Member
 }
 
-// expire forgets the members not heard from for Timeout, and reports
-// whether there were any.
-func (g *Group) expire(now time.Time) bool {
+// expire forgets the members gone silent, and reports whether there were
+// any. A member is gone once this one has heard its own beat Timeout after
+// the other's last: the channel worked all along, and the other said
+// nothing. While this member hears nothing, itself included (cut off from
+// the broker, or the broker is slow), the others' silence says nothing
+// about them, and it forgets none.
+func (g *Group) expire() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	gone := false
 	for m, at := range g.seen {
-		if now.Sub(at) >= g.cfg.Timeout {
+		if silent := g.echo.Sub(at); silent >= g.cfg.Timeout {
 			delete(g.seen, m)
 			gone = true
-			g.log.Info("group: member gone silent", "other", m, "silent_for", now.Sub(at).Round(time.Millisecond))
+			g.log.Info("group: member gone silent", "other", m, "silent_for", silent.Round(time.Millisecond))
 		}
 	}
 	return gone
@@ -241,7 +248,7 @@ func (g *Group) Run(ctx context.Context) error {
 			g.resume(ctx, now.Sub(last))
 		}
 		last = now
-		g.expire(now)
+		g.expire()
 		g.rebalance(ctx)
 		select {
 		case <-ctx.Done():
@@ -271,6 +278,7 @@ func (g *Group) resume(ctx context.Context, gap time.Duration) {
 	for m := range g.seen {
 		g.seen[m] = now
 	}
+	g.echo = time.Time{} // deaf until it hears itself again
 }
 
 // announce sends a beat every Heartbeat until ctx ends.

@@ -128,13 +128,14 @@ type broker struct {
 	mu      sync.Mutex
 	groups  map[string]*Group
 	mute    map[string]bool  // members whose beats nobody hears
+	deaf    map[string]bool  // members that hear nothing, not even themselves
 	holders map[int]string   // partition -> member consuming it
 	taken   map[int][]string // partition -> members that took it, in order
 	busy    map[string]int   // member -> acquisitions refused
 }
 
 func newBroker() *broker {
-	return &broker{groups: map[string]*Group{}, mute: map[string]bool{}, holders: map[int]string{}, taken: map[int][]string{}, busy: map[string]int{}}
+	return &broker{groups: map[string]*Group{}, mute: map[string]bool{}, deaf: map[string]bool{}, holders: map[int]string{}, taken: map[int][]string{}, busy: map[string]int{}}
 }
 
 func (b *broker) send(_ context.Context, beat Beat) error {
@@ -144,8 +145,10 @@ func (b *broker) send(_ context.Context, beat Beat) error {
 		return nil
 	}
 	gs := make([]*Group, 0, len(b.groups))
-	for _, g := range b.groups {
-		gs = append(gs, g)
+	for m, g := range b.groups {
+		if !b.deaf[m] {
+			gs = append(gs, g)
+		}
 	}
 	b.mu.Unlock()
 	for _, g := range gs {
@@ -283,5 +286,41 @@ func TestDisagreeingMemberIgnored(t *testing.T) {
 	}
 	if ms := b.groups["z"].Members(); !slices.Equal(ms, []string{"z"}) {
 		t.Fatalf("z's members: %v; want only itself", ms)
+	}
+}
+
+// A member cut off from the group's channel (it hears nobody, itself
+// included) takes no partition from the others, though it hears none of
+// them: their silence is its own deafness.
+func TestDeafMemberTakesNothing(t *testing.T) {
+	const partitions = 8
+	b := newBroker()
+	b.start(t, "a", partitions)
+	b.start(t, "b", partitions)
+	b.settled(t, []string{"a", "b"}, partitions)
+	count := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		n := 0
+		for p := range partitions {
+			n += len(b.taken[p])
+		}
+		return n
+	}
+	taken := count()
+	b.mu.Lock()
+	b.deaf["a"] = true
+	b.mu.Unlock()
+	// Long enough for a to have expired b (100ms), were it not deaf.
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if count() != taken {
+			b.mu.Lock()
+			changed := fmt.Sprint(b.taken)
+			b.mu.Unlock()
+			t.Fatalf("partitions changed hands while a was deaf: %s", changed)
+		}
+	}
+	if ms := b.groups["a"].Members(); !slices.Equal(ms, []string{"a", "b"}) {
+		t.Fatalf("deaf a's members: %v; want b kept", ms)
 	}
 }
