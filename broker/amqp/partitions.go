@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -45,14 +44,8 @@ type partitions struct {
 // held is a partition an instance consumes.
 type held struct {
 	ch   *amqp091.Channel
-	stop chan struct{}
-	done chan struct{} // closed when pump has returned
-	lost atomic.Bool   // the channel closed under it
-	out  atomic.Int64  // deliveries handed out and not yet settled
+	pump *group.Pump
 }
-
-// settled counts one of h's deliveries settled.
-func (h *held) settled() { h.out.Add(-1) }
 
 // startPartitions checks the partition queues, joins the consumer's group
 // and starts taking its share of the partitions.
@@ -137,7 +130,7 @@ func (p *partitions) connectLocked() (*amqp091.Connection, error) {
 		return p.conn, nil
 	}
 	for part, h := range p.held {
-		h.lost.Store(true) // their channels went with the connection
+		h.pump.MarkLost() // their channels went with the connection
 		p.log.Info("amqp: partition lost with the connection", "partition", part)
 	}
 	if time.Now().Before(p.nextDial) {
@@ -236,7 +229,7 @@ func (p *partitions) Acquire(_ context.Context, part int, _ func(string) bool) e
 	p.mu.Lock()
 	h := p.held[part]
 	p.mu.Unlock()
-	if h != nil && !h.lost.Load() {
+	if h != nil && !h.pump.Lost() {
 		return nil
 	}
 	if h != nil {
@@ -267,46 +260,41 @@ func (p *partitions) Acquire(_ context.Context, part int, _ func(string) bool) e
 		_ = ch.Close()
 		return fmt.Errorf("amqp: consume %s: %w", q, err)
 	}
-	h = &held{ch: ch, stop: make(chan struct{}), done: make(chan struct{})}
+	h = &held{ch: ch}
+	h.pump = group.StartPump(p.receive(part, dl), func(d amqp091.Delivery, t *group.Ticket) *delivery {
+		return &delivery{d: d, ticket: t}
+	}, p.out)
 	p.held[part] = h
-	go p.pump(part, h, dl)
 	return nil
 }
 
-// pump hands what h's channel delivers to next, until h stops or the
-// channel closes.
-func (p *partitions) pump(part int, h *held, dl <-chan amqp091.Delivery) {
-	defer close(h.done)
+// receive returns what takes part's deliveries from dl for its pump.
+func (p *partitions) receive(part int, dl <-chan amqp091.Delivery) func(stop <-chan struct{}) (amqp091.Delivery, error) {
 	since, first := time.Now(), true
-	for {
+	return func(stop <-chan struct{}) (amqp091.Delivery, error) {
 		select {
 		case d, ok := <-dl:
 			if !ok {
-				h.lost.Store(true)
-				return
+				return d, group.ErrLost // the channel closed under it
 			}
 			if first {
 				// Until now another consumer was the queue's active one.
 				p.log.Debug("amqp: partition delivering", "partition", part, "after", time.Since(since).Round(time.Millisecond))
 				first = false
 			}
-			h.out.Add(1)
-			select {
-			case p.out <- &delivery{d: d, part: h}:
-			case <-h.stop:
-				h.out.Add(-1)
-				return
-			}
-		case <-h.stop:
-			return
+			return d, nil
+		case <-stop:
+			return amqp091.Delivery{}, errStopped
 		}
 	}
 }
 
+// errStopped ends a partition's pump.
+var errStopped = errors.New("amqp: partition given up")
+
 // stopPump stops handing over h's deliveries and forgets h.
 func (p *partitions) stopPump(part int, h *held) {
-	close(h.stop)
-	<-h.done
+	h.pump.Stop()
 	p.mu.Lock()
 	if p.held[part] == h {
 		delete(p.held, part)
@@ -327,18 +315,6 @@ func (p *partitions) Release(ctx context.Context, part int) {
 		return
 	}
 	p.stopPump(part, h)
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.MemberTimeout)
-	defer cancel()
-	tick := time.NewTicker(drainPoll)
-	defer tick.Stop()
-	for h.out.Load() > 0 && !h.lost.Load() && ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-	}
+	h.pump.Drain(ctx, p.cfg.MemberTimeout)
 	_ = h.ch.Close()
 }
-
-// drainPoll spaces the looks at a partition being given up.
-const drainPoll = 5 * time.Millisecond

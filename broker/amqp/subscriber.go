@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/internal/group"
 	"github.com/courier-go/courier/broker/wire"
 )
 
@@ -253,17 +253,9 @@ func (s *Subscriber) after(d time.Duration, f func()) error {
 
 // delivery is one AMQP delivery.
 type delivery struct {
-	s       *Subscriber
-	d       amqp091.Delivery
-	part    *held // the partition it came from, if any
-	settled atomic.Bool
-}
-
-// settle counts the delivery settled for its partition, once.
-func (d *delivery) settle() {
-	if d.part != nil && d.settled.CompareAndSwap(false, true) {
-		d.part.settled()
-	}
+	s      *Subscriber
+	d      amqp091.Delivery
+	ticket *group.Ticket // of its partition's pump, if any
 }
 
 func (d *delivery) Raw() broker.Raw { return raw(&d.d) }
@@ -286,7 +278,7 @@ func (d *delivery) Attempt() int {
 }
 
 func (d *delivery) Ack(context.Context) error {
-	defer d.settle()
+	defer d.ticket.Settle()
 	return d.d.Ack(false)
 }
 
@@ -294,15 +286,15 @@ func (d *delivery) Ack(context.Context) error {
 // prefetch slot) meanwhile; see the package documentation.
 func (d *delivery) Retry(_ context.Context, delay time.Duration) error {
 	if delay <= 0 {
-		defer d.settle()
+		defer d.ticket.Settle()
 		return d.d.Nack(false, true)
 	}
 	err := d.s.after(delay, func() {
-		defer d.settle()
+		defer d.ticket.Settle()
 		_ = d.d.Nack(false, true)
 	})
 	if err != nil {
-		d.settle()
+		d.ticket.Settle()
 	}
 	return err
 }
@@ -312,6 +304,6 @@ func (d *delivery) Extend(context.Context) error { return nil }
 
 // Drop acknowledges the delivery: the consumer has parked the message.
 func (d *delivery) Drop(context.Context) error {
-	defer d.settle()
+	defer d.ticket.Settle()
 	return d.d.Ack(false)
 }

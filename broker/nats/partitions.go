@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -66,15 +65,9 @@ type partitions struct {
 type held struct {
 	name    string // its consumer
 	iter    jetstream.MessagesContext
-	stop    chan struct{}
-	done    chan struct{} // closed when pump has returned
-	lost    atomic.Bool   // its consumer is gone: another member took the partition
-	checked time.Time     // when its consumer was last seen to exist
-	out     atomic.Int64  // deliveries handed out and not yet settled (acknowledged, dropped, retried)
+	pump    *group.Pump
+	checked time.Time // when its consumer was last seen to exist
 }
-
-// settled counts one of h's deliveries settled.
-func (h *held) settled() { h.out.Add(-1) }
 
 // startPartitions makes or checks the partition stream, joins the
 // consumer's group and starts taking its share of the partitions.
@@ -254,13 +247,45 @@ func (p *partitions) Acquire(ctx context.Context, part int, alive func(string) b
 	if err != nil {
 		return fmt.Errorf("nats: pull from consumer %s: %w", name, err)
 	}
-	h := &held{name: name, iter: iter, stop: make(chan struct{}), done: make(chan struct{}), checked: time.Now()}
-	go p.pump(part, h)
+	h := &held{name: name, iter: iter, checked: time.Now()}
+	h.pump = group.StartPump(p.receive(part, iter), func(m jetstream.Msg, t *group.Ticket) *delivery {
+		d := &delivery{m: m, subject: m.Subject(), ticket: t}
+		if _, rest, ok := strings.Cut(d.subject, "."); ok {
+			d.subject = rest // without the partition
+		}
+		return d
+	}, p.out)
 	p.mu.Lock()
 	p.held[part] = h
 	p.mu.Unlock()
 	return nil
 }
+
+// receive returns what pulls part's messages from iter for its pump.
+func (p *partitions) receive(part int, iter jetstream.MessagesContext) func(stop <-chan struct{}) (jetstream.Msg, error) {
+	return func(stop <-chan struct{}) (jetstream.Msg, error) {
+		for {
+			m, err := iter.Next()
+			switch {
+			case err == nil:
+				return m, nil
+			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+				return nil, err
+			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
+				return nil, group.ErrLost
+			}
+			p.log.Warn("nats: pulling a partition failed; pulling again", "partition", part, "error", err)
+			select {
+			case <-stop:
+				return nil, err
+			case <-time.After(pullRetry):
+			}
+		}
+	}
+}
+
+// pullRetry spaces the pulls of a partition after one failed.
+const pullRetry = 100 * time.Millisecond
 
 // holding reports whether this member consumes part and still may: a
 // partition whose consumer is gone (another member deleted it, having
@@ -273,16 +298,16 @@ func (p *partitions) holding(ctx context.Context, part int) bool {
 	if h == nil {
 		return false
 	}
-	if !h.lost.Load() && time.Since(h.checked) >= p.cfg.MemberTimeout {
+	if !h.pump.Lost() && time.Since(h.checked) >= p.cfg.MemberTimeout {
 		_, err := p.js.Consumer(ctx, p.stream, h.name)
 		switch {
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
-			h.lost.Store(true)
+			h.pump.MarkLost()
 		case err == nil:
 			h.checked = time.Now()
 		}
 	}
-	if !h.lost.Load() {
+	if !h.pump.Lost() {
 		return true
 	}
 	p.log.Info("nats: a partition was taken from this member", "partition", part)
@@ -325,42 +350,11 @@ func (p *partitions) takeFrom(ctx context.Context, part int, ours string, alive 
 	return nil
 }
 
-// pump hands what h receives to next, until h stops or its consumer is
-// gone.
-func (p *partitions) pump(part int, h *held) {
-	defer close(h.done)
-	for {
-		m, err := h.iter.Next()
-		switch {
-		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-			return
-		case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
-			h.lost.Store(true)
-			return
-		case err != nil:
-			p.log.Warn("nats: pulling a partition failed; pulling again", "partition", part, "error", err)
-			continue
-		}
-		d := &delivery{m: m, subject: m.Subject(), part: h}
-		if _, rest, ok := strings.Cut(d.subject, "."); ok {
-			d.subject = rest
-		}
-		h.out.Add(1)
-		select {
-		case p.out <- d:
-		case <-h.stop:
-			h.out.Add(-1)
-			return
-		}
-	}
-}
-
 // stopPump stops h's pulling and forgets it; what it received and did not
 // hand over goes back with its consumer.
 func (p *partitions) stopPump(part int, h *held) {
 	h.iter.Stop()
-	close(h.stop)
-	<-h.done
+	h.pump.Stop()
 	p.mu.Lock()
 	if p.held[part] == h {
 		delete(p.held, part)
@@ -394,14 +388,8 @@ func (p *partitions) Release(ctx context.Context, part int) {
 func (p *partitions) drain(ctx context.Context, h *held) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.MemberTimeout)
 	defer cancel()
-	tick := time.NewTicker(drainPoll)
-	defer tick.Stop()
-	for h.out.Load() > 0 {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	if !h.pump.Drain(ctx, p.cfg.MemberTimeout) {
+		return
 	}
 	for {
 		c, err := p.js.Consumer(ctx, p.stream, h.name)
@@ -411,10 +399,11 @@ func (p *partitions) drain(ctx context.Context, h *held) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-time.After(ackPoll):
 		}
 	}
 }
 
-// drainPoll spaces the looks at a partition being given up.
-const drainPoll = 5 * time.Millisecond
+// ackPoll spaces the looks at whether the server has a partition's
+// acknowledgements.
+const ackPoll = 5 * time.Millisecond

@@ -3,7 +3,6 @@ package nats
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/internal/group"
 )
 
 // pullHeartbeat is how often the server signals a pending pull is alive
@@ -141,16 +141,8 @@ func (s *Subscriber) Partitions() []int {
 
 type delivery struct {
 	m       jetstream.Msg
-	subject string // the message's subject, when it differs from m's (a partition's)
-	part    *held  // the partition it came from, if any
-	settled atomic.Bool
-}
-
-// settle counts the delivery settled for its partition, once.
-func (d *delivery) settle() {
-	if d.part != nil && d.settled.CompareAndSwap(false, true) {
-		d.part.settled()
-	}
+	subject string        // the message's subject, when it differs from m's (a partition's)
+	ticket  *group.Ticket // of its partition's pump, if any
 }
 
 func (d *delivery) Raw() broker.Raw {
@@ -172,18 +164,18 @@ func (d *delivery) Attempt() int {
 // Ack does not wait for the server's confirmation: if the ack is lost, the
 // message comes again and the inbox skips it as a duplicate.
 func (d *delivery) Ack(context.Context) error {
-	defer d.settle()
+	defer d.ticket.Settle()
 	return d.m.Ack()
 }
 
 func (d *delivery) Retry(_ context.Context, delay time.Duration) error {
-	defer d.settle()
+	defer d.ticket.Settle()
 	return d.m.NakWithDelay(delay)
 }
 
 func (d *delivery) Extend(context.Context) error { return d.m.InProgress() }
 
 func (d *delivery) Drop(context.Context) error {
-	defer d.settle()
+	defer d.ticket.Settle()
 	return d.m.Term()
 }
