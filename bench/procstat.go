@@ -99,3 +99,36 @@ func cpuDelta(start, end cpuSnapshot) time.Duration {
 	}
 	return d
 }
+
+// machineCPU returns the time all CPUs of the machine spent busy and in
+// all since boot, from the first line of /proc/stat (every process, this
+// machine's other work included): busy is everything but idle and iowait.
+func machineCPU() (busy, total time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("malformed /proc/stat")
+	}
+	// user nice system idle iowait irq softirq steal (guest time is
+	// counted in user already).
+	var ticks [8]int64
+	for i := range ticks {
+		if i+1 >= len(f) {
+			break
+		}
+		if ticks[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("malformed /proc/stat")
+		}
+	}
+	var all int64
+	for _, t := range ticks {
+		all += t
+	}
+	idle := ticks[3] + ticks[4]
+	tick := time.Second / clockTicks
+	return time.Duration(all-idle) * tick, time.Duration(all) * tick, nil
+}
