@@ -252,8 +252,10 @@ func (g gatedSubscriber) Partitions() []int { return partitionsOf(g.Subscriber) 
 // inserted, go up by keys from the key's own number), and none was parked
 // or failed.
 func checkEffects(ctx context.Context, env *Env, g *consGroup, s consSettings, want int) error {
-	var rows, distinct int
-	if err := env.Pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT message_id) FROM effects").Scan(&rows, &distinct); err != nil {
+	var rows, ids, seqs, first, last int
+	err := env.Pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT message_id), count(DISTINCT seq), coalesce(min(seq), -1), coalesce(max(seq), -1) FROM effects").
+		Scan(&rows, &ids, &seqs, &first, &last)
+	if err != nil {
 		return fmt.Errorf("count the effects: %w", err)
 	}
 	next := map[string]int{} // key -> the number its next row must carry
@@ -265,13 +267,13 @@ func checkEffects(ctx context.Context, env *Env, g *consGroup, s consSettings, w
 	var k string
 	var seq int
 	_, err = pgx.ForEachRow(r, []any{&k, &seq}, func() error {
-		want, ok := next[k]
+		due, ok := next[k]
 		if !ok {
-			want, _ = strconv.Atoi(strings.TrimPrefix(k, "key-"))
+			due, _ = strconv.Atoi(strings.TrimPrefix(k, "key-"))
 		}
-		if seq != want {
+		if seq != due {
 			if outOfOrder++; example == "" {
-				example = fmt.Sprintf("key %s: message %d applied where %d was due", k, seq, want)
+				example = fmt.Sprintf("key %s: message %d applied where %d was due", k, seq, due)
 			}
 		}
 		next[k] = seq + s.keys
@@ -282,9 +284,9 @@ func checkEffects(ctx context.Context, env *Env, g *consGroup, s consSettings, w
 	}
 	m := g.metrics()
 	var problems []string
-	if rows != want || distinct != want {
-		problems = append(problems, fmt.Sprintf("%d rows for %d distinct messages, %d published (lost: %d, applied twice: %d)",
-			rows, distinct, want, want-distinct, rows-distinct))
+	if rows != want || ids != want || seqs != want || first != 0 || last != want-1 {
+		problems = append(problems, fmt.Sprintf("%d lost, %d applied twice (%d rows for %d published: %d distinct message ids, %d distinct numbers from %d to %d, want 0 to %d)",
+			want-seqs, rows-seqs, rows, want, ids, seqs, first, last, want-1))
 	}
 	if outOfOrder > 0 {
 		problems = append(problems, fmt.Sprintf("%d messages applied out of their key's order (first: %s)", outOfOrder, example))
