@@ -6,86 +6,101 @@ import (
 	"strings"
 )
 
-// renderConsumers renders the consumers section's table: a row per broker
-// and instance count, with the drain's ratio to one instance's, then the
-// scaling per broker against its target.
+// renderConsumers renders the consumers section's table: a row per
+// broker, concurrency and instance count, with the drain's ratio to one
+// instance's, then the scaling per broker and concurrency.
 func renderConsumers(sb *strings.Builder, fn *footnotes, res *Results, cfg config) {
 	s := consumerSettings(cfg)
 	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
-	w("Inbox consumers keeping each key's order, instances sharing the keys (%s messages over %s keys per drain; %d partitions; Concurrency %d per instance; one row inserted per message on PostgreSQL; latency at %s msg/s; CPU while draining, in cores of the machine's %d):\n\n",
-		thousands(int64(s.n)), thousands(int64(s.keys)), s.partitions, s.concurrency, thousands(int64(s.rate)), runtime.NumCPU())
-	w("| Broker | Instances | Drain (msg/s, ↑ better) | ÷ 1 instance | Publish→applied p50 (ms, ↓ better) | p99 (ms, ↓ better) | Rate offered (msg/s) | PostgreSQL backends (cores) | PostgreSQL backends (µs/msg, ↓ better) | Bench process (cores) | Broker (cores) | Machine busy (cores) |\n")
-	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("Inbox consumers keeping each key's order, instances sharing the keys (%s messages over %s keys per drain; %d partitions; one row inserted per message on PostgreSQL; latency at %s msg/s; CPU while draining, in cores of the machine's %d):\n\n",
+		thousands(int64(s.n)), thousands(int64(s.keys)), s.partitions, thousands(int64(s.rate)), runtime.NumCPU())
+	w("| Broker | Concurrency | Instances | Drain (msg/s, ↑ better) | ÷ 1 instance | Publish→applied p50 (ms, ↓ better) | p99 (ms, ↓ better) | Rate offered (msg/s) | PostgreSQL backends (cores) | PostgreSQL backends (µs/msg, ↓ better) | Bench process (cores) | Broker (cores) | Machine busy (cores) |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, br := range consBrokerList {
 		label := br
 		if cb, err := consBrokerByName(br); err == nil {
 			label = cb.label
 		}
-		for i, n := range consInstanceList {
-			key := consKey(br, n)
-			name := label
-			if i > 0 {
-				name = ""
+		for _, conc := range consConcurrencyList {
+			for _, n := range consInstanceList {
+				w("| %s | %d | %d | %s |\n", label, conc, n, consumersRow(res, fn, cfg.runs, br, conc, n))
+				label = ""
 			}
-			c := func(id string) string {
-				v, _, ok := cell(res, fn, figureByID(id), key, cfg.runs)
-				if !ok && id == "cons_drain" && len(res.SkippedOf(id, key)) > 0 {
-					return "not measured (" + strings.Join(res.SkippedOf(id, key), "; ") + ")"
-				}
-				if !ok && id == "cons_cpu_broker" && br == "kafka" {
-					return "in the bench process"
-				}
-				return v
-			}
-			w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, n, c("cons_drain"), consRatio(res, br, n),
-				c("cons_p50"), c("cons_p99"), c("cons_offered"), c("cons_cpu_pg"), c("cons_cpu_pg_msg"), c("cons_cpu_bench"), c("cons_cpu_broker"), c("cons_cpu_machine"))
 		}
 	}
 	w("\n")
 	renderConsumersScaling(sb, res)
 }
 
+// consumersRow renders the cells of one row of the consumers table after
+// its first three.
+func consumersRow(res *Results, fn *footnotes, runs int, br string, conc, n int) string {
+	key := consKey(br, conc, n)
+	c := func(id string) string {
+		v, _, ok := cell(res, fn, figureByID(id), key, runs)
+		switch {
+		case ok:
+		case id == "cons_drain" && len(res.SkippedOf(id, key)) > 0:
+			v = "not measured (" + strings.Join(res.SkippedOf(id, key), "; ") + ")"
+		case id == "cons_cpu_broker" && br == "kafka":
+			v = "in the bench process"
+		}
+		return v
+	}
+	cells := []string{c("cons_drain"), consRatio(res, br, conc, n)}
+	for _, id := range []string{"cons_p50", "cons_p99", "cons_offered", "cons_cpu_pg", "cons_cpu_pg_msg", "cons_cpu_bench", "cons_cpu_broker", "cons_cpu_machine"} {
+		cells = append(cells, c(id))
+	}
+	return strings.Join(cells, " | ")
+}
+
 // consRatio is the drain's median with n instances over one instance's, on
-// broker br; "" for one instance or when either is missing.
-func consRatio(res *Results, br string, n int) string {
+// broker br at concurrency conc; "" for one instance or when either is
+// missing.
+func consRatio(res *Results, br string, conc, n int) string {
 	if n == 1 {
 		return ""
 	}
-	one, ok1 := res.Stat("cons_drain", consKey(br, 1))
-	many, ok2 := res.Stat("cons_drain", consKey(br, n))
+	one, ok1 := res.Stat("cons_drain", consKey(br, conc, 1))
+	many, ok2 := res.Stat("cons_drain", consKey(br, conc, n))
 	if !ok1 || !ok2 || one.Median <= 0 {
 		return ""
 	}
 	return ratioText(many.Median / one.Median)
 }
 
-// renderConsumersScaling says, per broker, how the drain scaled from one
-// instance to the most measured and how busy the machine's CPUs and
-// PostgreSQL were at the most.
+// renderConsumersScaling says, per broker and concurrency, how the drain
+// scaled from one instance to the most measured and how busy the machine's
+// CPUs and PostgreSQL's backends were with one instance and with the most.
 func renderConsumersScaling(sb *strings.Builder, res *Results) {
 	most := consInstanceList[len(consInstanceList)-1]
 	if most == 1 {
 		return
 	}
+	busy := func(key string) string {
+		machine, okM := res.Stat("cons_cpu_machine", key)
+		pg, okP := res.Stat("cons_cpu_pg", key)
+		if !okM || !okP {
+			return "?"
+		}
+		return fmt.Sprintf("%.0f%% (PostgreSQL's backends %.2f cores)", 100*machine.Median/float64(runtime.NumCPU()), pg.Median)
+	}
 	var lines []string
 	for _, br := range consBrokerList {
-		ratio := consRatio(res, br, most)
-		if ratio == "" {
-			continue
+		for _, conc := range consConcurrencyList {
+			ratio := consRatio(res, br, conc, most)
+			if ratio == "" {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("- %s, concurrency %d: %s; the machine's CPUs busy with 1 instance %s, with %d %s",
+				br, conc, ratio, busy(consKey(br, conc, 1)), most, busy(consKey(br, conc, most))))
 		}
-		line := fmt.Sprintf("%s %s", br, ratio)
-		machine, okM := res.Stat("cons_cpu_machine", consKey(br, most))
-		pg, okP := res.Stat("cons_cpu_pg", consKey(br, most))
-		if okM && okP {
-			line += fmt.Sprintf(" (at %d instances the machine's CPUs were %.0f%% busy, PostgreSQL's backends %.2f cores of them)",
-				most, 100*machine.Median/float64(runtime.NumCPU()), pg.Median)
-		}
-		lines = append(lines, line)
 	}
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintf(sb, "Drain with %d instances ÷ 1 (medians): %s. Target: at least %.0f× where the database is not the limit.\n", most, strings.Join(lines, "; "), consScaleTarget)
+	fmt.Fprintf(sb, "Drain with %d instances ÷ 1 (medians; target: at least %.0f× where the database is not the limit):\n\n%s\n",
+		most, consScaleTarget, strings.Join(lines, "\n"))
 }
 
 // consumersSettingsText documents how the consumers section is measured.
@@ -94,7 +109,7 @@ func consumersSettingsText(cfg config) string {
 	return fmt.Sprintf(`- **Inbox consumers sharing the keys** (Courier alone): for each broker and each instance count (%s), a fresh PostgreSQL
   schema (`+"`postgres.Driver`"+`'s `+"`Migrate`"+` and a table `+"`effects`"+`) and a fresh destination; the instances run in the bench
   process, each with a broker connection, a subscriber, a pgx pool (Concurrency + 2 connections) and an `+"`inbox.NewConsumer`"+` of its own
-  (`+"`inbox.ConsumerConfig{KeepOrder: true, Concurrency: %d}`"+`, every other setting its default) for one consumer (`+"`bench`"+`); the handler
+  (`+"`inbox.ConsumerConfig{KeepOrder: true, Concurrency: c}`"+` for c in %s, every other setting its default) for one consumer (`+"`bench`"+`); the handler
   inserts one row (message id, key, number, instance, `+"`clock_timestamp()`"+`) in the inbox's transaction. **NATS**: a stream made by
   `+"`couriernats.EnsureStream`"+` on the current nats-server the bench starts from `+"`-nats-server`"+` (as the brokers section's
   nats-current), publisher and subscribers with `+"`Config.KeySubjects`"+`, `+"`SubscriberConfig{Partitions: %d}`"+` (the partition stream
@@ -113,9 +128,9 @@ func consumersSettingsText(cfg config) string {
   serving the instances' pools (/proc, by application_name; not PostgreSQL's WAL writer, checkpointer or other background processes),
   the bench process (getrusage: the instances, the publisher idle, and kfake for Kafka), the broker's process (nats-server; RabbitMQ's
   beam.smp, with any other client's load), and the machine's CPUs busy (/proc/stat: every process, other work on the machine included).
-  Brokers run one after another in an order that rotates from run to run, each with its instance counts in increasing order; all is
+  Brokers run one after another in an order that rotates from run to run, each concurrency with its instance counts in increasing order; all is
   removed afterwards (schema, streams, kfake cluster, queues and exchanges).
-`, joinInts(consInstanceList), s.concurrency, s.partitions, s.partitions, s.partitions, s.partitions, consHeartbeat, consTimeout,
+`, joinInts(consInstanceList), joinInts(consConcurrencyList), s.partitions, s.partitions, s.partitions, s.partitions, consHeartbeat, consTimeout,
 		thousands(int64(s.n)), thousands(int64(s.keys)), thousands(int64(s.keys)), thousands(int64(min(consMaxCall, s.keys))),
 		thousands(int64(s.rate)), s.warmup, s.window, consTick)
 }

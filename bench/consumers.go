@@ -33,12 +33,14 @@ import (
 var (
 	consBrokerList   = consBrokerNames
 	consInstanceList = []int{1, 2, 4}
+	// consConcurrencyList are the inbox.ConsumerConfig.Concurrency values
+	// measured, each with every instance count.
+	consConcurrencyList = []int{8}
 	// consN and consKeys are the drain's messages and keys (0: the
 	// defaults, smaller with -quick).
 	consN, consKeys int
-	consConcurrency = 8
 	consPartitions  = 16
-	consRate        = 500
+	consRate        = 1000
 	// consWindow is how long the latency run is measured, after its
 	// warm-up (0: 5 s, 2 s with -quick).
 	consWindow time.Duration
@@ -71,42 +73,51 @@ func init() {
 			consBrokerList = list
 			return nil
 		})
-	flag.Func("consumers-instances", "comma-separated instance counts of the consumers section (default 1,2,4)", func(s string) error {
+	intListFlag("consumers-instances", "comma-separated instance counts of the consumers section (default 1,2,4)", "instance count", &consInstanceList)
+	intListFlag("consumers-concurrency", "comma-separated inbox.ConsumerConfig.Concurrency values of each instance in the consumers section, each measured with every instance count (default 8)",
+		"Concurrency", &consConcurrencyList)
+	flag.IntVar(&consN, "consumers-n", 0, fmt.Sprintf("messages per drain in the consumers section (default %d, %d with -quick)", consDefaultN, consQuickN))
+	flag.IntVar(&consKeys, "consumers-keys", 0, fmt.Sprintf("keys the consumers section's messages are spread over (default %d, %d with -quick)", consDefaultKeys, consQuickKeys))
+	flag.IntVar(&consPartitions, "consumers-partitions", consPartitions, "partitions the consumers section's keys are spread over (NATS and RabbitMQ Partitions, the Kafka topic's)")
+	flag.IntVar(&consRate, "consumers-rate", consRate, "messages per second offered in the consumers section's latency run")
+	flag.DurationVar(&consWindow, "consumers-window", 0, "how long the consumers section's latency run is measured after a warm-up (default 5s, 2s with -quick)")
+}
+
+// intListFlag registers a flag of comma-separated positive integers (what
+// names one of them), kept distinct and sorted in *dst.
+func intListFlag(name, usage, what string, dst *[]int) {
+	flag.Func(name, usage, func(s string) error {
 		var list []int
 		for _, f := range splitList(s) {
 			n, err := strconv.Atoi(f)
 			if err != nil || n < 1 {
-				return fmt.Errorf("%q is not an instance count: use 1 or more", f)
+				return fmt.Errorf("%q is not a %s: use 1 or more", f, what)
 			}
 			if !slices.Contains(list, n) {
 				list = append(list, n)
 			}
 		}
 		if len(list) == 0 {
-			return fmt.Errorf("no instance count given: use e.g. 1,2,4")
+			return fmt.Errorf("no %s given", what)
 		}
 		slices.Sort(list)
-		consInstanceList = list
+		*dst = list
 		return nil
 	})
-	flag.IntVar(&consN, "consumers-n", 0, fmt.Sprintf("messages per drain in the consumers section (default %d, %d with -quick)", consDefaultN, consQuickN))
-	flag.IntVar(&consKeys, "consumers-keys", 0, fmt.Sprintf("keys the consumers section's messages are spread over (default %d, %d with -quick)", consDefaultKeys, consQuickKeys))
-	flag.IntVar(&consConcurrency, "consumers-concurrency", consConcurrency, "inbox.ConsumerConfig.Concurrency of each instance in the consumers section")
-	flag.IntVar(&consPartitions, "consumers-partitions", consPartitions, "partitions the consumers section's keys are spread over (NATS and RabbitMQ Partitions, the Kafka topic's)")
-	flag.IntVar(&consRate, "consumers-rate", consRate, "messages per second offered in the consumers section's latency run")
-	flag.DurationVar(&consWindow, "consumers-window", 0, "how long the consumers section's latency run is measured after a warm-up (default 5s, 2s with -quick)")
 }
 
-// consSettings are one run's settings of the section.
+// consSettings are one measurement's settings of the section.
 type consSettings struct {
-	n, keys, concurrency, partitions, rate int
-	warmup, window                         time.Duration
+	n, keys, partitions, rate int
+	warmup, window            time.Duration
+	// concurrency is the instances' inbox.ConsumerConfig.Concurrency.
+	concurrency int
 }
 
 // consumerSettings returns the section's settings, from the flags and
-// -quick.
+// -quick, but for the concurrency.
 func consumerSettings(cfg config) consSettings {
-	s := consSettings{n: consN, keys: consKeys, concurrency: consConcurrency, partitions: consPartitions, rate: consRate,
+	s := consSettings{n: consN, keys: consKeys, partitions: consPartitions, rate: consRate,
 		warmup: time.Second, window: consWindow}
 	if cfg.quick {
 		s.warmup = 500 * time.Millisecond
@@ -144,31 +155,38 @@ var consumerFigures = []Figure{
 	{ID: "cons_cpu_machine", Section: "consumers", Label: "Machine's CPUs busy, draining", Unit: "cores", Digits: 2},
 }
 
-// consKey keys a cell of the section: broker and instance count.
-func consKey(broker string, instances int) string { return broker + "/" + strconv.Itoa(instances) }
+// consKey keys a cell of the section: broker, concurrency and instance
+// count ("nats/c8/i4").
+func consKey(broker string, concurrency, instances int) string {
+	return fmt.Sprintf("%s/c%d/i%d", broker, concurrency, instances)
+}
 
 // runConsumers runs the section once: every broker (in an order that
-// rotates from run to run), each with every instance count, fewest first.
+// rotates from run to run), each with every concurrency and every
+// instance count, fewest first.
 func (b *Bench) runConsumers(ctx context.Context, try func(string, func() error), run int) {
 	for _, br := range rotate(consBrokerList, run-1) {
-		for _, n := range consInstanceList {
-			try(fmt.Sprintf("consumers: %s, %d instance(s)", br, n), func() error { return b.runConsumerGroup(ctx, br, n) })
+		for _, c := range consConcurrencyList {
+			for _, n := range consInstanceList {
+				try(fmt.Sprintf("consumers: %s, %d instance(s) of concurrency %d", br, n, c), func() error { return b.runConsumerGroup(ctx, br, c, n) })
+			}
 		}
 	}
 }
 
-// runConsumerGroup measures instances instances of one consumer on
-// brokerName: a fresh schema and destination, the instances started and
+// runConsumerGroup measures instances instances of one consumer, each of
+// concurrency concurrency, on brokerName: a fresh schema and destination, the instances started and
 // sharing the partitions, then the drain and the latency run; the figures
 // are recorded only if every message was applied once and each key's in
 // order.
-func (b *Bench) runConsumerGroup(ctx context.Context, brokerName string, instances int) error {
+func (b *Bench) runConsumerGroup(ctx context.Context, brokerName string, concurrency, instances int) error {
 	br, err := consBrokerByName(brokerName)
 	if err != nil {
 		return err
 	}
 	s := consumerSettings(b.cfg)
-	key := consKey(brokerName, instances)
+	s.concurrency = concurrency
+	key := consKey(brokerName, concurrency, instances)
 	env, err := newSchemaEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, "consumers")
 	if err != nil {
 		return err

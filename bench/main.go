@@ -349,8 +349,10 @@ func (b *Bench) warnSpread() {
 	}
 	for _, f := range consumerFigures {
 		for _, br := range consBrokerList {
-			for _, n := range consInstanceList {
-				b.warnCell(f, consKey(br, n))
+			for _, c := range consConcurrencyList {
+				for _, n := range consInstanceList {
+					b.warnCell(f, consKey(br, c, n))
+				}
 			}
 		}
 	}
