@@ -120,7 +120,7 @@ func consumersSettingsText(cfg config) string {
   timeout). Once the instances hold the partitions evenly (each partitions÷instances, rounded), **drain**: %s messages over %s keys
   (message i has key i mod %s) are published in calls of at most %s, each call once the previous one was acknowledged, so each holds a key
   once and the broker keeps each key's order; the instances hold their deliveries back (a gate in front of the subscriber's Next) until the
-  broker holds every message for them (NATS: the partition stream's count), then the clock runs until the consumers counted all applied
+  broker holds every message for them (NATS: the partition stream's count; the subscribers have pulled up to their prefetch meanwhile), then the clock runs until the consumers counted all applied
   (committed); msg/s. **Latency**: right after, with the same instances, %s msg/s published for %s of warm-up and %s measured (a call every
   %s with what fell due); from the moment a message's publish call began to its row's `+"`clock_timestamp()`"+` (the insert, just before
   the commit), p50 and p99. **Correctness**, or the run fails: every message published has exactly one row, each key's rows in the order
