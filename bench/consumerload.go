@@ -46,7 +46,7 @@ func (b *Bench) readConsCPU(ctx context.Context, appName string, probe cpuProbe)
 	if probe != nil {
 		c.broker, c.brokerErr = probe(ctx)
 	} else {
-		c.brokerErr = fmt.Errorf("the broker runs in this process")
+		c.brokerErr = fmt.Errorf("the broker's process is not read")
 	}
 	c.busy, c.total, c.machineErr = machineCPU()
 	return c

@@ -14,8 +14,8 @@ func renderConsumers(sb *strings.Builder, fn *footnotes, res *Results, cfg confi
 	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
 	w("Inbox consumers keeping each key's order, instances sharing the keys (%s messages over %s keys per drain; %d partitions; one row inserted per message on PostgreSQL; latency at %s msg/s; CPU while draining, in cores of the machine's %d):\n\n",
 		thousands(int64(s.n)), thousands(int64(s.keys)), s.partitions, thousands(int64(s.rate)), runtime.NumCPU())
-	w("| Broker | Concurrency | Instances | Drain (msg/s, ↑ better) | ÷ 1 instance | Publish→applied p50 (ms, ↓ better) | p99 (ms, ↓ better) | Rate offered (msg/s) | PostgreSQL backends (cores) | PostgreSQL backends (µs/msg, ↓ better) | Bench process (cores) | Broker (cores) | Machine busy (cores) |\n")
-	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| Broker | Concurrency | Instances | Drain (msg/s, ↑ better) | ÷ 1 instance | Publish→applied p50 (ms, ↓ better) | p99 (ms, ↓ better) | Rate offered (msg/s) | PostgreSQL backends (cores) | PostgreSQL backends (µs/msg, ↓ better) | Bench process (cores) | Broker (cores) | Those three (µs/msg, ↓ better) | Machine busy (cores) |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, br := range consBrokerList {
 		label := br
 		if cb, err := consBrokerByName(br); err == nil {
@@ -48,7 +48,7 @@ func consumersRow(res *Results, fn *footnotes, runs int, br string, conc, n int)
 		return v
 	}
 	cells := []string{c("cons_drain"), consRatio(res, br, conc, n)}
-	for _, id := range []string{"cons_p50", "cons_p99", "cons_offered", "cons_cpu_pg", "cons_cpu_pg_msg", "cons_cpu_bench", "cons_cpu_broker", "cons_cpu_machine"} {
+	for _, id := range []string{"cons_p50", "cons_p99", "cons_offered", "cons_cpu_pg", "cons_cpu_pg_msg", "cons_cpu_bench", "cons_cpu_broker", "cons_cpu_msg", "cons_cpu_machine"} {
 		cells = append(cells, c(id))
 	}
 	return strings.Join(cells, " | ")
@@ -83,7 +83,12 @@ func renderConsumersScaling(sb *strings.Builder, res *Results) {
 		if !okM || !okP {
 			return "?"
 		}
-		return fmt.Sprintf("%.0f%% (PostgreSQL's backends %.2f cores)", 100*machine.Median/float64(runtime.NumCPU()), pg.Median)
+		s := fmt.Sprintf("%.0f%% (PostgreSQL's backends %.2f cores", 100*machine.Median/float64(runtime.NumCPU()), pg.Median)
+		if per, ok := res.Stat("cons_cpu_msg", key); ok && per.Median > 0 {
+			s += fmt.Sprintf("; at %.0f µs of CPU per message, %d cores drain at most %s msg/s", per.Median, runtime.NumCPU(),
+				thousands(int64(float64(runtime.NumCPU())*1e6/per.Median)))
+		}
+		return s + ")"
 	}
 	var lines []string
 	for _, br := range consBrokerList {

@@ -152,6 +152,7 @@ var consumerFigures = []Figure{
 	{ID: "cons_cpu_pg_msg", Section: "consumers", Label: "PostgreSQL backends' CPU per message", Unit: "µs/msg", LowerIsBetter: true, Digits: 1},
 	{ID: "cons_cpu_bench", Section: "consumers", Label: "Bench process's CPU, draining", Unit: "cores", Digits: 2},
 	{ID: "cons_cpu_broker", Section: "consumers", Label: "Broker's CPU, draining", Unit: "cores", Digits: 2},
+	{ID: "cons_cpu_msg", Section: "consumers", Label: "CPU per message: PostgreSQL's backends, the bench process and the broker", Unit: "µs/msg", LowerIsBetter: true, Digits: 1},
 	{ID: "cons_cpu_machine", Section: "consumers", Label: "Machine's CPUs busy, draining", Unit: "cores", Digits: 2},
 }
 
@@ -225,12 +226,14 @@ func (b *Bench) runConsumerGroup(ctx context.Context, brokerName string, concurr
 	if err := checkEffects(ctx, env, grp, s, s.n+lat.total); err != nil {
 		return err
 	}
-	b.recordConsumers(key, s, dr, lat)
+	b.recordConsumers(key, tgt.inProcess, s, dr, lat)
 	return nil
 }
 
-// recordConsumers records one measurement's figures under key.
-func (b *Bench) recordConsumers(key string, s consSettings, dr consDrainResult, lat consLatencyResult) {
+// recordConsumers records one measurement's figures under key;
+// brokerInProcess says the broker runs in the bench process (kfake), whose
+// CPU is counted already.
+func (b *Bench) recordConsumers(key string, brokerInProcess bool, s consSettings, dr consDrainResult, lat consLatencyResult) {
 	secs := dr.elapsed.Seconds()
 	cores := func(d time.Duration) float64 { return d.Seconds() / secs }
 	b.results.Add("cons_drain", key, float64(s.n)/secs)
@@ -253,6 +256,9 @@ func (b *Bench) recordConsumers(key string, s consSettings, dr consDrainResult, 
 	}
 	if dr.machineOK {
 		b.results.Add("cons_cpu_machine", key, dr.machineCores)
+	}
+	if dr.pgOK && (dr.brokerOK || brokerInProcess) {
+		b.results.Add("cons_cpu_msg", key, float64((dr.pg+dr.bench+dr.broker).Microseconds())/float64(s.n))
 	}
 }
 

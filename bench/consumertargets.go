@@ -85,8 +85,11 @@ type consTarget struct {
 	// (NATS: sourced into the partition stream); nil: a publish that was
 	// acknowledged is enough.
 	ready func(ctx context.Context, n int) error
-	// cpu reads the broker's CPU; nil: it runs in this process (kfake).
+	// cpu reads the broker's CPU; nil: not read.
 	cpu cpuProbe
+	// inProcess: the broker runs in this process (kfake), whose CPU the
+	// bench process's counts.
+	inProcess bool
 	// close removes what open made, once the instances are gone.
 	close func()
 }
@@ -217,6 +220,7 @@ func (b *Bench) kafkaConsTarget(_ context.Context, _ *Env, s consSettings) (*con
 			return kafka.NewSubscriber(ctx, kafka.SubscriberConfig{Config: cfg, Group: consConsumer, Topics: []string{Topic}, Logger: consLogger,
 				Options: []kgo.Opt{kgo.SessionTimeout(consTimeout), kgo.HeartbeatInterval(consHeartbeat)}})
 		},
+		inProcess: true,
 		close: func() {
 			pub.Close()
 			c.Close()
@@ -263,7 +267,7 @@ func (b *Bench) amqpConsTarget(ctx context.Context, env *Env, s consSettings) (*
 			return amqp.NewSubscriber(ctx, amqp.SubscriberConfig{Config: cfg, Queue: queue, Partitions: s.partitions,
 				MemberHeartbeat: consHeartbeat, MemberTimeout: consTimeout, Logger: consLogger})
 		},
-		cpu: pidProbe(findProcess("beam.smp")),
+		cpu: pidProbe(findOldestProcess("beam.smp")),
 		close: func() {
 			_ = pub.Close()
 			cleanup()

@@ -132,3 +132,39 @@ func machineCPU() (busy, total time.Duration, err error) {
 	tick := time.Second / clockTicks
 	return time.Duration(all-idle) * tick, time.Duration(all) * tick, nil
 }
+
+// findOldestProcess returns the pid of the process whose command name is
+// comm that started first, or 0: the server among short-lived tools of the
+// same name (RabbitMQ's command-line tools run beam.smp too).
+func findOldestProcess(comm string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	found, first := 0, int64(-1)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(b)) != comm {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(st)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 20 {
+			continue
+		}
+		// After the name: starttime is field 22, the 20th.
+		start, err := strconv.ParseInt(f[19], 10, 64)
+		if err == nil && (first < 0 || start < first) {
+			found, first = pid, start
+		}
+	}
+	return found
+}
