@@ -80,7 +80,7 @@ type consInstance struct {
 // deliveries back until the group's gate opens (open).
 func startConsumerGroup(ctx context.Context, env *Env, tgt *consTarget, s consSettings, n int) (*consGroup, error) {
 	g := &consGroup{gate: make(chan struct{}), appName: "bench-consumer-" + env.token}
-	url, err := withParams(env.URL, "application_name", g.appName)
+	url, err := withParams(env.URL, "application_name", g.appName, "synchronous_commit", consSyncCommit)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,8 @@ func startConsumerGroup(ctx context.Context, env *Env, tgt *consTarget, s consSe
 }
 
 // startInstance starts instance number i: a pool on url (Concurrency+2
-// connections), a subscriber, an inbox consumer keeping order.
+// connections, synchronous_commit as -consumers-sync-commit says), a
+// subscriber, an inbox consumer keeping order.
 func startInstance(ctx context.Context, url string, tgt *consTarget, s consSettings, i int, gate <-chan struct{}) (*consInstance, error) {
 	pool, err := newPool(ctx, url, int32(s.concurrency+2))
 	if err != nil {

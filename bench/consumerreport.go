@@ -12,8 +12,8 @@ import (
 func renderConsumers(sb *strings.Builder, fn *footnotes, res *Results, cfg config) {
 	s := consumerSettings(cfg)
 	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
-	w("Inbox consumers keeping each key's order, instances sharing the keys (%s messages over %s keys per drain; %d partitions; one row inserted per message on PostgreSQL; latency at %s msg/s; CPU while draining, in cores of the machine's %d):\n\n",
-		thousands(int64(s.n)), thousands(int64(s.keys)), s.partitions, thousands(int64(s.rate)), runtime.NumCPU())
+	w("Inbox consumers keeping each key's order, instances sharing the keys (%s messages over %s keys per drain; %d partitions; one row inserted per message on PostgreSQL, synchronous_commit %s; latency at %s msg/s; CPU while draining, in cores of the machine's %d):\n\n",
+		thousands(int64(s.n)), thousands(int64(s.keys)), s.partitions, consSyncCommit, thousands(int64(s.rate)), runtime.NumCPU())
 	w("| Broker | Concurrency | Instances | Drain (msg/s, ↑ better) | ÷ 1 instance | Publish→applied p50 (ms, ↓ better) | p99 (ms, ↓ better) | Rate offered (msg/s) | PostgreSQL backends (cores) | PostgreSQL backends (µs/msg, ↓ better) | Bench process (cores) | Broker (cores) | Those three (µs/msg, ↓ better) | Machine busy (cores) |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, br := range consBrokerList {
@@ -113,7 +113,7 @@ func consumersSettingsText(cfg config) string {
 	s := consumerSettings(cfg)
 	return fmt.Sprintf(`- **Inbox consumers sharing the keys** (Courier alone): for each broker and each instance count (%s), a fresh PostgreSQL
   schema (`+"`postgres.Driver`"+`'s `+"`Migrate`"+` and a table `+"`effects`"+`) and a fresh destination; the instances run in the bench
-  process, each with a broker connection, a subscriber, a pgx pool (Concurrency + 2 connections) and an `+"`inbox.NewConsumer`"+` of its own
+  process, each with a broker connection, a subscriber, a pgx pool (Concurrency + 2 connections, synchronous_commit %s) and an `+"`inbox.NewConsumer`"+` of its own
   (`+"`inbox.ConsumerConfig{KeepOrder: true, Concurrency: c}`"+` for c in %s, every other setting its default) for one consumer (`+"`bench`"+`); the handler
   inserts one row (message id, key, number, instance, `+"`clock_timestamp()`"+`) in the inbox's transaction. **NATS**: a stream made by
   `+"`couriernats.EnsureStream`"+` on the current nats-server the bench starts from `+"`-nats-server`"+` (as the brokers section's
@@ -135,7 +135,7 @@ func consumersSettingsText(cfg config) string {
   beam.smp, with any other client's load), and the machine's CPUs busy (/proc/stat: every process, other work on the machine included).
   Brokers run one after another in an order that rotates from run to run, each concurrency with its instance counts in increasing order; all is
   removed afterwards (schema, streams, kfake cluster, queues and exchanges).
-`, joinInts(consInstanceList), joinInts(consConcurrencyList), s.partitions, s.partitions, s.partitions, s.partitions, consHeartbeat, consTimeout,
+`, joinInts(consInstanceList), consSyncCommit, joinInts(consConcurrencyList), s.partitions, s.partitions, s.partitions, s.partitions, consHeartbeat, consTimeout,
 		thousands(int64(s.n)), thousands(int64(s.keys)), thousands(int64(s.keys)), thousands(int64(min(consMaxCall, s.keys))),
 		thousands(int64(s.rate)), s.warmup, s.window, consTick)
 }

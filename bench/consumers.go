@@ -44,6 +44,8 @@ var (
 	// consWindow is how long the latency run is measured, after its
 	// warm-up (0: 5 s, 2 s with -quick).
 	consWindow time.Duration
+	// consSyncCommit is synchronous_commit of the instances' sessions.
+	consSyncCommit = "on"
 )
 
 const (
@@ -80,6 +82,7 @@ func init() {
 	flag.IntVar(&consKeys, "consumers-keys", 0, fmt.Sprintf("keys the consumers section's messages are spread over (default %d, %d with -quick)", consDefaultKeys, consQuickKeys))
 	flag.IntVar(&consPartitions, "consumers-partitions", consPartitions, "partitions the consumers section's keys are spread over (NATS and RabbitMQ Partitions, the Kafka topic's)")
 	flag.IntVar(&consRate, "consumers-rate", consRate, "messages per second offered in the consumers section's latency run")
+	flag.StringVar(&consSyncCommit, "consumers-sync-commit", consSyncCommit, "synchronous_commit of the consumers section's instance sessions (on holds each commit until the WAL is flushed)")
 	flag.DurationVar(&consWindow, "consumers-window", 0, "how long the consumers section's latency run is measured after a warm-up (default 5s, 2s with -quick)")
 }
 
