@@ -43,7 +43,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled", "consumers"}
 
 // config is the command line.
 type config struct {
@@ -313,6 +313,8 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		}
 	case "scheduled":
 		b.runScheduled(ctx, try, run)
+	case "consumers":
+		b.runConsumers(ctx, try, run)
 	case "adversity":
 		try("adversity: empty claims, clean and with dead rows", func() error { return b.runAdversityClaim(ctx) })
 		for _, d := range rotate(dialects, run-1) {
@@ -343,6 +345,15 @@ func (b *Bench) warnSpread() {
 	for _, f := range scheduledFigures {
 		for _, k := range []string{reference, schedWithout, schedWith} {
 			b.warnCell(f, k)
+		}
+	}
+	for _, f := range consumerFigures {
+		for _, br := range consBrokerList {
+			for _, c := range consConcurrencyList {
+				for _, n := range consInstanceList {
+					b.warnCell(f, consKey(br, c, n))
+				}
+			}
 		}
 	}
 }

@@ -99,3 +99,72 @@ func cpuDelta(start, end cpuSnapshot) time.Duration {
 	}
 	return d
 }
+
+// machineCPU returns the time all CPUs of the machine spent busy and in
+// all since boot, from the first line of /proc/stat (every process, this
+// machine's other work included): busy is everything but idle and iowait.
+func machineCPU() (busy, total time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("malformed /proc/stat")
+	}
+	// user nice system idle iowait irq softirq steal (guest time is
+	// counted in user already).
+	var ticks [8]int64
+	for i := range ticks {
+		if i+1 >= len(f) {
+			break
+		}
+		if ticks[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("malformed /proc/stat")
+		}
+	}
+	var all int64
+	for _, t := range ticks {
+		all += t
+	}
+	idle := ticks[3] + ticks[4]
+	tick := time.Second / clockTicks
+	return time.Duration(all-idle) * tick, time.Duration(all) * tick, nil
+}
+
+// findOldestProcess returns the pid of the process whose command name is
+// comm that started first, or 0: the server among short-lived tools of the
+// same name (RabbitMQ's command-line tools run beam.smp too).
+func findOldestProcess(comm string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	found, first := 0, int64(-1)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(b)) != comm {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(st)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 20 {
+			continue
+		}
+		// After the name: starttime is field 22, the 20th.
+		start, err := strconv.ParseInt(f[19], 10, 64)
+		if err == nil && (first < 0 || start < first) {
+			found, first = pid, start
+		}
+	}
+	return found
+}

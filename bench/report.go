@@ -126,7 +126,7 @@ func collectMachineInfo(ctx context.Context, b *Bench) (*MachineInfo, error) {
 		info.SQLite = sqliteVersion(ctx)
 		info.MySQL = mysqlServerInfo(ctx, b.cfg.mysqlDSN)
 	}
-	if slices.Contains(b.cfg.only, "brokers") {
+	if slices.Contains(b.cfg.only, "brokers") || slices.Contains(b.cfg.only, "consumers") {
 		info.RabbitMQ = rabbitMQVersion(b.cfg.amqpURL)
 		info.NATSCurrent = natsServerVersion(b.cfg.natsServer)
 	}
@@ -255,6 +255,12 @@ func renderTables(res *Results, cfg config) string {
 			sb.WriteString("\n")
 		}
 		renderScheduled(&sb, fn, res, cfg)
+	}
+	if measured(res, consumerFigures) || skippedAny(res, consumerFigures) {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		renderConsumers(&sb, fn, res, cfg)
 	}
 	if fn.spread || len(fn.list) > 0 {
 		sb.WriteString("\n")
@@ -408,10 +414,10 @@ func renderReport(info *MachineInfo, cfg config, res *Results, failed []string) 
 		w("- MySQL/MariaDB (dialects table): %s\n", info.MySQL)
 	}
 	if info.RabbitMQ != "" {
-		w("- RabbitMQ (brokers table): %s\n", info.RabbitMQ)
+		w("- RabbitMQ (brokers and consumers tables): %s\n", info.RabbitMQ)
 	}
 	if info.NATSCurrent != "" {
-		w("- Current NATS server (brokers table, started by the bench: one node, and a 3-node cluster): %s, JetStream file storage, default sync_interval\n", info.NATSCurrent)
+		w("- Current NATS server (brokers and consumers tables, started by the bench: one node, and a 3-node cluster): %s, JetStream file storage, default sync_interval\n", info.NATSCurrent)
 	}
 	w("- Courier: local checkout, git %s\n", info.CourierRev)
 	w("- Libraries:\n")
@@ -532,7 +538,7 @@ All relays use their own pgx pool (at most 10 connections) and their own NATS co
 		payloadSize, watermillBatch, watermillPoll, riverFetchCooldown, riverFetchPollInterval, riverMaxWorkers,
 		thousands(int64(cfg.drainN)), latencyWriters, cfg.latencyWindow, cfg.latencyWarmup, cfg.latencyDrainTimeout,
 		writeWriters, cfg.writeDuration, cfg.writeWarmup, thousands(int64(cfg.limitsN)), thousands(int64(cfg.limitsN)), thousands(int64(cfg.syncN)), riverMaxWorkers) +
-		dialectSettingsText(cfg) + adversitySettingsText(cfg) + brokerSettingsText(cfg) + cleanupSettingsText(cfg) + scheduledSettingsText(cfg)
+		dialectSettingsText(cfg) + adversitySettingsText(cfg) + brokerSettingsText(cfg) + cleanupSettingsText(cfg) + scheduledSettingsText(cfg) + consumersSettingsText(cfg)
 }
 
 // dialectSettingsText documents how the table of Courier's relay per store
