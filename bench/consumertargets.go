@@ -296,7 +296,7 @@ func deleteAMQPPartitions(cfg amqp.Config, exchange, queue string, partitions in
 		_, err := ch.QueueDelete(amqp.PartitionQueue(queue, p), false, false, false)
 		errs = append(errs, err)
 	}
-	for _, x := range []string{amqp.PartitionExchange(queue), queue + ".members", exchange} {
+	for _, x := range []string{amqp.PartitionExchange(queue), amqp.MembersExchange(queue), exchange} {
 		errs = append(errs, ch.ExchangeDelete(x, false, false))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -137,7 +137,7 @@
 //
 // SubscriberConfig.Partitions (the same number) shares those queues among
 // the instances of the consumer. The instances announce themselves every
-// MemberHeartbeat on a fanout exchange, Queue+".members", each hearing it
+// MemberHeartbeat on a fanout exchange, MembersExchange(Queue), each hearing it
 // through an exclusive queue of its own; one unheard of for MemberTimeout
 // is gone. The partitions are spread evenly over the instances alive
 // (rendezvous hashing, so a change moves few), and an instance consumes

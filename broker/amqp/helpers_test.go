@@ -57,7 +57,7 @@ func partitioned(t *testing.T, cfg amqp.Config, name string, n int) string {
 					return err
 				}
 			}
-			if err := ch.ExchangeDelete(queue+".members", false, false); err != nil {
+			if err := ch.ExchangeDelete(amqp.MembersExchange(queue), false, false); err != nil {
 				return err
 			}
 			return ch.ExchangeDelete(amqp.PartitionExchange(queue), false, false)

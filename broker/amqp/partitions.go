@@ -160,7 +160,7 @@ func (p *partitions) dial() (*amqp091.Connection, *amqp091.Channel, error) {
 	if err != nil {
 		return fail("open channel", err)
 	}
-	mx := membersExchange(p.cfg.Queue)
+	mx := MembersExchange(p.cfg.Queue)
 	if err := ch.ExchangeDeclare(mx, amqp091.ExchangeFanout, true, false, false, false, nil); err != nil {
 		return fail("declare exchange "+mx, err)
 	}
@@ -200,7 +200,7 @@ func (p *partitions) announce(ctx context.Context, b group.Beat) error {
 	if _, err := p.connectLocked(); err != nil {
 		return err
 	}
-	return p.beats.PublishWithContext(ctx, membersExchange(p.cfg.Queue), "", false, false, amqp091.Publishing{Body: b.Marshal()})
+	return p.beats.PublishWithContext(ctx, MembersExchange(p.cfg.Queue), "", false, false, amqp091.Publishing{Body: b.Marshal()})
 }
 
 // next implements Subscriber.Next.

@@ -62,9 +62,11 @@ func PartitionQueue(queue string, p int) string { return queue + "." + strconv.I
 // spreads queue's messages over its partitions: "billing.keys".
 func PartitionExchange(queue string) string { return queue + ".keys" }
 
-// membersExchange is the fanout exchange on which the instances of
-// queue's consumer announce themselves.
-func membersExchange(queue string) string { return queue + ".members" }
+// MembersExchange returns the name of the fanout exchange on which the
+// instances of queue's consumer announce themselves, with
+// SubscriberConfig.Partitions: "billing.members". A subscriber declares
+// it; delete it with the partition queues when the consumer is retired.
+func MembersExchange(queue string) string { return queue + ".members" }
 
 // consistentHash is the exchange type of RabbitMQ's consistent-hash
 // plugin; hashHeader is its argument naming the header it hashes.

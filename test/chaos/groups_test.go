@@ -137,7 +137,7 @@ func TestOrderedGroupRabbitMQ(t *testing.T) {
 			_, _ = ch.QueueDelete(amqp.PartitionQueue(queue, p), false, false, false)
 		}
 		_ = ch.ExchangeDelete(amqp.PartitionExchange(queue), false, false)
-		_ = ch.ExchangeDelete(queue+".members", false, false)
+		_ = ch.ExchangeDelete(amqp.MembersExchange(queue), false, false)
 		_ = ch.ExchangeDelete(exchange, false, false)
 	})
 	testenv.Must(t, amqp.EnsureTopology(ctx, cfg, amqp.Topology{Queue: queue, Topics: []string{groupTopic}, Partitions: groupPartitions}), "topology")
