@@ -270,7 +270,8 @@ func runGroup(t *testing.T, tgt groupTarget) {
 	consumer := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
 	_, err := consumer.Pool.Exec(ctx, `CREATE TABLE effects (n bigint GENERATED ALWAYS AS IDENTITY, message_id text NOT NULL, k text NOT NULL,
-seq int NOT NULL, pid int NOT NULL, after_previous bool NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+seq int NOT NULL, pid int NOT NULL, after_previous bool NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE INDEX ON effects (k, seq)`)
 	testenv.Must(t, err, "effects table")
 	logs, err := os.Create(filepath.Join(t.TempDir(), "consumers.log"))
 	testenv.Must(t, err, "log file")
