@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
@@ -241,6 +242,26 @@ func (in *Instance) Metrics() Metrics {
 	return m
 }
 
+// Partitions returns the partitions of the service's topic the running
+// incarnation consumes, when the instances share the keys by partition
+// (broker.KeySharer); nil otherwise, or while the instance is down.
+func (in *Instance) Partitions() []int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.chaos == nil || !in.chaos.SharesKeys() {
+		return nil
+	}
+	return in.chaos.Partitions()
+}
+
+// SharesKeys reports whether the running incarnation's subscriber shares
+// the service's keys with the other instances (broker.KeySharer).
+func (in *Instance) SharesKeys() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.chaos != nil && in.chaos.SharesKeys()
+}
+
 // node is one incarnation's plumbing: the database and the outbox writer
 // that wakes the in-process relay.
 type node struct {
@@ -311,7 +332,7 @@ func (b *base) run(ctx context.Context, in *Instance) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = link.Close() }()
+	defer endLink(link, drain)
 	wake := store.NewLocalNotifier()
 	n := &node{instance: in.n, db: db.serviceDB, w: outbox.New(db.Inserter(), outbox.Config{Notify: wake.Signal}), wake: wake, log: log}
 	inc, err := b.spec.setup(life, n, drain)
@@ -325,7 +346,7 @@ func (b *base) run(ctx context.Context, in *Instance) error {
 	if obs != nil {
 		defer obs.ln.Close()
 	}
-	cons, chaos, err := b.newConsumer(db, link, obs, inc, faults, drain, log)
+	cons, chaos, back, err := b.newConsumer(db, link, obs, inc, faults, drain, log)
 	if err != nil {
 		return err
 	}
@@ -350,10 +371,16 @@ func (b *base) run(ctx context.Context, in *Instance) error {
 			return nil
 		})
 	}
-	log.Info("service started", "database", db.String(), "dialect", db.Dialect(), "broker", b.cfg.Transport.String(), "topic", b.spec.topic)
+	log.Info("service started", "database", db.String(), "dialect", db.Dialect(), "broker", b.cfg.Transport.String(), "topic", b.spec.topic,
+		"keys_shared", chaos.SharesKeys())
 	in.once.Do(func() { close(in.started) })
 	b.once.Do(func() { close(b.started) })
 	err = g.Wait()
+	if back != nil {
+		if n := back.giveBack(context.WithoutCancel(ctx)); n > 0 {
+			log.Info("deliveries left unsettled given back to the broker", "deliveries", n)
+		}
+	}
 	log.Info("service stopped", "error", err)
 	return err
 }
@@ -366,6 +393,17 @@ func (b *base) connect(ctx context.Context, log *slog.Logger) (*Link, error) {
 		return nil, fmt.Errorf("shop %s: %w", b.name, err)
 	}
 	return link, nil
+}
+
+// endLink ends the incarnation's link once it stopped: as a killed
+// process's would end (Link.Kill) when it stopped without draining, a
+// crash, else with Close.
+func endLink(link *Link, drain time.Duration) {
+	if drain <= crashDrain && link.Kill != nil {
+		_ = link.Kill()
+		return
+	}
+	_ = link.Close()
 }
 
 // newRelay makes the incarnation's relay, woken by wake, and its
@@ -395,15 +433,39 @@ func (b *base) newRelay(in *Instance, db *database, link *Link, wake *store.Loca
 
 // newConsumer makes the incarnation's inbox consumer: its handler, with the
 // faults in force, applies what link's subscriber delivers, through the
-// chaos decorator that duplicates and reorders deliveries.
-func (b *base) newConsumer(db *database, link *Link, obs *observability, inc incarnation, faults Faults, drain time.Duration, log *slog.Logger) (*inbox.Consumer[*sql.Tx], *Chaos, error) {
-	chaos := NewChaos(link.Subscriber, ChaosConfig{Duplicate: faults.DuplicateRate, Reorder: faults.ReorderRate})
+// chaos decorator that duplicates and reorders deliveries and, when the
+// link asks for it (Link.GiveBack), a handback that keeps what the
+// consumer leaves unsettled.
+//
+// The consumer keeps each key's order (inbox.ConsumerConfig.KeepOrder)
+// when the link asks for it (webhooks: a retry through the sender would
+// hold back its every message to the endpoint) and whenever the
+// subscriber shares the service's keys among its instances
+// (broker.KeySharer: NATS and RabbitMQ with partitions, Kafka's consumer
+// group). The saga needs no order to converge: it ignores replies that come
+// late, twice or out of order. But a key's order across the instances is
+// what sharing the keys is for, and it costs the shop little: a key is an
+// order, which has one command in flight to a service at a time (two when
+// a compensation follows a step that timed out), so a failing message
+// retried in place holds back next to nothing, and other keys go on. The
+// chaos decorator still reorders some deliveries inside an instance, on
+// purpose, which the saga absorbs. Without shared keys (one durable
+// consumer or queue for every instance), the order would hold inside each
+// instance only, and the consumer retries through the broker as before.
+func (b *base) newConsumer(db *database, link *Link, obs *observability, inc incarnation, faults Faults, drain time.Duration, log *slog.Logger) (*inbox.Consumer[*sql.Tx], *Chaos, *handback, error) {
+	sub := link.Subscriber
+	var back *handback
+	if link.GiveBack {
+		back = newHandback(sub)
+		sub = back
+	}
+	chaos := NewChaos(sub, ChaosConfig{Duplicate: faults.DuplicateRate, Reorder: faults.ReorderRate})
 	ib, err := inbox.New(db.inbox, b.name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	ccfg := inbox.ConsumerConfig{
-		Concurrency: 8, KeepOrder: link.KeepOrder, MaxDeliveries: 25,
+		Concurrency: 8, KeepOrder: link.KeepOrder || broker.SharesKeys(link.Subscriber), MaxDeliveries: 25,
 		Backoff:     courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: log,
 		NewerVersionWait: b.cfg.NewerVersionWait,
@@ -420,9 +482,9 @@ func (b *base) newConsumer(db *database, link *Link, obs *observability, inc inc
 	}
 	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, inc.handler), ccfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return cons, chaos, nil
+	return cons, chaos, back, nil
 }
 
 // track makes Metrics count the running incarnation's totals as they grow;

@@ -110,13 +110,20 @@ func (d Databases) Drop(ctx context.Context) error {
 // DefaultInstances is how many instances of each service Start runs.
 const DefaultInstances = 2
 
+// DefaultKeyPartitions is the number of partitions over which the
+// instances of a service share its keys on NATS and RabbitMQ, in the
+// in-process shop (Start's NATS transport, courier demo).
+const DefaultKeyPartitions = 8
+
 // Options configure the whole shop run in one process by Start.
 type Options struct {
 	// Databases are the services' databases. Required.
 	Databases Databases
 	// Transport carries the services' messages; Start sets it up. The
 	// caller closes it once the shop stopped. Default: a NATSTransport on
-	// BrokerURL, Stream and SubjectPrefix.
+	// BrokerURL, Stream and SubjectPrefix, whose instances share each
+	// service's keys over DefaultKeyPartitions partitions when Instances is
+	// more than 1.
 	Transport Transport
 	// BrokerURL, Stream and SubjectPrefix: see Config. Ignored when
 	// Transport is set.
@@ -204,6 +211,9 @@ func Start(ctx context.Context, opts Options) (*Shop, error) {
 		t, err := natsTransport(opts.BrokerURL, opts.Stream, opts.SubjectPrefix)
 		if err != nil {
 			return nil, fmt.Errorf("shop: %w", err)
+		}
+		if opts.Instances > 1 {
+			t.Partitions = DefaultKeyPartitions
 		}
 		opts.Transport = t
 	}

@@ -261,6 +261,11 @@ func (t *WebhookTransport) String() string {
 	return fmt.Sprintf("webhooks over HTTP on %s, one port and one whsec_ secret per service, signed (Standard Webhooks)", t.cfg.Host)
 }
 
+// Sharing implements Transport.
+func (t *WebhookTransport) Sharing() string {
+	return "behind a round-robin load balancer: a key's next message is sent once the previous one was answered 2xx, after the inbox committed, so a key's messages are applied in order whichever instance gets them"
+}
+
 // fanout publishes each message to every service that consumes its topic,
 // through one webhook.Publisher per service. A message is published once
 // every consumer answered 2xx; when one did not, the message fails and is
