@@ -62,3 +62,20 @@ func splitPartitions(svc shop.Service) error {
 	}
 	return nil
 }
+
+// checkInstances fails t unless the demo ran every service as two
+// instances and each of them applied messages.
+func checkInstances(t *testing.T, rep *shop.Report) {
+	t.Helper()
+	for _, s := range shop.Services {
+		ins := rep.Instances[s]
+		if len(ins) != shop.DefaultInstances {
+			t.Errorf("%s ran as %d instances, want %d", s, len(ins), shop.DefaultInstances)
+		}
+		for i, in := range ins {
+			if in.Metrics.Inbox.Applied == 0 {
+				t.Errorf("%s: instance %d applied nothing; the instances shared the messages %s", s, i, rep.Sharing)
+			}
+		}
+	}
+}

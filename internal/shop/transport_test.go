@@ -32,13 +32,17 @@ func demoOver(t *testing.T, tr shop.Transport) {
 	})
 	testenv.Must(t, err, "demo over "+tr.String())
 	checkDeploy(t, rep, 60, shop.DeployProducerFirst, true)
+	checkInstances(t, rep)
+	if rep.Sharing != tr.Sharing() || rep.Sharing == "" {
+		t.Errorf("the report says the instances shared the messages %q; the transport says %q", rep.Sharing, tr.Sharing())
+	}
 	var out strings.Builder
 	_, err = rep.WriteTo(&out)
 	testenv.Must(t, err, "report")
 	if !rep.OK() || rep.TimedOut {
 		t.Fatalf("demo over %s failed:\n%s", tr, out.String())
 	}
-	for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment ×1", "All 8 invariants hold."} {
+	for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment ×1", "each service ran as 2 instances, ", "All 8 invariants hold."} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
