@@ -295,12 +295,17 @@ type incarnation struct {
 	observer inbox.Observer
 }
 
-// Timings of the plumbing, chosen so that a crashed service's work comes
+// Timings of the plumbing, chosen so that a crashed instance's work comes
 // back within seconds: its relay leases expire after relayLease, its
-// unacknowledged deliveries after ackWait.
+// unacknowledged deliveries after ackWait. An idle relay claims once every
+// relayPoll: each relay is woken at once by its own instance's writes
+// (store.LocalNotifier), so the poll only finds what another instance's
+// relay left behind when it crashed, after its lease; 500ms keeps the idle
+// claims of two instances' relays where one relay's were at 250ms.
 const (
 	relayLease   = 5 * time.Second
 	relayPublish = 2 * time.Second
+	relayPoll    = 500 * time.Millisecond
 	ackWait      = 5 * time.Second
 	crashDrain   = time.Millisecond
 )
@@ -418,7 +423,7 @@ func (b *base) newRelay(in *Instance, db *database, link *Link, wake *store.Loca
 		}
 	}
 	r, err := relay.New(db.relay, link.Publisher, relay.Config{
-		Notifier: wake, PollInterval: 250 * time.Millisecond, LeaseDuration: relayLease, PublishTimeout: relayPublish,
+		Notifier: wake, PollInterval: relayPoll, LeaseDuration: relayLease, PublishTimeout: relayPublish,
 		Backoff:         courier.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		ShutdownTimeout: drain, Logger: log, Observer: obs.relayObserver(),
 	})
