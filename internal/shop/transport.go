@@ -414,6 +414,9 @@ func (t *NATSTransport) Sharing() string {
 // topic it creates.
 const DefaultPartitions = 4
 
+// kafkaHeartbeat is how often an instance heartbeats its consumer group.
+const kafkaHeartbeat = 250 * time.Millisecond
+
 // KafkaTransport carries the shop over Kafka: one topic per shop topic
 // (TopicPrefix added), records keyed by order id, so that Kafka keeps each
 // order's messages in order on one partition, and one consumer group per
@@ -595,6 +598,10 @@ func (t *KafkaTransport) Open(ctx context.Context, service, topic string, log *s
 	}
 	sub, err := kafka.NewSubscriber(ctx, kafka.SubscriberConfig{
 		Config: t.config(), Group: t.TopicPrefix + service, Topics: []string{topic}, Logger: log,
+		// A member learns of a rebalance (another instance joined or
+		// left) from its next heartbeat: franz-go's default of 3s would
+		// leave a new instance without partitions that long.
+		Options: []kgo.Opt{kgo.HeartbeatInterval(kafkaHeartbeat)},
 	})
 	if err != nil {
 		pub.Close()
