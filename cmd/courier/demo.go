@@ -43,7 +43,7 @@ type demoCmd struct {
 	ShipmentFailureRate float64        `help:"Probability that shipping cannot prepare a shipment." default:"0.02" env:"COURIER_DEMO_SHIPMENT_FAILURE_RATE"`
 	ReplayRate          float64        `help:"Probability that a placed order is POSTed again with the same Idempotency-Key." default:"0.05" env:"COURIER_DEMO_REPLAY_RATE"`
 	Stock               map[string]int `help:"Initial stock per SKU, sku=qty,… (default: mug, tee, cap and poster with plenty, vinyl with too little)." mapsep:"," env:"COURIER_DEMO_STOCK"`
-	Crash               string         `help:"Service crashed and restarted when half the orders are placed: orders, payment, inventory, shipping or none." default:"orders" enum:"orders,payment,inventory,shipping,none" env:"COURIER_DEMO_CRASH"`
+	Crash               string         `help:"Service one instance of which is crashed and restarted when half the orders are placed, the other going on: orders, payment, inventory, shipping or none." default:"orders" enum:"orders,payment,inventory,shipping,none" env:"COURIER_DEMO_CRASH"`
 	StepTimeout         time.Duration  `help:"How long each saga step waits for its reply before it is compensated." default:"30s" env:"COURIER_DEMO_STEP_TIMEOUT"`
 	Deploy              string         `help:"How version 2 of ChargeRequested is deployed once a third of the orders are placed, the shop starting with version 1: producer-first (orders, then payment: version 2 requests wait, uncounted, for payment's deploy), producer-first-late (the same, payment deployed only once one waited --newer-version-wait and was parked; the demo replays what was parked), consumer-first (payment with an upcaster from version 1, then orders) or none (version 2 throughout)." default:"producer-first-late" enum:"producer-first,producer-first-late,consumer-first,none" env:"COURIER_DEMO_DEPLOY"`
 	NewerVersionWait    time.Duration  `help:"How long payment retries a request of a version newer than it knows before parking it." default:"2s" env:"COURIER_DEMO_NEWER_VERSION_WAIT"`
@@ -293,7 +293,7 @@ func (c *demoCmd) header(w io.Writer, where, broker, logPath string, stock map[s
 	faults := fmt.Sprintf("payments declined %g%%, handler failures %g%%, deliveries duplicated %g%% and reordered %g%%, shipments failed %g%%, POSTs replayed %g%%",
 		100*c.DeclineRate, 100*c.FailureRate, 100*c.DuplicateRate, 100*c.ReorderRate, 100*c.ShipmentFailureRate, 100*c.ReplayRate)
 	if crash != "" {
-		faults += ", " + crash + " crashed and restarted halfway"
+		faults += ", an instance of " + crash + " crashed and restarted halfway"
 	}
 	deploy := "none: ChargeRequested version 2 throughout"
 	switch order, late := c.deploy(); {
@@ -305,7 +305,8 @@ func (c *demoCmd) header(w io.Writer, where, broker, logPath string, stock map[s
 		deploy = "ChargeRequested version 1 to 2 at a third of the orders, producer first: orders, then payment"
 	}
 	fmt.Fprintf(w, "Courier demo: %d orders through the reference shop (internal/shop)\n", c.Orders)
-	fmt.Fprintf(w, "  services   orders (saga orchestrator, HTTP API), payment, inventory, shipping: each its own database, outbox, relay and inbox\n")
+	fmt.Fprintf(w, "  services   orders (saga orchestrator, HTTP API), payment, inventory, shipping: each its own database, outbox and inbox,\n")
+	fmt.Fprintf(w, "             run as %d instances with a relay and an inbox consumer each\n", shop.DefaultInstances)
 	fmt.Fprintf(w, "  databases  %s\n", where)
 	fmt.Fprintf(w, "  broker     %s\n", broker)
 	fmt.Fprintf(w, "  stock      %s\n", strings.Join(skus, ", "))
@@ -363,7 +364,7 @@ func (c *demoCmd) externalTransport(ctx context.Context) (shop.Transport, error)
 		if cfg.RoutingKeyPrefix == "" {
 			cfg.RoutingKeyPrefix = demoSubjectPrefix
 		}
-		tr, what = &shop.AMQPTransport{Config: cfg, QueuePrefix: demoSubjectPrefix}, "RabbitMQ at "+dburl.Redact(u)
+		tr, what = &shop.AMQPTransport{Config: cfg, QueuePrefix: demoSubjectPrefix, Partitions: shop.DefaultKeyPartitions}, "RabbitMQ at "+dburl.Redact(u)
 	case c.BrokerURL == "" || c.Broker == "webhook":
 		return nil, nil
 	case c.Broker == "kafka":
@@ -376,7 +377,7 @@ func (c *demoCmd) externalTransport(ctx context.Context) (shop.Transport, error)
 		}
 		tr, what = &shop.KafkaTransport{Brokers: cfg.Brokers, TopicPrefix: cfg.TopicPrefix}, "Kafka at "+strings.Join(cfg.Brokers, ",")
 	default:
-		tr, what = &shop.NATSTransport{URL: c.BrokerURL, Stream: c.Stream, SubjectPrefix: demoSubjectPrefix}, "NATS at "+dburl.Redact(c.BrokerURL)
+		tr, what = &shop.NATSTransport{URL: c.BrokerURL, Stream: c.Stream, SubjectPrefix: demoSubjectPrefix, Partitions: shop.DefaultKeyPartitions}, "NATS at "+dburl.Redact(c.BrokerURL)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -476,7 +477,7 @@ func (c *demoCmd) inProcessTransport(dir string) (tr shop.Transport, where strin
 	if err != nil {
 		return nil, "", nil, err
 	}
-	return &shop.NATSTransport{URL: srv.ClientURL(), Stream: c.Stream, SubjectPrefix: demoSubjectPrefix},
+	return &shop.NATSTransport{URL: srv.ClientURL(), Stream: c.Stream, SubjectPrefix: demoSubjectPrefix, Partitions: shop.DefaultKeyPartitions},
 		fmt.Sprintf("NATS JetStream in this process (%s), its stream in %s", srv.ClientURL(), filepath.Join(dir, "nats")),
 		srv.Shutdown, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 )
@@ -89,53 +91,12 @@ func TestDemoDataDirKeepsOthersFiles(t *testing.T) {
 // a stream, topics or queues of the same names that it cannot tell it
 // made are refused, and left as they are.
 func TestDemoLeavesOthersBrokerObjects(t *testing.T) {
-	t.Run("nats", func(t *testing.T) {
-		natsURL := testenv.NATSOrEmbedded(t)
-		nc, err := natsgo.Connect(natsURL)
-		testenv.Must(t, err, "connect")
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		testenv.Must(t, err, "jetstream")
-		ctx := context.Background()
-		theirs, mine := strings.ToUpper(testenv.Name("THEIRS_")), strings.ToUpper(testenv.Name("DEMO_"))
-		t.Cleanup(func() {
-			for _, s := range []string{theirs, mine} {
-				_ = js.DeleteStream(context.Background(), s)
-			}
-		})
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: theirs, Subjects: []string{strings.ToLower(theirs) + ".>"}})
-		testenv.Must(t, err, "create their stream")
-		_, err = js.Publish(ctx, strings.ToLower(theirs)+".x", []byte("theirs"))
-		testenv.Must(t, err, "publish")
-
-		code, _, errOut := runCLI(t, "demo", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--broker-url", natsURL, "--stream", theirs)
-		if code != 1 || !strings.Contains(errOut, "--stream") || !strings.Contains(errOut, theirs) || !strings.Contains(errOut, "did not create") {
-			t.Errorf("demo on a stream of another's: exit %d, %q; want exit 1 naming --stream and the stream", code, errOut)
-		}
-		if info, err := js.Stream(ctx, theirs); err != nil || info.CachedInfo().State.Msgs != 1 {
-			t.Fatalf("their stream after the refused demo: %v; want it as it was, with its message", err)
-		}
-
-		// The demo's own stream, left by --keep, is the next run's to
-		// delete.
-		for _, keep := range []bool{true, false} {
-			args := []string{"demo", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--broker-url", natsURL, "--stream", mine}
-			if keep {
-				args = append(args, "--keep")
-			}
-			code, out, errOut := runCLI(t, args...)
-			if code != 0 || !strings.Contains(out, "All 8 invariants hold") {
-				t.Fatalf("demo --keep=%v on its own stream: exit %d\n%s\n%s", keep, code, out, errOut)
-			}
-			_, err := js.Stream(ctx, mine)
-			if keep && err != nil {
-				t.Fatalf("demo --keep deleted its stream: %v", err)
-			}
-			if !keep && !errors.Is(err, jetstream.ErrStreamNotFound) {
-				t.Fatalf("the demo left its stream behind: %v", err)
-			}
-		}
-	})
+	// The test environment's NATS server, which may be older than 2.10
+	// (the instances then share durable consumers), and a current one
+	// (they share the keys over partition streams, which are the demo's
+	// too).
+	t.Run("nats", func(t *testing.T) { demoLeavesOthersStreams(t, testenv.NATSOrEmbedded(t)) })
+	t.Run("nats-partitions", func(t *testing.T) { demoLeavesOthersStreams(t, testenv.EmbeddedNATS(t).ClientURL()) })
 
 	t.Run("kafka", func(t *testing.T) {
 		theirs := demoSubjectPrefix + shop.TopicPayment
@@ -236,4 +197,110 @@ func TestDemoLeavesOthersSchemas(t *testing.T) {
 			t.Fatalf("after demo --keep=%v: %d schemas courier_demo_*, want %d", keep, n, map[bool]int{true: len(shop.Services)}[keep])
 		}
 	}
+}
+
+// demoLeavesOthersStreams runs the demo on the NATS server at natsURL: a
+// stream of its name that it did not make, or a partition stream of its
+// stream's that Courier did not make, is refused and left as it is; its own
+// stream and partition streams, left by --keep, are the next run's to
+// delete.
+func demoLeavesOthersStreams(t *testing.T, natsURL string) {
+	nc, err := natsgo.Connect(natsURL)
+	testenv.Must(t, err, "connect")
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err, "jetstream")
+	ctx := context.Background()
+	theirs, mine := strings.ToUpper(testenv.Name("THEIRS_")), strings.ToUpper(testenv.Name("DEMO_"))
+	t.Cleanup(func() {
+		for _, s := range []string{theirs, mine} {
+			_ = js.DeleteStream(context.Background(), s)
+		}
+	})
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: theirs, Subjects: []string{strings.ToLower(theirs) + ".>"}})
+	testenv.Must(t, err, "create their stream")
+	_, err = js.Publish(ctx, strings.ToLower(theirs)+".x", []byte("theirs"))
+	testenv.Must(t, err, "publish")
+
+	code, _, errOut := runCLI(t, "demo", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--broker-url", natsURL, "--stream", theirs)
+	if code != 1 || !strings.Contains(errOut, "--stream") || !strings.Contains(errOut, theirs) || !strings.Contains(errOut, "did not create") {
+		t.Errorf("demo on a stream of another's: exit %d, %q; want exit 1 naming --stream and the stream", code, errOut)
+	}
+	if info, err := js.Stream(ctx, theirs); err != nil || info.CachedInfo().State.Msgs != 1 {
+		t.Fatalf("their stream after the refused demo: %v; want it as it was, with its message", err)
+	}
+
+	// A stream named as the partitions of a service's consumer, which
+	// Courier did not make, is refused too.
+	other := strings.ToUpper(testenv.Name("OTHER_"))
+	theirParts := couriernats.PartitionStream(other, shop.Payment)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), theirParts) })
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: theirParts, Subjects: []string{strings.ToLower(other) + ".keys.>"}})
+	testenv.Must(t, err, "create their partition stream")
+	code, _, errOut = runCLI(t, "demo", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--broker-url", natsURL, "--stream", other)
+	if code != 1 || !strings.Contains(errOut, theirParts) || !strings.Contains(errOut, "did not create") {
+		t.Errorf("demo beside a partition stream of another's: exit %d, %q; want exit 1 naming the stream", code, errOut)
+	}
+	if _, err := js.Stream(ctx, theirParts); err != nil {
+		t.Fatalf("their partition stream after the refused demo: %v", err)
+	}
+	if _, err := js.Stream(ctx, other); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("the refused demo made its stream: %v", err)
+	}
+
+	// The demo's own stream and its services' partition streams (on a
+	// server that has them), left by --keep, are the next run's to delete.
+	var parts []string
+	for _, s := range shop.Services {
+		parts = append(parts, couriernats.PartitionStream(mine, s))
+	}
+	t.Cleanup(func() {
+		for _, s := range parts {
+			_ = js.DeleteStream(context.Background(), s)
+		}
+	})
+	partitioned := natsAtLeast210(nc.ConnectedServerVersion())
+	for _, keep := range []bool{true, false} {
+		args := []string{"demo", "--orders", "5", "--crash", "none", "--data-dir", t.TempDir(), "--broker-url", natsURL, "--stream", mine}
+		if keep {
+			args = append(args, "--keep")
+		}
+		code, out, errOut := runCLI(t, args...)
+		if code != 0 || !strings.Contains(out, "All 8 invariants hold") {
+			t.Fatalf("demo --keep=%v on its own stream: exit %d\n%s\n%s", keep, code, out, errOut)
+		}
+		_, err := js.Stream(ctx, mine)
+		if keep && err != nil {
+			t.Fatalf("demo --keep deleted its stream: %v", err)
+		}
+		if !keep && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Fatalf("the demo left its stream behind: %v", err)
+		}
+		for _, p := range parts {
+			_, err := js.Stream(ctx, p)
+			if keep && partitioned && err != nil {
+				t.Errorf("demo --keep deleted its partition stream %s, or made none: %v", p, err)
+			}
+			if (!keep || !partitioned) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Errorf("the demo left the partition stream %s behind, or made one on a server without partitions: %v", p, err)
+			}
+		}
+		// The report says how the instances shared the messages: by
+		// partition, or, on a server that cannot, on the durable consumer.
+		want := "each service ran as 2 instances, sharing its keys over 8 partitions"
+		if !partitioned {
+			want = "each service ran as 2 instances, on its durable consumer, as nats-server " + nc.ConnectedServerVersion() + " cannot"
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("demo on nats-server %s: the report lacks %q\n%s", nc.ConnectedServerVersion(), want, out)
+		}
+	}
+}
+
+// natsAtLeast210 reports whether a nats-server version shares keys by
+// partition (2.10 or later).
+func natsAtLeast210(v string) bool {
+	var major, minor int
+	_, err := fmt.Sscanf(v, "%d.%d", &major, &minor)
+	return err == nil && (major > 2 || major == 2 && minor >= 10)
 }

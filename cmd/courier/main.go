@@ -41,7 +41,7 @@ type cli struct {
 	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show, replay or discard dead letters."`
 	Scheduled scheduledCmd `cmd:"" help:"List or cancel scheduled messages that wait to fall due."`
 	Demo      demoCmd      `cmd:"" help:"Run the reference shop under load and faults, then check its invariants (nothing to install)."`
-	Shop      shopCmd      `cmd:"" help:"Run one service of the reference shop as a process of its own."`
+	Shop      shopCmd      `cmd:"" help:"Run one service of the reference shop as a process of its own; several processes of one service share its keys with --partitions."`
 	Version   versionCmd   `cmd:"" help:"Print the version."`
 
 	Reconcile reconcileCmd `cmd:"" help:"Find what is stuck (ended leases, messages failing for long, overdue sagas, keys left in flight); --repair puts it right."`

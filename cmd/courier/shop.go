@@ -27,6 +27,7 @@ type shopFlags struct {
 	BrokerURL     string        `name:"broker-url" help:"Broker shared by the four services: a NATS server with JetStream (courier relay serves one on this address), kafka://host:9092 or amqp://user:password@host:5672/." default:"nats://127.0.0.1:4222" env:"COURIER_BROKER_URL"`
 	Stream        string        `help:"JetStream stream of the shop (NATS only)." default:"SHOP" env:"COURIER_SHOP_STREAM"`
 	SubjectPrefix string        `help:"Prefix that turns a topic into a subject, a Kafka topic or a RabbitMQ routing key, and names the Kafka consumer groups and RabbitMQ queues; a topic_prefix or prefix in --broker-url wins." default:"shop." env:"COURIER_SHOP_SUBJECT_PREFIX"`
+	Partitions    int           `help:"Share the service's keys among its processes over this many partitions (give each process of the service the same number): each key's messages are applied in order, by one process at a time. NATS needs nats-server 2.10 or later (on an older one the processes share the durable consumer, as with 0, and the log says so); RabbitMQ needs the rabbitmq_consistent_hash_exchange plugin; on Kafka the consumer group shares the topics' partitions anyway, and this is how many a topic gets when created. 0: the processes share the durable consumer (NATS) or stand by on the queue (RabbitMQ)." env:"COURIER_SHOP_PARTITIONS"`
 	FailureRate   float64       `help:"Probability that a message handler fails (transient error; the inbox retries)." env:"COURIER_SHOP_FAILURE_RATE"`
 	Latency       time.Duration `help:"Latency added to every message handler." env:"COURIER_SHOP_LATENCY"`
 	DuplicateRate float64       `help:"Probability that a delivery is duplicated." env:"COURIER_SHOP_DUPLICATE_RATE"`
@@ -36,6 +37,9 @@ type shopFlags struct {
 }
 
 func (f shopFlags) config(service string, e *env) (shop.Config, error) {
+	if f.Partitions < 0 {
+		return shop.Config{}, fmt.Errorf("--partitions is %d: use 0 (no sharing by partition) or more, the same for every process of the service", f.Partitions)
+	}
 	url := f.DatabaseURL
 	if url == "" {
 		url = "shop-" + service + ".db"
@@ -55,7 +59,7 @@ func (f shopFlags) transport() (shop.Transport, error) {
 	u := f.BrokerURL
 	switch {
 	case strings.HasPrefix(u, "nats://"), strings.HasPrefix(u, "tls://"):
-		return &shop.NATSTransport{URL: u, Stream: f.Stream, SubjectPrefix: f.SubjectPrefix}, nil
+		return &shop.NATSTransport{URL: u, Stream: f.Stream, SubjectPrefix: f.SubjectPrefix, Partitions: f.Partitions}, nil
 	case strings.HasPrefix(u, "kafka://"):
 		cfg, err := kafka.ParseURL(u)
 		if err != nil {
@@ -64,7 +68,7 @@ func (f shopFlags) transport() (shop.Transport, error) {
 		if cfg.TopicPrefix == "" {
 			cfg.TopicPrefix = f.SubjectPrefix
 		}
-		return &shop.KafkaTransport{Brokers: cfg.Brokers, TopicPrefix: cfg.TopicPrefix}, nil
+		return &shop.KafkaTransport{Brokers: cfg.Brokers, TopicPrefix: cfg.TopicPrefix, Partitions: f.Partitions}, nil
 	case strings.HasPrefix(u, "amqp://"), strings.HasPrefix(u, "amqps://"):
 		cfg, err := courieramqp.ParseURL(u)
 		if err != nil {
@@ -73,7 +77,7 @@ func (f shopFlags) transport() (shop.Transport, error) {
 		if cfg.RoutingKeyPrefix == "" {
 			cfg.RoutingKeyPrefix = f.SubjectPrefix
 		}
-		return &shop.AMQPTransport{Config: cfg, QueuePrefix: f.SubjectPrefix}, nil
+		return &shop.AMQPTransport{Config: cfg, QueuePrefix: f.SubjectPrefix, Partitions: f.Partitions}, nil
 	}
 	return nil, fmt.Errorf("--broker-url %q: use nats://host:4222, kafka://host:9092 or amqp://user:password@host:5672/ (webhooks need the four services in one process: courier demo --broker webhook)", dburl.Redact(u))
 }

@@ -90,11 +90,27 @@ func TestDemoUnreachableRabbitMQ(t *testing.T) {
 	}
 }
 
-// courier shop SERVICE runs each service as a process of its own: four
-// processes on their own SQLite files and one NATS server take an order
-// from POST /orders to ShippingReady, then stop cleanly on SIGTERM.
+// courier shop SERVICE runs each service as a process of its own: five
+// processes on their own SQLite files and one NATS server, payment as two
+// processes sharing its keys (--partitions), take an order from POST
+// /orders to ShippingReady, then stop cleanly on SIGTERM; the two payment
+// processes split payment's partitions between them.
 func TestShopCommandProcesses(t *testing.T) {
-	shopProcesses(t, testenv.EmbeddedNATS(t).ClientURL())
+	logs := shopProcesses(t, testenv.EmbeddedNATS(t).ClientURL(), 2, "--partitions", "4")
+	for i, log := range logs[shop.Payment] {
+		shared := false
+		for _, line := range strings.Split(log, "\n") {
+			// Two members, and partitions taken: "partitions=[0 3]".
+			if strings.Contains(line, "group: partitions consumed") && strings.Contains(line, `members="[vm`) &&
+				strings.Count(line[strings.Index(line, "members="):], " ") > 1 && strings.Contains(line, `partitions="[`) &&
+				!strings.Contains(line, `partitions="[]"`) {
+				shared = true
+			}
+		}
+		if !shared {
+			t.Errorf("payment process %d took no share of the partitions beside the other:\n%s", i, log)
+		}
+	}
 }
 
 // The same four processes on Kafka (kfake, in the test's process).
@@ -102,12 +118,13 @@ func TestShopCommandProcessesKafka(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(shop.DefaultPartitions))
 	testenv.Must(t, err, "kfake")
 	t.Cleanup(c.Close)
-	shopProcesses(t, "kafka://"+strings.Join(c.ListenAddrs(), ","))
+	shopProcesses(t, "kafka://"+strings.Join(c.ListenAddrs(), ","), 1)
 }
 
-// shopProcesses runs the four services as processes on brokerURL, places
-// an order and waits until it is ready to ship, then stops them.
-func shopProcesses(t *testing.T, brokerURL string) {
+// shopProcesses runs the four services as processes on brokerURL, payment
+// as payments processes, with extra flags, places an order and waits until
+// it is ready to ship, then stops them. It returns their logs, by service.
+func shopProcesses(t *testing.T, brokerURL string, payments int, extra ...string) map[string][]string {
 	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	testenv.Must(t, err, "free port")
@@ -115,23 +132,27 @@ func shopProcesses(t *testing.T, brokerURL string) {
 	l.Close()
 
 	var procs []*exec.Cmd
+	var names []string
 	var logs []*bytes.Buffer
 	ordersMetrics := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	for _, s := range shop.Services {
-		args := []string{"shop", s, "--database-url", "sqlite://" + filepath.Join(dir, s+".db"), "--broker-url", brokerURL}
-		if s == shop.Orders {
-			args = append(args, "--metrics-addr", ordersMetrics)
+		n := 1
+		if s == shop.Payment {
+			n = payments
 		}
-		if s == shop.Orders {
-			args = append(args, "--http-addr", addr)
+		for range n {
+			args := append([]string{"shop", s, "--database-url", "sqlite://" + filepath.Join(dir, s+".db"), "--broker-url", brokerURL}, extra...)
+			if s == shop.Orders {
+				args = append(args, "--metrics-addr", ordersMetrics, "--http-addr", addr)
+			}
+			cmd := exec.Command(os.Args[0], args...)
+			cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1")
+			var log bytes.Buffer
+			cmd.Stderr = &log
+			testenv.Must(t, cmd.Start(), "start "+s)
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			procs, names, logs = append(procs, cmd), append(names, s), append(logs, &log)
 		}
-		cmd := exec.Command(os.Args[0], args...)
-		cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1")
-		var log bytes.Buffer
-		cmd.Stderr = &log
-		testenv.Must(t, cmd.Start(), "start "+s)
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
-		procs, logs = append(procs, cmd), append(logs, &log)
 	}
 
 	var placed shop.OrderPlaced
@@ -196,12 +217,17 @@ func shopProcesses(t *testing.T, brokerURL string) {
 		resp.Body.Close()
 	}
 
-	for i, cmd := range procs {
+	for _, cmd := range procs {
 		testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "SIGTERM")
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("courier shop %s after SIGTERM: %v\n%s", shop.Services[i], err, logs[i])
-		}
 	}
+	out := map[string][]string{}
+	for i, cmd := range procs {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("courier shop %s after SIGTERM: %v\n%s", names[i], err, logs[i])
+		}
+		out[names[i]] = append(out[names[i]], logs[i].String())
+	}
+	return out
 }
 
 // Without --data-dir the demo works in a temporary directory and leaves

@@ -48,7 +48,10 @@ type Chaos struct {
 	duplicated, reordered atomic.Int64
 }
 
-var _ broker.Subscriber = (*Chaos)(nil)
+var (
+	_ broker.Subscriber = (*Chaos)(nil)
+	_ broker.KeySharer  = (*Chaos)(nil)
+)
 
 // NewChaos decorates sub.
 func NewChaos(sub broker.Subscriber, cfg ChaosConfig) *Chaos {
@@ -122,6 +125,19 @@ func (c *Chaos) Decode(raw broker.Raw) (courier.Message, error) { return c.sub.D
 
 // Close implements broker.Subscriber.
 func (c *Chaos) Close() error { return c.sub.Close() }
+
+// SharesKeys implements broker.KeySharer: whether the subscriber it
+// decorates shares its consumer's keys among its instances.
+func (c *Chaos) SharesKeys() bool { return broker.SharesKeys(c.sub) }
+
+// Partitions implements broker.KeySharer: the decorated subscriber's, nil
+// when it shares no keys.
+func (c *Chaos) Partitions() []int {
+	if k, ok := c.sub.(broker.KeySharer); ok {
+		return k.Partitions()
+	}
+	return nil
+}
 
 // copyOf is a second delivery of a message: it carries the message but
 // leaves settling it to the original.

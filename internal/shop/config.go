@@ -47,7 +47,8 @@ type Config struct {
 	// MetricsAddr, when set, is where the service serves /metrics
 	// (Prometheus: its relay, its inbox consumer, its outbox per topic, its
 	// sagas and idempotency keys), /healthz and /readyz, such as
-	// 127.0.0.1:9465. Default: not served.
+	// 127.0.0.1:9465: instance 0's (Run's); the other instances of a
+	// service in the same process serve none. Default: not served.
 	MetricsAddr string
 	// ChargeVersion is the newest version of ChargeRequested the service
 	// is built with, for the orders service and payment: orders writes it,

@@ -25,6 +25,9 @@ type DemoConfig struct {
 	BrokerURL     string
 	Stream        string
 	SubjectPrefix string
+	// Instances is how many instances of each service run. Default
+	// DefaultInstances.
+	Instances int
 	// Orders is how many orders to place. Default 1000.
 	Orders int
 	// Concurrency is how many POSTs are in flight at once. Default 16.
@@ -40,8 +43,9 @@ type DemoConfig struct {
 	// ReplayRate is the probability that a placed order is POSTed again
 	// with the same Idempotency-Key.
 	ReplayRate float64
-	// Crash names the service crashed and restarted once half the orders
-	// are placed (and the Deploy is done); empty for none.
+	// Crash names the service one instance of which (instance 0) is
+	// crashed and restarted once half the orders are placed (and the
+	// Deploy is done); empty for none.
 	Crash string
 	// Deploy deploys version 2 of ChargeRequested to the orders service
 	// and payment once a third of the orders are placed (and payment
@@ -91,7 +95,12 @@ type Report struct {
 	Invariants []Invariant
 	// Metrics are each service's totals.
 	Metrics map[string]Metrics
-	// Crashes counts each service's crashes.
+	// Instances are each service's instances, by number.
+	Instances map[string][]InstanceReport
+	// Sharing says how the instances of a service shared its messages
+	// (Transport.Sharing).
+	Sharing string
+	// Crashes counts the crashes of each service's instances.
 	Crashes map[string]int
 	// Rollout is what the Deploy did; nil without one.
 	Rollout *Rollout
@@ -120,12 +129,12 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
 	}
 	opts := Options{
 		Databases: cfg.Databases, Transport: cfg.Transport, BrokerURL: cfg.BrokerURL, Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix,
-		Faults: cfg.Faults, Stock: cfg.Stock, Timeouts: cfg.Timeouts, Logger: cfg.Logger, NewerVersionWait: cfg.NewerVersionWait,
+		Instances: cfg.Instances, Faults: cfg.Faults, Stock: cfg.Stock, Timeouts: cfg.Timeouts, Logger: cfg.Logger, NewerVersionWait: cfg.NewerVersionWait,
 	}
 	if cfg.Deploy != "" {
 		opts.ChargeVersion = 1 // the shop before version 2
 	}
-	cfg.Logger.Info("demo starting", "orders", cfg.Orders, "crash", cfg.Crash, "deploy", cfg.Deploy, "deploy_late", cfg.DeployLate)
+	cfg.Logger.Info("demo starting", "orders", cfg.Orders, "instances", cfg.Instances, "crash", cfg.Crash, "deploy", cfg.Deploy, "deploy_late", cfg.DeployLate)
 	s, err := Start(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -159,6 +168,9 @@ func (cfg *DemoConfig) setDefaults() error {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
+	}
+	if cfg.Instances <= 0 {
+		cfg.Instances = DefaultInstances
 	}
 	if cfg.InFlight == 0 {
 		cfg.InFlight = 50
@@ -362,14 +374,26 @@ func (d *demoRun) waitForSagas(ctx context.Context) (load LoadResult, timedOut b
 	return loadDone.res, timedOut, nil
 }
 
+// InstanceReport is what one instance of a service did in a demo.
+type InstanceReport struct {
+	// Metrics are the instance's totals over its incarnations (Charges
+	// left out: they are the service's).
+	Metrics Metrics
+	// Partitions are the partitions of the service's topic the instance
+	// consumed at the end of the run, when the instances shared the keys
+	// by partition; nil otherwise.
+	Partitions []int
+}
+
 // report collects the services' totals, stops the shop and audits it.
 func (d *demoRun) report(ctx context.Context, load LoadResult, timedOut bool) (*Report, error) {
-	rep := &Report{Config: d.cfg, Load: load, Ignored: -1, TimedOut: timedOut}
+	rep := &Report{Config: d.cfg, Load: load, Ignored: -1, TimedOut: timedOut, Sharing: d.shop.opts.Transport.Sharing(),
+		Metrics: map[string]Metrics{}, Instances: map[string][]InstanceReport{}}
 	for _, svc := range d.shop.Services() {
-		if rep.Metrics == nil {
-			rep.Metrics = map[string]Metrics{}
-		}
 		rep.Metrics[svc.Name()] = svc.Metrics()
+		for _, in := range svc.Instances() {
+			rep.Instances[svc.Name()] = append(rep.Instances[svc.Name()], InstanceReport{Metrics: in.Metrics(), Partitions: in.Partitions()})
+		}
 	}
 	rep.Crashes = d.shop.Crashes()
 	if d.deploy != nil {

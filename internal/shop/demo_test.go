@@ -25,6 +25,7 @@ func TestRunDemo(t *testing.T) {
 			ReplayRate: 0.1, Crash: shop.Payment, Timeout: time.Minute, Logger: testLogger(t),
 		})
 		testenv.Must(t, err, "demo")
+		checkInstances(t, rep)
 		var out strings.Builder
 		_, err = rep.WriteTo(&out)
 		testenv.Must(t, err, "report")
@@ -32,7 +33,7 @@ func TestRunDemo(t *testing.T) {
 			t.Fatalf("demo failed:\n%s", out.String())
 		}
 		for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment: card declined",
-			"Throughput", "p99", "one order per Idempotency-Key", "payment ×1", "All 8 invariants hold."} {
+			"Throughput", "p99", "each service ran as 2 instances", "messages applied by each", "one order per Idempotency-Key", "payment ×1", "All 8 invariants hold."} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("report lacks %q:\n%s", want, out.String())
 			}

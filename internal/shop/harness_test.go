@@ -225,7 +225,7 @@ func (st *stack) settle(t *testing.T, timeout time.Duration) *shop.Audit {
 func (st *stack) publish(t *testing.T, msgs ...courier.Message) {
 	t.Helper()
 	nc := testenv.Connect(t, st.brokerURL)
-	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: couriernats.Config{SubjectPrefix: st.prefix}})
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: couriernats.Config{SubjectPrefix: st.prefix, KeySubjects: true}})
 	testenv.Must(t, err, "publisher")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

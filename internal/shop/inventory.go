@@ -45,24 +45,25 @@ func NewInventory(cfg InventoryConfig) (*InventoryService, error) {
 			return nil, fmt.Errorf("shop inventory: Stock[%q] is %d: use 0 or more", sku, q)
 		}
 	}
-	return &InventoryService{base: b, stock: cfg.Stock}, nil
+	s := &InventoryService{base: b, stock: cfg.Stock}
+	b.spec = spec{tables: inventoryTables, topic: TopicInventory, setup: s.setup}
+	return s, nil
 }
 
-// Run implements Service.
-func (s *InventoryService) Run(ctx context.Context) error {
-	return s.run(ctx, inventoryTables, TopicInventory, func(ctx context.Context, n *node, _ time.Duration) (incarnation, error) {
-		if err := s.seed(ctx, n.db); err != nil {
-			return incarnation{}, err
-		}
-		in := &inventoryNode{node: n}
-		r := inbox.NewRouter[*sql.Tx]()
-		inbox.On(r, in.reserve)
-		inbox.On(r, in.release)
-		return incarnation{handler: r.Handler()}, nil
-	})
+func (s *InventoryService) setup(ctx context.Context, n *node, _ time.Duration) (incarnation, error) {
+	if err := retry(ctx, func() error { return s.seed(ctx, n.db) }); err != nil {
+		return incarnation{}, err
+	}
+	in := &inventoryNode{node: n}
+	r := inbox.NewRouter[*sql.Tx]()
+	inbox.On(r, in.reserve)
+	inbox.On(r, in.release)
+	return incarnation{handler: r.Handler()}, nil
 }
 
 // seed stores the initial stock of SKUs the database does not know yet.
+// Instances that start at once may both insert a SKU: the second fails,
+// and its retry finds the row.
 func (s *InventoryService) seed(ctx context.Context, db *serviceDB) error {
 	return db.InTx(ctx, func(tx *sql.Tx) error {
 		for sku, q := range s.stock {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,8 +20,10 @@ import (
 // OrdersConfig configures the orders service.
 type OrdersConfig struct {
 	Config
-	// HTTPAddr is where the HTTP API listens. Default 127.0.0.1:8080; with
-	// port 0 the first Run picks a free port and later Runs reuse it.
+	// HTTPAddr is where instance 0's HTTP API listens. Default
+	// 127.0.0.1:8080; with port 0 the first Run picks a free port and later
+	// Runs reuse it. Other instances listen on a free port of the same host,
+	// each its own (see InstanceURL), kept across their restarts.
 	HTTPAddr string
 	// Timeouts bound the saga's waits.
 	Timeouts Timeouts
@@ -48,8 +52,9 @@ type OrdersService struct {
 	*base
 	cfg OrdersConfig
 
-	addrMu sync.Mutex
-	addr   string
+	addrMu  sync.Mutex
+	addrs   map[int]string // by instance, once it listened
+	serving map[int]bool   // instances whose API is up
 }
 
 var _ Service = (*OrdersService)(nil)
@@ -69,23 +74,62 @@ func NewOrders(cfg OrdersConfig) (*OrdersService, error) {
 	if cfg.KeyLockTimeout <= 0 {
 		cfg.KeyLockTimeout = 5 * time.Second
 	}
-	return &OrdersService{base: b, cfg: cfg, addr: cfg.HTTPAddr}, nil
+	o := &OrdersService{base: b, cfg: cfg, addrs: map[int]string{}, serving: map[int]bool{}}
+	b.spec = spec{tables: ordersTables, topic: TopicOrders, setup: o.setup}
+	return o, nil
 }
 
-// Addr returns the address the HTTP API listens on (the one it will listen
-// on again after a restart).
-func (o *OrdersService) Addr() string {
+// Addr returns the address instance 0's HTTP API listens on (the one it
+// will listen on again after a restart).
+func (o *OrdersService) Addr() string { return o.instanceAddr(0) }
+
+// URL returns instance 0's HTTP API's base URL, http://host:port.
+func (o *OrdersService) URL() string { return o.InstanceURL(0) }
+
+// InstanceURL returns instance i's HTTP API's base URL.
+func (o *OrdersService) InstanceURL(i int) string { return "http://" + o.instanceAddr(i) }
+
+// URLs returns the base URLs of the instances whose HTTP API is up, by
+// instance number: what a load balancer in front of them spreads the
+// requests over.
+func (o *OrdersService) URLs() []string {
 	o.addrMu.Lock()
 	defer o.addrMu.Unlock()
-	return o.addr
+	var urls []string
+	for _, i := range slices.Sorted(maps.Keys(o.serving)) {
+		urls = append(urls, "http://"+o.addrs[i])
+	}
+	return urls
 }
 
-// URL returns the HTTP API's base URL, http://host:port.
-func (o *OrdersService) URL() string { return "http://" + o.Addr() }
+// instanceAddr returns where instance i listens, or will: HTTPAddr for
+// instance 0, a free port of its host for the others.
+func (o *OrdersService) instanceAddr(i int) string {
+	o.addrMu.Lock()
+	defer o.addrMu.Unlock()
+	if a, ok := o.addrs[i]; ok {
+		return a
+	}
+	if i == 0 {
+		return o.cfg.HTTPAddr
+	}
+	host, _, err := net.SplitHostPort(o.cfg.HTTPAddr)
+	if err != nil {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, "0")
+}
 
-// Run implements Service.
-func (o *OrdersService) Run(ctx context.Context) error {
-	return o.run(ctx, ordersTables, TopicOrders, o.setup)
+// setServing records whether instance i's API serves on addr.
+func (o *OrdersService) setServing(i int, addr string, up bool) {
+	o.addrMu.Lock()
+	defer o.addrMu.Unlock()
+	o.addrs[i] = addr
+	if up {
+		o.serving[i] = true
+	} else {
+		delete(o.serving, i)
+	}
 }
 
 // ordersNode is one incarnation of the orders service.
@@ -111,19 +155,22 @@ func (o *OrdersService) setup(_ context.Context, n *node, drain time.Duration) (
 	}
 	on := &ordersNode{node: n, orch: orch, sagas: sagas,
 		status: map[string]string{StateShippingReady: StatusCompleted, StateCancelled: StatusCancelled}}
-	ln, err := net.Listen("tcp", o.Addr())
+	ln, err := net.Listen("tcp", o.instanceAddr(n.instance))
 	if err != nil {
 		return incarnation{}, err
 	}
-	o.addrMu.Lock()
-	o.addr = ln.Addr().String()
-	o.addrMu.Unlock()
-	n.log.Info("orders API listening", "url", o.URL(), "charge_version", version)
+	addr := ln.Addr().String()
+	o.setServing(n.instance, addr, false)
+	n.log.Info("orders API listening", "url", "http://"+addr, "charge_version", version)
 	return incarnation{
 		handler: on.apply,
 		extra: []func(context.Context) error{
 			func(ctx context.Context) error { return orch.Run(ctx, o.cfg.DeadlineEvery) },
-			func(ctx context.Context) error { return serve(ctx, ln, on.routes(keys), drain) },
+			func(ctx context.Context) error {
+				o.setServing(n.instance, addr, true)
+				defer o.setServing(n.instance, addr, false)
+				return serve(ctx, ln, on.routes(keys), drain)
+			},
 		},
 	}, nil
 }

@@ -36,29 +36,28 @@ func NewPayment(cfg Config) (*PaymentService, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PaymentService{base: b}, nil
+	p := &PaymentService{base: b}
+	b.spec = spec{tables: paymentTables, topic: TopicPayment, setup: p.setup}
+	return p, nil
 }
 
-// Run implements Service.
-func (p *PaymentService) Run(ctx context.Context) error {
-	return p.run(ctx, paymentTables, TopicPayment, func(_ context.Context, n *node, _ time.Duration) (incarnation, error) {
-		pn := &paymentNode{node: n, faults: p.Faults}
-		version := p.ChargeVersion()
-		r := inbox.NewRouter[*sql.Tx]()
-		switch version {
-		case 1:
-			inbox.On(r, func(ctx context.Context, tx *sql.Tx, msg courier.Message, v1 ChargeRequestedV1) error {
-				c, _ := upcastCharge(v1)
-				return pn.charge(ctx, tx, msg, c)
-			})
-		default:
-			inbox.Upcast(r, upcastCharge)
-			inbox.On(r, pn.charge)
-		}
-		inbox.On(r, pn.refund)
-		n.log.Info("payment handles ChargeRequested", "up_to_version", version)
-		return incarnation{handler: r.Handler(), observer: p.charges.observer(version)}, nil
-	})
+func (p *PaymentService) setup(_ context.Context, n *node, _ time.Duration) (incarnation, error) {
+	pn := &paymentNode{node: n, faults: p.Faults}
+	version := p.ChargeVersion()
+	r := inbox.NewRouter[*sql.Tx]()
+	switch version {
+	case 1:
+		inbox.On(r, func(ctx context.Context, tx *sql.Tx, msg courier.Message, v1 ChargeRequestedV1) error {
+			c, _ := upcastCharge(v1)
+			return pn.charge(ctx, tx, msg, c)
+		})
+	default:
+		inbox.Upcast(r, upcastCharge)
+		inbox.On(r, pn.charge)
+	}
+	inbox.On(r, pn.refund)
+	n.log.Info("payment handles ChargeRequested", "up_to_version", version)
+	return incarnation{handler: r.Handler(), observer: p.charges.observer(version)}, nil
 }
 
 type paymentNode struct {

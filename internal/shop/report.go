@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,7 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
 	r.writeOutcomes(&b)
 	r.writeSpeed(&b)
+	r.writeInstances(&b)
 	r.writeFaults(&b)
 	r.writeRollout(&b)
 	r.writeInvariants(&b)
@@ -71,6 +73,53 @@ func (r *Report) writeSpeed(b *strings.Builder) {
 	}
 }
 
+// writeInstances writes how many instances each service ran as, how they
+// shared its messages, and what each applied.
+func (r *Report) writeInstances(b *strings.Builder) {
+	n := r.Config.Instances
+	if n == 0 || len(r.Instances) == 0 {
+		return
+	}
+	if n == 1 {
+		fmt.Fprintf(b, "Instances   each service ran as 1 instance\n")
+		return
+	}
+	var applied []string
+	for _, s := range Services {
+		var counts []string
+		for _, in := range r.Instances[s] {
+			counts = append(counts, strconv.FormatInt(in.Metrics.Inbox.Applied, 10))
+		}
+		applied = append(applied, s+" "+strings.Join(counts, " + "))
+	}
+	const indent = "            "
+	b.WriteString("Instances   ")
+	b.WriteString(wrap(fmt.Sprintf("each service ran as %d instances, %s", n, r.Sharing), indent, 100-len(indent)))
+	fmt.Fprintf(b, "%smessages applied by each: %s\n", indent, strings.Join(applied, ", "))
+}
+
+// wrap breaks s into lines of at most width bytes where it can, the lines
+// after the first indented, each ending with a newline.
+func wrap(s, indent string, width int) string {
+	var b strings.Builder
+	line := 0
+	for i, w := range strings.Fields(s) {
+		switch {
+		case i == 0:
+		case line+1+len(w) > width:
+			b.WriteString("\n" + indent)
+			line = 0
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(w)
+		line += len(w)
+	}
+	b.WriteByte('\n')
+	return b.String()
+}
+
 // writeFaults writes the faults injected and what absorbed them.
 func (r *Report) writeFaults(b *strings.Builder) {
 	a := r.Audit
@@ -95,10 +144,13 @@ func (r *Report) writeFaults(b *strings.Builder) {
 			crashes = append(crashes, fmt.Sprintf("%s ×%d", s, n))
 		}
 	}
+	note := ""
 	if len(crashes) == 0 {
 		crashes = []string{"none"}
+	} else if r.Config.Instances > 1 {
+		note = fmt.Sprintf("each crash one instance's, of the %d each service runs", r.Config.Instances)
 	}
-	fmt.Fprintf(tw, "  services crashed and restarted mid-run\t%s\t\n", strings.Join(crashes, ", "))
+	fmt.Fprintf(tw, "  instances crashed and restarted mid-run\t%s\t%s\n", strings.Join(crashes, ", "), note)
 	tw.Flush()
 }
 

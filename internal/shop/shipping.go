@@ -38,18 +38,17 @@ func NewShipping(cfg Config) (*ShippingService, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ShippingService{base: b}, nil
+	s := &ShippingService{base: b}
+	b.spec = spec{tables: shippingTables, topic: TopicShipping, setup: s.setup}
+	return s, nil
 }
 
-// Run implements Service.
-func (s *ShippingService) Run(ctx context.Context) error {
-	return s.run(ctx, shippingTables, TopicShipping, func(_ context.Context, n *node, _ time.Duration) (incarnation, error) {
-		sn := &shippingNode{node: n, faults: s.Faults}
-		r := inbox.NewRouter[*sql.Tx]()
-		inbox.On(r, sn.prepare)
-		inbox.On(r, sn.cancel)
-		return incarnation{handler: r.Handler()}, nil
-	})
+func (s *ShippingService) setup(_ context.Context, n *node, _ time.Duration) (incarnation, error) {
+	sn := &shippingNode{node: n, faults: s.Faults}
+	r := inbox.NewRouter[*sql.Tx]()
+	inbox.On(r, sn.prepare)
+	inbox.On(r, sn.cancel)
+	return incarnation{handler: r.Handler()}, nil
 }
 
 type shippingNode struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -33,7 +34,10 @@ import (
 // ([AMQPTransport]) or plain HTTP webhooks ([WebhookTransport]).
 //
 // A transport delivers every message of a topic to each service that
-// consumes it ([Consumers]).
+// consumes it ([Consumers]). The instances of one service, each connected
+// by an Open of its own, consume the service's topic as one consumer: a
+// message goes to one of them, and Sharing says how they share the
+// messages.
 type Transport interface {
 	// Setup creates what the shop's topics need on the broker, unless it
 	// exists, and starts what the transport serves itself. It is
@@ -59,6 +63,10 @@ type Transport interface {
 	Close() error
 	// String describes the broker, without secrets, for logs and reports.
 	String() string
+	// Sharing describes, for reports, how the instances of one service
+	// share its messages, completing "each service ran as 2 instances …":
+	// "sharing its keys over 8 partitions …". Call it after Setup.
+	Sharing() string
 }
 
 // Link is one service incarnation's connection to the broker.
@@ -71,11 +79,33 @@ type Link struct {
 	// KeepOrder asks the inbox consumer to retry a failing message in
 	// place (inbox.ConsumerConfig.KeepOrder) rather than through the
 	// broker: a webhook retry answers the sender 503 with Retry-After,
-	// which holds back every message to the endpoint.
+	// which holds back every message to the endpoint. The consumer keeps
+	// order as well whenever Subscriber shares the service's keys among
+	// its instances (broker.KeySharer).
 	KeepOrder bool
+	// GiveBack asks the incarnation to give back to the broker, before
+	// Close, the deliveries its inbox consumer left unsettled when it
+	// stopped (a crash): asks for them again at once. A subscriber that
+	// shares keys by partition (NATS, RabbitMQ) waits on Close, up to its
+	// MemberTimeout for each partition it holds and 5s in all, for the
+	// deliveries handed out to be settled before it hands its partitions
+	// on, which nothing would do after a crash. A killed process leaves
+	// them with the broker, which delivers them again: RabbitMQ as soon as
+	// its connection drops, NATS once another instance took the partition.
+	GiveBack bool
 	// Close closes the subscriber, then the publisher and the connection
 	// they share.
 	Close func() error
+	// Kill, if set, ends the link as a killed process's would end: the
+	// connection dropped before anything is said to the broker, then
+	// what is left closed. An incarnation that stops without draining (a
+	// crash) calls it instead of Close. NATS with partitions sets it: Close
+	// would give up each partition the instance holds in turn, waiting up
+	// to its MemberTimeout for the server to count no delivery pending,
+	// which the messages pulled ahead and never handed over keep it from
+	// doing; killed, the instance's partitions go to the others once they
+	// find it silent, as they would a killed process's.
+	Kill func() error
 }
 
 // consumers maps each topic to the services that consume it.
@@ -95,8 +125,11 @@ func topics() []string {
 }
 
 // NATSTransport carries the shop over NATS JetStream: one stream captures
-// every subject under SubjectPrefix, and each service has a durable
-// consumer of its topic's subject, named after the service.
+// every subject under SubjectPrefix, each message's key the last token of
+// its subject (broker/nats Config.KeySubjects), and each service consumes
+// its topic's subjects as a consumer named after the service. Its instances
+// share the keys over Partitions partitions, or else share the service's
+// durable consumer.
 type NATSTransport struct {
 	// URL is the NATS server, nats://host:4222. Required.
 	URL string
@@ -106,9 +139,36 @@ type NATSTransport struct {
 	// SubjectPrefix turns a topic into a subject. Default
 	// DefaultSubjectPrefix.
 	SubjectPrefix string
+	// Partitions, when more than 0, shares each service's keys among its
+	// instances over this many partitions (broker/nats
+	// SubscriberConfig.Partitions): each key's messages go to one instance
+	// at a time, in order, through a work-queue stream per service
+	// (broker/nats PartitionStream), made by the first instance. Every
+	// instance of a service must use the same number. It needs
+	// nats-server 2.10 or later; on an older server the instances share
+	// the durable consumer instead, as with 0, and Open logs it (Sharing
+	// says it too). Default 0: the instances of a service share its
+	// durable consumer, each taking the next message, so a key's order
+	// holds within one instance only.
+	Partitions int
+
+	mu      sync.Mutex
+	version string // the server's, as last connected
 }
 
 var _ Transport = (*NATSTransport)(nil)
+
+// The timing of the instances' groups with partitions: an instance
+// announces itself every memberHeartbeat, and one unheard of for
+// memberTimeout (killed, frozen) gives up its partitions to the others. A
+// new instance listens for two heartbeats before it takes any partition,
+// so a short heartbeat makes the shop's instances, which start and restart
+// often, consume sooner; the announcements cost the broker next to
+// nothing.
+const (
+	memberHeartbeat = 100 * time.Millisecond
+	memberTimeout   = time.Second
+)
 
 func (t *NATSTransport) defaults() {
 	if t.Stream == "" {
@@ -119,13 +179,39 @@ func (t *NATSTransport) defaults() {
 	}
 }
 
+// mapping is how the shop's topics and keys become subjects.
+func (t *NATSTransport) mapping() couriernats.Config {
+	return couriernats.Config{SubjectPrefix: t.SubjectPrefix, KeySubjects: true}
+}
+
 func (t *NATSTransport) connect(name string) (*natsgo.Conn, error) {
 	t.defaults()
 	nc, err := couriernats.Connect(t.URL, natsgo.Name(name))
 	if err != nil {
 		return nil, fmt.Errorf("%w; check the broker URL and that nats-server runs with JetStream (-js)", err)
 	}
+	t.mu.Lock()
+	t.version = nc.ConnectedServerVersion()
+	t.mu.Unlock()
 	return nc, nil
+}
+
+// partitioned reports whether the instances share keys by partition: when
+// Partitions is set and the server (as last connected) can.
+func (t *NATSTransport) partitioned() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.Partitions > 0 && serverAtLeast(t.version, 2, 10)
+}
+
+// serverAtLeast reports whether version, "2.10.4", is major.minor or
+// later; false when it is not a version.
+func serverAtLeast(version string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(version, "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
 }
 
 // streamConfig is the stream the shop creates.
@@ -140,7 +226,7 @@ func (t *NATSTransport) Setup(ctx context.Context) error {
 		return err
 	}
 	defer nc.Close()
-	return couriernats.EnsureStream(ctx, nc, couriernats.Config{SubjectPrefix: t.SubjectPrefix}, t.streamConfig())
+	return couriernats.EnsureStream(ctx, nc, t.mapping(), t.streamConfig())
 }
 
 // marked reports whether the stream exists, and whether it carries the
@@ -156,8 +242,36 @@ func (t *NATSTransport) marked(ctx context.Context, js jetstream.JetStream) (exi
 	return true, s.CachedInfo().Config.Description == Mark, nil
 }
 
+// partitionMark starts the description of the streams broker/nats makes
+// for the key partitions of a consumer (broker/nats PartitionStream): they
+// are Courier's.
+const partitionMark = "courier: key partitions of consumer "
+
+// partitionStreams returns the services' partition streams that exist
+// (whether or not Partitions is set now: an earlier run's count too), each
+// with whether it is the shop's: Courier's, made for a service's consumer
+// of the stream, when the stream carries the shop's mark (mine).
+func (t *NATSTransport) partitionStreams(ctx context.Context, js jetstream.JetStream, mine bool) (map[string]bool, error) {
+	found := map[string]bool{}
+	for _, svc := range Services {
+		name := couriernats.PartitionStream(t.Stream, svc)
+		s, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("look up the stream %s: %w", name, err)
+		}
+		c := s.CachedInfo().Config
+		found[name] = mine && strings.HasPrefix(c.Description, partitionMark+svc+" ") &&
+			len(c.Sources) == 1 && c.Sources[0].Name == t.Stream
+	}
+	return found, nil
+}
+
 // Foreign implements Transport: the stream, when it exists without the
-// shop's mark.
+// shop's mark, and the services' partition streams that exist and that
+// are not Courier's partitions of the shop's stream.
 func (t *NATSTransport) Foreign(ctx context.Context) ([]string, error) {
 	nc, err := t.connect("shop")
 	if err != nil {
@@ -169,20 +283,34 @@ func (t *NATSTransport) Foreign(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	exists, mine, err := t.marked(ctx, js)
-	if err != nil || !exists || mine {
+	if err != nil {
 		return nil, err
 	}
-	return []string{"stream " + t.Stream}, nil
+	var foreign []string
+	if exists && !mine {
+		foreign = append(foreign, "stream "+t.Stream)
+	}
+	parts, err := t.partitionStreams(ctx, js, mine)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(parts)) {
+		if !parts[name] {
+			foreign = append(foreign, "stream "+name)
+		}
+	}
+	return foreign, nil
 }
 
 // Open implements Transport. The stream is created if missing, so a
-// service run as a process of its own needs no Setup.
-func (t *NATSTransport) Open(ctx context.Context, service, topic string, _ *slog.Logger) (*Link, error) {
+// service run as a process of its own needs no Setup; so is the
+// partition stream of service with Partitions (by the subscriber).
+func (t *NATSTransport) Open(ctx context.Context, service, topic string, log *slog.Logger) (*Link, error) {
 	nc, err := t.connect("shop-" + service)
 	if err != nil {
 		return nil, err
 	}
-	mapping := couriernats.Config{SubjectPrefix: t.SubjectPrefix}
+	mapping := t.mapping()
 	if err := couriernats.EnsureStream(ctx, nc, mapping, t.streamConfig()); err != nil {
 		nc.Close()
 		return nil, err
@@ -192,22 +320,42 @@ func (t *NATSTransport) Open(ctx context.Context, service, topic string, _ *slog
 		nc.Close()
 		return nil, err
 	}
-	sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
-		Config: mapping, Stream: t.Stream, Consumer: service, Topics: []string{topic}, AckWait: ackWait,
-	})
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg := couriernats.SubscriberConfig{
+		Config: mapping, Stream: t.Stream, Consumer: service, Topics: []string{topic}, AckWait: ackWait, Logger: log,
+	}
+	switch v := nc.ConnectedServerVersion(); {
+	case t.Partitions <= 0:
+	case serverAtLeast(v, 2, 10):
+		cfg.Partitions, cfg.MemberHeartbeat, cfg.MemberTimeout = t.Partitions, memberHeartbeat, memberTimeout
+	default:
+		log.Warn("nats-server cannot share the keys by partition (2.10 or later can): the instances share the durable consumer, so a key's order holds within one instance only",
+			"server_version", v, "partitions", t.Partitions)
+	}
+	sub, err := couriernats.NewSubscriber(ctx, nc, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	return &Link{Publisher: pub, Subscriber: sub, Close: func() error {
+	link := &Link{Publisher: pub, Subscriber: sub, GiveBack: sub.SharesKeys(), Close: func() error {
 		err := sub.Close()
 		nc.Close()
 		return err
-	}}, nil
+	}}
+	if sub.SharesKeys() {
+		link.Kill = func() error {
+			nc.Close()
+			return sub.Close()
+		}
+	}
+	return link, nil
 }
 
-// Teardown implements Transport: it deletes the stream, with its
-// messages and consumers, when it carries the shop's mark.
+// Teardown implements Transport: when the stream carries the shop's mark,
+// it deletes the services' partition streams made of it, then the stream,
+// with their messages and consumers.
 func (t *NATSTransport) Teardown(ctx context.Context) error {
 	nc, err := t.connect("shop")
 	if err != nil {
@@ -220,6 +368,18 @@ func (t *NATSTransport) Teardown(ctx context.Context) error {
 	}
 	if _, mine, err := t.marked(ctx, js); err != nil || !mine {
 		return err
+	}
+	parts, err := t.partitionStreams(ctx, js, true)
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(parts)) {
+		if !parts[name] {
+			continue // not the shop's: left alone
+		}
+		if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("delete the stream %s: %w", name, err)
+		}
 	}
 	if err := js.DeleteStream(ctx, t.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("delete the stream %s: %w", t.Stream, err)
@@ -236,25 +396,47 @@ func (t *NATSTransport) String() string {
 	return fmt.Sprintf("NATS JetStream %s, stream %s", dburl.Redact(t.URL), t.Stream)
 }
 
+// Sharing implements Transport.
+func (t *NATSTransport) Sharing() string {
+	t.mu.Lock()
+	v := t.version
+	t.mu.Unlock()
+	switch {
+	case t.Partitions <= 0:
+		return "on its durable consumer: the messages split between them, a key's order kept within an instance only"
+	case !t.partitioned():
+		return fmt.Sprintf("on its durable consumer, as nats-server %s cannot share the keys by partition (2.10 or later can): the messages split between them, a key's order not kept across them; the sagas converge all the same", v)
+	}
+	return fmt.Sprintf("sharing its keys over %d partitions (a work-queue stream each): a key's messages in order, one instance at a time", t.Partitions)
+}
+
 // DefaultPartitions is the number of partitions KafkaTransport gives each
 // topic it creates.
 const DefaultPartitions = 4
 
+// kafkaHeartbeat is how often an instance heartbeats its consumer group.
+const kafkaHeartbeat = 250 * time.Millisecond
+
 // KafkaTransport carries the shop over Kafka: one topic per shop topic
 // (TopicPrefix added), records keyed by order id, so that Kafka keeps each
 // order's messages in order on one partition, and one consumer group per
-// service (TopicPrefix + service name).
+// service (TopicPrefix + service name), whose members, the service's
+// instances, share the partitions of its topic.
 type KafkaTransport struct {
 	// Brokers are the cluster's seed addresses, host:port. Required.
 	Brokers []string
 	// TopicPrefix is prepended to each topic and consumer group name.
 	// Default none.
 	TopicPrefix string
-	// Partitions of each topic Setup creates. Default DefaultPartitions.
+	// Partitions of each topic Setup creates; a service's consumer group
+	// shares its topic's partitions among the service's instances. Default
+	// DefaultPartitions.
 	Partitions int
 
-	mu   sync.Mutex
-	made map[string]bool // the topics and groups this value's Setup found missing
+	mu    sync.Mutex
+	made  map[string]bool // the topics and groups this value's Setup found missing
+	parts map[int]bool    // the partition counts of the shop's topics, as Setup found or made them
+	ready bool            // Setup succeeded
 }
 
 var _ Transport = (*KafkaTransport)(nil)
@@ -285,13 +467,14 @@ func (t *KafkaTransport) Setup(ctx context.Context) error {
 	defer cl.Close()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	found, err := t.existing(ctx, cl)
+	found, counts, err := t.existing(ctx, cl)
 	if err != nil {
 		return fmt.Errorf("%w; check that the Kafka cluster at %s is up", err, strings.Join(t.Brokers, ","))
 	}
 	if t.made == nil {
 		t.made = map[string]bool{}
 	}
+	t.parts = map[int]bool{}
 	parts := t.Partitions
 	if parts <= 0 {
 		parts = DefaultPartitions
@@ -306,6 +489,14 @@ func (t *KafkaTransport) Setup(ctx context.Context) error {
 			t.made[name] = true
 		}
 	}
+	for _, name := range t.topicNames() {
+		if n, ok := counts[name]; ok {
+			t.parts[n] = true
+		} else {
+			t.parts[parts] = true
+		}
+	}
+	t.ready = true
 	return nil
 }
 
@@ -328,9 +519,9 @@ func (t *KafkaTransport) groupNames() []string {
 }
 
 // existing returns which of the shop's topics and consumer groups exist on
-// the cluster.
-func (t *KafkaTransport) existing(ctx context.Context, cl *kgo.Client) (map[string]bool, error) {
-	found := map[string]bool{}
+// the cluster, and the existing topics' partition counts.
+func (t *KafkaTransport) existing(ctx context.Context, cl *kgo.Client) (found map[string]bool, partitions map[string]int, err error) {
+	found, partitions = map[string]bool{}, map[string]int{}
 	meta := kmsg.NewPtrMetadataRequest()
 	for _, name := range t.topicNames() {
 		mt := kmsg.NewMetadataRequestTopic()
@@ -339,18 +530,19 @@ func (t *KafkaTransport) existing(ctx context.Context, cl *kgo.Client) (map[stri
 	}
 	mresp, err := meta.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: list topics: %w", err)
+		return nil, nil, fmt.Errorf("kafka: list topics: %w", err)
 	}
 	for _, mt := range mresp.Topics {
 		if kerr.ErrorForCode(mt.ErrorCode) == nil && mt.Topic != nil {
 			found[*mt.Topic] = true
+			partitions[*mt.Topic] = len(mt.Partitions)
 		}
 	}
 	groups := kmsg.NewPtrDescribeGroupsRequest()
 	groups.Groups = t.groupNames()
 	gresp, err := groups.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: describe consumer groups: %w", err)
+		return nil, nil, fmt.Errorf("kafka: describe consumer groups: %w", err)
 	}
 	for _, g := range gresp.Groups {
 		// A group nobody made is described as Dead (or not found).
@@ -358,7 +550,7 @@ func (t *KafkaTransport) existing(ctx context.Context, cl *kgo.Client) (map[stri
 			found[g.Group] = true
 		}
 	}
-	return found, nil
+	return found, partitions, nil
 }
 
 // Foreign implements Transport: the shop's topics and consumer groups that
@@ -371,7 +563,7 @@ func (t *KafkaTransport) Foreign(ctx context.Context) ([]string, error) {
 	defer cl.Close()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	found, err := t.existing(ctx, cl)
+	found, _, err := t.existing(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
@@ -389,11 +581,16 @@ func (t *KafkaTransport) Foreign(ctx context.Context) ([]string, error) {
 	return foreign, nil
 }
 
-// Open implements Transport. It creates the topics if missing, so a service
-// run as a process of its own needs no Setup.
+// Open implements Transport. It creates the topics if this value's Setup
+// did not, so a service run as a process of its own needs no Setup.
 func (t *KafkaTransport) Open(ctx context.Context, service, topic string, log *slog.Logger) (*Link, error) {
-	if err := t.Setup(ctx); err != nil {
-		return nil, err
+	t.mu.Lock()
+	ready := t.ready
+	t.mu.Unlock()
+	if !ready {
+		if err := t.Setup(ctx); err != nil {
+			return nil, err
+		}
 	}
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Config: t.config(), AckTimeout: relayPublish})
 	if err != nil {
@@ -401,6 +598,10 @@ func (t *KafkaTransport) Open(ctx context.Context, service, topic string, log *s
 	}
 	sub, err := kafka.NewSubscriber(ctx, kafka.SubscriberConfig{
 		Config: t.config(), Group: t.TopicPrefix + service, Topics: []string{topic}, Logger: log,
+		// A member learns of a rebalance (another instance joined or
+		// left) from its next heartbeat: franz-go's default of 3s would
+		// leave a new instance without partitions that long.
+		Options: []kgo.Opt{kgo.HeartbeatInterval(kafkaHeartbeat)},
 	})
 	if err != nil {
 		pub.Close()
@@ -419,6 +620,7 @@ func (t *KafkaTransport) Open(ctx context.Context, service, topic string, log *s
 func (t *KafkaTransport) Teardown(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.ready = false
 	var topicNames, groupNames []string
 	for _, name := range t.topicNames() {
 		if t.made[name] {
@@ -509,13 +711,31 @@ func (t *KafkaTransport) String() string {
 	return fmt.Sprintf("Kafka %s, topics %s…", strings.Join(t.Brokers, ","), t.config().Topic(""))
 }
 
+// Sharing implements Transport.
+func (t *KafkaTransport) Sharing() string {
+	t.mu.Lock()
+	counts := slices.Sorted(maps.Keys(t.parts))
+	t.mu.Unlock()
+	parts := "the partitions"
+	if len(counts) == 1 {
+		parts = fmt.Sprintf("the %d partitions", counts[0])
+	}
+	return "in its consumer group, sharing " + parts + " of its topic: a key's messages in order, one instance at a time"
+}
+
 // AMQPTransport carries the shop over RabbitMQ: messages go to one topic
-// exchange, and each service consumes a durable quorum queue of its own
-// (QueuePrefix + service name) bound to its topic. The queues have a single
-// active consumer, so that a restarted service takes over from its previous
-// incarnation rather than next to it, and a delivery limit well above the
-// inbox consumer's, so that the inbox parks a failing message before
-// RabbitMQ would drop it.
+// exchange, and each service consumes durable quorum queues of its own
+// (named after QueuePrefix + service name) bound to its topic, with a
+// delivery limit well above the inbox consumer's, so that the inbox parks a
+// failing message before RabbitMQ would drop it.
+//
+// With Partitions, a consistent-hash exchange spreads each service's
+// messages by key over that many queues, and the service's instances share
+// them (broker/amqp Topology.Partitions and SubscriberConfig.Partitions):
+// each key's messages go to one instance at a time, in order. Without, the
+// service has one queue with a single active consumer: one instance
+// consumes, the others stand by, and a restarted one takes over from its
+// previous incarnation rather than next to it.
 type AMQPTransport struct {
 	// Config is the broker's URL, exchange and routing key prefix (see
 	// broker/amqp ParseURL). Config.URL is required.
@@ -523,9 +743,18 @@ type AMQPTransport struct {
 	// QueuePrefix is prepended to each service's name to name its queue.
 	// Default DefaultSubjectPrefix ("shop.").
 	QueuePrefix string
+	// Partitions, when more than 0, shares each service's keys among its
+	// instances over this many queues (QueuePrefix + service + ".0" and so
+	// on, fed by the exchange QueuePrefix + service + ".keys"; the
+	// instances find one another on the fanout exchange ".members"). It
+	// needs RabbitMQ's rabbitmq_consistent_hash_exchange plugin. Every
+	// instance of a service must use the same number. Default 0: a queue
+	// per service with a single active consumer.
+	Partitions int
 
-	mu   sync.Mutex
-	made map[string]bool // the queues this value's Setup found missing
+	mu    sync.Mutex
+	made  map[string]bool // the queues and exchanges this value's Setup found missing, by amqpObject.String
+	ready bool            // Setup succeeded
 }
 
 var _ Transport = (*AMQPTransport)(nil)
@@ -543,9 +772,49 @@ func (t *AMQPTransport) queue(service string) string {
 	return p + service
 }
 
-// Setup implements Transport: it declares the exchange, and each service's
-// queue bound to its topic. The queues it finds missing are the ones
-// Teardown deletes.
+// amqpObject is a queue or an exchange the shop uses.
+type amqpObject struct {
+	exchange bool
+	name     string
+}
+
+func (o amqpObject) String() string {
+	if o.exchange {
+		return "exchange " + o.name
+	}
+	return "queue " + o.name
+}
+
+// objects returns what service uses on the broker, besides the topic
+// exchange others may publish to: its queue, or its partition queues, its
+// consistent-hash exchange and the exchange on which its instances
+// announce themselves (broker/amqp declares it as queue + ".members").
+func (t *AMQPTransport) objects(service string) []amqpObject {
+	q := t.queue(service)
+	if t.Partitions <= 0 {
+		return []amqpObject{{name: q}}
+	}
+	var objs []amqpObject
+	for p := range t.Partitions {
+		objs = append(objs, amqpObject{name: courieramqp.PartitionQueue(q, p)})
+	}
+	return append(objs, amqpObject{exchange: true, name: courieramqp.PartitionExchange(q)}, amqpObject{exchange: true, name: q + ".members"})
+}
+
+// allObjects returns what every service uses.
+func (t *AMQPTransport) allObjects() []amqpObject {
+	var objs []amqpObject
+	for _, s := range Services {
+		objs = append(objs, t.objects(s)...)
+	}
+	return objs
+}
+
+// Setup implements Transport: it declares the exchange and each service's
+// queues (bound to its topic) and, with Partitions, its consistent-hash
+// exchange. The queues and exchanges of the services it finds missing are
+// the ones Teardown deletes (a service's ".members" exchange included,
+// which its instances declare).
 func (t *AMQPTransport) Setup(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -556,40 +825,52 @@ func (t *AMQPTransport) Setup(ctx context.Context) error {
 	if t.made == nil {
 		t.made = map[string]bool{}
 	}
-	for _, s := range Services {
-		if !found[t.queue(s)] {
-			t.made[t.queue(s)] = true
+	for _, o := range t.allObjects() {
+		if !found[o.String()] {
+			t.made[o.String()] = true
 		}
 	}
 	for _, topic := range topics() {
 		for _, s := range consumers[topic] {
 			err := courieramqp.EnsureTopology(ctx, t.Config, courieramqp.Topology{
 				Queue: t.queue(s), Topics: []string{topic}, SingleActiveConsumer: true, DeliveryLimit: amqpDeliveryLimit,
+				Partitions: max(t.Partitions, 0),
 			})
 			if err != nil {
 				return err
 			}
 		}
 	}
+	t.ready = true
 	return nil
 }
 
-// Open implements Transport. It declares the queues if missing, so a
-// service run as a process of its own needs no Setup.
-func (t *AMQPTransport) Open(ctx context.Context, service, _ string, _ *slog.Logger) (*Link, error) {
-	if err := t.Setup(ctx); err != nil {
-		return nil, err
+// Open implements Transport. It declares the queues if this value's Setup
+// did not, so a service run as a process of its own needs no Setup.
+func (t *AMQPTransport) Open(ctx context.Context, service, _ string, log *slog.Logger) (*Link, error) {
+	t.mu.Lock()
+	ready := t.ready
+	t.mu.Unlock()
+	if !ready {
+		if err := t.Setup(ctx); err != nil {
+			return nil, err
+		}
 	}
 	pub, err := courieramqp.NewPublisher(courieramqp.PublisherConfig{Config: t.Config, ConfirmTimeout: relayPublish})
 	if err != nil {
 		return nil, err
 	}
-	sub, err := courieramqp.NewSubscriber(ctx, courieramqp.SubscriberConfig{Config: t.Config, Queue: t.queue(service), ConsumerTag: "shop-" + service})
+	cfg := courieramqp.SubscriberConfig{Config: t.Config, Queue: t.queue(service), ConsumerTag: "shop-" + service, Logger: log}
+	if t.Partitions > 0 {
+		// Each partition's consumer is tagged with the instance's member id.
+		cfg.ConsumerTag, cfg.Partitions, cfg.MemberHeartbeat, cfg.MemberTimeout = "", t.Partitions, memberHeartbeat, memberTimeout
+	}
+	sub, err := courieramqp.NewSubscriber(ctx, cfg)
 	if err != nil {
 		_ = pub.Close()
 		return nil, err
 	}
-	return &Link{Publisher: pub, Subscriber: sub, Close: func() error {
+	return &Link{Publisher: pub, Subscriber: sub, GiveBack: t.Partitions > 0, Close: func() error {
 		return errors.Join(sub.Close(), pub.Close())
 	}}, nil
 }
@@ -603,9 +884,9 @@ func (t *AMQPTransport) dial() (*amqp091.Connection, error) {
 	return conn, nil
 }
 
-// existing returns which of the services' queues exist: a passive
-// declaration of one that does not fails with 404 (and closes its
-// channel, so each takes a channel of its own).
+// existing returns which of the services' queues and exchanges exist, by
+// amqpObject.String: a passive declaration of one that does not fails
+// with 404 (and closes its channel, so each takes a channel of its own).
 func (t *AMQPTransport) existing(ctx context.Context) (map[string]bool, error) {
 	conn, err := t.dial()
 	if err != nil {
@@ -613,20 +894,25 @@ func (t *AMQPTransport) existing(ctx context.Context) (map[string]bool, error) {
 	}
 	defer conn.Close()
 	found := map[string]bool{}
-	for _, s := range Services {
+	for _, o := range t.allObjects() {
 		ch, err := conn.Channel()
 		if err != nil {
 			return nil, fmt.Errorf("amqp: open channel: %w", err)
 		}
-		_, err = ch.QueueDeclarePassive(t.queue(s), true, false, false, false, nil)
+		if o.exchange {
+			err = ch.ExchangeDeclarePassive(o.name, amqp091.ExchangeFanout, true, false, false, false, nil)
+		} else {
+			_, err = ch.QueueDeclarePassive(o.name, true, false, false, false, nil)
+		}
 		var ae *amqp091.Error
 		switch {
 		case err == nil:
-			found[t.queue(s)] = true
+			found[o.String()] = true
 			_ = ch.Close()
 		case errors.As(err, &ae) && ae.Code == amqp091.NotFound:
 		default:
-			return nil, fmt.Errorf("amqp: look up queue %s: %w", t.queue(s), err)
+			_ = ch.Close()
+			return nil, fmt.Errorf("amqp: look up %s: %w", o, err)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -635,8 +921,8 @@ func (t *AMQPTransport) existing(ctx context.Context) (map[string]bool, error) {
 	return found, nil
 }
 
-// Foreign implements Transport: the services' queues that exist and that
-// this value's Setup did not find missing.
+// Foreign implements Transport: the services' queues and exchanges that
+// exist and that this value's Setup did not find missing.
 func (t *AMQPTransport) Foreign(ctx context.Context) ([]string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -645,20 +931,21 @@ func (t *AMQPTransport) Foreign(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var foreign []string
-	for _, s := range Services {
-		if q := t.queue(s); found[q] && !t.made[q] {
-			foreign = append(foreign, "queue "+q)
+	for _, o := range t.allObjects() {
+		if found[o.String()] && !t.made[o.String()] {
+			foreign = append(foreign, o.String())
 		}
 	}
 	return foreign, nil
 }
 
-// Teardown implements Transport: it deletes the services' queues that
-// this value's Setup found missing, with their messages. The exchange
-// stays: others may publish to it.
+// Teardown implements Transport: it deletes the services' queues and
+// exchanges that this value's Setup found missing, with the queues'
+// messages. The topic exchange stays: others may publish to it.
 func (t *AMQPTransport) Teardown(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.ready = false
 	if len(t.made) == 0 {
 		return nil
 	}
@@ -671,15 +958,21 @@ func (t *AMQPTransport) Teardown(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("amqp: open channel: %w", err)
 	}
-	for _, s := range Services {
-		if !t.made[t.queue(s)] {
+	for _, o := range t.allObjects() {
+		if !t.made[o.String()] {
 			continue
 		}
-		// RabbitMQ deletes a queue that does not exist without complaint.
-		if _, err := ch.QueueDelete(t.queue(s), false, false, false); err != nil {
-			return fmt.Errorf("amqp: delete queue %s: %w", t.queue(s), err)
+		// RabbitMQ deletes a queue or an exchange that does not exist
+		// without complaint.
+		if o.exchange {
+			err = ch.ExchangeDelete(o.name, false, false)
+		} else {
+			_, err = ch.QueueDelete(o.name, false, false, false)
 		}
-		delete(t.made, t.queue(s))
+		if err != nil {
+			return fmt.Errorf("amqp: delete %s: %w", o, err)
+		}
+		delete(t.made, o.String())
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -697,4 +990,12 @@ func (t *AMQPTransport) String() string {
 		ex = courieramqp.DefaultExchange
 	}
 	return fmt.Sprintf("RabbitMQ %s, exchange %s, queues %s…", dburl.Redact(t.Config.URL), ex, t.queue(""))
+}
+
+// Sharing implements Transport.
+func (t *AMQPTransport) Sharing() string {
+	if t.Partitions <= 0 {
+		return "on its queue, which has a single active consumer: one instance consumes, the others stand by"
+	}
+	return fmt.Sprintf("sharing its keys over %d queues fed by a consistent-hash exchange: a key's messages in order, one instance at a time", t.Partitions)
 }

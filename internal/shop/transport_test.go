@@ -2,6 +2,7 @@ package shop_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,13 +32,17 @@ func demoOver(t *testing.T, tr shop.Transport) {
 	})
 	testenv.Must(t, err, "demo over "+tr.String())
 	checkDeploy(t, rep, 60, shop.DeployProducerFirst, true)
+	checkInstances(t, rep)
+	if rep.Sharing != tr.Sharing() || rep.Sharing == "" {
+		t.Errorf("the report says the instances shared the messages %q; the transport says %q", rep.Sharing, tr.Sharing())
+	}
 	var out strings.Builder
 	_, err = rep.WriteTo(&out)
 	testenv.Must(t, err, "report")
 	if !rep.OK() || rep.TimedOut {
 		t.Fatalf("demo over %s failed:\n%s", tr, out.String())
 	}
-	for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment ×1", "All 8 invariants hold."} {
+	for _, want := range []string{"ShippingReady (completed)", "inventory: out of stock: vinyl", "payment ×1", "each service ran as 2 instances, ", "All 8 invariants hold."} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
@@ -65,15 +70,15 @@ func TestDemoOverWebhook(t *testing.T) {
 	demoOver(t, tr)
 }
 
-// The shop over RabbitMQ: a quorum queue per service, with a single active
-// consumer.
+// The shop over RabbitMQ: each service's instances share its keys over
+// quorum queues fed by a consistent-hash exchange.
 func TestDemoOverAMQP(t *testing.T) {
 	t.Parallel()
 	cfg, err := courieramqp.ParseURL(testenv.Need(t, testenv.EnvAMQP))
 	testenv.Must(t, err, "AMQP URL")
 	name := testenv.Name("shop") + "."
 	cfg.RoutingKeyPrefix = name
-	tr := &shop.AMQPTransport{Config: cfg, QueuePrefix: name}
+	tr := &shop.AMQPTransport{Config: cfg, QueuePrefix: name, Partitions: shop.DefaultKeyPartitions}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -84,8 +89,9 @@ func TestDemoOverAMQP(t *testing.T) {
 	demoOver(t, tr)
 }
 
-// A RabbitMQ transport deletes only the queues its Setup created: a queue
-// of the shop's name that existed before is foreign, and stays.
+// A RabbitMQ transport deletes only the queues and exchanges its Setup
+// created: a partition queue or a members exchange of the shop's names
+// that existed before is foreign, and stays.
 func TestAMQPTransportLeavesOthersQueues(t *testing.T) {
 	cfg, err := courieramqp.ParseURL(testenv.Need(t, testenv.EnvAMQP))
 	testenv.Must(t, err, "AMQP URL")
@@ -96,27 +102,29 @@ func TestAMQPTransportLeavesOthersQueues(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	testenv.Must(t, err, "channel")
-	theirs := name + shop.Payment
+	theirs, theirExchange := courieramqp.PartitionQueue(name+shop.Payment, 3), name+shop.Orders+".members"
 	// Declared as the shop declares its own, so that the shop's Setup
-	// takes it as it is.
+	// takes them as they are.
 	_, err = ch.QueueDeclare(theirs, true, false, false, false,
 		amqp091.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": 1000})
 	testenv.Must(t, err, "declare their queue")
+	testenv.Must(t, ch.ExchangeDeclare(theirExchange, amqp091.ExchangeFanout, true, false, false, false, nil), "declare their exchange")
 	testenv.Must(t, ch.Publish("", theirs, false, false, amqp091.Publishing{Body: []byte("theirs")}), "publish")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	tr := &shop.AMQPTransport{Config: cfg, QueuePrefix: name}
+	tr := &shop.AMQPTransport{Config: cfg, QueuePrefix: name, Partitions: shop.DefaultKeyPartitions}
 	t.Cleanup(func() {
 		_ = tr.Teardown(context.Background())
 		if c, err := conn.Channel(); err == nil {
 			_, _ = c.QueueDelete(theirs, false, false, false)
+			_ = c.ExchangeDelete(theirExchange, false, false)
 		}
 	})
 	foreign, err := tr.Foreign(ctx)
 	testenv.Must(t, err, "foreign")
-	if len(foreign) != 1 || foreign[0] != "queue "+theirs {
-		t.Fatalf("Foreign = %v, want their queue %s", foreign, theirs)
+	if want := []string{"exchange " + theirExchange, "queue " + theirs}; !slices.Equal(foreign, want) {
+		t.Fatalf("Foreign = %v, want theirs %v", foreign, want)
 	}
 	testenv.Must(t, tr.Setup(ctx), "setup")
 	testenv.Must(t, tr.Teardown(ctx), "teardown")
@@ -124,12 +132,28 @@ func TestAMQPTransportLeavesOthersQueues(t *testing.T) {
 	if err != nil || q.Messages != 1 {
 		t.Fatalf("their queue after Teardown: %+v, %v; want it with its message", q, err)
 	}
-	// The queues Setup made are gone.
-	for _, s := range []string{shop.Orders, shop.Inventory, shop.Shipping} {
+	exists := func(exchange bool, object string) bool {
 		c, err := conn.Channel()
 		testenv.Must(t, err, "channel")
-		if _, err := c.QueueDeclarePassive(name+s, true, false, false, false, nil); err == nil {
-			t.Errorf("queue %s, made by Setup, outlived Teardown", name+s)
+		defer func() { _ = c.Close() }()
+		if exchange {
+			return c.ExchangeDeclarePassive(object, amqp091.ExchangeFanout, true, false, false, false, nil) == nil
+		}
+		_, err = c.QueueDeclarePassive(object, true, false, false, false, nil)
+		return err == nil
+	}
+	if !exists(true, theirExchange) {
+		t.Errorf("their exchange %s did not outlive Teardown", theirExchange)
+	}
+	// The queues and exchanges Setup made are gone.
+	for _, s := range []string{shop.Orders, shop.Inventory, shop.Shipping} {
+		for p := range shop.DefaultKeyPartitions {
+			if q := courieramqp.PartitionQueue(name+s, p); exists(false, q) {
+				t.Errorf("queue %s, made by Setup, outlived Teardown", q)
+			}
+		}
+		if x := courieramqp.PartitionExchange(name + s); exists(true, x) {
+			t.Errorf("exchange %s, made by Setup, outlived Teardown", x)
 		}
 	}
 }

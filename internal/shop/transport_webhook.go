@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/courier-go/courier"
@@ -34,15 +33,24 @@ type WebhookConfig struct {
 }
 
 // WebhookTransport carries the shop over plain HTTP: each consuming service
-// serves a webhook endpoint (a webhook.Handler) on a loopback port of its
-// own, and every service's relay POSTs each message, signed with the
-// endpoint's secret, to the endpoint of every service that consumes its
-// topic ([Consumers]). Each endpoint takes only the topics its service
-// consumes.
+// has a webhook endpoint on a loopback port of its own, and every service's
+// relay POSTs each message, signed with the endpoint's secret, to the
+// endpoint of every service that consumes its topic ([Consumers]). Each
+// endpoint takes only the topics its service consumes.
 //
-// Setup starts the endpoints; they outlive the services' incarnations, as a
-// load balancer outlives the processes behind it: while a service is down,
-// its endpoint answers 503 and the senders' relays retry. Close stops them.
+// An endpoint is a load balancer of the shop's own in front of the
+// service's instances: each instance that Open connects serves a
+// webhook.Handler on a loopback port of its own, and the endpoint spreads
+// the requests over the instances up, round robin. Setup starts the
+// endpoints; they outlive the instances, as a load balancer outlives the
+// processes behind it: while no instance of a service is up, its endpoint
+// answers 503 and the senders' relays retry; a request whose instance went
+// away is answered 502, and retried too. Close stops them.
+//
+// A key's order survives the balancer: the sender posts a key's next
+// message only once the previous one was answered 2xx, and an instance's
+// Handler answers 2xx only once its inbox committed (see the package
+// documentation, Transports).
 type WebhookTransport struct {
 	cfg WebhookConfig
 
@@ -53,25 +61,36 @@ type WebhookTransport struct {
 
 var _ Transport = (*WebhookTransport)(nil)
 
-// hookEndpoint is one service's webhook server; handler is the running
-// incarnation's Handler, nil while the service is down.
+// hookEndpoint is one service's webhook endpoint: a balancer over the
+// webhook servers of the service's instances up.
 type hookEndpoint struct {
-	url     string
-	secret  string
-	srv     *http.Server
-	done    chan struct{}
-	handler atomic.Pointer[webhook.Handler]
+	url    string
+	secret string
+	srv    *balancerServer
+
+	mu        sync.Mutex
+	instances []string // base URLs of the instances' webhook servers
 }
 
-func (e *hookEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := e.handler.Load()
-	if h == nil {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = fmt.Fprintln(w, "the service is down; send the message again later")
-		return
+// up returns the base URLs of the instances connected.
+func (e *hookEndpoint) up() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.instances)
+}
+
+// add puts an instance's server behind the endpoint until remove.
+func (e *hookEndpoint) add(u string) (remove func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.instances = append(e.instances, u)
+	return func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if i := slices.Index(e.instances, u); i >= 0 {
+			e.instances = slices.Delete(e.instances, i, i+1)
+		}
 	}
-	h.ServeHTTP(w, r)
 }
 
 // NewWebhookSecret returns a new random Standard Webhooks secret, "whsec_"
@@ -113,15 +132,11 @@ func (t *WebhookTransport) Setup(context.Context) error {
 			if err != nil {
 				return fmt.Errorf("shop: webhook endpoint of %s: %w", s, err)
 			}
-			e := &hookEndpoint{url: "http://" + ln.Addr().String() + "/webhooks/" + s, secret: t.cfg.Secret, done: make(chan struct{})}
+			e := &hookEndpoint{url: "http://" + ln.Addr().String() + "/webhooks/" + s, secret: t.cfg.Secret}
 			if e.secret == "" {
 				e.secret = NewWebhookSecret()
 			}
-			e.srv = &http.Server{Handler: e, ReadHeaderTimeout: 5 * time.Second}
-			go func() {
-				defer close(e.done)
-				_ = e.srv.Serve(ln)
-			}()
+			e.srv = serveBalancer(ln, newBalancer(e.up))
 			t.endpoints[s] = e
 		}
 	}
@@ -138,9 +153,10 @@ func (t *WebhookTransport) URL(service string) string {
 	return ""
 }
 
-// Open implements Transport: the service's endpoint hands requests to the
-// new incarnation's Handler, and its publisher POSTs to the endpoints of
-// every topic's consumers.
+// Open implements Transport: the new instance serves a Handler on a
+// loopback port of its own, put behind the service's endpoint until the
+// link closes; its publisher POSTs to the endpoints of every topic's
+// consumers.
 func (t *WebhookTransport) Open(_ context.Context, service, _ string, _ *slog.Logger) (*Link, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -158,9 +174,38 @@ func (t *WebhookTransport) Open(_ context.Context, service, _ string, _ *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	if !e.handler.CompareAndSwap(nil, h) {
-		return nil, fmt.Errorf("shop: %s is already connected to its webhook endpoint; close its link first", service)
+	pub, err := t.fanout()
+	if err != nil {
+		return nil, err
 	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(t.cfg.Host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("shop: webhook server of an instance of %s: %w", service, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	remove := e.add("http://" + ln.Addr().String())
+	return &Link{Publisher: pub, Subscriber: h, KeepOrder: true, Close: func() error {
+		// As a killed process: out of the balancer, the requests waiting
+		// answered 503 and the connections dropped.
+		remove()
+		err := h.Close()
+		_ = srv.Close()
+		<-done
+		for _, c := range pub.clients {
+			c.CloseIdleConnections()
+		}
+		return err
+	}}, nil
+}
+
+// fanout returns a publisher to the endpoints of every topic's consumers.
+// t.mu is held.
+func (t *WebhookTransport) fanout() (*fanout, error) {
 	pub := &fanout{routes: map[string][]*webhook.Publisher{}}
 	for s, se := range t.endpoints {
 		transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -182,21 +227,13 @@ func (t *WebhookTransport) Open(_ context.Context, service, _ string, _ *slog.Lo
 			Breaker: webhook.BreakerConfig{OpenFor: 500 * time.Millisecond},
 		})
 		if err != nil {
-			e.handler.Store(nil)
 			return nil, err
 		}
 		for topic := range endpoints {
 			pub.routes[topic] = append(pub.routes[topic], p)
 		}
 	}
-	return &Link{Publisher: pub, Subscriber: h, KeepOrder: true, Close: func() error {
-		e.handler.CompareAndSwap(h, nil)
-		err := h.Close()
-		for _, c := range pub.clients {
-			c.CloseIdleConnections()
-		}
-		return err
-	}}, nil
+	return pub, nil
 }
 
 // Foreign implements Transport: webhooks store nothing on a broker.
@@ -214,12 +251,7 @@ func (t *WebhookTransport) Close() error {
 	t.mu.Unlock()
 	var errs []error
 	for _, e := range eps {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := e.srv.Shutdown(ctx); err != nil {
-			errs = append(errs, e.srv.Close())
-		}
-		cancel()
-		<-e.done
+		errs = append(errs, e.srv.stop())
 	}
 	return errors.Join(errs...)
 }
@@ -227,6 +259,11 @@ func (t *WebhookTransport) Close() error {
 // String implements Transport.
 func (t *WebhookTransport) String() string {
 	return fmt.Sprintf("webhooks over HTTP on %s, one port and one whsec_ secret per service, signed (Standard Webhooks)", t.cfg.Host)
+}
+
+// Sharing implements Transport.
+func (t *WebhookTransport) Sharing() string {
+	return "behind a round-robin load balancer: a key's next message is sent once the previous one was answered 2xx, after the inbox committed, so a key's messages are applied in order whichever instance gets them"
 }
 
 // fanout publishes each message to every service that consumes its topic,

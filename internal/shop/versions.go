@@ -54,20 +54,25 @@ func (c ChargeStats) add(o ChargeStats) ChargeStats {
 // chargeType is ChargeRequested's message type, the same in every version.
 var chargeType = courier.TypeName(ChargeRequested{})
 
-// chargeCounter keeps a service's ChargeStats over its incarnations.
+// chargeCounter keeps a service's ChargeStats over its instances and
+// incarnations.
 type chargeCounter struct {
-	v1, upcast, v2, waitRuns, parked, replayed atomic.Int64
+	v1, upcast, v2, waitRuns, parked atomic.Int64
 
 	mu     sync.Mutex
 	waited map[uuid.UUID]bool
+	// replayed are the messages replayed: the instances of a consumer each
+	// replay what an operator asked to (the inbox applies it once), and
+	// each tells its observer, so a message is counted once by its id.
+	replayed map[uuid.UUID]bool
 }
 
 func (c *chargeCounter) stats() ChargeStats {
 	c.mu.Lock()
-	waited := len(c.waited)
+	waited, replayed := len(c.waited), len(c.replayed)
 	c.mu.Unlock()
 	return ChargeStats{V1: c.v1.Load(), Upcast: c.upcast.Load(), V2: c.v2.Load(), Waited: int64(waited),
-		WaitRuns: c.waitRuns.Load(), Parked: c.parked.Load(), Replayed: c.replayed.Load()}
+		WaitRuns: c.waitRuns.Load(), Parked: c.parked.Load(), Replayed: int64(replayed)}
 }
 
 // observer returns the inbox observer of an incarnation that knows
@@ -113,9 +118,15 @@ func (o *chargeObserver) Parked(_, reason string) {
 }
 
 func (o *chargeObserver) Replayed(_ string, msg courier.Message) {
-	if msg.Type == chargeType {
-		o.c.replayed.Add(1)
+	if msg.Type != chargeType {
+		return
 	}
+	o.c.mu.Lock()
+	defer o.c.mu.Unlock()
+	if o.c.replayed == nil {
+		o.c.replayed = map[uuid.UUID]bool{}
+	}
+	o.c.replayed[msg.ID] = true
 }
 
 // teeObserver tells every observer of a consumer.
