@@ -628,8 +628,9 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 	}
 	for _, p := range ps {
 		msg, err := c.sub.Decode(broker.Raw{Subject: p.Subject, Headers: p.Headers, Data: p.Payload})
+		var res Result
 		if err == nil {
-			_, err = c.ib.Handle(work, msg, c.run)
+			res, err = c.ib.Handle(work, msg, c.run)
 		}
 		if err != nil {
 			c.log.Warn("replay failed; the message stays parked", "parked_id", p.ID, "error", err)
@@ -641,6 +642,12 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 		if err := c.cs.Unpark(work, p.ID); err != nil {
 			// Applied but still parked: a second replay is a duplicate.
 			c.log.Warn("replayed message could not be unparked", "parked_id", p.ID, "error", err)
+			continue
+		}
+		if res == Duplicate {
+			// Another instance of the consumer replayed it meanwhile (each
+			// reads the requests), or it was applied before it was parked:
+			// counted where it was applied.
 			continue
 		}
 		c.replayed.Add(1)

@@ -517,3 +517,40 @@ func testWaitingKeyHoldsOnlyItself[TTx any](t *testing.T, d dialect[TTx]) {
 		}
 	}
 }
+
+// A replay that several instances of a consumer take up applies the
+// message once and is counted once, by the instance that applied it.
+func TestReplayCountedOnceAcrossInstances(t *testing.T) {
+	onEachDialect(t, testReplayCountedOnce, testReplayCountedOnce)
+}
+
+func testReplayCountedOnce[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
+	var fixed atomic.Bool
+	h := func(ctx context.Context, tx TTx, msg courier.Message) error {
+		if !fixed.Load() {
+			return errors.New("not yet")
+		}
+		return recordEffect(e.db, "inventory")(ctx, tx, msg)
+	}
+	m := courier.NewMessage("inventory", "order-3", "ReserveStock", []byte("SKU-7"))
+	e.publish(m)
+	cfg := inbox.ConsumerConfig{MaxDeliveries: 1, ReplayEvery: 10 * time.Millisecond}
+	a := e.run("inventory", h, cfg)
+	b := e.run("inventory", h, cfg)
+	testenv.Eventually(t, 10*time.Second, func() bool { return a.Metrics().Parked+b.Metrics().Parked == 1 }, "not parked")
+	fixed.Store(true)
+	e.requestReplays("inventory")
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.db.count(t, "SELECT count(*) FROM courier_inbox_dead_letters") == 0 }, "still parked")
+	if n := e.effects(m); n != 1 {
+		t.Fatalf("%d effects after the replay, want 1", n)
+	}
+	replayed := func() int64 { return a.Metrics().Replayed + b.Metrics().Replayed }
+	testenv.Eventually(t, 10*time.Second, func() bool { return replayed() >= 1 }, "the replay was not counted")
+	// Both instances went through the request by now (each looks every
+	// 10ms, and read it before the row was gone or not at all).
+	time.Sleep(100 * time.Millisecond)
+	if r := replayed(); r != 1 {
+		t.Fatalf("the replay counted %d times by the two instances; want once", r)
+	}
+}

@@ -303,11 +303,11 @@ func (p *partitions) stopPump(part int, h *held) {
 }
 
 // Release implements group.Owner: it stops handing over part's deliveries,
-// waits (at most MemberTimeout) for those handed out to be settled, and
-// closes the partition's channel: RabbitMQ returns what is unacknowledged
-// to the queue, ahead of the rest, and delivers to the partition's next
-// consumer.
-func (p *partitions) Release(ctx context.Context, part int) {
+// waits, with drain (at most MemberTimeout), for those handed out to be
+// settled, and closes the partition's channel: RabbitMQ returns what is
+// unacknowledged to the queue, ahead of the rest, and delivers to the
+// partition's next consumer.
+func (p *partitions) Release(ctx context.Context, part int, drain bool) {
 	p.mu.Lock()
 	h := p.held[part]
 	p.mu.Unlock()
@@ -315,6 +315,8 @@ func (p *partitions) Release(ctx context.Context, part int) {
 		return
 	}
 	p.stopPump(part, h)
-	h.pump.Drain(ctx, p.cfg.MemberTimeout)
+	if drain {
+		h.pump.Drain(ctx, p.cfg.MemberTimeout)
+	}
 	_ = h.ch.Close()
 }

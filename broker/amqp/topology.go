@@ -45,7 +45,9 @@ type Topology struct {
 	// 0) to PartitionQueue(Queue, Partitions-1), each a quorum queue with a
 	// single active consumer, bound to a consistent-hash exchange
 	// (PartitionExchange(Queue), hashing the Courier-Key header) that
-	// receives Topics from the exchange. It needs RabbitMQ's
+	// receives Topics from the exchange; and the fanout exchange on which
+	// the consumer's instances announce themselves
+	// (MembersExchange(Queue)). It needs RabbitMQ's
 	// rabbitmq_consistent_hash_exchange plugin (rabbitmq-plugins enable
 	// rabbitmq_consistent_hash_exchange). The queue Queue itself is not
 	// declared. The number of partitions of a consumer cannot change:
@@ -111,7 +113,8 @@ func (t Topology) QueueArgs() amqp091.Table {
 }
 
 // EnsureTopology declares cfg's exchange (durable, type topic) and, when
-// t.Queue is set, a durable quorum queue bound to it for t.Topics. It is
+// t.Queue is set, a durable quorum queue bound to it for t.Topics (with
+// t.Partitions, the partition queues and their exchanges instead). It is
 // idempotent; a queue that exists with other arguments makes it fail with
 // RabbitMQ's 406 PRECONDITION_FAILED (delete the queue or keep its
 // arguments). It fails without connecting when cfg or t is invalid (see
@@ -186,6 +189,10 @@ func ensurePartitions(ctx context.Context, ch *amqp091.Channel, cfg Config, t To
 			ch.ExchangeBind(hx, k, cfg.Exchange, false, nil)); err != nil {
 			return err
 		}
+	}
+	mx := MembersExchange(t.Queue)
+	if err := step("declare exchange "+mx, ch.ExchangeDeclare(mx, amqp091.ExchangeFanout, true, false, false, false, nil)); err != nil {
+		return err
 	}
 	for p := range t.Partitions {
 		q := PartitionQueue(t.Queue, p)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -23,9 +24,9 @@ import (
 // "COURIER_KEYS_billing" for consumer "billing" of stream "COURIER".
 func PartitionStream(stream, consumer string) string { return stream + "_KEYS_" + consumer }
 
-// partitionMark starts the description of a partition stream: the streams
-// that carry it are Courier's.
-const partitionMark = "courier: key partitions of consumer "
+// PartitionMark starts the description of every partition stream Courier
+// makes (see PartitionStream): a stream that carries it is Courier's.
+const PartitionMark = "courier: key partitions of consumer "
 
 // groupSubject is the subject on which the instances of a consumer
 // announce themselves: a subject no stream should capture.
@@ -66,7 +67,8 @@ type held struct {
 	name    string // its consumer
 	iter    jetstream.MessagesContext
 	pump    *group.Pump
-	checked time.Time // when its consumer was last seen to exist
+	checked time.Time     // when its consumer was last seen to exist
+	last    atomic.Uint64 // the stream sequence of the last message handed out
 }
 
 // startPartitions makes or checks the partition stream, joins the
@@ -151,7 +153,7 @@ func (p *partitions) ensureStream(ctx context.Context) error {
 		return fmt.Errorf("nats: look up stream %s: %w", p.stream, err)
 	}
 	have := s.CachedInfo().Config
-	if !strings.HasPrefix(have.Description, partitionMark) {
+	if !strings.HasPrefix(have.Description, PartitionMark) {
 		return fmt.Errorf("nats: stream %s exists and Courier did not make it (its description is %q): it holds the key partitions of consumer %s only if Courier made it; rename or delete that stream, or name another consumer",
 			p.stream, have.Description, p.cfg.Consumer)
 	}
@@ -182,7 +184,7 @@ func (p *partitions) streamConfig(ctx context.Context) (jetstream.StreamConfig, 
 	}
 	return jetstream.StreamConfig{
 		Name: p.stream,
-		Description: fmt.Sprintf("%s%s of stream %s, topics %s, in %d partitions", partitionMark, p.cfg.Consumer, p.cfg.Stream,
+		Description: fmt.Sprintf("%s%s of stream %s, topics %s, in %d partitions", PartitionMark, p.cfg.Consumer, p.cfg.Stream,
 			strings.Join(p.cfg.Topics, ","), p.cfg.Partitions),
 		Retention: jetstream.WorkQueuePolicy,
 		Storage:   oc.Storage,
@@ -252,6 +254,9 @@ func (p *partitions) Acquire(ctx context.Context, part int, alive func(string) b
 		d := &delivery{m: m, subject: m.Subject(), ticket: t}
 		if _, rest, ok := strings.Cut(d.subject, "."); ok {
 			d.subject = rest // without the partition
+		}
+		if md, err := m.Metadata(); err == nil {
+			h.last.Store(md.Sequence.Stream)
 		}
 		return d
 	}, p.out)
@@ -362,13 +367,13 @@ func (p *partitions) stopPump(part int, h *held) {
 	p.mu.Unlock()
 }
 
-// Release implements group.Owner: it stops pulling part, waits (at most
-// MemberTimeout) for the deliveries handed out to be settled and their
-// acknowledgements to reach the server, and deletes this member's consumer
-// of the partition, so that the next owner's consumer starts at the oldest
-// message not acknowledged. Deliveries that outlast the wait come again to
-// the next owner, which skips those applied.
-func (p *partitions) Release(ctx context.Context, part int) {
+// Release implements group.Owner: it stops pulling part, waits, with
+// drain (at most MemberTimeout), for the deliveries handed out to be
+// settled and their acknowledgements to reach the server, and deletes this
+// member's consumer of the partition, so that the next owner's consumer
+// starts at the oldest message not acknowledged. Deliveries that outlast
+// the wait come again to the next owner, which skips those applied.
+func (p *partitions) Release(ctx context.Context, part int, drain bool) {
 	p.mu.Lock()
 	h := p.held[part]
 	p.mu.Unlock()
@@ -376,15 +381,19 @@ func (p *partitions) Release(ctx context.Context, part int) {
 		return
 	}
 	p.stopPump(part, h)
-	p.drain(ctx, h)
+	if drain {
+		p.drain(ctx, h)
+	}
 	if err := p.js.DeleteConsumer(ctx, p.stream, h.name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		p.log.Warn("nats: could not delete the consumer of a partition given up; its next owner waits until the server drops it (10 times MemberTimeout after its last pull)", "partition", part, "consumer", h.name, "error", err)
+		p.log.Warn("nats: could not delete the consumer of a partition given up; the partition's next owner takes it over once this member is gone, or the server drops it a minute or more after its last pull", "partition", part, "consumer", h.name, "error", err)
 	}
 }
 
 // drain waits, at most MemberTimeout, until h's deliveries are settled and
-// the server has the acknowledgements: a handover then brings nothing
-// again.
+// the server has their acknowledgements (its acknowledgement floor has
+// reached the last message handed out; what was pulled ahead and never
+// handed out stays pending, for the next owner): a handover then brings
+// nothing again.
 func (p *partitions) drain(ctx context.Context, h *held) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.MemberTimeout)
 	defer cancel()
@@ -393,7 +402,7 @@ func (p *partitions) drain(ctx context.Context, h *held) {
 	}
 	for {
 		c, err := p.js.Consumer(ctx, p.stream, h.name)
-		if err != nil || c.CachedInfo().NumAckPending == 0 {
+		if err != nil || c.CachedInfo().AckFloor.Stream >= h.last.Load() {
 			return
 		}
 		select {

@@ -276,3 +276,41 @@ func TestPartitionStreamRefused(t *testing.T) {
 		t.Fatalf("the stream Courier did not make is gone: %v", err)
 	}
 }
+
+// Close gives the partitions up at once, deliveries left unsettled
+// included (the consumer that took them has stopped): it does not wait
+// MemberTimeout for them, and the next instance gets them.
+func TestPartitionsCloseGivesBackUnsettled(t *testing.T) {
+	nc, _ := startNATS(t)
+	ctx := context.Background()
+	mapping := couriernats.Config{KeySubjects: true}
+	testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{}), "stream")
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
+	testenv.Must(t, err, "publisher")
+	m := courier.NewMessage("orders", "k", "T", []byte("x"))
+	testenv.Must(t, pub.Publish(ctx, []courier.Message{m})[0], "publish")
+	cfg := couriernats.SubscriberConfig{Config: mapping, Consumer: "billing", Topics: []string{"orders"}, Partitions: 2,
+		MemberHeartbeat: 100 * time.Millisecond, MemberTimeout: time.Minute}
+	first, err := couriernats.NewSubscriber(ctx, nc, cfg)
+	testenv.Must(t, err, "subscriber")
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := first.Next(nctx); err != nil { // and never settled
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { _ = first.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(4 * time.Second): // a wait for it would last 5s (Close's bound) or more
+		t.Fatal("Close waited for a delivery nobody will settle (MemberTimeout is a minute)")
+	}
+	second, err := couriernats.NewSubscriber(ctx, nc, cfg)
+	testenv.Must(t, err, "subscriber")
+	defer second.Close()
+	d, err := second.Next(nctx)
+	testenv.Must(t, err, "the message given back")
+	if got, _ := second.Decode(d.Raw()); got.ID != m.ID {
+		t.Fatalf("got %s, want the message the first instance left unsettled", got.ID)
+	}
+}

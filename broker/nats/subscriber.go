@@ -106,8 +106,10 @@ func (s *Subscriber) Decode(raw broker.Raw) (courier.Message, error) {
 }
 
 // Close implements broker.Subscriber. With Partitions, it gives up the
-// partitions this instance holds (their unacknowledged messages go to the
-// instances that take them over) and tells the others it leaves.
+// partitions this instance holds at once, without waiting for deliveries
+// still unsettled (they go, with the rest not acknowledged, to the
+// instances that take the partitions over), and tells the others it
+// leaves. Close it after the inbox consumer's Run returned.
 func (s *Subscriber) Close() error {
 	if s.parts != nil {
 		s.parts.close()

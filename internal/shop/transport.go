@@ -242,11 +242,6 @@ func (t *NATSTransport) marked(ctx context.Context, js jetstream.JetStream) (exi
 	return true, s.CachedInfo().Config.Description == Mark, nil
 }
 
-// partitionMark starts the description of the streams broker/nats makes
-// for the key partitions of a consumer (broker/nats PartitionStream): they
-// are Courier's.
-const partitionMark = "courier: key partitions of consumer "
-
 // partitionStreams returns the services' partition streams that exist
 // (whether or not Partitions is set now: an earlier run's count too), each
 // with whether it is the shop's: Courier's, made for a service's consumer
@@ -263,7 +258,7 @@ func (t *NATSTransport) partitionStreams(ctx context.Context, js jetstream.JetSt
 			return nil, fmt.Errorf("look up the stream %s: %w", name, err)
 		}
 		c := s.CachedInfo().Config
-		found[name] = mine && strings.HasPrefix(c.Description, partitionMark+svc+" ") &&
+		found[name] = mine && strings.HasPrefix(c.Description, couriernats.PartitionMark+svc+" ") &&
 			len(c.Sources) == 1 && c.Sources[0].Name == t.Stream
 	}
 	return found, nil
@@ -746,7 +741,8 @@ type AMQPTransport struct {
 	// Partitions, when more than 0, shares each service's keys among its
 	// instances over this many queues (QueuePrefix + service + ".0" and so
 	// on, fed by the exchange QueuePrefix + service + ".keys"; the
-	// instances find one another on the fanout exchange ".members"). It
+	// instances find one another on the fanout exchange
+	// QueuePrefix + service + ".members"). It
 	// needs RabbitMQ's rabbitmq_consistent_hash_exchange plugin. Every
 	// instance of a service must use the same number. Default 0: a queue
 	// per service with a single active consumer.
@@ -788,7 +784,7 @@ func (o amqpObject) String() string {
 // objects returns what service uses on the broker, besides the topic
 // exchange others may publish to: its queue, or its partition queues, its
 // consistent-hash exchange and the exchange on which its instances
-// announce themselves (broker/amqp declares it as queue + ".members").
+// announce themselves (amqp.MembersExchange).
 func (t *AMQPTransport) objects(service string) []amqpObject {
 	q := t.queue(service)
 	if t.Partitions <= 0 {
@@ -798,7 +794,7 @@ func (t *AMQPTransport) objects(service string) []amqpObject {
 	for p := range t.Partitions {
 		objs = append(objs, amqpObject{name: courieramqp.PartitionQueue(q, p)})
 	}
-	return append(objs, amqpObject{exchange: true, name: courieramqp.PartitionExchange(q)}, amqpObject{exchange: true, name: q + ".members"})
+	return append(objs, amqpObject{exchange: true, name: courieramqp.PartitionExchange(q)}, amqpObject{exchange: true, name: courieramqp.MembersExchange(q)})
 }
 
 // allObjects returns what every service uses.
@@ -813,8 +809,7 @@ func (t *AMQPTransport) allObjects() []amqpObject {
 // Setup implements Transport: it declares the exchange and each service's
 // queues (bound to its topic) and, with Partitions, its consistent-hash
 // exchange. The queues and exchanges of the services it finds missing are
-// the ones Teardown deletes (a service's ".members" exchange included,
-// which its instances declare).
+// the ones Teardown deletes (a service's ".members" exchange included).
 func (t *AMQPTransport) Setup(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

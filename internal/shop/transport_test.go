@@ -102,7 +102,7 @@ func TestAMQPTransportLeavesOthersQueues(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	testenv.Must(t, err, "channel")
-	theirs, theirExchange := courieramqp.PartitionQueue(name+shop.Payment, 3), name+shop.Orders+".members"
+	theirs, theirExchange := courieramqp.PartitionQueue(name+shop.Payment, 3), courieramqp.MembersExchange(name+shop.Orders)
 	// Declared as the shop declares its own, so that the shop's Setup
 	// takes them as they are.
 	_, err = ch.QueueDeclare(theirs, true, false, false, false,

@@ -33,10 +33,15 @@ type Owner interface {
 	// member that is gone.
 	Acquire(ctx context.Context, p int, alive func(member string) bool) error
 	// Release stops consuming partition p, if it does, so that what it
-	// has not acknowledged goes back to the broker for p's next owner. It
-	// may wait for deliveries in progress; the group releases several
-	// partitions at once, each in a call of its own.
-	Release(ctx context.Context, p int)
+	// has not acknowledged goes back to the broker for p's next owner.
+	// With drain, it first waits (a while) for the deliveries handed out
+	// to be settled, so that the next owner gets none of them again: the
+	// group drains when it hands a partition to another member alive, not
+	// when it stops (what the consumer did not settle by then, it will
+	// not) nor after a gap in its run (the partition was taken meanwhile).
+	// The group releases several partitions at once, each in a call of its
+	// own.
+	Release(ctx context.Context, p int, drain bool)
 }
 
 // Config describes a member of a group. Zero fields take the defaults
@@ -270,7 +275,7 @@ func (g *Group) Run(ctx context.Context) error {
 // not take their partitions before it hears from them again.
 func (g *Group) resume(ctx context.Context, gap time.Duration) {
 	g.log.Warn("group: this member did not run for a while; giving up its partitions to take its share again", "gap", gap.Round(time.Millisecond))
-	g.release(ctx, g.Owned())
+	g.release(ctx, g.Owned(), false)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.owned = nil
@@ -311,7 +316,7 @@ func (g *Group) rebalance(ctx context.Context) {
 			leaving = append(leaving, p)
 		}
 	}
-	g.release(ctx, leaving)
+	g.release(ctx, leaving, true)
 	var got []int
 	for _, p := range mine {
 		err := g.owner.Acquire(ctx, p, g.alive)
@@ -336,21 +341,23 @@ func (g *Group) rebalance(ctx context.Context) {
 func (g *Group) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	g.release(ctx, g.Owned())
+	g.release(ctx, g.Owned(), false)
 	g.mu.Lock()
 	g.owned = nil
 	g.mu.Unlock()
+	ctx, cancel = context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
 	if err := g.send(ctx, Beat{Member: g.cfg.Member, Partitions: g.cfg.Partitions, Leaving: true}); err != nil {
 		g.log.Warn("group: could not say this member leaves; the others notice after MemberTimeout", "error", err)
 	}
 }
 
-// release releases the partitions ps at once, and returns when every
-// release has.
-func (g *Group) release(ctx context.Context, ps []int) {
+// release releases the partitions ps at once, draining them or not, and
+// returns when every release has.
+func (g *Group) release(ctx context.Context, ps []int, drain bool) {
 	var wg sync.WaitGroup
 	for _, p := range ps {
-		wg.Go(func() { g.owner.Release(ctx, p) })
+		wg.Go(func() { g.owner.Release(ctx, p, drain) })
 	}
 	wg.Wait()
 }

@@ -177,7 +177,7 @@ func (o owner) Acquire(_ context.Context, p int, alive func(string) bool) error 
 	return nil
 }
 
-func (o owner) Release(_ context.Context, p int) {
+func (o owner) Release(_ context.Context, p int, _ bool) {
 	o.b.mu.Lock()
 	defer o.b.mu.Unlock()
 	if o.b.holders[p] == o.member {
