@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 				Publisher: pub,
 				SubscribeShared: func(tb testing.TB) broker.Subscriber {
 					s, err := amqp.NewSubscriber(context.Background(), amqp.SubscriberConfig{Config: cfg, Queue: shared, Prefetch: 10,
-						Partitions: 6, MemberHeartbeat: 100 * time.Millisecond, MemberTimeout: 500 * time.Millisecond})
+						Partitions: 6, MemberHeartbeat: 200 * time.Millisecond, MemberTimeout: 2 * time.Second})
 					testenv.Must(tb, err, "subscriber sharing keys")
 					tb.Cleanup(func() { _ = s.Close() })
 					return s

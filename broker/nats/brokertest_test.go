@@ -97,7 +97,7 @@ func conformance(t *testing.T, url string, unreachable func(testing.TB) broker.P
 				in.SubscribeShared = func(t testing.TB) broker.Subscriber {
 					s, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
 						Config: mapping, Stream: stream, Consumer: "shared", Topics: []string{"orders"}, AckWait: ackWait,
-						Partitions: 6, MemberHeartbeat: 100 * time.Millisecond, MemberTimeout: 500 * time.Millisecond,
+						Partitions: 6, MemberHeartbeat: 200 * time.Millisecond, MemberTimeout: 2 * time.Second,
 					})
 					testenv.Must(t, err, "subscriber sharing keys")
 					t.Cleanup(func() { _ = s.Close() })

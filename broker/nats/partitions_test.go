@@ -135,12 +135,17 @@ func (r *received) take(ctx context.Context, t *testing.T, instance string, sub 
 	}
 }
 
+// count returns how many distinct messages were received.
 func (r *received) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
 	for _, ps := range r.byKey {
-		n += len(ps)
+		seen := map[string]bool{}
+		for _, p := range ps {
+			seen[p] = true
+		}
+		n += len(seen)
 	}
 	return n
 }
@@ -193,7 +198,7 @@ func TestPartitionsShareKeys(t *testing.T) {
 		}
 	}
 	cfg := couriernats.SubscriberConfig{Config: mapping, Consumer: "billing", Topics: []string{"orders"}, Partitions: 8,
-		MemberHeartbeat: 50 * time.Millisecond, MemberTimeout: 250 * time.Millisecond, AckWait: 5 * time.Second}
+		MemberHeartbeat: 200 * time.Millisecond, MemberTimeout: 2 * time.Second, AckWait: 5 * time.Second}
 	r := &received{byKey: map[string][]string{}, who: map[string]string{}}
 	var wg sync.WaitGroup
 	defer wg.Wait()
