@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 )
@@ -67,13 +69,39 @@ func TestDemoCommandBrokers(t *testing.T) {
 			t.Parallel()
 			args := []string{"demo", "--broker", broker, "--orders", "40", "--data-dir", filepath.Join(t.TempDir(), "demo"), "--crash", "inventory"}
 			if broker == "amqp" {
-				args = append(args, "--broker-url", testenv.AMQP(t))
+				url := testenv.AMQP(t)
+				deleteDemoQueues(t, url)
+				args = append(args, "--broker-url", url)
 			}
 			code, out, errOut := runCLI(t, args...)
 			if code != 0 || !strings.Contains(out, "All 8 invariants hold") || !strings.Contains(out, "inventory ×1") {
 				t.Fatalf("demo --broker %s: exit %d\n%s\n%s", broker, code, out, errOut)
 			}
 		})
+	}
+}
+
+// deleteDemoQueues deletes the demo's queues and exchanges from the test
+// environment's RabbitMQ: a run of this test killed midway leaves them,
+// and the demo rightly refuses to run on what it cannot tell it made.
+func deleteDemoQueues(t *testing.T, url string) {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
+	testenv.Must(t, err, "dial RabbitMQ")
+	defer conn.Close()
+	ch, err := conn.Channel()
+	testenv.Must(t, err, "channel")
+	for _, s := range shop.Services {
+		q := demoSubjectPrefix + s
+		_, err := ch.QueueDelete(q, false, false, false)
+		testenv.Must(t, err, "delete "+q)
+		for p := range shop.DefaultKeyPartitions {
+			_, err := ch.QueueDelete(amqp.PartitionQueue(q, p), false, false, false)
+			testenv.Must(t, err, "delete a partition queue of "+q)
+		}
+		for _, x := range []string{amqp.PartitionExchange(q), amqp.MembersExchange(q)} {
+			testenv.Must(t, ch.ExchangeDelete(x, false, false), "delete "+x)
+		}
 	}
 }
 

@@ -89,8 +89,12 @@ func checkDeploy(t *testing.T, rep *shop.Report, orders int, deploy string, late
 	case ch.V1+ch.Upcast == ro.AtSwitch.V1 || ch.Waited == 0 || ch.WaitRuns < ch.Waited:
 		t.Errorf("producer first: payment's counts %+v, at the switch %+v, %d in flight; want version 1 requests applied after the switch, and version 2 ones waiting for payment",
 			ch, ro.AtSwitch, ro.Queued)
-	case late && (ch.Parked == 0 || ch.Replayed == 0 || ro.ReplayRequested == 0):
-		t.Errorf("producer first, payment late: payment's counts %+v, %d replays requested; want requests parked as newer_version, then replayed", ch, ro.ReplayRequested)
+	case late && (ch.Parked == 0 || ro.ReplayRequested == 0 || ch.Replayed > int64(ro.ReplayRequested)):
+		// A parked request whose acknowledgement was lost (a webhook
+		// sender that hung up) is delivered again and applied by the new
+		// payment; its replay then finds it applied: the audit above
+		// counts each request answered once either way.
+		t.Errorf("producer first, payment late: payment's counts %+v, %d replays requested; want requests parked as newer_version, then replayed or found applied", ch, ro.ReplayRequested)
 	case !late && (ch.Parked != 0 || ch.Replayed != 0):
 		t.Errorf("producer first: payment's counts %+v; want nothing parked: payment was deployed long before its NewerVersionWait", ch)
 	}

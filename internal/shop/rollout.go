@@ -310,6 +310,12 @@ func (r *Report) writeRollout(b *strings.Builder) {
 	}
 	if ro.Replays > 0 || c.Parked > 0 {
 		replay := fmt.Sprintf("the parked requests replayed, as courier dlq replay does: %d of %d", c.Replayed, ro.ReplayRequested)
+		if already := int64(ro.ReplayRequested) - c.Replayed; already > 0 {
+			// Parked, but its acknowledgement did not reach the broker (a
+			// webhook sender that hung up first sends it again): the new
+			// payment applied it, and its replay found it applied.
+			replay += fmt.Sprintf("; %d had been applied already, delivered again after it was parked, and its replay skipped it", already)
+		}
 		if ro.Replays > ro.ReplayRequested {
 			replay += fmt.Sprintf(" (%d replays failed and were requested again)", ro.Replays-ro.ReplayRequested)
 		}
