@@ -47,7 +47,7 @@ FROM courier_outbox_claimer WHERE id = 1 AND holder = ? AND until > UTC_TIMESTAM
 FOR UPDATE`
 
 const rowsSQL = `SELECT ` + sqlstore.RecordColumns + `
-FROM courier_outbox WHERE id IN (%s) ORDER BY id`
+FROM courier_outbox WHERE %s ORDER BY id`
 
 const dropLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ?`
 
@@ -250,14 +250,12 @@ func (s *relayStore) dropExpired(ctx context.Context, now string) error {
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		in, args := inList(ids)
-		_, err = tx.ExecContext(ctx, "DELETE FROM courier_outbox_leases WHERE id IN ("+in+")", args...)
+		_, err = tx.ExecContext(ctx, "DELETE FROM courier_outbox_leases WHERE "+idsIn(ids))
 		return err
 	})
 }
 
 // readRows reads the rows with the given ids, in id order.
 func (s *relayStore) readRows(ctx context.Context, ids []int64) ([]store.Record, error) {
-	in, args := inList(ids)
-	return sqlstore.ReadRecords(ctx, s.db, times, len(ids), fmt.Sprintf(rowsSQL, in), args...)
+	return sqlstore.ReadRecords(ctx, s.db, times, len(ids), fmt.Sprintf(rowsSQL, idsIn(ids)))
 }

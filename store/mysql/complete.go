@@ -19,12 +19,12 @@ import (
 // expired in between.
 const leaseLiveSQL = `SELECT id FROM courier_outbox_leases WHERE id = ? AND owner = ? AND until > UTC_TIMESTAMP(6) FOR UPDATE`
 
-const deleteSQL = `DELETE FROM courier_outbox WHERE id IN (%s)`
+const deleteSQL = `DELETE FROM courier_outbox WHERE %s`
 
 const archiveSQL = `INSERT INTO courier_outbox_published
     (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, published_at)
 SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, UTC_TIMESTAMP(6)
-FROM courier_outbox WHERE id IN (%s)`
+FROM courier_outbox WHERE %s`
 
 // failuresTable unpacks a JSON array of failures (see failureJSON).
 const failuresTable = `JSON_TABLE(?, '$[*]' COLUMNS (
@@ -125,13 +125,13 @@ func (s *relayStore) complete(ctx context.Context, owner string, lease int64, o 
 
 func (s *relayStore) record(ctx context.Context, tx *sql.Tx, o store.Outcome) error {
 	if len(o.Published) > 0 {
-		in, args := inList(o.Published)
+		in := idsIn(o.Published)
 		if s.keepPublished {
-			if _, err := s.exec(ctx, tx, fmt.Sprintf(archiveSQL, in), args...); err != nil {
+			if _, err := s.exec(ctx, tx, fmt.Sprintf(archiveSQL, in)); err != nil {
 				return fmt.Errorf("archive published: %w", err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(deleteSQL, in), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(deleteSQL, in)); err != nil {
 			return fmt.Errorf("delete published: %w", err)
 		}
 	}
@@ -146,8 +146,7 @@ func (s *relayStore) record(ctx context.Context, tx *sql.Tx, o store.Outcome) er
 		for i, f := range o.Dead {
 			ids[i] = f.Seq
 		}
-		in, args := inList(ids)
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(deleteSQL, in), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(deleteSQL, idsIn(ids))); err != nil {
 			return fmt.Errorf("delete dead letters: %w", err)
 		}
 	}

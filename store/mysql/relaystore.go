@@ -4,7 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
+	"slices"
+	"strconv"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/sqltx"
@@ -40,13 +41,48 @@ func newRelayStore(ctx context.Context, db *sql.DB, cfg store.RelayConfig, clock
 // read sees the latest committed rows.
 func readCommitted() *sql.TxOptions { return &sql.TxOptions{Isolation: sql.LevelReadCommitted} }
 
-// inList returns "?, ?, …" for ids and the ids as arguments.
-func inList(ids []int64) (string, []any) {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
+// idsIn returns the condition "id is one of ids" for a statement's text:
+// runs of consecutive ids as ranges, the others as a list, as in
+// "(id BETWEEN 1 AND 998 OR id IN (1000,1003))". A claim's ids mostly run
+// in a row; MariaDB reads a range of the primary key in one pass, where it
+// analyses and looks up 1,000 listed ids one by one (a claim's row read
+// took 4 times as long). The ids are integers written by strconv, safe in
+// the text; a statement without arguments also goes to the server as one
+// query, where 1,000 placeholders cost a server-side prepare, its parse
+// and a second round trip.
+func idsIn(ids []int64) string {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var ranges, list []byte
+	for i := 0; i < len(sorted); {
+		j := i
+		for j+1 < len(sorted) && sorted[j+1] == sorted[j]+1 {
+			j++
+		}
+		if j > i {
+			if len(ranges) > 0 {
+				ranges = append(ranges, " OR "...)
+			}
+			ranges = append(ranges, "id BETWEEN "...)
+			ranges = strconv.AppendInt(ranges, sorted[i], 10)
+			ranges = append(ranges, " AND "...)
+			ranges = strconv.AppendInt(ranges, sorted[j], 10)
+		} else {
+			if len(list) > 0 {
+				list = append(list, ',')
+			}
+			list = strconv.AppendInt(list, sorted[i], 10)
+		}
+		i = j + 1
 	}
-	return strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", "), args
+	switch {
+	case len(list) == 0:
+		return "(" + string(ranges) + ")"
+	case len(ranges) == 0:
+		return "id IN (" + string(list) + ")"
+	}
+	return "(" + string(ranges) + " OR id IN (" + string(list) + "))"
 }
 
 // exec runs the statement query on q at the store's clock (see clocked).

@@ -78,3 +78,53 @@ func TestDialectStatements(t *testing.T) {
 		t.Errorf("ParkSQL does not take the server's clock:\n%s", d.ParkSQL())
 	}
 }
+
+// idsIn writes runs of consecutive ids as ranges and the others as a list,
+// whatever their order and repeats; a condition names exactly the ids.
+func TestIDsIn(t *testing.T) {
+	for _, c := range []struct {
+		ids  []int64
+		want string
+	}{
+		{[]int64{7}, "id IN (7)"},
+		{[]int64{3, 1, 2}, "(id BETWEEN 1 AND 3)"},
+		{[]int64{1, 2, 3, 5, 9, 10, 12, 3}, "(id BETWEEN 1 AND 3 OR id BETWEEN 9 AND 10 OR id IN (5,12))"},
+		{[]int64{4, 6, 8}, "id IN (4,6,8)"},
+	} {
+		if got := idsIn(c.ids); got != c.want {
+			t.Errorf("idsIn(%v) = %q, want %q", c.ids, got, c.want)
+		}
+	}
+	// Every id of a larger set, and none between them, is named.
+	ids := []int64{}
+	for i := int64(1); i < 2000; i++ {
+		if i%7 != 0 && i%11 != 3 {
+			ids = append(ids, i)
+		}
+	}
+	cond := idsIn(ids)
+	named := map[int64]bool{}
+	for _, part := range strings.Split(strings.Trim(cond, "()"), " OR ") {
+		if rest, ok := strings.CutPrefix(part, "id BETWEEN "); ok {
+			lo, hi, _ := strings.Cut(rest, " AND ")
+			a, _ := strconv.ParseInt(lo, 10, 64)
+			b, _ := strconv.ParseInt(hi, 10, 64)
+			for i := a; i <= b; i++ {
+				named[i] = true
+			}
+			continue
+		}
+		for _, n := range strings.Split(strings.TrimSuffix(strings.TrimPrefix(part, "id IN ("), ")"), ",") {
+			i, _ := strconv.ParseInt(n, 10, 64)
+			named[i] = true
+		}
+	}
+	if len(named) != len(ids) {
+		t.Fatalf("the condition names %d ids, want %d: %s", len(named), len(ids), cond)
+	}
+	for _, id := range ids {
+		if !named[id] {
+			t.Fatalf("the condition misses id %d: %s", id, cond)
+		}
+	}
+}

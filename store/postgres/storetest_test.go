@@ -25,12 +25,7 @@ func execScript(pg *testenv.PG) func(ctx context.Context, script string) error {
 
 // The conformance suite, on a fresh schema per test, through each driver.
 func TestConformance(t *testing.T) {
-	t.Run("pgx", func(t *testing.T) {
-		storetest.Exercise(t, func(t testing.TB, clock store.Clock) storetest.Harness[pgx.Tx] {
-			pg := testenv.Postgres(t, nil)
-			return storetest.Harness[pgx.Tx]{Driver: postgres.NewDriver(pg.Pool).WithClock(clock), ExecScript: execScript(pg)}
-		})
-	})
+	t.Run("pgx", func(t *testing.T) { storetest.Exercise(t, pgxHarness) })
 	t.Run("database/sql", func(t *testing.T) {
 		storetest.Exercise(t, func(t testing.TB, clock store.Clock) storetest.Harness[*sql.Tx] {
 			pg := testenv.Postgres(t, nil)
@@ -39,6 +34,17 @@ func TestConformance(t *testing.T) {
 			return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: execScript(pg)}
 		})
 	})
+}
+
+// The relay store alone: claims and completes, no broker.
+func BenchmarkRelayStore(b *testing.B) {
+	storetest.BenchmarkRelayStore(b, pgxHarness)
+}
+
+// pgxHarness opens a fresh schema for the conformance suite, through pgx.
+func pgxHarness(t testing.TB, clock store.Clock) storetest.Harness[pgx.Tx] {
+	pg := testenv.Postgres(t, nil)
+	return storetest.Harness[pgx.Tx]{Driver: postgres.NewDriver(pg.Pool).WithClock(clock), ExecScript: execScript(pg)}
 }
 
 // An inbox marker written through one driver makes the message a duplicate

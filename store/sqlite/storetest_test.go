@@ -25,17 +25,25 @@ func openFile(t testing.TB) (*sql.DB, string) {
 
 // The conformance suite, on a fresh file per test.
 func TestConformance(t *testing.T) {
-	storetest.Exercise(t, func(t testing.TB, clock store.Clock) storetest.Harness[*sql.Tx] {
-		db, _ := openFile(t)
-		d := sqlite.NewDriver(db).WithClock(clock)
-		// An exported script runs in one transaction, as the sqlite3 shell
-		// runs a file of statements.
-		script := func(ctx context.Context, script string) error {
-			return d.InTx(ctx, func(tx *sql.Tx) error {
-				_, err := tx.ExecContext(ctx, script)
-				return err
-			})
-		}
-		return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: script}
-	})
+	storetest.Exercise(t, harness)
+}
+
+// The relay store alone: claims and completes, no broker.
+func BenchmarkRelayStore(b *testing.B) {
+	storetest.BenchmarkRelayStore(b, harness)
+}
+
+// harness opens a fresh file for the conformance suite.
+func harness(t testing.TB, clock store.Clock) storetest.Harness[*sql.Tx] {
+	db, _ := openFile(t)
+	d := sqlite.NewDriver(db).WithClock(clock)
+	// An exported script runs in one transaction, as the sqlite3 shell
+	// runs a file of statements.
+	script := func(ctx context.Context, script string) error {
+		return d.InTx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, script)
+			return err
+		})
+	}
+	return storetest.Harness[*sql.Tx]{Driver: d, ExecScript: script}
 }

@@ -1,0 +1,69 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/courier-go/courier/store"
+)
+
+// benchBatch is the relay's default claim size.
+const benchBatch = 1000
+
+// BenchmarkRelayStore measures a dialect's relay store alone, with no
+// broker: a relay's claims of 1,000 rows, each followed by the Complete that
+// records them all published, draining b.N messages (at least 10,000)
+// written beforehand over 10,000 keys and over one key. It reports the
+// drain in msg/s, and the time a claim and a complete take, which is the
+// database's side of every relay's drain.
+func BenchmarkRelayStore[TTx any](b *testing.B, open func(t testing.TB, clock store.Clock) Harness[TTx]) {
+	for _, keys := range []int{10000, 1} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			db := openDB(b, open, nil, true)
+			ctx := context.Background()
+			n := max(b.N, 10*benchBatch)
+			msgs := numbered(n, keys, "bench-")
+			for i := 0; i < n; i += benchBatch {
+				if err := db.writeTx(ctx, msgs[i:min(i+benchBatch, n)], true); err != nil {
+					b.Fatalf("fill: %v", err)
+				}
+			}
+			st, err := db.RelayStore(ctx, store.RelayConfig{})
+			if err != nil {
+				b.Fatalf("relay store: %v", err)
+			}
+			var claiming, completing time.Duration
+			batches := 0
+			b.ResetTimer()
+			start := time.Now()
+			for done := 0; done < n; {
+				t0 := time.Now()
+				batch, err := st.Claim(ctx, "bench", benchBatch, time.Minute)
+				if err != nil {
+					b.Fatalf("claim: %v", err)
+				}
+				if len(batch.Records) == 0 {
+					b.Fatalf("claim: nothing after %d of %d messages", done, n)
+				}
+				t1 := time.Now()
+				published := make([]int64, len(batch.Records))
+				for i, r := range batch.Records {
+					published[i] = r.Seq
+				}
+				if err := st.Complete(ctx, "bench", batch.Lease, store.Outcome{Published: published}); err != nil {
+					b.Fatalf("complete: %v", err)
+				}
+				claiming, completing = claiming+t1.Sub(t0), completing+time.Since(t1)
+				done += len(published)
+				batches++
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(n)/elapsed.Seconds(), "msg/s")
+			b.ReportMetric(float64(claiming.Microseconds())/float64(batches), "µs/claim")
+			b.ReportMetric(float64(completing.Microseconds())/float64(batches), "µs/complete")
+		})
+	}
+}
