@@ -253,7 +253,7 @@ func startCDCRelay(ctx context.Context, env *Env, slot string) (Relay, error) {
 		release()
 		return nil, err
 	}
-	r, err := cdc.New(postgres.NewDriver(pool).CDC(), pub, cdc.Config{Slot: slot, Publication: slot})
+	r, err := cdc.New(postgres.NewDriver(pool).CDC(), pub, cdc.Config{Slot: slot, Publication: slot, Observer: slowCallObserver("cdc")})
 	if err != nil {
 		release()
 		return nil, err

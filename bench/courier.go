@@ -149,6 +149,9 @@ func startCourierRelay(env *Env, st store.RelayStore, cfg relay.Config, closeDB 
 // release closes the publisher's connection and the store's database when
 // the relay stops, or at once when it cannot start.
 func runCourierRelay(st store.RelayStore, pub broker.Publisher, cfg relay.Config, release func()) (Relay, error) {
+	if cfg.Observer == nil {
+		cfg.Observer = slowCallObserver("polling")
+	}
 	r, err := relay.New(st, pub, cfg)
 	if err != nil {
 		release()
