@@ -45,9 +45,9 @@ func TestUnitScheduledPublishedWhenDue(t *testing.T) {
 	if s := u.st.Scheduled(); len(s) != 2 || s[0].Due.Sub(t0) < 30*time.Minute || !s[1].Due.Equal(t0.Add(time.Hour).Truncate(time.Microsecond)) {
 		t.Fatalf("scheduled: %+v; want the two, in due order", s)
 	}
-	u.clock.Advance(30 * time.Minute)
+	u.advance(30 * time.Minute)
 	u.eventually(func() bool { return len(u.ofKey("k")) == 2 }, "the message due in half an hour is not published: %v", u.ofKey("k"))
-	u.clock.Advance(30 * time.Minute)
+	u.advance(30 * time.Minute)
 	u.eventually(func() bool { return len(u.ofKey("k")) == 3 }, "the message due in an hour is not published: %v", u.ofKey("k"))
 	if got := u.ofKey("k"); !slices.Equal(got, []string{"now", "in half an hour", "in an hour"}) {
 		t.Fatalf("key k: %v", got)
@@ -73,7 +73,7 @@ func TestUnitScheduledCancel(t *testing.T) {
 	if err := u.st.InTx(ctx, func(tx *memstore.Tx) error { return u.w.Cancel(ctx, tx, dropped.ID) }); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
-	u.clock.Advance(time.Minute)
+	u.advance(time.Minute)
 	u.eventually(func() bool { return u.published(kept) }, "the kept message is not published")
 	if got := u.ofKey("k"); !slices.Equal(got, []string{"kept"}) {
 		t.Fatalf("key k: %v", got)

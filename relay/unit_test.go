@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,6 +38,7 @@ type unit struct {
 	pub   *memory.Publisher
 	via   broker.Publisher // when set, the relay publishes through it instead of pub
 	w     *outbox.Writer[*memstore.Tx]
+	gates []*jumpGate // one per relay started
 }
 
 func newUnit(t *testing.T) *unit {
@@ -85,7 +87,9 @@ func (u *unit) run(ctx context.Context, cfg relay.Config) (r *relay.Relay, done 
 	if u.via != nil {
 		pub = u.via
 	}
-	r, err := relay.New(u.st, pub, cfg)
+	gate := &jumpGate{Store: u.st}
+	u.gates = append(u.gates, gate)
+	r, err := relay.New(gate, pub, cfg)
 	if err != nil {
 		u.t.Fatalf("new relay: %v", err)
 	}
@@ -97,6 +101,43 @@ func (u *unit) run(ctx context.Context, cfg relay.Config) (r *relay.Relay, done 
 		}
 	}()
 	return r, ch
+}
+
+// jumpGate is a relay's view of the unit's store, through which the test's
+// clock can jump while the relay runs. The relay reads its clock as a claim
+// starts (the lease's start, by its reckoning), and the store reads it
+// during the claim. A jump between the two would lease rows that the relay
+// counts as expired at once: it would give the batch up, and the rows
+// would wait out the lease. So the clock jumps between claims (advance),
+// and the first claim after a jump, which may have read the clock before
+// it, finds nothing: the relay claims again on its next poll, with a fresh
+// reading.
+type jumpGate struct {
+	*memstore.Store
+	mu     sync.RWMutex // written while the clock jumps, read by claims
+	jumped atomic.Bool  // the clock jumped since the last claim
+}
+
+func (g *jumpGate) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.jumped.Swap(false) {
+		return store.Batch{}, nil
+	}
+	return g.Store.Claim(ctx, owner, limit, lease)
+}
+
+// advance moves the test's clock forward by d, between the claims of every
+// relay the test started (see jumpGate).
+func (u *unit) advance(d time.Duration) {
+	for _, g := range u.gates {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+	}
+	u.clock.Advance(d)
+	for _, g := range u.gates {
+		g.jumped.Store(true)
+	}
 }
 
 // write commits msgs in one transaction.
@@ -264,7 +305,7 @@ func TestUnitPipelinedFailureHoldsTheRestOfItsKey(t *testing.T) {
 		}
 	}
 
-	u.clock.Advance(time.Hour)
+	u.advance(time.Hour)
 	u.eventually(func() bool { return u.stats().Pending == 0 }, "key a not drained after a2's retry came due: %+v", u.stats())
 	if got := u.ofKey("a"); !slices.Equal(got, []string{"a1", "a2", "a3", "a4"}) {
 		t.Fatalf("key a published %v, want a1 a2 a3 a4", got)
@@ -301,7 +342,7 @@ func TestUnitFailedMessageHoldsItsKey(t *testing.T) {
 	}
 
 	calls := len(u.pub.Calls())
-	u.clock.Advance(time.Hour)
+	u.advance(time.Hour)
 	u.eventually(func() bool { return u.stats().Pending == 0 }, "key a not drained after a1's retry came due: %+v", u.stats())
 	if got := u.ofKey("a"); !slices.Equal(got, []string{"a1", "a2", "a3", "a4"}) {
 		t.Fatalf("key a published %v, want a1 a2 a3 a4", got)
@@ -383,7 +424,7 @@ func TestUnitPoisonMessagesBecomeDeadLetters(t *testing.T) {
 	for attempt := 1; attempt < cfg.MaxAttempts; attempt++ {
 		u.eventually(func() bool { return u.pub.Attempts(failing.ID) == attempt && u.stats().InBackoff == 1 },
 			"attempt %d: %d attempts, stats %+v", attempt, u.pub.Attempts(failing.ID), u.stats())
-		u.clock.Advance(time.Hour)
+		u.advance(time.Hour)
 	}
 	u.eventually(func() bool { return u.published(afterQ) }, "q's next message not published after q's first became a dead letter")
 	dead = u.st.DeadLetters()
@@ -442,7 +483,7 @@ func TestUnitShutdownTimeoutLeavesRowsToTheLease(t *testing.T) {
 	}
 	u.pub.Release()
 	next, _ := u.start(u.config())
-	u.clock.Advance(cfg.LeaseDuration)
+	u.advance(cfg.LeaseDuration)
 	u.eventually(func() bool { return next.Metrics().Published == 3 }, "rows of the expired lease not published: %+v", u.stats())
 	if got := u.ofKey("k"); !slices.Equal(got, []string{"1", "2"}) {
 		t.Fatalf("key k published %v", got)
@@ -551,12 +592,12 @@ func TestUnitRetryAfterIsHonoured(t *testing.T) {
 	if wait := pending[0].RetryAt.Sub(u.clock.Now()); wait < 2*time.Hour-time.Minute || wait > 2*time.Hour {
 		t.Fatalf("a1 retries in %v, want the 2h the broker asked for (the backoff says 1h)", wait)
 	}
-	u.clock.Advance(time.Hour + time.Minute)
+	u.advance(time.Hour + time.Minute)
 	time.Sleep(50 * time.Millisecond) // ten polls: a1 must not go out yet
 	if u.published(a1) {
 		t.Fatal("a1 published before its Retry-After passed")
 	}
-	u.clock.Advance(time.Hour)
+	u.advance(time.Hour)
 	u.eventually(func() bool { return u.published(a1) }, "a1 not published after its Retry-After")
 }
 
@@ -613,6 +654,6 @@ func TestUnitOutageRetryAfterShortensTheWait(t *testing.T) {
 	// Once the broker's 10 minutes have passed (on the test's clock), the
 	// relay claims again and a1 goes out.
 	pub.down.Store(false)
-	u.clock.Advance(10*time.Minute + time.Second)
+	u.advance(10*time.Minute + time.Second)
 	u.eventually(func() bool { return u.published(a1) }, "a1 not published after the broker's wait; state %+v", testenv.Lazy(func() any { return r.State() }))
 }
