@@ -80,7 +80,8 @@
 //     2.12 and later on streams that allow atomic batches) gets each key's
 //     run of messages to one topic in one round instead, without waiting
 //     for each acknowledgement: a burst on one key then goes at the speed
-//     of many keys.
+//     of many keys. The webhook publisher takes a key's run in one round
+//     too, and sends it stop-and-wait itself, as HTTP needs.
 //  3. When a message fails, the later messages of its key in the batch are not
 //     sent (or, pipelined, the broker stores none of them); they are
 //     released, and rule 1 holds them back until the failed message is

@@ -82,7 +82,12 @@
 // once, by its id (webhook-id). Order holds per key: the publisher sends the
 // messages of one key one at a time, each after the previous one was
 // answered with 2xx (stop-and-wait), and messages of different keys
-// concurrently. A 2xx answer means what the receiver makes it mean; the
+// concurrently; after a message that failed, the rest of its key's
+// messages in the call are not sent, unless it was refused for good (a
+// dead letter holds nothing back). That is the promise of a
+// broker.OrderKeeper, so the relay hands the publisher a key's whole run of
+// a batch in one call: the wire stays stop-and-wait, but a burst on one key
+// no longer costs the relay a round of its own per message. A 2xx answer means what the receiver makes it mean; the
 // [Handler] answers 2xx only once the consumer acknowledged the message, that
 // is once the inbox committed the handler's transaction (or parked the
 // message), so a 2xx from it is as durable as the consumer's database.

@@ -36,7 +36,10 @@ type Publisher struct {
 	endpoints map[string]*endpoint
 }
 
-var _ broker.Publisher = (*Publisher)(nil)
+var (
+	_ broker.Publisher   = (*Publisher)(nil)
+	_ broker.OrderKeeper = (*Publisher)(nil)
+)
 
 // endpoint is the state kept per URL: its breaker and how long a
 // Retry-After holds it back.
@@ -130,8 +133,9 @@ var errCallerGone = errors.New("publish context ended")
 // Publish implements broker.Publisher. Messages of one key are sent one
 // after the other, each once the previous one was answered with 2xx; when
 // one fails, the later messages of its key are not sent and fail with
-// broker.ErrUnavailable (they wait for it). Keys are sent concurrently, up
-// to Concurrency requests at a time.
+// broker.ErrUnavailable (they wait for it), unless it was refused for good
+// (broker.Permanent: a dead letter, which nothing waits for). Keys are sent
+// concurrently, up to Concurrency requests at a time.
 func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
 	errs := make([]error, len(msgs))
 	chains := map[string][]int{}
@@ -162,7 +166,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 				}
 				errs[i] = p.send(ctx, &msgs[i])
 				<-sem
-				if errs[i] != nil {
+				if errs[i] != nil && !broker.Permanent(errs[i]) {
 					for _, j := range chain[n+1:] {
 						errs[j] = broker.Unavailable(fmt.Errorf("webhook: not sent: message %s of key %q before it failed (%v)", msgs[i].ID, msgs[i].Key, errs[i]))
 					}
@@ -174,6 +178,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 	wg.Wait()
 	return errs
 }
+
+// KeepsKeyOrder implements broker.OrderKeeper: it is true, so the relay
+// hands Publish a key's whole run of a batch in one call. Publish still
+// sends the run stop-and-wait, each message once the previous one was
+// answered 2xx, and sends none after one that failed other than for good,
+// which is the promise; what the relay saves is its own round per message
+// (a claim's rounds, their records and spans), and a key no longer waits
+// for the slowest key of its round.
+func (p *Publisher) KeepsKeyOrder() bool { return true }
 
 // send POSTs m to its topic's endpoint and classifies the outcome.
 func (p *Publisher) send(ctx context.Context, m *courier.Message) error {

@@ -6,10 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -387,6 +390,56 @@ func TestPerKeyStopAndWait(t *testing.T) {
 	}
 	if maxPerKey.Load() != 1 {
 		t.Fatalf("%d requests of one key in flight at once", maxPerKey.Load())
+	}
+}
+
+// The publisher keeps a key's order when handed a key's run at once
+// (broker.OrderKeeper): a message refused for good (410 Gone) is a dead
+// letter that holds nothing back, so the key's next message is sent after
+// it; one that failed otherwise holds the rest of the run back unsent.
+func TestPipelinedRunAfterAFailure(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		env := envelopeOf(t, r)
+		data, _ := json.Marshal(env["data"])
+		mu.Lock()
+		got = append(got, string(data))
+		mu.Unlock()
+		switch string(data) {
+		case `{"n":2}`:
+			w.WriteHeader(http.StatusGone)
+		case `{"n":5}`:
+			w.WriteHeader(http.StatusInternalServerError)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	defer srv.Close()
+	p := newPublisher(t, webhook.PublisherConfig{DefaultEndpoint: srv.URL, Breaker: webhook.BreakerConfig{Disabled: true}})
+	if !broker.KeepsKeyOrder(p) {
+		t.Fatal("the webhook publisher does not keep a key's order when pipelined")
+	}
+	var run []courier.Message
+	for n := 1; n <= 6; n++ {
+		run = append(run, courier.NewMessage("orders", "k", "T", fmt.Appendf(nil, `{"n":%d}`, n), courier.WithContentType(courier.ContentTypeJSON)))
+	}
+	errs := p.Publish(context.Background(), run)
+	for i, err := range errs {
+		switch n := i + 1; {
+		case n == 2 && !broker.Permanent(err):
+			t.Errorf("message 2 (410 Gone): %v; want a refusal for good", err)
+		case n == 5 && (err == nil || errors.Is(err, broker.ErrUnavailable)):
+			t.Errorf("message 5 (500): %v; want a counted failure", err)
+		case n == 6 && !errors.Is(err, broker.ErrUnavailable):
+			t.Errorf("message 6, after the failed 5: %v; want it held back (ErrUnavailable)", err)
+		case n != 2 && n < 5 && err != nil:
+			t.Errorf("message %d: %v", n, err)
+		}
+	}
+	want := []string{`{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`, `{"n":5}`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the endpoint got %v, want %v", got, want)
 	}
 }
 

@@ -126,12 +126,13 @@
 // the receiver answers. The relay publishes a key's messages one after
 // another (relay package documentation, Ordering): a claim takes none of a
 // key's rows while another of them is leased or waits for a retry,
-// whichever relay holds it, and since the webhook Publisher (and the
-// shop's fanout over it) is no broker.OrderKeeper, a batch sends a key's
-// next message only once the previous one was published. The webhook
-// Publisher does not pipeline a key either: it sends a key's messages one
-// after the other, each once the previous one was answered 2xx, and none
-// after one that failed. The receiver's webhook.Handler answers 2xx only
+// whichever relay holds it, and since the shop's fanout over the webhook
+// Publishers is no broker.OrderKeeper, a batch sends a key's next message
+// only once the previous one was published. The webhook Publisher does not
+// pipeline a key on the wire either, even when handed a key's run (it is a
+// broker.OrderKeeper): it sends a key's messages one after the other, each
+// once the previous one was answered 2xx, and none after one that failed
+// other than for good. The receiver's webhook.Handler answers 2xx only
 // with its inbox consumer's verdict, which comes once the inbox transaction
 // committed (200) or the message was parked (202). When the sender gives up
 // on a request whose message an instance is still applying (a timeout, the
