@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -44,6 +45,34 @@ type PGServer struct {
 // runs as the user postgres, since PostgreSQL refuses to run as root.
 func StartPostgres(t testing.TB, settings ...string) *PGServer {
 	t.Helper()
+	s := newPGServer(t, settings)
+	s.run(t, "initdb", "-D", s.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// StartStandby starts a streaming standby of primary, with settings on top
+// of the defaults: a base backup of primary that streams its log
+// (pg_basebackup -R writes primary_conninfo and standby.signal), on a data
+// directory and port of its own. It accepts read-only queries once it has
+// caught up with the backup; Promote makes it a primary. Name it in the
+// primary's synchronous_standby_names as "*".
+func StartStandby(t testing.TB, primary *PGServer, settings ...string) *PGServer {
+	t.Helper()
+	s := newPGServer(t, settings)
+	s.run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", "postgres",
+		"-D", s.dir, "-R", "-X", "stream", "-c", "fast", "--no-sync")
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// newPGServer returns a server, not started, on a new data directory's
+// path and a free port; as root, its commands run as the user postgres,
+// since PostgreSQL refuses to run as root.
+func newPGServer(t testing.TB, settings []string) *PGServer {
+	t.Helper()
 	bin := Need(t, EnvPostgresBin)
 	s := &PGServer{t: t, bin: bin, port: FreePort(t), settings: settings}
 	base, err := os.MkdirTemp("", "courier-pg-")
@@ -58,15 +87,30 @@ func StartPostgres(t testing.TB, settings ...string) *PGServer {
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		Must(t, os.Chown(base, uid, gid), "chown data dir")
 	}
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", s.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
 	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
-	s.Start()
-	t.Cleanup(s.Kill)
 	return s
+}
+
+// run runs one of PostgreSQL's programs as the server's user.
+func (s *PGServer) run(t testing.TB, program string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, program), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", program, err, out)
+	}
+}
+
+// Port is the server's port on 127.0.0.1.
+func (s *PGServer) Port() int { return s.port }
+
+// Promote ends a standby's recovery (pg_ctl promote) and waits until it
+// has become a primary. It sends a signal rather than calling pg_promote,
+// whose query would hold a snapshot that the log still to replay can
+// conflict with, cancelling it after max_standby_streaming_delay.
+func (s *PGServer) Promote() {
+	s.t.Helper()
+	s.run(s.t, "pg_ctl", "promote", "-D", s.dir, "-w", "-t", "60")
 }
 
 // Start starts the server (again) and waits until it accepts queries.
@@ -116,6 +160,46 @@ func (s *PGServer) Stop() { s.signal(syscall.SIGINT) }
 // Kill kills the postmaster with SIGKILL, as a crash would; Start then
 // recovers from the log.
 func (s *PGServer) Kill() { s.signal(syscall.SIGKILL) }
+
+// Crash kills the whole server at once, every backend, walsender and
+// helper process and then the postmaster, as a crash of its host would:
+// unlike after Kill, no backend serves a query or answers a client after
+// it. (Each of the postmaster's children is a process group of its own,
+// so the children are found by their parent.)
+func (s *PGServer) Crash() {
+	if s.cmd == nil {
+		return
+	}
+	for _, pid := range childrenOf(s.cmd.Process.Pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	s.signal(syscall.SIGKILL)
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so read after
+		// its closing parenthesis.
+		rest := stat[bytes.LastIndexByte(stat, ')')+1:]
+		var state string
+		var ppid int
+		if _, err := fmt.Sscan(string(rest), &state, &ppid); err == nil && ppid == pid {
+			kids = append(kids, child)
+		}
+	}
+	return kids
+}
 
 func (s *PGServer) signal(sig syscall.Signal) {
 	if s.cmd == nil {
