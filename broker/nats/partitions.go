@@ -371,8 +371,13 @@ func (p *partitions) stopPump(part int, h *held) {
 // drain (at most MemberTimeout), for the deliveries handed out to be
 // settled and their acknowledgements to reach the server, and deletes this
 // member's consumer of the partition, so that the next owner's consumer
-// starts at the oldest message not acknowledged. Deliveries that outlast
-// the wait come again to the next owner, which skips those applied.
+// starts at the oldest message not acknowledged. Without drain (the
+// subscriber closes) it does not wait for deliveries still unsettled, but
+// when none is, it still waits for the server to have the acknowledgements
+// sent: acknowledgements are not answered, and the server may take them
+// after the consumer's deletion, which would bring their messages again.
+// Deliveries that outlast the wait come again to the next owner, which
+// skips those applied.
 func (p *partitions) Release(ctx context.Context, part int, drain bool) {
 	p.mu.Lock()
 	h := p.held[part]
@@ -381,23 +386,25 @@ func (p *partitions) Release(ctx context.Context, part int, drain bool) {
 		return
 	}
 	p.stopPump(part, h)
-	if drain {
-		p.drain(ctx, h)
+	wait := p.cfg.MemberTimeout
+	if !drain {
+		wait = 0 // only what is settled already
 	}
+	p.drain(ctx, h, wait)
 	if err := p.js.DeleteConsumer(ctx, p.stream, h.name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		p.log.Warn("nats: could not delete the consumer of a partition given up; the partition's next owner takes it over once this member is gone, or the server drops it a minute or more after its last pull", "partition", part, "consumer", h.name, "error", err)
 	}
 }
 
-// drain waits, at most MemberTimeout, until h's deliveries are settled and
-// the server has their acknowledgements (its acknowledgement floor has
-// reached the last message handed out; what was pulled ahead and never
-// handed out stays pending, for the next owner): a handover then brings
-// nothing again.
-func (p *partitions) drain(ctx context.Context, h *held) {
+// drain waits, up to settle, until h's deliveries are settled, and then,
+// at most MemberTimeout in all, until the server has their
+// acknowledgements (its acknowledgement floor has reached the last message
+// handed out; what was pulled ahead and never handed out stays pending,
+// for the next owner): a handover then brings nothing again.
+func (p *partitions) drain(ctx context.Context, h *held, settle time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.MemberTimeout)
 	defer cancel()
-	if !h.pump.Drain(ctx, p.cfg.MemberTimeout) {
+	if !h.pump.Drain(ctx, settle) {
 		return
 	}
 	for {
