@@ -39,8 +39,10 @@ type Owner interface {
 	// group drains when it hands a partition to another member alive, not
 	// when it stops (what the consumer did not settle by then, it will
 	// not) nor after a gap in its run (the partition was taken meanwhile).
-	// The group releases several partitions at once, each in a call of its
-	// own.
+	// Without drain, an Owner whose acknowledgements are not answered
+	// still waits for the broker to have those of the deliveries already
+	// settled. The group releases several partitions at once, each in a
+	// call of its own.
 	Release(ctx context.Context, p int, drain bool)
 }
 
