@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -147,161 +146,14 @@ func fmtErr(err error) string {
 	return err.Error()
 }
 
-// tcpProxy forwards connections to a database, and can go away and come
-// back on the same address: to the relay behind it, the database is down
-// (connections reset, new ones refused), then up again. It can also freeze:
-// connections stay open and nothing gets through, as with a database host
-// gone silent.
-type tcpProxy struct {
-	t      testing.TB
-	target string
-	addr   string
-
-	mu     sync.Mutex
-	ln     net.Listener // nil while down
-	conns  map[net.Conn]struct{}
-	thawed chan struct{} // closed unless frozen
-	wg     sync.WaitGroup
-}
-
-func startProxy(t testing.TB, target string) *tcpProxy {
-	thawed := make(chan struct{})
-	close(thawed)
-	p := &tcpProxy{t: t, target: target, addr: "127.0.0.1:0", conns: map[net.Conn]struct{}{}, thawed: thawed}
-	p.up()
-	t.Cleanup(p.down)
-	return p
-}
-
-func (p *tcpProxy) up() {
-	p.t.Helper()
-	var ln net.Listener
-	var err error
-	for range 50 { // the port may take a moment to be free again
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	testenv.Must(p.t, err, "proxy listen")
-	p.mu.Lock()
-	p.ln, p.addr = ln, ln.Addr().String()
-	p.mu.Unlock()
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if !p.track(c) {
-				continue
-			}
-			p.wg.Go(func() { p.pipe(c) })
-		}
-	})
-}
-
-// track registers c, or closes it when the proxy went down meanwhile.
-func (p *tcpProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln == nil {
-		c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *tcpProxy) pipe(c net.Conn) {
-	defer c.Close()
-	s, err := net.Dial("tcp", p.target)
-	if err != nil || !p.track(s) {
-		return
-	}
-	defer s.Close()
-	var wg sync.WaitGroup
-	wg.Go(func() { p.copy(s, c); s.Close() })
-	p.copy(c, s)
-	c.Close()
-	wg.Wait()
-	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, s)
-	p.mu.Unlock()
-}
-
-// copy forwards src to dst, holding what it read while the proxy is frozen.
-func (p *tcpProxy) copy(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			thawed := p.thawed
-			p.mu.Unlock()
-			<-thawed
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// freeze stops forwarding: connections stay open, nothing gets through.
-func (p *tcpProxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.thawed = make(chan struct{})
-}
-
-// thaw forwards again.
-func (p *tcpProxy) thaw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.thawed:
-	default:
-		close(p.thawed)
-	}
-}
-
-// down closes the listener and every connection, and waits until the
-// proxy's goroutines are gone.
-func (p *tcpProxy) down() {
-	p.thaw() // held data then meets closed connections
-	p.mu.Lock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-// url returns the harness's database URL through the proxy.
-func (p *tcpProxy) url(t testing.TB, base string) string {
-	u, err := url.Parse(base)
-	testenv.Must(t, err, "parse database url")
-	u.Host = p.addr
-	return u.String()
-}
-
 // proxiedStore points the harness's relay store at the PostgreSQL database
 // through a proxy the test can take down; the application keeps writing
 // directly. (A SQLite file has no connection to take away.)
-func proxiedStore(t *testing.T, h *harness) *tcpProxy {
+func proxiedStore(t *testing.T, h *harness) *testenv.Proxy {
 	pgURL, err := url.Parse(h.pg.URL)
 	testenv.Must(t, err, "parse database url")
-	p := startProxy(t, pgURL.Host)
-	cfg, err := pgxpool.ParseConfig(p.url(t, h.pg.URL))
+	p := testenv.StartProxy(t, pgURL.Host)
+	cfg, err := pgxpool.ParseConfig(p.URL(t, h.pg.URL))
 	testenv.Must(t, err, "pool config")
 	cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
@@ -326,7 +178,7 @@ func TestStateShowsDatabaseOutageAndRecovery(t *testing.T) {
 		t.Fatalf("before the outage: %+v (check: %v); want healthy", s, s.Check(0))
 	}
 
-	proxy.down()
+	proxy.Down()
 	testenv.Eventually(t, 20*time.Second, func() bool { return r.State().ClaimFailures >= 3 },
 		"claims do not fail while the database is unreachable: %v", testenv.Lazy(func() any { return r.State() }))
 	h.produce(20, 5, 10) // written meanwhile, straight to the database
@@ -344,7 +196,7 @@ func TestStateShowsDatabaseOutageAndRecovery(t *testing.T) {
 			down.LastClaim, s.LastClaim, down.ClaimFailingSince, s.ClaimFailingSince)
 	}
 
-	proxy.up()
+	proxy.Up()
 	h.waitDrained(30 * time.Second)
 	testenv.Eventually(t, 10*time.Second, func() bool { s := r.State(); return s.ClaimFailures == 0 && s.Metrics.Published == 50 },
 		"claims still failing, or not all counted: %v", testenv.Lazy(func() any { return r.State() }))
@@ -386,7 +238,7 @@ func TestStateShowsFailedCompletion(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the relay published nothing")
 	}
-	proxy.down()
+	proxy.Down()
 	close(gate.release)
 	testenv.Eventually(t, 20*time.Second, func() bool { return r.State().CompleteError != "" },
 		"the failed completion does not show: %v", testenv.Lazy(func() any { return r.State() }))
@@ -395,7 +247,7 @@ func TestStateShowsFailedCompletion(t *testing.T) {
 		t.Fatalf("state with outcomes failing: %+v; want since when, and nothing counted published", s)
 	}
 
-	proxy.up()
+	proxy.Up()
 	h.waitDrained(30 * time.Second)
 	testenv.Eventually(t, 10*time.Second, func() bool { return r.State().CompleteError == "" }, "completion error not cleared: %v",
 		testenv.Lazy(func() any { return r.State() }))
@@ -420,7 +272,7 @@ func TestStateShowsSilentDatabase(t *testing.T) {
 	h.produce(10, 5, 10)
 	h.waitDrained(20 * time.Second)
 
-	proxy.freeze()
+	proxy.Freeze()
 	testenv.Eventually(t, 20*time.Second, func() bool { return r.State().ClaimFailures >= 2 },
 		"claims neither succeed nor fail while the database is silent: %v", testenv.Lazy(func() any { return r.State() }))
 	s := r.State()
@@ -431,7 +283,7 @@ func TestStateShowsSilentDatabase(t *testing.T) {
 		t.Errorf("check while the database is silent: %v; want unhealthy", err)
 	}
 
-	proxy.thaw()
+	proxy.Thaw()
 	h.produce(10, 5, 10)
 	h.waitDrained(30 * time.Second)
 	testenv.Eventually(t, 10*time.Second, func() bool { return r.State().Check(0) == nil }, "unhealthy after the database answered again: %v",
