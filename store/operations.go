@@ -252,7 +252,23 @@ type ReplicationSlot struct {
 	// reader of another database user unless this one may read all
 	// statistics (pg_read_all_stats).
 	LagSeconds *float64 `json:"lag_seconds"`
+	// Failover is PostgreSQL's flag (version 17 and later) that lets
+	// standbys keep a copy of the slot (with sync_replication_slots on
+	// them), so that a promoted standby has it; always false before
+	// version 17.
+	Failover bool `json:"failover"`
+	// Standbys counts the physical standbys streaming from the slot's
+	// server when the status was read.
+	Standbys int `json:"standbys"`
 }
+
+// LostOnFailover reports whether promoting one of the server's standbys
+// would leave the slot behind: standbys stream from the server and the
+// slot is not a failover slot. A CDC relay then makes a new slot on the
+// promoted server and publishes the outbox's rows again, but the
+// table-less messages (postgres.LogOnly) the old slot held unpublished
+// are lost.
+func (s ReplicationSlot) LostOnFailover() bool { return s.Standbys > 0 && !s.Failover }
 
 // Lost reports whether PostgreSQL has removed WAL the slot needs: its
 // reader can never read from it again.

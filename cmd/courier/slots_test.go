@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier"
 	couriernats "github.com/courier-go/courier/broker/nats"
@@ -170,4 +171,48 @@ func TestRelayCDCMetrics(t *testing.T) {
 	if v, ok := metricValue(body, "courier_cdc_reading"); !ok || v != 0 {
 		t.Fatalf("the standby's courier_cdc_reading: %v %v", v, ok)
 	}
+}
+
+// A logical slot on a server that streams to a standby is not kept there
+// before PostgreSQL 17's failover slots: status says what a promotion
+// would lose (table-less messages), in text and JSON, and says nothing
+// once no standby streams.
+func TestStatusWarnsOfSlotsAFailoverLeaves(t *testing.T) {
+	primary := testenv.StartPostgres(t)
+	standby := testenv.StartStandby(t, primary)
+	url := primary.URL
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	testenv.Must(t, err, "pool")
+	t.Cleanup(pool.Close)
+	_, err = postgres.NewDriver(pool).Migrate(ctx)
+	testenv.Must(t, err, "migrate")
+	_, err = pool.Exec(ctx, `SELECT pg_create_logical_replication_slot('courier_ha', 'pgoutput')`)
+	testenv.Must(t, err, "create slot")
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var n int
+		return pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'`).Scan(&n) == nil && n == 1
+	}, "the standby does not stream")
+
+	code, st, errOut := statusJSONOf(t, "--database-url", url)
+	if code != 0 || len(st.Slots) != 1 || st.Slots[0].Standbys != 1 || st.Slots[0].Failover || len(st.Warnings) != 1 ||
+		!strings.Contains(st.Warnings[0], "replication slot courier_ha is not kept on the 1 standby") {
+		t.Fatalf("status --json with a standby: exit %d, slots %+v, warnings %q, stderr %s", code, st.Slots, st.Warnings, errOut)
+	}
+	code, out, errOut := runCLI(t, "status", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "warning: replication slot courier_ha is not kept") || !strings.Contains(out, "table-less messages (postgres.LogOnly)") {
+		t.Fatalf("status with a standby: exit %d, stderr %s, output:\n%s", code, errOut, out)
+	}
+
+	standby.Stop()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var n int
+		return pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication`).Scan(&n) == nil && n == 0
+	}, "the standby still streams")
+	code, st, errOut = statusJSONOf(t, "--database-url", url)
+	if code != 0 || len(st.Slots) != 1 || st.Slots[0].Standbys != 0 || st.Warnings != nil {
+		t.Fatalf("status --json without a standby: exit %d, slots %+v, warnings %q, stderr %s", code, st.Slots, st.Warnings, errOut)
+	}
+	_, err = pool.Exec(ctx, `SELECT pg_drop_replication_slot('courier_ha')`)
+	testenv.Must(t, err, "drop slot")
 }

@@ -56,6 +56,7 @@ func (c *statusCmd) Run(e *env) error {
 		return err
 	}
 	failed := c.check(st)
+	warned := warnings(st)
 	if c.JSON {
 		nonNil(&st.Topics)
 		nonNil(&st.Relays)
@@ -65,12 +66,15 @@ func (c *statusCmd) Run(e *env) error {
 		nonNil(&st.Slots)
 		if err := writeJSON(e, statusJSON{
 			Pending: st.Outbox.Pending, Leased: st.Outbox.Leased, InBackoff: st.Outbox.InBackoff, DeadLetters: st.Outbox.DeadLetters,
-			OldestPendingAgeS: st.Outbox.OldestPendingAge().Seconds(), Status: st, Failed: failed,
+			OldestPendingAgeS: st.Outbox.OldestPendingAge().Seconds(), Status: st, Failed: failed, Warnings: warned,
 		}); err != nil {
 			return err
 		}
 	} else {
 		printStatus(e.stdout, st)
+		for _, w := range warned {
+			fmt.Fprintln(e.stdout, "\nwarning: "+w)
+		}
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%w: %s", errChecks, strings.Join(failed, "; "))
@@ -89,6 +93,22 @@ type statusJSON struct {
 	store.Status
 	// Failed lists the --fail-if checks that failed.
 	Failed []string `json:"failed_checks,omitempty"`
+	// Warnings are risks the status shows that no check asked about.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// warnings returns what st puts at risk without a --fail-if check: the
+// replication slots a failover would leave behind. Names from the
+// database are escaped for the terminal.
+func warnings(st store.Status) []string {
+	var w []string
+	for _, s := range st.Slots {
+		if s.LostOnFailover() {
+			w = append(w, fmt.Sprintf("replication slot %s is not kept on the %d standby(s) streaming from this server (it is not a failover slot: PostgreSQL 17's failover = true with sync_replication_slots on the standby, or this server is older). If a standby is promoted, the CDC relay makes a new slot there and publishes the outbox's rows again, but the table-less messages (postgres.LogOnly) it had not published are lost: write table rows (the default inserter) where a failover must lose nothing. See docs/operations.md, Running on a replicated PostgreSQL.",
+				escape.Line(s.Name), s.Standbys))
+		}
+	}
+	return w
 }
 
 // roundAbove rounds d, longer than limit, to whole seconds, or as finely as

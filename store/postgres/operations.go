@@ -58,14 +58,19 @@ SELECT count(*), coalesce(max(ctid)::text, '') FROM d`, true
 // pg_current_wal_lsn(), or on a standby the position replayed. The lag in
 // seconds is the reader's flush_lag: a CDC relay reports its confirmed
 // position as written, flushed and applied alike, and the flushed one is
-// what becomes the slot's confirmed_flush_lsn.
+// what becomes the slot's confirmed_flush_lsn. The failover flag is read
+// through to_jsonb, since the column exists only from PostgreSQL 17 on;
+// the standbys are the walsenders attached to no database (a logical
+// reader is attached to one).
 const slotsSQL = `WITH w AS (
 	SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn
 )
 SELECT s.slot_name::text, s.plugin::text, s.active, s.active_pid, coalesce(s.wal_status, ''),
 	coalesce(pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn), 0)::bigint,
 	coalesce(pg_wal_lsn_diff(w.lsn, s.restart_lsn), 0)::bigint,
-	extract(epoch FROM r.flush_lag)::float8
+	extract(epoch FROM r.flush_lag)::float8,
+	coalesce((to_jsonb(s) ->> 'failover')::bool, false),
+	(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender' AND datname IS NULL)::int
 FROM pg_replication_slots AS s CROSS JOIN w
 LEFT JOIN pg_stat_replication AS r ON s.active AND r.pid = s.active_pid
 WHERE s.slot_type = 'logical' AND s.database = current_database()

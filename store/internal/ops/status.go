@@ -74,7 +74,7 @@ func (o Ops) slots(ctx context.Context, _ time.Time, st *store.Status) error {
 			s   store.ReplicationSlot
 			pid *int32
 		)
-		if err := scan(&s.Name, &s.Plugin, &s.Active, &pid, &s.WALStatus, &s.LagBytes, &s.RetainedBytes, &s.LagSeconds); err != nil {
+		if err := scan(&s.Name, &s.Plugin, &s.Active, &pid, &s.WALStatus, &s.LagBytes, &s.RetainedBytes, &s.LagSeconds, &s.Failover, &s.Standbys); err != nil {
 			return err
 		}
 		if pid != nil {
