@@ -79,14 +79,7 @@ func newPGServer(t testing.TB, settings []string) *PGServer {
 	Must(t, err, "temp dir")
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
 	s.dir = filepath.Join(base, "data")
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		Must(t, err, "look up user postgres (PostgreSQL does not run as root)")
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		Must(t, os.Chown(base, uid, gid), "chown data dir")
-	}
+	s.cred = runAs(t, "postgres", base)
 	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
 	return s
 }
@@ -220,4 +213,20 @@ func (s *PGServer) signal(sig syscall.Signal) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+}
+
+// runAs returns, when the tests run as root, the credential of the user
+// name, made the owner of dir: database servers refuse to run as root. It
+// returns nil otherwise.
+func runAs(t testing.TB, name, dir string) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup(name)
+	Must(t, err, "look up user "+name+" (database servers do not run as root)")
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	Must(t, os.Chown(dir, uid, gid), "chown "+dir)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }

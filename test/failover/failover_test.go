@@ -1,6 +1,7 @@
-// Package failover runs the polling relay across a PostgreSQL failover: a
+// Package failover runs Courier's relays across a PostgreSQL failover: a
 // primary and a streaming standby of the test's own
-// (COURIER_TEST_POSTGRES_BIN), writers and a relay on a multi-host URL
+// (COURIER_TEST_POSTGRES_BIN), writers and a relay (polling or CDC, with
+// table rows or table-less messages) on a multi-host URL
 // (target_session_attrs=read-write), the primary crashed under load (every
 // one of its processes SIGKILLed at once) and the standby promoted. It counts what each replication mode loses
 // (committed and acknowledged to the writer, never published), publishes
@@ -23,10 +24,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/memory"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/relay"
+	"github.com/courier-go/courier/relay/cdc"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
 )
@@ -53,11 +56,49 @@ var modes = []mode{
 // counts are logged.
 func TestPollingRelayFollowsFailover(t *testing.T) {
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { runFailover(t, m) })
+		t.Run(m.name, func(t *testing.T) { runFailover(t, m, polling) })
 	}
 }
 
-func runFailover(t *testing.T, m mode) {
+// The CDC relay follows a promoted standby too: its slot is not on the
+// standby (PostgreSQL keeps a logical slot on one server only before
+// version 17's failover slots), so it makes a new one on the new primary
+// and publishes the table's rows first, as on its first start. Table rows
+// are as safe as with the polling relay, except that the log may hand the
+// relay a transaction the synchronous standby has not confirmed yet, a
+// phantom if the primary dies then (counted, not refused).
+func TestCDCRelayFollowsFailover(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { runFailover(t, m, cdcRows) })
+	}
+}
+
+// Table-less messages (postgres.LogOnly) have no row to sweep: the ones
+// the relay had not published when the primary died are lost with its
+// slot, in every replication mode (counted). Every one written on the new
+// primary, where a write fails until the relay's new slot exists, is
+// published.
+func TestTablelessMessagesAcrossFailover(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { runFailover(t, m, cdcTableless) })
+	}
+}
+
+// A relayKind is how messages are written and which relay publishes them.
+type relayKind struct {
+	name     string
+	cdc      bool // the CDC relay; else the polling relay
+	logOnly  bool // writers write table-less messages (postgres.LogOnly)
+	phantoms bool // phantoms are possible with synchronous replication
+}
+
+var (
+	polling      = relayKind{name: "polling"}
+	cdcRows      = relayKind{name: "cdc", cdc: true, phantoms: true}
+	cdcTableless = relayKind{name: "cdc, table-less", cdc: true, logOnly: true, phantoms: true}
+)
+
+func runFailover(t *testing.T, m mode, k relayKind) {
 	primary := testenv.StartPostgres(t, m.settings...)
 	standby := testenv.StartStandby(t, primary, "wal_retrieve_retry_interval=100ms")
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
@@ -73,91 +114,193 @@ func runFailover(t *testing.T, m mode) {
 	testenv.Must(t, err, "orders table")
 
 	log := slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	pub := memory.NewPublisher()
+	first := &firstPublish{}
+	run, swept := startRelay(t, d, k, pub, first, log)
+	rctx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- run(rctx) }()
+	t.Cleanup(func() { stopRelay(); <-relayDone })
+
+	ins := d.Inserter()
+	if k.logOnly {
+		ins = postgres.LogOnly()
+	}
+	w := pgWriter(d, ins)
+	var leases, leasedKeys int
+	killed, promoted := failOver(t, w, pub, func() time.Time {
+		primary.Crash()
+		standby.Promote()
+		promoted := time.Now()
+		first.from(promoted)
+		leases, leasedKeys = carriedLeases(t, pool, k)
+		return promoted
+	})
+	if k.logOnly {
+		unpublished := func() int { return len(w.unpublishedSince(promoted, pub.Messages())) }
+		testenv.Eventually(t, 60*time.Second, func() bool { return unpublished() == 0 },
+			"%d table-less messages written on the new primary not published", testenv.Lazy(func() any { return unpublished() }))
+	} else {
+		pending := func() int64 {
+			var c int64
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox").Scan(&c); err != nil {
+				return -1
+			}
+			return c
+		}
+		testenv.Eventually(t, 60*time.Second, func() bool { return pending() == 0 }, "outbox not drained on the new primary: %d rows",
+			testenv.Lazy(func() any { return pending() }))
+	}
+
+	got := tally(t, pool, w, pub.Messages())
+	t.Logf("%s, %s: %d written and acknowledged, %d on the new primary, %d published (%d distinct): %d lost, %d phantoms, %d duplicates, %d on the new primary never published; %d rows swept after the failover; the standby promoted %v after the kill, with %d live leases holding %d keys; the relay's first publish from it %v after the promotion",
+		k.name, m.name, got.acked, got.survived, got.deliveries, got.published, got.lost, got.phantoms, got.duplicates, got.unpublished,
+		swept(), promoted.Sub(killed).Round(time.Millisecond), leases, leasedKeys, first.when().Sub(promoted).Round(time.Millisecond))
+	if first.when().IsZero() {
+		t.Fatal("the relay published nothing from the new primary")
+	}
+	if !k.logOnly && got.unpublished != 0 {
+		t.Fatalf("%d transactions on the new primary never published", got.unpublished)
+	}
+	if m.sync && !k.logOnly && got.lost != 0 {
+		t.Fatalf("synchronous replication: %d lost; want none", got.lost)
+	}
+	if m.sync && !k.phantoms && got.phantoms != 0 {
+		t.Fatalf("synchronous replication: %d phantoms; want none", got.phantoms)
+	}
+	if k.cdc { // the relay makes its slot once the rows it swept are recorded
+		slots := func() (n int) {
+			_ = pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT temporary", cdc.DefaultSlot).Scan(&n)
+			return n
+		}
+		testenv.Eventually(t, 30*time.Second, func() bool { return slots() == 1 }, "the new primary has %d slots named %s; want the relay's",
+			testenv.Lazy(func() any { return slots() }), cdc.DefaultSlot)
+	}
+}
+
+// carriedLeases counts the polling relay's leases that the new primary
+// holds as live, and the keys they hold: leases whose claim reached the
+// standby but whose completion did not. Their rows, and the later
+// messages of their keys, wait until the lease ends.
+func carriedLeases(t *testing.T, pool *pgxpool.Pool, k relayKind) (leases, keys int) {
+	if k.cdc {
+		return 0, 0
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { // the pool's connections to the old primary fail first
+		return pool.QueryRow(context.Background(), `SELECT count(*), coalesce(sum(cardinality(keys)), 0) FROM courier_outbox_leases WHERE until > now()`).Scan(&leases, &keys) == nil
+	}, "could not read the leases on the new primary")
+	return leases, keys
+}
+
+// startRelay makes k's relay on d, publishing to pub and telling first of
+// its calls. It returns the relay's Run and a count of the rows it swept
+// from the table since it started (the CDC relay, making a slot; 0 for the
+// polling relay).
+func startRelay(t *testing.T, d postgres.Driver, k relayKind, pub broker.Publisher, first *firstPublish, log *slog.Logger) (run func(context.Context) error, swept func() int64) {
+	ctx := context.Background()
+	backoff := relay.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
+	if k.cdc {
+		r, err := cdc.New(d.CDC(), pub, cdc.Config{Backoff: backoff, Standby: 100 * time.Millisecond, Observer: first, Logger: log})
+		testenv.Must(t, err, "cdc relay")
+		return r.Run, func() int64 { return r.Stats().Swept }
+	}
 	rs, err := d.RelayStore(ctx, store.RelayConfig{})
 	testenv.Must(t, err, "relay store")
 	n, err := d.Notifier(log)
 	testenv.Must(t, err, "notifier")
-	pub := memory.NewPublisher()
-	firstAfter := &firstPublish{RelayStore: rs}
-	r, err := relay.New(firstAfter, pub, relay.Config{Notifier: n, LeaseDuration: 5 * time.Second, PollInterval: 50 * time.Millisecond,
-		Backoff: relay.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}, Observer: firstAfter, Logger: log})
+	first.RelayStore = rs
+	r, err := relay.New(first, pub, relay.Config{Notifier: n, LeaseDuration: 5 * time.Second, PollInterval: 50 * time.Millisecond,
+		Backoff: backoff, Observer: first, Logger: log})
 	testenv.Must(t, err, "relay")
-	rctx, stopRelay := context.WithCancel(ctx)
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- r.Run(rctx) }()
-	t.Cleanup(func() { stopRelay(); <-relayDone })
-
-	w := &writer{pool: pool, w: outbox.New(d.Inserter(), outbox.Config{})}
-	wctx, stopWriting := context.WithCancel(ctx)
-	writing := make(chan struct{})
-	go func() { defer close(writing); w.run(wctx) }()
-	t.Cleanup(func() { stopWriting(); <-writing })
-
-	testenv.Eventually(t, 30*time.Second, func() bool { return w.ackedCount() >= 300 && len(pub.Messages()) >= 100 },
-		"writers acknowledged %d, relay published %d before the failover", testenv.Lazy(func() any { return w.ackedCount() }),
-		testenv.Lazy(func() any { return len(pub.Messages()) }))
-	killed := time.Now()
-	primary.Crash()
-	standby.Promote()
-	promoted := time.Now()
-	firstAfter.from(promoted)
-	before := w.ackedCount()
-	testenv.Eventually(t, 60*time.Second, func() bool { return w.ackedCount() >= before+300 },
-		"writers acknowledged %d after the promotion", testenv.Lazy(func() any { return w.ackedCount() - before }))
-	stopWriting()
-	<-writing
-	pending := func() int64 {
-		var c int64
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox").Scan(&c); err != nil {
-			return -1
-		}
-		return c
-	}
-	testenv.Eventually(t, 60*time.Second, func() bool { return pending() == 0 }, "outbox not drained on the new primary: %d rows",
-		testenv.Lazy(func() any { return pending() }))
-
-	got := tally(t, pool, w, pub.Messages())
-	t.Logf("%s: %d written and acknowledged, %d on the new primary, %d published (%d distinct): %d lost, %d phantoms, %d duplicates; the standby promoted %v after the kill, the relay's first publish from it %v after the promotion",
-		m.name, got.acked, got.survived, got.deliveries, got.published, got.lost, got.phantoms, got.duplicates,
-		promoted.Sub(killed).Round(time.Millisecond), firstAfter.when().Sub(promoted).Round(time.Millisecond))
-	if got.unpublished != 0 {
-		t.Fatalf("%d transactions on the new primary never published", got.unpublished)
-	}
-	if m.sync && (got.lost != 0 || got.phantoms != 0) {
-		t.Fatalf("synchronous replication: %d lost, %d phantoms; want none", got.lost, got.phantoms)
-	}
+	return r.Run, func() int64 { return 0 }
 }
 
-// writer commits one order and its message per transaction, numbered, for
-// ten keys, through the failover: a transaction whose commit failed is not
-// written again (it may or may not have committed), the next one is.
+// writer commits one order and its message per transaction (commit),
+// numbered, for ten keys, through the failover: a transaction whose commit
+// failed is not written again (it may or may not have committed), the
+// next one is.
 type writer struct {
-	pool *pgxpool.Pool
-	w    *outbox.Writer[pgx.Tx]
+	commit func(ctx context.Context, n int64, msg courier.Message) error
 
 	mu    sync.Mutex
-	acked []int64 // commits that returned nil
+	acked []int64     // commits that returned nil
+	at    []time.Time // when each returned
+}
+
+// pgWriter is a writer on PostgreSQL, writing messages through ins.
+func pgWriter(d postgres.Driver, ins store.Inserter[pgx.Tx]) *writer {
+	w := outbox.New(ins, outbox.Config{})
+	return &writer{commit: func(ctx context.Context, n int64, msg courier.Message) error {
+		return d.InTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO failover_orders (n) VALUES ($1)", n); err != nil {
+				return err
+			}
+			return w.Write(ctx, tx, msg)
+		})
+	}}
 }
 
 func (w *writer) run(ctx context.Context) {
-	d := postgres.NewDriver(w.pool)
 	for n := int64(0); ctx.Err() == nil; n++ {
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := d.InTx(tctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(tctx, "INSERT INTO failover_orders (n) VALUES ($1)", n); err != nil {
-				return err
-			}
-			return w.w.Write(tctx, tx, courier.NewMessage("orders", "k"+strconv.FormatInt(n%10, 10), "OrderPlaced", []byte(strconv.FormatInt(n, 10))))
-		})
+		err := w.commit(tctx, n, courier.NewMessage("orders", "k"+strconv.FormatInt(n%10, 10), "OrderPlaced", []byte(strconv.FormatInt(n, 10))))
 		cancel()
 		if err != nil {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
 		w.mu.Lock()
-		w.acked = append(w.acked, n)
+		w.acked, w.at = append(w.acked, n), append(w.at, time.Now())
 		w.mu.Unlock()
 	}
+}
+
+// acks returns the commits that returned nil.
+func (w *writer) acks() []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.acked)
+}
+
+// failOver runs w in the background, waits for it and the relay (which
+// published to pub) to be under way, calls failover (crash the primary,
+// promote the standby, move the clients if need be), waits for w to
+// commit on the new primary, and stops it. It returns when the primary
+// was killed and when it was promoted, as failover says.
+func failOver(t *testing.T, w *writer, pub *memory.Publisher, failover func() (promoted time.Time)) (killed, promoted time.Time) {
+	wctx, stopWriting := context.WithCancel(context.Background())
+	writing := make(chan struct{})
+	go func() { defer close(writing); w.run(wctx) }()
+	t.Cleanup(func() { stopWriting(); <-writing })
+	testenv.Eventually(t, 30*time.Second, func() bool { return w.ackedCount() >= 300 && len(pub.Messages()) >= 100 },
+		"writers acknowledged %d, relay published %d before the failover", testenv.Lazy(func() any { return w.ackedCount() }),
+		testenv.Lazy(func() any { return len(pub.Messages()) }))
+	killed = time.Now()
+	promoted = failover()
+	before := w.ackedCount()
+	testenv.Eventually(t, 60*time.Second, func() bool { return w.ackedCount() >= before+300 },
+		"writers acknowledged %d after the promotion", testenv.Lazy(func() any { return w.ackedCount() - before }))
+	stopWriting()
+	<-writing
+	return killed, promoted
+}
+
+// unpublishedSince returns the commits acknowledged after since that msgs
+// does not hold.
+func (w *writer) unpublishedSince(since time.Time, msgs []courier.Message) []int64 {
+	published := map[string]bool{}
+	for _, m := range msgs {
+		published[string(m.Payload)] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var missing []int64
+	for i, n := range w.acked {
+		if w.at[i].After(since) && !published[strconv.FormatInt(n, 10)] {
+			missing = append(missing, n)
+		}
+	}
+	return missing
 }
 
 func (w *writer) ackedCount() int {
@@ -175,15 +318,22 @@ type counts struct {
 	unpublished                            int // on the new primary, never published
 }
 
-// tally compares what the writers saw committed, what the new primary
-// holds and what was published, and checks each key's order among the
-// first copies.
+// tally reads what the new primary holds and counts (count) what the
+// failover did.
 func tally(t *testing.T, pool *pgxpool.Pool, w *writer, msgs []courier.Message) counts {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), "SELECT n FROM failover_orders")
 	testenv.Must(t, err, "read the orders")
 	survived, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	testenv.Must(t, err, "read the orders")
+	return count(t, survived, w.acks(), msgs)
+}
+
+// count compares what the writers saw committed (acked), what the new
+// primary holds (survived) and what was published (msgs), and checks each
+// key's order among the first copies.
+func count(t *testing.T, survived, acked []int64, msgs []courier.Message) counts {
+	t.Helper()
 	onPrimary := map[int64]bool{}
 	for _, n := range survived {
 		onPrimary[n] = true
@@ -202,9 +352,6 @@ func tally(t *testing.T, pool *pgxpool.Pool, w *writer, msgs []courier.Message) 
 		}
 		last[m.Key] = n
 	}
-	w.mu.Lock()
-	acked := slices.Clone(w.acked)
-	w.mu.Unlock()
 	c := counts{acked: len(acked), survived: len(survived), deliveries: len(msgs), published: len(seen)}
 	for _, n := range acked {
 		if seen[n] == 0 {
@@ -226,10 +373,13 @@ func tally(t *testing.T, pool *pgxpool.Pool, w *writer, msgs []courier.Message) 
 }
 
 // firstPublish notes when the relay first published from the new
-// primary: the first acknowledged publish of a batch whose claim started
-// after the promotion. It wraps the relay's store to see the claims.
+// primary. For the polling relay, whose store it wraps to see the claims:
+// the first acknowledged publish of a batch whose claim started after the
+// promotion. For the CDC relay: the first acknowledged publish of a call
+// that started after the promotion (the old primary's connection was dead
+// by then, so what it carries came from the new one).
 type firstPublish struct {
-	store.RelayStore
+	store.RelayStore // the polling relay's; nil for the CDC relay
 	relay.NopObserver
 	since   atomic.Int64 // the promotion, unix nanoseconds; 0: not yet
 	claimed atomic.Bool  // a claim started since leased rows
@@ -249,10 +399,16 @@ func (f *firstPublish) Claim(ctx context.Context, owner string, limit int, lease
 }
 
 // Published records the first call with a message acknowledged after such
-// a claim.
-func (f *firstPublish) Published(_ []courier.Message, errs []error, _ time.Duration) {
-	if f.claimed.Load() && slices.Contains(errs, nil) {
-		f.at.CompareAndSwap(0, time.Now().UnixNano())
+// a claim, or, for the CDC relay, that started after the promotion.
+func (f *firstPublish) Published(_ []courier.Message, errs []error, took time.Duration) {
+	now := time.Now()
+	since := f.since.Load()
+	after := f.claimed.Load()
+	if f.RelayStore == nil {
+		after = since != 0 && now.Add(-took).UnixNano() > since
+	}
+	if after && slices.Contains(errs, nil) {
+		f.at.CompareAndSwap(0, now.UnixNano())
 	}
 }
 
