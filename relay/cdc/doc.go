@@ -138,11 +138,28 @@
 // courier_cdc_slot_* gauges (metrics.Collector's Config.Slots), with the
 // relay's counters (Stats, through metrics.CDC) and a readiness check (Ready)
 // that says whether it reads the slot, makes it, or waits as a standby;
-// Database.Slot reads one slot's lag from Go. On PostgreSQL 17, a slot created
-// with failover = true is synchronised to physical standbys
-// (sync_replication_slots); a slot the relay makes is not, so on a
-// promoted standby the relay makes a new one and publishes the table's
-// rows as above.
+// Database.Slot reads one slot's lag from Go.
+//
+// # Failover
+//
+// A logical slot lives on one server: a promoted standby does not have it
+// (PostgreSQL 17 can keep a copy of a slot made with failover = true on
+// standbys that set sync_replication_slots; a slot the relay makes is not
+// one). Given every server in one URL (host=a,b with
+// target_session_attrs=read-write, which the pool and the replication
+// connection both follow), the relay reconnects to the promoted server by
+// itself, finds no slot there and makes one, publishing the table's rows
+// first, as on its first start. So table rows survive a failover as they
+// do with the polling relay, with two differences: the relay publishes
+// the whole table again (duplicates, dropped by message id), and the log
+// may hand it a transaction the synchronous standby has not confirmed
+// yet (PostgreSQL decodes what the primary has flushed), so a primary that
+// dies then leaves a phantom: a message published for a transaction the
+// promoted server does not have. Table-less messages have no row to
+// publish again: those the old slot held unpublished are lost.
+// `courier status` warns of a slot that a promotion would leave behind
+// (store.ReplicationSlot.LostOnFailover). docs/operations.md, Running on a
+// replicated PostgreSQL, has what test/failover measured.
 //
 // The relay reads and writes the database through Database, which
 // store/postgres implements (postgres.Driver.CDC): the publication and
