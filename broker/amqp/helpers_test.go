@@ -18,7 +18,7 @@ import (
 // setup returns a Config on the test broker with an exchange of the test's
 // own, and declares topo on it, its queue named after topo.Queue (none when
 // empty). It returns the queue's name. Both are deleted when the test ends.
-func setup(t *testing.T, topo amqp.Topology) (amqp.Config, string) {
+func setup(t testing.TB, topo amqp.Topology) (amqp.Config, string) {
 	t.Helper()
 	cfg, err := amqp.ParseURL(testenv.AMQP(t))
 	testenv.Must(t, err, "parse url")
@@ -68,7 +68,7 @@ func partitioned(t *testing.T, cfg amqp.Config, name string, n int) string {
 }
 
 // withChannel runs fn on a channel of a fresh connection.
-func withChannel(t *testing.T, cfg amqp.Config, fn func(ch *amqp091.Channel) error) {
+func withChannel(t testing.TB, cfg amqp.Config, fn func(ch *amqp091.Channel) error) {
 	t.Helper()
 	conn, err := amqp091.Dial(cfg.URL)
 	testenv.Must(t, err, "dial")
