@@ -20,7 +20,15 @@ import (
 // empty). It returns the queue's name. Both are deleted when the test ends.
 func setup(t testing.TB, topo amqp.Topology) (amqp.Config, string) {
 	t.Helper()
-	cfg, err := amqp.ParseURL(testenv.AMQP(t))
+	return setupOn(t, testenv.AMQP(t), topo)
+}
+
+// setupOn is setup on the broker at url, such as a node of the test's own
+// ([testenv.StartRabbitMQ]) for a test that stops it or changes its
+// settings.
+func setupOn(t testing.TB, url string, topo amqp.Topology) (amqp.Config, string) {
+	t.Helper()
+	cfg, err := amqp.ParseURL(url)
 	testenv.Must(t, err, "parse url")
 	cfg.Exchange = testenv.Name("courier_t_")
 	if topo.Queue != "" {

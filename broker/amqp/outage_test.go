@@ -22,9 +22,9 @@ import (
 // first arrive in the order they were written, and the outage makes no
 // dead letter.
 func TestBrokerRestartLosesNothing(t *testing.T) {
-	cfg, q := setup(t, amqp.Topology{Queue: "outage"})
-	rabbitmqctl(t, "await_startup") // skips without rabbitmqctl
-	t.Cleanup(func() { rabbitmqctl(t, "start_app") })
+	// A node of the test's own, which the test stops and starts.
+	srv := testenv.StartRabbitMQ(t)
+	cfg, q := setupOn(t, srv.URL, amqp.Topology{Queue: "outage"})
 	const total, keys = 2000, 50
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -106,10 +106,10 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 
 	testenv.Eventually(t, 60*time.Second, func() bool { return received() >= 300 }, "only %v of the first 300 messages arrived", testenv.Lazy(func() any { return received() }))
 	stopped := time.Now()
-	rabbitmqctl(t, "stop_app")
+	srv.Ctl("stop_app")
 	t.Logf("stop_app done after %s, %d messages received", time.Since(stopped).Round(time.Millisecond), received())
 	time.Sleep(3 * time.Second)
-	rabbitmqctl(t, "start_app")
+	srv.Ctl("start_app")
 	t.Logf("start_app done %s after stop_app began", time.Since(stopped).Round(time.Millisecond))
 
 	testenv.Must(t, <-writerDone, "write")

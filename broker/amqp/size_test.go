@@ -3,7 +3,6 @@ package amqp_test
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -11,29 +10,15 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/internal/testenv"
 )
 
-// rabbitmqctl runs rabbitmqctl with args, skipping the test when it is not
-// installed here (the broker runs elsewhere).
-func rabbitmqctl(t *testing.T, args ...string) string {
-	t.Helper()
-	path, err := exec.LookPath("rabbitmqctl")
-	if err != nil {
-		t.Skip("needs rabbitmqctl on PATH, to change the broker's settings")
-	}
-	out, err := exec.Command(path, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 func TestTooLargeIsRejected(t *testing.T) {
-	cfg, q := setup(t, amqp.Topology{Queue: "size"})
+	// A node of the test's own: the limit applies to every publisher.
+	srv := testenv.StartRabbitMQ(t)
+	cfg, q := setupOn(t, srv.URL, amqp.Topology{Queue: "size"})
 	const limit = 64 << 10
-	old := strings.TrimSpace(rabbitmqctl(t, "eval", "{ok, V} = application:get_env(rabbit, max_message_size), V."))
-	rabbitmqctl(t, "eval", "application:set_env(rabbit, max_message_size, 65536).")
-	t.Cleanup(func() { rabbitmqctl(t, "eval", "application:set_env(rabbit, max_message_size, "+old+").") })
+	srv.Ctl("eval", "application:set_env(rabbit, max_message_size, 65536).")
 	// Channels read the limit when they open.
 	pub := newPublisher(t, cfg)
 
@@ -68,8 +53,9 @@ func TestTooLargeIsRejected(t *testing.T) {
 // A memory alarm blocks publishers: publishing fails as an outage, never
 // counted, and resumes when the alarm clears.
 func TestMemoryAlarmIsUnavailable(t *testing.T) {
-	cfg, q := setup(t, amqp.Topology{Queue: "alarm"})
-	rabbitmqctl(t, "await_startup")
+	// A node of the test's own: the alarm blocks every publisher.
+	srv := testenv.StartRabbitMQ(t)
+	cfg, q := setupOn(t, srv.URL, amqp.Topology{Queue: "alarm"})
 	pub, err := amqp.NewPublisher(amqp.PublisherConfig{Config: cfg, ConfirmTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -77,16 +63,8 @@ func TestMemoryAlarmIsUnavailable(t *testing.T) {
 	defer pub.Close()
 	mustPublish(t, pub, messages("orders", 10, 2))
 
-	old := strings.TrimSpace(rabbitmqctl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
-	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.0000001")
-	cleared := false
-	clear := func() {
-		if !cleared {
-			cleared = true
-			rabbitmqctl(t, "eval", "vm_memory_monitor:set_vm_memory_high_watermark("+old+").")
-		}
-	}
-	t.Cleanup(clear)
+	old := strings.TrimSpace(srv.Ctl("eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
+	srv.Ctl("set_vm_memory_high_watermark", "0.0000001")
 	for i := range 3 {
 		start := time.Now()
 		errs := pub.Publish(context.Background(), messages("orders", 10, 2))
@@ -97,7 +75,7 @@ func TestMemoryAlarmIsUnavailable(t *testing.T) {
 		}
 		t.Logf("publish %d during the alarm failed in %s: %v", i, time.Since(start).Round(time.Millisecond), errs[0])
 	}
-	clear()
+	srv.Ctl("eval", "vm_memory_monitor:set_vm_memory_high_watermark("+old+").")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := errors.Join(pub.Publish(context.Background(), messages("orders", 10, 2))...)

@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +40,7 @@ func topics(s settings) []string {
 // active consumer bound to every topic under the prefix, both deleted when
 // t ends, and returns the target that publishes there and consumes the
 // queue.
-func rabbitMQ(t *testing.T) target {
-	base := testenv.AMQP(t)
+func rabbitMQ(t *testing.T, base string) target {
 	exchange, queue := testenv.Name("courier_chaos_"), testenv.Name("chaos_")
 	raw := base + "?exchange=" + exchange + "&prefix=chaos."
 	cfg, err := amqp.ParseURL(raw)
@@ -75,7 +73,7 @@ func rabbitMQ(t *testing.T) target {
 // message becomes a dead letter.
 func TestRelayKillsRabbitMQ(t *testing.T) {
 	s := transportSettings()
-	rr := startRelays(t, rabbitMQ(t), s)
+	rr := startRelays(t, rabbitMQ(t, testenv.AMQP(t)), s)
 	ctx, cancel := context.WithTimeout(context.Background(), s.chaosFor)
 	defer cancel()
 	rr.killRelays(ctx, 1)
@@ -121,20 +119,6 @@ func TestRelayKillsKafka(t *testing.T) {
 	rr.finish()
 }
 
-// rabbitmqctl runs rabbitmqctl with args, skipping the test when it is not
-// installed here (the broker runs elsewhere, out of the test's reach).
-func rabbitmqctl(t *testing.T, args ...string) {
-	t.Helper()
-	path, err := exec.LookPath("rabbitmqctl")
-	if err != nil {
-		t.Skip("needs rabbitmqctl on PATH, to stop and start RabbitMQ")
-	}
-	out, err := exec.Command(path, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
 // RabbitMQ's application stops (rabbitmqctl stop_app) for a few seconds and
 // starts again, twice, while courier relay processes drain a backlog
 // written just before: every message reaches the queue and is applied
@@ -144,9 +128,9 @@ func rabbitmqctl(t *testing.T, args ...string) {
 func TestRabbitMQRestartMidDrain(t *testing.T) {
 	s := transportSettings()
 	s.relays = 2
-	tgt := rabbitMQ(t)
-	rabbitmqctl(t, "await_startup") // skips without rabbitmqctl
-	t.Cleanup(func() { rabbitmqctl(t, "start_app") })
+	// A node of the test's own: other packages' tests use the machine's.
+	srv := testenv.StartRabbitMQ(t)
+	tgt := rabbitMQ(t, srv.URL)
 	rr := startRelays(t, tgt, s)
 	ctx := context.Background()
 	deadline := time.Now().Add(s.chaosFor)
@@ -158,11 +142,11 @@ func TestRabbitMQRestartMidDrain(t *testing.T) {
 		rr.writeBacklog(fmt.Sprintf("backlog%d", i), 1000, 40)
 		pending := rr.pendingWork(ctx)
 		began := time.Now()
-		rabbitmqctl(t, "stop_app")
+		srv.Ctl("stop_app")
 		stopped := time.Since(began)
 		time.Sleep(2 * time.Second)
 		held := rr.pendingWork(ctx)
-		rabbitmqctl(t, "start_app")
+		srv.Ctl("start_app")
 		t.Logf("restart %d: %d messages in the outbox when stop_app began, %d when start_app began; stop_app took %s, start_app done %s after it began",
 			i+1, pending, held, stopped.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 		if held == 0 {

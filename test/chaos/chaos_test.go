@@ -40,9 +40,10 @@
 //     single active consumer) and to Kafka (kfake, franz-go's cluster,
 //     started by the test and reached over its TCP listeners).
 //   - TestRabbitMQRestartMidDrain stops RabbitMQ's application and starts
-//     it again (rabbitmqctl stop_app, start_app; it needs rabbitmqctl on
-//     PATH and always starts the application again) twice while the relays
-//     drain a backlog.
+//     it again (rabbitmqctl stop_app, start_app) twice while the relays
+//     drain a backlog, on a RabbitMQ node of its own
+//     (COURIER_TEST_RABBITMQ_SERVER), so that the machine's broker, which
+//     other packages' tests use meanwhile, stays up.
 //   - TestWebhookEndpointFaults puts a webhook endpoint (a webhook.Handler
 //     feeding the inbox) behind a server that for a while answers 503 with
 //     Retry-After, stalls past the sender's timeout, resets connections
