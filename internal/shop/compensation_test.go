@@ -17,7 +17,7 @@ import (
 func TestNoDoubleCompensation(t *testing.T) {
 	onEachStack(t, func(t *testing.T, st *stack) {
 		opts := st.options(t)
-		opts.Timeouts = shop.Timeouts{Step: 20 * time.Second, Compensation: 60 * time.Millisecond}
+		opts.Timeouts = shop.Timeouts{Step: stepTimeout, Compensation: 60 * time.Millisecond}
 		opts.DeadlineEvery = 20 * time.Millisecond
 		opts.Faults = map[string]shop.Faults{
 			shop.Shipping:  {ShipmentFailureRate: 1},
@@ -26,7 +26,7 @@ func TestNoDoubleCompensation(t *testing.T) {
 		}
 		s := st.start(t, opts)
 		res := load(t, s, 20, shop.LoadConfig{Concurrency: 4})
-		a := st.settle(t, 30*time.Second)
+		a := st.settle(t)
 		n := len(res.Orders)
 		if a.ByState[shop.StateCancelled] != n || a.Charges != n || a.Refunds != n || a.Reservations != 0 {
 			t.Fatalf("%d orders: %v, %d charges, %d refunds, %d reservations held; want all cancelled, charged and refunded once, none held",

@@ -62,7 +62,7 @@ func TestServicesCrashAndRestartMidRun(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Fatal("placing the orders took over a minute")
 		}
-		a := st.settle(t, 60*time.Second)
+		a := st.settle(t)
 		crashes := s.Crashes()
 		if crashes[shop.Orders] != 1 || crashes[shop.Inventory] != 1 || crashes[shop.Payment] != s.Instances() {
 			t.Fatalf("crashes %v; want orders and inventory once each, and each instance of payment once", crashes)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/courier-go/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
@@ -22,7 +21,7 @@ func TestRunDemo(t *testing.T) {
 			Orders: 100, Faults: map[string]shop.Faults{shop.Orders: f, shop.Payment: payment, shop.Inventory: f, shop.Shipping: shipping},
 			// Five vinyls for some twenty orders of one to three: certainly exhausted.
 			Stock:      map[string]int{"mug": 200, "tee": 200, "cap": 200, "poster": 200, "vinyl": 5},
-			ReplayRate: 0.1, Crash: shop.Payment, Timeout: time.Minute, Logger: testLogger(t),
+			ReplayRate: 0.1, Crash: shop.Payment, InFlight: demoInFlight, Timeouts: shop.Timeouts{Step: stepTimeout}, Logger: testLogger(t),
 		})
 		testenv.Must(t, err, "demo")
 		checkInstances(t, rep)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/courier-go/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
@@ -38,7 +37,7 @@ func TestDemoDeploysChargeVersion2(t *testing.T) {
 				rep, err := shop.RunDemo(context.Background(), shop.DemoConfig{
 					Databases: st.dbs, BrokerURL: st.brokerURL, Stream: st.stream, SubjectPrefix: st.prefix,
 					Orders: orders, Faults: map[string]shop.Faults{shop.Orders: f, shop.Payment: payment, shop.Inventory: f, shop.Shipping: f},
-					ReplayRate: 0.1, Crash: shop.Payment, Deploy: c.deploy, DeployLate: c.late, Timeout: time.Minute, Logger: testLogger(t),
+					ReplayRate: 0.1, Crash: shop.Payment, Deploy: c.deploy, DeployLate: c.late, InFlight: demoInFlight, Timeouts: shop.Timeouts{Step: stepTimeout}, Logger: testLogger(t),
 				})
 				testenv.Must(t, err, "demo")
 				checkDeploy(t, rep, orders, c.deploy, c.late)

@@ -69,7 +69,7 @@ func TestEntryIdempotency(t *testing.T) {
 			t.Fatalf("8 concurrent POSTs with one key answered %d different orders: %v", len(seen), seen)
 		}
 
-		a := st.settle(t, 30*time.Second)
+		a := st.settle(t)
 		if a.Orders != 2 || st.count(t, shop.Orders, "SELECT COUNT(*) FROM courier_sagas") != 2 {
 			t.Fatalf("%d orders and %d sagas for two keys", a.Orders, st.count(t, shop.Orders, "SELECT COUNT(*) FROM courier_sagas"))
 		}
@@ -80,6 +80,6 @@ func TestEntryIdempotency(t *testing.T) {
 		if v.Status != shop.StatusOpen && v.Status != shop.StatusCompleted || len(v.History) == 0 || v.History[0].To != shop.StatePlaced {
 			t.Fatalf("GET /orders/{id}: %+v", v)
 		}
-		st.settle(t, 30*time.Second)
+		st.settle(t)
 	})
 }

@@ -88,7 +88,7 @@ func (st *stack) options(t *testing.T) shop.Options {
 	return shop.Options{
 		Databases: st.dbs, BrokerURL: st.brokerURL, Stream: st.stream, SubjectPrefix: st.prefix,
 		Stock: map[string]int{"mug": 10000, "tee": 10000}, DeadlineEvery: 50 * time.Millisecond,
-		Timeouts: shop.Timeouts{Step: 20 * time.Second}, RestartDelay: 50 * time.Millisecond,
+		Timeouts: shop.Timeouts{Step: stepTimeout}, RestartDelay: 50 * time.Millisecond,
 		Logger: testLogger(t),
 	}
 }
@@ -196,19 +196,39 @@ func load(t *testing.T, s *shop.Shop, n int, cfg shop.LoadConfig) shop.LoadResul
 	return res
 }
 
+// stepTimeout is the sagas' step timeout in the tests. They check that
+// every request is answered, so it is far beyond any step's latency on a
+// loaded machine (whose steps take many times as long as on a quiet one):
+// a request the services lost shows as a saga that never ends, not as a
+// cancellation, and a slow machine makes neither.
+const stepTimeout = 10 * time.Minute
+
+// settleStall is how long settle waits without progress before it fails.
+const settleStall = 30 * time.Second
+
+// demoInFlight bounds a test demo's orders placed and not yet ended. Each
+// order waits in the services' queues for about demoInFlight over the
+// throughput (Little's law): on a loaded machine (2 orders a second, seen
+// beside the other packages' tests under the race detector) a few seconds,
+// far below the saga's step timeout, where the demo's default bound (50)
+// came near it.
+const demoInFlight = 10
+
 // settle waits until every order's saga ended, then audits the databases
 // and fails the test if an invariant does not hold.
-func (st *stack) settle(t *testing.T, timeout time.Duration) *shop.Audit {
+func (st *stack) settle(t *testing.T) *shop.Audit {
 	t.Helper()
 	ctx := context.Background()
 	db, err := dburl.Open(ctx, st.dbs.Orders, dburl.Options{BarePaths: true, Create: true, CreateSchema: true})
 	testenv.Must(t, err, "open the orders database")
 	defer db.Close()
-	var open int
-	testenv.Eventually(t, timeout, func() bool {
-		err := db.SQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM shop_orders WHERE status = 'open'`).Scan(&open)
+	// Progress is an order closing or a saga recording a step; a loaded
+	// machine makes the orders slow, not stuck.
+	var open, steps int
+	testenv.WhileProgressing(t, settleStall, func() (bool, any) {
+		err := db.SQL().QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM shop_orders WHERE status = 'open'), (SELECT COUNT(*) FROM courier_saga_history)`).Scan(&open, &steps)
 		testenv.Must(t, err, "count open orders")
-		return open == 0
+		return open == 0, [2]int{open, steps}
 	}, "%v orders still open", testenv.Lazy(func() any { return open }))
 	a, err := shop.AuditShop(ctx, st.dbs)
 	testenv.Must(t, err, "audit")

@@ -26,7 +26,7 @@ func TestInstancesShareTheKeys(t *testing.T) {
 			}
 		}
 		res := load(t, s, 40, shop.LoadConfig{Concurrency: 8})
-		a := st.settle(t, 60*time.Second)
+		a := st.settle(t)
 		if a.Orders != len(res.Orders) {
 			t.Fatalf("%d orders placed, %d stored", len(res.Orders), a.Orders)
 		}

@@ -54,7 +54,7 @@ func TestOutOfOrderEventsAreIgnoredAndRecorded(t *testing.T) {
 		}
 
 		s.Payment.SetFaults(shop.Faults{})
-		st.settle(t, 20*time.Second)
+		st.settle(t)
 		v = c.get(id)
 		if v.State != shop.StateShippingReady || v.ShipmentID == "sh_forged" || v.ChargeID == "" {
 			t.Fatalf("order ended %s with shipment %q and charge %q; want ShippingReady with its own", v.State, v.ShipmentID, v.ChargeID)

@@ -2,7 +2,6 @@ package shop_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/courier-go/courier/internal/shop"
 )
@@ -17,7 +16,7 @@ func TestReceiveIdempotency(t *testing.T) {
 		opts.Faults = map[string]shop.Faults{shop.Payment: {DuplicateRate: 1, ReorderRate: 0.3}}
 		s := st.start(t, opts)
 		res := load(t, s, 30, shop.LoadConfig{Concurrency: 4})
-		a := st.settle(t, 30*time.Second)
+		a := st.settle(t)
 		if a.Orders != len(res.Orders) || a.Charges != a.Orders || a.Shipments != a.Orders {
 			t.Fatalf("%d orders placed, %d stored, %d charged, %d shipped; want all charged and shipped once", len(res.Orders), a.Orders, a.Charges, a.Shipments)
 		}

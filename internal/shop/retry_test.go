@@ -19,7 +19,7 @@ func TestConvergesAfterHandlerFailures(t *testing.T) {
 		testenv.Eventually(t, 20*time.Second, func() bool { return s.Inventory.Metrics().Inbox.Retried >= 40 },
 			"inventory retried %v deliveries", testenv.Lazy(func() any { return s.Inventory.Metrics().Inbox.Retried }))
 		s.Inventory.SetFaults(shop.Faults{FailureRate: 0.2, DuplicateRate: 0.2})
-		a := st.settle(t, 40*time.Second)
+		a := st.settle(t)
 		if a.Orders != len(res.Orders) || a.ByState[shop.StateShippingReady] != a.Orders {
 			t.Fatalf("%d orders, %v; want all completed", a.Orders, a.ByState)
 		}
@@ -51,7 +51,7 @@ func TestConvergesAfterBrokerOutage(t *testing.T) {
 	}
 	st.startNATS(t)
 
-	a := st.settle(t, 40*time.Second)
+	a := st.settle(t)
 	if a.Orders != len(first.Orders)+len(during) || a.ByState[shop.StateShippingReady] != a.Orders {
 		t.Fatalf("%d orders, %v; want %d, all completed", a.Orders, a.ByState, len(first.Orders)+len(during))
 	}

@@ -28,7 +28,7 @@ func demoOver(t *testing.T, tr shop.Transport) {
 		Databases: shop.SQLiteDatabases(t.TempDir()), Transport: tr,
 		Orders: 60, Faults: map[string]shop.Faults{shop.Orders: f, shop.Payment: payment, shop.Inventory: f, shop.Shipping: shipping},
 		Stock:      map[string]int{"mug": 200, "tee": 200, "cap": 200, "poster": 200, "vinyl": 3},
-		ReplayRate: 0.1, Crash: shop.Payment, Deploy: shop.DeployProducerFirst, DeployLate: true, Timeout: time.Minute, Logger: testLogger(t),
+		ReplayRate: 0.1, Crash: shop.Payment, Deploy: shop.DeployProducerFirst, DeployLate: true, InFlight: demoInFlight, Timeouts: shop.Timeouts{Step: stepTimeout}, Logger: testLogger(t),
 	})
 	testenv.Must(t, err, "demo over "+tr.String())
 	checkDeploy(t, rep, 60, shop.DeployProducerFirst, true)

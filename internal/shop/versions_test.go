@@ -75,7 +75,7 @@ func TestPaymentMeetsBothChargeVersions(t *testing.T) {
 		settled(waiting, shop.StateShippingReady)
 		later := c.place("v2", mug(3))
 		settled(later, shop.StateShippingReady)
-		if a := st.settle(t, 30*time.Second); a.Parked != 0 || a.Charges != 3 {
+		if a := st.settle(t); a.Parked != 0 || a.Charges != 3 {
 			t.Fatalf("audit: %d parked, %d charges; want none parked, 3 charges", a.Parked, a.Charges)
 		}
 

@@ -397,6 +397,26 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 	}
 }
 
+// WhileProgressing polls check every 10ms until it reports done. It waits
+// for as long as the state check reports keeps changing, however slow the
+// machine, and fails the test with msg once the state has stayed the same
+// for stall: the work stopped, rather than took long.
+func WhileProgressing(t testing.TB, stall time.Duration, check func() (done bool, state any), msg string, args ...any) {
+	t.Helper()
+	done, last := check()
+	changed := time.Now()
+	for !done {
+		if time.Since(changed) > stall {
+			t.Fatalf("no progress for %s: "+msg, append([]any{stall}, args...)...)
+		}
+		time.Sleep(10 * time.Millisecond)
+		var state any
+		if done, state = check(); state != last {
+			last, changed = state, time.Now()
+		}
+	}
+}
+
 // Must fails the test on a non-nil error.
 func Must(t testing.TB, err error, what string) {
 	t.Helper()
