@@ -19,8 +19,10 @@ import (
 // and are read whole; the tables that grow with traffic (published copies,
 // inbox markers, idempotency keys, finished sagas) are counted up to
 // [CountLimit] rows and estimated from the database's statistics beyond
-// that (Count.Estimated), and never scanned in full. docs/operations.md
-// lists each query and the index it uses.
+// that (Count.Estimated), and never scanned in full, but by an audit,
+// which an operator runs on purpose: PublishedBetween reads a window of
+// the published copies, and Locate scans them for the few ids asked.
+// docs/operations.md lists each query and the index it uses.
 //
 // Times are compared with the store's clock (see [Clock]): the database's
 // own unless the driver was given one.
@@ -54,6 +56,25 @@ type Operations interface {
 	// TryLock always succeeds: two cleanups then interleave their batches,
 	// which is harmless.
 	TryLock(ctx context.Context, name string) (release func(), ok bool, err error)
+	// PublishedBetween calls fn with each copy of a published message
+	// (RelayConfig.KeepPublished) published at or after from and before
+	// to, in id order, reading them with one query (which sorts the
+	// window's copies by id). An error fn returns ends the reading and is
+	// returned.
+	PublishedBetween(ctx context.Context, from, to time.Time, fn func(PublishedCopy) error) error
+	// PublishedBefore reports whether a copy of a published message
+	// published before t is kept: when none is, the copies of what was
+	// published before the first one kept were trimmed or never kept.
+	PublishedBefore(ctx context.Context, t time.Time) (bool, error)
+	// Locate returns where the database holds each message of ids
+	// (message ids, as text) that it holds at all: pending in the outbox,
+	// as a published copy or as a dead letter (the first of these that
+	// holds it). Ids it does not hold are left out. The published copies
+	// and the outbox have no index on the message id: each 1,000 ids cost
+	// a scan of both (the outbox holds only pending rows) and a lookup in
+	// the dead letters' unique index. Call it with the few ids an audit
+	// could not place otherwise.
+	Locate(ctx context.Context, ids []string) (map[string]Place, error)
 }
 
 // CountLimit is how many rows a Status count reads at most. A table the

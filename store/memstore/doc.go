@@ -35,7 +35,8 @@
 //
 // [Store.Operations] is the operators' view of the outbox in memory
 // (store.Operations: status, reconciliation of leases and retried rows,
-// trims of published copies and dead letters), as the dialects give it.
+// trims of published copies and dead letters, the published copies and
+// places an audit reads), as the dialects give it.
 //
 // Every operation takes the store's mutex and reads the clock once, so
 // claims and completions are atomic with respect to each other. An

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/ops"
@@ -201,4 +202,70 @@ func (o memOps) TryLock(_ context.Context, name string) (func(), bool, error) {
 		delete(s.locks, name)
 		s.mu.Unlock()
 	}), true, nil
+}
+
+// PublishedBetween implements store.Operations. It copies the window's
+// published copies under the store's lock and calls fn after releasing
+// it, so that fn may use the store.
+func (o memOps) PublishedBetween(ctx context.Context, from, to time.Time, fn func(store.PublishedCopy) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: list published copies: %w", err)
+	}
+	s := o.s
+	s.mu.Lock()
+	var window []store.PublishedCopy
+	for _, p := range s.published {
+		if !p.PublishedAt.Before(from) && p.PublishedAt.Before(to) {
+			m := p.Record.Message
+			window = append(window, store.PublishedCopy{ID: p.Record.Seq, MessageID: m.ID.String(), Topic: m.Topic,
+				Key: m.Key, Type: m.Type, PublishedAt: p.PublishedAt})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortStableFunc(window, func(a, b store.PublishedCopy) int { return cmp.Compare(a.ID, b.ID) })
+	for _, c := range window {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("memstore: list published copies: %w", err)
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PublishedBefore implements store.Operations.
+func (o memOps) PublishedBefore(ctx context.Context, t time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("memstore: find a published copy before %s: %w", t.Format(time.RFC3339Nano), err)
+	}
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.published, func(p Row) bool { return p.PublishedAt.Before(t) }), nil
+}
+
+// Locate implements store.Operations, with the SQL dialects' rules (see
+// ops.Lookup).
+func (o memOps) Locate(ctx context.Context, ids []string) (map[string]store.Place, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memstore: locate %d messages: %w", len(ids), err)
+	}
+	l := ops.NewLookup(ids)
+	if len(l.IDs) == 0 {
+		return l.Places(), nil
+	}
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.rows {
+		l.Found(r.rec.Message.ID.String(), store.PlacePending)
+	}
+	for _, p := range s.published {
+		l.Found(p.Record.Message.ID.String(), store.PlacePublished)
+	}
+	for _, d := range s.dead {
+		l.Found(d.MessageID, store.PlaceDeadLetter)
+	}
+	return l.Places(), nil
 }

@@ -17,13 +17,17 @@ const leaseLive = `EXISTS (SELECT 1 FROM courier_outbox_leases WHERE id = $2 AND
 
 const deleteSQL = `DELETE FROM courier_outbox WHERE id = ANY($1) AND ` + leaseLive
 
+// archiveSQL moves published rows into courier_outbox_published, published
+// at now() (the store's clock, see clocked; not the column's default, which
+// is the server's).
 const archiveSQL = `WITH published AS (
     DELETE FROM courier_outbox WHERE id = ANY($1) AND ` + leaseLive + `
     RETURNING id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
               occurred_at, created_at, attempts)
 INSERT INTO courier_outbox_published
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)
-SELECT * FROM published`
+    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts,
+     published_at)
+SELECT *, now() FROM published`
 
 // historyEntry appends one failure to history, keeping the latest
 // columns.HistoryCap.

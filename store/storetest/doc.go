@@ -30,7 +30,9 @@
 // retention), failed runs, parked deliveries and their replays; the
 // operators' Admin view of both kinds of dead letters (their lists a page
 // at a time, filtered, as summaries); their maintenance
-// view (Operations: status, reconciliation, retention trims, the lock); and
+// view (Operations: status, reconciliation, retention trims, the lock, and
+// what an audit of the broker reads: the published copies of a window and
+// where the database holds given messages); and
 // Idempotency-Key records (claim, completion, release, lock takeover, expiry, 50 concurrent
 // claims of one key). Every test gets a fresh database from the harness and
 // talks to it for real; nothing is mocked. Each test has a clock of its own

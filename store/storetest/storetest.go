@@ -95,7 +95,8 @@ type RelayHarness[TTx any] struct {
 	// Operations, when set, returns the operators' maintenance view of the
 	// outbox (store.Operations), whose outbox part (status per topic and
 	// relay, ended leases, retried rows, trims of published copies and dead
-	// letters, the lock) the suite then checks; skipped without.
+	// letters, the lock, the published copies and places an audit reads)
+	// the suite then checks; skipped without.
 	Operations func() store.Operations
 	// Inspect, when set, shows what the store keeps beyond what Claim,
 	// Complete and Stats return (failure records, dead letters, published
@@ -141,11 +142,13 @@ type Published struct {
 // writes, claim order and per-key order, hot keys, leases and their
 // takeover, retries with backoff, both to the microsecond of the clock, the history's limit, dead letters,
 // concurrent claimers, a held key's backlog, races between claims and
-// retries or releases, KeepPublished, stats, large payloads, unicode keys
-// and unserialised writers' order. Every check goes through the harness's
-// stores (and its Inspector). open's clock is the suite's: the relay stores
-// compare lease ends and retry times with it, and the suite moves it
-// forward instead of sleeping until a deadline passes.
+// retries or releases, KeepPublished, stats, large payloads, unicode keys,
+// unserialised writers' order, and with Operations what an audit reads
+// (the published copies of a window, where given messages are held). Every
+// check goes through the harness's stores (and its Inspector). open's clock
+// is the suite's: the relay stores compare lease ends and retry times with
+// it, and the suite moves it forward instead of sleeping until a deadline
+// passes.
 func ExerciseRelayStore[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) RelayHarness[TTx]) {
 	if open == nil {
 		t.Fatal("storetest: open is nil: give a function that creates a fresh outbox")
@@ -177,6 +180,9 @@ func runRelayTests[TTx any](t *testing.T, open func(t testing.TB, clock store.Cl
 		{"UnicodeKeys", testUnicodeKeys[TTx]},
 		{"OrderOfUnserialisedWriters", testOrderUnserialised[TTx]},
 		{"OperationsOutbox", testOperationsOutbox[TTx]},
+		{"PublishedBetween", testPublishedBetween[TTx]},
+		{"PublishedBefore", testPublishedBefore[TTx]},
+		{"Locate", testLocate[TTx]},
 		{"ScheduledDueOnTime", testScheduledDueOnTime[TTx]},
 		{"ScheduledOrder", testScheduledOrder[TTx]},
 		{"ScheduledCancel", testScheduledCancel[TTx]},
