@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -63,6 +64,10 @@ type Options struct {
 	// NoCreate opens the broker without creating anything: no stream on
 	// NATS, no exchange on RabbitMQ (they are managed elsewhere).
 	NoCreate bool
+	// ReadBack parses the URL to read back what the broker keeps
+	// (URL.CanReadBack, Broker.Reader), not to publish: a webhook URL then
+	// needs no secret, and CanReadBack says why it cannot be read.
+	ReadBack bool
 
 	// Channels is how many AMQP channels publish at once; set it to the
 	// relay's concurrency. Default 2.
@@ -178,7 +183,7 @@ func Parse(raw string, opts Options) (URL, error) {
 		if u.WebhookSecrets = opts.WebhookSecrets; len(u.WebhookSecrets) == 0 {
 			u.WebhookSecrets = SplitSecrets(os.Getenv(opts.secretEnv()))
 		}
-		if len(u.WebhookSecrets) == 0 {
+		if len(u.WebhookSecrets) == 0 && !opts.ReadBack {
 			return URL{}, fmt.Errorf("%s %s is a webhook endpoint and no secret signs its requests: set %s to whsec_… secrets, comma-separated (the first signs; all are sent during a rotation)",
 				opts.flag(), u.Where, opts.secretEnv())
 		}
@@ -196,8 +201,13 @@ type Broker struct {
 	kind  string
 	where string
 	url   URL
+	opts  Options
 	nc    *natsgo.Conn
 	close func() error
+
+	mu      sync.Mutex
+	readers []*reader // made by Reader and not closed yet
+	closed  bool
 }
 
 // KeepsKeyOrder implements broker.OrderKeeper for the publisher it wraps,
@@ -221,8 +231,10 @@ func (b *Broker) Kafka() kafka.Config { return b.url.Kafka }
 // its URL holds the password.
 func (b *Broker) AMQP() amqp.Config { return b.url.AMQP }
 
-// Close closes the publisher and its connections.
+// Close closes the publisher, the Readers made by Reader, and the
+// connections.
 func (b *Broker) Close() error {
+	b.closeReaders()
 	if b.close == nil {
 		return nil
 	}
@@ -236,7 +248,7 @@ func Open(ctx context.Context, raw string, opts Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{kind: u.Kind, where: u.Where, url: u}
+	b := &Broker{kind: u.Kind, where: u.Where, url: u, opts: opts}
 	switch u.Kind {
 	case NATS:
 		err = openNATS(ctx, b, u, opts)

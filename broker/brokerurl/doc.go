@@ -33,4 +33,8 @@
 //	}
 //	defer b.Close()
 //	r, err := relay.New(st, b, relay.Config{})
+//
+// Broker.Reader reads back what the broker keeps, for an audit: the
+// JetStream stream on NATS, the topics named on Kafka; RabbitMQ and
+// webhook endpoints keep nothing to read back.
 package brokerurl

@@ -88,6 +88,15 @@
 // broker.ErrRejected; a topic that does not exist wraps ErrNoTopic and
 // counts against the message, since an operator may create it.
 //
+// # Reading back
+//
+// A Reader reads back the records a topic's partitions keep, without a
+// consumer group and without committing, for an audit (courier audit)
+// that compares them with what the outbox says was published: the
+// records of a window of time, each partition from the offset Kafka finds
+// by timestamp to its end offset, and the time from which retention has
+// kept everything.
+//
 // # Durability
 //
 // With acks=all Kafka acknowledges a record once every in-sync replica has

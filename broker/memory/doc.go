@@ -11,6 +11,7 @@
 //	pub.Hold()               // publishes wait …
 //	pub.Release()            // … until released
 //	got := pub.Messages()    // what the broker acknowledged, in order
+//	pub.Forget(lost.ID)      // as a broker that lost an acknowledged message
 //
 // It is no substitute for tests against the real broker: it accepts any
 // subject, size and header.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -21,11 +22,13 @@ var ErrOutage = errors.New("memory: broker down")
 // use. The zero value is not usable; call [NewPublisher].
 type Publisher struct {
 	mu       sync.Mutex
-	acked    []courier.Message
+	acked    []broker.Stored // Log "memory", Offset counting from 0
 	calls    [][]courier.Message
 	attempts map[uuid.UUID]int
-	failNext int  // messages left to fail as an outage
-	down     bool // every message fails as an outage
+	offset   int64            // of the next message acknowledged
+	now      func() time.Time // stamps what is acknowledged
+	failNext int              // messages left to fail as an outage
+	down     bool             // every message fails as an outage
 	rejected map[uuid.UUID]error
 	failing  map[uuid.UUID]int // counted failures left per message; <0: for ever
 	ordered  bool              // KeepsKeyOrder
@@ -33,7 +36,10 @@ type Publisher struct {
 	held     chan struct{}     // a value per publish that starts waiting
 }
 
-var _ broker.Publisher = (*Publisher)(nil)
+var (
+	_ broker.Publisher = (*Publisher)(nil)
+	_ broker.Reader    = (*Publisher)(nil)
+)
 
 // NewPublisher returns a Publisher that acknowledges every message.
 func NewPublisher() *Publisher {
@@ -42,7 +48,16 @@ func NewPublisher() *Publisher {
 		rejected: make(map[uuid.UUID]error),
 		failing:  make(map[uuid.UUID]int),
 		held:     make(chan struct{}, 1024),
+		now:      time.Now,
 	}
+}
+
+// SetClock makes the Publisher stamp what it acknowledges with now's time
+// (ReadBack's Stored.At) instead of time.Now's.
+func (p *Publisher) SetClock(now func() time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.now = now
 }
 
 // Publish implements [broker.Publisher]. While the Publisher is held it
@@ -83,7 +98,8 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 		}
 		errs[i] = p.fault(m)
 		if errs[i] == nil {
-			p.acked = append(p.acked, m)
+			p.acked = append(p.acked, broker.Stored{Message: m, At: p.now(), Log: "memory", Offset: p.offset})
+			p.offset++
 			continue
 		}
 		if p.ordered && !broker.Permanent(errs[i]) {
@@ -94,6 +110,45 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 		}
 	}
 	return errs
+}
+
+// ReadBack implements [broker.Reader]: the messages acknowledged at or
+// after from and before to, in the order they were acknowledged, in one
+// log, "memory", whose offsets count the messages acknowledged from 0. It
+// keeps everything but what Forget removed, so since is always zero.
+func (p *Publisher) ReadBack(ctx context.Context, from, to time.Time, fn func(broker.Stored) error) (time.Time, error) {
+	p.mu.Lock()
+	var stored []broker.Stored
+	for _, s := range p.acked {
+		if !s.At.Before(from) && s.At.Before(to) {
+			stored = append(stored, s)
+		}
+	}
+	p.mu.Unlock()
+	for _, s := range stored {
+		if err := ctx.Err(); err != nil {
+			return time.Time{}, err
+		}
+		if err := fn(s); err != nil {
+			return time.Time{}, err
+		}
+	}
+	return time.Time{}, nil
+}
+
+// Forget removes every acknowledged copy of message id, as a broker that
+// lost what it had acknowledged would, and reports how many it removed.
+func (p *Publisher) Forget(id uuid.UUID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	p.acked = slices.DeleteFunc(p.acked, func(s broker.Stored) bool {
+		if s.Message.ID == id {
+			n++
+		}
+		return s.Message.ID == id
+	})
+	return n
 }
 
 // KeepOrder makes the Publisher implement [broker.OrderKeeper]'s promise
@@ -214,7 +269,11 @@ func (p *Publisher) Held() <-chan struct{} { return p.held }
 func (p *Publisher) Messages() []courier.Message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.acked)
+	msgs := make([]courier.Message, len(p.acked))
+	for i, s := range p.acked {
+		msgs[i] = s.Message
+	}
+	return msgs
 }
 
 // Calls returns the messages of each Publish call, in call order,

@@ -164,6 +164,16 @@
 // name marks how far it got. Make Partitions at least the most instances
 // you will run; an instance beyond that many holds nothing and stands by.
 //
+// # Reading back
+//
+// A Reader reads back what a stream holds without consuming it, for an
+// audit (courier audit) that compares it with what the outbox says was
+// published: the messages stored in a window of time, through an ordered
+// consumer of its own that it deletes afterwards, and the time from which
+// the stream's limits have kept everything. Only streams with limits
+// retention can be read back: a work-queue or interest stream removes a
+// message once it is consumed.
+//
 // # Durability
 //
 // A JetStream acknowledgement means the server has written the message to
