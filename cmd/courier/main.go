@@ -44,6 +44,7 @@ type cli struct {
 	Shop      shopCmd      `cmd:"" help:"Run one service of the reference shop as a process of its own; several processes of one service share its keys with --partitions."`
 	Version   versionCmd   `cmd:"" help:"Print the version."`
 
+	Audit     auditCmd     `cmd:"" help:"Compare what the database says was published (--keep-published copies) with what the broker holds: lost messages, phantoms, duplicates, keys out of order; exit 1 on alarms."`
 	Reconcile reconcileCmd `cmd:"" help:"Find what is stuck (ended leases, messages failing for long, overdue sagas, keys left in flight); --repair puts it right."`
 	Cleanup   cleanupCmd   `cmd:"" help:"Delete old published copies, inbox markers, expired idempotency keys, finished sagas… in small batches."`
 	Dashboard dashboardCmd `cmd:"" help:"Serve the web dashboard: the outbox per topic, relays, dead letters and parked messages (replay, discard), consumers, sagas, idempotency keys; on 127.0.0.1:8080 unless told."`

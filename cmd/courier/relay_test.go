@@ -37,6 +37,14 @@ import (
 // it with SIGTERM. It returns the messages written and the relay's logs.
 func relayOutbox(t *testing.T, brokerURL string, env []string, args ...string) ([]courier.Message, string) {
 	t.Helper()
+	url, msgs := writeOutbox(t)
+	return msgs, runRelay(t, url, brokerURL, env, args...)
+}
+
+// writeOutbox writes 100 messages over 4 keys to a new SQLite database and
+// returns its URL and the messages.
+func writeOutbox(t *testing.T) (string, []courier.Message) {
+	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "courier.db")
 	url := "sqlite://" + path
@@ -54,7 +62,14 @@ func relayOutbox(t *testing.T, brokerURL string, env []string, args ...string) (
 	testenv.Must(t, outbox.New(sqlite.DatabaseSQL(), outbox.Config{}).Write(ctx, tx, msgs...), "write")
 	testenv.Must(t, tx.Commit(), "commit")
 	testenv.Must(t, db.Close(), "close")
+	return url, msgs
+}
 
+// runRelay runs `courier relay --broker-url brokerURL args…` on the
+// database at url as a child process (env added to its environment) until
+// the outbox is drained, then stops it with SIGTERM, and returns its logs.
+func runRelay(t *testing.T, url, brokerURL string, env []string, args ...string) string {
+	t.Helper()
 	status := func() map[string]float64 { return outboxStatus(t, url) }
 	cmd := exec.Command(os.Args[0], append([]string{"relay", "--log-format", "json", "--broker-url", brokerURL}, args...)...)
 	cmd.Env = append(append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL="+url), env...)
@@ -76,7 +91,7 @@ func relayOutbox(t *testing.T, brokerURL string, env []string, args ...string) (
 		t.Fatalf("dead letters: %v; logs:\n%s", s, &logs)
 	}
 	testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "sigterm")
-	err = cmd.Wait()
+	err := cmd.Wait()
 	done = true
 	if err != nil {
 		t.Fatalf("relay exit after SIGTERM: %v\n%s", err, logs.String())
@@ -84,7 +99,7 @@ func relayOutbox(t *testing.T, brokerURL string, env []string, args ...string) (
 	if !strings.Contains(logs.String(), "relay stopped") {
 		t.Fatalf("no clean stop in logs:\n%s", logs.String())
 	}
-	return msgs, logs.String()
+	return logs.String()
 }
 
 // outboxStatus returns what `courier status --json` says of the database
