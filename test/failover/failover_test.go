@@ -11,10 +11,12 @@ package failover
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/audit"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/memory"
 	"github.com/courier-go/courier/internal/testenv"
@@ -33,6 +36,57 @@ import (
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
 )
+
+var long = flag.Bool("long", false, "run 20 failovers per mode and relay instead of one")
+
+// repeat runs one failover, or with -long 20 one after another, and logs
+// what they did together.
+func repeat(t *testing.T, run func(t *testing.T) outcome) {
+	n := 1
+	if *long {
+		n = 20
+	}
+	var outs []outcome
+	for i := range n {
+		t.Run(fmt.Sprintf("failover%d", i+1), func(t *testing.T) { outs = append(outs, run(t)) })
+	}
+	if n > 1 && len(outs) == n {
+		t.Logf("summary of %d failovers: %s", n, summarize(outs))
+	}
+}
+
+// outcome is what one failover did.
+type outcome struct {
+	counts
+	unrecorded   int           // table-less messages whose copies died with the old primary (audit phantoms)
+	promotion    time.Duration // from the kill to the promotion
+	firstPublish time.Duration // from the promotion to the first publish from the new primary (a consumer's: its first effect there)
+}
+
+// summarize gives the range and total of each count over outs, and the
+// median and largest time to the first publish.
+func summarize(outs []outcome) string {
+	span := func(name string, f func(outcome) int) string {
+		lo, hi, sum := f(outs[0]), f(outs[0]), 0
+		for _, o := range outs {
+			v := f(o)
+			lo, hi, sum = min(lo, v), max(hi, v), sum+v
+		}
+		return fmt.Sprintf("%s %d–%d (%d in all)", name, lo, hi, sum)
+	}
+	firsts := make([]time.Duration, len(outs))
+	for i, o := range outs {
+		firsts[i] = o.firstPublish
+	}
+	slices.Sort(firsts)
+	return strings.Join([]string{
+		span("lost", func(o outcome) int { return o.lost }),
+		span("phantoms", func(o outcome) int { return o.phantoms }),
+		span("published twice", func(o outcome) int { return o.duplicates }),
+		span("table-less copies lost", func(o outcome) int { return o.unrecorded }),
+		fmt.Sprintf("first publish (a consumer's: effect) from the new primary: median %v, max %v", firsts[len(firsts)/2].Round(time.Millisecond), firsts[len(firsts)-1].Round(time.Millisecond)),
+	}, "; ")
+}
 
 // A mode is how the primary replicates: its settings on top of the
 // defaults, and whether a commit the writer saw waits for the standby.
@@ -56,7 +110,7 @@ var modes = []mode{
 // counts are logged.
 func TestPollingRelayFollowsFailover(t *testing.T) {
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { runFailover(t, m, polling) })
+		t.Run(m.name, func(t *testing.T) { repeat(t, func(t *testing.T) outcome { return runFailover(t, m, polling) }) })
 	}
 }
 
@@ -69,7 +123,7 @@ func TestPollingRelayFollowsFailover(t *testing.T) {
 // phantom if the primary dies then (counted, not refused).
 func TestCDCRelayFollowsFailover(t *testing.T) {
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { runFailover(t, m, cdcRows) })
+		t.Run(m.name, func(t *testing.T) { repeat(t, func(t *testing.T) outcome { return runFailover(t, m, cdcRows) }) })
 	}
 }
 
@@ -80,7 +134,7 @@ func TestCDCRelayFollowsFailover(t *testing.T) {
 // published.
 func TestTablelessMessagesAcrossFailover(t *testing.T) {
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { runFailover(t, m, cdcTableless) })
+		t.Run(m.name, func(t *testing.T) { repeat(t, func(t *testing.T) outcome { return runFailover(t, m, cdcTableless) }) })
 	}
 }
 
@@ -98,23 +152,34 @@ var (
 	cdcTableless = relayKind{name: "cdc, table-less", cdc: true, logOnly: true, phantoms: true}
 )
 
-func runFailover(t *testing.T, m mode, k relayKind) {
-	primary := testenv.StartPostgres(t, m.settings...)
-	standby := testenv.StartStandby(t, primary, "wal_retrieve_retry_interval=100ms")
+// startCluster starts a primary replicating in mode m and its standby,
+// and returns them with a pool on the multi-host URL of both
+// (target_session_attrs=read-write), Courier's tables migrated, and a
+// table failover_orders (n bigint PRIMARY KEY).
+func startCluster(t *testing.T, m mode) (primary, standby *testenv.PGServer, pool *pgxpool.Pool, d postgres.Driver) {
+	primary = testenv.StartPostgres(t, m.settings...)
+	standby = testenv.StartStandby(t, primary, "wal_retrieve_retry_interval=100ms")
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
 		primary.Port(), standby.Port())
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
 	testenv.Must(t, err, "pool")
 	t.Cleanup(pool.Close)
-	d := postgres.NewDriver(pool)
+	d = postgres.NewDriver(pool)
 	_, err = d.Migrate(ctx)
 	testenv.Must(t, err, "migrate")
 	_, err = pool.Exec(ctx, "CREATE TABLE failover_orders (n bigint PRIMARY KEY)")
 	testenv.Must(t, err, "orders table")
+	return primary, standby, pool, d
+}
+
+func runFailover(t *testing.T, m mode, k relayKind) outcome {
+	primary, standby, pool, d := startCluster(t, m)
+	ctx := context.Background()
 
 	log := slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	pub := memory.NewPublisher()
+	began := time.Now()
 	first := &firstPublish{}
 	run, swept := startRelay(t, d, k, pub, first, log)
 	rctx, stopRelay := context.WithCancel(ctx)
@@ -140,6 +205,7 @@ func runFailover(t *testing.T, m mode, k relayKind) {
 		unpublished := func() int { return len(w.unpublishedSince(promoted, pub.Messages())) }
 		testenv.Eventually(t, 60*time.Second, func() bool { return unpublished() == 0 },
 			"%d table-less messages written on the new primary not published", testenv.Lazy(func() any { return unpublished() }))
+		waitRecorded(t, d.Operations(), pub, promoted)
 	} else {
 		pending := func() int64 {
 			var c int64
@@ -159,6 +225,7 @@ func runFailover(t *testing.T, m mode, k relayKind) {
 	if first.when().IsZero() {
 		t.Fatal("the relay published nothing from the new primary")
 	}
+	unrecorded := checkAudit(t, d.Operations(), pub, began, promoted, k.logOnly, got)
 	if !k.logOnly && got.unpublished != 0 {
 		t.Fatalf("%d transactions on the new primary never published", got.unpublished)
 	}
@@ -176,6 +243,62 @@ func runFailover(t *testing.T, m mode, k relayKind) {
 		testenv.Eventually(t, 30*time.Second, func() bool { return slots() == 1 }, "the new primary has %d slots named %s; want the relay's",
 			testenv.Lazy(func() any { return slots() }), cdc.DefaultSlot)
 	}
+	return outcome{counts: got, unrecorded: unrecorded, promotion: promoted.Sub(killed), firstPublish: first.when().Sub(promoted)}
+}
+
+// checkAudit audits the broker against the new primary (the relays keep
+// their published copies) and fails the test unless the audit finds what
+// the test counted: each phantom and each duplicate, no lost message (the
+// broker keeps all it acknowledged) and no order break. A message lost
+// with its transaction is unknown to the new primary and to the broker
+// alike: no audit can find it.
+//
+// A table-less message has no row: the database knows it only by its
+// copy, which the CDC relay records a moment after the broker took it.
+// Those the old primary had not recorded when it died are phantoms to the
+// audit, though their transactions survived: with logOnly, the audit's
+// phantoms must hold the test's, and the others must have been stored
+// before the promotion.
+func checkAudit(t *testing.T, db audit.Database, pub *memory.Publisher, began, promoted time.Time, logOnly bool, got counts) (unrecorded int) {
+	t.Helper()
+	rep, err := audit.Run(context.Background(), db, pub, audit.Config{From: began, To: time.Now(), Slack: time.Second, Examples: 1 << 20})
+	testenv.Must(t, err, "audit")
+	for _, f := range rep.Phantoms.Examples {
+		switch {
+		case got.phantomIDs[f.MessageID]:
+		case logOnly && f.StoredAt.Before(promoted):
+			unrecorded++
+		default:
+			t.Errorf("the audit found a phantom the test did not count: %+v", f)
+		}
+	}
+	t.Logf("audit: %d published copies on the new primary, %d messages on the broker: %d lost, %d phantoms (%d of them table-less messages whose copies died with the old primary), %d duplicates, %d order breaks, %d pending",
+		rep.Published, rep.Stored, rep.Lost.Count, rep.Phantoms.Count, unrecorded, rep.Duplicates.Count, rep.OrderBreaks.Count, rep.Pending)
+	if rep.Phantoms.Count-unrecorded != got.phantoms || rep.Duplicates.Count != got.duplicates || rep.Lost.Count != 0 || rep.OrderBreaks.Count != 0 {
+		t.Fatalf("the audit found %d phantoms (%d unrecorded table-less), %d duplicates, %d lost and %d order breaks; the test counted %d phantoms and %d duplicates",
+			rep.Phantoms.Count, unrecorded, rep.Duplicates.Count, rep.Lost.Count, rep.OrderBreaks.Count, got.phantoms, got.duplicates)
+	}
+	return unrecorded
+}
+
+// waitRecorded waits until the new primary holds a copy of each message
+// the broker stored since the promotion: the CDC relay records a
+// table-less message's copy a moment after the broker took it.
+func waitRecorded(t *testing.T, db audit.Database, pub *memory.Publisher, promoted time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	_, err := pub.ReadBack(ctx, promoted, time.Now().Add(time.Hour), func(s broker.Stored) error {
+		ids = append(ids, s.Message.ID.String())
+		return nil
+	})
+	testenv.Must(t, err, "read the broker")
+	var located int
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		places, err := db.Locate(ctx, ids)
+		located = len(places)
+		return err == nil && located == len(ids)
+	}, "copies of %v of the %d messages published from the new primary", testenv.Lazy(func() any { return located }), len(ids))
 }
 
 // carriedLeases counts the polling relay's leases that the new primary
@@ -200,11 +323,11 @@ func startRelay(t *testing.T, d postgres.Driver, k relayKind, pub broker.Publish
 	ctx := context.Background()
 	backoff := relay.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 	if k.cdc {
-		r, err := cdc.New(d.CDC(), pub, cdc.Config{Backoff: backoff, Standby: 100 * time.Millisecond, Observer: first, Logger: log})
+		r, err := cdc.New(d.CDC(), pub, cdc.Config{Backoff: backoff, Standby: 100 * time.Millisecond, Observer: first, Logger: log, KeepPublished: true})
 		testenv.Must(t, err, "cdc relay")
 		return r.Run, func() int64 { return r.Stats().Swept }
 	}
-	rs, err := d.RelayStore(ctx, store.RelayConfig{})
+	rs, err := d.RelayStore(ctx, store.RelayConfig{KeepPublished: true})
 	testenv.Must(t, err, "relay store")
 	n, err := d.Notifier(log)
 	testenv.Must(t, err, "notifier")
@@ -312,10 +435,11 @@ func (w *writer) ackedCount() int {
 // counts are what a failover did.
 type counts struct {
 	acked, survived, deliveries, published int
-	lost                                   int // acknowledged to the writer, never published
-	phantoms                               int // published, not on the new primary
-	duplicates                             int // published more than once
-	unpublished                            int // on the new primary, never published
+	lost                                   int             // acknowledged to the writer, never published
+	phantoms                               int             // published, not on the new primary
+	phantomIDs                             map[string]bool // their message ids
+	duplicates                             int             // published more than once
+	unpublished                            int             // on the new primary, never published
 }
 
 // tally reads what the new primary holds and counts (count) what the
@@ -340,10 +464,12 @@ func count(t *testing.T, survived, acked []int64, msgs []courier.Message) counts
 	}
 	seen := map[int64]int{}
 	last := map[string]int64{}
+	ids := map[int64]string{}
 	for _, m := range msgs {
 		n, err := strconv.ParseInt(string(m.Payload), 10, 64)
 		testenv.Must(t, err, "payload")
 		seen[n]++
+		ids[n] = m.ID.String()
 		if seen[n] > 1 {
 			continue
 		}
@@ -352,7 +478,7 @@ func count(t *testing.T, survived, acked []int64, msgs []courier.Message) counts
 		}
 		last[m.Key] = n
 	}
-	c := counts{acked: len(acked), survived: len(survived), deliveries: len(msgs), published: len(seen)}
+	c := counts{acked: len(acked), survived: len(survived), deliveries: len(msgs), published: len(seen), phantomIDs: map[string]bool{}}
 	for _, n := range acked {
 		if seen[n] == 0 {
 			c.lost++
@@ -361,6 +487,7 @@ func count(t *testing.T, survived, acked []int64, msgs []courier.Message) counts
 	for n, k := range seen {
 		if !onPrimary[n] {
 			c.phantoms++
+			c.phantomIDs[ids[n]] = true
 		}
 		c.duplicates += k - 1
 	}

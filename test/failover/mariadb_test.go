@@ -53,11 +53,11 @@ func semiSync(t *testing.T, primary, replica *testenv.MariaDBServer) {
 // nothing is published for a transaction the new primary lacks.
 func TestMariaDBPollingRelayFollowsFailover(t *testing.T) {
 	for _, m := range mariaModes {
-		t.Run(m.name, func(t *testing.T) { runMariaDBFailover(t, m) })
+		t.Run(m.name, func(t *testing.T) { repeat(t, func(t *testing.T) outcome { return runMariaDBFailover(t, m) }) })
 	}
 }
 
-func runMariaDBFailover(t *testing.T, m mariaMode) {
+func runMariaDBFailover(t *testing.T, m mariaMode) outcome {
 	primary := testenv.StartMariaDB(t)
 	replica := testenv.StartMariaDBReplica(t, primary, "read-only=ON")
 	if m.semiSync {
@@ -75,9 +75,10 @@ func runMariaDBFailover(t *testing.T, m mariaMode) {
 	testenv.Must(t, err, "orders table")
 
 	log := slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rs, err := d.RelayStore(ctx, store.RelayConfig{})
+	rs, err := d.RelayStore(ctx, store.RelayConfig{KeepPublished: true})
 	testenv.Must(t, err, "relay store")
 	pub := memory.NewPublisher()
+	began := time.Now()
 	first := &firstPublish{RelayStore: rs}
 	r, err := relay.New(first, pub, relay.Config{LeaseDuration: 5 * time.Second, PollInterval: 50 * time.Millisecond,
 		Backoff: relay.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}, Observer: first, Logger: log})
@@ -122,9 +123,11 @@ func runMariaDBFailover(t *testing.T, m mariaMode) {
 	if got.unpublished != 0 {
 		t.Fatalf("%d transactions on the new primary never published", got.unpublished)
 	}
+	checkAudit(t, d.Operations(), pub, began, promoted, false, got)
 	if m.semiSync && (got.lost != 0 || got.phantoms != 0) {
 		t.Fatalf("semi-synchronous replication: %d lost, %d phantoms; want none", got.lost, got.phantoms)
 	}
+	return outcome{counts: got, promotion: promoted.Sub(killed), firstPublish: first.when().Sub(promoted)}
 }
 
 // mariaWriter is a writer on MariaDB.
