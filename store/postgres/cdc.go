@@ -103,9 +103,12 @@ func (c CDC) Decoder(ctx context.Context) (store.LogDecoder, error) {
 func (c CDC) Slot(ctx context.Context, slot string) (store.SlotState, error) {
 	s := store.SlotState{Exists: true}
 	var confirmed pglogrepl.LSN
+	// The failover flag is read through to_jsonb: the column exists from
+	// PostgreSQL 17 on.
 	err := c.pool.QueryRow(ctx, `SELECT active, active_pid, coalesce(wal_status, ''), coalesce(confirmed_flush_lsn, '0/0')::text,
-    coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
-FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s.Active, &s.PID, &s.WALStatus, &confirmed, &s.LagBytes)
+    coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
+    coalesce((to_jsonb(s) ->> 'failover')::bool, false)
+FROM pg_replication_slots AS s WHERE slot_name = $1`, slot).Scan(&s.Active, &s.PID, &s.WALStatus, &confirmed, &s.LagBytes, &s.Failover)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.SlotState{}, nil
 	}

@@ -11,6 +11,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -138,27 +139,65 @@ func TestTablelessMessagesAcrossFailover(t *testing.T) {
 	}
 }
 
+// On PostgreSQL 17 and later the CDC relay's slot is a failover slot,
+// which a standby that synchronizes slots keeps: after the promotion the
+// relay reads on from it, so every table-less message whose transaction
+// the new primary holds is published (none is lost with the old slot, and
+// the audit tells none apart as a phantom), and with synchronous
+// replication nothing is lost and nothing is a phantom.
+func TestFailoverSlotsKeepTablelessMessages(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			repeat(t, func(t *testing.T) outcome { return runFailover(t, m, failoverSlotsTableless) })
+		})
+	}
+}
+
 // A relayKind is how messages are written and which relay publishes them.
 type relayKind struct {
-	name     string
-	cdc      bool // the CDC relay; else the polling relay
-	logOnly  bool // writers write table-less messages (postgres.LogOnly)
-	phantoms bool // phantoms are possible with synchronous replication
+	name          string
+	cdc           bool // the CDC relay; else the polling relay
+	logOnly       bool // writers write table-less messages (postgres.LogOnly)
+	phantoms      bool // phantoms are possible with synchronous replication
+	failoverSlots bool // PostgreSQL 17's failover slots (see startCluster)
 }
 
 var (
 	polling      = relayKind{name: "polling"}
 	cdcRows      = relayKind{name: "cdc", cdc: true, phantoms: true}
 	cdcTableless = relayKind{name: "cdc, table-less", cdc: true, logOnly: true, phantoms: true}
+	// With failover slots, the relay reads on from its slot's copy on the
+	// new primary: no table-less message is lost with the old slot, and
+	// the primary decodes nothing its standby lacks, so no phantom.
+	failoverSlotsTableless = relayKind{name: "cdc, table-less, failover slots", cdc: true, logOnly: true, failoverSlots: true}
 )
 
 // startCluster starts a primary replicating in mode m and its standby,
 // and returns them with a pool on the multi-host URL of both
 // (target_session_attrs=read-write), Courier's tables migrated, and a
 // table failover_orders (n bigint PRIMARY KEY).
-func startCluster(t *testing.T, m mode) (primary, standby *testenv.PGServer, pool *pgxpool.Pool, d postgres.Driver) {
-	primary = testenv.StartPostgres(t, m.settings...)
-	standby = testenv.StartStandby(t, primary, "wal_retrieve_retry_interval=100ms")
+//
+// With failoverSlots the servers are PostgreSQL 17 or later
+// (COURIER_TEST_POSTGRES17_BIN) set up to keep failover slots on the
+// standby: it streams through a physical slot of its own
+// (primary_slot_name), synchronizes the primary's failover slots
+// (sync_replication_slots, hot_standby_feedback), and the primary sends
+// logical changes only once that slot has received them
+// (synchronized_standby_slots), so that no relay runs ahead of the
+// standby.
+func startCluster(t *testing.T, m mode, failoverSlots bool) (primary, standby *testenv.PGServer, pool *pgxpool.Pool, d postgres.Driver) {
+	standbySettings := []string{"wal_retrieve_retry_interval=100ms"}
+	if failoverSlots {
+		primary = testenv.StartPostgresFrom(t, testenv.Need(t, testenv.EnvPostgres17Bin), append(slices.Clone(m.settings), "synchronized_standby_slots=standby")...)
+		conn, err := pgx.Connect(context.Background(), primary.URL)
+		testenv.Must(t, err, "connect to the primary")
+		_, err = conn.Exec(context.Background(), "SELECT pg_create_physical_replication_slot('standby')")
+		testenv.Must(t, errors.Join(err, conn.Close(context.Background())), "the standby's slot")
+		standbySettings = append(standbySettings, "primary_slot_name=standby", "hot_standby_feedback=on", "sync_replication_slots=on")
+	} else {
+		primary = testenv.StartPostgres(t, m.settings...)
+	}
+	standby = testenv.StartStandby(t, primary, standbySettings...)
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
 		primary.Port(), standby.Port())
 	ctx := context.Background()
@@ -174,7 +213,7 @@ func startCluster(t *testing.T, m mode) (primary, standby *testenv.PGServer, poo
 }
 
 func runFailover(t *testing.T, m mode, k relayKind) outcome {
-	primary, standby, pool, d := startCluster(t, m)
+	primary, standby, pool, d := startCluster(t, m, k.failoverSlots)
 	ctx := context.Background()
 
 	log := slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -192,6 +231,9 @@ func runFailover(t *testing.T, m mode, k relayKind) outcome {
 		ins = postgres.LogOnly()
 	}
 	w := pgWriter(d, ins)
+	if k.failoverSlots {
+		waitSynced(t, pool, standby)
+	}
 	var leases, leasedKeys int
 	killed, promoted := failOver(t, w, pub, func() time.Time {
 		primary.Crash()
@@ -225,8 +267,8 @@ func runFailover(t *testing.T, m mode, k relayKind) outcome {
 	if first.when().IsZero() {
 		t.Fatal("the relay published nothing from the new primary")
 	}
-	unrecorded := checkAudit(t, d.Operations(), pub, began, promoted, k.logOnly, got)
-	if !k.logOnly && got.unpublished != 0 {
+	unrecorded := checkAudit(t, d.Operations(), pub, began, promoted, k.logOnly && !k.failoverSlots, got)
+	if (!k.logOnly || k.failoverSlots) && got.unpublished != 0 {
 		t.Fatalf("%d transactions on the new primary never published", got.unpublished)
 	}
 	if m.sync && !k.logOnly && got.lost != 0 {
@@ -242,6 +284,13 @@ func runFailover(t *testing.T, m mode, k relayKind) outcome {
 		}
 		testenv.Eventually(t, 30*time.Second, func() bool { return slots() == 1 }, "the new primary has %d slots named %s; want the relay's",
 			testenv.Lazy(func() any { return slots() }), cdc.DefaultSlot)
+	}
+	if k.failoverSlots { // the copy the standby synchronized, not one made anew
+		var synced, failover bool
+		testenv.Must(t, pool.QueryRow(ctx, "SELECT synced, failover FROM pg_replication_slots WHERE slot_name = $1", cdc.DefaultSlot).Scan(&synced, &failover), "the slot")
+		if !synced || !failover {
+			t.Fatalf("the relay's slot on the new primary: synced %v, failover %v; want the standby's synchronized copy, a failover slot", synced, failover)
+		}
 	}
 	return outcome{counts: got, unrecorded: unrecorded, promotion: promoted.Sub(killed), firstPublish: first.when().Sub(promoted)}
 }
@@ -299,6 +348,34 @@ func waitRecorded(t *testing.T, db audit.Database, pub *memory.Publisher, promot
 		located = len(places)
 		return err == nil && located == len(ids)
 	}, "copies of %v of the %d messages published from the new primary", testenv.Lazy(func() any { return located }), len(ids))
+}
+
+// waitSynced waits until the relay has made its slot a failover slot on
+// the primary that pool reaches and the standby holds a synchronized copy
+// of it, ready to be used once the standby is promoted. The standby's
+// worker keeps a copy only once the relay has confirmed a position past
+// where the copy starts, which needs something in the log to decode: with
+// no writes, a running-transactions record every 15 s, which each poll
+// here writes at once (pg_log_standby_snapshot).
+func waitSynced(t *testing.T, pool *pgxpool.Pool, standby *testenv.PGServer) {
+	t.Helper()
+	ctx := context.Background()
+	failover := func() bool {
+		var ok bool
+		err := pool.QueryRow(ctx, `SELECT count(*) = 1 FROM pg_replication_slots WHERE slot_name = $1 AND failover`, cdc.DefaultSlot).Scan(&ok)
+		return err == nil && ok
+	}
+	testenv.Eventually(t, 60*time.Second, failover, "the relay did not make slot %s a failover slot", cdc.DefaultSlot)
+	conn, err := pgx.Connect(ctx, standby.URL)
+	testenv.Must(t, err, "connect to the standby")
+	defer conn.Close(ctx)
+	synced := func() bool {
+		_, _ = pool.Exec(ctx, "SELECT pg_log_standby_snapshot()") // a running-transactions record
+		var ok bool
+		err := conn.QueryRow(ctx, `SELECT count(*) = 1 FROM pg_replication_slots WHERE slot_name = $1 AND synced AND NOT temporary`, cdc.DefaultSlot).Scan(&ok)
+		return err == nil && ok
+	}
+	testenv.Eventually(t, 60*time.Second, synced, "the standby holds no synchronized copy of slot %s", cdc.DefaultSlot)
 }
 
 // carriedLeases counts the polling relay's leases that the new primary

@@ -34,7 +34,7 @@ func TestInboxConsumerFollowsFailover(t *testing.T) {
 }
 
 func runInboxFailover(t *testing.T, m mode) outcome {
-	primary, standby, pool, d := startCluster(t, m)
+	primary, standby, pool, d := startCluster(t, m, false)
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, "CREATE TABLE failover_effects (n bigint PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())")
 	testenv.Must(t, err, "effects table")
