@@ -369,8 +369,12 @@ func waitRecorded(t *testing.T, db audit.Database, pub *memory.Publisher, promot
 	t.Helper()
 	ctx := context.Background()
 	var ids []string
+	seen := map[string]bool{}
 	_, err := pub.ReadBack(ctx, promoted, time.Now().Add(time.Hour), func(s broker.Stored) error {
-		ids = append(ids, s.Message.ID.String())
+		if id := s.Message.ID.String(); !seen[id] { // a message the relay published again is one to find
+			seen[id] = true
+			ids = append(ids, id)
+		}
 		return nil
 	})
 	testenv.Must(t, err, "read the broker")
