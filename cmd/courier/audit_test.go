@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/audit"
@@ -90,18 +88,9 @@ func TestAuditNATS(t *testing.T) {
 // audit with --fail-on-duplicates only. Without --topic it says to name
 // them.
 func TestAuditKafka(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(2))
-	testenv.Must(t, err, "kfake")
-	defer c.Close()
-	raw := "kafka://" + strings.Join(c.ListenAddrs(), ",") + "?topic_prefix=shop."
-	cfg, err := kafka.ParseURL(raw)
-	testenv.Must(t, err, "parse")
+	raw, cfg := kafkaOrders(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
-	testenv.Must(t, err, "admin client")
-	defer adm.Close()
-	testenv.Must(t, kafka.EnsureTopic(ctx, adm, cfg, "orders", kafka.TopicConfig{Partitions: 2}), "topic")
 	url, written := writeOutbox(t)
 	runRelay(t, url, raw, nil, "--keep-published")
 

@@ -215,13 +215,14 @@ func TestRelayToWebhook(t *testing.T) {
 	}
 }
 
-// courier relay drains a SQLite outbox into Kafka (kfake, franz-go's
-// in-process cluster): --broker-url kafka://, every message on the
-// prefixed topic, each key's messages in order within their partition.
-func TestRelayToKafka(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+// kafkaOrders starts a Kafka cluster (kfake, franz-go's in-process one)
+// for the test, with the topic orders in partitions partitions under the
+// prefix shop., and returns its broker URL and configuration.
+func kafkaOrders(t *testing.T, partitions int) (string, kafka.Config) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(partitions))
 	testenv.Must(t, err, "kfake")
-	defer c.Close()
+	t.Cleanup(c.Close)
 	raw := "kafka://" + strings.Join(c.ListenAddrs(), ",") + "?topic_prefix=shop."
 	cfg, err := kafka.ParseURL(raw)
 	testenv.Must(t, err, "parse")
@@ -230,7 +231,17 @@ func TestRelayToKafka(t *testing.T) {
 	adm, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
 	testenv.Must(t, err, "admin client")
 	defer adm.Close()
-	testenv.Must(t, kafka.EnsureTopic(ctx, adm, cfg, "orders", kafka.TopicConfig{Partitions: 3}), "topic")
+	testenv.Must(t, kafka.EnsureTopic(ctx, adm, cfg, "orders", kafka.TopicConfig{Partitions: partitions}), "topic")
+	return raw, cfg
+}
+
+// courier relay drains a SQLite outbox into Kafka (kfake, franz-go's
+// in-process cluster): --broker-url kafka://, every message on the
+// prefixed topic, each key's messages in order within their partition.
+func TestRelayToKafka(t *testing.T) {
+	raw, cfg := kafkaOrders(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 
 	written, logs := relayOutbox(t, raw, nil)
 	if !strings.Contains(logs, `"topic_prefix":"shop."`) {
