@@ -75,6 +75,15 @@ type Operations interface {
 	// the dead letters' unique index. Call it with the few ids an audit
 	// could not place otherwise.
 	Locate(ctx context.Context, ids []string) (map[string]Place, error)
+	// Beat records that the relay process owner is alive until ttl from
+	// now, by the store's clock, and returns the owners alive now (owner
+	// among them), sorted. Relay processes that share a set of tenants
+	// (package tenant) call it as their heartbeat and divide the tenants
+	// among the owners it returns.
+	Beat(ctx context.Context, owner string, ttl time.Duration) ([]string, error)
+	// Leave removes owner's heartbeat at once, so that the others take
+	// its share without waiting for it to expire.
+	Leave(ctx context.Context, owner string) error
 }
 
 // CountLimit is how many rows a Status count reads at most. A table the

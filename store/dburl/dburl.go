@@ -96,7 +96,19 @@ type Options struct {
 	// session connection, not PgBouncer in transaction mode. Default: the
 	// database URL.
 	ListenURL string
+	// MaxConns bounds the connections the DB opens, and closes those idle
+	// for a minute (PostgreSQL, MySQL; a SQLite file is opened as its
+	// driver opens it). Default: the driver's bound.
+	MaxConns int
+	// ConnectTimeout bounds connecting to PostgreSQL and checking that the
+	// database answers. Default: ConnectTimeout, and PingTimeout for the
+	// check.
+	ConnectTimeout time.Duration
 }
+
+// idleConnTime is how long a connection of a bounded DB (Options.MaxConns)
+// stays open unused.
+const idleConnTime = time.Minute
 
 func (o Options) flag() string {
 	if o.Flag == "" {
@@ -202,6 +214,12 @@ func Open(ctx context.Context, raw string, opts Options) (*DB, error) {
 		d.sql, err = sql.Open("mysql", u.Conn)
 		if err != nil {
 			err = fmt.Errorf("database %s: %w", d.where, err)
+			break
+		}
+		if opts.MaxConns > 0 {
+			d.sql.SetMaxOpenConns(opts.MaxConns)
+			d.sql.SetMaxIdleConns(opts.MaxConns)
+			d.sql.SetConnMaxIdleTime(idleConnTime)
 		}
 		d.Driver = mysql.NewDriver(d.sql)
 	case "sqlite":
@@ -217,7 +235,11 @@ func Open(ctx context.Context, raw string, opts Options) (*DB, error) {
 		d.Close()
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	ping := PingTimeout
+	if opts.ConnectTimeout > 0 {
+		ping = opts.ConnectTimeout
+	}
+	pctx, cancel := context.WithTimeout(ctx, ping)
 	defer cancel()
 	if err := d.Ping(pctx); err != nil {
 		d.Close()
@@ -242,6 +264,13 @@ func (d *DB) openPostgres(ctx context.Context, u URL, opts Options) error {
 		return fmt.Errorf("%s is malformed (%v): use postgres://user:password@host:5432/database", opts.flag(), redact.In(err.Error(), u.Conn))
 	}
 	cfg.ConnConfig.ConnectTimeout = ConnectTimeout
+	if opts.ConnectTimeout > 0 {
+		cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns, cfg.MinConns = int32(opts.MaxConns), 0
+		cfg.MaxConnIdleTime, cfg.HealthCheckPeriod = idleConnTime, idleConnTime/2
+	}
 	if opts.CreateSchema {
 		if err := createSchema(ctx, cfg.ConnConfig); err != nil {
 			return fmt.Errorf("database %s: %w", d.where, err)

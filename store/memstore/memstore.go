@@ -46,7 +46,8 @@ type Store struct {
 	published []Row
 	schedule  []*scheduled // scheduled messages, waiting or released, in scheduling order
 	notifiers []*store.LocalNotifier
-	locks     map[string]bool // maintenance locks held (Operations)
+	locks     map[string]bool      // maintenance locks held (Operations)
+	members   map[string]time.Time // relay processes' heartbeats (Operations.Beat)
 }
 
 var (

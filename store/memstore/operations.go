@@ -269,3 +269,31 @@ func (o memOps) Locate(ctx context.Context, ids []string) (map[string]store.Plac
 	}
 	return l.Places(), nil
 }
+
+// Beat implements store.Operations with the Store's clock.
+func (o memOps) Beat(_ context.Context, owner string, ttl time.Duration) ([]string, error) {
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now.Now()
+	if s.members == nil {
+		s.members = map[string]time.Time{}
+	}
+	s.members[owner] = now.Add(ttl)
+	var owners []string
+	for m, until := range s.members {
+		if until.After(now) {
+			owners = append(owners, m)
+		}
+	}
+	slices.Sort(owners)
+	return owners, nil
+}
+
+// Leave implements store.Operations.
+func (o memOps) Leave(_ context.Context, owner string) error {
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	delete(o.s.members, owner)
+	return nil
+}

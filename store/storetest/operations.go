@@ -65,6 +65,37 @@ func testOperationsOutbox[TTx any](t *testing.T, db *relayDB[TTx]) {
 	reconcileOutbox(t, db, ops, rs, t0, a, b)
 	trimOutbox(t, ops, t0)
 	checkTryLock(t, ops, db.SerialWrites)
+	checkBeat(t, db, ops)
+}
+
+// checkBeat checks the heartbeats of relay processes: each Beat lists the
+// owners alive by the store's clock, one expires ttl after its last beat,
+// not a microsecond before, and Leave removes one at once.
+func checkBeat[TTx any](t *testing.T, db *relayDB[TTx], ops store.Operations) {
+	ctx := context.Background()
+	beat := func(owner string, ttl time.Duration, want ...string) {
+		t.Helper()
+		got, err := ops.Beat(ctx, owner, ttl)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("Beat(%s): %v, %v; want %v", owner, got, err, want)
+		}
+	}
+	beat("relay-b", 10*time.Second, "relay-b")
+	beat("relay-a", 20*time.Second, "relay-a", "relay-b")
+	db.clock.Advance(10*time.Second - time.Microsecond)
+	beat("relay-c", time.Minute, "relay-a", "relay-b", "relay-c")
+	db.clock.Advance(time.Microsecond) // relay-b's beat has expired
+	beat("relay-a", 20*time.Second, "relay-a", "relay-c")
+	beat("relay-b", 10*time.Second, "relay-a", "relay-b", "relay-c") // it comes back
+	if err := ops.Leave(ctx, "relay-c"); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	beat("relay-a", 20*time.Second, "relay-a", "relay-b")
+	for _, o := range []string{"relay-a", "relay-b"} {
+		if err := ops.Leave(ctx, o); err != nil {
+			t.Fatalf("Leave(%s): %v", o, err)
+		}
+	}
 }
 
 // leaseForOperations writes five rows of three topics and leaves them
