@@ -111,7 +111,7 @@ func (c *Config) setDefaults() {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Owner == "" {
-		c.Owner = defaultOwner()
+		c.Owner = NewOwner()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -138,7 +138,9 @@ func (c *Config) validate() error {
 	return nil
 }
 
-func defaultOwner() string {
+// NewOwner returns a name for a relay that is unique among running
+// relays: host-pid-random, Config.Owner's default.
+func NewOwner() string {
 	host, _ := os.Hostname()
 	var b [4]byte
 	_, _ = cryptoRead(b[:])

@@ -1,0 +1,48 @@
+// Package tenant runs Courier for many tenants, each with a database of
+// its own or a schema of its own in a shared PostgreSQL database, from
+// one fleet of relay processes instead of a relay per tenant.
+//
+// # The relay fleet
+//
+// A [Fleet] reads the tenants from a [Source] ([List], [File], or [Query]
+// against a catalogue database), again every Config.Refresh, so tenants
+// come and go without a restart. Each tenant it serves has a relay of its
+// own (package relay) on its own database: its own claims, leases,
+// retries, dead letters and scheduled messages. No batch, lease or broker
+// call holds two tenants' messages, so a tenant whose database is slow,
+// down or holds a poison key delays nothing but its own messages. Every
+// message leaves stamped with its tenant's name in [Header], which
+// producers cannot set.
+//
+// # Bounded connections
+//
+// At most Config.MaxOpen tenants have their database open at once, each
+// with Config.Relay.Concurrency connections (1 by default): a thousand
+// tenants do not hold a thousand idle connections. While more tenants
+// than that are due, a tenant that has found nothing to publish for
+// Config.IdleAfter closes its database and gives its place to the tenant
+// that has waited longest, so the tenants take turns. A tenant whose
+// database cannot be opened, or whose claims fail, waits for its next try
+// (1s, doubling up to 30s) without holding a place.
+//
+// # Several processes
+//
+// Processes given the same Config.Members database share the tenants:
+// each records a heartbeat there ([store.Operations.Beat]) and serves the
+// tenants that rendezvous hashing over the live members gives it
+// ([Owner]). When a process stops, it leaves at once; when it dies, its
+// heartbeat expires after three beats and the others take its tenants
+// over, and the leases of the rows it held expire after LeaseDuration, as
+// with any relay. While the members change, two processes may serve a
+// tenant for a moment: the rows' leases keep that correct (each row is
+// leased by one relay, each key's rows are published in order), as they
+// do for several relays on one database.
+//
+// # Operations
+//
+// [Fleet.Status] reports the members, the tenants served and each one's
+// errors and totals. The courier command serves the same fleet (courier
+// relay --tenants-file, --tenants or --tenants-query), and its status,
+// dlq, cleanup and dashboard commands take --tenant to work on one
+// tenant's database; docs/operations.md has the details.
+package tenant
