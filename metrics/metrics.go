@@ -46,6 +46,11 @@ type Config struct {
 	// Topics are data, and a program that writes one per customer would
 	// otherwise make a series per customer. Default DefaultMaxTopics (100).
 	MaxTopics int
+	// MaxTenants bounds the tenant label of the tenants' series (Tenant):
+	// the first MaxTenants tenants seen keep series of their own, and the
+	// others are counted together under OtherTenants. Default
+	// DefaultMaxTenants (100).
+	MaxTenants int
 }
 
 // The defaults of Config's zero fields.
@@ -53,6 +58,7 @@ const (
 	DefaultMinInterval  = 10 * time.Second
 	DefaultQueryTimeout = 5 * time.Second
 	DefaultMaxTopics    = 100
+	DefaultMaxTenants   = 100
 )
 
 // OtherTopics is the topic label of the outbox gauges' series that sums the
@@ -70,6 +76,9 @@ func (c *Config) setDefaults() {
 	if c.MaxTopics == 0 {
 		c.MaxTopics = DefaultMaxTopics
 	}
+	if c.MaxTenants == 0 {
+		c.MaxTenants = DefaultMaxTenants
+	}
 }
 
 func (c *Config) validate() error {
@@ -80,6 +89,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("metrics: Config.QueryTimeout is %s: use 0 for the default (%s) or more", c.QueryTimeout, DefaultQueryTimeout)
 	case c.MaxTopics < 0:
 		return fmt.Errorf("metrics: Config.MaxTopics is %d: use 0 for the default (%d) or more", c.MaxTopics, DefaultMaxTopics)
+	case c.MaxTenants < 0:
+		return fmt.Errorf("metrics: Config.MaxTenants is %d: use 0 for the default (%d) or more", c.MaxTenants, DefaultMaxTenants)
 	}
 	return nil
 }
@@ -248,6 +259,11 @@ type Collector struct {
 	processed, duplicates, failed, replayed *prometheus.CounterVec
 	parked                                  *prometheus.CounterVec
 	handlerDuration                         *prometheus.HistogramVec
+	// tenants (Tenant)
+	tenantPublished, tenantRetried, tenantDead *prometheus.CounterVec
+	tenantLatency                              *prometheus.HistogramVec
+	tenantMu                                   sync.Mutex
+	tenants                                    map[string]bool // the tenants with series of their own, at most MaxTenants
 	// queries
 	queries, queryErrors *prometheus.CounterVec
 	lastSuccess          *prometheus.GaugeVec
@@ -289,7 +305,7 @@ func New(cfg Config) (*Collector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Collector{cfg: cfg, now: time.Now, topics: map[string]bool{}}
+	c := &Collector{cfg: cfg, now: time.Now, topics: map[string]bool{}, tenants: map[string]bool{}}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
@@ -330,6 +346,7 @@ func New(cfg Config) (*Collector, error) {
 		Help:    "Time one handler run took through the inbox, its transaction included, whatever its outcome.",
 		Buckets: handlerBuckets,
 	}, []string{"consumer"})
+	c.newTenantMetrics()
 	c.queries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "courier_stats_queries_total",
 		Help: "Queries behind the gauges, by source (outbox, sagas, idempotency, slots); at most one per source per MinInterval.",
@@ -369,6 +386,7 @@ func (c *Collector) collectors() []prometheus.Collector {
 		c.claimedBatches, c.claimedMessages, c.published, c.retried, c.dead, c.leaseLost, c.released, c.publishErrors,
 		c.publishDuration, c.publishLatency,
 		c.processed, c.duplicates, c.failed, c.replayed, c.parked, c.handlerDuration,
+		c.tenantPublished, c.tenantRetried, c.tenantDead, c.tenantLatency,
 		c.queries, c.queryErrors, c.lastSuccess,
 	}
 }

@@ -31,8 +31,8 @@ func (o relayObserver) Published(msgs []courier.Message, errs []error, d time.Du
 	for i, err := range errs {
 		switch {
 		case err == nil:
-			if at := msgs[i].OccurredAt; !at.IsZero() {
-				o.c.publishLatency.Observe(max(now.Sub(at), 0).Seconds())
+			if l, ok := latency(now, msgs[i]); ok {
+				o.c.publishLatency.Observe(l)
 			}
 		case errors.Is(err, broker.ErrUnavailable):
 			o.c.publishErrors.WithLabelValues("unavailable").Inc()
@@ -42,6 +42,14 @@ func (o relayObserver) Published(msgs []courier.Message, errs []error, d time.Du
 			o.c.publishErrors.WithLabelValues("refused").Inc()
 		}
 	}
+}
+
+// latency is the seconds from m's OccurredAt to now, when m has one.
+func latency(now time.Time, m courier.Message) (float64, bool) {
+	if m.OccurredAt.IsZero() {
+		return 0, false
+	}
+	return max(now.Sub(m.OccurredAt), 0).Seconds(), true
 }
 
 func (o relayObserver) Completed(published, retried, dead int) {
