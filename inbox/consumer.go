@@ -115,6 +115,17 @@ type ConsumerConfig struct {
 	// keeps (retries without KeepOrder), ExtendEvery, CleanupEvery and
 	// ReplayEvery run on real time.
 	Clock courier.Clock
+	// MessageContext, if set, returns the context in which the consumer
+	// works on msg, derived from ctx (keep its deadline and cancellation):
+	// the context of the handler's run and its inbox transaction, and of
+	// the consumer store's calls about the message (RecordFailure,
+	// ClearFailures, Park), for a delivery and for an operator's replay
+	// alike. Stores that keep each message in a database of its own find
+	// there which one it is: package tenant sets it to apply each
+	// message in its tenant's database. It is not called for a delivery
+	// that does not decode, which is parked with ctx itself. Default:
+	// ctx.
+	MessageContext func(ctx context.Context, msg courier.Message) context.Context
 }
 
 // The defaults of ConsumerConfig's zero fields.
@@ -341,6 +352,7 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 		c.park(work, j, store.ReasonMalformed, j.err, []store.Attempt{{At: c.cfg.Clock.Now().UTC(), Error: j.err.Error()}})
 		return
 	}
+	work = c.messageContext(work, j.msg)
 	failedHere := false // a run of this delivery failed (KeepOrder retries in place)
 	for runs := 1; ; runs++ {
 		res, err := c.handle(work, d, j.msg)
@@ -391,6 +403,15 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 			return // shutting down: the broker redelivers it
 		}
 	}
+}
+
+// messageContext is the context in which the consumer works on msg
+// (ConsumerConfig.MessageContext).
+func (c *Consumer[TTx]) messageContext(ctx context.Context, msg courier.Message) context.Context {
+	if c.cfg.MessageContext == nil {
+		return ctx
+	}
+	return c.cfg.MessageContext(ctx, msg)
 }
 
 // retryIn says when a failed run of j (err, recorded as failure) runs
@@ -630,7 +651,7 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 		msg, err := c.sub.Decode(broker.Raw{Subject: p.Subject, Headers: p.Headers, Data: p.Payload})
 		var res Result
 		if err == nil {
-			res, err = c.ib.Handle(work, msg, c.run)
+			res, err = c.ib.Handle(c.messageContext(work, msg), msg, c.run)
 		}
 		if err != nil {
 			c.log.Warn("replay failed; the message stays parked", "parked_id", p.ID, "error", err)

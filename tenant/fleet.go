@@ -25,10 +25,10 @@ type Fleet struct {
 	log   *slog.Logger
 	slots *slots
 
-	mu      sync.Mutex
-	tenants []Tenant           // as Source last gave them, by name
-	members []string           // as the last heartbeat gave them
-	served  map[string]*server // the tenants this process serves, by name
+	mu                    sync.Mutex
+	tenants               []Tenant           // as Source last gave them, by name
+	members               []string           // as the last heartbeat gave them
+	served                map[string]*server // the tenants this process serves, by name
 	sourceErr, membersErr string
 }
 
