@@ -78,3 +78,15 @@ func (s *server) status() TenantStatus {
 	}
 	return ts
 }
+
+// Failing counts the tenants served whose database failed at their last
+// try.
+func (s Status) Failing() int {
+	n := 0
+	for _, t := range s.Served {
+		if t.Error != "" {
+			n++
+		}
+	}
+	return n
+}

@@ -86,6 +86,12 @@ func (c *cleanupCmd) Run(e *env) error {
 	if len(keep) == 0 {
 		return fmt.Errorf("nothing to clean up: pass a retention such as --keep-published 168h or --keep-inbox-markers 720h (see courier cleanup --help)")
 	}
+	if err := c.checkTenants(); err != nil {
+		return err
+	}
+	if c.tenanted() && c.Tenant == "" {
+		return c.cleanTenants(e, keep)
+	}
 	d, err := c.open(e.ctx, false, "")
 	if err != nil {
 		return err

@@ -14,7 +14,8 @@ const defaultDatabase = "courier.db"
 
 // dbFlags selects the database.
 type dbFlags struct {
-	DatabaseURL string `name:"database-url" help:"Database URL: postgres://…, mysql://…, sqlite:///path/file.db or file:path.db. Default: the embedded ./courier.db (SQLite)." env:"COURIER_DATABASE_URL"`
+	DatabaseURL string `name:"database-url" help:"Database URL: postgres://…, mysql://…, sqlite:///path/file.db or file:path.db. Default: the embedded ./courier.db (SQLite). With tenants, the fleet's own database: the catalogue --tenants-query reads, and where relays sharing the tenants keep their heartbeats." env:"COURIER_DATABASE_URL"`
+	tenantFlags
 }
 
 // urlOptions are how the commands read --database-url.
@@ -30,11 +31,22 @@ func (f dbFlags) dialect() (string, error) {
 	return u.Dialect, err
 }
 
-// open connects to the database and checks that it answers. With no URL it
-// opens the embedded default, ./courier.db, which must exist unless create.
+// open connects to the database and checks that it answers: with tenants,
+// the database of the one --tenant names. With no URL it opens the
+// embedded default, ./courier.db, which must exist unless create.
 // listenURL is the URL PostgreSQL's notifier listens on ("" for the
 // database URL).
 func (f dbFlags) open(ctx context.Context, create bool, listenURL string) (*dburl.DB, error) {
+	if err := f.checkTenants(); err != nil {
+		return nil, err
+	}
+	if f.tenanted() {
+		t, err := f.chosenTenant(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return dburl.Open(ctx, t.URL, tenantOptions(t, create))
+	}
 	raw := f.DatabaseURL
 	if raw == "" {
 		if _, err := os.Stat(defaultDatabase); err != nil && !create {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/dburl"
 )
@@ -29,11 +30,62 @@ func (c *migrateCmd) Run(e *env) error {
 	if c.Print || c.Dir != "" {
 		return c.export(e)
 	}
+	if err := c.checkTenants(); err != nil {
+		return err
+	}
+	if c.tenanted() && c.Tenant == "" {
+		return c.migrateTenants(e)
+	}
 	d, err := c.open(e.ctx, true, "")
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	return migrateOne(e, d, "")
+}
+
+// migrateTenants migrates the fleet's database (--database-url) when
+// given, then every tenant's, creating a tenant's PostgreSQL schema or
+// SQLite file when it does not exist. A tenant that fails is reported and
+// the others are migrated; the command then fails.
+func (c *migrateCmd) migrateTenants(e *env) error {
+	if c.DatabaseURL != "" {
+		opts := urlOptions
+		opts.Create = true
+		d, err := dburl.Open(e.ctx, c.DatabaseURL, opts)
+		if err != nil {
+			return err
+		}
+		err = migrateOne(e, d, "")
+		d.Close()
+		if err != nil {
+			return err
+		}
+	}
+	ts, err := c.allTenants(e.ctx)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, t := range ts {
+		d, err := dburl.Open(e.ctx, t.URL, tenantOptions(t, true))
+		if err == nil {
+			err = migrateOne(e, d, "tenant "+t.Name+": ")
+			d.Close()
+		}
+		if err != nil {
+			failed++
+			fmt.Fprintf(e.stdout, "tenant %s: %s\n", escape.Line(t.Name), escape.Line(err.Error()))
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d tenants not migrated (above)", failed, len(ts))
+	}
+	return nil
+}
+
+// migrateOne migrates d and says what it did, after prefix.
+func migrateOne(e *env, d *dburl.DB, prefix string) error {
 	applied, err := d.Migrate(e.ctx)
 	if err != nil {
 		return err
@@ -43,10 +95,10 @@ func (c *migrateCmd) Run(e *env) error {
 		return err
 	}
 	if len(applied) == 0 {
-		fmt.Fprintf(e.stdout, "schema is up to date (version %d) in %s\n", v, d)
+		fmt.Fprintf(e.stdout, "%sschema is up to date (version %d) in %s\n", prefix, v, d)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "applied %d migration(s); schema is at version %d in %s\n", len(applied), v, d)
+	fmt.Fprintf(e.stdout, "%sapplied %d migration(s); schema is at version %d in %s\n", prefix, len(applied), v, d)
 	return nil
 }
 

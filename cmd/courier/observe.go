@@ -72,6 +72,11 @@ func (f observeFlags) listen(ops store.Operations) (*observer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return f.listenWith(col)
+}
+
+// listenWith listens on --metrics-addr for the endpoints of col.
+func (f observeFlags) listenWith(col *metrics.Collector) (*observer, error) {
 	ln, err := net.Listen("tcp", f.MetricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w; choose a free port, or 0 for any", err)

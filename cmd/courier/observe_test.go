@@ -57,10 +57,18 @@ func serveRelay(t *testing.T, n int, args ...string) *servedRelay {
 	testenv.Must(t, tx.Commit(), "commit")
 	testenv.Must(t, db.Close(), "close")
 
+	return startServedRelay(t, []string{"COURIER_DATABASE_URL=sqlite://" + path},
+		append([]string{"--data-dir", filepath.Join(dir, "nats"), "--embedded-port", "0"}, args...)...)
+}
+
+// startServedRelay starts `courier relay --metrics-addr 127.0.0.1:0 args…`
+// (env added to its environment) and returns once it serves its
+// endpoints; it is stopped with SIGTERM when the test ends.
+func startServedRelay(t *testing.T, env []string, args ...string) *servedRelay {
+	t.Helper()
 	s := &servedRelay{}
-	s.cmd = exec.Command(os.Args[0], append([]string{"relay", "--log-format", "json", "--metrics-addr", "127.0.0.1:0",
-		"--data-dir", filepath.Join(dir, "nats"), "--embedded-port", "0"}, args...)...)
-	s.cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1", "COURIER_DATABASE_URL=sqlite://"+path)
+	s.cmd = exec.Command(os.Args[0], append([]string{"relay", "--log-format", "json", "--metrics-addr", "127.0.0.1:0"}, args...)...)
+	s.cmd.Env = append(append(os.Environ(), "COURIER_TEST_BE_CLI=1"), env...)
 	stderr, err := s.cmd.StderrPipe()
 	testenv.Must(t, err, "stderr")
 	testenv.Must(t, s.cmd.Start(), "start relay")

@@ -23,6 +23,7 @@ type relayCmd struct {
 	cdcFlags
 	observeFlags
 	dashboardFlags
+	fleetFlags
 	BrokerURL        string        `name:"broker-url" help:"Broker to publish to; the URL picks it: kafka://host1:9092,host2:9092?topic_prefix=, amqp://user:password@host:5672/vhost?exchange=courier&prefix=, https://endpoint (webhooks, signed with the secrets of --webhook-secret-env), nats://host:4222 (or tls://). Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
 	WebhookSecretEnv string        `name:"webhook-secret-env" help:"Environment variable holding the secrets that sign webhook requests (https:// --broker-url): whsec_… secrets, comma-separated during a rotation (the first is the new one). Never put them in the URL." default:"COURIER_WEBHOOK_SECRET" env:"COURIER_WEBHOOK_SECRET_ENV"`
 	DataDir          string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
@@ -117,6 +118,9 @@ func (c *relayCmd) Run(e *env) error {
 		return err
 	}
 	cfg.Logger = e.log
+	if c.tenanted() {
+		return c.runTenants(e, cfg)
+	}
 	if c.BrokerURL == "" {
 		// Before anything else is created: the embedded server would only
 		// fail to become ready in an unusable directory.

@@ -43,6 +43,12 @@ func (c *statusCmd) Run(e *env) error {
 	if c.FailIfPending < 0 {
 		return fmt.Errorf("--fail-if-pending is %d: use a positive count, or leave it out", c.FailIfPending)
 	}
+	if err := c.checkTenants(); err != nil {
+		return err
+	}
+	if c.tenanted() && c.Tenant == "" {
+		return c.tenantsStatus(e)
+	}
 	d, err := c.open(e.ctx, false, "")
 	if err != nil {
 		return err
