@@ -28,13 +28,17 @@ type Config struct {
 	// Refresh is how often Source is read again. Default 30s.
 	Refresh time.Duration
 	// MaxOpen is how many tenants are served at once: each has its
-	// database open, with Relay.Concurrency connections at most. When
-	// more tenants than that are due, a tenant that has found nothing to
-	// publish for IdleAfter closes its database and gives its place to
-	// the one that has waited longest: tenants take turns. Default 100.
+	// database open, with Relay.Concurrency connections at most. While
+	// other tenants wait for a place, a tenant that has found nothing to
+	// publish for IdleAfter, or has had its place for Turn, closes its
+	// database and gives its place to the one that has waited longest:
+	// the tenants take turns. Default 100.
 	MaxOpen int
 	// IdleAfter: see MaxOpen. Default 1s.
 	IdleAfter time.Duration
+	// Turn: see MaxOpen. A tenant busy for longer goes on publishing at
+	// its next turn. Default 5s.
+	Turn time.Duration
 	// ConnectTimeout bounds opening a tenant's database. Default 5s.
 	ConnectTimeout time.Duration
 	// Members, when set, is the database in which the relay processes
@@ -66,6 +70,7 @@ const (
 	DefaultRefresh        = 30 * time.Second
 	DefaultMaxOpen        = 100
 	DefaultIdleAfter      = time.Second
+	DefaultTurn           = 5 * time.Second
 	DefaultConnectTimeout = 5 * time.Second
 	DefaultHeartbeat      = 2 * time.Second
 )
@@ -79,6 +84,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.IdleAfter == 0 {
 		c.IdleAfter = DefaultIdleAfter
+	}
+	if c.Turn == 0 {
+		c.Turn = DefaultTurn
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
@@ -114,6 +122,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("tenant: Config.MaxOpen is %d: use 1 or more", c.MaxOpen)
 	case c.IdleAfter <= 0:
 		return fmt.Errorf("tenant: Config.IdleAfter is %s: use more than 0", c.IdleAfter)
+	case c.Turn <= 0:
+		return fmt.Errorf("tenant: Config.Turn is %s: use more than 0", c.Turn)
 	case c.ConnectTimeout <= 0:
 		return fmt.Errorf("tenant: Config.ConnectTimeout is %s: use more than 0", c.ConnectTimeout)
 	case c.Heartbeat < 100*time.Millisecond:

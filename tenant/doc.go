@@ -18,10 +18,13 @@
 //
 // At most Config.MaxOpen tenants have their database open at once, each
 // with Config.Relay.Concurrency connections (1 by default): a thousand
-// tenants do not hold a thousand idle connections. While more tenants
-// than that are due, a tenant that has found nothing to publish for
-// Config.IdleAfter closes its database and gives its place to the tenant
-// that has waited longest, so the tenants take turns. A tenant whose
+// tenants do not hold a thousand idle connections. While other tenants
+// wait for a place, a tenant that has found nothing to publish for
+// Config.IdleAfter, or has had its place for Config.Turn, closes its
+// database and gives its place to the tenant that has waited longest: the
+// tenants take turns, and a busy tenant cannot keep the others out. Set
+// MaxOpen to at least the tenants that are busy at once: past it, a
+// tenant's messages wait for its turn. A tenant whose
 // database cannot be opened, or whose claims fail, waits for its next try
 // (1s, doubling up to 30s) without holding a place.
 //

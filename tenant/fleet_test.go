@@ -241,3 +241,35 @@ func TestProducersCannotSetTheTenantHeader(t *testing.T) {
 		t.Fatalf("a message with %s: %v; want the reserved-header error", tenant.Header, err)
 	}
 }
+
+// A tenant busy for ever gives its place up after a Turn: with one place
+// and a tenant that never stops writing, the other is served all the same.
+func TestFleetBusyTenantTakesTurns(t *testing.T) {
+	ts := sqliteTenants(t, "b", 2)
+	busy, other := ts[0], ts[1]
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			write(t, busy, courier.NewMessage("orders", "k", "OrderPlaced", []byte(busy.Name+"/"+strconv.Itoa(i))))
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, func() bool { return pendingOf(t, busy) > 0 }, "the busy tenant writes")
+	pub := memory.NewPublisher()
+	runFleet(t, pub, tenant.Config{Source: tenant.List(ts...), Relay: fastRelay, MaxOpen: 1, IdleAfter: time.Second, Turn: 200 * time.Millisecond})
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(byTenant(t, pub)[busy.Name]) > 0 }, "the busy tenant served")
+	write(t, other, messages(other, 5, 1)...)
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(byTenant(t, pub)[other.Name]) == 5 }, "the other tenant served while the busy one writes")
+}
+
+// pendingOf is the count of tn's pending messages.
+func pendingOf(t *testing.T, tn tenant.Tenant) int64 {
+	t.Helper()
+	d, err := dburl.Open(context.Background(), tn.URL, dburl.Options{})
+	testenv.Must(t, err, "open "+tn.Name)
+	defer d.Close()
+	st, err := d.Operations().Status(context.Background())
+	testenv.Must(t, err, "status of "+tn.Name)
+	return st.Outbox.Pending
+}

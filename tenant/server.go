@@ -80,8 +80,8 @@ func (s *server) run() {
 }
 
 // session opens the tenant's database and relays from it until run's
-// context ends, or the tenant has been idle for IdleAfter while another
-// waits for a slot. It fails when the database cannot be opened, or when
+// context ends, or another tenant waits for a slot while this one has
+// been idle for IdleAfter or served for Turn. It fails when the database cannot be opened, or when
 // the relay's claims were failing as it ended.
 func (s *server) session() error {
 	cfg := s.f.cfg
@@ -116,14 +116,13 @@ func (s *server) session() error {
 	go func() { _ = r.Run(ctx); close(done) }()
 	tick := time.NewTicker(min(cfg.IdleAfter/4, 250*time.Millisecond))
 	defer tick.Stop()
+	start := time.Now()
 	for yielded := false; !yielded; {
 		select {
 		case <-done:
 			yielded = true
 		case <-tick.C:
-			if s.f.slots.waiting() && s.idleFor() >= cfg.IdleAfter {
-				yielded = true
-			}
+			yielded = s.f.slots.waiting() && (s.idleFor() >= cfg.IdleAfter || time.Since(start) >= cfg.Turn)
 		}
 	}
 	cancel()
