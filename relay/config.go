@@ -12,6 +12,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/relay/internal/dispatch"
+	"github.com/courier-go/courier/relay/internal/due"
 	"github.com/courier-go/courier/store"
 )
 
@@ -47,6 +48,12 @@ type Config struct {
 	// wake-up arrives. Default DefaultPollInterval (1s); wiring code
 	// usually takes the dialect's (store.Database PollInterval).
 	PollInterval time.Duration
+	// ReleaseInterval is how often an idle relay looks for scheduled
+	// messages that have fallen due without a wake-up saying so. Default
+	// DefaultReleaseInterval (100ms); a fleet of many tenants (package
+	// tenant) sets it to the PollInterval, so that an idle tenant costs
+	// one claim and one release per PollInterval.
+	ReleaseInterval time.Duration
 	// ShutdownTimeout bounds the work done after Run's context ends.
 	// Default DefaultShutdownTimeout (15s).
 	ShutdownTimeout time.Duration
@@ -89,6 +96,7 @@ const (
 	DefaultLeaseDuration   = 30 * time.Second
 	DefaultPollInterval    = time.Second
 	DefaultShutdownTimeout = 15 * time.Second
+	DefaultReleaseInterval = due.DefaultRecheck
 )
 
 // settings are the fields the CDC relay shares.
@@ -109,6 +117,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.ReleaseInterval == 0 {
+		c.ReleaseInterval = DefaultReleaseInterval
 	}
 	if c.Owner == "" {
 		c.Owner = NewOwner()
@@ -134,6 +145,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("relay: Config.PollInterval is %s: use more than 0", c.PollInterval)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("relay: Config.ShutdownTimeout is %s: use more than 0", c.ShutdownTimeout)
+	case c.ReleaseInterval < due.MinGap:
+		return fmt.Errorf("relay: Config.ReleaseInterval is %s: use %s or more", c.ReleaseInterval, due.MinGap)
 	}
 	return nil
 }

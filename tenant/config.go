@@ -18,7 +18,9 @@ type Config struct {
 	Source Source
 	// Relay is the configuration of each tenant's relay (see package
 	// relay). Its Owner names this process, in leases and among the
-	// Members; Concurrency defaults to 1 here, so that a tenant takes one
+	// Members; PollInterval defaults to the dialect's and ReleaseInterval
+	// to PollInterval, so that an idle tenant costs a claim and a release
+	// of scheduled messages per PollInterval; Concurrency defaults to 1 here, so that a tenant takes one
 	// connection; Notifier must be nil (tenants are polled: a wake-up
 	// listener per tenant would hold a connection each); Observer is
 	// replaced by Observers' observer of the tenant.
@@ -41,6 +43,10 @@ type Config struct {
 	Turn time.Duration
 	// ConnectTimeout bounds opening a tenant's database. Default 5s.
 	ConnectTimeout time.Duration
+	// MaxConnecting is how many tenants' databases are being opened at
+	// once, so that a fleet starting, or a server coming back, does not
+	// meet a storm of connections. Default 8.
+	MaxConnecting int
 	// Members, when set, is the database in which the relay processes
 	// that share the tenants keep their heartbeats (store.Operations.Beat):
 	// each process serves the tenants that rendezvous hashing gives it
@@ -72,6 +78,7 @@ const (
 	DefaultIdleAfter      = time.Second
 	DefaultTurn           = 5 * time.Second
 	DefaultConnectTimeout = 5 * time.Second
+	DefaultMaxConnecting  = 8
 	DefaultHeartbeat      = 2 * time.Second
 )
 
@@ -90,6 +97,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.MaxConnecting == 0 {
+		c.MaxConnecting = DefaultMaxConnecting
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = DefaultHeartbeat
@@ -124,6 +134,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("tenant: Config.IdleAfter is %s: use more than 0", c.IdleAfter)
 	case c.Turn <= 0:
 		return fmt.Errorf("tenant: Config.Turn is %s: use more than 0", c.Turn)
+	case c.MaxConnecting < 1:
+		return fmt.Errorf("tenant: Config.MaxConnecting is %d: use 1 or more", c.MaxConnecting)
 	case c.ConnectTimeout <= 0:
 		return fmt.Errorf("tenant: Config.ConnectTimeout is %s: use more than 0", c.ConnectTimeout)
 	case c.Heartbeat < 100*time.Millisecond:

@@ -24,6 +24,8 @@ type Fleet struct {
 	pub   broker.Publisher
 	log   *slog.Logger
 	slots *slots
+	// connecting bounds the databases being opened at once.
+	connecting chan struct{}
 
 	mu                    sync.Mutex
 	tenants               []Tenant           // as Source last gave them, by name
@@ -46,7 +48,7 @@ func New(pub broker.Publisher, cfg Config) (*Fleet, error) {
 		cfg.Relay.Owner = relay.NewOwner()
 	}
 	return &Fleet{cfg: cfg, pub: pub, log: cfg.Logger.With("relay", cfg.Relay.Owner), slots: newSlots(cfg.MaxOpen),
-		served: map[string]*server{}}, nil
+		connecting: make(chan struct{}, cfg.MaxConnecting), served: map[string]*server{}}, nil
 }
 
 // Owner returns the name this process leases rows and beats under.

@@ -85,8 +85,7 @@ func (s *server) run() {
 // the relay's claims were failing as it ended.
 func (s *server) session() error {
 	cfg := s.f.cfg
-	d, err := cfg.Open(s.ctx, s.t, dburl.Options{Flag: "tenant " + s.t.Name + "'s URL", MaxConns: cfg.Relay.Concurrency,
-		ConnectTimeout: cfg.ConnectTimeout})
+	d, err := s.open()
 	if err != nil {
 		return err
 	}
@@ -99,6 +98,9 @@ func (s *server) session() error {
 	rc.Observer, rc.Logger = s.obs, slog.New(quiet{s.log.Handler()})
 	if rc.PollInterval == 0 {
 		rc.PollInterval = d.PollInterval()
+	}
+	if rc.ReleaseInterval == 0 {
+		rc.ReleaseInterval = max(rc.PollInterval, relay.DefaultReleaseInterval)
 	}
 	r, err := relay.New(stamped{RelayStore: st, name: s.t.Name}, s.f.pub, rc)
 	if err != nil {
@@ -132,6 +134,20 @@ func (s *server) session() error {
 		return fmt.Errorf("claims failing: %s", st.ClaimError)
 	}
 	return nil
+}
+
+// open opens the tenant's database, once fewer than MaxConnecting are
+// being opened.
+func (s *server) open() (*dburl.DB, error) {
+	select {
+	case s.f.connecting <- struct{}{}:
+	case <-s.ctx.Done():
+		return nil, s.ctx.Err()
+	}
+	defer func() { <-s.f.connecting }()
+	cfg := s.f.cfg
+	return cfg.Open(s.ctx, s.t, dburl.Options{Flag: "tenant " + s.t.Name + "'s URL", MaxConns: cfg.Relay.Concurrency,
+		ConnectTimeout: cfg.ConnectTimeout})
 }
 
 // idleFor is how long the tenant's relay has claimed nothing.

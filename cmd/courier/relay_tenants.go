@@ -25,6 +25,7 @@ type fleetFlags struct {
 	TenantsRefresh   time.Duration `name:"tenants-refresh" help:"With tenants: how often the relay reads the tenants again." default:"30s" env:"COURIER_TENANTS_REFRESH"`
 	TenantsMaxOpen   int           `name:"tenants-max-open" help:"With tenants: how many tenants' databases are open at once, each with --concurrency connections (80 connections with the defaults); past that, idle tenants take turns." default:"40" env:"COURIER_TENANTS_MAX_OPEN"`
 	TenantsIdleAfter time.Duration `name:"tenants-idle-after" help:"With tenants: how long a tenant finds nothing to publish before it gives its place to a tenant waiting for one." default:"1s" env:"COURIER_TENANTS_IDLE_AFTER"`
+	TenantsHeartbeat time.Duration `name:"tenants-heartbeat" help:"With tenants and --database-url: how often the relay records that it is alive; the others take its tenants over three heartbeats after its last." default:"2s" env:"COURIER_TENANTS_HEARTBEAT"`
 	TenantsTurn      time.Duration `name:"tenants-turn" help:"With tenants: how long a tenant, busy or not, keeps its place while others wait for one." default:"5s" env:"COURIER_TENANTS_TURN"`
 	MaxTenants       int           `name:"metrics-max-tenants" help:"With tenants: tenants with series of their own in /metrics, the first this many seen; the others are summed under tenant=\"other tenants\"." default:"100" env:"COURIER_METRICS_MAX_TENANTS"`
 }
@@ -49,11 +50,13 @@ func (c *relayCmd) fleetConfig(cfg relay.Config) (tenant.Config, error) {
 		return tenant.Config{}, fmt.Errorf("--tenants-idle-after is %s: use more than 0, such as 1s", c.TenantsIdleAfter)
 	case c.TenantsTurn <= 0:
 		return tenant.Config{}, fmt.Errorf("--tenants-turn is %s: use more than 0, such as 5s", c.TenantsTurn)
+	case c.TenantsHeartbeat < 100*time.Millisecond:
+		return tenant.Config{}, fmt.Errorf("--tenants-heartbeat is %s: use 100ms or more, such as 2s", c.TenantsHeartbeat)
 	case c.TenantsRefresh < time.Second:
 		return tenant.Config{}, fmt.Errorf("--tenants-refresh is %s: use 1s or more, such as 30s", c.TenantsRefresh)
 	}
 	fc := tenant.Config{Relay: cfg, Store: store.RelayConfig{KeepPublished: c.KeepPublished}, Refresh: c.TenantsRefresh,
-		MaxOpen: c.TenantsMaxOpen, IdleAfter: c.TenantsIdleAfter, Turn: c.TenantsTurn}
+		MaxOpen: c.TenantsMaxOpen, IdleAfter: c.TenantsIdleAfter, Turn: c.TenantsTurn, Heartbeat: c.TenantsHeartbeat}
 	fc.Source = tenant.List() // checked for its settings only; Run gives the real one
 	if err := fc.Validate(); err != nil {
 		return tenant.Config{}, tenantFlagError(err)

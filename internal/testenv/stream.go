@@ -133,3 +133,15 @@ func StreamCount(t testing.TB, nc *natsgo.Conn, stream string) int {
 	Must(t, err, "stream info")
 	return int(info.State.Msgs)
 }
+
+// DeleteStream deletes a stream the test made, if it exists.
+func DeleteStream(t testing.TB, nc *natsgo.Conn, stream string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	Must(t, err, "jetstream")
+	if err := js.DeleteStream(ctx, stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Logf("delete stream %s: %v", stream, err)
+	}
+}

@@ -105,7 +105,7 @@ func TestMain(m *testing.M) {
 	runRole()
 	flag.Parse()
 	code := testenv.M(m).Run()
-	removeCourierBinary()
+	testenv.RemoveCourierBinary()
 	os.Exit(code)
 }
 

@@ -37,7 +37,7 @@ func newRelayProcs(t *testing.T, cmdline ...string) *relayProcs {
 		}
 		logs.Close()
 	})
-	return &relayProcs{t: t, cmdline: append([]string{courierBinary(t)}, cmdline...), logs: logs}
+	return &relayProcs{t: t, cmdline: append([]string{testenv.CourierBinary(t)}, cmdline...), logs: logs}
 }
 
 // start starts a relay process.

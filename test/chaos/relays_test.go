@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -30,61 +29,9 @@ import (
 // order the broker delivers it, and applies each message once (by its id,
 // as any inbox does) to the effects table that check reads.
 
-// envCourier names a courier binary for the transport runs to use instead
-// of building one.
-const envCourier = "COURIER_CHAOS_COURIER"
-
 // transportMaxAttempts is the relays' --max-attempts: small, so that an
 // outage counted against the messages would soon show as dead letters.
 const transportMaxAttempts = 3
-
-// built is the courier binary built for this test process.
-var built struct {
-	once      sync.Once
-	dir, path string
-	err       error
-}
-
-// courierBinary returns the path of the courier command: the one envCourier
-// names, or one built from this module once per test process, with the
-// race detector when this test binary has it.
-func courierBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv(envCourier); p != "" {
-		return p
-	}
-	built.once.Do(func() {
-		if built.dir, built.err = os.MkdirTemp("", "courier-chaos-"); built.err != nil {
-			return
-		}
-		built.path = filepath.Join(built.dir, "courier")
-		args := []string{"build", "-o", built.path}
-		if raceEnabled {
-			// As the README's test command builds: the race detector,
-			// without its pointer checks in the SQLite driver.
-			args = append(args, "-race", "-gcflags=modernc.org/...=-d=checkptr=0")
-		}
-		args = append(args, "github.com/courier-go/courier/cmd/courier")
-		start := time.Now()
-		out, err := exec.Command("go", args...).CombinedOutput()
-		if err != nil {
-			built.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-			return
-		}
-		t.Logf("built the courier command in %s", time.Since(start).Round(100*time.Millisecond))
-	})
-	if built.err != nil {
-		t.Fatalf("build the courier command (or set %s to the path of one): %v", envCourier, built.err)
-	}
-	return built.path
-}
-
-// removeCourierBinary deletes the binary courierBinary built, if any.
-func removeCourierBinary() {
-	if built.dir != "" {
-		_ = os.RemoveAll(built.dir)
-	}
-}
 
 // transportDatabases returns the producer's and the consumer's databases of
 // a transport run: PostgreSQL when COURIER_TEST_POSTGRES_URL is set, SQLite
@@ -155,7 +102,7 @@ func startRelays(t *testing.T, tgt target, s settings) *relayRun {
 		if tgt.role != "" {
 			p.env = append([]string{envRole + "=" + tgt.role, envDB + "=" + db.relayURL(i)}, tgt.env...)
 		} else {
-			p.cmdline = []string{courierBinary(t), "relay", "--log-format", "text", "--log-level", "warn", "--broker-url", tgt.url,
+			p.cmdline = []string{testenv.CourierBinary(t), "relay", "--log-format", "text", "--log-level", "warn", "--broker-url", tgt.url,
 				"--database-url", db.relayURL(i), "--lease", tgt.lease.String(), "--max-attempts", strconv.Itoa(transportMaxAttempts),
 				"--batch-size", "200"}
 		}
