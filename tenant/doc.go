@@ -41,6 +41,20 @@
 // leased by one relay, each key's rows are published in order), as they
 // do for several relays on one database.
 //
+// # Consumers
+//
+// A [Consumer] is one inbox consumer (package inbox) over a subscription
+// carrying every tenant's messages: it applies each message in the
+// database of the tenant its Header names, the inbox marker and the
+// handler's effects in one transaction there, so a redelivery is a
+// duplicate in that tenant's database, exactly as with one database. The
+// handler finds the tenant with [From] and its database with [DB].
+// Failures, parked deliveries and their replays stay in the tenant's
+// database; a message of no tenant, or of one the Source does not list
+// even when read again, is parked in ConsumerConfig.Refused and never
+// touches a tenant's database. At most ConsumerConfig.MaxOpen tenants'
+// databases are open at once, the least recently used closed first.
+//
 // # Operations
 //
 // [Fleet.Status] reports the members, the tenants served and each one's

@@ -96,7 +96,7 @@ func TestFleetServesEveryTenant(t *testing.T) {
 	pub := memory.NewPublisher()
 	f, stop := runFleet(t, pub, tenant.Config{Source: tenant.List(ts...), Relay: fastRelay, MaxOpen: 2, IdleAfter: 50 * time.Millisecond})
 	testenv.Eventually(t, time.Minute, func() bool { return len(byTenant(t, pub)) == len(ts) && published(pub) >= n*len(ts) },
-		"every tenant's messages published: %d of %d", published(pub), n*len(ts))
+		"every tenant's messages published: %d of %d; %+v", published(pub), n*len(ts), testenv.Lazy(func() any { return f.Status() }))
 	st := f.Status()
 	if st.Open > 2 {
 		t.Fatalf("%d tenants open, MaxOpen is 2", st.Open)

@@ -39,8 +39,10 @@ type TenantStatus struct {
 	Open bool `json:"open"`
 	// Sessions counts the times its database was opened.
 	Sessions int `json:"sessions"`
-	// Error is why its database last failed; empty once a session ends
-	// well. FailingSince is when the failures in a row began.
+	// Error is why its database failed: its claims fail while it is
+	// open, or it could not be opened, or its claims were failing when its
+	// turn ended; empty once it works. FailingSince is when the failures
+	// in a row began.
 	Error        string    `json:"error,omitempty"`
 	FailingSince time.Time `json:"failing_since,omitzero"`
 	// Metrics are its relays' totals since this process started.
@@ -74,6 +76,9 @@ func (s *server) status() TenantStatus {
 	if s.relay != nil {
 		rs := s.relay.State()
 		ts.Open, ts.Relay = true, &rs
+		if rs.ClaimFailures > 0 { // its database fails while open
+			ts.Error, ts.FailingSince = rs.ClaimError, rs.ClaimFailingSince
+		}
 		addMetrics(&ts.Metrics, rs.Metrics)
 	}
 	return ts
