@@ -48,6 +48,13 @@ type Config struct {
 	// wake-up arrives. Default DefaultPollInterval (1s); wiring code
 	// usually takes the dialect's (store.Database PollInterval).
 	PollInterval time.Duration
+	// IdleDelay is the first wait after a claim that found less than a
+	// full batch; the waits double up to PollInterval while claims find
+	// nothing. Default DefaultIdleDelay (1ms): a busy relay catches the
+	// next commits at once. A fleet of many tenants (package tenant) sets
+	// it to the PollInterval, so that a quiet tenant costs one claim per
+	// PollInterval, not a run of them after each message.
+	IdleDelay time.Duration
 	// ReleaseInterval is how often an idle relay looks for scheduled
 	// messages that have fallen due without a wake-up saying so. Default
 	// DefaultReleaseInterval (100ms); a fleet of many tenants (package
@@ -97,6 +104,7 @@ const (
 	DefaultPollInterval    = time.Second
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultReleaseInterval = due.DefaultRecheck
+	DefaultIdleDelay       = time.Millisecond
 )
 
 // settings are the fields the CDC relay shares.
@@ -120,6 +128,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReleaseInterval == 0 {
 		c.ReleaseInterval = DefaultReleaseInterval
+	}
+	if c.IdleDelay == 0 {
+		c.IdleDelay = DefaultIdleDelay
 	}
 	if c.Owner == "" {
 		c.Owner = NewOwner()
@@ -145,6 +156,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("relay: Config.PollInterval is %s: use more than 0", c.PollInterval)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("relay: Config.ShutdownTimeout is %s: use more than 0", c.ShutdownTimeout)
+	case c.IdleDelay < 0:
+		return fmt.Errorf("relay: Config.IdleDelay is %s: use more than 0, up to PollInterval", c.IdleDelay)
 	case c.ReleaseInterval < due.MinGap:
 		return fmt.Errorf("relay: Config.ReleaseInterval is %s: use %s or more", c.ReleaseInterval, due.MinGap)
 	}

@@ -18,6 +18,7 @@ type poller struct {
 	pollInterval time.Duration
 	armed        bool
 	idleDelay    time.Duration // the next wait while no work is found
+	firstDelay   time.Duration // the first wait after work ran out
 }
 
 // next returns what follows a claim of n rows: claim again at once (again),
@@ -25,7 +26,7 @@ type poller struct {
 func (p *poller) next(ctx context.Context, n int) (wait time.Duration, again bool) {
 	switch {
 	case n > 0:
-		p.idleDelay = minIdleDelay
+		p.idleDelay = p.firstDelay
 		if p.armed {
 			p.armed = false
 			if err := p.n.Disarm(ctx); err != nil {

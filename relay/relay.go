@@ -94,8 +94,6 @@ const (
 	// leaseMargin is kept between the last write of a batch and its lease's
 	// end, against clock drift between relay and database.
 	leaseMargin = 500 * time.Millisecond
-	// minIdleDelay is the first poll interval after work ran out.
-	minIdleDelay = time.Millisecond
 	// armAfter: once polls have backed off this far without finding work,
 	// the relay arms the notifier and waits for a signal instead.
 	armAfter = 8 * time.Millisecond
@@ -113,7 +111,8 @@ var (
 // or waits for a wake-up (see Wake-ups in the package documentation).
 func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 	slots := make(chan struct{}, r.cfg.Concurrency)
-	p := &poller{n: r.cfg.Notifier, log: r.log, batchSize: r.cfg.BatchSize, pollInterval: r.cfg.PollInterval, idleDelay: minIdleDelay}
+	p := &poller{n: r.cfg.Notifier, log: r.log, batchSize: r.cfg.BatchSize, pollInterval: r.cfg.PollInterval,
+		idleDelay: min(r.cfg.IdleDelay, r.cfg.PollInterval), firstDelay: min(r.cfg.IdleDelay, r.cfg.PollInterval)}
 	defer p.disarm(context.WithoutCancel(ctx))
 	failures := 0 // consecutive failed claims
 	for {

@@ -18,9 +18,9 @@ type Config struct {
 	Source Source
 	// Relay is the configuration of each tenant's relay (see package
 	// relay). Its Owner names this process, in leases and among the
-	// Members; PollInterval defaults to the dialect's and ReleaseInterval
-	// to PollInterval, so that an idle tenant costs a claim and a release
-	// of scheduled messages per PollInterval; Concurrency defaults to 1 here, so that a tenant takes one
+	// Members; PollInterval defaults to the dialect's, and IdleDelay and
+	// ReleaseInterval to PollInterval, so that a quiet tenant costs a
+	// claim and a release of scheduled messages per PollInterval; Concurrency defaults to 1 here, so that a tenant takes one
 	// connection; Notifier must be nil (tenants are polled: a wake-up
 	// listener per tenant would hold a connection each); Observer is
 	// replaced by Observers' observer of the tenant.

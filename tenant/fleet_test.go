@@ -2,6 +2,7 @@ package tenant_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,7 +97,7 @@ func TestFleetServesEveryTenant(t *testing.T) {
 	pub := memory.NewPublisher()
 	f, stop := runFleet(t, pub, tenant.Config{Source: tenant.List(ts...), Relay: fastRelay, MaxOpen: 2, IdleAfter: 50 * time.Millisecond})
 	testenv.Eventually(t, time.Minute, func() bool { return len(byTenant(t, pub)) == len(ts) && published(pub) >= n*len(ts) },
-		"every tenant's messages published: %d of %d; %+v", published(pub), n*len(ts), testenv.Lazy(func() any { return f.Status() }))
+		"every tenant's messages published: %v", testenv.Lazy(func() any { return summary(f) }))
 	st := f.Status()
 	if st.Open > 2 {
 		t.Fatalf("%d tenants open, MaxOpen is 2", st.Open)
@@ -272,4 +273,13 @@ func pendingOf(t *testing.T, tn tenant.Tenant) int64 {
 	st, err := d.Operations().Status(context.Background())
 	testenv.Must(t, err, "status of "+tn.Name)
 	return st.Outbox.Pending
+}
+
+// summary is each served tenant's sessions, published messages and error.
+func summary(f *tenant.Fleet) []string {
+	var out []string
+	for _, s := range f.Status().Served {
+		out = append(out, fmt.Sprintf("%s: open %v, %d sessions, %d published, error %q", s.Name, s.Open, s.Sessions, s.Metrics.Published, s.Error))
+	}
+	return out
 }

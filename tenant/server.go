@@ -102,6 +102,9 @@ func (s *server) session() error {
 	if rc.ReleaseInterval == 0 {
 		rc.ReleaseInterval = max(rc.PollInterval, relay.DefaultReleaseInterval)
 	}
+	if rc.IdleDelay == 0 {
+		rc.IdleDelay = rc.PollInterval
+	}
 	r, err := relay.New(stamped{RelayStore: st, name: s.t.Name}, s.f.pub, rc)
 	if err != nil {
 		return err
@@ -115,16 +118,16 @@ func (s *server) session() error {
 		upkeep.Go(func() { cfg.OnOpen(ctx, s.t, d) })
 	}
 	done := make(chan struct{})
+	start := time.Now()
 	go func() { _ = r.Run(ctx); close(done) }()
 	tick := time.NewTicker(min(cfg.IdleAfter/4, 250*time.Millisecond))
 	defer tick.Stop()
-	start := time.Now()
 	for yielded := false; !yielded; {
 		select {
 		case <-done:
 			yielded = true
 		case <-tick.C:
-			yielded = s.f.slots.waiting() && (s.idleFor() >= cfg.IdleAfter || time.Since(start) >= cfg.Turn)
+			yielded = s.f.slots.waiting() && (s.idle(r, start) || time.Since(start) >= cfg.Turn)
 		}
 	}
 	cancel()
@@ -150,9 +153,15 @@ func (s *server) open() (*dburl.DB, error) {
 		ConnectTimeout: cfg.ConnectTimeout})
 }
 
-// idleFor is how long the tenant's relay has claimed nothing.
-func (s *server) idleFor() time.Duration {
-	return time.Duration(time.Now().UnixNano() - s.lastWork.Load())
+// idle reports whether the session's relay r, started at start, has
+// claimed nothing for IdleAfter since a claim of this session answered:
+// a session that has not claimed yet (its database is slow to answer)
+// is not idle, but gives its place up after Turn all the same.
+func (s *server) idle(r *relay.Relay, start time.Time) bool {
+	if st := r.State(); st.LastClaim.Before(start) && st.ClaimFailures == 0 {
+		return false
+	}
+	return time.Duration(time.Now().UnixNano()-s.lastWork.Load()) >= s.f.cfg.IdleAfter
 }
 
 func (s *server) begin(r *relay.Relay) {

@@ -123,15 +123,29 @@ func CheckDelivery(t testing.TB, written, got []courier.Message) (dups int) {
 // StreamCount returns how many messages the JetStream stream holds.
 func StreamCount(t testing.TB, nc *natsgo.Conn, stream string) int {
 	t.Helper()
+	n, ok := StreamCountIfAny(t, nc, stream)
+	if !ok {
+		t.Fatalf("stream %s: %v", stream, jetstream.ErrStreamNotFound)
+	}
+	return n
+}
+
+// StreamCountIfAny is StreamCount for a stream that may not exist yet:
+// ok is false when it does not.
+func StreamCountIfAny(t testing.TB, nc *natsgo.Conn, stream string) (n int, ok bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	js, err := jetstream.New(nc)
 	Must(t, err, "jetstream")
 	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, false
+	}
 	Must(t, err, "stream")
 	info, err := s.Info(ctx)
 	Must(t, err, "stream info")
-	return int(info.State.Msgs)
+	return int(info.State.Msgs), true
 }
 
 // DeleteStream deletes a stream the test made, if it exists.
