@@ -15,10 +15,11 @@
 // Courier under adversity (empty claims over dead rows that a long
 // transaction keeps from vacuum; one key's latency behind another key's
 // poison message), and Courier's scheduled messages (how late they are
-// published, what a million waiting ones cost the relay), then writes a
-// Markdown report and a PNG chart. Every system gets its own
-// PostgreSQL schema and JetStream stream, removed afterwards, and systems run
-// one after another.
+// published, what a million waiting ones cost the relay), and a relay
+// fleet (package tenant) serving the same load spread over 1, 100 and
+// 1,000 tenant schemas, then writes a Markdown report and a PNG chart.
+// Every system gets its own PostgreSQL schema and JetStream stream, removed
+// afterwards, and systems run one after another.
 //
 // Usage:
 //
@@ -43,7 +44,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled", "consumers"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled", "consumers", "tenants"}
 
 // config is the command line.
 type config struct {
@@ -89,10 +90,14 @@ type Bench struct {
 	// natsStartFailed says why a count could not be started.
 	natsGroups      map[int]*natsGroup
 	natsStartFailed map[int]string
+
+	// tenants are the tenants section's schemas, made as its tenant counts
+	// need them and dropped when the bench ends (closeTenants).
+	tenants *tenantSet
 }
 
 func main() {
-	role := flag.String("role", "", "internal: run as a child process (drain)")
+	role := flag.String("role", "", "internal: run as a child process (drain, tenants)")
 	spec := flag.String("spec", "", "internal: the child's task, JSON")
 	var cfg config
 	var only, systems, brokers, cdcParts string
@@ -120,12 +125,13 @@ func main() {
 	flag.Parse()
 
 	if *role != "" {
-		if *role != "drain" {
+		child := map[string]func(string) error{"drain": childDrain, "tenants": childTenants}[*role]
+		if child == nil {
 			fmt.Fprintf(os.Stderr, "unknown role %q\n", *role)
 			os.Exit(2)
 		}
-		if err := childDrain(*spec); err != nil {
-			fmt.Fprintln(os.Stderr, "drain child:", err)
+		if err := child(*spec); err != nil {
+			fmt.Fprintf(os.Stderr, "%s child: %v\n", *role, err)
 			os.Exit(1)
 		}
 		return
@@ -180,6 +186,9 @@ func main() {
 	if cfg.runs < 1 {
 		fatalf("-runs must be at least 1")
 	}
+	if tenantsRuns < 1 {
+		fatalf("-tenants-runs must be at least 1")
+	}
 	if !cfg.quick && cfg.runs < 3 {
 		logf("warning: fewer than 3 runs per figure")
 	}
@@ -208,6 +217,7 @@ func run(ctx context.Context, cfg config) error {
 	b := &Bench{cfg: cfg, admin: admin, natsPID: findProcess("nats-server"), results: NewResults(),
 		natsGroups: map[int]*natsGroup{}, natsStartFailed: map[int]string{}}
 	defer b.stopNATSServers()
+	defer b.closeTenants()
 	if b.natsPID == 0 {
 		logf("warning: nats-server's process not found: its CPU is not measured")
 	}
@@ -315,6 +325,10 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		b.runScheduled(ctx, try, run)
 	case "consumers":
 		b.runConsumers(ctx, try, run)
+	case "tenants":
+		if run == 1 { // it repeats itself (-tenants-runs)
+			b.runTenants(ctx, try)
+		}
 	case "adversity":
 		try("adversity: empty claims, clean and with dead rows", func() error { return b.runAdversityClaim(ctx) })
 		for _, d := range rotate(dialects, run-1) {
@@ -347,6 +361,14 @@ func (b *Bench) warnSpread() {
 			b.warnCell(f, k)
 		}
 	}
+	runs := b.cfg.runs
+	b.cfg.runs = tenantsRuns
+	for _, f := range tenantFigures {
+		for _, n := range tenantCounts {
+			b.warnCell(f, tenantsKey(n))
+		}
+	}
+	b.cfg.runs = runs
 	for _, f := range consumerFigures {
 		for _, br := range consBrokerList {
 			for _, c := range consConcurrencyList {
