@@ -431,3 +431,14 @@ type Lazy func() any
 
 // String implements fmt.Stringer.
 func (l Lazy) String() string { return fmt.Sprintf("%+v", l()) }
+
+// Format formats the value fn returns with the verb and flags it is
+// printed with, so that %d or %5.1f format the value, not the function;
+// %v shows a struct's field names, as String does.
+func (l Lazy) Format(f fmt.State, verb rune) {
+	if verb == 'v' && !f.Flag('#') {
+		fmt.Fprint(f, l.String())
+		return
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), l())
+}

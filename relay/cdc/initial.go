@@ -111,12 +111,18 @@ func (r *Relay) sweep(ctx context.Context, table store.TableReader, out chan<- b
 
 // copySlot waits until PostgreSQL holds temp's confirmed position at pos
 // (the walsender applies a status update when it reads it), then copies
-// temp to the relay's slot, which starts there.
+// temp to the relay's slot, which starts there. It returns errSlotGone if
+// temp is gone meanwhile: its walsender ended, which drops a temporary
+// slot (as a server that has just been promoted does to a walsender that
+// connected while it was a standby), and the session starts again.
 func (r *Relay) copySlot(ctx context.Context, temp string, pos uint64) error {
 	for pos != 0 {
 		s, err := r.db.Slot(ctx, temp)
 		if err != nil {
 			return err
+		}
+		if !s.Exists {
+			return fmt.Errorf("%w: %s, while waiting for it to confirm %s", errSlotGone, temp, pglogrepl.LSN(pos))
 		}
 		if s.Confirmed >= pos {
 			break

@@ -23,6 +23,10 @@ var errSlotBusy = errors.New("cdc: the replication slot is read by another relay
 // errMade ends the session that made the slot: the next one reads it.
 var errMade = errors.New("cdc: the replication slot was made")
 
+// errSlotGone ends the session that makes the slot when its temporary slot
+// is gone: the next session starts making it again.
+var errSlotGone = errors.New("cdc: the temporary slot that makes the replication slot is gone; starting again")
+
 // Run reads the log and publishes until ctx ends; it returns nil then. A
 // relay whose slot another relay reads waits as a standby, trying every
 // Standby; a lost connection (the database restarting, its walsender
