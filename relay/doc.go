@@ -21,15 +21,16 @@
 // as package saga does with its instances. On SQLite, which runs one write
 // transaction at a time, every writer is serialised.
 //
-// A known exception, on PostgreSQL: a transaction that stays open for
-// more than two seconds after writing a key's message can see the key's
-// next transaction, which it serialises with, published first. The
-// PostgreSQL store's claims scan from a floor that follows the rows they
-// find (see store/postgres, Claiming); a row inserted before the floor
-// moved past it, and committed after, is found by the next full pass
-// (within about a second), and the key's later rows, above the floor, do
-// not wait for it. Keep a transaction that writes ordered messages short,
-// or write its messages last, just before its commit.
+// On PostgreSQL this holds for a transaction that stays open after writing
+// a key's message, too, for up to 30 seconds: the store's claims scan from a
+// floor that does not pass the rows of transactions still open (see
+// store/postgres, Claiming). A transaction that writes and stays open for
+// longer than that, anywhere on the server, stops holding the floor (so
+// that claims do not scan every row published meanwhile); a key's message
+// it commits after that can be published after the key's next transaction
+// (it is found by the next full pass, never lost). Keep a transaction that
+// writes ordered messages short, or write its messages last, just before
+// its commit.
 //
 // Transactions that write the same key concurrently, without such
 // serialisation, are published in the order their rows become visible to a

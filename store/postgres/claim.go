@@ -16,16 +16,27 @@ import (
 const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
 FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
 
+// claimSQL calls courier_claim (claimAtSQL: at the store's clock), and
+// returns with its answer the xmin of the statement's snapshot, taken
+// before the claim ran, and the claim's xid if it wrote, assigned after
+// (see scanFloor).
+const (
+	claimSnapshot = `SELECT c.lease, c.ids, c.min_pending, pg_snapshot_xmin(s.s)::text::bigint,
+    coalesce(pg_current_xact_id_if_assigned()::text::bigint, 0)
+FROM pg_current_snapshot() AS s (s), `
+	claimSQL   = claimSnapshot + `courier_claim($1, $2, $3, $4, $5) AS c`
+	claimAtSQL = claimSnapshot + `courier_claim($1, $2, $3, $4, $5, $6) AS c`
+)
+
 // Claim implements store.RelayStore: one call of courier_claim (see the
 // migrations), which leases the rows and returns their ids, then a plain
 // read of the rows. A row that is gone by then (the lease ran out and
 // another relay published it) is left out.
 func (s *relayStore) Claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
 	var (
-		batch      store.Batch
-		ids        []int64
-		lid        *int64
-		minPending int64
+		batch store.Batch
+		ids   []int64
+		lid   *int64
 	)
 	start := time.Now()
 	at := start // the floor's time: the clock's, when the store has one
@@ -33,18 +44,18 @@ func (s *relayStore) Claim(ctx context.Context, owner string, limit int, lease t
 		at = s.clock()
 	}
 	floor := s.floor.floor(at)
+	mark := claimMark{began: start, at: at}
 	var b pgx.Batch
 	b.Queue(asyncCommit)
 	if s.clock == nil {
-		b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5)", owner, limit, lease, claims.Window(limit), floor)
+		b.Queue(claimSQL, owner, limit, lease, claims.Window(limit), floor)
 	} else {
-		b.Queue("SELECT lease, ids, min_pending FROM courier_claim($1, $2, $3, $4, $5, $6)",
-			owner, limit, lease, claims.Window(limit), floor, at)
+		b.Queue(claimAtSQL, owner, limit, lease, claims.Window(limit), floor, at)
 	}
 	br := s.pool.SendBatch(ctx, &b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&lid, &ids, &minPending)
+		err = br.QueryRow().Scan(&lid, &ids, &mark.minPending, &mark.xmin, &mark.xid)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -52,7 +63,8 @@ func (s *relayStore) Claim(ctx context.Context, owner string, limit int, lease t
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("postgres: claim: %w", err)
 	}
-	s.floor.note(at, floor, minPending, time.Since(start))
+	mark.ended = time.Now()
+	s.floor.note(floor, mark)
 	if lid == nil || len(ids) == 0 {
 		return store.Batch{}, nil
 	}

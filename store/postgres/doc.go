@@ -67,15 +67,20 @@
 // session, a replica with hot_standby_feedback), a scan from the start of the
 // index visits every one of them: half a second per claim at 5 million. So a
 // claim scans from a floor instead, and courier_claim returns the smallest
-// pending id at or above it. A relay store keeps the floor at the smallest of
-// those returned over the last 2 seconds (and the claim before), so the floor
-// never passes a row that is pending, leased, held or waiting for a retry, nor
-// one whose transaction commits within 2 s of inserting it. Two kinds of row
-// can still appear below it: rows of a transaction that commits more than 2 s
-// after inserting them, and dead letters replayed under their old id. A full
-// pass (floor 0) finds them: every second while full passes are cheap, and less
-// often as they grow dear (a pass of 0.5 s every 250 s), but at least every 5
-// minutes; such rows are published that much later, never lost. A full pass
+// pending id at or above it. The floor rises to what claims returned only
+// once the transactions that were open before those claims have ended
+// (claims read their snapshot's xmin and their own xid, see floor.go), so it
+// never passes a row that is pending, leased, held or waiting for a retry,
+// nor one whose transaction is still open: such a row is claimed when it
+// commits, before the rows of its key written after. A transaction that
+// writes and stays open for more than 30 seconds (a batch job, a session left
+// idle in a transaction) stops holding the floor, so that claims do not scan
+// every row published meanwhile; rows it commits after that, and dead letters
+// replayed under their old id, appear below the floor. A full pass (floor 0)
+// finds them: every second while full passes are cheap, and less often as
+// they grow dear (a pass of 0.5 s every 250 s), but at least every 5 minutes;
+// such rows are published that much later, never lost. A transaction that
+// only reads has no xid and holds nothing. A full pass
 // holds the claim lock while it runs: at 5 million dead rows it took about 4 s,
 // during which no relay claims. A key's row stuck below newer published rows (a
 // poison message waiting for its retries) keeps the floor below those rows'

@@ -7,73 +7,111 @@ import (
 
 // A claim scans the outbox's primary key from a floor (see Claiming in the
 // package documentation). The floor must stay at or below every row a claim
-// may still have to take. Rows appear in id order except for two kinds:
+// may still have to take, or a key's older row would be passed over while
+// its newer one is claimed. Rows appear in id order except for two kinds:
 //
-//   - rows of a transaction that commits well after it inserted them (ids are
-//     allocated at insert), and
+//   - rows of a transaction still open (ids are allocated at insert, so a
+//     row becomes pending at its commit, below rows committed meanwhile),
+//     and
 //   - dead letters replayed under their old id.
 //
-// Each claim returns the smallest pending id at or above the floor it was
-// given; the floor is the smallest of those returned over the last
-// lateCommit and the one before, so a row whose transaction commits within
-// lateCommit of its insert is always above it. A full pass (floor 0) now and
-// then finds the others: every second while full passes are cheap, less
-// often as they grow dear (dead rows that vacuum cannot remove yet), so that
-// they take at most 1/fullPassShare of the time, but at least every
-// maxFullPass.
+// Each claim returns the smallest pending id at or above its floor, the
+// xmin of the snapshot of its statement (taken before the claim reads
+// anything: every transaction with a smaller xid has ended), and its own
+// xid when it wrote (a lease, or expired leases dropped), assigned after
+// that snapshot. The floor rises from what a claim c returned only once
+// the transactions that may have inserted rows below it have ended: c may
+// raise it to the smaller of its own smallest pending id and that of an
+// earlier claim m0, where m0 had returned before a claim m1 began whose
+// xid is at or below c's xmin. A transaction open at c has an xid above
+// m1's, so it got its xid after m1's snapshot and allocated its ids after
+// m0 read its smallest pending id (or the sequence, when nothing was
+// pending): above it. The transactions open at m1's snapshot have xids
+// below m1's, so they have all ended by c, and their rows are pending rows
+// that c saw (its own floor was safe), or gone.
+//
+// A transaction that writes and stays open for long anywhere on the server
+// would hold the floor where it was, and claims would scan every row
+// published since: a claim m1 older than maxHold counts as ended for the
+// rule above, so a transaction open for more than maxHold after inserting
+// rows may have them published after later rows of their keys. Read-only
+// transactions have no xid and hold nothing.
+//
+// A full pass (floor 0) now and then finds replayed dead letters (and any
+// row a floor held no longer than maxHold passed): every second while full
+// passes are cheap, less often as they grow dear (dead rows that vacuum
+// cannot remove yet), so that they take at most 1/fullPassShare of the
+// time, but at least every maxFullPass.
 const (
-	lateCommit    = 2 * time.Second
-	bucketWidth   = 100 * time.Millisecond
+	maxHold       = 30 * time.Second
 	minFullPass   = time.Second
 	maxFullPass   = 5 * time.Minute
 	fullPassShare = 500
 	fullPass      = int64(0)
+	maxMarks      = 4096
 )
 
 // scanFloor tracks the floor of one Store's claims.
 type scanFloor struct {
 	mu       sync.Mutex
-	buckets  []floorBucket // oldest first
-	nextFull time.Time     // zero: the next claim makes a full pass
+	marks    []claimMark // recent claims, in the order they returned
+	safe     int64       // the floor: no row a claim may take is below it
+	nextFull time.Time   // zero: the next claim makes a full pass
 }
 
-// floorBucket is the smallest pending id the claims that started within
-// bucketWidth after start returned.
-type floorBucket struct {
-	start      time.Time
-	minPending int64
+// claimMark is what one claim returned, and when it ran: began and ended
+// on the real clock (they order claims), at on the store's.
+type claimMark struct {
+	began, ended time.Time
+	at           time.Time
+	xmin         int64 // its statement's snapshot's
+	xid          int64 // its own, if it wrote; else 0
+	minPending   int64
 }
 
-// floor returns the id a claim starting at now scans from: 0 for a full
-// pass.
+// floor returns the id a claim starting at now (the store's clock) scans
+// from: 0 for a full pass.
 func (f *scanFloor) floor(now time.Time) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	horizon := now.Add(-lateCommit)
-	for len(f.buckets) >= 2 && !f.buckets[1].start.After(horizon) {
-		f.buckets = f.buckets[1:]
-	}
-	if !now.Before(f.nextFull) || len(f.buckets) == 0 || f.buckets[0].start.After(horizon) {
+	if f.safe == 0 || !now.Before(f.nextFull) {
 		return fullPass
 	}
-	low := f.buckets[0].minPending
-	for _, b := range f.buckets[1:] {
-		low = min(low, b.minPending)
-	}
-	return low
+	return f.safe
 }
 
-// note records what a claim that started at start with the given floor
-// returned, and how long it took.
-func (f *scanFloor) note(start time.Time, floor, minPending int64, took time.Duration) {
+// note records a claim that scanned from floor and returned c, and how long
+// it took, and raises the floor where the rule above allows.
+func (f *scanFloor) note(floor int64, c claimMark) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if floor == fullPass {
-		f.nextFull = start.Add(min(max(took*fullPassShare, minFullPass), maxFullPass))
+		took := c.ended.Sub(c.began)
+		f.nextFull = c.at.Add(min(max(took*fullPassShare, minFullPass), maxFullPass))
 	}
-	if n := len(f.buckets); n > 0 && start.Before(f.buckets[n-1].start.Add(bucketWidth)) {
-		f.buckets[n-1].minPending = min(f.buckets[n-1].minPending, minPending)
-		return
+	if c.minPending < f.safe {
+		f.safe = c.minPending // a full pass found a row below: a replayed dead letter
 	}
-	f.buckets = append(f.buckets, floorBucket{start: start, minPending: minPending})
+	for i := len(f.marks) - 1; i > 0; i-- {
+		m1 := f.marks[i]
+		if (m1.xid == 0 || m1.xid > c.xmin) && m1.at.After(c.at.Add(-maxHold)) {
+			continue // a transaction open at m1 may still commit rows below
+		}
+		for j := i - 1; j >= 0; j-- {
+			if m0 := f.marks[j]; m0.ended.Before(m1.began) {
+				f.safe = max(f.safe, min(c.minPending, m0.minPending))
+				f.marks = f.marks[j:] // later claims pick this m0 or a newer one
+				break
+			}
+		}
+		break
+	}
+	if len(f.marks) == maxMarks { // thin out, keeping the span (and maxHold) in view
+		kept := f.marks[:0]
+		for i := 1; i < len(f.marks); i += 2 {
+			kept = append(kept, f.marks[i])
+		}
+		f.marks = kept
+	}
+	f.marks = append(f.marks, c)
 }

@@ -5,47 +5,102 @@ import (
 	"time"
 )
 
-func TestScanFloor(t *testing.T) {
-	var f scanFloor
-	t0 := time.Unix(1_000_000, 0)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	if got := f.floor(t0); got != fullPass {
+// floorClaims drives a scanFloor with claims one after another, a
+// millisecond apart on both clocks.
+type floorClaims struct {
+	f   scanFloor
+	now time.Time
+}
+
+// claim runs a claim that returns minPending under a snapshot of xmin and
+// its own xid (0: it wrote nothing), and returns the floor it scanned from.
+func (c *floorClaims) claim(xmin, xid, minPending int64) int64 {
+	floor := c.f.floor(c.now)
+	began := c.now
+	c.now = c.now.Add(time.Millisecond)
+	c.f.note(floor, claimMark{began: began, ended: c.now, at: began, xmin: xmin, xid: xid, minPending: minPending})
+	c.now = c.now.Add(time.Millisecond)
+	return floor
+}
+
+func TestScanFloorWaitsForTheTransactionsOpenBeforeIt(t *testing.T) {
+	c := &floorClaims{now: time.Unix(1_000_000, 0)}
+	if got := c.claim(100, 101, 500); got != fullPass {
 		t.Fatalf("first claim scans from %d, want a full pass", got)
 	}
-	f.note(t0, fullPass, 500, 100*time.Millisecond) // the next full pass in 50 s
-	if got := f.floor(at(500 * time.Millisecond)); got != fullPass {
-		t.Fatalf("within lateCommit of the first claim: floor %d, want a full pass (rows inserted before it may still commit)", got)
+	c.f.nextFull = c.now.Add(time.Hour) // no more full passes for now
+	// Transaction 100 stays open: it may hold rows below 500.
+	for range 5 {
+		if got := c.claim(100, 105, 600); got != fullPass {
+			t.Fatalf("floor %d while the transaction open at every claim runs, want a full pass", got)
+		}
 	}
-	f.note(at(500*time.Millisecond), fullPass, 600, time.Millisecond) // cheap: the next full pass in a second
-	if got := f.floor(at(1600 * time.Millisecond)); got != fullPass {
-		t.Fatalf("a second after a cheap full pass: floor %d, want the next full pass", got)
+	// It ended before the next claim's snapshot: that claim (a full pass,
+	// which would have seen its rows) raises the floor to the smallest
+	// pending id it and the claim before the last one saw.
+	if got := c.claim(105, 106, 600); got != fullPass {
+		t.Fatalf("floor %d, want a full pass still", got)
 	}
-	f.note(at(1600*time.Millisecond), fullPass, 700, 100*time.Millisecond) // dear again: next in 50 s
-	f.note(at(1900*time.Millisecond), fullPass, 800, time.Millisecond)
-	f.nextFull = at(time.Minute)
-	if got := f.floor(at(2100 * time.Millisecond)); got != 500 {
-		t.Fatalf("floor %d, want 500: the smallest since the newest claim older than lateCommit", got)
+	c.f.nextFull = c.now.Add(time.Hour)
+	for _, want := range []struct{ xmin, floor, minPending int64 }{{106, 600, 700}, {107, 600, 700}, {108, 600, 800}, {109, 700, 800}} {
+		if got := c.claim(want.xmin, want.xmin+1, want.minPending); got != want.floor {
+			t.Fatalf("claim with xmin %d: floor %d, want %d", want.xmin, got, want.floor)
+		}
 	}
-	f.note(at(2100*time.Millisecond), 500, 900, time.Millisecond)
-	if got := f.floor(at(3700 * time.Millisecond)); got != 700 {
-		t.Fatalf("floor %d, want 700 once the claims that saw 500 and 600 are older than needed", got)
-	}
-	f.note(at(3700*time.Millisecond), 700, 650, time.Millisecond) // a row below the last minimum showed up
-	if got := f.floor(at(3800 * time.Millisecond)); got != 650 {
-		t.Fatalf("floor %d, want 650: a smaller pending id lowers the floor at once", got)
-	}
-	if got := f.floor(at(time.Minute)); got != fullPass {
+	// A full pass that finds a row below the floor (a replayed dead letter)
+	// lowers it at once.
+	c.f.nextFull = c.now
+	if got := c.claim(110, 111, 50); got != fullPass {
 		t.Fatalf("floor %d when the full pass is due, want 0", got)
 	}
-
-	// A dear full pass is made less often: 0.4 s → 200 s later.
-	var g scanFloor
-	g.note(t0, fullPass, 10, 400*time.Millisecond)
-	g.note(at(3*time.Second), 10, 10, time.Millisecond)
-	if got := g.floor(at(3100 * time.Millisecond)); got != 10 {
-		t.Fatalf("floor %d after a dear full pass, want 10", got)
+	c.f.nextFull = c.now.Add(time.Hour)
+	if got := c.claim(111, 112, 50); got != 50 {
+		t.Fatalf("floor %d after a full pass found id 50, want 50", got)
 	}
-	if got := g.floor(at(201 * time.Second)); got != fullPass {
+}
+
+// A transaction that stays open holds the floor for maxHold; past that the
+// floor rises as if it had ended (rows it commits then may be published
+// after later rows of their keys).
+func TestScanFloorHoldsForAnOpenTransactionAtMostMaxHold(t *testing.T) {
+	c := &floorClaims{now: time.Unix(1_000_000, 0)}
+	c.claim(100, 101, 500)
+	c.claim(100, 102, 600)
+	c.claim(100, 103, 700)
+	c.now = c.now.Add(maxHold / 2)
+	c.claim(100, 104, 800)
+	if c.f.safe != 0 {
+		t.Fatalf("floor raised to %d while transaction 100, open at every claim, is open for less than maxHold", c.f.safe)
+	}
+	c.now = c.now.Add(maxHold)
+	c.claim(100, 105, 900)
+	if c.f.safe != 700 {
+		t.Fatalf("floor %d once the claims transaction 100 held are older than maxHold, want 700", c.f.safe)
+	}
+}
+
+// Full passes come every second while cheap, less often as they grow dear.
+func TestScanFloorFullPassSchedule(t *testing.T) {
+	var f scanFloor
+	t0 := time.Unix(1_000_000, 0)
+	claim := func(floor int64, at time.Duration, took time.Duration) {
+		began := t0.Add(at)
+		f.note(floor, claimMark{began: began, ended: began.Add(took), at: began, xmin: 1, xid: 1, minPending: 10})
+	}
+	claim(fullPass, 0, time.Millisecond)
+	claim(fullPass, 10*time.Millisecond, time.Millisecond)
+	claim(fullPass, 20*time.Millisecond, time.Millisecond)
+	if got := f.floor(t0.Add(500 * time.Millisecond)); got != 10 {
+		t.Fatalf("floor %d, want 10", got)
+	}
+	if got := f.floor(t0.Add(1100 * time.Millisecond)); got != fullPass {
+		t.Fatalf("floor %d a second after a cheap full pass, want the next one", got)
+	}
+	claim(fullPass, 1100*time.Millisecond, 400*time.Millisecond) // dear: the next in 200 s
+	if got := f.floor(t0.Add(100 * time.Second)); got != 10 {
+		t.Fatalf("floor %d 99 s after a 0.4 s full pass, want 10", got)
+	}
+	if got := f.floor(t0.Add(202 * time.Second)); got != fullPass {
 		t.Fatalf("floor %d 201 s after a 0.4 s full pass, want the next full pass", got)
 	}
 }

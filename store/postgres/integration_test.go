@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier"
@@ -16,10 +17,10 @@ import (
 )
 
 // Claims scan from a floor that has moved past published rows; a row whose
-// transaction commits long after it was inserted, and a dead letter replayed
-// under its old id, both sit below that floor and are still claimed (by the
-// next full pass). The store's clock, which the floor follows, moves only
-// when the test moves it.
+// transaction commits long after it was inserted is claimed (the floor
+// waited for it), and a dead letter replayed under its old id, below the
+// floor, is claimed by the next full pass. The store's clock, which the
+// full passes follow, moves only when the test moves it.
 func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
@@ -36,10 +37,10 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 		testenv.Must(t, tx.Commit(ctx), "commit")
 	}
 	msg := func(key string) courier.Message { return courier.NewMessage("events", key, "T", []byte(key)) }
-	// drain claims and publishes, moving the clock on between claims,
-	// until want is claimed or the clock has moved on by within, reporting
-	// whether it was.
-	drain := func(want courier.Message, within time.Duration) bool {
+	// drain claims and publishes, moving the clock on by step between
+	// claims, until want is claimed or the clock has moved on by within,
+	// reporting whether it was.
+	drain := func(want courier.Message, within, step time.Duration) bool {
 		deadline := clock.Now().Add(within)
 		for clock.Now().Before(deadline) {
 			b, err := st.Claim(ctx, "r", 100, time.Minute)
@@ -54,13 +55,13 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 			if found {
 				return true
 			}
-			clock.Advance(20 * time.Millisecond)
+			clock.Advance(step)
 		}
 		return false
 	}
 
-	// A transaction inserts a row and stays open past lateCommit while other
-	// rows are written and published, so the floor moves past its id.
+	// A transaction inserts a row and stays open while other rows are
+	// written and published past its id.
 	late := msg("late")
 	tx, err := pg.Pool.Begin(ctx)
 	testenv.Must(t, err, "begin the long transaction")
@@ -69,13 +70,13 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 	for i := range 8 {
 		last := msg("steady")
 		write(last)
-		if !drain(last, 5*time.Second) {
+		if !drain(last, 5*time.Second, 20*time.Millisecond) {
 			t.Fatalf("round %d: a committed row was not claimed", i)
 		}
 		clock.Advance(400 * time.Millisecond)
 	}
 	testenv.Must(t, tx.Commit(ctx), "commit the long transaction")
-	if !drain(late, 10*time.Second) {
+	if !drain(late, 10*time.Second, 20*time.Millisecond) {
 		t.Fatal("a row committed 3 s after its insert was never claimed")
 	}
 
@@ -91,15 +92,60 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 	for range 6 {
 		last := msg("steady")
 		write(last)
-		if !drain(last, 5*time.Second) {
+		if !drain(last, 5*time.Second, 20*time.Millisecond) {
 			t.Fatal("a committed row was not claimed")
 		}
 		clock.Advance(400 * time.Millisecond)
 	}
 	testenv.Must(t, d.Admin().ReplayDeadLetter(ctx, b.Records[0].Seq), "replay")
-	if !drain(dead, 10*time.Second) {
+	// Full passes come at least every 5 minutes, more often while cheap.
+	if !drain(dead, 6*time.Minute, time.Second) {
 		t.Fatal("a dead letter replayed under its old id was never claimed")
 	}
+}
+
+// A key's message whose transaction commits long after its insert is
+// still claimed before the key's next message, written after that commit:
+// the floor waits for the transaction instead of passing its row. The
+// store's clock moves 4 s while it is open (the full passes' schedule and
+// the floor's hold follow that clock).
+func TestLateCommitKeepsKeyOrder(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	ctx := context.Background()
+	clock := memstore.NewClock()
+	clock.Set(time.Now())
+	d := postgres.NewDriver(pg.Pool).WithClock(clock.Now)
+	st, err := d.RelayStore(ctx, store.RelayConfig{})
+	testenv.Must(t, err, "store")
+	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	first, second := courier.NewMessage("events", "k", "T", []byte("1")), courier.NewMessage("events", "k", "T", []byte("2"))
+
+	tx, err := pg.Pool.Begin(ctx)
+	testenv.Must(t, err, "begin the long transaction")
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit
+	testenv.Must(t, w.Write(ctx, tx, first), "write the key's first message")
+	for range 40 {
+		b, err := st.Claim(ctx, "r", 100, time.Minute)
+		testenv.Must(t, err, "claim")
+		if len(b.Records) != 0 {
+			t.Fatalf("claimed %d rows from an outbox with nothing committed", len(b.Records))
+		}
+		clock.Advance(100 * time.Millisecond)
+	}
+	testenv.Must(t, tx.Commit(ctx), "commit the long transaction")
+	testenv.Must(t, pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, second) }), "write the key's second message")
+	for range 100 {
+		b, err := st.Claim(ctx, "r", 100, time.Minute)
+		testenv.Must(t, err, "claim")
+		if len(b.Records) > 0 {
+			if got := b.Records[0].Message.ID; got != first.ID {
+				t.Fatalf("claimed %s first, want the key's first message %s", b.Records[0].Message.Payload, first.Payload)
+			}
+			return
+		}
+		clock.Advance(100 * time.Millisecond)
+	}
+	t.Fatal("neither message was claimed")
 }
 
 func seqsOf(recs []store.Record) []int64 {
