@@ -198,13 +198,22 @@ func applyEffect(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
 	return err
 }
 
-// Messages of four tenants (two PostgreSQL schemas and two SQLite files;
-// SQLite only without PostgreSQL), each delivered twice, through one
-// consumer that keeps two databases open at most: each message is applied
-// once, in its own tenant's database, with its marker; a run that fails
-// is retried, its failure recorded and cleared in its tenant's database.
+// Messages of four tenants, each delivered twice, through one consumer
+// that keeps two databases open at most: each message is applied once, in
+// its own tenant's database, with its marker; a run that fails is retried,
+// its failure recorded and cleared in its tenant's database. It runs over
+// each kind of tenant database.
 func TestConsumerAppliesEachMessageOnceInItsTenantsDatabase(t *testing.T) {
-	ts := consumerTenants(t, 4)
+	forEachKind(t, func(t *testing.T, k tenantKind) {
+		ts := k.tenants(t, "t", 4)
+		for _, tn := range ts {
+			createEffects(t, tn)
+		}
+		appliesOnceInItsTenantsDatabase(t, ts)
+	})
+}
+
+func appliesOnceInItsTenantsDatabase(t *testing.T, ts []tenant.Tenant) {
 	e := newConsumerEnv(t)
 	var msgs []courier.Message
 	for i := range 3 {

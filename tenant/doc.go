@@ -2,6 +2,18 @@
 // its own or a schema of its own in a shared PostgreSQL database, from
 // one fleet of relay processes instead of a relay per tenant.
 //
+// # Tenants
+//
+// A [Tenant] is a name and the URL of its database, in a form package
+// store/dburl opens: a SQLite file, a schema of a shared PostgreSQL
+// database (search_path), a PostgreSQL database, or a MySQL/MariaDB
+// database. One Fleet, and one Consumer, serve tenants of every kind at
+// once. The package's tests run the fleet over each kind and over all of
+// them in one fleet, and the consumer over each kind, on real PostgreSQL
+// and MariaDB servers. Each tenant's database is migrated as any Courier
+// database is (courier migrate creates a missing schema or SQLite file,
+// not a missing database on a server).
+//
 // # The relay fleet
 //
 // A [Fleet] reads the tenants from a [Source] ([List], [File], or [Query]

@@ -86,10 +86,18 @@ func checkOrder(t *testing.T, got map[string][]string, ts []tenant.Tenant, n, ke
 func published(pub *memory.Publisher) int { return len(pub.Messages()) }
 
 // Every tenant's messages are published, stamped with the tenant's name,
-// each key in order, while only two
-// tenants may be open at once: the six take turns.
+// each key in order, while only two tenants may be open at once: the
+// tenants take turns. It runs over three tenants of each kind of database,
+// and over one fleet of tenants of every kind.
 func TestFleetServesEveryTenant(t *testing.T) {
-	ts := append(sqliteTenants(t, "lite", 3), pgTenants(t, "pg", 3)...)
+	forEachKind(t, func(t *testing.T, k tenantKind) { servesEveryTenant(t, k.tenants(t, "t", 3)) })
+	t.Run("every-kind", func(t *testing.T) {
+		servesEveryTenant(t, slices.Concat(sqliteTenants(t, "lite", 2), pgTenants(t, "pgs", 2),
+			pgDatabaseTenants(t, "pgdb", 2), mysqlTenants(t, "my", 2)))
+	})
+}
+
+func servesEveryTenant(t *testing.T, ts []tenant.Tenant) {
 	const n, keys = 60, 4
 	for _, tn := range ts {
 		write(t, tn, messages(tn, n, keys)...)
@@ -147,29 +155,54 @@ func TestFleetRereadsTheSource(t *testing.T) {
 	}, "t0 no longer served once removed: %v", testenv.Lazy(func() any { return f.Status().Served }))
 }
 
-// A tenant whose database cannot be opened is retried while the others
-// are served, with its error in Status, and is served once it can be.
+// A tenant whose database does not exist is retried while the others are
+// served, with its error in Status, and is served once its database is
+// created; over each kind of database (a SQLite file, schema or database
+// missing).
 func TestFleetBrokenTenantDoesNotStopTheOthers(t *testing.T) {
-	ts := sqliteTenants(t, "ok", 3)
-	broken := tenant.Tenant{Name: "broken", URL: "sqlite:" + filepath.Join(t.TempDir(), "missing.db")}
-	for _, tn := range ts {
-		write(t, tn, messages(tn, 10, 2)...)
-	}
-	pub := memory.NewPublisher()
-	f, _ := runFleet(t, pub, tenant.Config{Source: tenant.List(append(ts, broken)...), Relay: fastRelay, MaxOpen: 1, IdleAfter: 50 * time.Millisecond})
-	testenv.Eventually(t, 30*time.Second, func() bool { return published(pub) >= 30 }, "the healthy tenants published")
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		for _, s := range f.Status().Served {
-			if s.Name == broken.Name {
-				return s.Error != "" && !s.FailingSince.IsZero()
-			}
+	forEachKind(t, func(t *testing.T, k tenantKind) {
+		ts := k.tenants(t, "ok", 3)
+		broken := tenant.Tenant{Name: "broken", URL: k.url(t, "broken")} // not created yet
+		for _, tn := range ts {
+			write(t, tn, messages(tn, 10, 2)...)
 		}
-		return false
-	}, "the broken tenant's error in Status")
-	// The file appears: the tenant is served at its next try.
-	migrateTenant(t, broken, dburl.Options{Create: true})
-	write(t, broken, messages(broken, 3, 1)...)
-	testenv.Eventually(t, 30*time.Second, func() bool { return len(byTenant(t, pub)[broken.Name]) == 3 }, "the mended tenant published")
+		pub := memory.NewPublisher()
+		f, _ := runFleet(t, pub, tenant.Config{Source: tenant.List(append(ts, broken)...), Relay: fastRelay, MaxOpen: 1, IdleAfter: 50 * time.Millisecond})
+		testenv.Eventually(t, 30*time.Second, func() bool { return published(pub) >= 30 }, "the healthy tenants published: %v",
+			testenv.Lazy(func() any { return summary(f) }))
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			for _, s := range f.Status().Served {
+				if s.Name == broken.Name {
+					return s.Error != "" && !s.FailingSince.IsZero()
+				}
+			}
+			return false
+		}, "the broken tenant's error in Status: %v", testenv.Lazy(func() any { return summary(f) }))
+		// Its database appears: the tenant is served at its next try.
+		createTenant(t, broken)
+		write(t, broken, messages(broken, 3, 1)...)
+		testenv.Eventually(t, 30*time.Second, func() bool { return len(byTenant(t, pub)[broken.Name]) == 3 }, "the mended tenant published: %v",
+			testenv.Lazy(func() any { return summary(f) }))
+	})
+}
+
+// Once a tenant whose database failed works again, Status says so while
+// its database stays open: with room for every tenant, its session lasts
+// as long as the fleet, and its old error must not count it as failing.
+func TestFleetStatusClearsTheErrorOfAMendedTenant(t *testing.T) {
+	tn := tenant.Tenant{Name: "mended", URL: sqliteKind.url(t, "mended")} // not created yet
+	pub := memory.NewPublisher()
+	f, _ := runFleet(t, pub, tenant.Config{Source: tenant.List(tn), Relay: fastRelay})
+	testenv.Eventually(t, 30*time.Second, func() bool { return f.Status().Failing() == 1 }, "the tenant failing: %v",
+		testenv.Lazy(func() any { return summary(f) }))
+	createTenant(t, tn)
+	write(t, tn, messages(tn, 3, 1)...)
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(byTenant(t, pub)[tn.Name]) == 3 }, "the mended tenant published: %v",
+		testenv.Lazy(func() any { return summary(f) }))
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		st := f.Status()
+		return st.Failing() == 0 && len(st.Served) == 1 && st.Served[0].Open && st.Served[0].FailingSince.IsZero()
+	}, "the mended tenant, open and publishing, still has its old error: %v", testenv.Lazy(func() any { return summary(f) }))
 }
 
 // Two processes sharing the tenants through heartbeats serve each tenant

@@ -59,10 +59,12 @@ func (s *server) run() {
 		if !s.f.slots.acquire(s.ctx) {
 			return
 		}
-		err := s.session()
+		worked, err := s.session()
 		s.f.slots.release()
+		if worked || err == nil {
+			failures = 0 // the next failure is the first of a new run
+		}
 		if err == nil {
-			failures = 0
 			s.noteErr(nil)
 			continue
 		}
@@ -81,18 +83,21 @@ func (s *server) run() {
 
 // session opens the tenant's database and relays from it until run's
 // context ends, or another tenant waits for a slot while this one has
-// been idle for IdleAfter or served for Turn. It fails when the database cannot be opened, or when
-// the relay's claims were failing as it ended.
-func (s *server) session() error {
+// been idle for IdleAfter or served for Turn. It fails when the database
+// cannot be opened, or when the relay's claims were failing as it ended.
+// worked reports that a claim of the session answered: the tenant's error
+// is cleared as soon as one does, not when the session ends, which it
+// does not while no other tenant waits for a slot.
+func (s *server) session() (worked bool, err error) {
 	cfg := s.f.cfg
 	d, err := s.open()
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer d.Close()
 	st, err := d.RelayStore(s.ctx, cfg.Store)
 	if err != nil {
-		return err
+		return false, err
 	}
 	rc := cfg.Relay
 	rc.Observer, rc.Logger = s.obs, slog.New(quiet{s.log.Handler()})
@@ -107,7 +112,7 @@ func (s *server) session() error {
 	}
 	r, err := relay.New(stamped{RelayStore: st, name: s.t.Name}, s.f.pub, rc)
 	if err != nil {
-		return err
+		return false, err
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
@@ -127,16 +132,21 @@ func (s *server) session() error {
 		case <-done:
 			yielded = true
 		case <-tick.C:
+			if rs := r.State(); rs.ClaimFailures == 0 && !rs.LastClaim.IsZero() {
+				s.noteErr(nil) // its database works (again)
+			}
 			yielded = s.f.slots.waiting() && (s.idle(r, start) || time.Since(start) >= cfg.Turn)
 		}
 	}
 	cancel()
 	<-done
 	upkeep.Wait()
-	if st := r.State(); st.ClaimFailures > 0 && s.ctx.Err() == nil {
-		return fmt.Errorf("claims failing: %s", st.ClaimError)
+	rs := r.State()
+	worked = !rs.LastClaim.IsZero()
+	if rs.ClaimFailures > 0 && s.ctx.Err() == nil {
+		return worked, fmt.Errorf("claims failing: %s", rs.ClaimError)
 	}
-	return nil
+	return worked, nil
 }
 
 // open opens the tenant's database, once fewer than MaxConnecting are

@@ -51,6 +51,89 @@ func TestRelayServesTenants(t *testing.T) {
 		t.Fatalf("migrate: %d\n%s\n%s", code, out, errOut)
 	}
 
+	written := writeOrders(t, ts)
+
+	stream := testenv.Name("TENANTS")
+	prefix := strings.ToLower(stream) + "."
+	relay := startServedRelay(t, nil, "--broker-url", natsURL, "--stream", stream, "--subject-prefix", prefix,
+		"--tenants-file", tenantsFile, "--database-url", fleetDB, "--poll-interval", "20ms", "--metrics-max-tenants", "1")
+	waitDrained(t, relay, ts, "--tenants-file", tenantsFile)
+	// /metrics: the fleet's gauges, and the first tenant's series of its
+	// own, the others summed (--metrics-max-tenants 1).
+	code, body := relay.get(t, "/metrics")
+	total := 20 * len(ts)
+	for _, want := range []string{"courier_fleet_tenants " + fmt.Sprint(len(ts)), "courier_fleet_members 1", "courier_fleet_failing_tenants 0",
+		"courier_relay_published_messages_total " + fmt.Sprint(total), `courier_tenant_published_messages_total{tenant="other tenants"}`} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Fatalf("/metrics: %d, no %q in\n%s", code, want, body)
+		}
+	}
+	if strings.Count(body, "courier_tenant_published_messages_total{") != 2 {
+		t.Fatalf("/metrics: want two tenant series (one tenant's, the others'):\n%s", body)
+	}
+	if code, body := relay.get(t, "/readyz"); code != 200 || !strings.Contains(body, "tenants served") {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+
+	code, out, errOut = runCLI(t, "cleanup", "--tenants-file", tenantsFile, "--keep-dead-letters", "1h")
+	if code != 0 || strings.Count(out, "\n") != len(ts)+1 {
+		t.Fatalf("cleanup over tenants: %d\n%s\n%s", code, out, errOut)
+	}
+	checkTenantsDelivery(t, natsURL, stream, prefix, written)
+
+	// One tenant, by name; a name that is not one says which are.
+	code, out, errOut = runCLI(t, "status", "--tenants-file", tenantsFile, "--tenant", "globex")
+	if code != 0 || !strings.Contains(out, "OUTBOX") {
+		t.Fatalf("status --tenant globex: %d\n%s\n%s", code, out, errOut)
+	}
+	code, _, errOut = runCLI(t, "dlq", "list", "--tenants-file", tenantsFile, "--tenant", "hooli")
+	if code == 0 || !strings.Contains(errOut, `--tenant "hooli" is not one of the`) || !strings.Contains(errOut, "acme, globex") {
+		t.Fatalf("dlq list --tenant hooli: %d %s", code, errOut)
+	}
+}
+
+// courier relay --tenants serves tenants with a database of their own on
+// the servers, two on MySQL/MariaDB and one on PostgreSQL, created by the
+// operator and migrated by courier migrate --tenants: every message
+// reaches NATS, stamped with its tenant, each key in order.
+func TestRelayServesDatabaseTenants(t *testing.T) {
+	natsURL := testenv.NATS(t)
+	pgBase := testenv.Need(t, testenv.EnvPostgres)
+	myBase := mysqlURL(t, testenv.Need(t, testenv.EnvMySQL))
+	ctx := context.Background()
+	var ts []tenant.Tenant
+	var list []string
+	for _, c := range []struct{ name, base string }{{"acme", myBase}, {"globex", myBase}, {"initech", pgBase}} {
+		u, err := dburl.WithDatabase(c.base, testenv.Name("tn_cli_"))
+		testenv.Must(t, err, "database URL")
+		t.Cleanup(func() {
+			if err := dburl.DropDatabase(context.Background(), u); err != nil {
+				t.Log(err)
+			}
+		})
+		_, err = dburl.CreateDatabase(ctx, u)
+		testenv.Must(t, err, "create the database of "+c.name)
+		ts = append(ts, tenant.Tenant{Name: c.name, URL: u})
+		list = append(list, c.name+"="+u)
+	}
+	tenants := strings.Join(list, ",")
+	code, out, errOut := runCLI(t, "migrate", "--tenants", tenants)
+	if code != 0 || strings.Count(out, "tenant ") != len(ts) {
+		t.Fatalf("migrate: %d\n%s\n%s", code, out, errOut)
+	}
+	written := writeOrders(t, ts)
+	stream := testenv.Name("TENANTS")
+	prefix := strings.ToLower(stream) + "."
+	relay := startServedRelay(t, nil, "--broker-url", natsURL, "--stream", stream, "--subject-prefix", prefix,
+		"--tenants", tenants, "--poll-interval", "20ms")
+	waitDrained(t, relay, ts, "--tenants", tenants)
+	checkTenantsDelivery(t, natsURL, stream, prefix, written)
+}
+
+// writeOrders writes 20 messages over 3 keys in each tenant's outbox, and
+// returns them by tenant.
+func writeOrders(t *testing.T, ts []tenant.Tenant) map[string][]courier.Message {
+	t.Helper()
 	written := map[string][]courier.Message{}
 	for _, tn := range ts {
 		msgs := make([]courier.Message, 20)
@@ -64,13 +147,15 @@ func TestRelayServesTenants(t *testing.T) {
 		d.Close()
 		written[tn.Name] = msgs
 	}
+	return written
+}
 
-	stream := testenv.Name("TENANTS")
-	prefix := strings.ToLower(stream) + "."
-	relay := startServedRelay(t, nil, "--broker-url", natsURL, "--stream", stream, "--subject-prefix", prefix,
-		"--tenants-file", tenantsFile, "--database-url", fleetDB, "--poll-interval", "20ms", "--metrics-max-tenants", "1")
+// waitDrained waits until courier status, given the tenants with
+// tenantsFlags, shows no message pending in any of ts.
+func waitDrained(t *testing.T, relay *servedRelay, ts []tenant.Tenant, tenantsFlags ...string) {
+	t.Helper()
 	pending := func() map[string]float64 {
-		code, out, errOut := runCLI(t, "status", "--json", "--tenants-file", tenantsFile)
+		code, out, errOut := runCLI(t, append([]string{"status", "--json"}, tenantsFlags...)...)
 		var lines []tenantStatus
 		if err := json.Unmarshal([]byte(out), &lines); err != nil {
 			t.Fatalf("status over tenants: %d %v\n%s\n%s", code, err, out, errOut)
@@ -93,44 +178,22 @@ func TestRelayServesTenants(t *testing.T) {
 		}
 		return len(m) == len(ts)
 	}, "every tenant drained: %v; logs:\n%s", testenv.Lazy(func() any { return pending() }), testenv.Lazy(func() any { return relay.Logs() }))
-	// /metrics: the fleet's gauges, and the first tenant's series of its
-	// own, the others summed (--metrics-max-tenants 1).
-	code, body := relay.get(t, "/metrics")
-	total := 20 * len(ts)
-	for _, want := range []string{"courier_fleet_tenants " + fmt.Sprint(len(ts)), "courier_fleet_members 1", "courier_fleet_failing_tenants 0",
-		"courier_relay_published_messages_total " + fmt.Sprint(total), `courier_tenant_published_messages_total{tenant="other tenants"}`} {
-		if code != 200 || !strings.Contains(body, want) {
-			t.Fatalf("/metrics: %d, no %q in\n%s", code, want, body)
-		}
-	}
-	if strings.Count(body, "courier_tenant_published_messages_total{") != 2 {
-		t.Fatalf("/metrics: want two tenant series (one tenant's, the others'):\n%s", body)
-	}
-	if code, body := relay.get(t, "/readyz"); code != 200 || !strings.Contains(body, "tenants served") {
-		t.Fatalf("/readyz: %d %s", code, body)
-	}
+}
 
-	code, out, errOut = runCLI(t, "cleanup", "--tenants-file", tenantsFile, "--keep-dead-letters", "1h")
-	if code != 0 || strings.Count(out, "\n") != len(ts)+1 {
-		t.Fatalf("cleanup over tenants: %d\n%s\n%s", code, out, errOut)
-	}
+// checkTenantsDelivery checks that the stream holds each tenant's written
+// messages, stamped with its name, each key in order.
+func checkTenantsDelivery(t *testing.T, natsURL, stream, prefix string, written map[string][]courier.Message) {
+	t.Helper()
 	got := testenv.StreamMessages(t, testenv.Connect(t, natsURL), stream, couriernats.Config{SubjectPrefix: prefix})
 	byTenant := map[string][]courier.Message{}
 	for _, m := range got {
 		byTenant[m.Headers[tenant.Header]] = append(byTenant[m.Headers[tenant.Header]], m)
 	}
-	for _, tn := range ts {
-		testenv.CheckDelivery(t, written[tn.Name], byTenant[tn.Name])
+	if len(byTenant) != len(written) {
+		t.Errorf("messages of %d tenants on the stream, want %d", len(byTenant), len(written))
 	}
-
-	// One tenant, by name; a name that is not one says which are.
-	code, out, errOut = runCLI(t, "status", "--tenants-file", tenantsFile, "--tenant", "globex")
-	if code != 0 || !strings.Contains(out, "OUTBOX") {
-		t.Fatalf("status --tenant globex: %d\n%s\n%s", code, out, errOut)
-	}
-	code, _, errOut = runCLI(t, "dlq", "list", "--tenants-file", tenantsFile, "--tenant", "hooli")
-	if code == 0 || !strings.Contains(errOut, `--tenant "hooli" is not one of the`) || !strings.Contains(errOut, "acme, globex") {
-		t.Fatalf("dlq list --tenant hooli: %d %s", code, errOut)
+	for name, msgs := range written {
+		testenv.CheckDelivery(t, msgs, byTenant[name])
 	}
 }
 
