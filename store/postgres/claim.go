@@ -18,14 +18,16 @@ FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
 
 // claimSQL calls courier_claim (claimAtSQL: at the store's clock), and
 // returns with its answer the xmin of the statement's snapshot, taken
-// before the claim ran, and the claim's xid if it wrote, assigned after
-// (see scanFloor).
-const (
-	claimSnapshot = `SELECT c.lease, c.ids, c.min_pending, pg_snapshot_xmin(s.s)::text::bigint,
-    coalesce(pg_current_xact_id_if_assigned()::text::bigint, 0)
+// before the claim ran, and the claim's xid, assigned after: the one it
+// has if it wrote, or, when its last argument is true, one it takes (see
+// scanFloor).
+const claimSnapshot = `SELECT c.lease, c.ids, c.min_pending, pg_snapshot_xmin(s.s)::text::bigint,
+    coalesce(CASE WHEN %s THEN pg_current_xact_id() ELSE pg_current_xact_id_if_assigned() END::text::bigint, 0)
 FROM pg_current_snapshot() AS s (s), `
-	claimSQL   = claimSnapshot + `courier_claim($1, $2, $3, $4, $5) AS c`
-	claimAtSQL = claimSnapshot + `courier_claim($1, $2, $3, $4, $5, $6) AS c`
+
+var (
+	claimSQL   = fmt.Sprintf(claimSnapshot, "$6") + `courier_claim($1, $2, $3, $4, $5) AS c`
+	claimAtSQL = fmt.Sprintf(claimSnapshot, "$7") + `courier_claim($1, $2, $3, $4, $5, $6) AS c`
 )
 
 // Claim implements store.RelayStore: one call of courier_claim (see the
@@ -47,10 +49,11 @@ func (s *relayStore) Claim(ctx context.Context, owner string, limit int, lease t
 	mark := claimMark{began: start, at: at}
 	var b pgx.Batch
 	b.Queue(asyncCommit)
+	takeXid := s.floor.needXid(start)
 	if s.clock == nil {
-		b.Queue(claimSQL, owner, limit, lease, claims.Window(limit), floor)
+		b.Queue(claimSQL, owner, limit, lease, claims.Window(limit), floor, takeXid)
 	} else {
-		b.Queue(claimAtSQL, owner, limit, lease, claims.Window(limit), floor, at)
+		b.Queue(claimAtSQL, owner, limit, lease, claims.Window(limit), floor, at, takeXid)
 	}
 	br := s.pool.SendBatch(ctx, &b)
 	_, err := br.Exec()

@@ -30,6 +30,11 @@ import (
 // below m1's, so they have all ended by c, and their rows are pending rows
 // that c saw (its own floor was safe), or gone.
 //
+// A claim that wrote nothing (an empty outbox, no lease to drop) has no
+// xid; so that the floor can rise then too, a claim takes one (one write
+// of the commit's record) when the store has had none for xidEvery, or
+// has no floor yet.
+//
 // A transaction that writes and stays open for long anywhere on the server
 // would hold the floor where it was, and claims would scan every row
 // published since: a claim m1 older than maxHold counts as ended for the
@@ -49,6 +54,7 @@ const (
 	fullPassShare = 500
 	fullPass      = int64(0)
 	maxMarks      = 4096
+	xidEvery      = time.Second
 )
 
 // scanFloor tracks the floor of one Store's claims.
@@ -57,6 +63,7 @@ type scanFloor struct {
 	marks    []claimMark // recent claims, in the order they returned
 	safe     int64       // the floor: no row a claim may take is below it
 	nextFull time.Time   // zero: the next claim makes a full pass
+	lastXid  time.Time   // when the last claim with an xid began (real clock)
 }
 
 // claimMark is what one claim returned, and when it ran: began and ended
@@ -80,6 +87,14 @@ func (f *scanFloor) floor(now time.Time) int64 {
 	return f.safe
 }
 
+// needXid reports whether a claim beginning at began (the real clock)
+// should take an xid even if it writes nothing.
+func (f *scanFloor) needXid(began time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.safe == 0 || began.Sub(f.lastXid) >= xidEvery
+}
+
 // note records a claim that scanned from floor and returned c, and how long
 // it took, and raises the floor where the rule above allows.
 func (f *scanFloor) note(floor int64, c claimMark) {
@@ -88,6 +103,9 @@ func (f *scanFloor) note(floor int64, c claimMark) {
 	if floor == fullPass {
 		took := c.ended.Sub(c.began)
 		f.nextFull = c.at.Add(min(max(took*fullPassShare, minFullPass), maxFullPass))
+	}
+	if c.xid != 0 && c.began.After(f.lastXid) {
+		f.lastXid = c.began
 	}
 	if c.minPending < f.safe {
 		f.safe = c.minPending // a full pass found a row below: a replayed dead letter

@@ -104,3 +104,24 @@ func TestScanFloorFullPassSchedule(t *testing.T) {
 		t.Fatalf("floor %d 201 s after a 0.4 s full pass, want the next full pass", got)
 	}
 }
+
+// A store takes an xid with its claims until it has a floor, then at most
+// every xidEvery.
+func TestScanFloorAsksForAnXid(t *testing.T) {
+	c := &floorClaims{now: time.Unix(1_000_000, 0)}
+	if !c.f.needXid(c.now) {
+		t.Fatal("a store without a floor does not ask for an xid")
+	}
+	c.claim(100, 101, 500)
+	c.claim(101, 102, 500)
+	c.claim(102, 103, 500)
+	if c.f.safe != 500 {
+		t.Fatalf("floor %d, want 500", c.f.safe)
+	}
+	if c.f.needXid(c.now) {
+		t.Fatal("a claim right after one with an xid asks for another")
+	}
+	if !c.f.needXid(c.now.Add(xidEvery)) {
+		t.Fatalf("no xid asked for %s after the last", xidEvery)
+	}
+}
