@@ -313,3 +313,66 @@ func TestBrowserLogin(t *testing.T) {
 	do(t, ctx, "log out", chromedp.Click(css(`header form button`)), chromedp.WaitVisible(css(`input[name="token"]`)))
 	do(t, ctx, "after logging out", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(css(`input[name="token"]`)))
 }
+
+// The dashboard of tenants in a browser: one login, the tenant list, a
+// click through to a tenant's dead letters and a replay there, which
+// changes that tenant's database only; a tenant with a hostile name shown
+// as text; a post without the CSRF token refused on a tenant's page.
+func TestBrowserTenants(t *testing.T) {
+	ctx := browser(t)
+	const hostile = `<img src=x onerror="document.title='pwned'">`
+	s := newTenantSet(t)
+	acme := s.sqlite("acme", "orders", "payments")
+	globex := s.sqlite("globex", "orders")
+	s.sqlite(hostile, "orders")
+	srv := s.serve(dashboard.TenantsConfig{Config: dashboard.Config{Token: "correct-horse-battery"}})
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+
+	do(t, ctx, "log in",
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.SendKeys(css(`input[name="token"]`), "correct-horse-battery"),
+		chromedp.Submit(css(`input[name="token"]`)),
+		chromedp.WaitVisible(css("#tenants")),
+	)
+	if n := get(t, ctx, "tenants", chromedp.Evaluate[int](`document.querySelectorAll('#tenants tr[data-tenant]').length`)); n != 3 {
+		t.Fatalf("%d tenants listed, want 3", n)
+	}
+
+	do(t, ctx, "acme", chromedp.Click(css(`tr[data-tenant="acme"] a.tenant-link`)), chromedp.WaitVisible(css("#dead")))
+	if name, dead := get(t, ctx, "tenant", chromedp.Text(css("#tenant"))), get(t, ctx, "dead", chromedp.Text(css("#dead"))); name != "acme" || dead != "2" {
+		t.Fatalf("acme's overview names %q with %s dead letters, want acme and 2", name, dead)
+	}
+	do(t, ctx, "acme's dead letters", chromedp.Click(css(`header a[href="/t/acme/dead-letters"]`)), chromedp.WaitVisible(css("#bulk")))
+	do(t, ctx, "open", chromedp.Click(css("#bulk td a")), chromedp.WaitVisible(css("#history")))
+	messageID := get(t, ctx, "message id", chromedp.Text(css("#message-id")))
+	do(t, ctx, "replay", chromedp.Click(css(`button[value="replay"]`)), chromedp.WaitVisible(css("#confirm")))
+	do(t, ctx, "confirm replay", chromedp.Click(css("#go")), chromedp.WaitVisible(css("#flash")))
+	if flash := get(t, ctx, "flash", chromedp.Text(css("#flash"))); flash != "replayed 1" || !acme.inOutbox(t, messageID) {
+		t.Fatalf("after the replay acme's page says %q; back in acme's outbox: %v", flash, acme.inOutbox(t, messageID))
+	}
+	if n := len(globex.deadLetters(t)); n != 1 {
+		t.Fatalf("globex holds %d dead letters after a replay on acme, want 1", n)
+	}
+	if url := get(t, ctx, "location", chromedp.Location()); !strings.HasPrefix(url, srv.URL+"/t/acme/dead-letters") {
+		t.Fatalf("after the replay the browser is at %s, want acme's dead letters", url)
+	}
+
+	// The hostile name is text, never markup.
+	do(t, ctx, "back to the tenants", chromedp.Click(css(`header a[href="/"]`)), chromedp.WaitVisible(css("#tenants")))
+	do(t, ctx, "the hostile tenant", chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll('a.tenant-link')].find(a => a.textContent.startsWith('<img')).click()`),
+		chromedp.WaitVisible(css("#dead")))
+	if name := get(t, ctx, "tenant", chromedp.Text(css("#tenant"))); name != hostile {
+		t.Fatalf("the hostile tenant's page names %q, want its name as text", name)
+	}
+	if title := get(t, ctx, "title", chromedp.Title()); title == "pwned" || get(t, ctx, "images", chromedp.Evaluate[int](`document.images.length`)) != 0 {
+		t.Fatalf("the hostile tenant's name ran as markup (title %q)", title)
+	}
+
+	// A post without the form's CSRF token is refused, on a tenant's page too.
+	status := get(t, ctx, "post without CSRF token", chromedp.Evaluate[int](fmt.Sprintf(
+		`fetch('/t/globex/dead-letters/discard', {method: 'POST', body: new URLSearchParams({id: '%d'})}).then(r => r.status)`, globex.deadLetters(t)[0].ID),
+		chromedp.EvalAwaitPromise))
+	if status != http.StatusForbidden || len(globex.deadLetters(t)) != 1 {
+		t.Fatalf("a post without the CSRF token answered %d, want 403 and nothing discarded", status)
+	}
+}

@@ -96,9 +96,16 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) validate() error {
-	switch {
-	case c.Database == nil:
+	if c.Database == nil {
 		return errors.New("dashboard: Config.Database is nil: pass the store.Database to show")
+	}
+	return c.validateShared()
+}
+
+// validateShared checks what every dashboard takes alike, whether it
+// shows one database or many tenants'.
+func (c *Config) validateShared() error {
+	switch {
 	case c.Limit < 1:
 		return fmt.Errorf("dashboard: Config.Limit is %d: use 1 or more (0 means 1,000)", c.Limit)
 	case c.PageSize < 1 || c.PageSize >= store.MaxListLimit:
@@ -121,6 +128,14 @@ type Handler struct {
 	sess  *sessions
 	pages map[string]*template.Template
 	serve http.Handler
+	// root is the path the login, the style sheet and the cookies are
+	// under: Config.Prefix, or on a tenant's pages the dashboard's own
+	// (theirs is root/t/NAME). tenant names the tenant shown ("" on a
+	// dashboard of one database, and on the tenant list); multi is true
+	// on a dashboard of tenants.
+	root   string
+	tenant string
+	multi  bool
 
 	mu      sync.Mutex
 	samples []sample // the overview's last readings, for its rates
@@ -132,23 +147,45 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	h, err := newHandler(cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	h.sharedRoutes(mux)
+	h.pageRoutes(mux)
+	h.serve = h.guard(mux)
+	return h, nil
+}
+
+// newHandler returns the handler of cfg (checked and defaulted) with its
+// key, sessions and templates, and without its routes. multi says it is
+// the tenant list of a dashboard of tenants.
+func newHandler(cfg Config, multi bool) (*Handler, error) {
 	hs, err := newHosts(cfg.AllowedHosts, "dashboard: Config.AllowedHosts")
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: make([]byte, 32), hosts: hs,
-		sess: newSessions(cfg.SessionTTL, cfg.Clock)}
+	h := &Handler{cfg: cfg, key: make([]byte, 32), hosts: hs, sess: newSessions(cfg.SessionTTL, cfg.Clock), root: cfg.Prefix, multi: multi}
+	if cfg.Database != nil {
+		h.admin, h.ops = cfg.Database.Admin(), cfg.Database.Operations()
+	}
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, fmt.Errorf("dashboard: random key: %w", err)
 	}
 	if err := h.parse(); err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	h.routes(mux)
-	next := h.secure(mux)
-	if cfg.Prefix != "" {
-		next = http.StripPrefix(cfg.Prefix, next)
+	return h, nil
+}
+
+// guard returns next behind the checks every request passes, in order:
+// its Host header, its origin, the token and the CSRF token (see secure);
+// next sees paths without Config.Prefix.
+func (h *Handler) guard(next http.Handler) http.Handler {
+	next = h.secure(next)
+	if h.cfg.Prefix != "" {
+		next = http.StripPrefix(h.cfg.Prefix, next)
 	}
 	// Browsers say where a request comes from (Sec-Fetch-Site, Origin);
 	// CrossOriginProtection refuses unsafe requests from other origins, and
@@ -160,8 +197,7 @@ func New(cfg Config) (*Handler, error) {
 	}))
 	// The Host header is checked before anything else: a request for
 	// another host gets nothing, not even the style sheet.
-	h.serve = h.checkHost(cop.Handler(next))
-	return h, nil
+	return h.checkHost(cop.Handler(next))
 }
 
 // ServeHTTP serves the dashboard's pages and actions.
@@ -375,6 +411,7 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) parse() error {
 	funcs := template.FuncMap{
 		"path":  func(p string) string { return h.cfg.Prefix + p },
+		"root":  func(p string) string { return h.root + p },
 		"ago":   ago,
 		"when":  when,
 		"clip":  clip,
@@ -413,6 +450,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, page string, da
 		data["Side"] = ""
 	}
 	data["LoggedIn"] = h.cfg.Token != "" && h.authorized(r)
+	data["Multi"], data["Tenant"] = h.multi, h.tenant
 	if data["Flash"] == nil {
 		data["Flash"] = r.URL.Query().Get("done")
 	}

@@ -1,7 +1,8 @@
 // Package dashboard is Courier's web dashboard: an [http.Handler] built
 // from a [store.Database] that shows operators the outbox and lets them act
-// on what went wrong. `courier dashboard` serves it; a program can mount it
-// in its own server instead.
+// on what went wrong, or from many tenants' databases ([NewTenants]).
+// `courier dashboard` serves it; a program can mount it in its own server
+// instead.
 //
 // Its pages, rendered on the server with html/template and embedded in the
 // binary (no JavaScript is needed):
@@ -28,6 +29,41 @@
 //
 // The figures come from [store.Operations] (Status, Reconcile), the dead
 // letters from [store.Admin].
+//
+// # Many tenants
+//
+// [NewTenants] builds the dashboard of many tenants, each with a database
+// of its own (package tenant's tenants, or any others): from
+// [TenantsConfig.List], a function that returns the tenants' names, and
+// [TenantsConfig.Open], one that opens a tenant's database. It serves the
+// tenant list at its root: a page of [Config.PageSize] tenants, filtered
+// by name, each with its pending messages, the age of the oldest, its dead
+// letters and parked messages, or the error reading them, read
+// [TenantsConfig.Reads] (4) tenants at a time and each within 10 seconds.
+// Under /t/NAME/ it serves the tenant's pages, the very pages and actions
+// of the dashboard of one database; their header names the tenant. A
+// name that is not letters, digits, '.', '_' and '-' only (or is "." or
+// "..") is written '~' and the name in base64url in URLs, and every name
+// is escaped where a page shows it, so that a name read from a file or a
+// catalogue cannot break a page or a link. A name List does not return is
+// answered 404, pointing to the tenant list; a tenant whose database
+// cannot be opened shows the error on its line of the list and on its
+// pages (503), and the others are served all the same.
+//
+// A tenant's database is opened when a request needs it, and at most
+// [TenantsConfig.MaxOpen] (8) are open at once: to open another, the
+// dashboard closes the one used least recently among those no request is
+// using, or waits for one to be done with. The tenant list's reads count
+// as no use, so that the databases they open are closed first. A tenant
+// List stops naming has its database closed. Open is not called again
+// while a tenant's database stays open, so a tenant moved to another
+// database is shown there once its old one was closed. [Tenants.Close]
+// closes them all.
+//
+// The login, the style sheet and the cookies are the dashboard's, at its
+// root: one login (or the bearer token) covers every tenant, and logging
+// out ends it for all of them. Every request, a tenant's included, passes
+// the checks below before its tenant is looked at.
 //
 // # Safety
 //

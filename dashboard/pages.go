@@ -17,12 +17,18 @@ import (
 	"github.com/courier-go/courier/store"
 )
 
-func (h *Handler) routes(mux *http.ServeMux) {
+// sharedRoutes are the routes a dashboard of tenants serves once for all
+// of them: the style sheet, the login and the logout.
+func (h *Handler) sharedRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /static/", http.FileServerFS(assets))
-	mux.HandleFunc("GET /{$}", h.overview)
 	mux.HandleFunc("GET /login", h.login)
 	mux.HandleFunc("POST /login", h.login)
 	mux.HandleFunc("POST /logout", h.logout)
+}
+
+// pageRoutes are the pages and actions of one database.
+func (h *Handler) pageRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", h.overview)
 	for _, s := range []side{relaySide, consumerSide} {
 		mux.HandleFunc("GET /"+s.path, func(w http.ResponseWriter, r *http.Request) { h.letters(w, r, s) })
 		mux.HandleFunc("GET /"+s.path+"/{id}", func(w http.ResponseWriter, r *http.Request) { h.letter(w, r, s) })

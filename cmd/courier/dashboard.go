@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/courier-go/courier/dashboard"
 	"github.com/courier-go/courier/store/dburl"
+	"github.com/courier-go/courier/tenant"
 )
 
 // dashboardCmd serves the web dashboard until stopped.
@@ -18,7 +20,12 @@ type dashboardCmd struct {
 	Addr        string   `help:"Address to listen on. Any address but a loopback one (127.0.0.1, ::1, localhost) needs --token." default:"127.0.0.1:8080" env:"COURIER_DASHBOARD_ADDR"`
 	Token       string   `help:"Secret that every page and action requires (log in with it, or send Authorization: Bearer TOKEN). Required off loopback." env:"COURIER_DASHBOARD_TOKEN"`
 	AllowedHost []string `name:"allowed-host" placeholder:"NAME" help:"Host name, besides localhost and the address it listens on, that requests may be addressed to: the name a proxy in front of the dashboard forwards. Repeatable, or comma-separated. Requests naming any other host are refused (421)." env:"COURIER_DASHBOARD_ALLOWED_HOSTS"`
+	MaxOpen     int      `name:"tenants-max-open" help:"With tenants and no --tenant (the dashboard of every tenant): how many tenants' databases are open at once, each with at most 4 connections; the one used least recently is closed for another." default:"8" env:"COURIER_DASHBOARD_TENANTS_MAX_OPEN"`
 }
+
+// tenantConns bounds the connections of each tenant's database the
+// dashboard of tenants opens.
+const tenantConns = 4
 
 // shutdownTimeout bounds how long the dashboard waits for requests in
 // flight when it is stopped.
@@ -35,6 +42,9 @@ func (c *dashboardCmd) Run(e *env) error {
 	if err := dashboard.CheckHosts(c.AllowedHost, "--allowed-host"); err != nil {
 		return err
 	}
+	if c.tenanted() && c.Tenant == "" {
+		return c.runTenants(e)
+	}
 	d, err := c.open(e.ctx, false, "")
 	if err != nil {
 		return err
@@ -43,11 +53,21 @@ func (c *dashboardCmd) Run(e *env) error {
 	if err := d.CheckSchema(e.ctx); err != nil {
 		return err
 	}
-	stop, failed, url, err := serveDashboard(e, d, dashboardServe{addr: c.Addr, token: c.Token, allowed: c.AllowedHost, addrFlag: "--addr"})
+	h, err := dashboard.New(dashboard.Config{Database: d, Sagas: d.Sagas(), Token: c.Token, AllowedHosts: c.AllowedHost, Logger: e.log})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "dashboard of %s on %s (stop with Ctrl-C)\n", d, url)
+	return c.serve(e, h, d.String())
+}
+
+// serve serves h, the dashboard of what, until the command's context
+// ends.
+func (c *dashboardCmd) serve(e *env, h http.Handler, what string) error {
+	stop, failed, url, err := serveDashboard(e, h, dashboardServe{addr: c.Addr, addrFlag: "--addr"})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "dashboard of %s on %s (stop with Ctrl-C)\n", what, url)
 	select {
 	case err := <-failed:
 		return err
@@ -56,22 +76,95 @@ func (c *dashboardCmd) Run(e *env) error {
 	return stop()
 }
 
-// dashboardServe is what serveDashboard serves (checked already), and the
-// name of the address's option, for errors.
-type dashboardServe struct {
-	addr, token string
-	allowed     []string
-	addrFlag    string
+// runTenants serves the dashboard of every tenant the tenant flags give:
+// the tenant list, and each tenant's pages under /t/NAME/.
+func (c *dashboardCmd) runTenants(e *env) error {
+	if err := c.checkTenants(); err != nil {
+		return err
+	}
+	if c.MaxOpen < 1 {
+		return fmt.Errorf("--tenants-max-open is %d: use 1 or more, such as 8", c.MaxOpen)
+	}
+	src, done, err := c.tenantSource(e.ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ts := &dashboardTenants{src: src}
+	// Read once now: tenants that cannot be read fail the command, not
+	// its first page.
+	names, err := ts.list(e.ctx)
+	if err != nil {
+		return err
+	}
+	h, err := dashboard.NewTenants(dashboard.TenantsConfig{Config: dashboard.Config{Token: c.Token, AllowedHosts: c.AllowedHost, Logger: e.log},
+		List: ts.list, Open: ts.open, MaxOpen: c.MaxOpen})
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return c.serve(e, h, fmt.Sprintf("%d tenants (%s, read again on each page)", len(names), c.tenantsFlag()))
 }
 
-// serveDashboard serves the dashboard of d on o.addr in the background and
+// dashboardTenants gives the dashboard of tenants the tenants' names, read
+// from the tenant flags' source on each page, and opens their databases.
+type dashboardTenants struct {
+	src tenant.Source
+
+	mu     sync.Mutex
+	byName map[string]tenant.Tenant // as last read
+}
+
+// list reads the tenants' names.
+func (d *dashboardTenants) list(ctx context.Context) ([]string, error) {
+	ts, err := d.src.Tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]tenant.Tenant, len(ts))
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		byName[t.Name], names[i] = t, t.Name
+	}
+	d.mu.Lock()
+	d.byName = byName
+	d.mu.Unlock()
+	return names, nil
+}
+
+// open opens the database of the tenant named name, as last read, and
+// checks its schema.
+func (d *dashboardTenants) open(ctx context.Context, name string) (dashboard.TenantDatabase, error) {
+	d.mu.Lock()
+	t, ok := d.byName[name]
+	d.mu.Unlock()
+	if !ok {
+		return dashboard.TenantDatabase{}, fmt.Errorf("tenant %q is no longer among the tenants", name)
+	}
+	opts := tenantOptions(t, false)
+	opts.MaxConns = tenantConns
+	db, err := dburl.Open(ctx, t.URL, opts)
+	if err != nil {
+		return dashboard.TenantDatabase{}, err
+	}
+	if err := db.CheckSchema(ctx); err != nil {
+		db.Close()
+		return dashboard.TenantDatabase{}, fmt.Errorf("tenant %s: %w", name, err)
+	}
+	return dashboard.TenantDatabase{Database: db, Sagas: db.Sagas(), Close: db.Close}, nil
+}
+
+// dashboardServe is where serveDashboard serves (checked already), and the
+// name of the address's option, for errors.
+type dashboardServe struct {
+	addr     string
+	addrFlag string
+}
+
+// serveDashboard serves h, a dashboard, on o.addr in the background and
 // returns its URL. stop shuts it down, waiting for requests in flight up to
 // shutdownTimeout; failed receives an error if the server stops by itself.
-func serveDashboard(e *env, d *dburl.DB, o dashboardServe) (stop func() error, failed <-chan error, url string, err error) {
-	h, err := dashboard.New(dashboard.Config{Database: d, Sagas: d.Sagas(), Token: o.token, AllowedHosts: o.allowed, Logger: e.log})
-	if err != nil {
-		return nil, nil, "", err
-	}
+func serveDashboard(e *env, h http.Handler, o dashboardServe) (stop func() error, failed <-chan error, url string, err error) {
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("%s %s: %w; pick another port, such as %s 127.0.0.1:8081", o.addrFlag, o.addr, err, o.addrFlag)
@@ -132,8 +225,11 @@ func (f dashboardFlags) serve(e *env, d *dburl.DB) (stop func(), err error) {
 	if f.Dashboard == "" {
 		return func() {}, nil
 	}
-	halt, failed, _, err := serveDashboard(e, d, dashboardServe{addr: f.Dashboard, token: f.DashboardToken, allowed: f.DashboardHost,
-		addrFlag: "--dashboard"})
+	h, err := dashboard.New(dashboard.Config{Database: d, Sagas: d.Sagas(), Token: f.DashboardToken, AllowedHosts: f.DashboardHost, Logger: e.log})
+	if err != nil {
+		return nil, err
+	}
+	halt, failed, _, err := serveDashboard(e, h, dashboardServe{addr: f.Dashboard, addrFlag: "--dashboard"})
 	if err != nil {
 		return nil, err
 	}

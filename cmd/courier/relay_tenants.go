@@ -41,7 +41,7 @@ func (c *relayCmd) fleetConfig(cfg relay.Config) (tenant.Config, error) {
 	case c.ListenURL != "":
 		return tenant.Config{}, errors.New("--listen-url: tenants are polled, not woken (leave it out)")
 	case c.Dashboard != "":
-		return tenant.Config{}, errors.New("--dashboard shows one database: run courier dashboard --tenant NAME for a tenant's")
+		return tenant.Config{}, errors.New("--dashboard serves one database beside the relay: run courier dashboard with the same tenant flags for every tenant's")
 	case c.MaxTenants < 1:
 		return tenant.Config{}, fmt.Errorf("--metrics-max-tenants is %d: use 1 or more, such as 100", c.MaxTenants)
 	case c.TenantsMaxOpen < 1:
