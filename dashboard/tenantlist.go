@@ -84,12 +84,12 @@ func (t *Tenants) read(ctx context.Context, names []string) []tenantRow {
 func (t *Tenants) readOne(ctx context.Context, row *tenantRow) error {
 	ctx, cancel := context.WithTimeout(ctx, tenantReadTimeout)
 	defer cancel()
-	e, err := t.dbs.acquire(ctx, row.Name, true)
+	h, err := t.acquireDB(ctx, row.Name, true)
 	if err != nil {
 		return err
 	}
-	defer t.dbs.release(e)
-	st, err := e.db.Database.Operations().Status(ctx)
+	defer h.Release()
+	st, err := h.Value().db.Database.Operations().Status(ctx)
 	if err != nil {
 		return err
 	}

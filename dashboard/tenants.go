@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/courier-go/courier/internal/openset"
 	"github.com/courier-go/courier/store"
 )
 
@@ -108,8 +109,8 @@ func (c *TenantsConfig) validate() error {
 // server has stopped.
 type Tenants struct {
 	cfg   TenantsConfig
-	top   *Handler // the tenant list, the login, the logout, the errors
-	dbs   *openDBs
+	top   *Handler                      // the tenant list, the login, the logout, the errors
+	dbs   *openset.Set[string, *openDB] // the tenants' databases, by name
 	serve http.Handler
 }
 
@@ -142,7 +143,7 @@ func (t *Tenants) ServeHTTP(w http.ResponseWriter, r *http.Request) { t.serve.Se
 // Close closes the tenants' databases, each once the requests using it
 // are done; requests that need one afterwards fail. Call it once the
 // server has stopped.
-func (t *Tenants) Close() { t.dbs.closeAll() }
+func (t *Tenants) Close() { t.dbs.CloseAll() }
 
 // names returns the tenants' names, sorted, each once, and closes the
 // databases of tenants no longer named.
@@ -158,7 +159,7 @@ func (t *Tenants) names(ctx context.Context) ([]string, error) {
 	for _, n := range names {
 		listed[n] = true
 	}
-	t.dbs.retain(listed)
+	t.dbs.RemoveFunc(func(name string) bool { return !listed[name] })
 	return names, nil
 }
 
@@ -190,14 +191,14 @@ func (t *Tenants) page(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, t.cfg.Prefix+tenantLink(name), http.StatusSeeOther)
 		return
 	}
-	e, err := t.dbs.acquire(r.Context(), name, false)
+	h, err := t.acquireDB(r.Context(), name, false)
 	if err != nil {
 		t.top.cfg.Logger.Error("dashboard: open a tenant's database", "tenant", name, "err", err)
 		t.top.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf("The database of tenant %q could not be opened, so its pages cannot be shown: %v. The other tenants are not affected: the tenant list shows how each one is.", name, err))
 		return
 	}
-	defer t.dbs.release(e)
-	v, err := e.viewOf(t.top)
+	defer h.Release()
+	v, err := h.Value().viewOf(t.top)
 	if err != nil {
 		t.top.fail(w, r, http.StatusInternalServerError, err.Error())
 		return
@@ -220,26 +221,26 @@ func (t *Tenants) failList(w http.ResponseWriter, r *http.Request, err error) {
 	t.top.fail(w, r, http.StatusServiceUnavailable, "The tenants could not be listed: "+err.Error())
 }
 
-// viewOf returns the pages of e's tenant, made the first time they are
+// viewOf returns the pages of o's tenant, made the first time they are
 // asked for: a Handler of its database that shares top's key, sessions,
 // Host check and templates' shared paths, and serves its pages (not the
 // login, which is top's) under top's prefix and /t/NAME.
-func (e *dbEntry) viewOf(top *Handler) (*Handler, error) {
-	e.viewOnce.Do(func() {
+func (o *openDB) viewOf(top *Handler) (*Handler, error) {
+	o.viewOnce.Do(func() {
 		cfg := top.cfg
-		cfg.Database, cfg.Sagas = e.db.Database, e.db.Sagas
-		cfg.Prefix = top.cfg.Prefix + "/t/" + segment(e.name)
-		cfg.Logger = top.cfg.Logger.With("tenant", e.name)
+		cfg.Database, cfg.Sagas = o.db.Database, o.db.Sagas
+		cfg.Prefix = top.cfg.Prefix + "/t/" + segment(o.name)
+		cfg.Logger = top.cfg.Logger.With("tenant", o.name)
 		v := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: top.key, hosts: top.hosts,
-			sess: top.sess, root: top.root, tenant: e.name, multi: true}
+			sess: top.sess, root: top.root, tenant: o.name, multi: true}
 		if err := v.parse(); err != nil {
-			e.viewErr = err
+			o.viewErr = err
 			return
 		}
 		mux := http.NewServeMux()
 		v.pageRoutes(mux)
 		v.serve = mux
-		e.view = v
+		o.view = v
 	})
-	return e.view, e.viewErr
+	return o.view, o.viewErr
 }

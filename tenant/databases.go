@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/courier-go/courier/internal/openset"
 	"github.com/courier-go/courier/store/dburl"
 )
 
@@ -16,19 +17,17 @@ import (
 var errUnknown = errors.New("not among the tenants Source lists")
 
 // databases opens the tenants' databases on demand and keeps at most
-// maxOpen open: to open another, it closes the one used least recently
-// among those no one is using, or waits for one to be free. It reads
-// Source when a name it has not read arrives, and again once the tenants
-// it read are older than refresh.
+// ConsumerConfig.MaxOpen open, in an openset.Set by tenant: to open
+// another, it closes the one used least recently among those no one is
+// using, or waits for one to be free. It reads Source when a name it has not read arrives, and
+// again once the tenants it read are older than refresh.
 type databases struct {
-	src            Source
-	open           func(ctx context.Context, t Tenant, opts dburl.Options) (*dburl.DB, error)
-	maxOpen        int
-	maxConns       int
-	connectTimeout time.Duration
-	refresh        time.Duration
-	reread         time.Duration
-	log            *slog.Logger
+	src     Source
+	refresh time.Duration
+	reread  time.Duration
+	log     *slog.Logger
+	// The databases open or opening, by tenant (name and URL).
+	open *openset.Set[Tenant, *dburl.DB]
 
 	mu sync.Mutex
 	// The tenants as Source last gave them, and when that read started.
@@ -38,29 +37,28 @@ type databases struct {
 	readErr error // of the last read
 	// The read under way: closed when it ends; nil when none is.
 	reading chan struct{}
-	// The databases open or opening, by tenant name.
-	entries map[string]*entry
-	tick    int64         // counts uses, for least recently used
-	freed   chan struct{} // closed, and replaced, when an entry is released or removed
-	closing []*dburl.DB   // to close once d.mu is unlocked
-}
-
-// entry is one tenant's database, open or opening.
-type entry struct {
-	t     Tenant
-	db    *dburl.DB
-	err   error         // why it did not open
-	ready chan struct{} // closed once db or err is set
-	refs  int           // users, the one opening it included
-	used  int64         // the tick of its last use; lowest is closed first
-	gone  bool          // removed from entries: closed once refs is 0
 }
 
 // newDatabases returns the databases of cfg's tenants, none open yet.
 func newDatabases(cfg ConsumerConfig, log *slog.Logger) *databases {
-	return &databases{src: cfg.Source, open: cfg.Open, maxOpen: cfg.MaxOpen, maxConns: cfg.MaxConns,
-		connectTimeout: cfg.ConnectTimeout, refresh: cfg.Refresh, reread: cfg.Reread, log: log,
-		entries: map[string]*entry{}, freed: make(chan struct{})}
+	open := func(ctx context.Context, t Tenant) (*dburl.DB, error) {
+		db, err := cfg.Open(ctx, t, dburl.Options{Flag: "tenant " + t.Name + "'s URL", MaxConns: cfg.MaxConns,
+			ConnectTimeout: cfg.ConnectTimeout})
+		if err != nil {
+			if db != nil {
+				db.Close()
+			}
+			return nil, fmt.Errorf("tenant %s: %w", t.Name, err)
+		}
+		return db, nil
+	}
+	closeDB := func(db *dburl.DB) {
+		if db != nil {
+			db.Close()
+		}
+	}
+	return &databases{src: cfg.Source, refresh: cfg.Refresh, reread: cfg.Reread, log: log,
+		open: openset.New(openset.Config[Tenant, *dburl.DB]{Open: open, Close: closeDB, MaxOpen: cfg.MaxOpen})}
 }
 
 // lookup returns the tenant named name. A name it has not read waits for a
@@ -146,29 +144,33 @@ func (d *databases) read(ctx context.Context, since time.Time) error {
 	ts, err := d.src.Tenants(ctx)
 
 	d.mu.Lock()
-	defer d.unlock()
 	d.reading = nil
 	close(done)
 	if err != nil && ctx.Err() != nil {
+		d.mu.Unlock()
 		return err // cut short by the caller: not a read of Source
 	}
+	var tenants map[string]Tenant // read now
 	if err == nil {
-		d.tenants = make(map[string]Tenant, len(ts))
+		tenants = make(map[string]Tenant, len(ts))
 		d.names = d.names[:0]
 		for _, t := range ts {
-			d.tenants[t.Name] = t
+			tenants[t.Name] = t
 			d.names = append(d.names, t.Name)
 		}
 		slices.Sort(d.names)
-		for name, e := range d.entries { // a tenant removed, or given a new URL
-			if t, ok := d.tenants[name]; !ok || t.URL != e.t.URL {
-				d.remove(e)
-			}
-		}
+		d.tenants = tenants
 	} else if d.readErr == nil && d.tenants != nil {
 		d.log.Warn("tenants not read again; using the last ones read", "error", err)
 	}
 	d.readAt, d.readErr = start, err
+	d.mu.Unlock()
+	if tenants != nil { // d.mu unlocked: closing a database takes a while
+		d.open.RemoveFunc(func(k Tenant) bool { // a tenant removed, or given a new URL
+			t, ok := tenants[k.Name]
+			return !ok || t.URL != k.URL
+		})
+	}
 	return err
 }
 
@@ -177,166 +179,26 @@ func (d *databases) read(ctx context.Context, since time.Time) error {
 // opens is the first one closed for another, so that a pass over many
 // tenants keeps the others open.
 func (d *databases) use(ctx context.Context, t Tenant, scan bool, fn func(db *dburl.DB) error) error {
-	e, err := d.acquire(ctx, t, scan)
+	if !d.open.Has(t) { // Source may have given the tenant a new URL: close the old one's
+		d.open.RemoveFunc(func(k Tenant) bool { return k.Name == t.Name && k.URL != t.URL })
+	}
+	h, err := d.open.Acquire(ctx, t, scan)
 	if err != nil {
 		return err
 	}
-	defer d.release(e)
-	return fn(e.db)
-}
-
-// acquire returns t's entry, open, with a reference the caller releases.
-func (d *databases) acquire(ctx context.Context, t Tenant, scan bool) (*entry, error) {
-	d.mu.Lock()
-	for {
-		e := d.entries[t.Name]
-		if e != nil && e.t.URL != t.URL { // Source gave the tenant a new URL
-			d.remove(e)
-			e = nil
-		}
-		if e != nil {
-			e.refs++
-			d.touch(e, scan)
-			d.unlock()
-			select {
-			case <-e.ready:
-			case <-ctx.Done():
-				d.release(e)
-				return nil, ctx.Err()
-			}
-			if e.err != nil {
-				d.release(e)
-				return nil, e.err
-			}
-			return e, nil
-		}
-		if len(d.entries) >= d.maxOpen {
-			d.remove(d.idlest())
-		}
-		if len(d.entries) < d.maxOpen {
-			break
-		}
-		freed := d.freed
-		d.unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		d.mu.Lock()
-	}
-	e := &entry{t: t, ready: make(chan struct{}), refs: 1}
-	d.touch(e, scan)
-	d.entries[t.Name] = e
-	d.unlock()
-
-	db, err := d.open(ctx, t, dburl.Options{Flag: "tenant " + t.Name + "'s URL", MaxConns: d.maxConns,
-		ConnectTimeout: d.connectTimeout})
-	d.mu.Lock()
-	e.db = db
-	if err != nil {
-		e.err = fmt.Errorf("tenant %s: %w", t.Name, err)
-		d.remove(e)
-	}
-	close(e.ready)
-	d.unlock()
-	if err != nil {
-		d.release(e)
-		return nil, e.err
-	}
-	return e, nil
-}
-
-// touch records a use of e, unless it is a scan's. d.mu is held.
-func (d *databases) touch(e *entry, scan bool) {
-	if !scan {
-		d.tick++
-		e.used = d.tick
-	}
-}
-
-// idlest returns the entry no one uses that was used least recently, nil
-// when every entry is in use. d.mu is held.
-func (d *databases) idlest() *entry {
-	var idlest *entry
-	for _, e := range d.entries {
-		if e.refs == 0 && (idlest == nil || e.used < idlest.used) {
-			idlest = e
-		}
-	}
-	return idlest
-}
-
-// remove takes e (nil: none) out of the entries; its database is closed
-// now when no one uses it, or else when the last user releases it. d.mu
-// is held.
-func (d *databases) remove(e *entry) {
-	if e == nil || e.gone {
-		return
-	}
-	e.gone = true
-	if d.entries[e.t.Name] == e {
-		delete(d.entries, e.t.Name)
-	}
-	d.closeIfDone(e)
-	d.notify()
-}
-
-// release drops a reference to e taken by acquire.
-func (d *databases) release(e *entry) {
-	d.mu.Lock()
-	e.refs--
-	d.closeIfDone(e)
-	d.notify()
-	d.unlock()
-}
-
-// closeIfDone has e's database closed, once d.mu is unlocked, when e is
-// removed and no one uses it. d.mu is held.
-func (d *databases) closeIfDone(e *entry) {
-	if e.gone && e.refs == 0 && e.db != nil {
-		d.closing = append(d.closing, e.db)
-		e.db = nil
-	}
-}
-
-// notify wakes those waiting for a free place. d.mu is held.
-func (d *databases) notify() {
-	close(d.freed)
-	d.freed = make(chan struct{})
-}
-
-// unlock unlocks d.mu and closes the databases left to close.
-func (d *databases) unlock() {
-	closing := d.closing
-	d.closing = nil
-	d.mu.Unlock()
-	for _, db := range closing {
-		db.Close()
-	}
+	defer h.Release()
+	return fn(h.Value())
 }
 
 // close closes every database no one uses, and the others once released.
 // Later uses open them again.
 func (d *databases) close() {
-	d.mu.Lock()
-	for _, e := range d.entries {
-		d.remove(e)
-	}
-	d.unlock()
+	d.open.RemoveFunc(func(Tenant) bool { return true })
 }
 
 // isOpen reports whether t's database is open or opening.
-func (d *databases) isOpen(t Tenant) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	e := d.entries[t.Name]
-	return e != nil && e.t.URL == t.URL
-}
+func (d *databases) isOpen(t Tenant) bool { return d.open.Has(t) }
 
-// openCount is how many databases are open or opening.
-func (d *databases) openCount() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.entries)
-}
+// openCount is how many databases are open or opening, those of tenants
+// removed or given a new URL that are still in use included.
+func (d *databases) openCount() int { return d.open.Len() }
