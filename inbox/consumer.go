@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
+	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -481,10 +484,39 @@ type PanicError struct {
 	Value any
 	// Stack is the panicking goroutine's stack trace.
 	Stack []byte
+	// Site is where the handler panicked: the function and the file and
+	// line of the frame that called panic (or failed, for a runtime
+	// error), such as "payment.(*Service).charge (charge.go:42)"; empty
+	// when it could not be told.
+	Site string
 }
 
-// Error returns the panic's value; the stack is in Stack.
-func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+// Error returns the panic's site and value, such as "handler panicked at
+// payment.(*Service).charge (charge.go:42): card declined"; the stack is
+// in Stack. The site is what package failgroup groups panics by.
+func (e *PanicError) Error() string {
+	if e.Site == "" {
+		return fmt.Sprintf("handler panicked: %v", e.Value)
+	}
+	return fmt.Sprintf("handler panicked at %s: %v", e.Site, e.Value)
+}
+
+// panicSite returns the site of the panic being recovered, for a deferred
+// function (skip counts the frames above it to leave out): the first frame
+// under the runtime's own.
+func panicSite(skip int) string {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(skip, pcs)])
+	for {
+		f, more := frames.Next()
+		if f.Function != "" && !strings.HasPrefix(f.Function, "runtime.") {
+			return fmt.Sprintf("%s (%s:%d)", path.Base(f.Function), path.Base(f.File), f.Line)
+		}
+		if !more {
+			return ""
+		}
+	}
+}
 
 // Unwrap returns the panic's value when it is an error, so that a handler
 // panicking with an error wrapping courier.ErrMalformed is parked at once.
@@ -508,7 +540,7 @@ func describe(err error) string {
 func (c *Consumer[TTx]) run(ctx context.Context, tx TTx, msg courier.Message) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
+			err = &PanicError{Value: v, Stack: debug.Stack(), Site: panicSite(3)}
 		}
 	}()
 	return c.h(ctx, tx, msg)

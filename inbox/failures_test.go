@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -58,12 +59,16 @@ func testPanickingHandlerIsParked[TTx any](t *testing.T, d dialect[TTx]) {
 			e := newEnv(t, d)
 			poison := courier.NewMessage("orders", "order-1", "OrderPlaced", []byte("poison"))
 			next := courier.NewMessage("orders", "order-2", "OrderPlaced", []byte("fine"))
+			var panicLine atomic.Int64
+			const site = "inbox_test.testPanickingHandlerIsParked[...].func1.1"
 			h := func(ctx context.Context, tx TTx, msg courier.Message) error {
 				if err := e.db.insertEffect(ctx, tx, "panicky", msg); err != nil {
 					return err
 				}
 				if string(msg.Payload) == "poison" {
 					var lines []string
+					_, _, line, _ := runtime.Caller(0)
+					panicLine.Store(int64(line + 2))
 					_ = lines[len(msg.Payload)] // index out of range
 				}
 				return nil
@@ -92,7 +97,7 @@ func testPanickingHandlerIsParked[TTx any](t *testing.T, d dialect[TTx]) {
 				t.Fatalf("parked %d messages, want 1", len(ps))
 			}
 			p := ps[0]
-			const want = "handler panicked: runtime error: index out of range [6] with length 0"
+			want := fmt.Sprintf("handler panicked at %s (failures_test.go:%d): runtime error: index out of range [6] with length 0", site, panicLine.Load())
 			if p.MessageID != poison.ID.String() || p.Reason != store.ReasonFailed || p.Attempts != 3 || p.Error != want || len(p.History) != 3 {
 				t.Fatalf("parked %s: reason %q, attempts %d, error %q, %d history entries; want %s, failed, 3, %q, 3",
 					p.MessageID, p.Reason, p.Attempts, p.Error, len(p.History), poison.ID, want)

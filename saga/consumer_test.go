@@ -3,6 +3,8 @@ package saga_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -25,8 +27,11 @@ import (
 func TestPanickingStepIsParkedByTheConsumer(t *testing.T) {
 	f := newFixture(t, "sqlite")
 	def := orderSaga()
+	panicLine := 0
 	def.Steps[0].OnReply = func(o *Order, r courier.Message) error {
 		if string(r.Payload) == "corrupt" {
+			_, _, line, _ := runtime.Caller(0)
+			panicLine = line + 2
 			panic("charge id out of range")
 		}
 		o.ChargeID = string(r.Payload)
@@ -87,7 +92,8 @@ func TestPanickingStepIsParkedByTheConsumer(t *testing.T) {
 	expect(t, f.commands("o2"), "ReserveStock")
 	ps, err := sqlite.Admin(f.db).Parked(context.Background(), "orders", 10)
 	testenv.Must(t, err, "parked")
-	if len(ps) != 1 || ps[0].Error != "handler panicked: charge id out of range" || len(ps[0].History) != 2 ||
+	site := fmt.Sprintf("saga_test.TestPanickingStepIsParkedByTheConsumer.func1 (consumer_test.go:%d)", panicLine)
+	if len(ps) != 1 || ps[0].Error != "handler panicked at "+site+": charge id out of range" || len(ps[0].History) != 2 ||
 		!strings.Contains(ps[0].History[1].Error, "saga.(*Orchestrator") {
 		t.Fatalf("parked %+v: want the reply, with the panic and the saga's stack in its 2 history entries", ps)
 	}
