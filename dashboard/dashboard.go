@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/courier-go/courier"
@@ -74,10 +75,29 @@ type Config struct {
 	// one a hostile web page made resolve to the dashboard's address (DNS
 	// rebinding). Default none.
 	AllowedHosts []string
-	// Logger receives a record of every replay and discard. Default: slog's
-	// default logger.
+	// Logger receives a record of every replay and discard, and of a
+	// reading for the trend charts that failed. Default: slog's default
+	// logger.
 	Logger *slog.Logger
+	// SampleEvery is how often [Handler.Run] reads the store's status for
+	// the overview's trend charts, and how far apart the readings they
+	// keep are: a reading closer than half of it to the one before
+	// replaces that one. Default DefaultSampleEvery (10 seconds).
+	SampleEvery time.Duration
+	// History is how far back the trend charts reach: older readings are
+	// dropped, and at most History/SampleEvery readings are kept, no more
+	// than MaxReadings. Default DefaultHistory (1 hour); at least twice
+	// SampleEvery.
+	History time.Duration
 }
+
+// Defaults of [Config.SampleEvery] and [Config.History], and the most
+// readings the trend charts may keep (History/SampleEvery).
+const (
+	DefaultSampleEvery = 10 * time.Second
+	DefaultHistory     = time.Hour
+	MaxReadings        = 2000
+)
 
 func (c *Config) setDefaults() {
 	if c.Limit == 0 {
@@ -91,6 +111,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.SampleEvery == 0 {
+		c.SampleEvery = DefaultSampleEvery
+	}
+	if c.History == 0 {
+		c.History = DefaultHistory
 	}
 	c.Prefix = strings.TrimSuffix(c.Prefix, "/")
 }
@@ -114,11 +140,20 @@ func (c *Config) validateShared() error {
 		return fmt.Errorf("dashboard: Config.Prefix %q must start with /, such as /courier", c.Prefix)
 	case c.SessionTTL < 0:
 		return fmt.Errorf("dashboard: Config.SessionTTL is %s: use a positive duration (0 means %s)", c.SessionTTL, DefaultSessionTTL)
+	case c.SampleEvery < 0:
+		return fmt.Errorf("dashboard: Config.SampleEvery is %s: use a positive duration (0 means %s)", c.SampleEvery, DefaultSampleEvery)
+	case c.History < 2*c.SampleEvery:
+		return fmt.Errorf("dashboard: Config.History is %s, less than twice Config.SampleEvery (%s): use %s or more (0 means %s)", c.History, c.SampleEvery, 2*c.SampleEvery, DefaultHistory)
+	case c.History/c.SampleEvery > MaxReadings:
+		return fmt.Errorf("dashboard: Config.History (%s) holds %d readings of Config.SampleEvery (%s), more than %d: sample less often (%s or more) or keep a shorter History",
+			c.History, c.History/c.SampleEvery, c.SampleEvery, MaxReadings, (c.History+MaxReadings-1)/MaxReadings)
 	}
 	return CheckToken(c.Token, "dashboard: Config.Token")
 }
 
-// Handler serves the dashboard. Build it with [New].
+// Handler serves the dashboard. Build it with [New], and run [Handler.Run]
+// beside it for the overview's trend charts to read the store on their
+// own.
 type Handler struct {
 	cfg   Config
 	admin store.Admin
@@ -137,8 +172,11 @@ type Handler struct {
 	tenant string
 	multi  bool
 
+	trend   *ring       // the readings the overview's trend charts draw
+	running atomic.Bool // Run is running
+
 	mu      sync.Mutex
-	samples []sample // the overview's last readings, for its rates
+	replays map[string]groupReplay // the failure groups replayed here, by group
 }
 
 // New returns the dashboard for cfg. It fails when cfg is invalid.
@@ -166,7 +204,8 @@ func newHandler(cfg Config, multi bool) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, key: make([]byte, 32), hosts: hs, sess: newSessions(cfg.SessionTTL, cfg.Clock), root: cfg.Prefix, multi: multi}
+	h := &Handler{cfg: cfg, key: make([]byte, 32), hosts: hs, sess: newSessions(cfg.SessionTTL, cfg.Clock), root: cfg.Prefix, multi: multi,
+		trend: newRing(cfg.SampleEvery, cfg.History)}
 	if cfg.Database != nil {
 		h.admin, h.ops = cfg.Database.Admin(), cfg.Database.Operations()
 	}

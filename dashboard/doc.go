@@ -9,14 +9,17 @@
 //
 //   - Overview: pending messages and the age of the oldest, leased and
 //     retried rows, both kinds of dead letters; the same per topic; the
-//     relays holding leases (and leases that ended uncompleted); how fast
-//     the backlog, the dead letters and the published messages change
-//     between views.
+//     relays holding leases (and leases that ended uncompleted); charts of
+//     the last hour (see Trends below).
 //   - Dead letters (relay side: the broker kept rejecting them) and parked
 //     messages (consumer side: a consumer gave up on them), a page at a
 //     time, filtered by topic, consumer and error text; one with its
 //     headers, payload and history of attempts; replay and discard, one or
 //     in bulk.
+//   - Failures: dead letters and parked messages grouped by their cause
+//     (see Failure groups below), each group with its count, first and
+//     last failure, topics, consumers and members; a whole group replayed,
+//     discarded or exported.
 //   - Scheduled messages that wait: how many, the next due time and those
 //     past it that no relay has released; a page at a time, filtered by
 //     topic and key, next due first; cancelled one or more at a time.
@@ -29,6 +32,65 @@
 //
 // The figures come from [store.Operations] (Status, Reconcile), the dead
 // letters from [store.Admin].
+//
+// # Failure groups
+//
+// Package failgroup groups a database's dead letters of both sides by a
+// fingerprint of their cause: the error without what differs between
+// messages failing alike (ids, numbers, sizes, quoted texts) and, for a
+// parked message, its consumer, the reason it was parked and the site
+// where its handler panicked. A thousand messages rejected for one reason
+// are one line. The failures page lists the groups, largest first, a page
+// of [Config.PageSize] at a time, filtered by side, topic, consumer and
+// error text; a group's page (/failures/ID, the fingerprint courier dlq
+// groups shows too) shows its cause and latest error, lists its members
+// and offers its replay and discard, through the same confirmation page
+// and CSRF checks as a bulk action (up to [Config.Limit] at once), and its
+// export: the whole dead letters, payloads included, as JSON Lines to
+// download. Each view reads the summaries of at most 10 × Config.Limit
+// failures of each side (never a payload), and says so when there are
+// more.
+//
+// A group replayed from the dashboard is remembered while the dashboard
+// runs (the last 100 groups): its line and page then say how many of the
+// replayed failures failed again (they are in the group again: the cause
+// is still there), how many wait for their consumer to replay them, and,
+// once none is left, that none failed again.
+//
+// # Trends
+//
+// The overview draws four charts over the last [Config.History] (1 hour):
+// rows pending per topic, how long each topic's oldest pending row has
+// waited, messages published per second, and new dead letters and parked
+// messages per minute. They are inline SVG rendered on the server, each
+// line a polyline with the series' name and newest value as its title (a
+// tooltip), so any browser shows them and no script runs; with
+// ?refresh=1 the page reloads itself every [Config.SampleEvery]
+// (<meta http-equiv="refresh">).
+//
+// They draw readings of the overview's own query, store.Operations'
+// Status, kept in memory in a ring of History/SampleEvery readings (at
+// most [MaxReadings]). [Handler.Run] takes one every SampleEvery (10
+// seconds; `courier dashboard` and `courier relay --dashboard` run it);
+// each view of the overview takes one too, so that without Run the charts
+// fill from views. A reading closer than SampleEvery/2 to the newest
+// replaces it, so that a view and Run do not draw two points; but not
+// once the newest stands for readings that span SampleEvery, so that
+// frequent views still make a point per SampleEvery. Readings are placed
+// by the database's clock (Status.Now), and are dropped when older than
+// History. A reading keeps the 20 topics with the most rows pending and
+// sums the others; the charts draw the 20 topics with the highest peak
+// and the rest as "other topics", and a topic's line has a gap where its
+// reading summed it.
+//
+// Rates come from the change between two readings. Published messages
+// are counted from their copies, so the rate is drawn only when relays
+// keep them (RelayConfig.KeepPublished, courier relay --keep-published)
+// and the count is exact (at most store.CountLimit copies); a count that
+// dropped (cleanup trimmed copies) leaves a gap, not a negative rate.
+// Dead letters and parked messages per minute are net increases, never
+// below 0: a replay or a discard in the same interval hides as many new
+// ones. The readings live in the process: a restart starts them again.
 //
 // # Many tenants
 //
@@ -48,7 +110,10 @@
 // catalogue cannot break a page or a link. A name List does not return is
 // answered 404, pointing to the tenant list; a tenant whose database
 // cannot be opened shows the error on its line of the list and on its
-// pages (503), and the others are served all the same.
+// pages (503), and the others are served all the same. A tenant's charts
+// hold the readings of the views of its overview only: no reading is
+// taken in the background, which would keep every tenant's database
+// open, and they are dropped when its database is closed.
 //
 // A tenant's database is opened when a request needs it, and at most
 // [TenantsConfig.MaxOpen] (8) are open at once: to open another, the
@@ -106,13 +171,14 @@
 // sagas page lists only overdue instances; another instance's timeline is
 // found by its type and id. Published messages are counted only when relays
 // keep copies of them (RelayConfig.KeepPublished, courier relay
-// --keep-published); otherwise the overview's throughput is the backlog's
-// change between views. Lists of dead letters read the summaries of one
+// --keep-published); otherwise the published chart stays empty and says
+// so. Lists of dead letters read the summaries of one
 // page ([Config.PageSize], store.Admin's ListDeadLetters and ListParked),
 // never a payload; a replay or discard of all that match a filter selects
 // at most [Config.Limit]; the overdue sagas and stale keys list at most 200. Each view
 // of the overview, consumers, sagas and keys pages runs Status (the last
-// two Reconcile too): bounded queries (see docs/operations.md), but not
-// free on a large database, which is why the pages never refresh by
-// themselves.
+// two Reconcile too), and so does Run every SampleEvery: bounded queries
+// (see docs/operations.md), but not free on a large database, which is
+// why pages refresh by themselves only when asked (the overview's
+// ?refresh=1, every SampleEvery) and SampleEvery's default is 10 seconds.
 package dashboard

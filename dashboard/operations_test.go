@@ -13,7 +13,6 @@ import (
 	"github.com/courier-go/courier/dashboard"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/sqlite"
 )
 
 // TestOperationsPages checks the pages built on store.Operations: the
@@ -93,29 +92,4 @@ func testOperationsPages(t *testing.T, dbURL string) {
 	has("/sagas?state=completed", "No saga instances in completed")
 	has("/sagas/order/o-42", "OrderPlaced", `class="ignored"`, "not awaited in this state")
 	has("/keys", `id="in-flight">1<`, `id="lock-expired">1<`, "key-left-behind")
-}
-
-// The overview's rates compare its views: with the store's clock moved a
-// minute on and two more messages pending, the backlog grew by 2/min.
-func TestOverviewRates(t *testing.T) {
-	ctx := context.Background()
-	f := newFixture(t, []string{"orders"}, []string{"too big"})
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	drv := sqlite.NewDriver(f.db).WithClock(func() time.Time { return now })
-	srv := serve(t, dashboard.Config{Database: drv})
-	c := newClient(t, srv.URL)
-	if _, page := c.get("/"); !strings.Contains(page, "Reload this page") {
-		t.Fatalf("first view shows rates already:\n%s", page)
-	}
-	var msgs []courier.Message
-	for range 2 {
-		id, _ := uuid.NewV7()
-		msgs = append(msgs, courier.Message{ID: id, Topic: "orders", Key: id.String(), Type: "OrderPlaced", Version: 1, Payload: []byte("{}"), OccurredAt: now})
-	}
-	testenv.Must(t, drv.InTx(ctx, func(tx *sql.Tx) error { return drv.Inserter().Insert(ctx, tx, msgs) }), "insert")
-	now = now.Add(time.Minute)
-	_, page := c.get("/")
-	if !strings.Contains(page, `<td>1m0s</td><td class="num">&#43;2.0/min</td><td class="num">&#43;0.0/min</td>`) {
-		t.Fatalf("after a minute and 2 more pending messages:\n%s", page)
-	}
 }

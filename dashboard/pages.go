@@ -35,6 +35,7 @@ func (h *Handler) pageRoutes(mux *http.ServeMux) {
 		mux.HandleFunc("GET /"+s.path+"/confirm", func(w http.ResponseWriter, r *http.Request) { h.confirm(w, r, s) })
 		mux.HandleFunc("POST /"+s.path+"/{action}", func(w http.ResponseWriter, r *http.Request) { h.act(w, r, s) })
 	}
+	h.failureRoutes(mux)
 	mux.HandleFunc("GET /consumers", h.consumers)
 	mux.HandleFunc("GET /sagas", h.sagas)
 	mux.HandleFunc("GET /sagas/{type}/{id}", h.saga)
@@ -47,71 +48,26 @@ func (h *Handler) pageRoutes(mux *http.ServeMux) {
 	})
 }
 
-// sample is one reading of the outbox, kept to show how fast it changes.
-type sample struct {
-	at                       time.Time
-	pending, dead, published int64
-}
-
-// keepSamples is how far back the overview's rates look; sampleEvery is
-// how close two kept readings may be, which bounds how many are kept
-// however often the overview is viewed.
-const (
-	keepSamples = 15 * time.Minute
-	sampleEvery = 10 * time.Second
-)
-
-// record adds a reading and returns the oldest one kept, to compare with.
-func (h *Handler) record(s sample) (sample, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.samples = slices.DeleteFunc(h.samples, func(o sample) bool { return s.at.Sub(o.at) > keepSamples || o.at.After(s.at) })
-	if n := len(h.samples); n > 1 && s.at.Sub(h.samples[n-2].at) < sampleEvery {
-		h.samples[n-1] = s // the newest stands in for the one before it
-	} else {
-		h.samples = append(h.samples, s)
-	}
-	first := h.samples[0]
-	return first, s.at.Sub(first.at) >= time.Second
-}
-
-// rate is how fast the outbox changed between two readings, per minute.
-type rate struct {
-	Over      string
-	Pending   string
-	Dead      string
-	Published string // "" unless published copies are kept
-}
-
-func perMinute(d int64, over time.Duration) string {
-	v := float64(d) / over.Minutes()
-	return fmt.Sprintf("%+.1f/min", v)
-}
-
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	st, err := h.ops.Status(r.Context())
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	var parked, expired int64
-	for _, c := range st.Consumers {
-		parked += c.Parked
-	}
+	var expired int64
 	for _, l := range st.Relays {
 		expired += l.Expired
 	}
+	now := readingOf(st)
+	h.trend.add(now)
 	out := st.Outbox
 	data := map[string]any{"Title": "Overview", "Now": st.Now, "Stats": out, "OldestAge": out.OldestPendingAge(),
-		"Parked": parked, "Dialect": h.cfg.Database.Dialect(), "Topics": st.Topics, "Relays": st.Relays, "Expired": expired,
+		"Parked": now.parked, "Dialect": h.cfg.Database.Dialect(), "Topics": st.Topics, "Relays": st.Relays, "Expired": expired,
 		"Published": st.Published, "Scheduled": st.Scheduled}
-	if first, ok := h.record(sample{at: st.Now, pending: out.Pending, dead: out.DeadLetters, published: st.Published.N}); ok {
-		over := st.Now.Sub(first.at)
-		rt := rate{Over: ago(over), Pending: perMinute(out.Pending-first.pending, over), Dead: perMinute(out.DeadLetters-first.dead, over)}
-		if st.Published.N > 0 && !st.Published.Estimated {
-			rt.Published = perMinute(st.Published.N-first.published, over)
-		}
-		data["Rate"] = rt
+	tr := h.trendsOf(h.trend.readings(), r.URL.Query().Get("refresh") == "1")
+	data["Trends"] = tr
+	if tr.Refreshing {
+		data["Refresh"] = tr.Refresh
 	}
 	h.render(w, r, "overview", data)
 }
@@ -329,6 +285,9 @@ var actions = map[string]struct{ verb, done string }{
 // or with all=1 every row the filter selects (up to Config.Limit, capped
 // true when more match); missing lists the ids given that are not there.
 func (h *Handler) selected(r *http.Request, s side, q url.Values) (rows []row, missing []string, capped bool, err error) {
+	if id := q.Get("group"); id != "" {
+		return h.groupMembers(r, s, id)
+	}
 	if q.Get("all") == "1" {
 		rows, capped, err := h.matching(r, s, filterOf(q))
 		return rows, nil, capped, err
@@ -377,6 +336,11 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 		return
 	}
 	rows, missing, capped, err := h.selected(r, s, q)
+	group := q.Get("group")
+	if errors.Is(err, errNoGroup) {
+		h.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no failure group %q of %s now: its failures were replayed or discarded, or their cause changed. The failures page lists the groups there are.", group, strings.ToLower(s.title)))
+		return
+	}
 	if errors.Is(err, errTooMany) {
 		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("More than %d are selected: select fewer at once, or select them all with a filter.", min(h.cfg.Limit, store.MaxListLimit)))
 		return
@@ -394,9 +358,15 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 		what = "Discard"
 		explain = "Each is deleted for good. This cannot be undone."
 	}
-	h.render(w, r, "confirm", map[string]any{"Title": fmt.Sprintf("%s %d %s?", what, len(rows), strings.ToLower(s.title)),
+	back := "/" + s.path + "?" + filterOf(q).Query()
+	title := fmt.Sprintf("%s %d %s?", what, len(rows), strings.ToLower(s.title))
+	if group != "" {
+		back = "/failures/" + url.PathEscape(group)
+		title = fmt.Sprintf("%s the %d %s of failure group %s?", what, len(rows), strings.ToLower(s.title), group)
+	}
+	h.render(w, r, "confirm", map[string]any{"Title": title, "Group": group,
 		"Side": s.path, "Action": q.Get("action"), "Verb": a.verb, "Rows": rows, "Missing": missing, "Explain": explain, "Capped": capped, "Limit": h.cfg.Limit,
-		"Back": "/" + s.path + "?" + filterOf(q).Query()})
+		"Back": back})
 }
 
 // act replays or discards the posted ids, then goes back to the list
@@ -418,6 +388,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 	}
 	done, gone := 0, 0
 	var failed []string
+	var replayed []int64
 	for _, v := range r.PostForm["id"] {
 		id, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -438,6 +409,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 		switch {
 		case err == nil:
 			done++
+			replayed = append(replayed, id)
 			h.cfg.Logger.Info("dashboard: "+a.done, "dead_letter", ref, "remote", r.RemoteAddr)
 		case errors.Is(err, store.ErrNotFound):
 			gone++
@@ -453,7 +425,14 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 	if len(failed) > 0 {
 		msg += fmt.Sprintf("; %d failed: %s", len(failed), strings.Join(failed, "; "))
 	}
-	h.backTo(w, r, "/"+s.path, msg)
+	list := "/" + s.path
+	if group := r.PostFormValue("group"); group != "" {
+		list = "/failures"
+		if name == "replay" {
+			h.replayed(group, s.ref, replayed, h.cfg.Clock.Now())
+		}
+	}
+	h.backTo(w, r, list, msg)
 }
 
 // backTo redirects to the list page list (a path of the dashboard) that

@@ -41,8 +41,12 @@ const DefaultReads = 4
 type TenantsConfig struct {
 	// Config is what the tenants' pages share: one Token and one login
 	// for all of them, SessionTTL, Clock, Prefix, AllowedHosts, PageSize
-	// (of the tenant list too), Limit and Logger. Its Database and Sagas
-	// must be nil: Open gives each tenant's.
+	// (of the tenant list too), Limit, Logger, SampleEvery and History.
+	// Its Database and Sagas must be nil: Open gives each tenant's. No
+	// reading is taken in the background (there is no Run, as it would
+	// keep every tenant's database open): a tenant's trend charts hold
+	// the readings of the views of its overview, while its database
+	// stays open.
 	Config
 	// List returns the tenants' names. The dashboard calls it on each
 	// view of the tenant list and of a tenant's page, so that tenants
@@ -224,7 +228,9 @@ func (t *Tenants) failList(w http.ResponseWriter, r *http.Request, err error) {
 // viewOf returns the pages of o's tenant, made the first time they are
 // asked for: a Handler of its database that shares top's key, sessions,
 // Host check and templates' shared paths, and serves its pages (not the
-// login, which is top's) under top's prefix and /t/NAME.
+// login, which is top's) under top's prefix and /t/NAME. Nothing runs its
+// Run: its trend charts hold the readings of its overview's views, for as
+// long as its database stays open.
 func (o *openDB) viewOf(top *Handler) (*Handler, error) {
 	o.viewOnce.Do(func() {
 		cfg := top.cfg
@@ -232,7 +238,7 @@ func (o *openDB) viewOf(top *Handler) (*Handler, error) {
 		cfg.Prefix = top.cfg.Prefix + "/t/" + segment(o.name)
 		cfg.Logger = top.cfg.Logger.With("tenant", o.name)
 		v := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: top.key, hosts: top.hosts,
-			sess: top.sess, root: top.root, tenant: o.name, multi: true}
+			sess: top.sess, root: top.root, tenant: o.name, multi: true, trend: newRing(cfg.SampleEvery, cfg.History)}
 		if err := v.parse(); err != nil {
 			o.viewErr = err
 			return

@@ -89,8 +89,9 @@ func preview(s string) string {
 // Normalize returns an error's first store.ErrorPreview characters without
 // what differs between messages failing alike: each word (a run of
 // letters, digits, '_' and '-') that holds a digit becomes "#", each text
-// in quotes ("…", '…' or `…`) becomes "…" in its quotes, and each run of
-// white space one space.
+// in quotes ("…", '…' or `…`) becomes "…" in its quotes, each run of
+// white space one space, and each other control character (an escape
+// sequence's start) or invalid byte U+FFFD.
 func Normalize(msg string) string {
 	msg = preview(msg)
 	var b strings.Builder
@@ -133,6 +134,9 @@ func Normalize(msg string) string {
 				i += n
 			}
 			b.WriteByte(' ')
+		case unicode.IsControl(r) || r == utf8.RuneError:
+			b.WriteRune(utf8.RuneError) // an escape sequence or a stray byte: shown, never sent
+			i += n
 		default:
 			b.WriteRune(r)
 			i += n

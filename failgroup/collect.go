@@ -33,8 +33,9 @@ type Group struct {
 	// people.
 	Example string `json:"example"`
 	// ReplayAsked counts, consumer side, the failures an operator asked to
-	// replay that their consumer has not replayed yet.
-	ReplayAsked int `json:"replay_asked,omitempty"`
+	// replay that their consumer has not replayed yet; Asked are their ids.
+	ReplayAsked int     `json:"replay_asked,omitempty"`
+	Asked       []int64 `json:"asked,omitempty"`
 	// IDs are the failures' ids (relay:ID or consumer:ID as Side says), in
 	// id order.
 	IDs []int64 `json:"ids"`
@@ -170,6 +171,7 @@ func (b *builder) add(c Cause, id int64, at time.Time, topic, consumer, typ, exa
 	g.Types = addSorted(g.Types, typ)
 	if replay {
 		g.ReplayAsked++
+		g.Asked = append(g.Asked, id)
 	}
 }
 

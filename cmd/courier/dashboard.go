@@ -57,7 +57,24 @@ func (c *dashboardCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	defer sample(e, h)()
 	return c.serve(e, h, d.String())
+}
+
+// sample runs h's readings for its trend charts in the background until
+// the returned function is called, which returns once they have stopped.
+func sample(e *env, h *dashboard.Handler) (stop func()) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := h.Run(ctx); err != nil {
+			e.log.Error("dashboard: trend readings", "err", err)
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}
 }
 
 // serve serves h, the dashboard of what, until the command's context
@@ -219,7 +236,8 @@ func (f dashboardFlags) check() error {
 	return nil
 }
 
-// serve starts the dashboard when --dashboard is set (check passed), and
+// serve starts the dashboard, and its readings for the trend charts, when
+// --dashboard is set (check passed), and
 // returns what stops it (nothing to stop without the flag).
 func (f dashboardFlags) serve(e *env, d *dburl.DB) (stop func(), err error) {
 	if f.Dashboard == "" {
@@ -233,7 +251,9 @@ func (f dashboardFlags) serve(e *env, d *dburl.DB) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	stopSampling := sample(e, h)
 	return func() {
+		defer stopSampling()
 		select {
 		case err := <-failed:
 			e.log.Error("dashboard failed", "err", err)
