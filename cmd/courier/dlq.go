@@ -24,8 +24,10 @@ import (
 type dlqCmd struct {
 	List    dlqListCmd    `cmd:"" help:"List dead letters: relay-side and consume-side."`
 	Show    dlqShowCmd    `cmd:"" help:"Show one dead letter with its payload and attempt history (counted attempts, and those blamed on the broker)."`
-	Replay  dlqReplayCmd  `cmd:"" help:"Replay dead letters, named or selected (--topic, --consumer, --error, --side, --all): relay:ID goes back into the outbox, consumer:ID is applied again by its consumer; --wait reports the outcome."`
-	Discard dlqDiscardCmd `cmd:"" help:"Delete dead letters for good, named or selected (--topic, --consumer, --error, --side, --all)."`
+	Groups  dlqGroupsCmd  `cmd:"" help:"Group dead letters by the cause of their failure (side, consumer, panic site, error without its ids and numbers): one line per group, with its id for --group."`
+	Replay  dlqReplayCmd  `cmd:"" help:"Replay dead letters, named or selected (--topic, --consumer, --error, --side, --group, --all): relay:ID goes back into the outbox, consumer:ID is applied again by its consumer; --wait reports the outcome."`
+	Discard dlqDiscardCmd `cmd:"" help:"Delete dead letters for good, named or selected (--topic, --consumer, --error, --side, --group, --all)."`
+	Export  dlqExportCmd  `cmd:"" help:"Write dead letters, named or selected (--topic, --consumer, --error, --side, --group, --all), as JSON Lines: one whole record a line, payload in base64; changes nothing."`
 }
 
 type dlqListCmd struct {
@@ -45,8 +47,9 @@ type dlqShowCmd struct {
 	JSON bool `help:"Print JSON (the payload in base64)." env:"COURIER_JSON"`
 }
 
-// dlqSelect picks the dead letters replay and discard act on: those named,
-// or every one that matches the filters.
+// dlqSelect picks the dead letters replay, discard and export act on:
+// those named, those of one group (narrowed by the filters), or every one
+// that matches the filters.
 type dlqSelect struct {
 	dbFlags
 	Refs     []string `arg:"" optional:"" name:"ref" help:"relay:ID or consumer:ID, as listed by courier dlq list; leave out to select with the filters."`
@@ -54,19 +57,28 @@ type dlqSelect struct {
 	Consumer string   `help:"Select this consumer's dead letters (consumer side only)." env:"COURIER_DLQ_CONSUMER"`
 	Error    string   `help:"Select the dead letters whose last error contains this text." env:"COURIER_DLQ_ERROR"`
 	Side     string   `help:"Select only relay or consumer dead letters." enum:"relay,consumer,both" default:"both" env:"COURIER_DLQ_SIDE"`
+	Group    string   `help:"Select the dead letters of this group (its id, as courier dlq groups lists it); --topic, --consumer, --error and --side narrow it." env:"COURIER_DLQ_GROUP"`
 	All      bool     `help:"Select every dead letter (when no ref and no filter is given)." env:"COURIER_DLQ_ALL"`
 	Limit    int      `help:"At most this many of each side." default:"1000" env:"COURIER_DLQ_LIMIT"`
-	DryRun   bool     `help:"List what would be done and change nothing." env:"COURIER_DLQ_DRY_RUN"`
+}
+
+// dlqDryRun is the --dry-run of the commands that change dead letters.
+type dlqDryRun struct {
+	DryRun bool `help:"List what would be done and change nothing." env:"COURIER_DLQ_DRY_RUN"`
 }
 
 type dlqReplayCmd struct {
 	dlqSelect
+	dlqDryRun
 	NewID     bool              `name:"new-id" help:"Give a consumer letter that has no message id (its headers were malformed) a new one (Nats-Msg-Id, a UUIDv7) before replaying it." env:"COURIER_DLQ_NEW_ID"`
 	SetHeader map[string]string `name:"set-header" help:"Set this header (exact name) of consumer letters before replaying them, to repair malformed ones: --set-header Courier-Type=OrderPlaced. Repeatable." env:"COURIER_DLQ_SET_HEADER"`
 	Wait      time.Duration     `help:"Wait up to this long for the outcome of each replay and report it (relay: published or dead again; consumer: applied or failed again); exit 1 unless all succeeded. 0: do not wait." default:"0s" env:"COURIER_DLQ_WAIT"`
 }
 
-type dlqDiscardCmd struct{ dlqSelect }
+type dlqDiscardCmd struct {
+	dlqSelect
+	dlqDryRun
+}
 
 func (c *dbFlags) admin(e *env) (store.Admin, func(), error) {
 	d, err := c.open(e.ctx, false, "")

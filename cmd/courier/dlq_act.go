@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/courier-go/courier/broker/wire"
+	"github.com/courier-go/courier/failgroup"
 	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
@@ -37,13 +39,24 @@ func (s *dlqSelect) filtered() bool {
 	return s.Topic != "" || s.Consumer != "" || s.Error != "" || s.Side != "both"
 }
 
-// check validates the selection flags before anything is opened.
+// check validates the selection flags before anything is opened; verb
+// names the command in its errors.
 func (s *dlqSelect) check(verb string) error {
+	hint := "; --dry-run shows the selection"
+	if verb == "export" {
+		hint = ""
+	}
 	switch {
+	case s.Group != "" && len(s.Refs) > 0:
+		return fmt.Errorf("give dead letters to %s (relay:ID, consumer:ID) or select a group with --group, not both", verb)
+	case s.Group != "" && s.All:
+		return fmt.Errorf("--group and --all do not go together: --group selects one group's dead letters, --all every one")
+	case s.Group != "" && !groupID.MatchString(s.Group):
+		return fmt.Errorf("--group is %q: a group id is 12 lowercase hexadecimal digits, as courier dlq groups lists them", s.Group)
 	case len(s.Refs) > 0 && (s.filtered() || s.All):
 		return fmt.Errorf("give dead letters to %s or select them with --topic, --consumer, --error, --side or --all, not both", verb)
-	case len(s.Refs) == 0 && !s.filtered() && !s.All:
-		return fmt.Errorf("which dead letters? name them (relay:ID, consumer:ID), select them with --topic, --consumer, --error or --side, or pass --all; --dry-run shows the selection")
+	case len(s.Refs) == 0 && !s.filtered() && s.Group == "" && !s.All:
+		return fmt.Errorf("which dead letters? name them (relay:ID, consumer:ID), select them with --topic, --consumer, --error, --side or --group (courier dlq groups lists the groups), or pass --all%s", hint)
 	case s.Limit < 1:
 		return fmt.Errorf("--limit is %d: use 1 or more", s.Limit)
 	}
@@ -55,24 +68,26 @@ func (s *dlqSelect) check(verb string) error {
 	return nil
 }
 
-// pick returns the selected dead letters.
-func (s *dlqSelect) pick(ctx context.Context, a store.Admin) ([]letter, error) {
+// groupID is the shape of a group's id (failgroup.Cause.ID).
+var groupID = regexp.MustCompile(`^[0-9a-f]{12}$`)
+
+// pick returns the selected dead letters, whole (payloads and histories
+// included). Notes on the selection (a group cut by --limit) go to
+// e.stderr.
+func (s *dlqSelect) pick(e *env, a store.Admin) ([]letter, error) {
+	if s.Group != "" {
+		return s.pickGroup(e, a)
+	}
+	ctx := e.ctx
 	var out []letter
 	for _, ref := range s.Refs {
 		side, id, _ := parseRef(ref)
-		if side == "relay" {
-			d, err := a.DeadLetter(ctx, id)
-			if err != nil {
-				return nil, refError(ref, err)
-			}
-			out = append(out, letter{ref: ref, relay: &d})
-			continue
-		}
-		p, err := a.ParkedMessage(ctx, id)
+		l, err := fetchLetter(ctx, a, side, id)
 		if err != nil {
 			return nil, refError(ref, err)
 		}
-		out = append(out, letter{ref: ref, parked: &p})
+		l.ref = ref
+		out = append(out, l)
 	}
 	if len(s.Refs) > 0 {
 		return out, nil
@@ -104,6 +119,70 @@ func (s *dlqSelect) pick(ctx context.Context, a store.Admin) ([]letter, error) {
 	return out, nil
 }
 
+// fetchLetter reads one dead letter of side whole, or store.ErrNotFound.
+func fetchLetter(ctx context.Context, a store.Admin, side string, id int64) (letter, error) {
+	ref := side + ":" + strconv.FormatInt(id, 10)
+	if side == failgroup.Relay {
+		d, err := a.DeadLetter(ctx, id)
+		return letter{ref: ref, relay: &d}, err
+	}
+	p, err := a.ParkedMessage(ctx, id)
+	return letter{ref: ref, parked: &p}, err
+}
+
+// pickGroup returns the dead letters of group s.Group, among those the
+// filters select (read by failgroup.Collect), the first s.Limit of them.
+// Those that left the database since they were grouped (replayed or
+// discarded meanwhile) are left out.
+func (s *dlqSelect) pickGroup(e *env, a store.Admin) ([]letter, error) {
+	rep, err := failgroup.Collect(e.ctx, a, failgroup.Options{Side: sideOption(s.Side),
+		Filter: store.ListQuery{Topic: s.Topic, Consumer: s.Consumer, Error: s.Error}})
+	if err != nil {
+		return nil, err
+	}
+	g, ok := rep.Find(s.Group)
+	if !ok {
+		msg := fmt.Sprintf("no group %s among %d groups: courier dlq groups lists them", s.Group, len(rep.Groups))
+		if s.filtered() {
+			msg += " (with the same --topic, --consumer, --error and --side)"
+		}
+		if rep.Truncated {
+			msg += fmt.Sprintf("; only the first %d dead letters of each side were grouped", failgroup.DefaultMax)
+		}
+		return nil, errors.New(msg)
+	}
+	if rep.Truncated {
+		fmt.Fprintf(e.stderr, "note: more than %d dead letters on a side: only the first %d were grouped, so group %s may hold more than these; run again once these are done\n",
+			failgroup.DefaultMax, failgroup.DefaultMax, g.ID)
+	}
+	ids := g.IDs
+	if len(ids) > s.Limit {
+		fmt.Fprintf(e.stderr, "note: group %s holds %d dead letters; selecting the first %d (--limit)\n", g.ID, len(ids), s.Limit)
+		ids = ids[:s.Limit]
+	}
+	out := make([]letter, 0, len(ids))
+	for _, id := range ids {
+		l, err := fetchLetter(e.ctx, a, g.Side, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			fmt.Fprintf(e.stderr, "note: %s left the group meanwhile (replayed or discarded)\n", g.Ref(id))
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("%s: %w", g.Ref(id), err)
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// sideOption is failgroup.Options.Side for a --side flag.
+func sideOption(side string) string {
+	if side == "both" {
+		return ""
+	}
+	return side
+}
+
 func (c *dlqReplayCmd) Run(e *env) error {
 	if err := c.check("replay"); err != nil {
 		return err
@@ -120,7 +199,7 @@ func (c *dlqReplayCmd) Run(e *env) error {
 		return err
 	}
 	a := d.Admin()
-	letters, err := c.pick(e.ctx, a)
+	letters, err := c.pick(e, a)
 	if err != nil {
 		return err
 	}
@@ -340,7 +419,7 @@ func (c *dlqDiscardCmd) Run(e *env) error {
 		return err
 	}
 	defer done()
-	letters, err := c.pick(e.ctx, a)
+	letters, err := c.pick(e, a)
 	if err != nil {
 		return err
 	}

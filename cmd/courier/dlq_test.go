@@ -20,12 +20,14 @@ import (
 )
 
 // dlqDatabase is a migrated database of one dialect for the dead-letter
-// commands: its URL, a handle for checks, and the statements that seed one
-// relay dead letter (id 41) and one parked delivery (id 1).
+// commands: its URL, a handle for checks, the statements that seed one
+// relay dead letter (id 41) and one parked delivery (id 1), and the SQL
+// that writes the current time as the dialect stores times.
 type dlqDatabase struct {
 	url  string
 	db   *sql.DB
 	seed []string
+	now  string
 }
 
 const (
@@ -49,7 +51,7 @@ func dlqDatabases(t *testing.T) map[string]func(t *testing.T) dlqDatabase {
 			pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 			db := stdlib.OpenDBFromPool(pg.Pool)
 			t.Cleanup(func() { db.Close() })
-			return dlqDatabase{url: pg.URL, db: db, seed: seedDeadLetters("now()")}
+			return dlqDatabase{url: pg.URL, db: db, seed: seedDeadLetters("now()"), now: "now()"}
 		},
 		"sqlite": func(t *testing.T) dlqDatabase {
 			path := filepath.Join(t.TempDir(), "dlq.db")
@@ -58,11 +60,12 @@ func dlqDatabases(t *testing.T) map[string]func(t *testing.T) dlqDatabase {
 			t.Cleanup(func() { db.Close() })
 			_, err = sqlite.Migrate(context.Background(), db)
 			testenv.Must(t, err, "migrate")
-			return dlqDatabase{url: "sqlite://" + path, db: db, seed: seedDeadLetters(fmt.Sprint(time.Now().UnixMicro()))}
+			now := fmt.Sprint(time.Now().UnixMicro())
+			return dlqDatabase{url: "sqlite://" + path, db: db, seed: seedDeadLetters(now), now: now}
 		},
 		"mysql": func(t *testing.T) dlqDatabase {
 			my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
-			return dlqDatabase{url: mysqlURL(t, my.DSN), db: my.DB, seed: seedDeadLetters("NOW(6)")}
+			return dlqDatabase{url: mysqlURL(t, my.DSN), db: my.DB, seed: seedDeadLetters("NOW(6)"), now: "NOW(6)"}
 		},
 	}
 }

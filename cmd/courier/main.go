@@ -38,7 +38,7 @@ type cli struct {
 	Migrate   migrateCmd   `cmd:"" help:"Create or upgrade Courier's tables, or print their SQL."`
 	Relay     relayCmd     `cmd:"" help:"Move committed outbox messages to the broker until stopped (SIGINT/SIGTERM)."`
 	Status    statusCmd    `cmd:"" help:"Show the outbox per topic, relays' leases, dead letters, consumers, sagas and idempotency keys; --fail-if-… for probes."`
-	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show, replay or discard dead letters."`
+	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show, group, replay, discard or export dead letters."`
 	Scheduled scheduledCmd `cmd:"" help:"List or cancel scheduled messages that wait to fall due."`
 	Demo      demoCmd      `cmd:"" help:"Run the reference shop under load and faults, then check its invariants (nothing to install)."`
 	Shop      shopCmd      `cmd:"" help:"Run one service of the reference shop as a process of its own; several processes of one service share its keys with --partitions."`

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"github.com/courier-go/courier/failgroup"
+	"github.com/courier-go/courier/internal/escape"
+	"github.com/courier-go/courier/store"
+)
+
+// dlqExportCmd writes the selected dead letters as JSON Lines, whole: to
+// keep them before a discard, to hand them to another tool, to replay them
+// elsewhere. It changes nothing in the database.
+type dlqExportCmd struct {
+	dlqSelect
+	Out string `help:"Write to this file instead of standard output; it must not exist (it is created, readable by its owner only)." env:"COURIER_DLQ_OUT"`
+}
+
+// exportedRelay and exportedParked are the lines of an export: a dead
+// letter's whole record (its payload in base64) with its ref and side.
+type exportedRelay struct {
+	Ref  string `json:"ref"`
+	Side string `json:"side"`
+	store.DeadLetter
+}
+
+type exportedParked struct {
+	Ref  string `json:"ref"`
+	Side string `json:"side"`
+	store.Parked
+}
+
+func (c *dlqExportCmd) Run(e *env) error {
+	if err := c.check("export"); err != nil {
+		return err
+	}
+	if c.Out != "" {
+		// Fail before reading anything; the open below is what makes
+		// sure no file is overwritten.
+		if _, err := os.Lstat(c.Out); err == nil {
+			return outExists(c.Out)
+		}
+	}
+	a, done, err := c.admin(e)
+	if err != nil {
+		return err
+	}
+	defer done()
+	letters, err := c.pick(e, a)
+	if err != nil {
+		return err
+	}
+	if c.Out == "" {
+		if len(letters) == 0 {
+			fmt.Fprintln(e.stderr, "no dead letters match")
+			return nil
+		}
+		return writeLetters(e.stdout, letters)
+	}
+	if err := writeExport(c.Out, letters); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "%d dead letter(s) written to %s\n", len(letters), escape.Line(c.Out))
+	return nil
+}
+
+// writeExport writes letters to a new file at path, mode 0600: it refuses
+// a path that exists, and removes what it created when it fails.
+func writeExport(path string, letters []letter) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return outExists(path)
+	}
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	err = writeLetters(f, letters)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("--out %s: %w (the file is removed)", path, err)
+	}
+	return nil
+}
+
+func outExists(path string) error {
+	return fmt.Errorf("--out %s exists: an export never overwrites a file; choose another path", path)
+}
+
+// writeLetters writes one JSON line per letter, with the characters a
+// terminal would act on escaped as \u escapes (escape.JSON): the lines
+// decode to the records as stored.
+func writeLetters(w io.Writer, letters []letter) error {
+	bw := bufio.NewWriter(w)
+	for _, l := range letters {
+		var v any
+		if l.relay != nil {
+			v = exportedRelay{Ref: l.ref, Side: failgroup.Relay, DeadLetter: *l.relay}
+		} else {
+			v = exportedParked{Ref: l.ref, Side: failgroup.Consumer, Parked: *l.parked}
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.ref, err)
+		}
+		if _, err := bw.Write(append(escape.JSON(b), '\n')); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
