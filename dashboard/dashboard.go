@@ -60,9 +60,10 @@ type Config struct {
 	// "/courier" (no trailing slash); its links and cookies carry it.
 	// Default "" (the root).
 	Prefix string
-	// PageSize is how many dead letters or parked messages a page of
-	// their list shows; the next page is a link away. Default 50, at most
-	// 999 (store.MaxListLimit - 1).
+	// PageSize is how many rows a page of a list shows (dead letters,
+	// parked messages, failure groups, scheduled messages, overdue sagas,
+	// stale keys, tenants); the next page is a link away. Default 50, at
+	// most 999 (store.MaxListLimit - 1).
 	PageSize int
 	// Limit is how many dead letters or parked messages a replay or
 	// discard of all that match a filter selects at most. Default 1,000.

@@ -25,10 +25,10 @@
 //     topic and key, next due first; cancelled one or more at a time.
 //   - Consumers with parked messages or failed runs of their handler.
 //   - Sagas: instances counted by type, phase and state (filtered by state),
-//     those past their deadline, and one instance's timeline of transitions
-//     and ignored events when [Config.Sagas] is set.
+//     those past their deadline a page at a time, and one instance's
+//     timeline of transitions and ignored events when [Config.Sagas] is set.
 //   - Idempotency keys: requests in flight, those whose lock expired, and
-//     the keys left in flight.
+//     the keys left in flight, a page at a time.
 //
 // The figures come from [store.Operations] (Status, Reconcile), the dead
 // letters from [store.Admin].
@@ -175,7 +175,12 @@
 // so. Lists of dead letters read the summaries of one
 // page ([Config.PageSize], store.Admin's ListDeadLetters and ListParked),
 // never a payload; a replay or discard of all that match a filter selects
-// at most [Config.Limit]; the overdue sagas and stale keys list at most 200. Each view
+// at most [Config.Limit]. The overdue sagas and the stale keys are listed
+// a page of [Config.PageSize] at a time too, but Reconcile, where they come
+// from, has no cursor: page N reads the N pages up to it (the sagas page
+// filtered by state reads them all, then pages what the filter keeps), so
+// the pages show the 1,000 oldest at most and say when there are more
+// (courier reconcile --json lists them with a larger --limit). Each view
 // of the overview, consumers, sagas and keys pages runs Status (the last
 // two Reconcile too), and so does Run every SampleEvery: bounded queries
 // (see docs/operations.md), but not free on a large database, which is

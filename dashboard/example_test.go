@@ -42,6 +42,13 @@ func Example() {
 	mux := http.NewServeMux()
 	mux.Handle("/courier/", h)
 
+	// Read the status every Config.SampleEvery for the overview's trend
+	// charts, until the program stops.
+	sampling, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan error)
+	go func() { sampled <- h.Run(sampling) }()
+	defer func() { stopSampling(); <-sampled }()
+
 	// A script reads a page with the token; a browser logs in with it.
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

@@ -460,9 +460,104 @@ func (h *Handler) consumers(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "consumers", map[string]any{"Title": "Consumers", "Rows": st.Consumers, "Markers": st.InboxMarkers})
 }
 
-// listed is how many overdue sagas and stale keys the pages list.
-const listed = 200
+// reconcileMax is how many overdue sagas or stale keys the sagas and keys
+// pages read at most: Reconcile's default Limit, and courier reconcile's
+// default --limit. Reconcile takes any Limit, but it has no cursor: each
+// list is one query that reads from the oldest row, so page N costs the
+// N-1 pages before it too. Pages past the first reconcileMax rows are not
+// shown; they say so and name the command that lists the rest.
+const reconcileMax = 1000
 
+// reconciledPage is a page of a list Reconcile returns oldest first, as
+// the sagas and keys pages show it.
+type reconciledPage struct {
+	No    int // the page's number, from 1
+	Pages int // how many pages there are, when the list was read whole (filtered); 0 otherwise
+	// Prev and Next are the links to the pages before and after it, if
+	// there are such pages.
+	Prev, Next string
+	// Beyond, when the list has more than reconcileMax rows, is the
+	// deepest page the pages show.
+	Beyond int
+	Max    int // reconcileMax
+}
+
+// pageNo reads the page parameter of q: 1 when it is missing or not a
+// positive number.
+func pageNo(q url.Values) int {
+	n, err := strconv.Atoi(q.Get("page"))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// deepestPage is the number of the last page that shows rows of the first
+// reconcileMax.
+func (h *Handler) deepestPage() int {
+	return (reconcileMax + h.cfg.PageSize - 1) / h.cfg.PageSize
+}
+
+// reconcileLimit is the ReconcileOptions.Limit that page no of a list needs:
+// the rows of that page and of those before it, and one more to tell
+// whether a next page exists, up to reconcileMax+1. With whole, the list is
+// read as far as the pages go, to be filtered before it is paged.
+func (h *Handler) reconcileLimit(no int, whole bool) int {
+	if whole {
+		return reconcileMax + 1
+	}
+	return min(min(no, h.deepestPage())*h.cfg.PageSize, reconcileMax) + 1
+}
+
+// pageOf returns the rows of page no of list, a list Reconcile returned
+// oldest first with the Limit reconcileLimit gave, and the page's links
+// (link makes the link to a page). When drop is not nil, list was read
+// whole: the rows drop reports are removed before it is paged.
+func pageOf[T any](list []T, drop func(T) bool, no, size int, link func(int) string) ([]T, reconciledPage) {
+	p := reconciledPage{No: no, Max: reconcileMax}
+	if len(list) > reconcileMax {
+		list, p.Beyond = list[:reconcileMax], (reconcileMax+size-1)/size
+	}
+	if drop != nil {
+		list = slices.DeleteFunc(list, drop)
+	}
+	last := max(1, (len(list)+size-1)/size) // the last page with rows, when list was read to its end
+	if drop != nil {
+		p.Pages = last
+	}
+	if no > 1 {
+		p.Prev = link(min(no-1, last))
+	}
+	if no > last {
+		return nil, p
+	}
+	if no*size < len(list) {
+		p.Next = link(no + 1)
+	}
+	return list[(no-1)*size : min(no*size, len(list))], p
+}
+
+// pageLink is the link to page no of the list at path, with its filters
+// (params, which it does not change).
+func pageLink(path string, params url.Values, no int) string {
+	q := url.Values{}
+	for k, v := range params {
+		q[k] = v
+	}
+	if no > 1 {
+		q.Set("page", strconv.Itoa(no))
+	}
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
+
+// sagas counts the saga instances by state and lists the overdue ones, a
+// page of Config.PageSize at a time, oldest deadline first. A state
+// filter applies to the overdue instances after Reconcile reads them: the
+// page then reads the first reconcileMax (every page of them), filters
+// them and pages what is left.
 func (h *Handler) sagas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if t, id := strings.TrimSpace(q.Get("type")), strings.TrimSpace(q.Get("id")); t != "" && id != "" {
@@ -474,20 +569,25 @@ func (h *Handler) sagas(w http.ResponseWriter, r *http.Request) {
 		h.failErr(w, r, err)
 		return
 	}
-	rec, err := h.ops.Reconcile(r.Context(), store.ReconcileOptions{Limit: listed})
+	state := strings.TrimSpace(q.Get("state"))
+	no := pageNo(q)
+	rec, err := h.ops.Reconcile(r.Context(), store.ReconcileOptions{Limit: h.reconcileLimit(no, state != "")})
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	state := strings.TrimSpace(q.Get("state"))
 	counts := slices.DeleteFunc(slices.Clone(st.Sagas), func(c store.SagaCount) bool {
 		return state != "" && c.State != state && c.Phase != state
 	})
-	overdue := slices.DeleteFunc(rec.OverdueSagas, func(o store.OverdueSaga) bool {
-		return state != "" && o.State != state && o.Phase != state
-	})
+	var drop func(store.OverdueSaga) bool
+	params := url.Values{}
+	if state != "" {
+		drop = func(o store.OverdueSaga) bool { return o.State != state && o.Phase != state }
+		params.Set("state", state)
+	}
+	overdue, page := pageOf(rec.OverdueSagas, drop, no, h.cfg.PageSize, func(n int) string { return pageLink("/sagas", params, n) })
 	h.render(w, r, "sagas", map[string]any{"Title": "Sagas", "History": h.cfg.Sagas != nil, "Counts": counts,
-		"OverdueByType": st.OverdueSagas, "Overdue": overdue, "Listed": listed, "State": state, "Now": rec.Now})
+		"OverdueByType": st.OverdueSagas, "Overdue": overdue, "Paging": page, "State": state, "Now": rec.Now})
 }
 
 func (h *Handler) saga(w http.ResponseWriter, r *http.Request) {
@@ -504,18 +604,22 @@ func (h *Handler) saga(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "saga", map[string]any{"Title": "Saga " + t + " " + id, "Type": t, "ID": id, "Events": events})
 }
 
+// keys counts the idempotency keys and lists those left in flight past
+// their lock, a page of Config.PageSize at a time, oldest lock first.
 func (h *Handler) keys(w http.ResponseWriter, r *http.Request) {
 	st, err := h.ops.Status(r.Context())
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	rec, err := h.ops.Reconcile(r.Context(), store.ReconcileOptions{Limit: listed})
+	no := pageNo(r.URL.Query())
+	rec, err := h.ops.Reconcile(r.Context(), store.ReconcileOptions{Limit: h.reconcileLimit(no, false)})
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	h.render(w, r, "keys", map[string]any{"Title": "Idempotency keys", "Keys": st.Keys, "Stale": rec.StaleKeys, "Listed": listed, "Now": rec.Now})
+	stale, page := pageOf(rec.StaleKeys, nil, no, h.cfg.PageSize, func(n int) string { return pageLink("/keys", nil, n) })
+	h.render(w, r, "keys", map[string]any{"Title": "Idempotency keys", "Keys": st.Keys, "Stale": stale, "Paging": page, "Now": rec.Now})
 }
 
 // ago shows a duration for people: 3s, 4m10s, 2h5m, 3d4h.

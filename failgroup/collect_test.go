@@ -23,16 +23,30 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.M(m)) }
 
 // databases are the dialects Collect is tested on: SQLite always,
 // PostgreSQL and MySQL/MariaDB when their variables are set.
-var databases = map[string]func(t *testing.T) string{
-	"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "courier.db") },
-	"postgres": func(t *testing.T) string { return testenv.Postgres(t, nil).URL },
-	"mysql":    func(t *testing.T) string { return testenv.MySQL(t, nil).URL },
+var databases = map[string]func(t testing.TB) string{
+	"sqlite":   func(t testing.TB) string { return "sqlite://" + filepath.Join(t.TempDir(), "courier.db") },
+	"postgres": func(t testing.TB) string { return testenv.Postgres(t, nil).URL },
+	"mysql":    func(t testing.TB) string { return testenv.MySQL(t, nil).URL },
 }
 
 // failures makes relay-side dead letters the way a relay does (written,
 // claimed, failed for the last time with errs[i]) and parks a delivery for
 // each of parked (consumer and error).
 func failures(t *testing.T, db *dburl.DB, topics, errs []string, parked [][2]string) {
+	t.Helper()
+	deadLetters(t, db, topics, errs)
+	for _, p := range parked {
+		id, _ := uuid.NewV7()
+		err := db.ConsumerStore().Park(context.Background(), store.Parked{Consumer: p[0], MessageID: id.String(), Subject: "courier.payments",
+			Headers: map[string][]string{"Courier-Type": {"ChargeRequested"}}, Payload: []byte("x"), Reason: store.ReasonFailed,
+			Error: p[1], Attempts: 3, History: []store.Attempt{{At: time.Now(), Error: p[1]}}, ParkedAt: time.Now()})
+		testenv.Must(t, err, "park")
+	}
+}
+
+// deadLetters makes a relay-side dead letter of topics[i] failing with
+// errs[i] for each i, the way a relay does.
+func deadLetters(t testing.TB, db *dburl.DB, topics, errs []string) {
 	t.Helper()
 	ctx := context.Background()
 	msgs := make([]courier.Message, len(topics))
@@ -49,13 +63,6 @@ func failures(t *testing.T, db *dburl.DB, topics, errs []string, parked [][2]str
 		o.Dead = append(o.Dead, store.Failure{Seq: r.Seq, Error: errs[i], Counted: true})
 	}
 	testenv.Must(t, rs.Complete(ctx, "relay-1", b.Lease, o), "complete")
-	for _, p := range parked {
-		id, _ := uuid.NewV7()
-		err := db.ConsumerStore().Park(ctx, store.Parked{Consumer: p[0], MessageID: id.String(), Subject: "courier.payments",
-			Headers: map[string][]string{"Courier-Type": {"ChargeRequested"}}, Payload: []byte("x"), Reason: store.ReasonFailed,
-			Error: p[1], Attempts: 3, History: []store.Attempt{{At: time.Now(), Error: p[1]}}, ParkedAt: time.Now()})
-		testenv.Must(t, err, "park")
-	}
 }
 
 func TestCollect(t *testing.T) {
