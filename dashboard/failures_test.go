@@ -166,6 +166,14 @@ func testFailureGroupsOverHTTP(t *testing.T, dbURL string) {
 	}
 }
 
+// sidePath is the path of the pages of a failure group's side.
+func sidePath(side string) string {
+	if side == failgroup.Relay {
+		return "dead-letters"
+	}
+	return "parked"
+}
+
 func idsOf(ids []int64) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {

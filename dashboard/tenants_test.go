@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/dashboard"
+	"github.com/courier-go/courier/failgroup"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store/dburl"
 )
@@ -293,6 +294,25 @@ func TestTenantsOverHTTP(t *testing.T) {
 		if got := len(f.deadLetters(t)); got != want {
 			t.Errorf("%s holds %d dead letters after a replay on acme, want %d", name, got, want)
 		}
+	}
+
+	// A tenant's failure groups are its own, and a group's replay goes
+	// back to its failures page.
+	rep, err := failgroup.Collect(context.Background(), acme.drv.Admin(), failgroup.Options{})
+	testenv.Must(t, err, "acme's groups")
+	code, page = c.get("/t/acme/failures")
+	if code != 200 || len(rep.Groups) == 0 || len(groupsOf(page)) != len(rep.Groups) || !strings.Contains(page, `href="/t/acme/failures/`+rep.Groups[0].ID+`"`) {
+		t.Fatalf("acme's failures (%d): %v, want its %d groups\n%s", code, groupsOf(page), len(rep.Groups), page)
+	}
+	g := rep.Groups[0]
+	code, page = c.get("/t/acme/" + sidePath(g.Side) + "/confirm?action=replay&group=" + g.ID)
+	if code != 200 {
+		t.Fatalf("acme's group confirmation: %d\n%s", code, page)
+	}
+	resp = c.roundTrip("/t/acme/"+sidePath(g.Side)+"/replay", url.Values{"csrf": {csrfOf(t, page)}, "id": idsOf(g.IDs), "group": {g.ID}, "back": {"/failures/" + g.ID}})
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/t/acme/failures?done=replayed") {
+		t.Fatalf("acme's group replay: %d to %q, want 303 back to acme's failures", resp.StatusCode, loc)
 	}
 
 	// A tenant the list does not name is a 404 that names the list.
