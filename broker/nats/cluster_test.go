@@ -2,10 +2,7 @@ package nats_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +12,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/broker"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/internal/testenv"
 )
@@ -64,168 +60,246 @@ func TestReplicatedStream(t *testing.T) {
 	}
 }
 
+// publishModes are the ways the relay hands a Publisher a key's messages:
+// one per key per call, waiting for its acknowledgement before the next
+// (any publisher), or the key's run at once to a publisher that keeps key
+// order (broker.OrderKeeper: atomic batches on nats-server 2.12 and later).
+var publishModes = []struct {
+	name string
+	cfg  couriernats.PublisherConfig // besides Config and AckTimeout
+	runs bool                        // what KeepsKeyOrder must answer
+}{
+	{"one per key per call", couriernats.PublisherConfig{NoAtomicBatches: true}, false},
+	{"key runs", couriernats.PublisherConfig{}, true},
+}
+
+// clusterFault breaks a three-node cluster while publishers write to an R3
+// stream, and returns what repairs it.
+type clusterFault struct {
+	name string
+	// onLeader connects the publishers to the stream's leader; else to
+	// another node (nats.go fails over to the others either way).
+	onLeader bool
+	// unnoticed: the fault need not fail a publish (a lagging follower, a
+	// freeze shorter than the election timeout).
+	unnoticed bool
+	// long: only with -long.
+	long  bool
+	fault func(f *faultScene) (repair func())
+}
+
+// faultScene is what a fault sees: the cluster, the stream's leader, the
+// node the publishers are connected to, the proxies in front of every
+// node (by name), and how many messages the publishers have had
+// acknowledged so far (the least of them).
+type faultScene struct {
+	t        *testing.T
+	c        *testenv.Cluster
+	leader   *testenv.NATSProcess
+	served   *testenv.NATSProcess
+	proxies  map[string]*testenv.Proxy
+	progress func() int64
+}
+
+// moves waits until every publisher has had 200 more messages
+// acknowledged: a new leader took over, and the publishers reach it.
+func (f *faultScene) moves(what string) {
+	f.t.Helper()
+	n := f.progress()
+	testenv.Eventually(f.t, 60*time.Second, func() bool { return f.progress() >= n+200 }, "no messages published after %s", what)
+}
+
+// other returns a running node that is neither the leader nor the
+// publishers' server, or nil.
+func (f *faultScene) other() *testenv.NATSProcess {
+	for _, p := range f.c.Nodes {
+		if p != f.leader && p != f.served {
+			return p
+		}
+	}
+	return nil
+}
+
+// clusterFaults are the faults TestStreamLeaderLossIsAnOutage sweeps. The
+// election timeout of nats-server's Raft is 4–9 s after the leader's last
+// heartbeat (one a second): a leader frozen for less than 4 s keeps its
+// place, one frozen for longer loses it.
+var clusterFaults = []clusterFault{
+	{name: "leader killed", fault: func(f *faultScene) func() {
+		f.leader.Kill()
+		f.moves("the leader was killed")
+		return f.leader.Start
+	}},
+	{name: "leader killed under the publisher", onLeader: true, fault: func(f *faultScene) func() {
+		f.leader.Kill()
+		f.moves("the leader was killed")
+		return f.leader.Start
+	}},
+	{name: "leader frozen past the election timeout", fault: func(f *faultScene) func() {
+		f.leader.Freeze()
+		f.moves("the leader was frozen")
+		return f.leader.Thaw
+	}},
+	// The publishers' connections stay open to a server that answers
+	// nothing: only the client's pings (Connect's PingInterval) tell them
+	// to fail over.
+	{name: "leader frozen under the publisher", onLeader: true, fault: func(f *faultScene) func() {
+		f.leader.Freeze()
+		f.moves("the leader was frozen")
+		return f.leader.Thaw
+	}},
+	{name: "leader frozen short of the election timeout", unnoticed: true, fault: func(f *faultScene) func() {
+		f.leader.Freeze()
+		time.Sleep(2 * time.Second) // a heartbeat missed, the election timeout not reached
+		return f.leader.Thaw
+	}},
+	{name: "leader frozen for 3.5s under the publisher", onLeader: true, unnoticed: true, long: true, fault: func(f *faultScene) func() {
+		f.leader.Freeze()
+		time.Sleep(3500 * time.Millisecond) // just short of the election timeout
+		return f.leader.Thaw
+	}},
+	{name: "quorum lost", fault: func(f *faultScene) func() {
+		other := f.other()
+		f.leader.Kill()
+		other.Kill()
+		time.Sleep(3 * time.Second)
+		return func() { other.Start(); f.leader.Start() }
+	}},
+	{name: "quorum lost with the publisher's server", long: true, fault: func(f *faultScene) func() {
+		f.leader.Kill()
+		f.served.Kill()
+		time.Sleep(3 * time.Second)
+		return func() { f.served.Start(); f.leader.Start() }
+	}},
+	// The stream goes on with two of its three replicas; the frozen one,
+	// behind by then, catches up once thawed.
+	{name: "a follower lagging", unnoticed: true, fault: func(f *faultScene) func() {
+		other := f.other()
+		other.Freeze()
+		f.moves("a follower was frozen")
+		return other.Thaw // it catches up while the publishers go on
+	}},
+	// The publishers' server runs on, in the cluster, but nothing gets
+	// from them to it or back: what they sent last waits in the cut (the
+	// proxy holds it) and reaches the server after they have failed over
+	// and published it again.
+	{name: "the publisher's server cut off", fault: func(f *faultScene) func() {
+		cut := f.proxies[f.served.Config.Name]
+		cut.Freeze()
+		f.moves("the publishers' server was cut off")
+		return cut.Thaw
+	}},
+}
+
 // While a replicated stream's leader is lost (killed, or frozen past the
-// election timeout, as a partition would cut it off) and while the stream
-// has no quorum at all, every failed publish is broker.ErrUnavailable: an
-// election or an outage of the cluster never counts against a message, so
-// the relay keeps a backlog and makes no dead letters. Once the cluster has
-// recovered every message is in the stream once.
+// election timeout, as a partition would cut it off), while the stream has
+// no quorum at all, and while the publishers' own server is cut off from
+// them, every failed publish is broker.ErrUnavailable: an election or an
+// outage of the cluster never counts against a message, so the relay keeps
+// a backlog and makes no dead letters. Each publish mode the relay uses
+// (publishModes) runs through every fault at once, as rounds: once the
+// cluster has recovered, every message is in the stream once and each
+// key's messages are in the order they were written, and no call
+// acknowledged a message of a key after an earlier one of the key failed.
+//
+// Without -long the sweep leaves out the faults marked long.
 func TestStreamLeaderLossIsAnOutage(t *testing.T) {
-	type scenario struct {
-		name string
-		// onLeader connects the publisher to the stream's leader (else to
-		// another node; nats.go fails over to the others either way).
-		onLeader bool
-		// fault breaks the cluster, given the stream's leader, and returns
-		// what repairs it; progress is the number of messages published so
-		// far.
-		fault func(t *testing.T, c *testenv.Cluster, leader *testenv.NATSProcess, progress func() int64) (repair func())
-	}
-	// moves waits until the publisher has published more messages: a new
-	// leader took over, and the publisher reaches it.
-	moves := func(t *testing.T, progress func() int64, what string) {
-		n := progress()
-		testenv.Eventually(t, 60*time.Second, func() bool { return progress() >= n+200 }, "no messages published after %s", what)
-	}
-	killed := func(t *testing.T, c *testenv.Cluster, leader *testenv.NATSProcess, progress func() int64) func() {
-		leader.Kill()
-		moves(t, progress, "the leader was killed")
-		return leader.Start
-	}
-	frozen := func(t *testing.T, c *testenv.Cluster, leader *testenv.NATSProcess, progress func() int64) func() {
-		leader.Freeze()
-		moves(t, progress, "the leader was frozen")
-		return leader.Thaw
-	}
-	scenarios := []scenario{
-		{"leader killed", false, killed},
-		{"leader killed under the publisher", true, killed},
-		{"leader frozen past the election timeout", false, frozen},
-		// The publisher's connection stays open to a server that answers
-		// nothing: only the client's pings (Connect's PingInterval) tell
-		// it to fail over.
-		{"leader frozen under the publisher", true, frozen},
-		{"quorum lost", false, func(t *testing.T, c *testenv.Cluster, leader *testenv.NATSProcess, progress func() int64) func() {
-			other := c.Nodes[(c.Index(leader.Config.Name)+1)%len(c.Nodes)]
-			leader.Kill()
-			other.Kill()
-			time.Sleep(5 * time.Second)
-			return func() { other.Start(); leader.Start() }
-		}},
-	}
-	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			ctx := context.Background()
-			c := testenv.NATSCluster(t, 3, testenv.NATSClusterOptions{})
-			admin := testenv.Connect(t, c.URL())
-			mapping := couriernats.Config{SubjectPrefix: "r3."}
-			testenv.Must(t, couriernats.EnsureStream(ctx, admin, mapping, couriernats.StreamConfig{Name: "R3", Replicas: 3}), "ensure stream")
-			c.WaitStream(admin, "R3", 30*time.Second)
-			leader := c.StreamLeader(admin, "R3", 10*time.Second)
-			// The publisher's first server is the leader or not, as the
-			// scenario says; the others follow for failover.
-			urls := []string{leader.URL}
-			for _, p := range c.Nodes {
-				if p != leader {
-					urls = append(urls, p.URL)
-				}
+	for _, fault := range clusterFaults {
+		t.Run(fault.name, func(t *testing.T) {
+			if fault.long && !testenv.Long() {
+				t.Skip("with -long")
 			}
-			if !sc.onLeader {
-				urls = append(urls[1:], urls[0])
-			}
-			nc, err := couriernats.Connect(strings.Join(urls, ","), natsgo.DontRandomize())
-			testenv.Must(t, err, "connect")
-			t.Cleanup(nc.Close)
-			pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, AckTimeout: 2 * time.Second})
-			testenv.Must(t, err, "publisher")
-
-			const total = 3000
-			pctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-			defer cancel()
-			var progress atomic.Int64
-			var out publishOutcome
-			var wg sync.WaitGroup
-			wg.Go(func() { out = publishAll(pctx, pub, total, &progress) })
-			testenv.Eventually(t, 30*time.Second, func() bool { return progress.Load() >= 300 }, "publishing did not start")
-
-			t.Logf("stream leader %s, publisher connected to %s: %s", leader.Config.Name, nc.ConnectedServerName(), sc.name)
-			began := time.Now()
-			repair := sc.fault(t, c, leader, progress.Load)
-			during := progress.Load()
-			t.Logf("repair %s after the fault", time.Since(began).Round(100*time.Millisecond))
-			repair()
-			wg.Wait()
-			if pctx.Err() != nil {
-				t.Fatalf("published %d of %d messages in 3 minutes", progress.Load(), total)
-			}
-			t.Logf("%d published before the repair; failed publishes by error:\n%s", during, out.summary())
-			for _, err := range out.wrong {
-				t.Errorf("publish failed with an error that is not broker.ErrUnavailable (or is also ErrNoStream / ErrRejected): %v", err)
-			}
-			if out.failed == 0 {
-				t.Errorf("no publish failed: the fault went unnoticed")
-			}
-			c.WaitReady(60 * time.Second)
-			c.WaitStream(admin, "R3", 60*time.Second)
-			got := c.StreamMessages("R3", mapping)
-			dups := testenv.CheckDelivery(t, out.published, got)
-			t.Logf("stream holds %d messages for %d published, %d duplicates", len(got), len(out.published), dups)
+			runClusterFault(t, fault)
 		})
 	}
 }
 
-// publishOutcome is what publishAll saw.
-type publishOutcome struct {
-	published []courier.Message
-	failed    int
-	byError   map[string]int // failed publishes by error text, ids and numbers blanked
-	wrong     []error        // errors that are not (only) broker.ErrUnavailable
-}
-
-var digits = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}|[0-9]+`)
-
-func (o publishOutcome) summary() string {
-	lines := make([]string, 0, len(o.byError))
-	for e, n := range o.byError {
-		lines = append(lines, fmt.Sprintf("  %6d  %s", n, e))
+// runClusterFault runs one publisher per publish mode against an R3
+// stream on a fresh cluster through fault, and checks the stream.
+func runClusterFault(t *testing.T, fault clusterFault) {
+	ctx := context.Background()
+	c := testenv.NATSCluster(t, 3, testenv.NATSClusterOptions{})
+	admin := testenv.Connect(t, c.URL())
+	mapping := couriernats.Config{SubjectPrefix: "r3."}
+	testenv.Must(t, couriernats.EnsureStream(ctx, admin, mapping, couriernats.StreamConfig{Name: "R3", Replicas: 3}), "ensure stream")
+	c.WaitStream(admin, "R3", 30*time.Second)
+	leader := c.StreamLeader(admin, "R3", 10*time.Second)
+	// The publishers reach each node through a proxy of its own, the
+	// leader first or last as the fault says, and only through them.
+	served := leader
+	if !fault.onLeader {
+		served = c.Nodes[(c.Index(leader.Config.Name)+1)%len(c.Nodes)]
 	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
-}
+	proxies := map[string]*testenv.Proxy{}
+	urls := []string{}
+	for _, p := range append([]*testenv.NATSProcess{served}, c.Nodes...) {
+		if _, ok := proxies[p.Config.Name]; ok {
+			continue
+		}
+		proxies[p.Config.Name] = testenv.StartProxy(t, strings.TrimPrefix(p.URL, "nats://"))
+		urls = append(urls, proxies[p.Config.Name].URL(t, p.URL))
+	}
 
-// publishAll publishes total messages in batches of 50 as a relay would:
-// each failed message again in the next batch, until every one is
-// published or ctx ends. progress counts the messages published.
-func publishAll(ctx context.Context, pub *couriernats.Publisher, total int, progress *atomic.Int64) publishOutcome {
-	out := publishOutcome{byError: map[string]int{}}
-	var queue []courier.Message
-	made := 0
-	for len(out.published) < total && ctx.Err() == nil {
-		for len(queue) < 50 && made < total {
-			queue = append(queue, courier.NewMessage("t", fmt.Sprintf("k%d", made%7), "T", fmt.Appendf(nil, "%d", made)))
-			made++
+	const total = 3000
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	progress := make([]atomic.Int64, len(publishModes))
+	least := func() int64 {
+		n := progress[0].Load()
+		for i := range progress {
+			n = min(n, progress[i].Load())
 		}
-		errs := pub.Publish(ctx, queue)
-		var again []courier.Message
-		for i, err := range errs {
-			if err == nil {
-				out.published = append(out.published, queue[i])
-				progress.Add(1)
-				continue
-			}
-			again = append(again, queue[i])
-			out.failed++
-			out.byError[digits.ReplaceAllString(err.Error(), "#")]++
-			if !errors.Is(err, broker.ErrUnavailable) || errors.Is(err, couriernats.ErrNoStream) || errors.Is(err, broker.ErrRejected) {
-				out.wrong = append(out.wrong, err)
-			}
+		return n
+	}
+	outs := make([]roundsOutcome, len(publishModes))
+	var wg sync.WaitGroup
+	for i, mode := range publishModes {
+		nc, err := couriernats.Connect(strings.Join(urls, ","), natsgo.DontRandomize(), natsgo.IgnoreDiscoveredServers())
+		testenv.Must(t, err, "connect")
+		t.Cleanup(nc.Close)
+		cfg := mode.cfg
+		cfg.Config, cfg.AckTimeout = couriernats.Config{SubjectPrefix: fmt.Sprintf("r3.m%d.", i)}, 2*time.Second
+		pub, err := couriernats.NewPublisher(nc, cfg)
+		testenv.Must(t, err, "publisher")
+		if got := pub.KeepsKeyOrder(); got != mode.runs {
+			t.Fatalf("%s: KeepsKeyOrder is %v on %s; want %v", mode.name, got, nc.ConnectedServerVersion(), mode.runs)
 		}
-		queue = again
-		if len(again) == len(errs) {
-			time.Sleep(50 * time.Millisecond) // the relay's pause in an outage
+		r := rounds{pub: pub, runs: mode.runs, most: 50, keys: 20, topic: "t"}
+		wg.Go(func() { outs[i] = r.publish(pctx, total, &progress[i]) })
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return least() >= 300 }, "publishing did not start")
+
+	t.Logf("stream leader %s, publishers connected to %s: %s", leader.Config.Name, served.Config.Name, fault.name)
+	began := time.Now()
+	repair := fault.fault(&faultScene{t: t, c: c, leader: leader, served: served, proxies: proxies, progress: least})
+	during := least()
+	t.Logf("repair %s after the fault", time.Since(began).Round(100*time.Millisecond))
+	repair()
+	wg.Wait()
+	if pctx.Err() != nil {
+		t.Fatalf("published %d of %d messages in 3 minutes (the least of the publish modes)", least(), total)
+	}
+	c.WaitReady(60 * time.Second)
+	c.WaitStream(admin, "R3", 60*time.Second)
+	got := c.StreamMessages("R3", mapping)
+	for i, mode := range publishModes {
+		out := outs[i]
+		t.Logf("%s: %d published before the repair; failed publishes by error:\n%s", mode.name, during, out.summary())
+		for _, err := range out.wrong {
+			t.Errorf("%s: publish failed with an error that is not broker.ErrUnavailable (or is also ErrNoStream / ErrRejected): %v", mode.name, err)
+		}
+		for _, b := range out.broken {
+			t.Errorf("%s: %s", mode.name, b)
+		}
+		if out.failed == 0 && !fault.unnoticed {
+			t.Errorf("%s: no publish failed: the fault went unnoticed", mode.name)
+		}
+		dups := testenv.CheckDelivery(t, out.written, got)
+		t.Logf("%s: stream holds %d messages for %d written, %d duplicates", mode.name, len(got), len(out.written), dups)
+		if dups != 0 {
+			t.Errorf("%s: %d duplicates in the stream: a publish again within the duplicate window must be dropped", mode.name, dups)
 		}
 	}
-	return out
 }
 
 // BenchmarkReplicatedPublish measures publishing to an R3 stream on a

@@ -73,6 +73,11 @@ func (p *Publisher) toNATS(m *courier.Message) *natsgo.Msg { return p.cfg.natsMs
 // true, it publishes each topic and key's run of several messages in the
 // call as atomic batches, keeping the key's order (see the package
 // documentation); every other message is published at once, as below.
+// Until then, hand it at most one message per key per call, waiting for
+// its answer before the next, as the relay does: of several messages of a
+// key published at once, a later one may be stored when an earlier one
+// failed, and an earlier one whose acknowledgement was lost is stored but
+// reported failed.
 //
 // A subject no stream binds gets no acknowledgement: NATS answers "no
 // responders" at once, or, when a plain subscriber listens on the subject,

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bufio"
 	"net"
 	"net/url"
 	"sync"
@@ -24,17 +25,29 @@ type Proxy struct {
 	conns  map[net.Conn]struct{}
 	thawed chan struct{} // closed unless frozen
 	wg     sync.WaitGroup
+
+	// frames splits what the server sends into the units keep judges;
+	// nil forwards whatever each read returns.
+	frames func(*bufio.Reader) ([]byte, error)
+	// keep reports whether to forward a frame from the server; nil keeps
+	// them all.
+	keep func([]byte) bool
 }
 
 // StartProxy starts a proxy to target (host:port) on a free port of
 // 127.0.0.1; it goes down when the test ends.
 func StartProxy(t testing.TB, target string) *Proxy {
-	thawed := make(chan struct{})
-	close(thawed)
-	p := &Proxy{t: t, target: target, addr: "127.0.0.1:0", conns: map[net.Conn]struct{}{}, thawed: thawed}
+	p := newProxy(t, target)
 	p.Up()
 	t.Cleanup(p.Down)
 	return p
+}
+
+// newProxy returns a proxy to target that is not listening yet.
+func newProxy(t testing.TB, target string) *Proxy {
+	thawed := make(chan struct{})
+	close(thawed)
+	return &Proxy{t: t, target: target, addr: "127.0.0.1:0", conns: map[net.Conn]struct{}{}, thawed: thawed}
 }
 
 // Up listens again, on the same address, after Down.
@@ -89,8 +102,8 @@ func (p *Proxy) pipe(c net.Conn) {
 	}
 	defer s.Close()
 	var wg sync.WaitGroup
-	wg.Go(func() { p.copy(s, c); s.Close() })
-	p.copy(c, s)
+	wg.Go(func() { p.copy(s, c, nil); s.Close() })
+	p.copy(c, s, p.frames)
 	c.Close()
 	wg.Wait()
 	p.mu.Lock()
@@ -99,17 +112,30 @@ func (p *Proxy) pipe(c net.Conn) {
 	p.mu.Unlock()
 }
 
-// copy forwards src to dst, holding what it read while the proxy is frozen.
-func (p *Proxy) copy(dst, src net.Conn) {
+// copy forwards src to dst, frame by frame when frames is set (from the
+// server: see keep), holding what it read while the proxy is frozen.
+func (p *Proxy) copy(dst, src net.Conn, frames func(*bufio.Reader) ([]byte, error)) {
+	r := bufio.NewReaderSize(src, 32<<10)
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := src.Read(buf)
-		if n > 0 {
+		var frame []byte
+		var err error
+		if frames != nil {
+			frame, err = frames(r)
+		} else {
+			var n int
+			n, err = r.Read(buf)
+			frame = buf[:n]
+		}
+		if len(frame) > 0 {
 			p.mu.Lock()
 			thawed := p.thawed
 			p.mu.Unlock()
 			<-thawed
-			if _, err := dst.Write(buf[:n]); err != nil {
+			if frames != nil && p.keep != nil && !p.keep(frame) {
+				continue
+			}
+			if _, err := dst.Write(frame); err != nil {
 				return
 			}
 		}

@@ -21,7 +21,7 @@ import (
 // relays or stop the broker: a few thousand messages over a hundred keys,
 // the whole run under a minute.
 func transportSettings() settings {
-	if *long {
+	if testenv.Long() {
 		return settings{messages: 30000, keys: 1000, partitions: 2, relays: 3, chaosFor: 2 * time.Minute}
 	}
 	return settings{messages: 3000, keys: 100, partitions: 2, relays: 3, chaosFor: 20 * time.Second}

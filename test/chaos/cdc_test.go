@@ -51,7 +51,7 @@ type cdcRun struct {
 
 func cdcKills(t *testing.T, tableless bool) {
 	chaosFor, keys, rate := 20*time.Second, 1000, 300
-	if *long {
+	if testenv.Long() {
 		chaosFor = 10 * time.Minute
 	}
 	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))

@@ -99,8 +99,6 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 )
 
-var long = flag.Bool("long", false, "run the long chaos tests: 100,000 messages per dialect with 5 minutes of faults, 5,000 orders with 4")
-
 func TestMain(m *testing.M) {
 	runRole()
 	flag.Parse()
@@ -278,7 +276,7 @@ const measureFor = 2 * time.Second
 
 func TestChaos(t *testing.T) {
 	s := settings{messages: 5000, keys: 200, partitions: 2, relays: 2, chaosFor: 30 * time.Second, poisonBacklog: 1500, maxPoisons: 2}
-	if *long {
+	if testenv.Long() {
 		s = settings{messages: 100000, keys: 1000, partitions: 4, relays: 3, chaosFor: 5 * time.Minute, poisonBacklog: 10000, maxPoisons: 5}
 	}
 	for _, d := range dialects {

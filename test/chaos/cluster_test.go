@@ -48,7 +48,7 @@ var (
 func TestChaosCluster(t *testing.T) {
 	s := clusterDefault
 	switch {
-	case *long:
+	case testenv.Long():
 		s = clusterLong
 	case testing.Short():
 		s = clusterShort

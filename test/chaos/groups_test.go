@@ -76,7 +76,7 @@ type groupSettings struct {
 // rebalance is over (a frozen instance back, a killed one replaced) before
 // the next fault, so that each is measured alone.
 func groupRunSettings() groupSettings {
-	if *long {
+	if testenv.Long() {
 		return groupSettings{keys: 1000, rounds: 100, roundEvery: time.Second, faultEvery: 6 * time.Second, instances: 4}
 	}
 	return groupSettings{keys: 400, rounds: 26, roundEvery: time.Second, faultEvery: 5500 * time.Millisecond, instances: 4}

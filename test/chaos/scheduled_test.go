@@ -55,7 +55,7 @@ type scheduledMsg struct {
 
 func scheduledKills(t *testing.T, mode string) {
 	writeFor := 20 * time.Second
-	if *long {
+	if testenv.Long() {
 		writeFor = 5 * time.Minute
 	}
 	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))

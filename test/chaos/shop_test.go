@@ -141,7 +141,7 @@ func (s shopSettings) String() string {
 // what the run absorbed; a failure shows the end of each process's log.
 func TestShopUnderProcessKills(t *testing.T) {
 	s := shopSettings{orders: 250, chaosFor: 25 * time.Second, settle: 90 * time.Second}
-	if *long {
+	if testenv.Long() {
 		s = shopSettings{orders: 5000, chaosFor: 4 * time.Minute, settle: 5 * time.Minute}
 	}
 	t.Logf("shop run: %s", s)

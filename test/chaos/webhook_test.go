@@ -162,7 +162,7 @@ func TestWebhookEndpointFaults(t *testing.T) {
 	t.Run("relay-role", func(t *testing.T) {
 		webhookFaults(t, target{name: "webhook", role: webhookRelayRole, lease: webhookLease}, webhookTimeout+time.Second)
 	})
-	if *long {
+	if testenv.Long() {
 		t.Run("courier-relay", func(t *testing.T) {
 			// The relay's publish timeout, half its lease, ends the requests.
 			webhookFaults(t, target{name: "webhook", lease: 6 * time.Second}, 4*time.Second)

@@ -12,7 +12,6 @@ package failover
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -38,13 +37,11 @@ import (
 	"github.com/courier-go/courier/store/postgres"
 )
 
-var long = flag.Bool("long", false, "run 20 failovers per mode and relay instead of one")
-
 // repeat runs one failover, or with -long 20 one after another, and logs
 // what they did together.
 func repeat(t *testing.T, run func(t *testing.T) outcome) {
 	n := 1
-	if *long {
+	if testenv.Long() {
 		n = 20
 	}
 	var outs []outcome
