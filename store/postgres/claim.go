@@ -18,16 +18,25 @@ FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
 
 // claimSQL calls courier_claim (claimAtSQL: at the store's clock), and
 // returns with its answer the xmin of the statement's snapshot, taken
-// before the claim ran, and the claim's xid, assigned after: the one it
-// has if it wrote, or, when its last argument is true, one it takes (see
-// scanFloor).
+// before the claim ran, the claim's xid, assigned after: the one it has if
+// it wrote, or, when its argument after the floor is true, one it takes
+// (see scanFloor), and the server's start time. The floor applies only on
+// the server whose start time the last argument gives: elsewhere (a standby
+// promoted in a failover, reached through a multi-host URL or a proxy;
+// the same server restarted) the claim makes a full pass, since the floor
+// was learned from another server's ids and xids.
 const claimSnapshot = `SELECT c.lease, c.ids, c.min_pending, pg_snapshot_xmin(s.s)::text::bigint,
-    coalesce(CASE WHEN %s THEN pg_current_xact_id() ELSE pg_current_xact_id_if_assigned() END::text::bigint, 0)
+    coalesce(CASE WHEN %s THEN pg_current_xact_id() ELSE pg_current_xact_id_if_assigned() END::text::bigint, 0),
+    pg_postmaster_start_time()
 FROM pg_current_snapshot() AS s (s), `
 
+// floorOn is the claim's floor argument: $5 on the server that started at
+// the time of the last argument, 0 elsewhere.
+const floorOn = `CASE WHEN pg_postmaster_start_time() = %s THEN $5 ELSE 0 END`
+
 var (
-	claimSQL   = fmt.Sprintf(claimSnapshot, "$6") + `courier_claim($1, $2, $3, $4, $5) AS c`
-	claimAtSQL = fmt.Sprintf(claimSnapshot, "$7") + `courier_claim($1, $2, $3, $4, $5, $6) AS c`
+	claimSQL   = fmt.Sprintf(claimSnapshot, "$6") + `courier_claim($1, $2, $3, $4, ` + fmt.Sprintf(floorOn, "$7") + `) AS c`
+	claimAtSQL = fmt.Sprintf(claimSnapshot, "$7") + `courier_claim($1, $2, $3, $4, ` + fmt.Sprintf(floorOn, "$8") + `, $6) AS c`
 )
 
 // Claim implements store.RelayStore: one call of courier_claim (see the
@@ -45,20 +54,20 @@ func (s *relayStore) Claim(ctx context.Context, owner string, limit int, lease t
 	if s.clock != nil {
 		at = s.clock()
 	}
-	floor := s.floor.floor(at)
+	floor, server := s.floor.floor(at)
 	mark := claimMark{began: start, at: at}
 	var b pgx.Batch
 	b.Queue(asyncCommit)
 	takeXid := s.floor.needXid(start)
 	if s.clock == nil {
-		b.Queue(claimSQL, owner, limit, lease, claims.Window(limit), floor, takeXid)
+		b.Queue(claimSQL, owner, limit, lease, claims.Window(limit), floor, takeXid, server)
 	} else {
-		b.Queue(claimAtSQL, owner, limit, lease, claims.Window(limit), floor, at, takeXid)
+		b.Queue(claimAtSQL, owner, limit, lease, claims.Window(limit), floor, at, takeXid, server)
 	}
 	br := s.pool.SendBatch(ctx, &b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&lid, &ids, &mark.minPending, &mark.xmin, &mark.xid)
+		err = br.QueryRow().Scan(&lid, &ids, &mark.minPending, &mark.xmin, &mark.xid, &mark.server)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr

@@ -89,6 +89,15 @@
 // USAGE) on that sequence (courier_outbox_id_seq); a relay's role without it
 // keeps the floor where it was while the outbox is empty.
 //
+// The floor is learned from one server's ids and transactions. A claim
+// that lands on another server (a standby promoted in a failover, through
+// a multi-host URL or a proxy that follows the primary; or the same server
+// restarted: its start time tells them apart) makes a full pass, and the
+// floor starts afresh there. A promoted standby's sequence resumes from
+// what replication brought it, which with asynchronous replication lies
+// below ids the old primary gave to transactions lost with it, so rows
+// written on it can sit below the old floor.
+//
 // A claim thus writes one row, whatever the batch size, and publishing costs
 // one delete per message: no per-message lease updates, no index on
 // anything that changes. Leases live in rows, not in open transactions, so a

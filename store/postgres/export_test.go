@@ -7,3 +7,11 @@ var (
 	DecodeLogMessage = decodeLogMessage
 	EncodeLogMessage = encodeLogMessage
 )
+
+// FloorOf returns the scan floor of st, a store of this package.
+func FloorOf(st any) int64 {
+	f := &st.(*relayStore).floor
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.safe
+}

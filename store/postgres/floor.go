@@ -42,6 +42,13 @@ import (
 // rows may have them published after later rows of their keys. Read-only
 // transactions have no xid and hold nothing.
 //
+// The floor, the marks' xids and the sequence they were read against are
+// one server's. Another server (a standby promoted in a failover: its
+// sequence resumes from what reached it, below ids the old primary gave
+// to transactions it lost; its xids may repeat the old one's) starts the
+// floor afresh: a claim that finds the server's start time changed has
+// made a full pass (see claimSQL), and the marks before it are dropped.
+//
 // A full pass (floor 0) now and then finds replayed dead letters (and any
 // row a floor held no longer than maxHold passed): every second while full
 // passes are cheap, less often as they grow dear (dead rows that vacuum
@@ -64,6 +71,7 @@ type scanFloor struct {
 	safe     int64       // the floor: no row a claim may take is below it
 	nextFull time.Time   // zero: the next claim makes a full pass
 	lastXid  time.Time   // when the last claim with an xid began (real clock)
+	server   time.Time   // the start time of the server the floor is of
 }
 
 // claimMark is what one claim returned, and when it ran: began and ended
@@ -74,17 +82,19 @@ type claimMark struct {
 	xmin         int64 // its statement's snapshot's
 	xid          int64 // its own, if it wrote; else 0
 	minPending   int64
+	server       time.Time // the start time of the server it ran on
 }
 
 // floor returns the id a claim starting at now (the store's clock) scans
-// from: 0 for a full pass.
-func (f *scanFloor) floor(now time.Time) int64 {
+// from, 0 for a full pass, and the start time of the server it is of: on
+// another server the claim makes a full pass.
+func (f *scanFloor) floor(now time.Time) (int64, time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.safe == 0 || !now.Before(f.nextFull) {
-		return fullPass
+		return fullPass, f.server
 	}
-	return f.safe
+	return f.safe, f.server
 }
 
 // needXid reports whether a claim beginning at began (the real clock)
@@ -100,6 +110,10 @@ func (f *scanFloor) needXid(began time.Time) bool {
 func (f *scanFloor) note(floor int64, c claimMark) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !c.server.Equal(f.server) { // another server: c made a full pass there
+		f.marks, f.safe, f.nextFull, f.lastXid, f.server = nil, 0, time.Time{}, time.Time{}, c.server
+		floor = fullPass
+	}
 	if floor == fullPass {
 		took := c.ended.Sub(c.began)
 		f.nextFull = c.at.Add(min(max(took*fullPassShare, minFullPass), maxFullPass))

@@ -15,7 +15,7 @@ type floorClaims struct {
 // claim runs a claim that returns minPending under a snapshot of xmin and
 // its own xid (0: it wrote nothing), and returns the floor it scanned from.
 func (c *floorClaims) claim(xmin, xid, minPending int64) int64 {
-	floor := c.f.floor(c.now)
+	floor, _ := c.f.floor(c.now)
 	began := c.now
 	c.now = c.now.Add(time.Millisecond)
 	c.f.note(floor, claimMark{began: began, ended: c.now, at: began, xmin: xmin, xid: xid, minPending: minPending})
@@ -90,17 +90,17 @@ func TestScanFloorFullPassSchedule(t *testing.T) {
 	claim(fullPass, 0, time.Millisecond)
 	claim(fullPass, 10*time.Millisecond, time.Millisecond)
 	claim(fullPass, 20*time.Millisecond, time.Millisecond)
-	if got := f.floor(t0.Add(500 * time.Millisecond)); got != 10 {
+	if got, _ := f.floor(t0.Add(500 * time.Millisecond)); got != 10 {
 		t.Fatalf("floor %d, want 10", got)
 	}
-	if got := f.floor(t0.Add(1100 * time.Millisecond)); got != fullPass {
+	if got, _ := f.floor(t0.Add(1100 * time.Millisecond)); got != fullPass {
 		t.Fatalf("floor %d a second after a cheap full pass, want the next one", got)
 	}
 	claim(fullPass, 1100*time.Millisecond, 400*time.Millisecond) // dear: the next in 200 s
-	if got := f.floor(t0.Add(100 * time.Second)); got != 10 {
+	if got, _ := f.floor(t0.Add(100 * time.Second)); got != 10 {
 		t.Fatalf("floor %d 99 s after a 0.4 s full pass, want 10", got)
 	}
-	if got := f.floor(t0.Add(202 * time.Second)); got != fullPass {
+	if got, _ := f.floor(t0.Add(202 * time.Second)); got != fullPass {
 		t.Fatalf("floor %d 201 s after a 0.4 s full pass, want the next full pass", got)
 	}
 }
@@ -123,5 +123,37 @@ func TestScanFloorAsksForAnXid(t *testing.T) {
 	}
 	if !c.f.needXid(c.now.Add(xidEvery)) {
 		t.Fatalf("no xid asked for %s after the last", xidEvery)
+	}
+}
+
+// A claim on another server (a standby promoted in a failover) made a full
+// pass there: the floor learned from the old server's ids and xids is
+// dropped, and the floor rises again from the new server's claims alone.
+func TestScanFloorStartsAfreshOnAnotherServer(t *testing.T) {
+	c := &floorClaims{now: time.Unix(1_000_000, 0)}
+	old := time.Unix(500, 0)
+	c.f.server = old
+	for _, xmin := range []int64{100, 101, 102, 103} {
+		mark := claimMark{xmin: xmin, xid: xmin + 1, minPending: 900, server: old}
+		floor, _ := c.f.floor(c.now)
+		mark.began, mark.at, mark.ended = c.now, c.now, c.now.Add(time.Millisecond)
+		c.f.note(floor, mark)
+		c.now = c.now.Add(2 * time.Millisecond)
+	}
+	c.f.nextFull = c.now.Add(time.Hour)
+	floor, server := c.f.floor(c.now)
+	if floor != 900 || !server.Equal(old) {
+		t.Fatalf("floor %d of the server started at %v, want 900 of %v", floor, server, old)
+	}
+	// The standby, promoted: its ids resume at 850, its xids at 90. The
+	// claim sent with the old floor made a full pass there (claimSQL).
+	promoted := time.Unix(600, 0)
+	c.f.note(floor, claimMark{began: c.now, at: c.now, ended: c.now.Add(time.Millisecond), xmin: 90, xid: 91, minPending: 850, server: promoted})
+	c.now = c.now.Add(2 * time.Millisecond)
+	if floor, server := c.f.floor(c.now); floor != fullPass || !server.Equal(promoted) {
+		t.Fatalf("floor %d of %v after the failover, want a full pass on %v", floor, server, promoted)
+	}
+	if len(c.f.marks) != 1 || !c.f.needXid(c.now) {
+		t.Fatalf("%d marks kept, xid asked for: %v; want the new server's claim alone, and an xid", len(c.f.marks), c.f.needXid(c.now))
 	}
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -101,6 +102,76 @@ func TestRowsBelowTheFloorAreClaimed(t *testing.T) {
 	// Full passes come at least every 5 minutes, more often while cheap.
 	if !drain(dead, 6*time.Minute, time.Second) {
 		t.Fatal("a dead letter replayed under its old id was never claimed")
+	}
+}
+
+// A relay that finds itself on another server (a standby promoted in a
+// failover, reached through a multi-host URL or a proxy that follows the
+// primary) drops the floor it learned on the old one: the new server's ids
+// may lie below it (its sequence resumes from what replication brought,
+// behind ids the old primary gave to transactions it lost). A key's row
+// below the old floor is claimed before the key's row above it.
+func TestFloorStartsAfreshOnAnotherServer(t *testing.T) {
+	ctx := context.Background()
+	a, b := testenv.StartPostgres(t), testenv.StartPostgres(t)
+	for _, srv := range []*testenv.PGServer{a, b} {
+		pool, err := pgxpool.New(ctx, srv.URL)
+		testenv.Must(t, err, "pool")
+		_, err = postgres.NewDriver(pool).Migrate(ctx)
+		testenv.Must(t, err, "migrate")
+		pool.Close()
+	}
+	proxy := testenv.StartProxy(t, fmt.Sprintf("127.0.0.1:%d", a.Port()))
+	pool, err := pgxpool.New(ctx, proxy.URL(t, a.URL))
+	testenv.Must(t, err, "pool through the proxy")
+	t.Cleanup(pool.Close)
+	clock := memstore.NewClock()
+	clock.Set(time.Now())
+	st, err := postgres.NewDriver(pool).WithClock(clock.Now).RelayStore(ctx, store.RelayConfig{})
+	testenv.Must(t, err, "store")
+	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	write := func(key string, n int) []courier.Message {
+		msgs := make([]courier.Message, n)
+		for i := range msgs {
+			msgs[i] = courier.NewMessage("events", key, "T", nil)
+		}
+		testenv.Must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }), "write")
+		return msgs
+	}
+	claim := func() store.Batch {
+		batch, err := st.Claim(ctx, "r", 1000, time.Minute)
+		testenv.Must(t, err, "claim")
+		if len(batch.Records) > 0 {
+			testenv.Must(t, st.Complete(ctx, "r", batch.Lease, store.Outcome{Published: seqsOf(batch.Records)}), "complete")
+		}
+		return batch
+	}
+
+	// On the first server, 300 rows published and the floor past them.
+	write("a", 300)
+	for i := 0; postgres.FloorOf(st) < 300; i++ {
+		if i == 50 {
+			t.Fatalf("floor %d after 50 claims of an outbox published up to id 300", postgres.FloorOf(st))
+		}
+		claim()
+		clock.Advance(100 * time.Millisecond)
+	}
+	floor := postgres.FloorOf(st)
+
+	// The other server takes its place; its ids start at 1. Key k's first
+	// row lands below the old floor, its second above it.
+	proxy.Retarget(fmt.Sprintf("127.0.0.1:%d", b.Port()))
+	pool.Reset() // its connections to the old server are gone
+	first := write("k", 1)[0]
+	write("b", int(floor)+50)
+	second := write("k", 1)[0]
+	for seen := map[[16]byte]bool{}; !seen[second.ID]; {
+		for _, r := range claim().Records {
+			if r.Message.ID == second.ID && !seen[first.ID] {
+				t.Fatalf("key k's second row (above the old floor %d) claimed before its first (below it)", floor)
+			}
+			seen[r.Message.ID] = true
+		}
 	}
 }
 
