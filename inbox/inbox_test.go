@@ -380,23 +380,21 @@ func testFourInstancesExactlyOnce[TTx any](t *testing.T, d dialect[TTx]) {
 		copies = append(copies, msgs[i*7])
 	}
 	e.publishAgain(t, 1, copies...)
-	testenv.Eventually(t, 2*time.Minute, func() bool { total, _ := e.totalEffects(); return total >= n }, "effects missing")
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { total, _ := e.totalEffects(); return total >= n, total },
+		"%d effects missing; consumers: %v", n, testenv.Lazy(func() any { return metricsOf(consumers) }))
 	elapsed := time.Since(start)
 	// Then every delivery on the wire (copies and redeliveries) has been
 	// acknowledged: a duplicate applied twice would show now.
 	js, err := jetstream.New(testenv.Connect(t, e.natsURL))
 	testenv.Must(t, err, "jetstream")
-	var left string
-	testenv.Eventually(t, time.Minute, func() bool {
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
 		info, err := js.Consumer(context.Background(), e.stream, "warehouse")
-		if err == nil {
-			ci := info.CachedInfo()
-			left = fmt.Sprintf("%d undelivered, %d unacknowledged", ci.NumPending, ci.NumAckPending)
-			return ci.NumPending == 0 && ci.NumAckPending == 0
+		if err != nil {
+			return false, err.Error()
 		}
-		left = err.Error()
-		return false
-	}, "deliveries in flight: %v", testenv.Lazy(func() any { return left }))
+		ci := info.CachedInfo()
+		return ci.NumPending == 0 && ci.NumAckPending == 0, fmt.Sprintf("%d undelivered, %d unacknowledged", ci.NumPending, ci.NumAckPending)
+	}, "deliveries in flight")
 	total, distinct := e.totalEffects()
 	if total != n || distinct != n {
 		t.Fatalf("%d effects for %d distinct messages, want exactly %d", total, distinct, n)
@@ -553,4 +551,13 @@ func testReplayCountedOnce[TTx any](t *testing.T, d dialect[TTx]) {
 	if r := replayed(); r != 1 {
 		t.Fatalf("the replay counted %d times by the two instances; want once", r)
 	}
+}
+
+// metricsOf returns each consumer's metrics, for a failure message.
+func metricsOf[TTx any](consumers []*inbox.Consumer[TTx]) []inbox.ConsumerMetrics {
+	out := make([]inbox.ConsumerMetrics, len(consumers))
+	for i, c := range consumers {
+		out[i] = c.Metrics()
+	}
+	return out
 }

@@ -190,7 +190,7 @@ func testRelayKilledRepeatedly(t *testing.T, db database) {
 	// A last relay that is left alone drains what the others left behind,
 	// including rows whose leases died with them, and exits cleanly on SIGTERM.
 	cmd := child(0)
-	h.waitDrained(2 * time.Minute)
+	h.waitDrained()
 	testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "sigterm")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("relay did not exit cleanly on SIGTERM: %v", err)

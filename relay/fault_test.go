@@ -54,14 +54,14 @@ func testBrokerOutageBacklogDrainsAfterward(t *testing.T, db database) {
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		st := h.stats()
 		return st.InBackoff > 0 && st.Pending > 500
-	}, "no backlog in backoff while the broker is down: %+v", h.stats())
+	}, "no backlog in backoff while the broker is down: %+v", testenv.Lazy(func() any { return h.stats() }))
 	time.Sleep(2 * time.Second)
 	st := h.stats()
 	t.Logf("after %s without the broker: %d pending, %d in backoff, oldest %s old", time.Since(down).Round(time.Millisecond), st.Pending, st.InBackoff, st.OldestPendingAge().Round(time.Millisecond))
 
 	testenv.EmbeddedNATSAt(t, dir, port) // the broker returns with its store
 	written := wait()
-	h.waitDrained(time.Minute)
+	h.waitDrained()
 	if st := h.stats(); st.DeadLetters != 0 {
 		t.Fatalf("the outage produced %d dead letters", st.DeadLetters)
 	}
@@ -99,7 +99,7 @@ func TestRelayRecoversFromKilledDatabaseConnections(t *testing.T) {
 		t.Fatal("found no relay connection to terminate")
 	}
 	written := wait()
-	h.waitDrained(time.Minute)
+	h.waitDrained()
 	dups := checkDelivery(t, written, h.received())
 	t.Logf("terminated %d relay connections; %d messages delivered, %d duplicates in the stream", killed, len(written), dups)
 }

@@ -314,10 +314,18 @@ func (h *harness) stats() store.Stats {
 	return st
 }
 
-// waitDrained waits until no message is pending.
-func (h *harness) waitDrained(timeout time.Duration) {
+// drainStall is how long a drain may stand still before a test calls it
+// stuck: longer than any backoff, lease or outage the tests hold it with,
+// however slow the machine.
+const drainStall = 30 * time.Second
+
+// waitDrained waits until no message is pending, for as long as the
+// pending count keeps moving: it fails once it has stood still for
+// drainStall.
+func (h *harness) waitDrained() {
 	h.t.Helper()
-	testenv.Eventually(h.t, timeout, func() bool { return h.stats().Pending == 0 }, "outbox not drained: %+v", h.stats())
+	testenv.WhileProgressing(h.t, drainStall, func() (bool, any) { s := h.stats(); return s.Pending == 0, s.Pending },
+		"outbox not drained: %v", testenv.Lazy(func() any { return h.stats() }))
 }
 
 // received reads the whole stream in order.

@@ -50,7 +50,7 @@ func testRejectedMessageBecomesDeadLetterAtOnce(t *testing.T, db database) {
 	h.write(others[:10]...)
 	h.write(after2)
 	h.write(others[10:]...)
-	h.waitDrained(20 * time.Second)
+	h.waitDrained()
 
 	dl := h.deadLetter(poison.ID)
 	if dl.Attempts != 1 || len(dl.History) != 1 || !dl.History[0].Counted {

@@ -44,7 +44,7 @@ func testCommitPublishesRollbackDoesNot(t *testing.T, db database) {
 		wanted = append(wanted, sqlCommitted)
 	}
 
-	h.waitDrained(10 * time.Second)
+	h.waitDrained()
 	testenv.Eventually(t, 10*time.Second, func() bool { return len(h.received()) >= len(wanted) }, "messages not received")
 	time.Sleep(300 * time.Millisecond) // anything wrongly published would show up by now
 	got := h.received()
@@ -91,7 +91,7 @@ func testThreeRelaysKeepPerKeyOrder(t *testing.T, db database) {
 	}
 	start := time.Now()
 	written := h.produce(n, keys, 50)
-	h.waitDrained(2 * time.Minute)
+	h.waitDrained()
 	elapsed := time.Since(start)
 	got := h.received()
 	dups := checkDelivery(t, written, got)
@@ -113,7 +113,7 @@ func testHotKeyBurstDrainsInBatches(t *testing.T, db database) {
 	cfg.BatchSize = 1000
 	start := time.Now()
 	r, _ := h.startRelay(h.publisher(), cfg)
-	h.waitDrained(2 * time.Minute)
+	h.waitDrained()
 	elapsed := time.Since(start)
 	got := h.received()
 	checkDelivery(t, written, got)

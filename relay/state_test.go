@@ -90,7 +90,7 @@ func testStateShowsBrokerOutageAndRecovery(t *testing.T, db database) {
 	}
 	r, stop := h.startRelay(h.publisher(), cfg)
 	h.produce(50, 5, 10)
-	h.waitDrained(20 * time.Second)
+	h.waitDrained()
 	healthy := func(what string) relay.State {
 		t.Helper()
 		s := r.State()
@@ -123,7 +123,7 @@ func testStateShowsBrokerOutageAndRecovery(t *testing.T, db database) {
 		"claims stopped during the broker outage: %v", testenv.Lazy(func() any { return r.State() }))
 
 	testenv.EmbeddedNATSAt(t, dir, port)
-	h.waitDrained(time.Minute)
+	h.waitDrained()
 	testenv.Eventually(t, 20*time.Second, func() bool { return !r.State().BrokerDown }, "the broker is still down after it returned: %v",
 		testenv.Lazy(func() any { return r.State() }))
 	testenv.Eventually(t, 5*time.Second, func() bool { return r.Metrics().Published == 70 },
@@ -173,7 +173,7 @@ func TestStateShowsDatabaseOutageAndRecovery(t *testing.T) {
 	proxy := proxiedStore(t, h)
 	r, _ := h.startRelay(h.publisher(), h.relayConfig())
 	h.produce(30, 5, 10)
-	h.waitDrained(20 * time.Second)
+	h.waitDrained()
 	if s := r.State(); s.LastClaim.IsZero() || s.ClaimFailures != 0 || s.Check(0) != nil {
 		t.Fatalf("before the outage: %+v (check: %v); want healthy", s, s.Check(0))
 	}
@@ -197,7 +197,7 @@ func TestStateShowsDatabaseOutageAndRecovery(t *testing.T) {
 	}
 
 	proxy.Up()
-	h.waitDrained(30 * time.Second)
+	h.waitDrained()
 	testenv.Eventually(t, 10*time.Second, func() bool { s := r.State(); return s.ClaimFailures == 0 && s.Metrics.Published == 50 },
 		"claims still failing, or not all counted: %v", testenv.Lazy(func() any { return r.State() }))
 	s := r.State()
@@ -248,7 +248,7 @@ func TestStateShowsFailedCompletion(t *testing.T) {
 	}
 
 	proxy.Up()
-	h.waitDrained(30 * time.Second)
+	h.waitDrained()
 	testenv.Eventually(t, 10*time.Second, func() bool { return r.State().CompleteError == "" }, "completion error not cleared: %v",
 		testenv.Lazy(func() any { return r.State() }))
 	// A connection the pool kept from before may fail a claim once more.
@@ -270,7 +270,7 @@ func TestStateShowsSilentDatabase(t *testing.T) {
 	cfg.LeaseDuration, cfg.PublishTimeout = 2*time.Second, time.Second
 	r, _ := h.startRelay(h.publisher(), cfg)
 	h.produce(10, 5, 10)
-	h.waitDrained(20 * time.Second)
+	h.waitDrained()
 
 	proxy.Freeze()
 	testenv.Eventually(t, 20*time.Second, func() bool { return r.State().ClaimFailures >= 2 },
@@ -285,7 +285,7 @@ func TestStateShowsSilentDatabase(t *testing.T) {
 
 	proxy.Thaw()
 	h.produce(10, 5, 10)
-	h.waitDrained(30 * time.Second)
+	h.waitDrained()
 	testenv.Eventually(t, 10*time.Second, func() bool { return r.State().Check(0) == nil }, "unhealthy after the database answered again: %v",
 		testenv.Lazy(func() any { return r.State() }))
 }

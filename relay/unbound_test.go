@@ -125,7 +125,7 @@ func testUnboundSubject(t *testing.T, db database, listenEverywhere bool) {
 	if deadSeen.IsZero() {
 		t.Fatalf("no dead letter after 15s: %+v, relay metrics %+v; logs:\n%s", h.stats(), r.Metrics(), strings.Join(logs.records(), "\n"))
 	}
-	h.waitDrained(20 * time.Second)
+	h.waitDrained()
 
 	dl := h.deadLetter(lost.ID)
 	attempts, lastErr, history := dl.Attempts, dl.LastError, dl.History

@@ -104,8 +104,10 @@ func servesEveryTenant(t *testing.T, ts []tenant.Tenant) {
 	}
 	pub := memory.NewPublisher()
 	f, stop := runFleet(t, pub, tenant.Config{Source: tenant.List(ts...), Relay: fastRelay, MaxOpen: 2, IdleAfter: 50 * time.Millisecond})
-	testenv.Eventually(t, time.Minute, func() bool { return len(byTenant(t, pub)) == len(ts) && published(pub) >= n*len(ts) },
-		"every tenant's messages published: %v", testenv.Lazy(func() any { return summary(f) }))
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
+		p := published(pub)
+		return len(byTenant(t, pub)) == len(ts) && p >= n*len(ts), p
+	}, "every tenant's messages published: %v", testenv.Lazy(func() any { return summary(f) }))
 	st := f.Status()
 	if st.Open > 2 {
 		t.Fatalf("%d tenants open, MaxOpen is 2", st.Open)
@@ -249,7 +251,7 @@ func TestFleetSharesTenants(t *testing.T) {
 	for _, tn := range ts {
 		write(t, tn, messages(tn, 10, 3)...)
 	}
-	testenv.Eventually(t, 30*time.Second, func() bool { return published(pub) >= 80 }, "published by both: %d", published(pub))
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := published(pub); return n >= 80, n }, "published by both")
 	stopB()
 	testenv.Eventually(t, 30*time.Second, func() bool { return len(a.Status().Served) == len(ts) }, "a serves all once b left")
 	for _, tn := range ts {

@@ -104,7 +104,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 		writerDone <- nil
 	}()
 
-	testenv.Eventually(t, 60*time.Second, func() bool { return received() >= 300 }, "only %v of the first 300 messages arrived", testenv.Lazy(func() any { return received() }))
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := received(); return n >= 300, n }, "messages arrived of the first 300")
 	stopped := time.Now()
 	srv.Ctl("stop_app")
 	t.Logf("stop_app done after %s, %d messages received", time.Since(stopped).Round(time.Millisecond), received())
@@ -113,8 +113,8 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	t.Logf("start_app done %s after stop_app began", time.Since(stopped).Round(time.Millisecond))
 
 	testenv.Must(t, <-writerDone, "write")
-	testenv.Eventually(t, 90*time.Second, func() bool { return received() == total },
-		"%v of %d messages arrived; relay %+v, outbox %d pending", testenv.Lazy(func() any { return received() }), total,
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := received(); return n == total, n },
+		"messages arrived of %d; relay %+v, outbox %d pending", total,
 		testenv.Lazy(func() any { return r.Metrics() }), testenv.Lazy(func() any { return len(st.Pending()) }))
 	stopRelay()
 	if err := <-relayDone; err != nil && !errors.Is(err, context.Canceled) {

@@ -299,7 +299,7 @@ func (c *tally) wait(t *testing.T, written []courier.Message) int {
 		}
 		return n
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool { return missing() == 0 }, "%v of %d messages never handled", testenv.Lazy(func() any { return missing() }), len(written))
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := missing(); return n == 0, n }, "messages of %d never handled", len(written))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	dups := 0

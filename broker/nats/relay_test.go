@@ -65,9 +65,9 @@ func TestRelayDrainsAHotKeyInAtomicBatches(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
-	testenv.Eventually(t, time.Minute, func() bool {
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
 		m := r.Metrics()
-		return m.Published+m.DeadLettered >= n
+		return m.Published+m.DeadLettered >= n, m.Published + m.DeadLettered
 	}, "relay did not drain: %v", testenv.Lazy(func() any { return r.Metrics() }))
 	stop()
 	testenv.Must(t, <-done, "relay")

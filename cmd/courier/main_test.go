@@ -160,7 +160,8 @@ func migrateRelayStatus(t *testing.T, url string, migrations int, write func(con
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	testenv.Must(t, cmd.Start(), "start relay")
-	testenv.Eventually(t, 20*time.Second, func() bool { return status()["pending"] == 0 }, "relay did not drain the outbox; logs:\n%s", &logs)
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := status()["pending"]; return n == 0, n },
+		"relay did not drain the outbox; logs:\n%s", testenv.Lazy(func() any { return logs.String() }))
 	testenv.Must(t, cmd.Process.Signal(syscall.SIGTERM), "sigterm")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("relay exit after SIGTERM: %v\n%s", err, logs.String())

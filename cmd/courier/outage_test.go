@@ -202,10 +202,10 @@ func (r *relayProcess) ready(t *testing.T) (int, string) {
 // retrying, and no dead letters.
 func drained(t *testing.T, url string, logs func() string) {
 	t.Helper()
-	testenv.Eventually(t, 60*time.Second, func() bool {
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
 		s := outboxStatus(t, url)
-		return s["pending"] == 0 && s["leased"] == 0 && s["in_backoff"] == 0
-	}, "the relay did not drain the outbox: %v; logs:\n%s", testenv.Lazy(func() any { return outboxStatus(t, url) }), testenv.Lazy(func() any { return logs() }))
+		return s["pending"] == 0 && s["leased"] == 0 && s["in_backoff"] == 0, fmt.Sprint(s)
+	}, "the relay did not drain the outbox; logs:\n%s", testenv.Lazy(func() any { return logs() }))
 	if s := outboxStatus(t, url); s["dead_letters"] != 0 {
 		t.Fatalf("dead letters after the outage: %v; logs:\n%s", s, logs())
 	}

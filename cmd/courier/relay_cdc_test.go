@@ -107,11 +107,11 @@ func TestRelayCDCSurvivesKills(t *testing.T) {
 	for _, ms := range written {
 		all = append(all, ms...)
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool {
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
 		var n int
 		_ = pg.Pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox").Scan(&n)
-		return n == 0
-	}, "the outbox is not drained; logs:\n%s", &logs)
+		return n == 0, n
+	}, "the outbox is not drained; logs:\n%s", testenv.Lazy(func() any { return logs.String() }))
 	for _, r := range relays {
 		kill(r)
 	}

@@ -169,15 +169,14 @@ func waitDrained(t *testing.T, relay *servedRelay, ts []tenant.Tenant, tenantsFl
 		}
 		return m
 	}
-	testenv.Eventually(t, time.Minute, func() bool {
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
 		m := pending()
+		done := len(m) == len(ts)
 		for _, tn := range ts {
-			if m[tn.Name] != 0 {
-				return false
-			}
+			done = done && m[tn.Name] == 0
 		}
-		return len(m) == len(ts)
-	}, "every tenant drained: %v; logs:\n%s", testenv.Lazy(func() any { return pending() }), testenv.Lazy(func() any { return relay.Logs() }))
+		return done, fmt.Sprint(m)
+	}, "every tenant drained; logs:\n%s", testenv.Lazy(func() any { return relay.Logs() }))
 }
 
 // checkTenantsDelivery checks that the stream holds each tenant's written

@@ -67,7 +67,7 @@ func TestServicesCrashAndRestartMidRun(t *testing.T) {
 		// its restart.
 		testenv.Eventually(t, time.Minute, func() bool { return s.Crashes()[shop.Payment] == s.Instances() },
 			"payment crashed %v times, want %d, once for each instance (Faults.CrashAfter %s)",
-			testenv.Lazy(func() any { return s.Crashes()[shop.Payment] }), s.Instances(), payment.CrashAfter)
+			testenv.Lazy(func() any { return s.Crashes()[shop.Payment] }), testenv.Lazy(func() any { return s.Instances() }), payment.CrashAfter)
 		for _, in := range s.Payment.Instances() {
 			crashed = append(crashed, restartedNow(shop.Payment, in))
 		}

@@ -22,7 +22,7 @@ func TestInstancesShareTheKeys(t *testing.T) {
 		if shared {
 			for _, svc := range s.Services() {
 				testenv.Eventually(t, 20*time.Second, func() bool { return splitPartitions(svc) == nil },
-					"%s: %v", svc.Name(), testenv.Lazy(func() any { return splitPartitions(svc) }))
+					"%s: %v", testenv.Lazy(func() any { return svc.Name() }), testenv.Lazy(func() any { return splitPartitions(svc) }))
 			}
 		}
 		res := load(t, s, 40, shop.LoadConfig{Concurrency: 8})

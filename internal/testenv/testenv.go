@@ -400,14 +400,16 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 // WhileProgressing polls check every 10ms until it reports done. It waits
 // for as long as the state check reports keeps changing, however slow the
 // machine, and fails the test with msg once the state has stayed the same
-// for stall: the work stopped, rather than took long.
+// for stall: the work stopped, rather than took long. The failure shows
+// the state it stopped at (msg's own arguments are best testenv.Lazy, so
+// that they too show what was true then).
 func WhileProgressing(t testing.TB, stall time.Duration, check func() (done bool, state any), msg string, args ...any) {
 	t.Helper()
 	done, last := check()
 	changed := time.Now()
 	for !done {
 		if time.Since(changed) > stall {
-			t.Fatalf("no progress for %s: "+msg, append([]any{stall}, args...)...)
+			t.Fatalf("no progress for %s (stuck at %v): "+msg, append([]any{stall, last}, args...)...)
 		}
 		time.Sleep(10 * time.Millisecond)
 		var state any

@@ -451,8 +451,8 @@ func TestDatabaseRestart(t *testing.T) {
 		}
 		return n
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool { return count() == 0 }, "rows left: %d; stats %+v",
-		testenv.Lazy(func() any { return count() }), testenv.Lazy(func() any { return r.Stats() }))
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := count(); return n == 0, n }, "rows left; stats %+v",
+		testenv.Lazy(func() any { return r.Stats() }))
 	checkOrder(t, want, pub.Messages())
 	t.Logf("%d restarts; %d deliveries for %d messages; stats %+v", restarts, len(pub.Messages()), len(want), r.Stats())
 }

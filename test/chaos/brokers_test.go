@@ -121,10 +121,10 @@ func TestRelayKillsKafka(t *testing.T) {
 
 // RabbitMQ's application stops (rabbitmqctl stop_app) for a few seconds and
 // starts again, twice, while courier relay processes drain a backlog
-// written just before: every message reaches the queue and is applied
-// once, each key's in the order written, and the outages make no dead
-// letter (the relays run with --max-attempts 3: an outage is a backlog,
-// never a counted failure).
+// written just before, and with more written while it is down: every
+// message reaches the queue and is applied once, each key's in the order
+// written, and the outages make no dead letter (the relays run with
+// --max-attempts 3: an outage is a backlog, never a counted failure).
 func TestRabbitMQRestartMidDrain(t *testing.T) {
 	s := transportSettings()
 	s.relays = 2
@@ -144,6 +144,9 @@ func TestRabbitMQRestartMidDrain(t *testing.T) {
 		began := time.Now()
 		srv.Ctl("stop_app")
 		stopped := time.Since(began)
+		// However long stop_app took (the backlog may be gone by then on
+		// a slow machine), the relays meet work while RabbitMQ is down.
+		rr.writeBacklog(fmt.Sprintf("held%d", i), 200, 20)
 		time.Sleep(2 * time.Second)
 		held := rr.pendingWork(ctx)
 		srv.Ctl("start_app")

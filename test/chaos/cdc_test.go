@@ -125,9 +125,10 @@ func cdcKills(t *testing.T, tableless bool) {
 	last := c.start()
 	defer func() { _ = last.Process.Kill(); _ = last.Wait() }()
 	js := testenv.StreamCount
-	testenv.Eventually(t, 3*time.Minute, func() bool { return js(t, nc, stream) >= len(written) && c.slotAt() >= end },
-		"the stream holds %d of %d messages; the slot is at %s, the log ended at %s", testenv.Lazy(func() any { return js(t, nc, stream) }), len(written),
-		testenv.Lazy(func() any { return c.slotAt() }), end)
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
+		n, at := js(t, nc, stream), c.slotAt()
+		return n >= len(written) && at >= end, fmt.Sprintf("%d in the stream, the slot at %s", n, at)
+	}, "the stream holds fewer than the %d messages, or the slot is short of the log's end at %s", len(written), end)
 	_ = last.Process.Kill()
 	_ = last.Wait()
 

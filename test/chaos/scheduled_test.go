@@ -93,10 +93,14 @@ func scheduledKills(t *testing.T, mode string) {
 		}
 	}
 	ops := postgres.NewDriver(pg.Pool).Operations()
-	testenv.Eventually(t, 2*time.Minute, func() bool {
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
 		st, err := ops.Status(ctx)
-		return err == nil && st.Scheduled.Waiting.N == 0 && testenv.StreamCount(t, nc, stream) >= len(want)
-	}, "the stream holds %d of %d messages", testenv.Lazy(func() any { return testenv.StreamCount(t, nc, stream) }), len(want))
+		if err != nil {
+			return false, err.Error()
+		}
+		n := testenv.StreamCount(t, nc, stream)
+		return st.Scheduled.Waiting.N == 0 && n >= len(want), fmt.Sprintf("%d waiting, %d in the stream", st.Scheduled.Waiting.N, n)
+	}, "the stream holds fewer than the %d messages", len(want))
 	_ = last.Process.Kill()
 	_ = last.Wait()
 	checkScheduledStream(t, nc, stream, mapping, written, want)

@@ -176,7 +176,7 @@ func testOrderSerialised[TTx any](t *testing.T, d store.Driver[TTx]) {
 		written = append(written, msgs...)
 		total += len(msgs)
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool { return pending(t, st) == 0 }, "outbox not drained: %v pending", testenv.Lazy(func() any { return pending(t, st) }))
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := pending(t, st); return n == 0, n }, "outbox not drained")
 	elapsed := time.Since(start)
 	got := b.received()
 	dups := checkDelivery(t, written, got)

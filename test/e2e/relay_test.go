@@ -190,7 +190,7 @@ func testEndToEnd[TTx any](t *testing.T, d store.Driver[TTx]) {
 		write(t, d, w, msgs...)
 		written = append(written, msgs...)
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool { return pending(t, st) == 0 }, "outbox not drained: %v pending", testenv.Lazy(func() any { return pending(t, st) }))
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := pending(t, st); return n == 0, n }, "outbox not drained")
 	elapsed := time.Since(start)
 	got := b.received()
 	dups := checkDelivery(t, written, got)

@@ -242,8 +242,8 @@ func runFailover(t *testing.T, m mode, k relayKind) outcome {
 	})
 	if k.logOnly {
 		unpublished := func() int { return len(w.unpublishedSince(promoted, pub.Messages())) }
-		testenv.Eventually(t, 60*time.Second, func() bool { return unpublished() == 0 },
-			"%d table-less messages written on the new primary not published", testenv.Lazy(func() any { return unpublished() }))
+		testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := unpublished(); return n == 0, n },
+			"table-less messages written on the new primary not published")
 		waitRecorded(t, d.Operations(), pub, promoted)
 	} else {
 		pending := func() int64 {
@@ -253,8 +253,7 @@ func runFailover(t *testing.T, m mode, k relayKind) outcome {
 			}
 			return c
 		}
-		testenv.Eventually(t, 60*time.Second, func() bool { return pending() == 0 }, "outbox not drained on the new primary: %d rows",
-			testenv.Lazy(func() any { return pending() }))
+		testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := pending(); return n == 0, n }, "outbox not drained on the new primary")
 	}
 
 	got := tally(t, pool, w, pub.Messages())

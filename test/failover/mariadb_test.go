@@ -104,8 +104,7 @@ func runMariaDBFailover(t *testing.T, m mariaMode) outcome {
 		}
 		return c
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool { return pending() == 0 }, "outbox not drained on the new primary: %d rows",
-		testenv.Lazy(func() any { return pending() }))
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { n := pending(); return n == 0, n }, "outbox not drained on the new primary")
 
 	rows, err := db.QueryContext(ctx, "SELECT n FROM failover_orders")
 	testenv.Must(t, err, "read the orders")
