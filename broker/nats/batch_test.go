@@ -379,17 +379,16 @@ func TestAtomicBatchesServerKilled(t *testing.T) {
 		msgs = append(msgs, run(fmt.Sprintf("key-%d", k), perKey)...)
 	}
 	done := make(chan []error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		done <- pub.Publish(ctx, msgs)
-	}()
+	go func() { done <- pub.Publish(context.Background(), msgs) }() // it ends when the server dies
 	s, err := js.Stream(context.Background(), stream)
 	testenv.Must(t, err, "stream")
-	testenv.Eventually(t, 30*time.Second, func() bool {
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
 		info, err := s.Info(context.Background())
-		return err == nil && info.State.Msgs >= 15000
-	}, "no batch stored")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.State.Msgs >= 15000, info.State.Msgs
+	}, "fewer than 15,000 messages stored")
 	srv.Kill()
 	errs := <-done
 	srv.Start()
