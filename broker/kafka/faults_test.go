@@ -336,12 +336,37 @@ func publishAll(t *testing.T, pub broker.Publisher, ms []courier.Message) {
 	}
 }
 
-func keyed(total, keys int) []courier.Message {
+func keyed(total, keys int) []courier.Message { return keyedFrom(0, total, keys) }
+
+// keyedFrom returns the messages from to to (not included) of the sequence
+// keyed starts, spread over keys.
+func keyedFrom(from, to, keys int) []courier.Message {
 	var out []courier.Message
-	for i := range total {
+	for i := from; i < to; i++ {
 		out = append(out, courier.NewMessage("orders", fmt.Sprintf("key-%d", i%keys), "T", []byte(fmt.Sprint(i))))
 	}
 	return out
+}
+
+// publishUntil publishes (*written)[next:] twenty at a time, 50 ms apart, and
+// more of the same sequence when those run out, until done (the group has
+// rebalanced: however long that takes on a busy machine, there are
+// messages for the members); it returns where it stopped. It fails the
+// test after 20,000 messages.
+func publishUntil(t *testing.T, pub broker.Publisher, written *[]courier.Message, next int, done func() bool) int {
+	t.Helper()
+	const keys, most = 24, 20000
+	for ; !done(); next += 20 {
+		if next >= most {
+			t.Fatalf("after %d messages the group has not rebalanced", next)
+		}
+		if next+20 > len(*written) {
+			*written = append(*written, keyedFrom(len(*written), len(*written)+200, keys)...)
+		}
+		publishAll(t, pub, (*written)[next:next+20])
+		time.Sleep(50 * time.Millisecond)
+	}
+	return next
 }
 
 // nothingLeft checks the group's committed offsets once the members are
@@ -394,14 +419,7 @@ func TestRebalanceLosesNothing(t *testing.T) {
 	b := subscriber(t, sc)
 	mb := c.member(t, b)
 	// Publish until the second member has partitions and handled some.
-	next := 150
-	for ; next < len(written) && mb.acked.Load() < 20; next += 20 {
-		publishAll(t, pub, written[next:next+20])
-		time.Sleep(50 * time.Millisecond)
-	}
-	if mb.acked.Load() == 0 {
-		t.Fatalf("after %d messages the second member handled none: no partition moved", next)
-	}
+	next := publishUntil(t, pub, &written, 150, func() bool { return mb.acked.Load() >= 20 })
 	publishAll(t, pub, written[next:])
 	dups := c.wait(t, written)
 	na, nb := ma.stop(), mb.stop()
@@ -423,14 +441,7 @@ func TestMemberLeavesMidStream(t *testing.T) {
 	a, b := subscriber(t, sc), subscriber(t, sc)
 	ma, mb := c.member(t, a), c.member(t, b)
 	// Publish until both members have partitions and acknowledged some.
-	next := 0
-	for ; next < len(written) && (ma.acked.Load() < 20 || mb.acked.Load() < 20); next += 20 {
-		publishAll(t, pub, written[next:next+20])
-		time.Sleep(50 * time.Millisecond)
-	}
-	if ma.acked.Load() == 0 || mb.acked.Load() == 0 {
-		t.Fatalf("after %d messages the members handled %d and %d: the group never split the partitions", next, ma.acked.Load(), mb.acked.Load())
-	}
+	next := publishUntil(t, pub, &written, 0, func() bool { return ma.acked.Load() >= 20 && mb.acked.Load() >= 20 })
 	na := ma.stop() // in the middle of a delivery, most likely
 	testenv.Must(t, a.Close(), "close the leaving member")
 	publishAll(t, pub, written[next:])

@@ -40,6 +40,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/courier-go/courier/broker/nats/embedded"
+	"github.com/courier-go/courier/internal/redact"
 )
 
 // Environment variables read by this package.
@@ -184,12 +185,27 @@ type PG struct {
 // Courier's migrations: testenv.Postgres(t, testenv.Migrate(postgres.NewDriver)).
 func Postgres(t testing.TB, migrate func(context.Context, *pgxpool.Pool) error) *PG {
 	t.Helper()
-	base := Need(t, EnvPostgres)
+	return PostgresAt(t, Need(t, EnvPostgres), migrate)
+}
+
+// PostgresOwn is Postgres on a server of the test's own (EnvPostgresBin),
+// with wal_level logical: for a test that must not wait on other tests'
+// transactions, as making a logical replication slot does (it waits until
+// every transaction open when it began has ended).
+func PostgresOwn(t testing.TB, migrate func(context.Context, *pgxpool.Pool) error) *PG {
+	t.Helper()
+	srv := StartPostgres(t, "wal_level=logical", "max_connections=200")
+	return PostgresAt(t, srv.URL, migrate)
+}
+
+// PostgresAt is Postgres on the server at base, a URL.
+func PostgresAt(t testing.TB, base string, migrate func(context.Context, *pgxpool.Pool) error) *PG {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgxpool.New(ctx, base)
 	if err != nil {
-		t.Fatalf("connect to %s: %v", EnvPostgres, err)
+		t.Fatalf("connect to %s: %v", redact.URL(base), err)
 	}
 	t.Cleanup(admin.Close)
 	schema := Name("t_")

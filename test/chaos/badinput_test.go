@@ -38,6 +38,7 @@ const sqlType = `x');DROP/**/TABLE/**/courier_outbox;--`
 // never takes a well-formed neighbour down with it: on the embedded default
 // (SQLite) and on PostgreSQL.
 func TestBadInputNeverLosesANeighbour(t *testing.T) {
+	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
 		db, err := sqlite.Open(filepath.Join(t.TempDir(), "courier.db"))
 		testenv.Must(t, err, "open")

@@ -72,6 +72,7 @@ func rabbitMQ(t *testing.T, base string) target {
 // queue and is applied once, each key's in the order written, and no
 // message becomes a dead letter.
 func TestRelayKillsRabbitMQ(t *testing.T) {
+	t.Parallel()
 	s := transportSettings()
 	rr := startRelays(t, rabbitMQ(t, testenv.AMQP(t)), s)
 	ctx, cancel := context.WithTimeout(context.Background(), s.chaosFor)
@@ -111,6 +112,7 @@ func kafkaCluster(t *testing.T, s settings) target {
 // message becomes a dead letter. It holds whether the relay publishes a
 // key's messages one at a time or pipelined.
 func TestRelayKillsKafka(t *testing.T) {
+	t.Parallel()
 	s := transportSettings()
 	rr := startRelays(t, kafkaCluster(t, s), s)
 	ctx, cancel := context.WithTimeout(context.Background(), s.chaosFor)
@@ -126,6 +128,7 @@ func TestRelayKillsKafka(t *testing.T) {
 // written, and the outages make no dead letter (the relays run with
 // --max-attempts 3: an outage is a backlog, never a counted failure).
 func TestRabbitMQRestartMidDrain(t *testing.T) {
+	t.Parallel()
 	s := transportSettings()
 	s.relays = 2
 	// A node of the test's own: other packages' tests use the machine's.

@@ -64,7 +64,7 @@
 // nats-server 2.10 or later), RabbitMQ needs its consistent-hash plugin.
 //
 // TestCDCRelayKills does the same to `courier relay --mode cdc`: two relay
-// processes at a time, each SIGKILLed 0.3–3s after it started, walsenders
+// processes at a time, each SIGKILLed 0.3–3s after it began relaying, walsenders
 // terminated now and then, while writers commit to the table (rows) or to
 // the log only (tableless); it compares the JetStream stream with what was
 // committed (nothing lost, no duplicate, every key in commit order) and
@@ -275,12 +275,13 @@ const maxMsgSize = 64 << 10
 const measureFor = 2 * time.Second
 
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	s := settings{messages: 5000, keys: 200, partitions: 2, relays: 2, chaosFor: 30 * time.Second, poisonBacklog: 1500, maxPoisons: 2}
 	if testenv.Long() {
 		s = settings{messages: 100000, keys: 1000, partitions: 4, relays: 3, chaosFor: 5 * time.Minute, poisonBacklog: 10000, maxPoisons: 5}
 	}
 	for _, d := range dialects {
-		t.Run(d.name, func(t *testing.T) { runChaos(t, d, s) })
+		t.Run(d.name, func(t *testing.T) { t.Parallel(); runChaos(t, d, s) })
 	}
 }
 

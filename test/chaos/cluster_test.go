@@ -46,6 +46,7 @@ var (
 //	go test ./test/chaos -run TestChaosCluster -v          # 40,000 messages, what CI runs
 //	go test ./test/chaos -run TestChaosCluster -long -v    # 200,000 messages, three minutes of faults
 func TestChaosCluster(t *testing.T) {
+	t.Parallel()
 	s := clusterDefault
 	switch {
 	case testenv.Long():

@@ -89,6 +89,7 @@ type groupTarget struct {
 }
 
 func TestOrderedGroupNATS(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartNATSServer(t, testenv.NATSServerConfig{})
 	nc := testenv.Connect(t, srv.URL)
 	mapping := couriernats.Config{SubjectPrefix: "grp.", KeySubjects: true}
@@ -99,6 +100,7 @@ func TestOrderedGroupNATS(t *testing.T) {
 }
 
 func TestOrderedGroupKafka(t *testing.T) {
+	t.Parallel()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(groupTimeout))
 	testenv.Must(t, err, "kfake")
 	t.Cleanup(c.Close)
@@ -116,6 +118,7 @@ func TestOrderedGroupKafka(t *testing.T) {
 }
 
 func TestOrderedGroupRabbitMQ(t *testing.T) {
+	t.Parallel()
 	exchange, queue := testenv.Name("courier_grp_"), testenv.Name("grp_")
 	raw := testenv.AMQP(t) + "?exchange=" + exchange + "&prefix=grp."
 	cfg, err := amqp.ParseURL(raw)

@@ -24,7 +24,7 @@ import (
 )
 
 // TestScheduledRelayKills runs two `courier relay` processes, polling and
-// then CDC, each SIGKILLed 0.3–3s after it started and replaced at once,
+// then CDC, each SIGKILLed 0.3–3s after it began relaying and replaced at once,
 // while writers schedule messages due one to six seconds later (many at
 // the same instants, so that releases are under way when the kills come)
 // and cancel every tenth of them a moment later; then one relay drains.
@@ -33,6 +33,7 @@ import (
 // timestamp), each key's in due order; no cancelled one does. 20 seconds
 // of writes per mode, 5 minutes with -long.
 func TestScheduledRelayKills(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"polling", "cdc"} {
 		t.Run(mode, func(t *testing.T) { scheduledKills(t, mode) })
 	}
@@ -58,7 +59,13 @@ func scheduledKills(t *testing.T, mode string) {
 	if testenv.Long() {
 		writeFor = 5 * time.Minute
 	}
-	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	open := testenv.Postgres
+	if mode == "cdc" {
+		// A server of its own: making the slot waits for every
+		// transaction open on the server to end, other tests' too.
+		open = testenv.PostgresOwn
+	}
+	pg := open(t, testenv.Migrate(postgres.NewDriver))
 	natsURL := testenv.NATSOrEmbedded(t)
 	nc := testenv.Connect(t, natsURL)
 	ctx := context.Background()
@@ -67,7 +74,7 @@ func scheduledKills(t *testing.T, mode string) {
 	testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: stream}), "stream")
 	wire := countWire(t, nc, mapping.SubjectPrefix)
 	args := []string{"relay", "--database-url", pg.URL, "--broker-url", natsURL, "--stream", stream,
-		"--subject-prefix", mapping.SubjectPrefix, "--batch-size", "100", "--log-format", "text", "--log-level", "warn"}
+		"--subject-prefix", mapping.SubjectPrefix, "--batch-size", "100", "--log-format", "text", "--log-level", "info"}
 	if mode == "cdc" {
 		slot := strings.ToLower(testenv.Name("sched_"))
 		t.Cleanup(func() { dropSlot(t, pg, slot) })

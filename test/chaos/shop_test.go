@@ -140,6 +140,7 @@ func (s shopSettings) String() string {
 // matching outcomes, no dead letters. The report lists what was checked and
 // what the run absorbed; a failure shows the end of each process's log.
 func TestShopUnderProcessKills(t *testing.T) {
+	t.Parallel()
 	s := shopSettings{orders: 250, chaosFor: 25 * time.Second, settle: 90 * time.Second}
 	if testenv.Long() {
 		s = shopSettings{orders: 5000, chaosFor: 4 * time.Minute, settle: 5 * time.Minute}

@@ -121,6 +121,7 @@ func runVersionedConsumer(ctx context.Context, log *slog.Logger) error {
 // knows it, with its currency; version 1 as it was written, upcast to euros
 // by the new consumers. Nothing is parked: the waits did not count.
 func TestConsumersUpgradedMidStream(t *testing.T) {
+	t.Parallel()
 	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
 	_, err := pg.Pool.Exec(ctx, `CREATE TABLE charges (message_id uuid NOT NULL, seq int NOT NULL, cents int NOT NULL,

@@ -159,6 +159,7 @@ func reset(w http.ResponseWriter) {
 // that its recovery takes a minute or so: the kills there also bring fresh
 // relays, with closed breakers, to meet every fault.
 func TestWebhookEndpointFaults(t *testing.T) {
+	t.Parallel()
 	t.Run("relay-role", func(t *testing.T) {
 		webhookFaults(t, target{name: "webhook", role: webhookRelayRole, lease: webhookLease}, webhookTimeout+time.Second)
 	})
