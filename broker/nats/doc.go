@@ -149,6 +149,23 @@
 // every partition it held and takes its share again. Subscriber.Partitions
 // says what an instance holds; its Logger says when that changes.
 //
+// A partition's deliveries reach Next in order and none is skipped: every
+// delivery of a consumer carries its consumer sequence, one more than the
+// delivery before, and the subscriber hands nothing on past a gap. Gaps
+// happen: a pull that misses two of its heartbeats (a process paused, a
+// host or network that stalled) pulls again while the server still answers
+// the pull before, and nats.go drops what overflows its buffer of Prefetch
+// deliveries as a slow consumer; what the server sends while the
+// connection is down is lost. The server counts those delivered and would
+// send them again only after AckWait, behind later messages of their keys.
+// At the first delivery that does not follow the one before, the
+// subscriber deletes the partition's consumer and makes a new one,
+// "p<N>-<member>_<k>" (k counts the consumers the instance made of the
+// partition), which starts again at the oldest message not acknowledged;
+// what was handed out before the gap comes again, and the inbox skips what
+// was applied. A pull's heartbeat is 2s, or two fifths of MemberTimeout
+// when that is shorter (at least 500ms).
+//
 // It needs nats-server 2.10 or later (stream sources with subject
 // transforms). On an older server (Debian's 2.9) NewSubscriber refuses
 // Partitions, naming the server's version: run one instance of the

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,15 +58,7 @@ type partitions struct {
 
 	mu   sync.Mutex
 	held map[int]*held
-}
-
-// held is a partition an instance consumes.
-type held struct {
-	name    string // its consumer
-	iter    jetstream.MessagesContext
-	pump    *group.Pump
-	checked time.Time     // when its consumer was last seen to exist
-	last    atomic.Uint64 // the stream sequence of the last message handed out
+	made map[int]int // consumers made per partition, for their names
 }
 
 // startPartitions makes or checks the partition stream, joins the
@@ -79,7 +69,7 @@ func startPartitions(ctx context.Context, nc *natsgo.Conn, js jetstream.JetStrea
 	}
 	p := &partitions{
 		cfg: cfg, js: js, nc: nc, stream: PartitionStream(cfg.Stream, cfg.Consumer),
-		out: make(chan *delivery), held: make(map[int]*held), done: make(chan struct{}),
+		out: make(chan *delivery), held: make(map[int]*held), made: make(map[int]int), done: make(chan struct{}),
 	}
 	if err := p.ensureStream(ctx); err != nil {
 		return nil, err
@@ -210,216 +200,3 @@ func partitionTransform(filter string, partitions int) jetstream.SubjectTransfor
 		Destination: fmt.Sprintf("{{Partition(%d,%d)}}.%s", partitions, n, strings.Join(tokens, ".")),
 	}
 }
-
-// consumerName is the consumer of partition part held by member.
-func consumerName(part int, member string) string { return "p" + strconv.Itoa(part) + "-" + member }
-
-// Acquire implements group.Owner: it creates this member's consumer of the
-// partition and pulls from it. While another member's consumer holds the
-// partition it returns group.ErrBusy, unless that member is gone: then it
-// deletes that consumer first.
-func (p *partitions) Acquire(ctx context.Context, part int, alive func(string) bool) error {
-	if p.holding(ctx, part) {
-		return nil
-	}
-	name := consumerName(part, p.group.Member())
-	cc := jetstream.ConsumerConfig{
-		Durable:       name,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       p.cfg.AckWait,
-		MaxAckPending: p.cfg.MaxAckPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: strconv.Itoa(part) + ".>",
-		// A consumer whose member died and whose partition nobody took
-		// (fewer partitions wanted) goes by itself.
-		InactiveThreshold: max(10*p.cfg.MemberTimeout, time.Minute),
-	}
-	cons, err := p.js.CreateOrUpdateConsumer(ctx, p.stream, cc)
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeWQNotUnique {
-		if err := p.takeFrom(ctx, part, name, alive); err != nil {
-			return err
-		}
-		cons, err = p.js.CreateOrUpdateConsumer(ctx, p.stream, cc)
-	}
-	if err != nil {
-		return fmt.Errorf("nats: consumer %s of partition %d on stream %s: %w", name, part, p.stream, err)
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(p.cfg.Prefetch), jetstream.PullHeartbeat(pullHeartbeat))
-	if err != nil {
-		return fmt.Errorf("nats: pull from consumer %s: %w", name, err)
-	}
-	h := &held{name: name, iter: iter, checked: time.Now()}
-	h.pump = group.StartPump(p.receive(part, iter), func(m jetstream.Msg, t *group.Ticket) *delivery {
-		d := &delivery{m: m, subject: m.Subject(), ticket: t}
-		if _, rest, ok := strings.Cut(d.subject, "."); ok {
-			d.subject = rest // without the partition
-		}
-		if md, err := m.Metadata(); err == nil {
-			h.last.Store(md.Sequence.Stream)
-		}
-		return d
-	}, p.out)
-	p.mu.Lock()
-	p.held[part] = h
-	p.mu.Unlock()
-	return nil
-}
-
-// receive returns what pulls part's messages from iter for its pump.
-func (p *partitions) receive(part int, iter jetstream.MessagesContext) func(stop <-chan struct{}) (jetstream.Msg, error) {
-	return func(stop <-chan struct{}) (jetstream.Msg, error) {
-		for {
-			m, err := iter.Next()
-			switch {
-			case err == nil:
-				return m, nil
-			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-				return nil, err
-			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
-				return nil, group.ErrLost
-			}
-			p.log.Warn("nats: pulling a partition failed; pulling again", "partition", part, "error", err)
-			select {
-			case <-stop:
-				return nil, err
-			case <-time.After(pullRetry):
-			}
-		}
-	}
-}
-
-// pullRetry spaces the pulls of a partition after one failed.
-const pullRetry = 100 * time.Millisecond
-
-// holding reports whether this member consumes part and still may: a
-// partition whose consumer is gone (another member deleted it, having
-// found this one silent) is let go of. That the consumer exists is checked
-// once every MemberTimeout.
-func (p *partitions) holding(ctx context.Context, part int) bool {
-	p.mu.Lock()
-	h := p.held[part]
-	p.mu.Unlock()
-	if h == nil {
-		return false
-	}
-	if !h.pump.Lost() && time.Since(h.checked) >= p.cfg.MemberTimeout {
-		_, err := p.js.Consumer(ctx, p.stream, h.name)
-		switch {
-		case errors.Is(err, jetstream.ErrConsumerNotFound):
-			h.pump.MarkLost()
-		case err == nil:
-			h.checked = time.Now()
-		}
-	}
-	if !h.pump.Lost() {
-		return true
-	}
-	p.log.Info("nats: a partition was taken from this member", "partition", part)
-	p.stopPump(part, h)
-	return false
-}
-
-// takeFrom deletes the consumer that holds part, when its member is gone;
-// it returns group.ErrBusy when that member is alive.
-func (p *partitions) takeFrom(ctx context.Context, part int, ours string, alive func(string) bool) error {
-	s, err := p.js.Stream(ctx, p.stream)
-	if err != nil {
-		return fmt.Errorf("nats: look up stream %s: %w", p.stream, err)
-	}
-	filter := strconv.Itoa(part) + ".>"
-	holder := ""
-	consumers := s.ListConsumers(ctx)
-	for ci := range consumers.Info() {
-		if ci.Name != ours && (ci.Config.FilterSubject == filter || slices.Contains(ci.Config.FilterSubjects, filter)) {
-			holder = ci.Name
-		}
-	}
-	if err := consumers.Err(); err != nil {
-		return fmt.Errorf("nats: list the consumers of stream %s: %w", p.stream, err)
-	}
-	if holder == "" {
-		return nil // gone meanwhile
-	}
-	member, ok := strings.CutPrefix(holder, "p"+strconv.Itoa(part)+"-")
-	if !ok {
-		return fmt.Errorf("nats: consumer %s on stream %s holds partition %d and is not Courier's: delete it, the stream is Courier's", holder, p.stream, part)
-	}
-	if alive(member) {
-		return fmt.Errorf("partition %d: consumer %s: %w", part, holder, group.ErrBusy)
-	}
-	p.log.Info("nats: taking a partition from a member gone silent", "partition", part, "from", member)
-	if err := p.js.DeleteConsumer(ctx, p.stream, holder); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("nats: delete consumer %s of a member gone silent: %w", holder, err)
-	}
-	return nil
-}
-
-// stopPump stops h's pulling and forgets it; what it received and did not
-// hand over goes back with its consumer.
-func (p *partitions) stopPump(part int, h *held) {
-	h.iter.Stop()
-	h.pump.Stop()
-	p.mu.Lock()
-	if p.held[part] == h {
-		delete(p.held, part)
-	}
-	p.mu.Unlock()
-}
-
-// Release implements group.Owner: it stops pulling part, waits, with
-// drain (at most MemberTimeout), for the deliveries handed out to be
-// settled and their acknowledgements to reach the server, and deletes this
-// member's consumer of the partition, so that the next owner's consumer
-// starts at the oldest message not acknowledged. Without drain (the
-// subscriber closes) it does not wait for deliveries still unsettled, but
-// when none is, it still waits for the server to have the acknowledgements
-// sent: acknowledgements are not answered, and the server may take them
-// after the consumer's deletion, which would bring their messages again.
-// Deliveries that outlast the wait come again to the next owner, which
-// skips those applied.
-func (p *partitions) Release(ctx context.Context, part int, drain bool) {
-	p.mu.Lock()
-	h := p.held[part]
-	p.mu.Unlock()
-	if h == nil {
-		return
-	}
-	p.stopPump(part, h)
-	wait := p.cfg.MemberTimeout
-	if !drain {
-		wait = 0 // only what is settled already
-	}
-	p.drain(ctx, h, wait)
-	if err := p.js.DeleteConsumer(ctx, p.stream, h.name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		p.log.Warn("nats: could not delete the consumer of a partition given up; the partition's next owner takes it over once this member is gone, or the server drops it a minute or more after its last pull", "partition", part, "consumer", h.name, "error", err)
-	}
-}
-
-// drain waits, up to settle, until h's deliveries are settled, and then,
-// at most MemberTimeout in all, until the server has their
-// acknowledgements (its acknowledgement floor has reached the last message
-// handed out; what was pulled ahead and never handed out stays pending,
-// for the next owner): a handover then brings nothing again.
-func (p *partitions) drain(ctx context.Context, h *held, settle time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.MemberTimeout)
-	defer cancel()
-	if !h.pump.Drain(ctx, settle) {
-		return
-	}
-	for {
-		c, err := p.js.Consumer(ctx, p.stream, h.name)
-		if err != nil || c.CachedInfo().AckFloor.Stream >= h.last.Load() {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(ackPoll):
-		}
-	}
-}
-
-// ackPoll spaces the looks at whether the server has a partition's
-// acknowledgements.
-const ackPoll = 5 * time.Millisecond
