@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -246,15 +247,14 @@ func (g *Group) Run(ctx context.Context) error {
 		g.leave()
 		return nil
 	}
+	var paused atomic.Int64 // a gap the watch saw, not yet resumed from
+	wg.Go(func() { g.watch(beatCtx, &paused) })
 	tick := time.NewTicker(g.cfg.Heartbeat)
 	defer tick.Stop()
-	last := time.Now()
 	for {
-		now := time.Now()
-		if now.Sub(last) >= g.cfg.Timeout {
-			g.resume(ctx, now.Sub(last))
+		if gap := time.Duration(paused.Swap(0)); gap > 0 {
+			g.resume(ctx, gap)
 		}
-		last = now
 		g.expire()
 		g.rebalance(ctx)
 		select {
@@ -268,6 +268,34 @@ func (g *Group) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// watch notices when this member did not run for Timeout or longer: it
+// wakes every watchTick, and records a gap of at least Timeout between two
+// wakes in paused, for Run, which it wakes. It runs
+// beside Run's loop, so that the loop's own waits (a release that waits
+// for deliveries to be settled, a slow broker) never count as a gap, and a
+// gap during them still does.
+func (g *Group) watch(ctx context.Context, paused *atomic.Int64) {
+	t := time.NewTicker(watchTick(g.cfg))
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			now := time.Now()
+			if gap := now.Sub(last); gap >= g.cfg.Timeout {
+				paused.Store(int64(gap))
+				g.signal()
+			}
+			last = now
+		}
+	}
+}
+
+// watchTick is how often watch wakes: a quarter of Heartbeat.
+func watchTick(c Config) time.Duration { return max(c.Heartbeat/4, time.Millisecond) }
 
 // resume picks up after this member did not run for gap, Timeout or
 // longer (its process was stopped, starved or suspended): the others took

@@ -127,15 +127,19 @@ func TestConfigCheck(t *testing.T) {
 type broker struct {
 	mu      sync.Mutex
 	groups  map[string]*Group
-	mute    map[string]bool  // members whose beats nobody hears
-	deaf    map[string]bool  // members that hear nothing, not even themselves
-	holders map[int]string   // partition -> member consuming it
-	taken   map[int][]string // partition -> members that took it, in order
-	busy    map[string]int   // member -> acquisitions refused
+	mute    map[string]bool          // members whose beats nobody hears
+	deaf    map[string]bool          // members that hear nothing, not even themselves
+	holders map[int]string           // partition -> member consuming it
+	taken   map[int][]string         // partition -> members that took it, in order
+	busy    map[string]int           // member -> acquisitions refused
+	slow    map[string]time.Duration // member -> how long its releases that drain take
+	dropped map[string]int           // member -> partitions it released without draining
+	asked   map[string]int           // member -> its calls of Acquire
 }
 
 func newBroker() *broker {
-	return &broker{groups: map[string]*Group{}, mute: map[string]bool{}, deaf: map[string]bool{}, holders: map[int]string{}, taken: map[int][]string{}, busy: map[string]int{}}
+	return &broker{groups: map[string]*Group{}, mute: map[string]bool{}, deaf: map[string]bool{}, holders: map[int]string{}, taken: map[int][]string{}, busy: map[string]int{},
+		slow: map[string]time.Duration{}, dropped: map[string]int{}, asked: map[string]int{}}
 }
 
 func (b *broker) send(_ context.Context, beat Beat) error {
@@ -165,6 +169,7 @@ type owner struct {
 func (o owner) Acquire(_ context.Context, p int, alive func(string) bool) error {
 	o.b.mu.Lock()
 	defer o.b.mu.Unlock()
+	o.b.asked[o.member]++
 	switch h, held := o.b.holders[p]; {
 	case h == o.member:
 		return nil
@@ -177,7 +182,16 @@ func (o owner) Acquire(_ context.Context, p int, alive func(string) bool) error 
 	return nil
 }
 
-func (o owner) Release(_ context.Context, p int, _ bool) {
+func (o owner) Release(_ context.Context, p int, drain bool) {
+	o.b.mu.Lock()
+	slow := o.b.slow[o.member]
+	if !drain {
+		o.b.dropped[o.member]++
+	}
+	o.b.mu.Unlock()
+	if drain {
+		time.Sleep(slow) // its deliveries take that long to settle
+	}
 	o.b.mu.Lock()
 	defer o.b.mu.Unlock()
 	if o.b.holders[p] == o.member {
@@ -322,5 +336,41 @@ func TestDeafMemberTakesNothing(t *testing.T) {
 	}
 	if ms := b.groups["a"].Members(); !slices.Equal(ms, []string{"a", "b"}) {
 		t.Fatalf("deaf a's members: %v; want b kept", ms)
+	}
+}
+
+// eventually waits until cond holds, failing t with what after 10s.
+func eventually(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+	}
+}
+
+// A member whose release of a partition takes longer than the timeout (its
+// deliveries take that long to be settled) has not stopped running
+// meanwhile: it keeps the rest of its partitions, and the others keep
+// theirs.
+func TestSlowReleaseIsNoPause(t *testing.T) {
+	const partitions = 8
+	b := newBroker()
+	b.mu.Lock()
+	b.slow["a"] = 300 * time.Millisecond // three timeouts
+	b.mu.Unlock()
+	b.start(t, "a", partitions)
+	b.settled(t, []string{"a"}, partitions)
+	b.start(t, "b", partitions)
+	b.settled(t, []string{"a", "b"}, partitions) // a's slow release is over
+	// a's loop runs again: it would give up its partitions first.
+	asked := func() int { b.mu.Lock(); defer b.mu.Unlock(); return b.asked["a"] }
+	since := asked()
+	eventually(t, func() bool { return asked() >= since+partitions }, "a's loop did not run again after its slow release")
+	b.settled(t, []string{"a", "b"}, partitions)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := b.dropped["a"]; n != 0 {
+		t.Fatalf("a gave up %d partitions without draining after a slow release, as if it had not run for a while", n)
 	}
 }
