@@ -17,13 +17,13 @@ import (
 )
 
 func TestParseURL(t *testing.T) {
-	cfg, err := amqp.ParseURL("amqp://u:p@host:5672/vh?exchange=events&prefix=shop.&heartbeat=5")
+	cfg, err := amqp.ParseURL("amqp://u:p@host:5672/vh?exchange=events&prefix=shop.&heartbeat=5&connection_timeout=2000")
 	testenv.Must(t, err, "parse")
 	if cfg.Exchange != "events" || cfg.RoutingKeyPrefix != "shop." {
 		t.Errorf("exchange %q prefix %q", cfg.Exchange, cfg.RoutingKeyPrefix)
 	}
-	if cfg.URL != "amqp://u:p@host:5672/vh?heartbeat=5" {
-		t.Errorf("URL %q keeps Courier's options or loses the client's", cfg.URL)
+	if cfg.URL != "amqp://u:p@host:5672/vh?connection_timeout=2000" || cfg.Heartbeat != 5*time.Second {
+		t.Errorf("URL %q, Heartbeat %s: want Courier's options out of the URL (the heartbeat in Heartbeat) and the client's kept", cfg.URL, cfg.Heartbeat)
 	}
 	if got := cfg.RoutingKey("orders"); got != "shop.orders" {
 		t.Errorf("routing key %q", got)
@@ -33,8 +33,13 @@ func TestParseURL(t *testing.T) {
 	}
 	cfg, err = amqp.ParseURL("amqp://127.0.0.1/")
 	testenv.Must(t, err, "parse")
-	if cfg.Exchange != amqp.DefaultExchange || cfg.RoutingKeyPrefix != "" {
-		t.Errorf("defaults: exchange %q prefix %q", cfg.Exchange, cfg.RoutingKeyPrefix)
+	if cfg.Exchange != amqp.DefaultExchange || cfg.RoutingKeyPrefix != "" || cfg.Heartbeat != 0 {
+		t.Errorf("defaults: exchange %q prefix %q heartbeat %s; want the heartbeat left to what uses the Config", cfg.Exchange, cfg.RoutingKeyPrefix, cfg.Heartbeat)
+	}
+	for _, bad := range []string{"0", "x", "-1", "70000"} {
+		if _, err := amqp.ParseURL("amqp://127.0.0.1/?heartbeat=" + bad); err == nil || !strings.Contains(err.Error(), "heartbeat") {
+			t.Errorf("heartbeat=%s: %v; want it refused", bad, err)
+		}
 	}
 	if _, err := amqp.ParseURL("nats://127.0.0.1"); err == nil || !strings.Contains(err.Error(), "amqp://") {
 		t.Errorf("nats URL: %v", err)

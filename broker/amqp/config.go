@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,7 +50,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// Heartbeat is the AMQP heartbeat interval: a connection silent for two
 	// of them counts as lost. It counts in whole seconds (the broker's
-	// unit), so at least 1s. Default DefaultHeartbeat (10s).
+	// unit), so at least 1s. Default DefaultHeartbeat (10s); with
+	// SubscriberConfig.Partitions, half of MemberTimeout. ParseURL reads
+	// it from the URL's heartbeat parameter; URL itself must not hold one.
 	Heartbeat time.Duration
 	// Backoff spaces reconnection attempts after a connection loss. Each
 	// zero field takes its default: DefaultBackoffInitial (100ms),
@@ -59,13 +62,17 @@ type Config struct {
 }
 
 // ParseURL reads a Config from an amqp:// or amqps:// URL. Query
-// parameters exchange (default "courier") and prefix (the routing key
-// prefix, default none) are Courier's and are removed from Config.URL; the
-// others (heartbeat, connection_timeout, …) are amqp091-go's and stay:
+// parameters exchange (default "courier"), prefix (the routing key prefix,
+// default none) and heartbeat (Config.Heartbeat in seconds, at least 1)
+// are Courier's and are removed from Config.URL; the others
+// (connection_timeout, …) are amqp091-go's and stay:
 //
-//	amqp://guest:guest@127.0.0.1:5672/?exchange=events&prefix=shop.
+//	amqp://guest:guest@127.0.0.1:5672/?exchange=events&prefix=shop.&heartbeat=2
 //
-// The Config's other fields have their defaults.
+// The Config's other fields have their defaults, except Heartbeat without
+// the parameter: it stays 0, so that what uses the Config takes its own
+// default (a subscriber with Partitions beats more often than a
+// publisher).
 func ParseURL(s string) (Config, error) {
 	u, err := url.Parse(s)
 	if err != nil {
@@ -80,14 +87,24 @@ func ParseURL(s string) (Config, error) {
 	}
 	q := u.Query()
 	cfg := Config{Exchange: q.Get("exchange"), RoutingKeyPrefix: q.Get("prefix")}
+	if q.Has("heartbeat") {
+		n, err := strconv.ParseUint(q.Get("heartbeat"), 10, 16)
+		if err != nil || n == 0 {
+			return Config{}, fmt.Errorf("amqp: URL: heartbeat %q: use whole seconds from 1 (0 would turn heartbeats off, and a broker or consumer that hangs would go unnoticed), or leave it out for the default", q.Get("heartbeat"))
+		}
+		cfg.Heartbeat = time.Duration(n) * time.Second
+	}
 	q.Del("exchange")
 	q.Del("prefix")
+	q.Del("heartbeat")
 	u.RawQuery = q.Encode()
 	cfg.URL = u.String()
 	if _, err := amqp091.ParseURI(cfg.URL); err != nil {
 		return Config{}, fmt.Errorf("amqp: URL: %w", err)
 	}
+	heartbeat := cfg.Heartbeat
 	cfg.setDefaults()
+	cfg.Heartbeat = heartbeat // its user's default, unless the URL said
 	return cfg, nil
 }
 
@@ -122,6 +139,9 @@ func (c *Config) validate() error {
 	}
 	if _, err := amqp091.ParseURI(c.URL); err != nil {
 		return fmt.Errorf("amqp: Config.URL: %w", err)
+	}
+	if u, err := url.Parse(c.URL); err == nil && u.Query().Has("heartbeat") {
+		return errors.New("amqp: Config.URL holds a heartbeat parameter, which would win over Config.Heartbeat: set Config.Heartbeat instead (ParseURL moves the parameter there)")
 	}
 	return nil
 }

@@ -71,6 +71,7 @@ func TestConfigValidate(t *testing.T) {
 		"Prefetch":                   {amqp.SubscriberConfig{Config: cfg, Queue: "q", Prefetch: -1}.Validate, sub(amqp.SubscriberConfig{Config: cfg, Queue: "q", Prefetch: -1}), "SubscriberConfig.Prefetch"},
 		"DeliveryLimit":              {amqp.Topology{Queue: "q", DeliveryLimit: -1}.Validate, topo(cfg, amqp.Topology{Queue: "q", DeliveryLimit: -1}), "Topology.DeliveryLimit"},
 		"Topics without a queue":     {amqp.Topology{Topics: []string{"orders"}}.Validate, topo(cfg, amqp.Topology{Topics: []string{"orders"}}), "Topology.Queue"},
+		"Heartbeat in the URL":       {amqp.Config{URL: cfg.URL + "?heartbeat=5"}.Validate, sub(amqp.SubscriberConfig{Config: amqp.Config{URL: cfg.URL + "?heartbeat=5"}, Queue: "q", Partitions: 4}), "set Config.Heartbeat instead"},
 		"Heartbeat under 1s":         {with(func(c *amqp.Config) { c.Heartbeat = 500 * time.Millisecond }).Validate, sub(amqp.SubscriberConfig{Config: with(func(c *amqp.Config) { c.Heartbeat = 500 * time.Millisecond }), Queue: "q"}), "whole seconds"},
 		"Partitions":                 {amqp.Topology{Queue: "q", Partitions: -1}.Validate, topo(cfg, amqp.Topology{Queue: "q", Partitions: -1}), "Topology.Partitions is -1"},
 		"Partitions without a queue": {amqp.Topology{Partitions: 4}.Validate, topo(cfg, amqp.Topology{Partitions: 4}), "Topology.Partitions without Topology.Queue"},
