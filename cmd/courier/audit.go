@@ -11,7 +11,6 @@ import (
 
 	"github.com/courier-go/courier/audit"
 	"github.com/courier-go/courier/broker/brokerurl"
-	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/internal/escape"
 )
 
@@ -20,6 +19,7 @@ type auditCmd struct {
 	BrokerURL        string        `name:"broker-url" required:"" help:"Broker to read back: nats://host:4222 (the stream of --stream) or kafka://host:9092 (the topics of --topic). RabbitMQ queues and webhook endpoints keep no copy to read." env:"COURIER_BROKER_URL"`
 	Stream           string        `help:"JetStream stream the relays publish into (NATS)." default:"COURIER" env:"COURIER_STREAM"`
 	SubjectPrefix    string        `help:"Prefix that turns a topic into a subject (NATS), as the relays were given it." default:"courier." env:"COURIER_SUBJECT_PREFIX"`
+	KeySubjects      bool          `name:"key-subjects" help:"Subjects end with the message's key (NATS), as the relays were given it." env:"COURIER_KEY_SUBJECTS"`
 	Topic            []string      `name:"topic" help:"Kafka topics to read (required for Kafka; repeat or separate with commas)." env:"COURIER_AUDIT_TOPICS"`
 	Since            time.Duration `help:"Audit what was published this long before --until." default:"1h" env:"COURIER_AUDIT_SINCE"`
 	From             string        `help:"Start of the window, RFC 3339 (such as 2026-12-03T17:00:00Z); instead of --since." env:"COURIER_AUDIT_FROM"`
@@ -68,7 +68,7 @@ func (c *auditCmd) Run(e *env) error {
 	}
 	opts := brokerurl.Options{
 		Flag: "--broker-url", Env: "COURIER_BROKER_URL", Logger: e.log,
-		NATS:   couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""},
+		NATS:   natsMapping(c.SubjectPrefix, c.KeySubjects),
 		Stream: c.Stream,
 		// An audit reads: it creates no stream and declares nothing.
 		NoCreate: true, ReadBack: true,

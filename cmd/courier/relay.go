@@ -32,6 +32,7 @@ type relayCmd struct {
 	NoListen         bool          `help:"Do not LISTEN for wake-ups (PostgreSQL); poll only." env:"COURIER_NO_LISTEN"`
 	Stream           string        `help:"JetStream stream to publish into (NATS)." default:"COURIER" env:"COURIER_STREAM"`
 	SubjectPrefix    string        `help:"Prefix that turns a topic into a subject (NATS)." default:"courier." env:"COURIER_SUBJECT_PREFIX"`
+	KeySubjects      bool          `name:"key-subjects" help:"End each message's subject with its key (NATS): topic orders and key o-42 go to courier.orders.o-42. Consumers that share the keys among their instances (nats.SubscriberConfig.Partitions) need it; their subscribers set nats.Config.KeySubjects too. The stream the relay creates takes both forms." env:"COURIER_KEY_SUBJECTS"`
 	StreamReplicas   int           `name:"stream-replicas" help:"Servers of a NATS cluster that hold the stream the relay creates: 3 (or 5) on a cluster, so that an acknowledgement means a quorum stored the message." default:"1" env:"COURIER_STREAM_REPLICAS"`
 	NoStream         bool          `name:"no-create-stream" help:"Do not create the stream (NATS) or declare the exchange (RabbitMQ) when it is missing (it is managed elsewhere)." env:"COURIER_NO_CREATE_STREAM"`
 	BatchSize        int           `help:"Messages claimed per batch." default:"1000" env:"COURIER_BATCH_SIZE"`
@@ -265,7 +266,7 @@ func (c *relayCmd) logRelaying(e *env, d *dburl.DB, b *brokerurl.Broker, pollInt
 	where := []any{"database", d.String(), "dialect", d.Dialect(), "broker", b.String()}
 	switch b.Kind() {
 	case brokerurl.NATS:
-		where = append(where, "stream", c.Stream, "subject_prefix", c.SubjectPrefix)
+		where = append(where, "stream", c.Stream, "subject_prefix", c.SubjectPrefix, "key_subjects", c.KeySubjects)
 	case brokerurl.Kafka:
 		where = append(where, "topic_prefix", b.Kafka().TopicPrefix)
 	case brokerurl.AMQP:
@@ -283,13 +284,19 @@ func (c *relayCmd) brokerOptions(log *slog.Logger) brokerurl.Options {
 		Flag:             "--broker-url",
 		Env:              "COURIER_BROKER_URL",
 		Logger:           log,
-		NATS:             couriernats.Config{SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == ""},
+		NATS:             natsMapping(c.SubjectPrefix, c.KeySubjects),
 		Stream:           c.Stream,
 		StreamReplicas:   c.StreamReplicas,
 		NoCreate:         c.NoStream,
 		Channels:         c.Concurrency,
 		WebhookSecretEnv: c.WebhookSecretEnv,
 	}
+}
+
+// natsMapping is how topics map to NATS subjects with --subject-prefix
+// prefix and --key-subjects.
+func natsMapping(prefix string, keySubjects bool) couriernats.Config {
+	return couriernats.Config{SubjectPrefix: prefix, NoPrefix: prefix == "", KeySubjects: keySubjects}
 }
 
 // streamError explains why the stream could not be created, with the fix.

@@ -45,15 +45,22 @@ func relayOutbox(t *testing.T, brokerURL string, env []string, args ...string) (
 // returns its URL and the messages.
 func writeOutbox(t *testing.T) (string, []courier.Message) {
 	t.Helper()
+	return writeOutboxKeys(t, 100, 4)
+}
+
+// writeOutboxKeys writes n messages over keys keys, k0 to k<keys-1> in
+// turn, to a new SQLite database and returns its URL and the messages.
+func writeOutboxKeys(t *testing.T, n, keys int) (string, []courier.Message) {
+	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "courier.db")
 	url := "sqlite://" + path
 	if code, out, errOut := runCLI(t, "migrate", "--database-url", url); code != 0 {
 		t.Fatalf("migrate: %d %q %q", code, out, errOut)
 	}
-	msgs := make([]courier.Message, 100)
+	msgs := make([]courier.Message, n)
 	for i := range msgs {
-		msgs[i] = courier.NewMessage("orders", fmt.Sprintf("k%d", i%4), "OrderPlaced", []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		msgs[i] = courier.NewMessage("orders", fmt.Sprintf("k%d", i%keys), "OrderPlaced", []byte(fmt.Sprintf(`{"n":%d}`, i)))
 	}
 	db, err := sqlite.Open(path)
 	testenv.Must(t, err, "open")
