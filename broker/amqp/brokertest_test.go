@@ -2,6 +2,8 @@ package amqp_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/url"
 	"testing"
 	"time"
 
@@ -33,17 +35,22 @@ func TestConformance(t *testing.T) {
 			pub, err := amqp.NewPublisher(amqp.PublisherConfig{Config: cfg, MaxMessageSize: maxMessageSize})
 			testenv.Must(t, err, "publisher")
 			t.Cleanup(func() { _ = pub.Close() })
-			shared := partitioned(t, cfg, "conf_keys", 6)
+			shared := sharedRecipe{URL: cfg.URL, Queue: partitioned(t, cfg, "conf_keys", 6)}
+			raw, err := json.Marshal(shared)
+			testenv.Must(t, err, "recipe")
+			u, err := url.Parse(cfg.URL)
+			testenv.Must(t, err, "parse the URL")
 			return brokertest.Instance{
 				Topic:     "orders",
 				Publisher: pub,
 				SubscribeShared: func(tb testing.TB) broker.Subscriber {
-					s, err := amqp.NewSubscriber(context.Background(), amqp.SubscriberConfig{Config: cfg, Queue: shared, Prefetch: 10,
-						Partitions: 6, MemberHeartbeat: 200 * time.Millisecond, MemberTimeout: 2 * time.Second})
+					s, err := amqp.NewSubscriber(context.Background(), shared.config(cfg.URL, brokertest.Timing{Heartbeat: 200 * time.Millisecond, Timeout: 2 * time.Second}))
 					testenv.Must(tb, err, "subscriber sharing keys")
 					tb.Cleanup(func() { _ = s.Close() })
 					return s
 				},
+				SharedRecipe: string(raw),
+				BrokerAddrs:  []string{u.Host},
 				Subscribe: func(tb testing.TB) broker.Subscriber {
 					return newSubscriber(tb.(*testing.T), cfg, q, 10)
 				},
@@ -57,5 +64,38 @@ func TestConformance(t *testing.T) {
 				},
 			}
 		},
+		Timing: brokertest.Timing{Heartbeat: amqp.DefaultMemberHeartbeat, Timeout: amqp.DefaultMemberTimeout},
+		// RabbitMQ's heartbeat counts whole seconds: half this timeout is
+		// 1s, and a frozen instance's connection closes after two of
+		// them, at four fifths of the timeout, as with the defaults.
+		ShortTiming: brokertest.Timing{Heartbeat: 500 * time.Millisecond, Timeout: 2500 * time.Millisecond},
 	})
+}
+
+// sharedRecipe describes the conformance suite's consumer that shares
+// keys, for an instance that runs as a process of its own.
+type sharedRecipe struct {
+	URL   string // the broker
+	Queue string // its partition queues' name
+}
+
+// config is the consumer's, on the broker at url, with timing.
+func (r sharedRecipe) config(url string, timing brokertest.Timing) amqp.SubscriberConfig {
+	return amqp.SubscriberConfig{Config: amqp.Config{URL: url}, Queue: r.Queue, Prefetch: 10,
+		Partitions: 6, MemberHeartbeat: timing.Heartbeat, MemberTimeout: timing.Timeout}
+}
+
+// openShared opens an instance of the consumer p describes, in a process
+// of its own.
+func openShared(ctx context.Context, p brokertest.Process) (broker.Subscriber, error) {
+	var r sharedRecipe
+	if err := json.Unmarshal([]byte(p.Recipe), &r); err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, err
+	}
+	u.Host = p.Addr(u.Host)
+	return amqp.NewSubscriber(ctx, r.config(u.String(), p.Timing))
 }

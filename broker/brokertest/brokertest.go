@@ -47,6 +47,13 @@ type Harness struct {
 	// New builds a fresh destination for one test, removed when the test
 	// ends (t.Cleanup), and returns how to reach it.
 	New func(t testing.TB) Instance
+	// Timing is the default timing of the broker's consumers that share
+	// keys (Instance.SharedRecipe): the pause sweep runs with it under
+	// -long.
+	Timing Timing
+	// ShortTiming is a shorter timing the pause sweep runs with, by
+	// default and under -long; required with Instance.SharedRecipe.
+	ShortTiming Timing
 }
 
 // Instance is one test's fresh destination.
@@ -77,6 +84,16 @@ type Instance struct {
 	// broker.KeySharer): each call is one more instance of the same
 	// consumer. The suite closes each one it gets.
 	SubscribeShared func(t testing.TB) broker.Subscriber
+	// SharedRecipe, when set, describes such a consumer of the
+	// destination for an instance that runs as a process of its own: the
+	// pause sweep starts the test binary again as such instances, and
+	// TestMain hands them to Child with the Opener that reads it.
+	SharedRecipe string
+	// BrokerAddrs are the host:port addresses the instances of
+	// SharedRecipe connect to: the pause sweep cuts an instance's
+	// connections with a proxy in front of each (Process.Dial). Empty:
+	// no cuts.
+	BrokerAddrs []string
 }
 
 // Run runs the suite, one subtest per behaviour, each on a destination of
@@ -101,6 +118,7 @@ func Run(t *testing.T, h Harness) {
 		{"PerKeyOrder", testPerKeyOrder},
 		{"PipelinedKeyOrder", testPipelinedKeyOrder},
 		{"SharedKeys", testSharedKeys},
+		{"PausedInstance", testPausedInstance},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

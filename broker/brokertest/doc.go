@@ -45,6 +45,25 @@
 //     one of them, in order; when one closes, the other takes its
 //     partitions and goes on with its keys, in order, with nothing
 //     delivered twice (its predecessor settled what it had).
+//   - PausedInstance (Instance.SharedRecipe set): the pause sweep. Two
+//     instances of such a consumer, each a process of its own (this test
+//     binary again: the package's TestMain calls [Child] with an [Opener]
+//     that reads the recipe), receive a steady stream of messages while
+//     one of them is stopped (SIGSTOP) for each of [Pauses]' durations, on
+//     both sides of every boundary of the consumer's [Timing]; its
+//     connections are cut for as long (a proxy in front of each of
+//     Instance.BrokerAddrs stops forwarding); or two of its messages take
+//     longer to apply than the broker's ack wait and the timeout. The
+//     instances append each message they apply to one log, whose order
+//     is the order of application across the processes: every message
+//     must be applied, each key's for the first time in the order
+//     published; a message applied again (what the next owner of a
+//     partition receives of what the last did not acknowledge) is
+//     counted, and an inbox would skip it. The cases run at once, each on
+//     a destination of its own, with Harness.ShortTiming: cuts of nine
+//     tenths and twice the timeout. With -long they run with
+//     Harness.Timing too, cuts as long as every pause, each case ten
+//     times.
 //
 // And what a publisher declares itself, by implementing broker.OrderKeeper:
 //

@@ -2,7 +2,9 @@ package kafka_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,10 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.M(m)) }
+func TestMain(m *testing.M) {
+	brokertest.Child(openShared) // an instance of the pause sweep's consumer
+	goleak.VerifyTestMain(testenv.M(m))
+}
 
 // features are what Kafka promises through this package, as its
 // documentation (Features) states.
@@ -66,7 +71,8 @@ func subscriber(t testing.TB, cfg kafka.SubscriberConfig) *kafka.Subscriber {
 // The conformance suite on one kfake cluster, a topic and a consumer group
 // of its own per test.
 func TestConformance(t *testing.T) {
-	c := cluster(t)
+	// Sessions as short as the pause sweep's timing.
+	c := cluster(t, kfake.GroupMinSessionTimeout(shortTiming.Timeout))
 	adm := admin(t, c)
 	brokertest.Run(t, brokertest.Harness{
 		Features: features,
@@ -74,6 +80,9 @@ func TestConformance(t *testing.T) {
 			cfg := kafka.Config{Brokers: c.ListenAddrs(), TopicPrefix: testenv.Name("bt") + "."}
 			testenv.Must(t, kafka.EnsureTopic(context.Background(), adm, cfg, "orders", kafka.TopicConfig{Partitions: 4}), "create topic")
 			group := testenv.Name("g")
+			shared := sharedRecipe{Config: cfg, Group: group + "-shared"}
+			raw, err := json.Marshal(shared)
+			testenv.Must(t, err, "recipe")
 			return brokertest.Instance{
 				Topic:     "orders",
 				Publisher: publisher(t, kafka.PublisherConfig{Config: cfg}),
@@ -82,11 +91,44 @@ func TestConformance(t *testing.T) {
 				},
 				Unreachable: func(t testing.TB) broker.Publisher { return killed(t) },
 				SubscribeShared: func(t testing.TB) broker.Subscriber {
-					return subscriber(t, kafka.SubscriberConfig{Config: cfg, Group: group + "-shared", Topics: []string{"orders"}})
+					return subscriber(t, kafka.SubscriberConfig{Config: cfg, Group: shared.Group, Topics: []string{"orders"}})
 				},
+				SharedRecipe: string(raw),
+				BrokerAddrs:  cfg.Brokers,
 			}
 		},
+		// kgo's defaults: a heartbeat every 3s, a session of 45s.
+		Timing:      brokertest.Timing{Heartbeat: 3 * time.Second, Timeout: 45 * time.Second},
+		ShortTiming: shortTiming,
 	})
+}
+
+// shortTiming is the consumer group's heartbeat interval and session
+// timeout in the pause sweep by default.
+var shortTiming = brokertest.Timing{Heartbeat: 250 * time.Millisecond, Timeout: 1250 * time.Millisecond}
+
+// sharedRecipe describes the conformance suite's consumer group, for an
+// instance that runs as a process of its own.
+type sharedRecipe struct {
+	Config kafka.Config
+	Group  string
+}
+
+// openShared opens an instance of the consumer group p describes, in a
+// process of its own, with p's timing, dialling the brokers where p says.
+func openShared(ctx context.Context, p brokertest.Process) (broker.Subscriber, error) {
+	var r sharedRecipe
+	if err := json.Unmarshal([]byte(p.Recipe), &r); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	return kafka.NewSubscriber(ctx, kafka.SubscriberConfig{Config: r.Config, Group: r.Group, Topics: []string{"orders"},
+		Options: []kgo.Opt{
+			kgo.SessionTimeout(p.Timing.Timeout), kgo.HeartbeatInterval(p.Timing.Heartbeat),
+			kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+				return d.DialContext(ctx, network, p.Addr(host))
+			}),
+		}})
 }
 
 // killed returns a publisher that has published to a cluster since closed.

@@ -2,6 +2,8 @@ package nats_test
 
 import (
 	"context"
+	"encoding/json"
+	neturl "net/url"
 	"testing"
 	"time"
 
@@ -94,19 +96,84 @@ func conformance(t *testing.T, url string, unreachable func(testing.TB) broker.P
 				Unreachable: unreachable,
 			}
 			if keySubjects {
+				shared := sharedRecipe{URL: url, Stream: stream}
 				in.SubscribeShared = func(t testing.TB) broker.Subscriber {
-					s, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
-						Config: mapping, Stream: stream, Consumer: "shared", Topics: []string{"orders"}, AckWait: ackWait,
-						Partitions: 6, MemberHeartbeat: 200 * time.Millisecond, MemberTimeout: 2 * time.Second,
-					})
+					s, err := couriernats.NewSubscriber(ctx, nc, shared.config(brokertest.Timing{Heartbeat: 200 * time.Millisecond, Timeout: 2 * time.Second}))
 					testenv.Must(t, err, "subscriber sharing keys")
 					t.Cleanup(func() { _ = s.Close() })
 					return s
 				}
+				raw, err := json.Marshal(shared)
+				testenv.Must(t, err, "recipe")
+				in.SharedRecipe = string(raw)
+				in.BrokerAddrs = []string{hostPort(t, url)}
 			}
 			return in
 		},
+		Timing:      brokertest.Timing{Heartbeat: couriernats.DefaultMemberHeartbeat, Timeout: couriernats.DefaultMemberTimeout},
+		ShortTiming: brokertest.Timing{Heartbeat: 250 * time.Millisecond, Timeout: 1250 * time.Millisecond},
 	})
+}
+
+// sharedRecipe describes the conformance suite's consumer that shares
+// keys, for an instance that runs as a process of its own.
+type sharedRecipe struct {
+	URL    string // the server
+	Stream string // the stream, and the prefix of its subjects
+}
+
+// config is the consumer's, with timing. Its partitions' pulls hold few
+// deliveries, so that one that stalls overflows them (see Key partitions
+// in the package documentation).
+func (r sharedRecipe) config(timing brokertest.Timing) couriernats.SubscriberConfig {
+	return couriernats.SubscriberConfig{
+		Config: couriernats.Config{SubjectPrefix: r.Stream + ".", KeySubjects: true}, Stream: r.Stream, Consumer: "shared",
+		Topics: []string{"orders"}, AckWait: ackWait, Prefetch: 10, Partitions: 6,
+		MemberHeartbeat: timing.Heartbeat, MemberTimeout: timing.Timeout,
+	}
+}
+
+// openShared opens an instance of the consumer p describes, in a process
+// of its own.
+func openShared(ctx context.Context, p brokertest.Process) (broker.Subscriber, error) {
+	var r sharedRecipe
+	if err := json.Unmarshal([]byte(p.Recipe), &r); err != nil {
+		return nil, err
+	}
+	u, err := neturl.Parse(r.URL)
+	if err != nil {
+		return nil, err
+	}
+	u.Host = p.Addr(u.Host)
+	nc, err := couriernats.Connect(u.String())
+	if err != nil {
+		return nil, err
+	}
+	sub, err := couriernats.NewSubscriber(ctx, nc, r.config(p.Timing))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return closing{sub, nc.Close}, nil
+}
+
+// closing is a subscriber that also closes its connection.
+type closing struct {
+	broker.Subscriber
+	also func()
+}
+
+func (c closing) Close() error {
+	err := c.Subscriber.Close()
+	c.also()
+	return err
+}
+
+// hostPort returns the host:port of url.
+func hostPort(t testing.TB, url string) string {
+	u, err := neturl.Parse(url)
+	testenv.Must(t, err, "parse "+url)
+	return u.Host
 }
 
 // stoppedServer returns a publisher connected to an embedded server that

@@ -4,7 +4,11 @@ import (
 	"os"
 	"testing"
 
+	"github.com/courier-go/courier/broker/brokertest"
 	"github.com/courier-go/courier/internal/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.M(m).Run()) }
+func TestMain(m *testing.M) {
+	brokertest.Child(openShared) // an instance of the pause sweep's consumer
+	os.Exit(testenv.M(m).Run())
+}
