@@ -86,11 +86,14 @@ func testPausedInstance(t *testing.T, h Harness) {
 	if testenv.Long() {
 		timings, repeats = append(timings, h.Timing), 10
 	}
+	running := make(chan struct{}, maxCases)
 	for r := range repeats {
 		for _, tm := range timings {
 			var wg sync.WaitGroup
 			for _, c := range sweepCases(tm, h.Features.RedeliversAfter) {
+				running <- struct{}{}
 				wg.Go(func() {
+					defer func() { <-running }()
 					t.Run(fmt.Sprintf("%s/%d", c, r+1), func(t *testing.T) { runCase(t, h, c) })
 				})
 			}
@@ -98,6 +101,11 @@ func testPausedInstance(t *testing.T, h Harness) {
 		}
 	}
 }
+
+// maxCases bounds the cases that run at once (subtests run from
+// goroutines, which -parallel does not bound), so that a broker on two
+// cores serves them all.
+const maxCases = 16
 
 // sweepCases are the cases of one timing (see testPausedInstance).
 func sweepCases(tm Timing, ackWait time.Duration) []sweepCase {

@@ -1,10 +1,14 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +27,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/broker/brokertest"
 	"github.com/courier-go/courier/broker/kafka"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
@@ -48,21 +53,27 @@ const groupConsumerRole = "group-consumer"
 
 // The group consumers' environment.
 const (
-	envGroupKind = "COURIER_CHAOS_GROUP_KIND" // nats, kafka or amqp
-	envGroupURL  = "COURIER_CHAOS_GROUP_URL"  // the broker
-	envGroupName = "COURIER_CHAOS_GROUP_NAME" // NATS consumer, Kafka group, RabbitMQ queue
+	envGroupKind     = "COURIER_CHAOS_GROUP_KIND"     // nats, kafka or amqp
+	envGroupURL      = "COURIER_CHAOS_GROUP_URL"      // the broker
+	envGroupName     = "COURIER_CHAOS_GROUP_NAME"     // NATS consumer, Kafka group, RabbitMQ queue
+	envGroupTiming   = "COURIER_CHAOS_GROUP_TIMING"   // heartbeat and timeout, such as 250ms/1.5s
+	envGroupAckWait  = "COURIER_CHAOS_GROUP_ACK_WAIT" // NATS AckWait; empty: the default
+	envGroupDial     = "COURIER_CHAOS_GROUP_DIAL"     // broker addresses to reach through others: a=b,c=d
+	envGroupSlow     = "COURIER_CHAOS_GROUP_SLOW"     // how long applying a SlowStep message takes
+	envGroupPrefetch = "COURIER_CHAOS_GROUP_PREFETCH" // NATS Prefetch; empty: the default
 )
 
-// The groups' timing: instances announce themselves every groupHeartbeat
-// and a silent one's partitions move after groupTimeout (Kafka: its session
-// timeout); a frozen instance stays stopped for groupFreeze, past both.
+// The groups' partitions and topic, and the classic run's timing:
+// instances announce themselves every 250ms and a silent one's partitions
+// move after 1.5s (Kafka: its session timeout); a frozen instance stays
+// stopped for groupFreeze, past both.
 const (
 	groupPartitions = 16
-	groupHeartbeat  = 250 * time.Millisecond
-	groupTimeout    = 1500 * time.Millisecond
 	groupFreeze     = 4 * time.Second
 	groupTopic      = "orders"
 )
+
+var groupTiming = brokertest.Timing{Heartbeat: 250 * time.Millisecond, Timeout: 1500 * time.Millisecond}
 
 // groupSettings are one run's.
 type groupSettings struct {
@@ -70,38 +81,59 @@ type groupSettings struct {
 	roundEvery   time.Duration // the producer publishes one message per key this often
 	faultEvery   time.Duration
 	instances    int
+	timing       brokertest.Timing
+	// schedule, when set, is the run's faults, one every faultEvery
+	// whether or not the one before is over (see TestOrderedGroupPauses…);
+	// without it the run cycles through a freeze, a kill, an addition and
+	// a removal.
+	schedule []groupFault
+	ackWait  time.Duration // NATS AckWait; 0: the default
+	prefetch int           // NATS Prefetch; 0: the default
 }
 
-// groupRunSettings are the run's: faults far enough apart that each
-// rebalance is over (a frozen instance back, a killed one replaced) before
-// the next fault, so that each is measured alone.
+// groupRunSettings are the classic run's: faults far enough apart that
+// each rebalance is over (a frozen instance back, a killed one replaced)
+// before the next fault, so that each is measured alone.
 func groupRunSettings() groupSettings {
 	if testenv.Long() {
-		return groupSettings{keys: 1000, rounds: 100, roundEvery: time.Second, faultEvery: 6 * time.Second, instances: 4}
+		return groupSettings{keys: 1000, rounds: 100, roundEvery: time.Second, faultEvery: 6 * time.Second, instances: 4, timing: groupTiming}
 	}
-	return groupSettings{keys: 400, rounds: 26, roundEvery: time.Second, faultEvery: 5500 * time.Millisecond, instances: 4}
+	return groupSettings{keys: 400, rounds: 26, roundEvery: time.Second, faultEvery: 5500 * time.Millisecond, instances: 4, timing: groupTiming}
 }
 
 // groupTarget is a broker the group runs on.
 type groupTarget struct {
 	kind, url, name string
 	publisher       broker.Publisher
+	addrs           []string // the broker's host:port addresses, which a cut instance reaches through proxies
 }
 
 func TestOrderedGroupNATS(t *testing.T) {
 	t.Parallel()
+	runGroup(t, natsGroup(t), groupRunSettings())
+}
+
+// natsGroup is a current nats-server of the test's own, its stream and a
+// publisher.
+func natsGroup(t *testing.T) groupTarget {
 	srv := testenv.StartNATSServer(t, testenv.NATSServerConfig{})
 	nc := testenv.Connect(t, srv.URL)
 	mapping := couriernats.Config{SubjectPrefix: "grp.", KeySubjects: true}
 	testenv.Must(t, couriernats.EnsureStream(context.Background(), nc, mapping, couriernats.StreamConfig{Name: "GRP"}), "stream")
 	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
 	testenv.Must(t, err, "publisher")
-	runGroup(t, groupTarget{kind: "nats", url: srv.URL, name: "group", publisher: pub})
+	return groupTarget{kind: "nats", url: srv.URL, name: "group", publisher: pub, addrs: []string{hostOf(t, srv.URL)}}
 }
 
 func TestOrderedGroupKafka(t *testing.T) {
 	t.Parallel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(groupTimeout))
+	runGroup(t, kafkaGroup(t, groupTiming.Timeout), groupRunSettings())
+}
+
+// kafkaGroup is a kfake cluster of the test's own whose groups take
+// sessions as short as minSession, its topic and a publisher.
+func kafkaGroup(t *testing.T, minSession time.Duration) groupTarget {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(minSession))
 	testenv.Must(t, err, "kfake")
 	t.Cleanup(c.Close)
 	raw := "kafka://" + strings.Join(c.ListenAddrs(), ",") + "?topic_prefix=grp."
@@ -114,11 +146,17 @@ func TestOrderedGroupKafka(t *testing.T) {
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Config: cfg})
 	testenv.Must(t, err, "publisher")
 	t.Cleanup(pub.Close)
-	runGroup(t, groupTarget{kind: "kafka", url: raw, name: "group", publisher: pub})
+	return groupTarget{kind: "kafka", url: raw, name: "group", publisher: pub, addrs: cfg.Brokers}
 }
 
 func TestOrderedGroupRabbitMQ(t *testing.T) {
 	t.Parallel()
+	runGroup(t, amqpGroup(t), groupRunSettings())
+}
+
+// amqpGroup is an exchange and partition queues of the test's own on the
+// machine's RabbitMQ, and a publisher.
+func amqpGroup(t *testing.T) groupTarget {
 	exchange, queue := testenv.Name("courier_grp_"), testenv.Name("grp_")
 	raw := testenv.AMQP(t) + "?exchange=" + exchange + "&prefix=grp."
 	cfg, err := amqp.ParseURL(raw)
@@ -147,7 +185,14 @@ func TestOrderedGroupRabbitMQ(t *testing.T) {
 	pub, err := amqp.NewPublisher(amqp.PublisherConfig{Config: cfg})
 	testenv.Must(t, err, "publisher")
 	t.Cleanup(func() { _ = pub.Close() })
-	runGroup(t, groupTarget{kind: "amqp", url: raw, name: queue, publisher: pub})
+	return groupTarget{kind: "amqp", url: raw, name: queue, publisher: pub, addrs: []string{hostOf(t, raw)}}
+}
+
+// hostOf returns the host:port of url.
+func hostOf(t *testing.T, url string) string {
+	u, err := neturl.Parse(url)
+	testenv.Must(t, err, "parse "+url)
+	return u.Host
 }
 
 // runGroupConsumer is an instance of the group's consumer: it applies each
@@ -165,10 +210,16 @@ func runGroupConsumer(ctx context.Context, log *slog.Logger) error {
 	}
 	defer sub.Close()
 	pid := os.Getpid()
+	slow, _ := time.ParseDuration(os.Getenv(envGroupSlow))
 	apply := func(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
 		seq, err := payloadSeq(msg)
 		if err != nil {
 			return err
+		}
+		if msg.Type == slowStep { // a statement that takes long, holding the message's marker
+			if _, err := db.Exec(ctx, tx, `SELECT pg_sleep(?)`, slow.Seconds()); err != nil {
+				return err
+			}
 		}
 		_, err = db.Exec(ctx, tx, `INSERT INTO effects (message_id, k, seq, pid, after_previous)
 VALUES (?, ?, ?, ?, ? = 1 OR EXISTS (SELECT 1 FROM effects WHERE k = ? AND seq = ? - 1))`,
@@ -177,12 +228,30 @@ VALUES (?, ?, ?, ?, ? = 1 OR EXISTS (SELECT 1 FROM effects WHERE k = ? AND seq =
 	}
 	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: 8, MaxDeliveries: 1000,
 		Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}, Logger: log}
+	if wait, _ := time.ParseDuration(os.Getenv(envGroupAckWait)); wait > 0 {
+		// Told too late that a slow handler is still at work: the broker
+		// delivers its message again meanwhile.
+		cfg.ExtendEvery = 2 * wait
+	}
 	return consume(ctx, db.Inbox(), "group", sub, db.ConsumerStore(), apply, cfg)
 }
 
-// groupSubscriber returns the instance's subscriber of the group's broker.
+// slowStep is the type of the messages whose application takes
+// envGroupSlow.
+const slowStep = "SlowStep"
+
+// groupSubscriber returns the instance's subscriber of the group's broker,
+// with the run's timing, reaching the broker through the addresses
+// envGroupDial gives.
 func groupSubscriber(ctx context.Context, log *slog.Logger) (broker.Subscriber, error) {
-	url, name := os.Getenv(envGroupURL), os.Getenv(envGroupName)
+	name, dial := os.Getenv(envGroupName), dialMap(os.Getenv(envGroupDial))
+	url := redial(os.Getenv(envGroupURL), dial)
+	tm, err := parseTiming(os.Getenv(envGroupTiming))
+	if err != nil {
+		return nil, err
+	}
+	ackWait, _ := time.ParseDuration(os.Getenv(envGroupAckWait))
+	prefetch, _ := strconv.Atoi(os.Getenv(envGroupPrefetch))
 	switch os.Getenv(envGroupKind) {
 	case "nats":
 		nc, err := couriernats.Connect(url)
@@ -190,8 +259,8 @@ func groupSubscriber(ctx context.Context, log *slog.Logger) (broker.Subscriber, 
 			return nil, err
 		}
 		sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
-			Config: couriernats.Config{SubjectPrefix: "grp.", KeySubjects: true}, Stream: "GRP", Consumer: name,
-			Topics: []string{groupTopic}, Partitions: groupPartitions, MemberHeartbeat: groupHeartbeat, MemberTimeout: groupTimeout, Logger: log,
+			Config: couriernats.Config{SubjectPrefix: "grp.", KeySubjects: true}, Stream: "GRP", Consumer: name, AckWait: ackWait, Prefetch: prefetch,
+			Topics: []string{groupTopic}, Partitions: groupPartitions, MemberHeartbeat: tm.Heartbeat, MemberTimeout: tm.Timeout, Logger: log,
 		})
 		if err != nil {
 			nc.Close()
@@ -203,20 +272,61 @@ func groupSubscriber(ctx context.Context, log *slog.Logger) (broker.Subscriber, 
 		if err != nil {
 			return nil, err
 		}
+		var d net.Dialer
 		return kafka.NewSubscriber(ctx, kafka.SubscriberConfig{Config: cfg, Group: name, Topics: []string{groupTopic}, Logger: log,
-			Options: []kgo.Opt{kgo.SessionTimeout(groupTimeout), kgo.HeartbeatInterval(groupHeartbeat)}})
+			Options: []kgo.Opt{kgo.SessionTimeout(tm.Timeout), kgo.HeartbeatInterval(tm.Heartbeat),
+				kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+					return d.DialContext(ctx, network, cmp.Or(dial[host], host))
+				})}})
 	case "amqp":
 		cfg, err := amqp.ParseURL(url)
 		if err != nil {
 			return nil, err
 		}
 		// RabbitMQ closes a frozen instance's connection after two missed
-		// heartbeats, which hands its partitions on.
-		cfg.Heartbeat = time.Second
+		// heartbeats (half MemberTimeout by default), which hands its
+		// partitions on.
 		return amqp.NewSubscriber(ctx, amqp.SubscriberConfig{Config: cfg, Queue: name, Prefetch: 50,
-			Partitions: groupPartitions, MemberHeartbeat: groupHeartbeat, MemberTimeout: groupTimeout, Logger: log})
+			Partitions: groupPartitions, MemberHeartbeat: tm.Heartbeat, MemberTimeout: tm.Timeout, Logger: log})
 	}
 	return nil, fmt.Errorf("unknown %s %q", envGroupKind, os.Getenv(envGroupKind))
+}
+
+// formatTiming writes tm for envGroupTiming, which parseTiming reads.
+func formatTiming(tm brokertest.Timing) string {
+	return tm.Heartbeat.String() + "/" + tm.Timeout.String()
+}
+
+func parseTiming(s string) (brokertest.Timing, error) {
+	h, to, _ := strings.Cut(s, "/")
+	hb, err1 := time.ParseDuration(h)
+	timeout, err2 := time.ParseDuration(to)
+	if err := errors.Join(err1, err2); err != nil {
+		return brokertest.Timing{}, fmt.Errorf("%s %q: %w", envGroupTiming, s, err)
+	}
+	return brokertest.Timing{Heartbeat: hb, Timeout: timeout}, nil
+}
+
+// dialMap reads envGroupDial: a=b,c=d.
+func dialMap(s string) map[string]string {
+	m := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		if from, to, ok := strings.Cut(pair, "="); ok {
+			m[from] = to
+		}
+	}
+	return m
+}
+
+// redial returns url with its host replaced as dial says (a Kafka URL's
+// brokers are reached through the client's dialer instead).
+func redial(url string, dial map[string]string) string {
+	u, err := neturl.Parse(url)
+	if err != nil || dial[u.Host] == "" || u.Scheme == "kafka" {
+		return url
+	}
+	u.Host = dial[u.Host]
+	return u.String()
 }
 
 // closing is a subscriber that also closes what it runs on.
@@ -233,9 +343,10 @@ func (c closing) Close() error {
 
 // instance is one consumer process of a group run.
 type instance struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{} // closed once it exited
+	name    string
+	cmd     *exec.Cmd
+	done    chan struct{}    // closed once it exited
+	proxies []*testenv.Proxy // between it and the broker, when the run cuts instances off
 }
 
 // groupRun is one run's state.
@@ -252,6 +363,7 @@ type groupRun struct {
 	// keys of the chunk) was handed to the publisher.
 	published [][]time.Time
 	faults    []groupFault
+	slowRound int // the round whose first two keys' messages are slow to apply; 0: none
 }
 
 // groupChunks is how many calls a round is published in, spread over it.
@@ -261,15 +373,19 @@ const groupChunks = 10
 // in.
 func chunkOf(k, keys int) int { return k * groupChunks / keys }
 
-// groupFault is one fault the run made.
+// groupFault is one fault of a run: one in its schedule, or one it made.
 type groupFault struct {
 	kind string
+	d    time.Duration // how long it lasts (a pause, a cut, a slow application)
 	who  string
 	at   time.Time
 }
 
-func runGroup(t *testing.T, tgt groupTarget) {
-	s := groupRunSettings()
+// groupSlow is how long applying a slowStep message takes in a run with
+// settings s: longer than its NATS AckWait and its timeout.
+func groupSlow(s groupSettings) time.Duration { return max(s.ackWait*3/2, s.timing.Timeout) }
+
+func runGroup(t *testing.T, tgt groupTarget, s groupSettings) {
 	consumer := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 	ctx := context.Background()
 	_, err := consumer.Pool.Exec(ctx, `CREATE TABLE effects (n bigint GENERATED ALWAYS AS IDENTITY, message_id text NOT NULL, k text NOT NULL,
@@ -282,9 +398,16 @@ CREATE INDEX ON effects (k, seq)`)
 		// A frozen instance's open transaction holds its message's inbox
 		// marker, and so the key, until PostgreSQL ends it: after as long
 		// as the others take to notice the instance is gone.
-		envRole + "=" + groupConsumerRole, envDB + "=" + consumer.URL + fmt.Sprintf("&application_name=chaos_group&idle_in_transaction_session_timeout=%d", groupTimeout.Milliseconds()),
+		envRole + "=" + groupConsumerRole, envDB + "=" + consumer.URL + fmt.Sprintf("&application_name=chaos_group&idle_in_transaction_session_timeout=%d", s.timing.Timeout.Milliseconds()),
 		envGroupKind + "=" + tgt.kind, envGroupURL + "=" + tgt.url, envGroupName + "=" + tgt.name, envLogLevel + "=" + os.Getenv(envLogLevel),
+		envGroupTiming + "=" + formatTiming(s.timing), envGroupSlow + "=" + groupSlow(s).String(),
 	}}
+	if s.ackWait > 0 {
+		r.env = append(r.env, envGroupAckWait+"="+s.ackWait.String())
+	}
+	if s.prefetch > 0 {
+		r.env = append(r.env, envGroupPrefetch+"="+strconv.Itoa(s.prefetch))
+	}
 	t.Cleanup(func() {
 		r.stopAll()
 		if t.Failed() {
@@ -295,8 +418,8 @@ CREATE INDEX ON effects (k, seq)`)
 	for range s.instances {
 		r.start()
 	}
-	t.Logf("%s: %d instances of one consumer, %d partitions, %d messages over %d keys, a round every %s, a fault every %s",
-		tgt.kind, s.instances, groupPartitions, s.keys*s.rounds, s.keys, s.roundEvery, s.faultEvery)
+	t.Logf("%s: %d instances of one consumer, %d partitions, %d messages over %d keys, a round every %s, a fault every %s, heartbeat %s, timeout %s",
+		tgt.kind, s.instances, groupPartitions, s.keys*s.rounds, s.keys, s.roundEvery, s.faultEvery, s.timing.Heartbeat, s.timing.Timeout)
 
 	produced := make(chan struct{})
 	go func() { defer close(produced); r.produce(ctx) }()
@@ -315,12 +438,32 @@ func (r *groupRun) start() string {
 	r.n++
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), r.env...)
+	var proxies []*testenv.Proxy
+	if r.cuts() {
+		var dial []string
+		for _, addr := range r.tgt.addrs {
+			p := testenv.StartProxy(r.t, addr)
+			proxies = append(proxies, p)
+			dial = append(dial, addr+"="+p.Addr())
+		}
+		cmd.Env = append(cmd.Env, envGroupDial+"="+strings.Join(dial, ","))
+	}
 	cmd.Stderr = r.logs
 	testenv.Must(r.t, cmd.Start(), "start an instance")
-	in := &instance{name: fmt.Sprintf("instance %d (pid %d)", r.n, cmd.Process.Pid), cmd: cmd, done: make(chan struct{})}
+	in := &instance{name: fmt.Sprintf("instance %d (pid %d)", r.n, cmd.Process.Pid), cmd: cmd, done: make(chan struct{}), proxies: proxies}
 	go func() { _ = cmd.Wait(); close(in.done) }()
 	r.alive = append(r.alive, in)
 	return in.name
+}
+
+// cuts reports whether the run cuts instances off the broker.
+func (r *groupRun) cuts() bool {
+	for _, f := range r.s.schedule {
+		if f.kind == "cut" {
+			return true
+		}
+	}
+	return false
 }
 
 // pick takes one instance out of the alive ones: the oldest, or the newest.
@@ -348,9 +491,15 @@ func (r *groupRun) stopAll() {
 		select {
 		case <-in.done:
 		case <-time.After(30 * time.Second):
-			_ = in.cmd.Process.Kill()
-			<-in.done
-			r.t.Errorf("%s did not stop within 30s of SIGTERM", in.name)
+			// Its goroutines' stacks go to the log, which the test shows.
+			_ = in.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-in.done:
+			case <-time.After(5 * time.Second):
+				_ = in.cmd.Process.Kill()
+				<-in.done
+			}
+			r.t.Errorf("%s did not stop within 30s of SIGTERM (its goroutines are in the log)", in.name)
 		}
 	}
 }
@@ -367,10 +516,17 @@ func (r *groupRun) produce(ctx context.Context) {
 		r.published = append(r.published, make([]time.Time, groupChunks))
 		r.mu.Unlock()
 		for c := range groupChunks {
+			r.mu.Lock()
+			slow := round+1 == r.slowRound
+			r.mu.Unlock()
 			var msgs []courier.Message
 			for k := range r.s.keys {
 				if chunkOf(k, r.s.keys) == c {
-					msgs = append(msgs, courier.NewMessage(groupTopic, fmt.Sprintf("k%d", k), "Step", []byte(strconv.Itoa(round+1))))
+					typ := "Step"
+					if slow && k%(r.s.keys/groupChunks) < 2 {
+						typ = slowStep // the first two keys of each chunk
+					}
+					msgs = append(msgs, courier.NewMessage(groupTopic, fmt.Sprintf("k%d", k), typ, []byte(strconv.Itoa(round+1))))
 				}
 			}
 			r.mu.Lock()
@@ -397,6 +553,10 @@ func (r *groupRun) produce(ctx context.Context) {
 // another started a second later, as an orchestrator would), one added and
 // one removed (SIGTERM).
 func (r *groupRun) makeFaults(produced <-chan struct{}) {
+	if r.s.schedule != nil {
+		r.runSchedule(produced)
+		return
+	}
 	kinds := []string{"freeze", "kill", "add", "remove"}
 	for i := 0; ; i++ {
 		select {
@@ -405,6 +565,9 @@ func (r *groupRun) makeFaults(produced <-chan struct{}) {
 		case <-time.After(r.s.faultEvery):
 		}
 		f := groupFault{kind: kinds[i%len(kinds)], at: time.Now()}
+		if f.kind == "freeze" {
+			f.d = groupFreeze
+		}
 		switch f.kind {
 		case "freeze":
 			in := r.pick(false)
@@ -523,8 +686,8 @@ func (r *groupRun) reportRebalances(appliedAt map[string][]time.Time) {
 	var lines []string
 	for _, f := range r.faults {
 		kinds[f.kind]++
-		lines = append(lines, fmt.Sprintf("  %-6s %-28s at %5.1fs: a message published in the next 500ms waited %s",
-			f.kind, f.who, f.at.Sub(r.published[0][0]).Seconds(), worst(f.at, f.at.Add(500*time.Millisecond)).Round(time.Millisecond)))
+		lines = append(lines, fmt.Sprintf("  %-6s %-8s %-28s at %5.1fs: a message published in the next 500ms waited %s",
+			f.kind, f.d, f.who, f.at.Sub(r.published[0][0]).Seconds(), worst(f.at, f.at.Add(500*time.Millisecond)).Round(time.Millisecond)))
 	}
 	var all []time.Duration
 	for key, ats := range appliedAt {
@@ -539,6 +702,12 @@ func (r *groupRun) reportRebalances(appliedAt map[string][]time.Time) {
 	}
 	r.t.Logf("%s: rebalances (%v faults):\n%s\n  every message, from publish to applied: p50 %s, p99 %s, max %s",
 		r.tgt.kind, kinds, strings.Join(lines, "\n"), pct(0.5), pct(0.99), pct(1))
+	if r.s.schedule != nil {
+		if len(r.faults) != len(r.s.schedule) {
+			r.t.Errorf("the run made %d of its %d faults: make it longer", len(r.faults), len(r.s.schedule))
+		}
+		return
+	}
 	for _, k := range []string{"freeze", "kill", "add", "remove"} {
 		if kinds[k] == 0 {
 			r.t.Errorf("the run made no %q fault: make it longer", k)
