@@ -103,7 +103,7 @@ func startInstance(ctx context.Context, url string, tgt *consTarget, s consSetti
 	if err != nil {
 		return nil, err
 	}
-	sub, err := tgt.subscribe(ctx)
+	sub, err := tgt.spec.subscribe(ctx)
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -115,13 +115,15 @@ type consSettings struct {
 	warmup, window            time.Duration
 	// concurrency is the instances' inbox.ConsumerConfig.Concurrency.
 	concurrency int
+	// heartbeat and timeout are the instances' group timing.
+	heartbeat, timeout time.Duration
 }
 
 // consumerSettings returns the section's settings, from the flags and
 // -quick, but for the concurrency.
 func consumerSettings(cfg config) consSettings {
 	s := consSettings{n: consN, keys: consKeys, partitions: consPartitions, rate: consRate,
-		warmup: time.Second, window: consWindow}
+		warmup: time.Second, window: consWindow, heartbeat: consHeartbeat, timeout: consTimeout}
 	if cfg.quick {
 		s.warmup = 500 * time.Millisecond
 	}

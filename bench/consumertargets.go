@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -78,9 +80,8 @@ const (
 type consTarget struct {
 	// pub publishes the messages.
 	pub broker.Publisher
-	// subscribe returns a new instance's subscriber, on a connection of
-	// its own that closing the subscriber closes.
-	subscribe func(ctx context.Context) (broker.Subscriber, error)
+	// spec is how an instance subscribes (consSpec.subscribe).
+	spec consSpec
 	// ready waits until the broker holds n messages for the instances
 	// (NATS: sourced into the partition stream); nil: a publish that was
 	// acknowledged is enough.
@@ -108,6 +109,7 @@ func (b *Bench) natsConsTarget(ctx context.Context, env *Env, s consSettings) (*
 	}
 	mapping := couriernats.Config{SubjectPrefix: env.Prefix, KeySubjects: true}
 	stream := strings.ToUpper("BENCH_CONSUMERS_" + env.token)
+	spec := consSpec{Kind: "nats", URL: g.url, Stream: stream, Prefix: env.Prefix, Partitions: s.partitions, Heartbeat: s.heartbeat, Timeout: s.timeout}
 	parts := couriernats.PartitionStream(stream, consConsumer)
 	nc, err := couriernats.Connect(g.url)
 	if err != nil {
@@ -123,22 +125,8 @@ func (b *Bench) natsConsTarget(ctx context.Context, env *Env, s consSettings) (*
 		return nil, err
 	}
 	return &consTarget{
-		pub: pub,
-		subscribe: func(ctx context.Context) (broker.Subscriber, error) {
-			inc, err := couriernats.Connect(g.url)
-			if err != nil {
-				return nil, err
-			}
-			sub, err := couriernats.NewSubscriber(ctx, inc, couriernats.SubscriberConfig{
-				Config: mapping, Stream: stream, Consumer: consConsumer, Topics: []string{Topic}, Partitions: s.partitions,
-				MemberHeartbeat: consHeartbeat, MemberTimeout: consTimeout, Logger: consLogger,
-			})
-			if err != nil {
-				inc.Close()
-				return nil, err
-			}
-			return closingSubscriber{sub, inc.Close}, nil
-		},
+		pub:  pub,
+		spec: spec,
 		ready: func(ctx context.Context, n int) error {
 			err := waitFor(ctx, time.Minute, 10*time.Millisecond, func() (bool, error) {
 				held, err := streamCount(ctx, nc, parts)
@@ -200,7 +188,7 @@ func partitionsOf(sub broker.Subscriber) []int {
 // in memory) with a topic of s.partitions partitions; the instances are
 // members of one consumer group, which shares the partitions among them.
 func (b *Bench) kafkaConsTarget(_ context.Context, _ *Env, s consSettings) (*consTarget, error) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(s.partitions), Topic), kfake.GroupMinSessionTimeout(consTimeout))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(s.partitions), Topic), kfake.GroupMinSessionTimeout(s.timeout))
 	if err != nil {
 		return nil, fmt.Errorf("start kfake: %w", err)
 	}
@@ -215,11 +203,8 @@ func (b *Bench) kafkaConsTarget(_ context.Context, _ *Env, s consSettings) (*con
 		return nil, err
 	}
 	return &consTarget{
-		pub: pub,
-		subscribe: func(ctx context.Context) (broker.Subscriber, error) {
-			return kafka.NewSubscriber(ctx, kafka.SubscriberConfig{Config: cfg, Group: consConsumer, Topics: []string{Topic}, Logger: consLogger,
-				Options: []kgo.Opt{kgo.SessionTimeout(consTimeout), kgo.HeartbeatInterval(consHeartbeat)}})
-		},
+		pub:       pub,
+		spec:      consSpec{Kind: "kafka", Brokers: cfg.Brokers, Partitions: s.partitions, Heartbeat: s.heartbeat, Timeout: s.timeout},
 		inProcess: true,
 		close: func() {
 			pub.Close()
@@ -262,17 +247,88 @@ func (b *Bench) amqpConsTarget(ctx context.Context, env *Env, s consSettings) (*
 		return nil, err
 	}
 	return &consTarget{
-		pub: pub,
-		subscribe: func(ctx context.Context) (broker.Subscriber, error) {
-			return amqp.NewSubscriber(ctx, amqp.SubscriberConfig{Config: cfg, Queue: queue, Partitions: s.partitions,
-				MemberHeartbeat: consHeartbeat, MemberTimeout: consTimeout, Logger: consLogger})
-		},
-		cpu: pidProbe(findOldestProcess("beam.smp")),
+		pub:  pub,
+		spec: consSpec{Kind: "amqp", URL: u.String(), Queue: queue, Partitions: s.partitions, Heartbeat: s.heartbeat, Timeout: s.timeout},
+		cpu:  pidProbe(findOldestProcess("beam.smp")),
 		close: func() {
 			_ = pub.Close()
 			cleanup()
 		},
 	}, nil
+}
+
+// consSpec is how an instance subscribes to a measurement's destination:
+// what the bench's own instances do, and what an instance in a child
+// process (the handover section's) is told to do the same.
+type consSpec struct {
+	Kind       string            `json:"kind"`              // nats, kafka or amqp
+	URL        string            `json:"url,omitempty"`     // the NATS server; the RabbitMQ URL with its exchange
+	Brokers    []string          `json:"brokers,omitempty"` // Kafka's
+	Stream     string            `json:"stream,omitempty"`  // NATS
+	Prefix     string            `json:"prefix,omitempty"`  // NATS subjects'
+	Queue      string            `json:"queue,omitempty"`   // RabbitMQ's partitions
+	Partitions int               `json:"partitions"`
+	Heartbeat  time.Duration     `json:"heartbeat"` // the instances' group timing (Kafka: heartbeat interval and session timeout)
+	Timeout    time.Duration     `json:"timeout"`
+	Dial       map[string]string `json:"dial,omitempty"` // broker addresses reached through others (proxies) instead
+}
+
+// addrs returns the host:port addresses an instance connects to.
+func (sp consSpec) addrs() ([]string, error) {
+	if sp.Kind == "kafka" {
+		return sp.Brokers, nil
+	}
+	u, err := url.Parse(sp.URL)
+	if err != nil {
+		return nil, err
+	}
+	return []string{u.Host}, nil
+}
+
+// via returns raw with its host replaced as Dial says.
+func (sp consSpec) via(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || sp.Dial[u.Host] == "" {
+		return raw
+	}
+	u.Host = sp.Dial[u.Host]
+	return u.String()
+}
+
+// subscribe returns a new instance's subscriber, on a connection of its
+// own that closing the subscriber closes.
+func (sp consSpec) subscribe(ctx context.Context) (broker.Subscriber, error) {
+	switch sp.Kind {
+	case "nats":
+		nc, err := couriernats.Connect(sp.via(sp.URL))
+		if err != nil {
+			return nil, err
+		}
+		sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{
+			Config: couriernats.Config{SubjectPrefix: sp.Prefix, KeySubjects: true}, Stream: sp.Stream, Consumer: consConsumer,
+			Topics: []string{Topic}, Partitions: sp.Partitions, MemberHeartbeat: sp.Heartbeat, MemberTimeout: sp.Timeout, Logger: consLogger,
+		})
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		return closingSubscriber{sub, nc.Close}, nil
+	case "kafka":
+		var d net.Dialer
+		return kafka.NewSubscriber(ctx, kafka.SubscriberConfig{Config: kafka.Config{Brokers: sp.Brokers}, Group: consConsumer, Topics: []string{Topic},
+			Logger: consLogger, Options: []kgo.Opt{kgo.SessionTimeout(sp.Timeout), kgo.HeartbeatInterval(sp.Heartbeat),
+				kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+					return d.DialContext(ctx, network, cmp.Or(sp.Dial[host], host))
+				})}})
+	case "amqp":
+		cfg, err := amqp.ParseURL(sp.via(sp.URL))
+		if err != nil {
+			return nil, err
+		}
+		return amqp.NewSubscriber(ctx, amqp.SubscriberConfig{Config: cfg, Queue: sp.Queue, Partitions: sp.Partitions,
+			MemberHeartbeat: sp.Heartbeat, MemberTimeout: sp.Timeout, Logger: consLogger})
+	}
+	return nil, fmt.Errorf("unknown broker kind %q", sp.Kind)
 }
 
 // deleteAMQPPartitions deletes what a measurement declared on RabbitMQ:

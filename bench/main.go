@@ -44,7 +44,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled", "consumers", "tenants"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled", "consumers", "handover", "tenants"}
 
 // config is the command line.
 type config struct {
@@ -125,7 +125,7 @@ func main() {
 	flag.Parse()
 
 	if *role != "" {
-		child := map[string]func(string) error{"drain": childDrain, "tenants": childTenants}[*role]
+		child := map[string]func(string) error{"drain": childDrain, "tenants": childTenants, "instance": childInstance}[*role]
 		if child == nil {
 			fmt.Fprintf(os.Stderr, "unknown role %q\n", *role)
 			os.Exit(2)
@@ -325,6 +325,8 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		b.runScheduled(ctx, try, run)
 	case "consumers":
 		b.runConsumers(ctx, try, run)
+	case "handover":
+		b.runHandovers(ctx, try, run)
 	case "tenants":
 		if run == 1 { // it repeats itself (-tenants-runs)
 			b.runTenants(ctx, try)
@@ -375,6 +377,13 @@ func (b *Bench) warnSpread() {
 				for _, n := range consInstanceList {
 					b.warnCell(f, consKey(br, c, n))
 				}
+			}
+		}
+	}
+	for _, f := range handoverFigures {
+		for _, br := range handoverBrokerList {
+			for _, fault := range handoverFaultList {
+				b.warnCell(f, handoverKey(br, fault))
 			}
 		}
 	}

@@ -262,6 +262,12 @@ func renderTables(res *Results, cfg config) string {
 		}
 		renderConsumers(&sb, fn, res, cfg)
 	}
+	if measured(res, handoverFigures) || skippedAny(res, handoverFigures) {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		renderHandover(&sb, fn, res, cfg)
+	}
 	if measured(res, tenantFigures) {
 		if sb.Len() > 0 {
 			sb.WriteString("\n")
