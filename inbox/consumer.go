@@ -46,10 +46,12 @@ type ConsumerConfig struct {
 	// what a frozen instance's open transaction costs.
 	//
 	// A delivery the broker loses in flight (a server crash) comes back
-	// only after its ack wait, possibly behind later messages of its key;
-	// for order that survives that, keep one delivery in flight per
-	// subscription (broker/nats SubscriberConfig.MaxAckPending = 1) and
-	// scale with more partitions.
+	// only after its ack wait, possibly behind later messages of its key.
+	// A NATS subscriber with Partitions notices the gap in its partition's
+	// delivery sequence and hands nothing on past it (broker/nats, Key
+	// partitions); elsewhere, for order that survives that, keep one
+	// delivery in flight per subscription (broker/nats
+	// SubscriberConfig.MaxAckPending = 1) and scale with more partitions.
 	KeepOrder bool
 	// MaxDeliveries is how many failed runs of the handler park a message.
 	// Default DefaultMaxDeliveries (5). A run fails when the handler returns an error or panics;
