@@ -271,10 +271,10 @@ func (g *Group) Run(ctx context.Context) error {
 
 // watch notices when this member did not run for Timeout or longer: it
 // wakes every watchTick, and records a gap of at least Timeout between two
-// wakes in paused, for Run, which it wakes. It runs
-// beside Run's loop, so that the loop's own waits (a release that waits
-// for deliveries to be settled, a slow broker) never count as a gap, and a
-// gap during them still does.
+// wakes in paused, for Run, which it wakes. It runs beside Run's loop, so
+// that the loop's own waits (a release that waits for deliveries to be
+// settled, a slow broker) never count as a gap, and a gap during them
+// still does.
 func (g *Group) watch(ctx context.Context, paused *atomic.Int64) {
 	t := time.NewTicker(watchTick(g.cfg))
 	defer t.Stop()
