@@ -73,9 +73,12 @@ func pauseSettings(tm brokertest.Timing, ackWait time.Duration, repeats int) gro
 			groupFault{kind: "slow"})
 	}
 	// NATS partitions pull 10 deliveries ahead, so that a pull that stalls
-	// overflows them at this rate (see broker/nats, Key partitions).
+	// overflows them at this rate (see broker/nats, Key partitions). Four
+	// messages at once per instance keep the three brokers' twelve
+	// instances within PostgreSQL's 100 connections, beside the tests of
+	// other packages.
 	s := groupSettings{keys: 100, roundEvery: 500 * time.Millisecond, faultEvery: tm.Timeout / 2, instances: 4,
-		timing: tm, schedule: schedule, ackWait: ackWait, prefetch: 10}
+		timing: tm, schedule: schedule, ackWait: ackWait, prefetch: 10, concurrency: 4}
 	// Rounds until the last fault is over and its partitions have moved.
 	span := time.Duration(len(schedule)+1)*s.faultEvery + 3*tm.Timeout + 2*time.Second
 	s.rounds = int(span/s.roundEvery) + 1

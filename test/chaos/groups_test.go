@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	neturl "net/url"
@@ -53,14 +54,15 @@ const groupConsumerRole = "group-consumer"
 
 // The group consumers' environment.
 const (
-	envGroupKind     = "COURIER_CHAOS_GROUP_KIND"     // nats, kafka or amqp
-	envGroupURL      = "COURIER_CHAOS_GROUP_URL"      // the broker
-	envGroupName     = "COURIER_CHAOS_GROUP_NAME"     // NATS consumer, Kafka group, RabbitMQ queue
-	envGroupTiming   = "COURIER_CHAOS_GROUP_TIMING"   // heartbeat and timeout, such as 250ms/1.5s
-	envGroupAckWait  = "COURIER_CHAOS_GROUP_ACK_WAIT" // NATS AckWait; empty: the default
-	envGroupDial     = "COURIER_CHAOS_GROUP_DIAL"     // broker addresses to reach through others: a=b,c=d
-	envGroupSlow     = "COURIER_CHAOS_GROUP_SLOW"     // how long applying a SlowStep message takes
-	envGroupPrefetch = "COURIER_CHAOS_GROUP_PREFETCH" // NATS Prefetch; empty: the default
+	envGroupKind        = "COURIER_CHAOS_GROUP_KIND"        // nats, kafka or amqp
+	envGroupURL         = "COURIER_CHAOS_GROUP_URL"         // the broker
+	envGroupName        = "COURIER_CHAOS_GROUP_NAME"        // NATS consumer, Kafka group, RabbitMQ queue
+	envGroupTiming      = "COURIER_CHAOS_GROUP_TIMING"      // heartbeat and timeout, such as 250ms/1.5s
+	envGroupAckWait     = "COURIER_CHAOS_GROUP_ACK_WAIT"    // NATS AckWait; empty: the default
+	envGroupDial        = "COURIER_CHAOS_GROUP_DIAL"        // broker addresses to reach through others: a=b,c=d
+	envGroupSlow        = "COURIER_CHAOS_GROUP_SLOW"        // how long applying a SlowStep message takes
+	envGroupPrefetch    = "COURIER_CHAOS_GROUP_PREFETCH"    // NATS Prefetch; empty: the default
+	envGroupConcurrency = "COURIER_CHAOS_GROUP_CONCURRENCY" // the inbox consumer's
 )
 
 // The groups' partitions and topic, and the classic run's timing:
@@ -86,9 +88,10 @@ type groupSettings struct {
 	// whether or not the one before is over (see TestOrderedGroupPauses…);
 	// without it the run cycles through a freeze, a kill, an addition and
 	// a removal.
-	schedule []groupFault
-	ackWait  time.Duration // NATS AckWait; 0: the default
-	prefetch int           // NATS Prefetch; 0: the default
+	schedule    []groupFault
+	ackWait     time.Duration // NATS AckWait; 0: the default
+	prefetch    int           // NATS Prefetch; 0: the default
+	concurrency int           // each instance's inbox.ConsumerConfig.Concurrency
 }
 
 // groupRunSettings are the classic run's: faults far enough apart that
@@ -96,9 +99,9 @@ type groupSettings struct {
 // before the next fault, so that each is measured alone.
 func groupRunSettings() groupSettings {
 	if testenv.Long() {
-		return groupSettings{keys: 1000, rounds: 100, roundEvery: time.Second, faultEvery: 6 * time.Second, instances: 4, timing: groupTiming}
+		return groupSettings{keys: 1000, rounds: 100, roundEvery: time.Second, faultEvery: 6 * time.Second, instances: 4, timing: groupTiming, concurrency: 8}
 	}
-	return groupSettings{keys: 400, rounds: 26, roundEvery: time.Second, faultEvery: 5500 * time.Millisecond, instances: 4, timing: groupTiming}
+	return groupSettings{keys: 400, rounds: 26, roundEvery: time.Second, faultEvery: 5500 * time.Millisecond, instances: 4, timing: groupTiming, concurrency: 8}
 }
 
 // groupTarget is a broker the group runs on.
@@ -204,6 +207,11 @@ func runGroupConsumer(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	defer db.Close()
+	concurrency, err := strconv.Atoi(os.Getenv(envGroupConcurrency))
+	if err != nil {
+		return fmt.Errorf("%s: %w", envGroupConcurrency, err)
+	}
+	db.SQL().SetMaxOpenConns(concurrency + 2) // the handlers' and the consumer store's
 	sub, err := groupSubscriber(ctx, log)
 	if err != nil {
 		return err
@@ -226,7 +234,7 @@ VALUES (?, ?, ?, ?, ? = 1 OR EXISTS (SELECT 1 FROM effects WHERE k = ? AND seq =
 			msg.ID.String(), msg.Key, seq, pid, seq, msg.Key, seq)
 		return err
 	}
-	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: 8, MaxDeliveries: 1000,
+	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: concurrency, MaxDeliveries: 1000,
 		Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}, Logger: log}
 	if wait, _ := time.ParseDuration(os.Getenv(envGroupAckWait)); wait > 0 {
 		// Told too late that a slow handler is still at work: the broker
@@ -401,6 +409,7 @@ CREATE INDEX ON effects (k, seq)`)
 		envRole + "=" + groupConsumerRole, envDB + "=" + consumer.URL + fmt.Sprintf("&application_name=chaos_group&idle_in_transaction_session_timeout=%d", s.timing.Timeout.Milliseconds()),
 		envGroupKind + "=" + tgt.kind, envGroupURL + "=" + tgt.url, envGroupName + "=" + tgt.name, envLogLevel + "=" + os.Getenv(envLogLevel),
 		envGroupTiming + "=" + formatTiming(s.timing), envGroupSlow + "=" + groupSlow(s).String(),
+		envGroupConcurrency + "=" + strconv.Itoa(s.concurrency),
 	}}
 	if s.ackWait > 0 {
 		r.env = append(r.env, envGroupAckWait+"="+s.ackWait.String())
@@ -491,16 +500,17 @@ func (r *groupRun) stopAll() {
 		select {
 		case <-in.done:
 		case <-time.After(30 * time.Second):
-			// Its goroutines' stacks go to the log, which the test shows.
-			_ = in.cmd.Process.Signal(syscall.SIGQUIT)
-			select {
-			case <-in.done:
-			case <-time.After(5 * time.Second):
-				_ = in.cmd.Process.Kill()
-				<-in.done
-			}
-			r.t.Errorf("%s did not stop within 30s of SIGTERM (its goroutines are in the log)", in.name)
+			r.t.Errorf("%s did not stop within 30s of SIGTERM; its goroutines:\n%s", in.name, r.stacks(in))
+			r.dumpStacks() // the others', which it may wait for
 		}
+	}
+}
+
+// dumpStacks ends every instance alive with SIGQUIT and logs their
+// goroutines.
+func (r *groupRun) dumpStacks() {
+	for in := r.pick(false); in != nil; in = r.pick(false) {
+		r.t.Logf("%s's goroutines:\n%s", in.name, r.stacks(in))
 	}
 }
 
@@ -619,10 +629,30 @@ func (r *groupRun) settle(ctx context.Context, query func(context.Context, strin
 		}
 		if time.Since(since) > time.Minute {
 			r.t.Errorf("%d of %d messages applied, and none more for a minute", n, want)
+			r.dumpStacks()
 			return n
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// stacks ends in with SIGQUIT, which makes it write its goroutines' stacks
+// to the log, and returns what it wrote there (with the other instances'
+// lines of the moment).
+func (r *groupRun) stacks(in *instance) string {
+	from, _ := r.logs.Seek(0, io.SeekCurrent)
+	_ = in.cmd.Process.Signal(syscall.SIGCONT)
+	_ = in.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-in.done:
+	case <-time.After(5 * time.Second):
+		_ = in.cmd.Process.Kill()
+		<-in.done
+	}
+	to, _ := r.logs.Seek(0, io.SeekCurrent)
+	buf := make([]byte, min(to-from, 512<<10))
+	n, _ := r.logs.ReadAt(buf, from)
+	return string(buf[:n])
 }
 
 // rowScanner is a row of a query.
