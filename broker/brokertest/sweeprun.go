@@ -180,7 +180,9 @@ func (r *sweepRun) fault() int {
 		r.mu.Lock()
 		slow := r.slowRound
 		r.mu.Unlock()
-		testenv.WhileProgressing(r.t, 30*time.Second, func() (bool, any) {
+		// An instance applying a slow message applies nothing else, and
+		// both may: nothing may be applied for as long as one takes.
+		testenv.WhileProgressing(r.t, 30*time.Second+r.c.d, func() (bool, any) {
 			a := r.applied()
 			return a.seen[applied{key: "key-0", round: slow}] && a.seen[applied{key: "key-1", round: slow}], a.total
 		}, "the slow messages (round %d of key-0 and key-1) were not applied; the instances said:\n%s", slow, testenv.Lazy(r.output))

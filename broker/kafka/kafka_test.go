@@ -124,7 +124,9 @@ func openShared(ctx context.Context, p brokertest.Process) (broker.Subscriber, e
 	var d net.Dialer
 	return kafka.NewSubscriber(ctx, kafka.SubscriberConfig{Config: r.Config, Group: r.Group, Topics: []string{"orders"},
 		Options: []kgo.Opt{
-			kgo.SessionTimeout(p.Timing.Timeout), kgo.HeartbeatInterval(p.Timing.Heartbeat),
+			// The rebalance timeout in kgo's proportion to the session
+			// (60s to 45s).
+			kgo.SessionTimeout(p.Timing.Timeout), kgo.HeartbeatInterval(p.Timing.Heartbeat), kgo.RebalanceTimeout(p.Timing.Timeout * 4 / 3),
 			kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
 				return d.DialContext(ctx, network, p.Addr(host))
 			}),

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -109,6 +110,9 @@ type groupTarget struct {
 	kind, url, name string
 	publisher       broker.Publisher
 	addrs           []string // the broker's host:port addresses, which a cut instance reaches through proxies
+	// describe, when set, says how the broker sees the group, for a
+	// failure's message.
+	describe func() string
 }
 
 func TestOrderedGroupNATS(t *testing.T) {
@@ -149,7 +153,32 @@ func kafkaGroup(t *testing.T, minSession time.Duration) groupTarget {
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Config: cfg})
 	testenv.Must(t, err, "publisher")
 	t.Cleanup(pub.Close)
-	return groupTarget{kind: "kafka", url: raw, name: "group", publisher: pub, addrs: cfg.Brokers}
+	return groupTarget{kind: "kafka", url: raw, name: "group", publisher: pub, addrs: cfg.Brokers,
+		describe: func() string { return describeKafkaGroup(cfg.Brokers, "group") }}
+}
+
+// describeKafkaGroup says how the cluster sees group: its state and
+// members.
+func describeKafkaGroup(brokers []string, group string) string {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, g := range groups {
+		fmt.Fprintf(&b, "group %s: state %s, protocol %s, %d members, error %v\n", g.Group, g.State, g.Protocol, len(g.Members), g.Err)
+		for _, m := range g.Members {
+			fmt.Fprintf(&b, "  member %s (client %s at %s)\n", m.MemberID, m.ClientID, m.ClientHost)
+		}
+	}
+	return b.String()
 }
 
 func TestOrderedGroupRabbitMQ(t *testing.T) {
@@ -280,9 +309,13 @@ func groupSubscriber(ctx context.Context, log *slog.Logger) (broker.Subscriber, 
 		if err != nil {
 			return nil, err
 		}
+		// The group's rebalance timeout (how long a rebalance waits for
+		// the members to join again) in the same proportion to the session
+		// as kgo's defaults (60s to 45s): a member that does not rejoin
+		// holds the group back that long, a minute by default.
 		var d net.Dialer
 		return kafka.NewSubscriber(ctx, kafka.SubscriberConfig{Config: cfg, Group: name, Topics: []string{groupTopic}, Logger: log,
-			Options: []kgo.Opt{kgo.SessionTimeout(tm.Timeout), kgo.HeartbeatInterval(tm.Heartbeat),
+			Options: []kgo.Opt{kgo.SessionTimeout(tm.Timeout), kgo.HeartbeatInterval(tm.Heartbeat), kgo.RebalanceTimeout(tm.Timeout * 4 / 3),
 				kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
 					return d.DialContext(ctx, network, cmp.Or(dial[host], host))
 				})}})
@@ -500,6 +533,9 @@ func (r *groupRun) stopAll() {
 		select {
 		case <-in.done:
 		case <-time.After(30 * time.Second):
+			if r.tgt.describe != nil {
+				r.t.Logf("the broker's view of the group:\n%s", r.tgt.describe())
+			}
 			r.t.Errorf("%s did not stop within 30s of SIGTERM; its goroutines:\n%s", in.name, r.stacks(in))
 			r.dumpStacks() // the others', which it may wait for
 		}
@@ -629,6 +665,9 @@ func (r *groupRun) settle(ctx context.Context, query func(context.Context, strin
 		}
 		if time.Since(since) > time.Minute {
 			r.t.Errorf("%d of %d messages applied, and none more for a minute", n, want)
+			if r.tgt.describe != nil {
+				r.t.Logf("the broker's view of the group:\n%s", r.tgt.describe())
+			}
 			r.dumpStacks()
 			return n
 		}
