@@ -193,24 +193,11 @@ func (b *Bench) runConsumerGroup(ctx context.Context, brokerName string, concurr
 	s := consumerSettings(b.cfg)
 	s.concurrency = concurrency
 	key := consKey(brokerName, concurrency, instances)
-	env, err := newSchemaEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, "consumers")
-	if err != nil {
+	env, tgt, err := b.openConsumers(ctx, br, "consumers", s, "cons_drain", key)
+	if err != nil || tgt == nil {
 		return err
 	}
 	defer env.Close()
-	if err := prepareEffects(ctx, env); err != nil {
-		return err
-	}
-	tgt, err := br.open(b, ctx, env, s)
-	if err != nil {
-		var nm errNotMeasured
-		if errors.As(err, &nm) {
-			logf("  %s not measured: %s", br.label, nm.why)
-			b.results.Skip("cons_drain", key, nm.why)
-			return nil
-		}
-		return err
-	}
 	defer tgt.close()
 	grp, err := startConsumerGroup(ctx, env, tgt, s, instances)
 	if err != nil {
@@ -233,6 +220,33 @@ func (b *Bench) runConsumerGroup(ctx context.Context, brokerName string, concurr
 	}
 	b.recordConsumers(key, tgt.inProcess, s, dr, lat)
 	return nil
+}
+
+// openConsumers readies a measurement of section on br: a fresh schema
+// with the effects table, and a fresh destination. A broker that cannot be
+// measured here is recorded as skipped under figure and key, and returns
+// no target and no error.
+func (b *Bench) openConsumers(ctx context.Context, br consBroker, section string, s consSettings, figure, key string) (*Env, *consTarget, error) {
+	env, err := newSchemaEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, section)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := prepareEffects(ctx, env); err != nil {
+		env.Close()
+		return nil, nil, err
+	}
+	tgt, err := br.open(b, ctx, env, s)
+	if err != nil {
+		env.Close()
+		var nm errNotMeasured
+		if errors.As(err, &nm) {
+			logf("  %s not measured: %s", br.label, nm.why)
+			b.results.Skip(figure, key, nm.why)
+			return nil, nil, nil
+		}
+		return nil, nil, err
+	}
+	return env, tgt, nil
 }
 
 // recordConsumers records one measurement's figures under key;

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -315,24 +314,11 @@ func (b *Bench) runHandover(ctx context.Context, brokerName, fault string) error
 	key := handoverKey(brokerName, fault)
 	s := consSettings{keys: handoverKeys, partitions: consPartitions, concurrency: handoverConcurrency,
 		heartbeat: handoverHeartbeat, timeout: handoverTimeout}
-	env, err := newSchemaEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, "handover")
-	if err != nil {
+	env, tgt, err := b.openConsumers(ctx, br, "handover", s, "ho_first", key)
+	if err != nil || tgt == nil {
 		return err
 	}
 	defer env.Close()
-	if err := prepareEffects(ctx, env); err != nil {
-		return err
-	}
-	tgt, err := br.open(b, ctx, env, s)
-	if err != nil {
-		var nm errNotMeasured
-		if errors.As(err, &nm) {
-			logf("  %s not measured: %s", br.label, nm.why)
-			b.results.Skip("ho_first", key, nm.why)
-			return nil
-		}
-		return err
-	}
 	defer tgt.close()
 	procs, err := startInstances(env, tgt, fault == "cut")
 	if err != nil {

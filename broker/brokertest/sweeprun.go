@@ -47,26 +47,8 @@ type sweepRun struct {
 type instanceProc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer // its stderr
+	out  *testenv.Buffer // its stderr
 	done chan struct{}
-}
-
-// syncBuffer is a buffer written by a process and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start starts an instance named name: this test binary again, which
@@ -77,7 +59,7 @@ func (r *sweepRun) start(p Process, name string) {
 	testenv.Must(r.t, err, "describe the instance")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"="+string(raw))
-	in := &instanceProc{name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	in := &instanceProc{name: name, cmd: cmd, out: &testenv.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = io.Discard, in.out
 	testenv.Must(r.t, cmd.Start(), "start instance "+name)
 	go func() { _ = cmd.Wait(); close(in.done) }()

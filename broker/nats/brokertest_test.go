@@ -154,19 +154,7 @@ func openShared(ctx context.Context, p brokertest.Process) (broker.Subscriber, e
 		nc.Close()
 		return nil, err
 	}
-	return closing{sub, nc.Close}, nil
-}
-
-// closing is a subscriber that also closes its connection.
-type closing struct {
-	broker.Subscriber
-	also func()
-}
-
-func (c closing) Close() error {
-	err := c.Subscriber.Close()
-	c.also()
-	return err
+	return testenv.Closing{Subscriber: sub, Also: nc.Close}, nil
 }
 
 // hostPort returns the host:port of url.

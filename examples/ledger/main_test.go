@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -40,7 +39,7 @@ func TestRelayFeedsInstances(t *testing.T) {
 	// The tables, before the relay looks for them.
 	testenv.Must(t, run(ctx, config{db: pg.URL, write: 1, accounts: 1}, io.Discard), "migrate and write a first posting")
 
-	relayLog := &syncBuffer{}
+	relayLog := &testenv.Buffer{}
 	relay := exec.Command(testenv.CourierBinary(t), "relay", "--log-format", "text", "--log-level", "warn",
 		"--database-url", pg.URL, "--broker-url", srv.ClientURL(), "--key-subjects")
 	relay.Stderr = relayLog
@@ -102,22 +101,4 @@ func TestRelayFeedsInstances(t *testing.T) {
 	if behind != 0 || failures != 0 || parked != 0 {
 		t.Fatalf("%d accounts not applied as written, %d postings failed (out of order), %d parked", behind, failures, parked)
 	}
-}
-
-// syncBuffer is a buffer a process writes to while the test may read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -303,7 +303,7 @@ func groupSubscriber(ctx context.Context, log *slog.Logger) (broker.Subscriber, 
 			nc.Close()
 			return nil, err
 		}
-		return closing{sub, nc.Close}, nil
+		return testenv.Closing{Subscriber: sub, Also: nc.Close}, nil
 	case "kafka":
 		cfg, err := kafka.ParseURL(url)
 		if err != nil {
@@ -368,18 +368,6 @@ func redial(url string, dial map[string]string) string {
 	}
 	u.Host = dial[u.Host]
 	return u.String()
-}
-
-// closing is a subscriber that also closes what it runs on.
-type closing struct {
-	broker.Subscriber
-	also func()
-}
-
-func (c closing) Close() error {
-	err := c.Subscriber.Close()
-	c.also()
-	return err
 }
 
 // instance is one consumer process of a group run.
