@@ -90,10 +90,14 @@ func (p *partitions) consume(ctx context.Context, part int, name string) (jetstr
 	})
 }
 
-// pull starts pulling from cons, named name, for h: what it receives first
-// is the delivery after those cons made before, and nothing of cons was
+// pull makes cons, named name, h's consumer (the one Release and the next
+// restart delete) and starts pulling from it: what it receives first is
+// the delivery after those cons made before, and nothing of cons was
 // handed out yet.
 func (p *partitions) pull(h *held, cons jetstream.Consumer, name string) error {
+	h.mu.Lock()
+	h.name = name
+	h.mu.Unlock()
 	iter, err := cons.Messages(jetstream.PullMaxMessages(p.cfg.Prefetch), jetstream.PullHeartbeat(p.cfg.partitionPullHeartbeat()))
 	if err != nil {
 		return fmt.Errorf("nats: pull from consumer %s: %w", name, err)
@@ -104,7 +108,7 @@ func (p *partitions) pull(h *held, cons jetstream.Consumer, name string) error {
 		iter.Stop()
 		return errPumpStopped
 	}
-	h.name, h.iter, h.next = name, iter, cons.CachedInfo().Delivered.Consumer+1
+	h.iter, h.next = iter, cons.CachedInfo().Delivered.Consumer+1
 	h.last.Store(0)
 	return nil
 }
@@ -219,9 +223,8 @@ func (p *partitions) follows(h *held, m jetstream.Msg) bool {
 // took the partition meanwhile, and an error once stop is closed.
 func (p *partitions) restart(h *held, iter jetstream.MessagesContext, stop <-chan struct{}) error {
 	iter.Stop()
-	old := h.consumer()
 	for {
-		err := p.replace(h, old)
+		err := p.replace(h)
 		if err == nil || errors.Is(err, group.ErrLost) || errors.Is(err, errPumpStopped) {
 			return err
 		}
@@ -234,10 +237,11 @@ func (p *partitions) restart(h *held, iter jetstream.MessagesContext, stop <-cha
 	}
 }
 
-// replace deletes h's consumer old, makes a new one and pulls from it.
-func (p *partitions) replace(h *held, old string) error {
+// replace deletes h's consumer, makes a new one and pulls from it.
+func (p *partitions) replace(h *held) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.MemberTimeout)
 	defer cancel()
+	old := h.consumer()
 	if err := p.js.DeleteConsumer(ctx, p.stream, old); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("nats: delete consumer %s: %w", old, err)
 	}
