@@ -27,6 +27,7 @@ import (
 // the schedule runs ten times over, and once more with the broker's
 // default timing.
 func TestOrderedGroupPauses(t *testing.T) {
+	t.Parallel()
 	short := brokertest.Timing{Heartbeat: 250 * time.Millisecond, Timeout: 1250 * time.Millisecond}
 	def := brokertest.Timing{Heartbeat: time.Second, Timeout: 5 * time.Second}
 	brokers := []struct {
