@@ -70,10 +70,11 @@ func (c *demoCmd) Run(e *env) (err error) {
 	if external != nil && !c.Keep {
 		defer teardownExternal(e, external)
 	}
-	dir, err := c.dataDir()
+	dir, release, err := c.dataDir()
 	if err != nil {
 		return err
 	}
+	defer release()
 	if c.DataDir == "" {
 		defer func() {
 			// The temporary directory is the demo's, all of it; a failed
@@ -263,24 +264,26 @@ func runDemo(e *env, cfg shop.DemoConfig, logPath string) error {
 
 // dataDir returns the absolute path of the demo's data directory, ready:
 // --data-dir (or COURIER_DEMO_DATA_DIR) when it is new, empty or the
-// demo's (see prepareDataDir), else a new temporary directory.
-func (c *demoCmd) dataDir() (string, error) {
+// demo's (see prepareDataDir), else a new temporary directory. release
+// lets another demo have --data-dir.
+func (c *demoCmd) dataDir() (dir string, release func(), err error) {
 	if c.DataDir == "" {
 		dir, err := os.MkdirTemp("", "courier-demo-")
 		if err != nil {
-			return "", fmt.Errorf("cannot create a temporary directory for the demo (%v): pass --data-dir", err)
+			return "", nil, fmt.Errorf("cannot create a temporary directory for the demo (%v): pass --data-dir", err)
 		}
-		return dir, markDataDir(dir, "--data-dir")
+		return dir, func() {}, markDataDir(dir, "--data-dir")
 	}
-	dir, err := filepath.Abs(c.DataDir)
+	dir, err = filepath.Abs(c.DataDir)
 	if err != nil {
-		return "", fmt.Errorf("--data-dir %s: %w", c.DataDir, err)
+		return "", nil, fmt.Errorf("--data-dir %s: %w", c.DataDir, err)
 	}
 	flag := "--data-dir"
 	if v, ok := os.LookupEnv("COURIER_DEMO_DATA_DIR"); ok && v == c.DataDir {
 		flag = "--data-dir (COURIER_DEMO_DATA_DIR)"
 	}
-	return dir, prepareDataDir(dir, c.Keep, flag)
+	release, err = prepareDataDir(dir, c.Keep, flag)
+	return dir, release, err
 }
 
 // header says what is about to run.

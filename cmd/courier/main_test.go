@@ -68,6 +68,7 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "amqp://u:secret@x:bad/"}, 1, "is not a RabbitMQ URL"},
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "nats://x:1", "--batch-size", "0"}, 1, "--batch-size is 0"},
 		{[]string{"relay", "--embedded-port", taken}, 1, "embedded nats: cannot listen on 127.0.0.1:" + taken},
+		{[]string{"relay", "--embedded-port", taken}, 1, "join it as a client with --broker-url nats://127.0.0.1:" + taken},
 		{[]string{"frobnicate"}, 2, "unexpected argument frobnicate"},
 	}
 	for _, c := range cases {

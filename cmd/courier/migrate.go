@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -134,23 +136,61 @@ func (c *migrateCmd) export(e *env) error {
 	}
 	stamp := time.Now().UTC().Truncate(time.Second)
 	whole := dollarQuoted(all)
+	var files []exportFile
 	for i, m := range ms {
 		prefix := fmt.Sprintf("%04d", c.Start+i)
 		if c.Prefix == "timestamp" {
 			prefix = stamp.Add(time.Duration(i) * time.Second).Format("20060102150405")
 		}
-		for _, f := range exportFiles(c.Tool, prefix, m, c.Down, whole) {
-			name := filepath.Join(c.Dir, f.name)
-			if _, err := os.Stat(name); err == nil {
-				return fmt.Errorf("--dir: %s exists already: export into an empty directory, or pick other numbers with --start, --since or --prefix timestamp", name)
-			}
-			if err := os.WriteFile(name, []byte(f.body), 0o644); err != nil {
-				return fmt.Errorf("--dir: %w", err)
-			}
-			fmt.Fprintln(e.stdout, name)
-		}
+		files = append(files, exportFiles(c.Tool, prefix, m, c.Down, whole)...)
+	}
+	names, err := writeNewFiles(c.Dir, files)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		fmt.Fprintln(e.stdout, name)
 	}
 	return nil
+}
+
+// writeNewFiles writes files into dir, each as a new file: a name that
+// exists in dir (a file, a directory, a symbolic link, dangling or not) is
+// never written over nor through, whoever made it, another export running
+// at the same moment included. When one cannot be written, the files this
+// call created are removed (they are its own) and the error names the one
+// that failed. It returns the paths written.
+func writeNewFiles(dir string, files []exportFile) ([]string, error) {
+	var made []string
+	undo := func() {
+		for _, name := range made {
+			_ = os.Remove(name)
+		}
+	}
+	for _, f := range files {
+		name := filepath.Join(dir, f.name)
+		// O_EXCL: created here or not at all; it fails on a symbolic
+		// link too, which it does not follow.
+		fh, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			undo()
+			return nil, fmt.Errorf("--dir: %s exists already (nothing is written over; the files this export wrote are removed): export into an empty directory, or pick other numbers with --start, --since or --prefix timestamp", name)
+		}
+		if err != nil {
+			undo()
+			return nil, fmt.Errorf("--dir: %w", err)
+		}
+		made = append(made, name)
+		_, err = fh.WriteString(f.body)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			undo()
+			return nil, fmt.Errorf("--dir: write %s: %w (the files this export wrote are removed)", name, err)
+		}
+	}
+	return made, nil
 }
 
 // exportFile is one file of an exported migration.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -201,7 +202,7 @@ func (c *relayCmd) openBroker(e *env) (b *brokerurl.Broker, closeAll, announce f
 		dir, _ := filepath.Abs(c.DataDir)
 		srv, err := embedded.Start(embedded.Config{Dir: dir, Port: c.EmbeddedPort})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%w; pass --embedded-port 0 for any free port, or --broker-url to use a running NATS", err)
+			return nil, nil, nil, embeddedError(err, c.DataDir, c.EmbeddedPort)
 		}
 		brokerURL = srv.ClientURL()
 		stopServer = func() {
@@ -223,6 +224,33 @@ func (c *relayCmd) openBroker(e *env) (b *brokerurl.Broker, closeAll, announce f
 		return nil, nil, nil, err
 	}
 	return b, func() { _ = b.Close(); stopServer() }, announce, nil
+}
+
+// embeddedError explains why the embedded NATS server in --data-dir dir
+// (on --embedded-port port) did not start, with the fix. Relays of one
+// database share one broker: a second relay joins the first one's server
+// as a client rather than starting a server of its own, which would either
+// share the first's store (and lose what both acknowledged) or split the
+// outbox between two brokers.
+func embeddedError(err error, dir string, port int) error {
+	var inUse *embedded.DirInUseError
+	switch {
+	case errors.As(err, &inUse):
+		who := "another courier process"
+		if inUse.PID != 0 {
+			who = fmt.Sprintf("courier process %d", inUse.PID)
+		}
+		join := "--broker-url with its URL (in its log once it has started)"
+		if inUse.URL != "" {
+			who += ", whose embedded NATS serves at " + inUse.URL
+			join = "--broker-url " + inUse.URL
+		}
+		return fmt.Errorf("--data-dir %s is in use by %s: join it as a client with %s (relays of one database share one broker), or give this relay another --data-dir if it relays another database; two NATS servers on one directory lose what each acknowledged",
+			dir, who, join)
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("%w; if a courier relay's embedded NATS listens there, join it as a client with --broker-url nats://127.0.0.1:%d (relays of one database share one broker); otherwise pass --embedded-port with a free port, or --broker-url to use a running NATS", err, port)
+	}
+	return fmt.Errorf("%w; pass --broker-url to use a running NATS", err)
 }
 
 // newRelay makes the polling relay, woken by the database's notifier

@@ -10,12 +10,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/courier-go/courier/internal/dirlock"
 )
 
 // Config describes an embedded server.
 type Config struct {
 	// Dir holds the JetStream store. Required: the store must survive a
-	// restart for the outbox's guarantee to mean anything.
+	// restart for the outbox's guarantee to mean anything. The server
+	// holds it alone: Start refuses a Dir another server has (see the
+	// package documentation).
 	Dir string
 	// Host to listen on. Default 127.0.0.1.
 	Host string
@@ -31,12 +35,39 @@ type Config struct {
 
 // Server is a running embedded NATS server.
 type Server struct {
-	srv *server.Server
+	srv  *server.Server
+	lock *dirlock.Lock
+}
+
+// DirInUseError is returned by Start when another embedded server, in
+// this process or another, has Config.Dir. Its clients should connect to
+// that server (URL) instead of starting one of their own.
+type DirInUseError struct {
+	// Dir is the store directory.
+	Dir string
+	// PID is the process that has it; 0 when its lock file does not say.
+	PID int
+	// URL is the client URL of the server that has it; "" while that
+	// server is starting (or when its lock file does not say).
+	URL string
+}
+
+// Error says whose Dir is, and what to do.
+func (e *DirInUseError) Error() string {
+	who := "another process"
+	if e.PID != 0 {
+		who = "process " + strconv.Itoa(e.PID)
+	}
+	if e.URL == "" {
+		return fmt.Sprintf("embedded nats: the JetStream store %s is in use by %s (its server is starting): connect to that server, or give this one another directory", e.Dir, who)
+	}
+	return fmt.Sprintf("embedded nats: the JetStream store %s is in use by %s, serving at %s: connect to that server, or give this one another directory", e.Dir, who, e.URL)
 }
 
 // Start starts a server and waits until it accepts connections. It creates
 // Dir if missing and fails at once when it cannot write there (the server
-// itself would only fail to become ready), or when Port is taken.
+// itself would only fail to become ready), with a *DirInUseError when
+// another server has Dir, or when Port is taken.
 func Start(cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("embedded nats: Config.Dir is empty: give a directory for the JetStream store")
@@ -44,6 +75,30 @@ func Start(cfg Config) (*Server, error) {
 	if err := UsableDir(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("embedded nats: Config.Dir: %w", err)
 	}
+	lock, err := dirlock.Acquire(cfg.Dir)
+	if err != nil {
+		var held *dirlock.HeldError
+		if errors.As(err, &held) {
+			return nil, &DirInUseError{Dir: cfg.Dir, PID: held.Owner.PID, URL: held.Owner.URL}
+		}
+		return nil, fmt.Errorf("embedded nats: Config.Dir: %w", err)
+	}
+	srv, err := start(cfg)
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	if err := lock.SetURL(srv.ClientURL()); err != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		lock.Release()
+		return nil, fmt.Errorf("embedded nats: Config.Dir: %w", err)
+	}
+	return &Server{srv: srv, lock: lock}, nil
+}
+
+// start starts the server on cfg, a Dir this process holds.
+func start(cfg Config) (*server.Server, error) {
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
@@ -81,16 +136,18 @@ func Start(cfg Config) (*Server, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("embedded nats: not ready after 10s on %s:%d (JetStream store in %s)", cfg.Host, cfg.Port, cfg.Dir)
 	}
-	return &Server{srv: srv}, nil
+	return srv, nil
 }
 
 // ClientURL is the nats:// URL clients connect to.
 func (s *Server) ClientURL() string { return s.srv.ClientURL() }
 
-// Shutdown stops the server and waits until it has stopped.
+// Shutdown stops the server, waits until it has stopped and then lets
+// another server have its Dir. Calling it again does nothing.
 func (s *Server) Shutdown() {
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
+	s.lock.Release()
 }
 
 // UsableDir creates dir if it is missing and checks that files can be
