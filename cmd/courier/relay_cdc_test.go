@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,4 +142,86 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Two `courier relay --mode cdc` started at the same moment on a new
+// schema, round after round on new publication and slot names: both make
+// sure of the publication at once and neither fails (one makes the slot
+// and reads it, the other waits as a standby); every message written
+// before they started reaches the stream.
+func TestRelayCDCStartTogether(t *testing.T) {
+	natsURL := testenv.NATSOrEmbedded(t)
+	nc := testenv.Connect(t, natsURL)
+	ctx := context.Background()
+	for round := range 3 {
+		pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+		stream := testenv.Name("CDCSTART")
+		mapping := couriernats.Config{SubjectPrefix: strings.ToLower(stream) + "."}
+		testenv.Must(t, couriernats.EnsureStream(ctx, nc, mapping, couriernats.StreamConfig{Name: stream}), "stream")
+		slot := strings.ToLower(testenv.Name("start_"))
+		t.Cleanup(func() {
+			// The relays are gone (below); their walsenders end soon after.
+			testenv.Eventually(t, 10*time.Second, func() bool {
+				_, err := pg.Admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+				return err == nil
+			}, "drop slot %s", slot)
+			_, _ = pg.Admin.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
+		})
+		d := postgres.NewDriver(pg.Pool)
+		msgs := make([]courier.Message, 20)
+		for i := range msgs {
+			msgs[i] = courier.NewMessage("orders", fmt.Sprintf("k%d", i%4), "T", []byte(fmt.Sprint(i)))
+		}
+		testenv.Must(t, d.InTx(ctx, func(tx pgx.Tx) error { return outbox.New(d.Inserter(), outbox.Config{}).Write(ctx, tx, msgs...) }), "write")
+
+		type proc struct {
+			cmd  *exec.Cmd
+			logs *lockedBuffer
+			done chan struct{} // closed once it has exited, with err
+			err  error
+		}
+		var procs []*proc
+		for range 2 {
+			p := &proc{logs: &lockedBuffer{}, done: make(chan struct{})}
+			p.cmd = exec.Command(os.Args[0], "relay", "--mode", "cdc", "--slot", slot, "--publication", slot,
+				"--database-url", pg.URL, "--broker-url", natsURL, "--stream", stream, "--subject-prefix", mapping.SubjectPrefix, "--log-format", "json")
+			p.cmd.Env = append(os.Environ(), "COURIER_TEST_BE_CLI=1")
+			p.cmd.Stderr = p.logs
+			procs = append(procs, p)
+		}
+		for _, p := range procs {
+			testenv.Must(t, p.cmd.Start(), "start relay")
+			go func() { p.err = p.cmd.Wait(); close(p.done) }()
+			t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
+		}
+		exited := func() string {
+			for i, p := range procs {
+				select {
+				case <-p.done:
+					return fmt.Sprintf("relay %d exited (%v):\n%s", i, p.err, p.logs)
+				default:
+				}
+			}
+			return ""
+		}
+		testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
+			if exited() != "" {
+				return true, nil
+			}
+			var n int
+			_ = pg.Pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox").Scan(&n)
+			return n == 0, n
+		}, "round %d: the outbox is not drained; logs:\n%s\n%s", round, procs[0].logs, procs[1].logs)
+		if msg := exited(); msg != "" {
+			t.Fatalf("round %d: %s", round, msg)
+		}
+		for i, p := range procs {
+			testenv.Must(t, p.cmd.Process.Signal(syscall.SIGTERM), "SIGTERM")
+			<-p.done
+			if p.err != nil {
+				t.Fatalf("round %d: relay %d after SIGTERM: %v\n%s", round, i, p.err, p.logs)
+			}
+		}
+		testenv.CheckDelivery(t, msgs, testenv.StreamMessages(t, nc, stream, mapping))
+	}
 }

@@ -63,7 +63,12 @@
 //
 // A relay that dies before step 3 takes its temporary slot with it, and the
 // next one starts again: the rows are still in the table. Relays take turns
-// at making a slot (an advisory lock); the others wait as standbys. Since
+// at making a slot (an advisory lock); the others wait as standbys. Relays
+// started at the same moment on a new schema are safe too: each makes sure
+// of the publication first (Database.Setup), taking turns on another
+// advisory lock, and one made meanwhile by anything else is taken as it is
+// (the database user must own the tables and have CREATE on the database
+// for the one that makes it). Since
 // the slot exists only once the rows before it were published, a relay on
 // an existing slot never reads the table: its start costs the same whatever
 // the backlog, and a relay that keeps crashing still moves on.

@@ -50,36 +50,72 @@ var identifier = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // courier_outbox_scheduled to one of courier_outbox that lacks it (made
 // before scheduled messages existed), so that the relay learns of a
 // scheduled message when its transaction commits. The database user must
-// own the tables (or be a superuser).
+// own the tables and have CREATE on the database (or be a superuser).
+//
+// Relays started together each call it, so it is safe to race: Setups of
+// one publication take turns on an advisory lock held for their
+// transaction (the next one finds the publication the previous one made),
+// and a publication made or completed meanwhile by anything else (an
+// older relay, an operator: CREATE PUBLICATION then fails with a unique
+// violation, or "already exists", once that session commits) is looked
+// at again rather than reported. Its errors name the cause: the tables
+// missing (run courier migrate), or the user lacking a privilege.
 func (c CDC) Setup(ctx context.Context, publication string) error {
 	if !identifier.MatchString(publication) {
 		return fmt.Errorf("postgres: publication %q: use 1 to 63 lower-case letters, digits and underscores", publication)
 	}
-	var exists, outbox, scheduled bool
-	err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		made, err := c.setup(ctx, publication)
+		if err == nil || !made || attempt == attempts {
+			return err
+		}
+	}
+}
+
+// setup is one attempt of Setup, in one transaction. made reports that err
+// is the publication or its table made meanwhile by another session: the
+// next attempt finds it.
+func (c CDC) setup(ctx context.Context, publication string) (made bool, err error) {
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "courier_cdc_publication:"+publication); err != nil {
+			return fmt.Errorf("postgres: lock publication %s: %w", publication, err)
+		}
+		var exists, outbox, scheduled bool
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
        EXISTS (SELECT 1 FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
                WHERE p.pubname = $1 AND r.prrelid = 'courier_outbox'::regclass),
        EXISTS (SELECT 1 FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
                WHERE p.pubname = $1 AND r.prrelid = 'courier_outbox_scheduled'::regclass)`, publication).Scan(&exists, &outbox, &scheduled)
-	if err != nil {
-		return fmt.Errorf("postgres: look for publication %s: %w (run courier migrate first)", publication, err)
-	}
-	switch {
-	case !exists:
-		_, err = c.pool.Exec(ctx, "CREATE PUBLICATION "+publication+" FOR TABLE courier_outbox, courier_outbox_scheduled WITH (publish = 'insert')")
-		if errorCode(err) == "42710" { // created meanwhile
-			return nil
+		if err != nil {
+			return fmt.Errorf("postgres: look for publication %s: %w%s", publication, err, setupHint(err))
 		}
-	case outbox && !scheduled:
-		_, err = c.pool.Exec(ctx, "ALTER PUBLICATION "+publication+" ADD TABLE courier_outbox_scheduled")
-		if errorCode(err) == "42710" { // added meanwhile
-			return nil
+		switch {
+		case !exists:
+			_, err = tx.Exec(ctx, "CREATE PUBLICATION "+publication+" FOR TABLE courier_outbox, courier_outbox_scheduled WITH (publish = 'insert')")
+		case outbox && !scheduled:
+			_, err = tx.Exec(ctx, "ALTER PUBLICATION "+publication+" ADD TABLE courier_outbox_scheduled")
 		}
+		if code := errorCode(err); code == uniqueViolation || code == duplicateObject {
+			made = true
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: publication %s on courier_outbox and courier_outbox_scheduled: %w%s", publication, err, setupHint(err))
+		}
+		return nil
+	})
+	return made, err
+}
+
+// setupHint is what Setup's error adds to err, by its cause.
+func setupHint(err error) string {
+	switch errorCode(err) {
+	case undefinedTable:
+		return " (run courier migrate first)"
+	case insufficientPrivilege:
+		return " (the database user must own courier_outbox and courier_outbox_scheduled and have CREATE on the database, or be a superuser; or let an owner run the relay once to make the publication)"
 	}
-	if err != nil {
-		return fmt.Errorf("postgres: publication %s on courier_outbox and courier_outbox_scheduled: %w (run courier migrate first; the user must own the tables)", publication, err)
-	}
-	return nil
+	return ""
 }
 
 // Release implements store.Releaser, as the polling relay's store does: the
@@ -132,7 +168,7 @@ func (c CDC) DropSlot(ctx context.Context, slot string) error {
 // exists already.
 func (c CDC) CopySlot(ctx context.Context, from, to string) error {
 	_, err := c.pool.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2, false)", from, to)
-	if errorCode(err) == "42710" {
+	if errorCode(err) == duplicateObject {
 		return fmt.Errorf("%w: %s", store.ErrSlotExists, to)
 	}
 	if err != nil {

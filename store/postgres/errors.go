@@ -8,9 +8,11 @@ import (
 
 // The SQLSTATE codes Courier recognises.
 const (
-	uniqueViolation   = "23505"
-	invalidSchemaName = "3F000"
-	undefinedTable    = "42P01"
+	uniqueViolation       = "23505"
+	invalidSchemaName     = "3F000"
+	undefinedTable        = "42P01"
+	duplicateObject       = "42710"
+	insufficientPrivilege = "42501"
 )
 
 // errorCode returns the SQLSTATE of err, "" when err is not an error of the
