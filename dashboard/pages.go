@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"slices"
@@ -20,10 +21,38 @@ import (
 // sharedRoutes are the routes a dashboard of tenants serves once for all
 // of them: the style sheet, the login and the logout.
 func (h *Handler) sharedRoutes(mux *http.ServeMux) {
-	mux.Handle("GET /static/", http.FileServerFS(assets))
+	mux.HandleFunc("GET /static/", h.static)
 	mux.HandleFunc("GET /login", h.login)
 	mux.HandleFunc("POST /login", h.login)
 	mux.HandleFunc("POST /logout", h.logout)
+}
+
+// staticFiles are the files under /static/: the embedded static
+// directory, and nothing else of the embedded files (the templates'
+// sources are not for serving).
+var staticFiles = func() fs.FS {
+	sub, err := fs.Sub(assets, "static")
+	if err != nil {
+		panic(err) // "static" is a valid name: fs.Sub cannot fail
+	}
+	return sub
+}()
+
+// static serves a file of staticFiles. A path that does not name one of
+// them, however it is spelled (a ".." or an encoded "/" stepping out of
+// the directory, the directory itself), is answered 404 without looking
+// further.
+func (h *Handler) static(w http.ResponseWriter, r *http.Request) {
+	name, _ := strings.CutPrefix(r.URL.Path, "/static/")
+	if !fs.ValidPath(name) || strings.Contains(r.URL.Path, "..") {
+		h.fail(w, r, http.StatusNotFound, "There is no such file.")
+		return
+	}
+	if fi, err := fs.Stat(staticFiles, name); err != nil || !fi.Mode().IsRegular() {
+		h.fail(w, r, http.StatusNotFound, "There is no such file.")
+		return
+	}
+	http.ServeFileFS(w, r, staticFiles, name)
 }
 
 // pageRoutes are the pages and actions of one database.
