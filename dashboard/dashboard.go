@@ -492,7 +492,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, page string, da
 	data["LoggedIn"] = h.cfg.Token != "" && h.authorized(r)
 	data["Multi"], data["Tenant"] = h.multi, h.tenant
 	if data["Flash"] == nil {
-		data["Flash"] = r.URL.Query().Get("done")
+		data["Flash"] = flashText(r.URL.Query())
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

@@ -415,13 +415,13 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 		h.fail(w, r, http.StatusBadRequest, "No dead letter was chosen: tick one or more, then confirm.")
 		return
 	}
-	done, gone := 0, 0
-	var failed []string
+	done, gone, failed := 0, 0, 0
 	var replayed []int64
 	for _, v := range r.PostForm["id"] {
 		id, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			failed = append(failed, fmt.Sprintf("%q is not an id", v))
+			failed++
+			h.cfg.Logger.Warn("dashboard: "+name+": not an id", "id", v, "remote", r.RemoteAddr)
 			continue
 		}
 		switch {
@@ -443,17 +443,11 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 		case errors.Is(err, store.ErrNotFound):
 			gone++
 		default:
-			failed = append(failed, ref+": "+err.Error())
+			failed++
 			h.cfg.Logger.Error("dashboard: "+name, "dead_letter", ref, "err", err)
 		}
 	}
-	msg := fmt.Sprintf("%s %d", a.done, done)
-	if gone > 0 {
-		msg += fmt.Sprintf("; %d no longer existed", gone)
-	}
-	if len(failed) > 0 {
-		msg += fmt.Sprintf("; %d failed: %s", len(failed), strings.Join(failed, "; "))
-	}
+	f := flash{code: a.done, done: done, gone: gone, failed: failed}
 	list := "/" + s.path
 	if group := r.PostFormValue("group"); group != "" {
 		list = "/failures"
@@ -461,14 +455,14 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 			h.replayed(group, s.ref, replayed, h.cfg.Clock.Now())
 		}
 	}
-	h.backTo(w, r, list, msg)
+	h.backTo(w, r, list, f)
 }
 
 // backTo redirects to the list page list (a path of the dashboard) that
-// the posted form came from, its filters kept, saying msg: to the form's
-// back when that is a page of list, to list itself otherwise, and to
-// nothing else.
-func (h *Handler) backTo(w http.ResponseWriter, r *http.Request, list, msg string) {
+// the posted form came from, its filters kept, with the banner of f: to
+// the form's back when that is a page of list, to list itself otherwise,
+// and to nothing else.
+func (h *Handler) backTo(w http.ResponseWriter, r *http.Request, list string, f flash) {
 	back := localPath(r.PostFormValue("back"))
 	if u, err := url.Parse(back); err != nil || u.Path != list {
 		back = list
@@ -477,7 +471,7 @@ func (h *Handler) backTo(w http.ResponseWriter, r *http.Request, list, msg strin
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, h.cfg.Prefix+back+sep+"done="+url.QueryEscape(msg), http.StatusSeeOther)
+	http.Redirect(w, r, h.cfg.Prefix+back+sep+f.query(), http.StatusSeeOther)
 }
 
 func (h *Handler) consumers(w http.ResponseWriter, r *http.Request) {
