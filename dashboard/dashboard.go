@@ -451,6 +451,7 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) parse() error {
 	funcs := template.FuncMap{
 		"path":  func(p string) string { return h.cfg.Prefix + p },
+		"seg":   segment,
 		"root":  func(p string) string { return h.root + p },
 		"ago":   ago,
 		"when":  when,

@@ -1,15 +1,20 @@
 package dashboard_test
 
 import (
+	"context"
+	"database/sql"
 	"html"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/courier-go/courier/dashboard"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store"
 )
 
 // /static/ serves the style sheet and nothing else of what the dashboard
@@ -93,4 +98,97 @@ func TestFlashIsACode(t *testing.T) {
 	if got, want := flashIn(page), "discarded 1; 1 no longer existed; 1 failed: the dashboard's log says why"; got != want {
 		t.Fatalf("after the discard the banner says %q, want %q", got, want)
 	}
+}
+
+// hostileIDs are saga types and ids that would step out of their link,
+// end it early or change what it asks for, were they written in a path
+// as they are.
+var hostileIDs = []string{"../../dead-letters/confirm?action=discard&all=1", "..", ".", "a/b", "~x", "%2e%2e", `x\..\..\y`,
+	"<b>x</b>", "a b?c=d#e", "ünïcode", "javascript:alert(1)", "o-1"}
+
+// Every link to a saga's timeline leads to that saga, whatever its type
+// and id hold: a browser resolving the link (dot segments removed, as
+// RFC 3986 says) lands on the timeline that names it, never on another
+// page of the dashboard; the form that looks a saga up by type and id
+// redirects there too.
+func TestSagaLinksAreEscaped(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, []string{"orders"}, []string{"x"})
+	drv := f.drv
+	now := time.Now().UTC().Truncate(time.Second)
+	type saga struct{ typ, id string }
+	var sagas []saga
+	for i, id := range hostileIDs {
+		sagas = append(sagas, saga{"order", id}, saga{hostileIDs[(i+1)%len(hostileIDs)], "s-" + itoa(i)})
+	}
+	err := drv.Sagas().InTx(ctx, func(tx *sql.Tx) error {
+		for i, s := range sagas {
+			deadline := now.Add(-time.Duration(len(sagas)-i) * time.Minute)
+			if err := drv.Sagas().Create(ctx, tx, store.SagaRecord{Type: s.typ, ID: s.id, State: "awaiting_payment", Phase: "running",
+				Data: []byte("{}"), Deadline: &deadline, Version: 1, CreatedAt: now, UpdatedAt: now}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	testenv.Must(t, err, "sagas")
+	srv := serve(t, dashboard.Config{Database: drv, Sagas: drv.Sagas(), PageSize: 999})
+	c := newClient(t, srv.URL)
+	base, err := url.Parse(srv.URL + "/sagas")
+	testenv.Must(t, err, "base")
+	code, page := c.get("/sagas")
+	links := regexp.MustCompile(`<td><a href="([^"]+)">([^<]*)</a></td>`).FindAllStringSubmatch(page, -1)
+	if code != 200 || len(links) != len(sagas) {
+		t.Fatalf("/sagas: %d, %d links to timelines, want %d\n%s", code, len(links), len(sagas), page)
+	}
+	opened := map[saga]bool{}
+	for _, l := range links {
+		href, err := url.Parse(html.UnescapeString(l[1]))
+		testenv.Must(t, err, "link "+l[1])
+		target := base.ResolveReference(href)
+		if !strings.HasPrefix(target.EscapedPath(), "/sagas/") || strings.Count(target.EscapedPath(), "/") != 3 || target.RawQuery != "" || target.Fragment != "" {
+			t.Errorf("the link of saga %q is %q, which a browser opens as %q: not a saga's timeline", html.UnescapeString(l[2]), l[1], target)
+			continue
+		}
+		code, page := c.get(target.RequestURI())
+		for _, s := range sagas {
+			if code == 200 && strings.Contains(page, "<h1>Saga "+html.EscapeString(s.typ)+" <code>"+html.EscapeString(s.id)+"</code></h1>") {
+				opened[s] = true
+			}
+		}
+		if code != 200 {
+			t.Errorf("the link %q of saga %q: %d\n%s", target, html.UnescapeString(l[2]), code, page)
+		}
+	}
+	for _, s := range sagas {
+		if !opened[s] {
+			t.Errorf("no link opens the timeline of saga %q %q", s.typ, s.id)
+		}
+		resp := c.roundTripGet("/sagas?" + url.Values{"type": {s.typ}, "id": {s.id}}.Encode())
+		loc, err := url.Parse(resp.Header.Get("Location"))
+		testenv.Must(t, err, "Location")
+		if target := base.ResolveReference(loc); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(target.EscapedPath(), "/sagas/") ||
+			strings.Count(target.EscapedPath(), "/") != 3 || target.RawQuery != "" {
+			t.Errorf("looking up saga %q %q: %d to %q, not its timeline", s.typ, s.id, resp.StatusCode, target)
+		}
+	}
+	if n := len(f.deadLetters(t)); n != 1 {
+		t.Fatalf("%d dead letters after following the sagas' links, want 1", n)
+	}
+}
+
+// roundTripGet gets path with the client's cookies and returns the
+// response as it came, not following a redirect.
+func (c *client) roundTripGet(path string) *http.Response {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
+	testenv.Must(c.t, err, "request")
+	for _, ck := range c.c.Jar.Cookies(req.URL) {
+		req.AddCookie(ck)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	testenv.Must(c.t, err, "get "+path)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }

@@ -390,7 +390,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 	back := "/" + s.path + "?" + filterOf(q).Query()
 	title := fmt.Sprintf("%s %d %s?", what, len(rows), strings.ToLower(s.title))
 	if group != "" {
-		back = "/failures/" + url.PathEscape(group)
+		back = "/failures/" + segment(group)
 		title = fmt.Sprintf("%s the %d %s of failure group %s?", what, len(rows), strings.ToLower(s.title), group)
 	}
 	h.render(w, r, "confirm", map[string]any{"Title": title, "Group": group,
@@ -584,7 +584,7 @@ func pageLink(path string, params url.Values, no int) string {
 func (h *Handler) sagas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if t, id := strings.TrimSpace(q.Get("type")), strings.TrimSpace(q.Get("id")); t != "" && id != "" {
-		http.Redirect(w, r, h.cfg.Prefix+"/sagas/"+url.PathEscape(t)+"/"+url.PathEscape(id), http.StatusSeeOther)
+		http.Redirect(w, r, h.cfg.Prefix+"/sagas/"+segment(t)+"/"+segment(id), http.StatusSeeOther)
 		return
 	}
 	st, err := h.ops.Status(r.Context())
@@ -614,7 +614,14 @@ func (h *Handler) sagas(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) saga(w http.ResponseWriter, r *http.Request) {
-	t, id := r.PathValue("type"), r.PathValue("id")
+	t, ok := h.pathValue(w, r, "type")
+	if !ok {
+		return
+	}
+	id, ok := h.pathValue(w, r, "id")
+	if !ok {
+		return
+	}
 	if h.cfg.Sagas == nil {
 		h.fail(w, r, http.StatusNotFound, "This dashboard was built without a saga store (Config.Sagas), so it cannot show a saga's timeline.")
 		return
