@@ -107,7 +107,7 @@ func (c *dashboardCmd) runTenants(e *env) error {
 		return err
 	}
 	defer done()
-	ts := &dashboardTenants{src: src}
+	ts := &dashboardTenants{src: tenant.NewSieve(src, e.log)}
 	// Read once now: tenants that cannot be read fail the command, not
 	// its first page.
 	names, err := ts.list(e.ctx)
@@ -125,6 +125,8 @@ func (c *dashboardCmd) runTenants(e *env) error {
 
 // dashboardTenants gives the dashboard of tenants the tenants' names, read
 // from the tenant flags' source on each page, and opens their databases.
+// An entry that is not a valid tenant is left out, and logged once (see
+// tenant.Sieve): the other tenants are served.
 type dashboardTenants struct {
 	src tenant.Source
 
