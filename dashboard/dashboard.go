@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/hostcheck"
 	"github.com/courier-go/courier/store"
 )
 
@@ -160,7 +161,7 @@ type Handler struct {
 	admin store.Admin
 	ops   store.Operations
 	key   []byte // signs CSRF tokens
-	hosts hosts
+	hosts hostcheck.Hosts
 	sess  *sessions
 	pages map[string]*template.Template
 	serve http.Handler
@@ -201,7 +202,7 @@ func New(cfg Config) (*Handler, error) {
 // key, sessions and templates, and without its routes. multi says it is
 // the tenant list of a dashboard of tenants.
 func newHandler(cfg Config, multi bool) (*Handler, error) {
-	hs, err := newHosts(cfg.AllowedHosts, "dashboard: Config.AllowedHosts")
+	hs, err := hostcheck.New(cfg.AllowedHosts, "dashboard: Config.AllowedHosts")
 	if err != nil {
 		return nil, err
 	}

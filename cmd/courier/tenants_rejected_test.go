@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store/dburl"
@@ -114,5 +113,4 @@ func TestBadTenantRowsAreSkipped(t *testing.T) {
 	if n := strings.Count(dash.logs.String(), "tenant entry rejected"); n != len(rejectedRows) {
 		t.Errorf("the dashboard logged %d rejected rows, want %d, each once:\n%s", n, len(rejectedRows), dash.logs)
 	}
-	_ = time.Second
 }
