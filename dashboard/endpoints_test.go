@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/courier-go/courier/dashboard"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/memstore"
 )
 
 // /static/ serves the style sheet and nothing else of what the dashboard
@@ -191,4 +193,56 @@ func (c *client) roundTripGet(path string) *http.Response {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp
+}
+
+// Guessing the token is slowed down: after LoginBurst wrong tokens from
+// one address (at the login page or as a bearer token), its attempts are
+// answered 429 with Retry-After, the right token included, until one
+// more is allowed every LoginEvery.
+func TestLoginRateLimit(t *testing.T) {
+	f := newFixture(t, []string{"orders"}, []string{"x"})
+	const token = "a-token-of-32-characters-or-so.."
+	clock := memstore.NewClock()
+	srv := serve(t, dashboard.Config{Database: f.drv, Token: token, Clock: clock.Now})
+	c := newClient(t, srv.URL)
+	_, page := c.get("/login")
+	csrf := csrfOf(t, page)
+	login := func(tok string) *http.Response {
+		t.Helper()
+		return c.roundTrip("/login", url.Values{"csrf": {csrf}, "token": {tok}, "next": {"/"}})
+	}
+	for i := range dashboard.LoginBurst {
+		if resp := login("wrong-" + itoa(i)); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, resp.StatusCode)
+		}
+	}
+	retry := strconv.Itoa(int(dashboard.LoginEvery / time.Second))
+	for _, tok := range []string{"wrong-again", token} {
+		if resp := login(tok); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != retry {
+			t.Fatalf("login after %d wrong tokens: %d, Retry-After %q; want 429 and %s", dashboard.LoginBurst, resp.StatusCode, resp.Header.Get("Retry-After"), retry)
+		}
+	}
+	if code, hdr, _ := send(t, http.MethodGet, srv.URL+"/", srv.Listener.Addr().String(), nil, map[string]string{"Authorization": "Bearer " + token}); code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
+		t.Fatalf("the right bearer token while refused: %d, want 429 (the answer must not tell a guesser it is right)", code)
+	}
+	clock.Advance(dashboard.LoginEvery)
+	if resp := login("wrong-later"); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a wrong token %s later: %d, want 401 (one attempt allowed)", dashboard.LoginEvery, resp.StatusCode)
+	}
+	if resp := login(token); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the token right after: %d, want 429", resp.StatusCode)
+	}
+	clock.Advance(dashboard.LoginEvery)
+	if resp := login(token); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the token %s later: %d, want the login (303)", dashboard.LoginEvery, resp.StatusCode)
+	}
+
+	// Wrong bearer tokens count alike.
+	srv = serve(t, dashboard.Config{Database: f.drv, Token: token, Clock: clock.Now})
+	for i := range dashboard.LoginBurst + 1 {
+		code, hdr, _ := send(t, http.MethodGet, srv.URL+"/dead-letters", srv.Listener.Addr().String(), nil, map[string]string{"Authorization": "Bearer wrong-" + itoa(i)})
+		if i == dashboard.LoginBurst && (code != http.StatusTooManyRequests || hdr.Get("Retry-After") != retry) || i < dashboard.LoginBurst && code != http.StatusUnauthorized {
+			t.Fatalf("wrong bearer token %d: %d, Retry-After %q", i+1, code, hdr.Get("Retry-After"))
+		}
+	}
 }

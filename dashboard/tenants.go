@@ -239,7 +239,7 @@ func (o *openDB) viewOf(top *Handler) (*Handler, error) {
 		cfg.Prefix = top.cfg.Prefix + "/t/" + segment(o.name)
 		cfg.Logger = top.cfg.Logger.With("tenant", o.name)
 		v := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: top.key, hosts: top.hosts,
-			sess: top.sess, root: top.root, tenant: o.name, multi: true, trend: newRing(cfg.SampleEvery, cfg.History)}
+			sess: top.sess, logins: top.logins, root: top.root, tenant: o.name, multi: true, trend: newRing(cfg.SampleEvery, cfg.History)}
 		if err := v.parse(); err != nil {
 			o.viewErr = err
 			return

@@ -18,7 +18,7 @@ import (
 type dashboardCmd struct {
 	dbFlags
 	Addr        string   `help:"Address to listen on. Any address but a loopback one (127.0.0.1, ::1, localhost) needs --token." default:"127.0.0.1:8080" env:"COURIER_DASHBOARD_ADDR"`
-	Token       string   `help:"Secret that every page and action requires (log in with it, or send Authorization: Bearer TOKEN). Required off loopback." env:"COURIER_DASHBOARD_TOKEN"`
+	Token       string   `help:"Secret that every page and action requires (log in with it, or send Authorization: Bearer TOKEN). Required off loopback. After 5 wrong tokens from one address, it may try once per 12 s (429 otherwise)." env:"COURIER_DASHBOARD_TOKEN"`
 	AllowedHost []string `name:"allowed-host" placeholder:"NAME" help:"Host name, besides localhost and the address it listens on, that requests may be addressed to: the name a proxy in front of the dashboard forwards. Repeatable, or comma-separated. Requests naming any other host are refused (421)." env:"COURIER_DASHBOARD_ALLOWED_HOSTS"`
 	MaxOpen     int      `name:"tenants-max-open" help:"With tenants and no --tenant (the dashboard of every tenant): how many tenants' databases are open at once, each with at most 4 connections; the one used least recently is closed for another." default:"8" env:"COURIER_DASHBOARD_TENANTS_MAX_OPEN"`
 }
