@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/hostcheck"
 	"github.com/courier-go/courier/store"
 )
 
@@ -160,10 +161,12 @@ type Handler struct {
 	admin store.Admin
 	ops   store.Operations
 	key   []byte // signs CSRF tokens
-	hosts hosts
+	hosts hostcheck.Hosts
 	sess  *sessions
-	pages map[string]*template.Template
-	serve http.Handler
+	// logins bounds the failed token attempts of each client.
+	logins *logins
+	pages  map[string]*template.Template
+	serve  http.Handler
 	// root is the path the login, the style sheet and the cookies are
 	// under: Config.Prefix, or on a tenant's pages the dashboard's own
 	// (theirs is root/t/NAME). tenant names the tenant shown ("" on a
@@ -201,11 +204,11 @@ func New(cfg Config) (*Handler, error) {
 // key, sessions and templates, and without its routes. multi says it is
 // the tenant list of a dashboard of tenants.
 func newHandler(cfg Config, multi bool) (*Handler, error) {
-	hs, err := newHosts(cfg.AllowedHosts, "dashboard: Config.AllowedHosts")
+	hs, err := hostcheck.New(cfg.AllowedHosts, "dashboard: Config.AllowedHosts")
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, key: make([]byte, 32), hosts: hs, sess: newSessions(cfg.SessionTTL, cfg.Clock), root: cfg.Prefix, multi: multi,
+	h := &Handler{cfg: cfg, key: make([]byte, 32), hosts: hs, sess: newSessions(cfg.SessionTTL, cfg.Clock), logins: newLogins(cfg.Clock), root: cfg.Prefix, multi: multi,
 		trend: newRing(cfg.SampleEvery, cfg.History)}
 	if cfg.Database != nil {
 		h.admin, h.ops = cfg.Database.Admin(), cfg.Database.Operations()
@@ -309,6 +312,17 @@ func (h *Handler) secure(next http.Handler) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), csrfKey{}, csrf))
 		// Credentials first: a request without them gets nothing read of
 		// its body.
+		if h.cfg.Token != "" && r.Header.Get("Authorization") != "" {
+			// A bearer token is an attempt, as a login is: refused, right or
+			// wrong, while its client must wait, so that the answer tells a
+			// guesser nothing; a wrong one counts.
+			if h.refuseGuess(w, r) {
+				return
+			}
+			if !h.bearer(r) {
+				h.logins.failed(r)
+			}
+		}
 		if h.cfg.Token != "" && r.URL.Path != "/login" && !h.authorized(r) {
 			if r.Method == http.MethodGet && r.Header.Get("Authorization") == "" {
 				http.Redirect(w, r, h.cfg.Prefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -414,7 +428,11 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, h.cfg.Prefix+"/", http.StatusSeeOther)
 		return
 	}
+	if h.refuseGuess(w, r) {
+		return
+	}
 	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(h.cfg.Token)) != 1 {
+		h.logins.failed(r)
 		h.cfg.Logger.Warn("dashboard: login with a wrong token", "remote", r.RemoteAddr)
 		w.WriteHeader(http.StatusUnauthorized)
 		h.render(w, r, "login", map[string]any{"Title": "Log in", "Next": next, "Error": "That is not the token. The dashboard was started with it (--token)."})
@@ -451,6 +469,7 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) parse() error {
 	funcs := template.FuncMap{
 		"path":  func(p string) string { return h.cfg.Prefix + p },
+		"seg":   segment,
 		"root":  func(p string) string { return h.root + p },
 		"ago":   ago,
 		"when":  when,
@@ -492,7 +511,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, page string, da
 	data["LoggedIn"] = h.cfg.Token != "" && h.authorized(r)
 	data["Multi"], data["Tenant"] = h.multi, h.tenant
 	if data["Flash"] == nil {
-		data["Flash"] = r.URL.Query().Get("done")
+		data["Flash"] = flashText(r.URL.Query())
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

@@ -104,10 +104,12 @@
 // [TenantsConfig.Reads] (4) tenants at a time and each within 10 seconds.
 // Under /t/NAME/ it serves the tenant's pages, the very pages and actions
 // of the dashboard of one database; their header names the tenant. A
-// name that is not letters, digits, '.', '_' and '-' only (or is "." or
-// "..") is written '~' and the name in base64url in URLs, and every name
-// is escaped where a page shows it, so that a name read from a file or a
-// catalogue cannot break a page or a link. A name List does not return is
+// name, like every path segment the dashboard makes from data (a saga's
+// type and id, a failure group's id), is written in URLs as
+// url.PathEscape writes it, or as '~' and the name in base64url when it
+// is "." or ".." (steps of a path to a browser) or starts with '~'; every
+// name is escaped where a page shows it, so that a name read from a file
+// or a catalogue cannot break a page or a link. A name List does not return is
 // answered 404, pointing to the tenant list; a tenant whose database
 // cannot be opened shows the error on its line of the list and on its
 // pages (503), and the others are served all the same. A tenant's charts

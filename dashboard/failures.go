@@ -189,7 +189,10 @@ func (h *Handler) failures(w http.ResponseWriter, r *http.Request) {
 
 // group reads the failure group of the path's id, or fails the request.
 func (h *Handler) group(w http.ResponseWriter, r *http.Request) (failgroup.Group, bool) {
-	id := r.PathValue("group")
+	id, ok := h.pathValue(w, r, "group")
+	if !ok {
+		return failgroup.Group{}, false
+	}
 	rep, err := h.collect(r, filter{}, "")
 	if err != nil {
 		h.failErr(w, r, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"slices"
@@ -20,10 +21,38 @@ import (
 // sharedRoutes are the routes a dashboard of tenants serves once for all
 // of them: the style sheet, the login and the logout.
 func (h *Handler) sharedRoutes(mux *http.ServeMux) {
-	mux.Handle("GET /static/", http.FileServerFS(assets))
+	mux.HandleFunc("GET /static/", h.static)
 	mux.HandleFunc("GET /login", h.login)
 	mux.HandleFunc("POST /login", h.login)
 	mux.HandleFunc("POST /logout", h.logout)
+}
+
+// staticFiles are the files under /static/: the embedded static
+// directory, and nothing else of the embedded files (the templates'
+// sources are not for serving).
+var staticFiles = func() fs.FS {
+	sub, err := fs.Sub(assets, "static")
+	if err != nil {
+		panic(err) // "static" is a valid name: fs.Sub cannot fail
+	}
+	return sub
+}()
+
+// static serves a file of staticFiles. A path that does not name one of
+// them, however it is spelled (a ".." or an encoded "/" stepping out of
+// the directory, the directory itself), is answered 404 without looking
+// further.
+func (h *Handler) static(w http.ResponseWriter, r *http.Request) {
+	name, _ := strings.CutPrefix(r.URL.Path, "/static/")
+	if !fs.ValidPath(name) || strings.Contains(r.URL.Path, "..") {
+		h.fail(w, r, http.StatusNotFound, "There is no such file.")
+		return
+	}
+	if fi, err := fs.Stat(staticFiles, name); err != nil || !fi.Mode().IsRegular() {
+		h.fail(w, r, http.StatusNotFound, "There is no such file.")
+		return
+	}
+	http.ServeFileFS(w, r, staticFiles, name)
 }
 
 // pageRoutes are the pages and actions of one database.
@@ -361,7 +390,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 	back := "/" + s.path + "?" + filterOf(q).Query()
 	title := fmt.Sprintf("%s %d %s?", what, len(rows), strings.ToLower(s.title))
 	if group != "" {
-		back = "/failures/" + url.PathEscape(group)
+		back = "/failures/" + segment(group)
 		title = fmt.Sprintf("%s the %d %s of failure group %s?", what, len(rows), strings.ToLower(s.title), group)
 	}
 	h.render(w, r, "confirm", map[string]any{"Title": title, "Group": group,
@@ -386,13 +415,13 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 		h.fail(w, r, http.StatusBadRequest, "No dead letter was chosen: tick one or more, then confirm.")
 		return
 	}
-	done, gone := 0, 0
-	var failed []string
+	done, gone, failed := 0, 0, 0
 	var replayed []int64
 	for _, v := range r.PostForm["id"] {
 		id, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			failed = append(failed, fmt.Sprintf("%q is not an id", v))
+			failed++
+			h.cfg.Logger.Warn("dashboard: "+name+": not an id", "id", v, "remote", r.RemoteAddr)
 			continue
 		}
 		switch {
@@ -414,17 +443,11 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 		case errors.Is(err, store.ErrNotFound):
 			gone++
 		default:
-			failed = append(failed, ref+": "+err.Error())
+			failed++
 			h.cfg.Logger.Error("dashboard: "+name, "dead_letter", ref, "err", err)
 		}
 	}
-	msg := fmt.Sprintf("%s %d", a.done, done)
-	if gone > 0 {
-		msg += fmt.Sprintf("; %d no longer existed", gone)
-	}
-	if len(failed) > 0 {
-		msg += fmt.Sprintf("; %d failed: %s", len(failed), strings.Join(failed, "; "))
-	}
+	f := flash{code: a.done, done: done, gone: gone, failed: failed}
 	list := "/" + s.path
 	if group := r.PostFormValue("group"); group != "" {
 		list = "/failures"
@@ -432,14 +455,14 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 			h.replayed(group, s.ref, replayed, h.cfg.Clock.Now())
 		}
 	}
-	h.backTo(w, r, list, msg)
+	h.backTo(w, r, list, f)
 }
 
 // backTo redirects to the list page list (a path of the dashboard) that
-// the posted form came from, its filters kept, saying msg: to the form's
-// back when that is a page of list, to list itself otherwise, and to
-// nothing else.
-func (h *Handler) backTo(w http.ResponseWriter, r *http.Request, list, msg string) {
+// the posted form came from, its filters kept, with the banner of f: to
+// the form's back when that is a page of list, to list itself otherwise,
+// and to nothing else.
+func (h *Handler) backTo(w http.ResponseWriter, r *http.Request, list string, f flash) {
 	back := localPath(r.PostFormValue("back"))
 	if u, err := url.Parse(back); err != nil || u.Path != list {
 		back = list
@@ -448,7 +471,7 @@ func (h *Handler) backTo(w http.ResponseWriter, r *http.Request, list, msg strin
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, h.cfg.Prefix+back+sep+"done="+url.QueryEscape(msg), http.StatusSeeOther)
+	http.Redirect(w, r, h.cfg.Prefix+back+sep+f.query(), http.StatusSeeOther)
 }
 
 func (h *Handler) consumers(w http.ResponseWriter, r *http.Request) {
@@ -561,7 +584,7 @@ func pageLink(path string, params url.Values, no int) string {
 func (h *Handler) sagas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if t, id := strings.TrimSpace(q.Get("type")), strings.TrimSpace(q.Get("id")); t != "" && id != "" {
-		http.Redirect(w, r, h.cfg.Prefix+"/sagas/"+url.PathEscape(t)+"/"+url.PathEscape(id), http.StatusSeeOther)
+		http.Redirect(w, r, h.cfg.Prefix+"/sagas/"+segment(t)+"/"+segment(id), http.StatusSeeOther)
 		return
 	}
 	st, err := h.ops.Status(r.Context())
@@ -591,7 +614,14 @@ func (h *Handler) sagas(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) saga(w http.ResponseWriter, r *http.Request) {
-	t, id := r.PathValue("type"), r.PathValue("id")
+	t, ok := h.pathValue(w, r, "type")
+	if !ok {
+		return
+	}
+	id, ok := h.pathValue(w, r, "id")
+	if !ok {
+		return
+	}
 	if h.cfg.Sagas == nil {
 		h.fail(w, r, http.StatusNotFound, "This dashboard was built without a saga store (Config.Sagas), so it cannot show a saga's timeline.")
 		return

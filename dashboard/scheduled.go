@@ -117,8 +117,7 @@ func (h *Handler) cancelScheduled(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, problem)
 		return
 	}
-	done, due, gone := 0, 0, 0
-	var failed []string
+	done, due, gone, failed := 0, 0, 0, 0
 	for _, id := range ids {
 		err := h.admin.CancelScheduled(r.Context(), id)
 		switch {
@@ -130,19 +129,9 @@ func (h *Handler) cancelScheduled(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, store.ErrNotScheduled):
 			gone++
 		default:
-			failed = append(failed, id.String()+": "+err.Error())
+			failed++
 			h.cfg.Logger.Error("dashboard: cancel a scheduled message", "message_id", id, "err", err)
 		}
 	}
-	msg := fmt.Sprintf("cancelled %d", done)
-	if due > 0 {
-		msg += fmt.Sprintf("; %d fell due already and are published, or being published", due)
-	}
-	if gone > 0 {
-		msg += fmt.Sprintf("; %d no longer waited", gone)
-	}
-	if len(failed) > 0 {
-		msg += fmt.Sprintf("; %d failed: %s", len(failed), strings.Join(failed, "; "))
-	}
-	h.backTo(w, r, "/scheduled", msg)
+	h.backTo(w, r, "/scheduled", flash{code: "cancelled", done: done, due: due, gone: gone, failed: failed})
 }

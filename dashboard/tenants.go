@@ -104,9 +104,10 @@ func (c *TenantsConfig) validate() error {
 // Tenants is the dashboard of many tenants. Under its prefix it serves
 // the tenant list at /, and each tenant's pages, the very pages a
 // dashboard of one database serves, under /t/NAME/: /t/acme/dead-letters
-// lists tenant acme's dead letters. A name other than letters, digits,
-// '.', '_' and '-' is written '~' and the name in base64url, so that it
-// never breaks a URL. The login, the style sheet and the cookies are
+// lists tenant acme's dead letters. A name is written in the URL as
+// url.PathEscape writes it, and a name a browser would take for a step of
+// the path ("." or ".."), or that starts with '~', as '~' and the name in
+// base64url, so that it never breaks a URL. The login, the style sheet and the cookies are
 // shared, so that one login covers every tenant; every request passes the
 // checks of [Handler] (Host header, origin, token, CSRF token) before its
 // tenant is looked at. Build it with [NewTenants]; call Close once its
@@ -238,7 +239,7 @@ func (o *openDB) viewOf(top *Handler) (*Handler, error) {
 		cfg.Prefix = top.cfg.Prefix + "/t/" + segment(o.name)
 		cfg.Logger = top.cfg.Logger.With("tenant", o.name)
 		v := &Handler{cfg: cfg, admin: cfg.Database.Admin(), ops: cfg.Database.Operations(), key: top.key, hosts: top.hosts,
-			sess: top.sess, root: top.root, tenant: o.name, multi: true, trend: newRing(cfg.SampleEvery, cfg.History)}
+			sess: top.sess, logins: top.logins, root: top.root, tenant: o.name, multi: true, trend: newRing(cfg.SampleEvery, cfg.History)}
 		if err := v.parse(); err != nil {
 			o.viewErr = err
 			return

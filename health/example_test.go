@@ -39,12 +39,17 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	// A program would serve h: http.ListenAndServe(":9464", h).
+	// A program would serve h: http.ListenAndServe(":9464", h). It
+	// answers requests addressed to localhost, to its own address, or to
+	// a name of Config.AllowedHosts; others get 421.
 	for _, path := range []string{"/healthz", "/readyz"} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost"+path, nil))
 		fmt.Println(path, rec.Code)
 	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://rebound.example/metrics", nil))
+	fmt.Println("another host:", rec.Code)
 	rep := h.Ready(context.Background())
 	for _, name := range h.Names() {
 		fmt.Printf("%s: %s\n", name, rep.Checks[name])
@@ -52,6 +57,7 @@ func Example() {
 	// Output:
 	// /healthz 200
 	// /readyz 503
+	// another host: 421
 	// cache: cache unreachable
 	// outbox: ok
 	// relay: relay unhealthy: not started: call Run

@@ -18,6 +18,11 @@
 //	})
 //	go http.ListenAndServe(":9464", h)
 //
+// Every endpoint answers only requests whose Host header names localhost,
+// a loopback address, the address the request came to, or a name of
+// Config.AllowedHosts; others get 421 (DNS rebinding would let a web page
+// read /metrics' topic and tenant names).
+//
 // /readyz answers 200 when every check passes and 503 otherwise, with a JSON
 // body naming each check's verdict and, when there is a relay, its
 // relay.State. The checks run concurrently, bounded by Config.Timeout, at
@@ -43,6 +48,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/hostcheck"
 	"github.com/courier-go/courier/relay"
 )
 
@@ -103,6 +109,16 @@ type Config struct {
 	// Metrics, if set, is served at /metrics:
 	// promhttp.HandlerFor(registry, promhttp.HandlerOpts{}).
 	Metrics http.Handler
+	// AllowedHosts are the host names, besides localhost, loopback
+	// addresses and the address a request came to (which probes and
+	// scrapes by address send), that a request's Host header may name:
+	// the names a proxy, a load balancer or a Service forwards, such as
+	// "courier-relay.monitoring.svc" (a port is ignored). Any other name
+	// is refused with 421 Misdirected Request on every endpoint, since it
+	// may be one a hostile web page made resolve to the server's address
+	// (DNS rebinding) to read /metrics' topic and tenant names. Default
+	// none.
+	AllowedHosts []string
 }
 
 // The defaults of Config's zero fields.
@@ -160,6 +176,7 @@ func (c *Config) validate() error {
 type Handler struct {
 	cfg    Config
 	checks map[string]func(ctx context.Context) (string, error)
+	hosts  hostcheck.Hosts // the Host headers answered
 	mux    *http.ServeMux
 
 	round singleflight.Group // the round of checks in flight, shared
@@ -175,7 +192,11 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, checks: map[string]func(context.Context) (string, error){}}
+	hosts, err := hostcheck.New(cfg.AllowedHosts, "health: Config.AllowedHosts")
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, checks: map[string]func(context.Context) (string, error){}, hosts: hosts}
 	check := func(name string, f func(context.Context) error) {
 		h.checks[name] = func(ctx context.Context) (string, error) { return "ok", f(ctx) }
 	}
@@ -209,8 +230,17 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler: a request naming a host the Handler
+// does not answer (see Config.AllowedHosts) gets 421, whatever its path.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.hosts.Allow(r) {
+		hostcheck.Refuse(w, "These endpoints answer requests addressed to localhost, to the address they listen on, or to a name they were given "+
+			"(courier relay --metrics-allowed-host, health.Config.AllowedHosts); this request named another host. "+
+			"Scrape them by address, or add the name a proxy or Service forwards with --metrics-allowed-host.")
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 // Report is the body of a /readyz answer.
 type Report struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/internal/msgtrace"
+	"github.com/courier-go/courier/internal/redact"
 	"github.com/courier-go/courier/internal/waits"
 	"github.com/courier-go/courier/store"
 )
@@ -354,7 +355,7 @@ func (c *Consumer[TTx]) receive(ctx context.Context, put func(job) bool) {
 func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 	d := j.d
 	if j.err != nil {
-		c.park(work, j, store.ReasonMalformed, j.err, []store.Attempt{{At: c.cfg.Clock.Now().UTC(), Error: j.err.Error()}})
+		c.park(work, j, store.ReasonMalformed, j.err, []store.Attempt{{At: c.cfg.Clock.Now().UTC(), Error: describe(j.err)}})
 		return
 	}
 	work = c.messageContext(work, j.msg)
@@ -439,7 +440,7 @@ func (c *Consumer[TTx]) retryIn(j job, err error, failure store.Attempt, hist []
 	if rerr != nil || !failure.Uncounted {
 		delay = c.cfg.Backoff.Delay(failures)
 		c.log.Warn("handler failed; will retry", "message_id", j.msg.ID, "type", j.msg.Type, "key", j.msg.Key,
-			"failures", failures, "retry_in", delay, "error", err)
+			"failures", failures, "retry_in", delay, "error", redact.Text(err.Error()))
 		return delay, ""
 	}
 	if waitingSince.IsZero() {
@@ -451,7 +452,7 @@ func (c *Consumer[TTx]) retryIn(j job, err error, failure store.Attempt, hist []
 	}
 	delay = min(c.cfg.Backoff.Delay(len(hist)-failures), left)
 	c.log.Warn("message newer than this consumer knows; waiting for its deploy", "message_id", j.msg.ID, "type", j.msg.Type,
-		"version", j.msg.Version, "key", j.msg.Key, "waited", waited, "parked_in", left, "retry_in", delay, "error", err)
+		"version", j.msg.Version, "key", j.msg.Key, "waited", waited, "parked_in", left, "retry_in", delay, "error", redact.Text(err.Error()))
 	return delay, ""
 }
 
@@ -528,13 +529,16 @@ func (e *PanicError) Unwrap() error {
 }
 
 // describe is err as a message's history keeps it: with the stack when the
-// handler panicked.
+// handler panicked, and the secrets of what it quotes hidden (package
+// internal/redact: a handler's error may hold the URL of a database or an
+// API, with its password or token), since it is stored and shown by
+// courier dlq and the dashboard.
 func describe(err error) string {
 	var pe *PanicError
 	if errors.As(err, &pe) {
-		return err.Error() + "\n\n" + string(pe.Stack)
+		return redact.Text(err.Error() + "\n\n" + string(pe.Stack))
 	}
-	return err.Error()
+	return redact.Text(err.Error())
 }
 
 // run is the handler, with a panic turned into a *PanicError. It runs
@@ -595,7 +599,7 @@ func (c *Consumer[TTx]) park(ctx context.Context, j job, reason string, cause er
 	raw := j.d.Raw()
 	p := store.Parked{
 		Consumer: c.ib.consumer, Subject: raw.Subject, Headers: raw.Headers, Payload: raw.Data,
-		Reason: reason, Error: cause.Error(), Attempts: max(len(hist), 1), History: hist,
+		Reason: reason, Error: redact.Text(cause.Error()), Attempts: max(len(hist), 1), History: hist,
 	}
 	if j.err == nil {
 		p.MessageID = j.msg.ID.String()
@@ -613,7 +617,7 @@ func (c *Consumer[TTx]) park(ctx context.Context, j job, reason string, cause er
 	c.parked.Add(1)
 	c.cfg.Observer.Parked(c.ib.consumer, reason)
 	c.log.Error("message parked", "message_id", p.MessageID, "subject", raw.Subject, "reason", reason,
-		"attempts", p.Attempts, "error", cause)
+		"attempts", p.Attempts, "error", p.Error)
 	if err := j.d.Drop(ctx); err != nil {
 		c.log.Warn("could not stop redelivery of a parked message; it will be parked again or skipped", "message_id", p.MessageID, "error", err)
 	}
@@ -688,7 +692,7 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 			res, err = c.ib.Handle(c.messageContext(work, msg), msg, c.run)
 		}
 		if err != nil {
-			c.log.Warn("replay failed; the message stays parked", "parked_id", p.ID, "error", err)
+			c.log.Warn("replay failed; the message stays parked", "parked_id", p.ID, "error", redact.Text(err.Error()))
 			if err := c.cs.ReplayFailed(work, p.ID, describe(err)); err != nil {
 				c.log.Warn("could not record the failed replay", "parked_id", p.ID, "error", err)
 			}

@@ -218,7 +218,8 @@ func DB(ctx context.Context) *dburl.DB {
 // message is the message a Consumer works on, as its context carries it
 // (inbox.ConsumerConfig.MessageContext) to the router and the handler.
 type message struct {
-	name string // its Header; "" when it has none
+	name     string // its Header; "" when it has none
+	conflict bool   // it has several Header, in different cases, that differ
 
 	mu      sync.Mutex
 	placed  bool      // t or refused is set
@@ -231,7 +232,8 @@ type messageKey struct{}
 
 // withMessage is the Consumer's inbox.ConsumerConfig.MessageContext.
 func withMessage(ctx context.Context, msg courier.Message) context.Context {
-	return context.WithValue(ctx, messageKey{}, &message{name: msg.Headers[Header]})
+	name, conflict := stampOf(msg.Headers)
+	return context.WithValue(ctx, messageKey{}, &message{name: name, conflict: conflict})
 }
 
 // messageOf returns the message ctx carries, nil when none.
@@ -279,6 +281,11 @@ func (r *router) place(ctx context.Context, m *message) (t Tenant, refused, err 
 	defer m.mu.Unlock()
 	if m.placed {
 		return m.t, m.refused, nil
+	}
+	if m.conflict {
+		m.placed = true
+		m.refused = fmt.Errorf("%w: it carries several %s headers, in different cases, naming different tenants, so it is applied in no tenant's database", courier.ErrMalformed, Header)
+		return Tenant{}, m.refused, nil
 	}
 	if m.name == "" {
 		m.placed = true

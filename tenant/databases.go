@@ -57,7 +57,7 @@ func newDatabases(cfg ConsumerConfig, log *slog.Logger) *databases {
 			db.Close()
 		}
 	}
-	return &databases{src: cfg.Source, refresh: cfg.Refresh, reread: cfg.Reread, log: log,
+	return &databases{src: NewSieve(cfg.Source, log), refresh: cfg.Refresh, reread: cfg.Reread, log: log,
 		open: openset.New(openset.Config[Tenant, *dburl.DB]{Open: open, Close: closeDB, MaxOpen: cfg.MaxOpen})}
 }
 

@@ -18,7 +18,11 @@
 //
 // A [Fleet] reads the tenants from a [Source] ([List], [File], or [Query]
 // against a catalogue database), again every Config.Refresh, so tenants
-// come and go without a restart. Each tenant it serves has a relay of its
+// come and go without a restart. An entry that is not a valid tenant (see
+// [Sift]) is rejected on its own: logged once, reported by
+// [Fleet.Status], and left out, while the other tenants are served
+// ([Sieve] does this for the Fleet, the Consumer, and any program that
+// reads a Source). Each tenant it serves has a relay of its
 // own (package relay) on its own database: its own claims, leases,
 // retries, dead letters and scheduled messages. No batch, lease or broker
 // call holds two tenants' messages, so a tenant whose database is slow,

@@ -21,6 +21,7 @@ import (
 // and start it with Run.
 type Fleet struct {
 	cfg   Config
+	src   *Sieve // cfg.Source's valid tenants; it logs the others
 	pub   broker.Publisher
 	log   *slog.Logger
 	slots *slots
@@ -47,7 +48,8 @@ func New(pub broker.Publisher, cfg Config) (*Fleet, error) {
 	if cfg.Relay.Owner == "" {
 		cfg.Relay.Owner = relay.NewOwner()
 	}
-	return &Fleet{cfg: cfg, pub: pub, log: cfg.Logger.With("relay", cfg.Relay.Owner), slots: newSlots(cfg.MaxOpen),
+	log := cfg.Logger.With("relay", cfg.Relay.Owner)
+	return &Fleet{cfg: cfg, src: NewSieve(cfg.Source, log), pub: pub, log: log, slots: newSlots(cfg.MaxOpen),
 		connecting: make(chan struct{}, cfg.MaxConnecting), served: map[string]*server{}}, nil
 }
 
@@ -58,8 +60,9 @@ func (f *Fleet) Owner() string { return f.cfg.Relay.Owner }
 // gracefully (see package relay) and returns nil. A tenant whose database
 // cannot be opened or answers with errors is retried, with a growing
 // pause, without holding a place other tenants wait for; the others go
-// on. Run fails only when Source gives no tenant list at all at the
-// start.
+// on. An entry of Source that is not a valid tenant is logged once,
+// reported by Status and left out; the others are served. Run fails only
+// when Source gives no tenant list at all at the start.
 func (f *Fleet) Run(ctx context.Context) error {
 	if err := f.refresh(ctx); err != nil {
 		return err
@@ -106,7 +109,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 
 // refresh reads Source.
 func (f *Fleet) refresh(ctx context.Context) error {
-	ts, err := f.cfg.Source.Tenants(ctx)
+	ts, err := f.src.Tenants(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil {

@@ -13,8 +13,10 @@ import (
 // Source lists the tenants. A Fleet reads it when it starts and again
 // every Config.Refresh, so that tenants come and go without a restart.
 type Source interface {
-	// Tenants returns the tenants now. An error leaves the Fleet serving
-	// the tenants it read last.
+	// Tenants returns the tenants now. Entries that are not tenants (see
+	// Sift) are left out and listed in a *RejectedError returned beside
+	// the others, which are served. Any other error leaves the Fleet
+	// serving the tenants it read last.
 	Tenants(ctx context.Context) ([]Tenant, error)
 }
 
@@ -24,13 +26,11 @@ type SourceFunc func(ctx context.Context) ([]Tenant, error)
 // Tenants calls f.
 func (f SourceFunc) Tenants(ctx context.Context) ([]Tenant, error) { return f(ctx) }
 
-// List is a fixed set of tenants.
+// List is a fixed set of tenants. Entries that are not valid are
+// rejected (see RejectedError), the others served.
 func List(ts ...Tenant) Source {
 	return SourceFunc(func(context.Context) ([]Tenant, error) {
-		if err := Check(ts, "tenant list"); err != nil {
-			return nil, err
-		}
-		return sorted(ts), nil
+		return sifted(ts, nil, "tenant list")
 	})
 }
 
@@ -49,9 +49,11 @@ func File(path string) Source {
 }
 
 // ParseFile reads the tenants of a tenants file's content (see File);
-// path names the file in errors.
+// path names the file in errors. Lines that are not valid tenants are
+// left out and listed in a *RejectedError returned beside the others.
 func ParseFile(b []byte, path string) ([]Tenant, error) {
 	var ts []Tenant
+	var rej []Rejected
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(nil, 64<<10)
 	for n := 1; sc.Scan(); n++ {
@@ -61,22 +63,22 @@ func ParseFile(b []byte, path string) ([]Tenant, error) {
 		}
 		f := strings.Fields(line)
 		if len(f) != 2 {
-			return nil, fmt.Errorf("tenants file %s, line %d: want a name and a URL separated by spaces, found %d fields", path, n, len(f))
+			rej = append(rej, rejected(f[0], fmt.Sprintf("line %d: want a name and a URL separated by spaces, found %d fields", n, len(f))))
+			continue
 		}
 		ts = append(ts, Tenant{Name: f[0], URL: f[1]})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("tenants file %s: %w", path, err)
 	}
-	if err := Check(ts, "tenants file "+path); err != nil {
-		return nil, err
-	}
-	return sorted(ts), nil
+	return sifted(ts, rej, "tenants file "+path)
 }
 
 // Query runs query on a catalogue database each time it is asked: each
 // row it returns is a tenant, its name and its URL, as two text columns.
-// For example: SELECT name, database_url FROM customers WHERE active.
+// For example: SELECT name, database_url FROM customers WHERE active. A
+// row that is not a valid tenant (a NULL included) is rejected (see
+// RejectedError), the other rows' tenants served.
 func Query(db *sql.DB, query string) Source {
 	return SourceFunc(func(ctx context.Context) ([]Tenant, error) {
 		rows, err := db.QueryContext(ctx, query)
@@ -85,19 +87,24 @@ func Query(db *sql.DB, query string) Source {
 		}
 		defer rows.Close()
 		var ts []Tenant
+		var rej []Rejected
 		for rows.Next() {
-			var t Tenant
-			if err := rows.Scan(&t.Name, &t.URL); err != nil {
+			var name, u sql.NullString
+			if err := rows.Scan(&name, &u); err != nil {
 				return nil, fmt.Errorf("tenants query: each row must be two text columns, a name and a URL: %w", err)
 			}
-			ts = append(ts, t)
+			switch {
+			case !name.Valid:
+				rej = append(rej, rejected("", "the name is NULL: give every tenant a name"))
+			case !u.Valid:
+				rej = append(rej, rejected(name.String, "the URL is NULL: give every tenant its database's URL"))
+			default:
+				ts = append(ts, Tenant{Name: name.String, URL: u.String})
+			}
 		}
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("tenants query: %w", err)
 		}
-		if err := Check(ts, "tenants query"); err != nil {
-			return nil, err
-		}
-		return sorted(ts), nil
+		return sifted(ts, rej, "tenants query")
 	})
 }

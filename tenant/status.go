@@ -23,6 +23,9 @@ type Status struct {
 	Tenants int `json:"tenants"`
 	// SourceError is the last error of Source; empty once it answers.
 	SourceError string `json:"source_error,omitempty"`
+	// Rejected are the entries of Source's last answer that are not
+	// valid tenants, left out (see Sift).
+	Rejected []Rejected `json:"rejected,omitempty"`
 	// Open counts the tenants whose database is open now (at most
 	// Config.MaxOpen).
 	Open int `json:"open"`
@@ -55,7 +58,7 @@ type TenantStatus struct {
 func (f *Fleet) Status() Status {
 	f.mu.Lock()
 	st := Status{Owner: f.Owner(), Members: slices.Clone(f.members), MembersError: f.membersErr, Tenants: len(f.tenants),
-		SourceError: f.sourceErr, Open: f.slots.inUse()}
+		SourceError: f.sourceErr, Rejected: f.src.Rejected(), Open: f.slots.inUse()}
 	served := make([]*server, 0, len(f.served))
 	for _, s := range f.served {
 		served = append(served, s)

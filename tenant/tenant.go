@@ -33,23 +33,14 @@ func (t Tenant) String() string { return t.Name + " (" + dburl.Redact(t.URL) + "
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
-// Check reports the first problem of a tenant set, naming the tenant and
-// the fix: a name that is not valid, a name given twice, or a URL package
-// store/dburl does not read. from says where the set came from, for the
-// message.
+// Check reports the first entry of a tenant set that Sift rejects,
+// naming the entry and the fix: a name that is not valid, a name given
+// twice, or a URL package store/dburl does not read. from says where the
+// set came from, for the message. Use it where one bad entry must stop
+// everything, such as a command line; a Sieve serves the others.
 func Check(ts []Tenant, from string) error {
-	seen := make(map[string]bool, len(ts))
-	for i, t := range ts {
-		switch {
-		case !validName.MatchString(t.Name):
-			return fmt.Errorf("%s: tenant %d's name %q is not valid: use 1 to 64 letters, digits, '.', '_' and '-'", from, i+1, t.Name)
-		case seen[t.Name]:
-			return fmt.Errorf("%s: tenant %q is given twice: give each tenant a name of its own", from, t.Name)
-		}
-		seen[t.Name] = true
-		if _, err := dburl.Parse(t.URL, dburl.Options{Flag: "tenant " + t.Name + "'s URL"}); err != nil {
-			return fmt.Errorf("%s: %w", from, err)
-		}
+	if _, rej := Sift(ts); len(rej) > 0 {
+		return fmt.Errorf("%s: tenant %s", from, rej[0])
 	}
 	return nil
 }

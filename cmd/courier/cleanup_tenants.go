@@ -22,7 +22,7 @@ type tenantCleaned struct {
 // tenant that fails is reported and the others are cleaned; the command
 // then fails.
 func (c *cleanupCmd) cleanTenants(e *env, keep map[store.Table]time.Duration) error {
-	ts, err := c.allTenants(e.ctx)
+	ts, _, err := c.allTenants(e.ctx, e.log) // a rejected entry is logged
 	if err != nil {
 		return err
 	}

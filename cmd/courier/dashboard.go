@@ -18,7 +18,7 @@ import (
 type dashboardCmd struct {
 	dbFlags
 	Addr        string   `help:"Address to listen on. Any address but a loopback one (127.0.0.1, ::1, localhost) needs --token." default:"127.0.0.1:8080" env:"COURIER_DASHBOARD_ADDR"`
-	Token       string   `help:"Secret that every page and action requires (log in with it, or send Authorization: Bearer TOKEN). Required off loopback." env:"COURIER_DASHBOARD_TOKEN"`
+	Token       string   `help:"Secret that every page and action requires (log in with it, or send Authorization: Bearer TOKEN). Required off loopback. After 5 wrong tokens from one address, it may try once per 12 s (429 otherwise)." env:"COURIER_DASHBOARD_TOKEN"`
 	AllowedHost []string `name:"allowed-host" placeholder:"NAME" help:"Host name, besides localhost and the address it listens on, that requests may be addressed to: the name a proxy in front of the dashboard forwards. Repeatable, or comma-separated. Requests naming any other host are refused (421)." env:"COURIER_DASHBOARD_ALLOWED_HOSTS"`
 	MaxOpen     int      `name:"tenants-max-open" help:"With tenants and no --tenant (the dashboard of every tenant): how many tenants' databases are open at once, each with at most 4 connections; the one used least recently is closed for another." default:"8" env:"COURIER_DASHBOARD_TENANTS_MAX_OPEN"`
 }
@@ -107,7 +107,7 @@ func (c *dashboardCmd) runTenants(e *env) error {
 		return err
 	}
 	defer done()
-	ts := &dashboardTenants{src: src}
+	ts := &dashboardTenants{src: tenant.NewSieve(src, e.log)}
 	// Read once now: tenants that cannot be read fail the command, not
 	// its first page.
 	names, err := ts.list(e.ctx)
@@ -125,6 +125,8 @@ func (c *dashboardCmd) runTenants(e *env) error {
 
 // dashboardTenants gives the dashboard of tenants the tenants' names, read
 // from the tenant flags' source on each page, and opens their databases.
+// An entry that is not a valid tenant is left out, and logged once (see
+// tenant.Sieve): the other tenants are served.
 type dashboardTenants struct {
 	src tenant.Source
 

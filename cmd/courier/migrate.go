@@ -64,7 +64,7 @@ func (c *migrateCmd) migrateTenants(e *env) error {
 			return err
 		}
 	}
-	ts, err := c.allTenants(e.ctx)
+	ts, _, err := c.allTenants(e.ctx, e.log) // a rejected entry is logged
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/courier-go/courier/broker/brokerurl"
 	"github.com/courier-go/courier/health"
+	"github.com/courier-go/courier/internal/hostcheck"
 	"github.com/courier-go/courier/metrics"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/relay/cdc"
@@ -29,6 +30,7 @@ type observeFlags struct {
 	ReadyGrace     time.Duration `name:"ready-grace" help:"How long claims, the broker or recording outcomes may fail before /readyz answers 503." default:"1m" env:"COURIER_READY_GRACE"`
 	ReadyMaxOldest time.Duration `name:"ready-max-oldest" help:"/readyz answers 503 once the oldest pending message has waited longer than this (0: not checked)." default:"0s" env:"COURIER_READY_MAX_OLDEST"`
 	MaxTopics      int           `name:"metrics-max-topics" help:"Topics with series of their own in /metrics: the first this many seen; the others are summed under topic=\"other topics\"." default:"100" env:"COURIER_METRICS_MAX_TOPICS"`
+	AllowedHost    []string      `name:"metrics-allowed-host" placeholder:"NAME" help:"Host name, besides localhost and the address --metrics-addr listens on, that requests to /metrics, /healthz and /readyz may be addressed to: the name a proxy, a load balancer or a Service forwards. Repeatable, or comma-separated. Requests naming any other host are refused (421)." env:"COURIER_METRICS_ALLOWED_HOSTS"`
 }
 
 // check validates the flags.
@@ -48,7 +50,8 @@ func (f observeFlags) check() error {
 	if _, _, err := net.SplitHostPort(f.MetricsAddr); err != nil {
 		return fmt.Errorf("--metrics-addr %q is not host:port: use :9464 (every interface) or 127.0.0.1:9464", f.MetricsAddr)
 	}
-	return nil
+	_, err := hostcheck.New(f.AllowedHost, "--metrics-allowed-host")
+	return err
 }
 
 // observer serves the relay's metrics and health endpoints.
@@ -118,6 +121,7 @@ func (o *observer) serveCDC(e *env, r *cdc.Relay, pool *pgxpool.Pool, b *brokeru
 // the returned function is called. A NATS broker b adds the check of its
 // connection.
 func (o *observer) start(e *env, hcfg health.Config, b *brokerurl.Broker, extra ...prometheus.Collector) (stop func(), err error) {
+	hcfg.AllowedHosts = o.flags.AllowedHost
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(o.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(extra...)

@@ -172,7 +172,8 @@ func (c *relayCmd) serveFleet(e *env, f *tenant.Fleet, col *metrics.Collector, f
 		if st.MembersError != "" {
 			return "", fmt.Errorf("heartbeat failing: %s", st.MembersError)
 		}
-		return fmt.Sprintf("%d tenants served (%d open, %d failing) of %d, %d relays", len(st.Served), st.Open, st.Failing(), st.Tenants, max(len(st.Members), 1)), nil
+		return fmt.Sprintf("%d tenants served (%d open, %d failing) of %d, %d entries rejected, %d relays", len(st.Served), st.Open, st.Failing(), st.Tenants,
+			len(st.Rejected), max(len(st.Members), 1)), nil
 	}}}
 	if fleetDB != nil {
 		hcfg.Database = fleetDB
@@ -188,28 +189,30 @@ func (c *relayCmd) serveFleet(e *env, f *tenant.Fleet, col *metrics.Collector, f
 // fleetCollector reports the fleet's gauges, without a tenant label.
 func fleetCollector(f *tenant.Fleet) prometheus.Collector {
 	return fleetGauges{f: f,
-		tenants: prometheus.NewDesc("courier_fleet_tenants", "Tenants the relays' source gives.", nil, nil),
-		served:  prometheus.NewDesc("courier_fleet_served_tenants", "Tenants this relay serves (its share).", nil, nil),
-		open:    prometheus.NewDesc("courier_fleet_open_tenants", "Tenants whose database this relay has open now (at most --tenants-max-open).", nil, nil),
-		failing: prometheus.NewDesc("courier_fleet_failing_tenants", "Tenants served here whose database failed at their last try (courier status --tenants-… shows which).", nil, nil),
-		members: prometheus.NewDesc("courier_fleet_members", "Relays sharing the tenants, as the last heartbeat found them (1 without --database-url).", nil, nil),
+		tenants:  prometheus.NewDesc("courier_fleet_tenants", "Tenants the relays' source gives.", nil, nil),
+		served:   prometheus.NewDesc("courier_fleet_served_tenants", "Tenants this relay serves (its share).", nil, nil),
+		open:     prometheus.NewDesc("courier_fleet_open_tenants", "Tenants whose database this relay has open now (at most --tenants-max-open).", nil, nil),
+		failing:  prometheus.NewDesc("courier_fleet_failing_tenants", "Tenants served here whose database failed at their last try (courier status --tenants-… shows which).", nil, nil),
+		rejected: prometheus.NewDesc("courier_fleet_rejected_tenants", "Entries of the tenants (a file's lines, a query's rows) that are not valid tenants and are not served: a name that is not valid or is given twice, a URL that does not parse (logged once each; courier status --tenants-… shows them).", nil, nil),
+		members:  prometheus.NewDesc("courier_fleet_members", "Relays sharing the tenants, as the last heartbeat found them (1 without --database-url).", nil, nil),
 	}
 }
 
 type fleetGauges struct {
-	f                                       *tenant.Fleet
-	tenants, served, open, failing, members *prometheus.Desc
+	f                                                 *tenant.Fleet
+	tenants, served, open, failing, rejected, members *prometheus.Desc
 }
 
 func (g fleetGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{g.tenants, g.served, g.open, g.failing, g.members} {
+	for _, d := range []*prometheus.Desc{g.tenants, g.served, g.open, g.failing, g.rejected, g.members} {
 		ch <- d
 	}
 }
 
 func (g fleetGauges) Collect(ch chan<- prometheus.Metric) {
 	st := g.f.Status()
-	for d, v := range map[*prometheus.Desc]int{g.tenants: st.Tenants, g.served: len(st.Served), g.open: st.Open, g.failing: st.Failing(), g.members: max(len(st.Members), 1)} {
+	for d, v := range map[*prometheus.Desc]int{g.tenants: st.Tenants, g.served: len(st.Served), g.open: st.Open, g.failing: st.Failing(), g.rejected: len(st.Rejected),
+		g.members: max(len(st.Members), 1)} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
 	}
 }

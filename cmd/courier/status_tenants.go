@@ -16,10 +16,14 @@ import (
 // tenantStatus is one tenant's line of `courier status` over tenants.
 type tenantStatus struct {
 	Tenant string `json:"tenant"`
-	// Status is the tenant's store.Status; nil when Error says why not.
+	// Status is the tenant's store.Status; nil when Error or Rejected
+	// says why not.
 	Status *store.Status `json:"status,omitempty"`
 	Error  string        `json:"error,omitempty"`
-	Failed []string      `json:"failed_checks,omitempty"`
+	// Rejected says why the entry that names the tenant is not one (see
+	// tenant.Sift): it is not served, and counts as a failed check.
+	Rejected string   `json:"rejected,omitempty"`
+	Failed   []string `json:"failed_checks,omitempty"`
 }
 
 // statusQueries is how many tenants' databases status reads at once.
@@ -28,13 +32,15 @@ const statusQueries = 8
 // tenantsStatus reads the status of every tenant, a few at a time, and
 // prints a line per tenant: a tenant whose database fails is shown with
 // its error and counts as a failed check, the others are read all the
-// same. The --fail-if checks apply to each tenant.
+// same. The --fail-if checks apply to each tenant. An entry of the
+// tenants that is not a valid tenant is shown with why, and counts as a
+// failed check.
 func (c *statusCmd) tenantsStatus(e *env) error {
-	ts, err := c.allTenants(e.ctx)
+	ts, rejected, err := c.allTenants(e.ctx, e.log)
 	if err != nil {
 		return err
 	}
-	out := make([]tenantStatus, len(ts))
+	out := make([]tenantStatus, len(ts), len(ts)+len(rejected))
 	var g errgroup.Group
 	g.SetLimit(statusQueries)
 	for i, t := range ts {
@@ -44,6 +50,9 @@ func (c *statusCmd) tenantsStatus(e *env) error {
 		})
 	}
 	_ = g.Wait()
+	for _, r := range rejected {
+		out = append(out, tenantStatus{Tenant: r.Name, Rejected: r.Reason, Failed: []string{"rejected by " + c.tenantsFlag() + ": " + r.Reason}})
+	}
 	var failed []string
 	for _, s := range out {
 		for _, f := range s.Failed {
@@ -55,7 +64,7 @@ func (c *statusCmd) tenantsStatus(e *env) error {
 			return err
 		}
 	} else {
-		printTenants(e, out)
+		printTenants(e, out, c.tenantsFlag())
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%w: %s", errChecks, strings.Join(failed, "; "))
@@ -88,12 +97,17 @@ func (c *statusCmd) oneTenant(e *env, t tenant.Tenant) tenantStatus {
 }
 
 // printTenants prints a line per tenant: its outbox, dead letters, parked
-// messages, late scheduled messages, or its error.
-func printTenants(e *env, out []tenantStatus) {
+// messages, late scheduled messages, or its error, or why its entry is
+// rejected.
+func printTenants(e *env, out []tenantStatus, from string) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	defer tw.Flush()
+	var rejected []tenantStatus
 	fmt.Fprintln(tw, "TENANT\tpending\tin backoff\toldest\tdead letters\tparked\tscheduled due\tfailed checks\t")
 	for _, s := range out {
+		if s.Rejected != "" {
+			rejected = append(rejected, s)
+			continue
+		}
 		name := escape.Line(s.Tenant)
 		if s.Status == nil {
 			fmt.Fprintf(tw, "%s\terror: %s\t\t\t\t\t\t%d\t\n", name, escape.Line(s.Error), len(s.Failed))
@@ -106,5 +120,12 @@ func printTenants(e *env, out []tenantStatus) {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t\n", name, st.Outbox.Pending, st.Outbox.InBackoff, age(st.Outbox.OldestPendingAge()),
 			st.Outbox.DeadLetters, parked, st.Scheduled.Due, len(s.Failed))
+	}
+	_ = tw.Flush()
+	if len(rejected) > 0 {
+		fmt.Fprintf(e.stdout, "\n%d entries of %s rejected, not served (each a failed check):\n", len(rejected), from)
+		for _, s := range rejected {
+			fmt.Fprintf(e.stdout, "  \"%s\": %s\n", escape.Line(s.Tenant), escape.Line(s.Rejected))
+		}
 	}
 }

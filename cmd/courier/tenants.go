@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -15,8 +16,8 @@ import (
 // works on.
 type tenantFlags struct {
 	Tenants      []string `name:"tenants" sep:"," placeholder:"NAME=URL" help:"Tenants, each NAME=URL (a database URL of its own, or postgres://…?search_path=SCHEMA for a schema of its own), separated by commas." env:"COURIER_TENANTS"`
-	TenantsFile  string   `name:"tenants-file" type:"path" help:"File of the tenants, one 'NAME URL' per line (# starts a comment); the relay reads it again every --tenants-refresh." env:"COURIER_TENANTS_FILE"`
-	TenantsQuery string   `name:"tenants-query" help:"SQL query on --database-url (the catalogue) whose rows are the tenants, (name, url), such as \"SELECT name, database_url FROM customers WHERE active\"; the relay runs it again every --tenants-refresh." env:"COURIER_TENANTS_QUERY"`
+	TenantsFile  string   `name:"tenants-file" type:"path" help:"File of the tenants, one 'NAME URL' per line (# starts a comment); the relay reads it again every --tenants-refresh. A line that is not a valid tenant is logged and skipped, the others served." env:"COURIER_TENANTS_FILE"`
+	TenantsQuery string   `name:"tenants-query" help:"SQL query on --database-url (the catalogue) whose rows are the tenants, (name, url), such as \"SELECT name, database_url FROM customers WHERE active\"; the relay runs it again every --tenants-refresh. A row that is not a valid tenant is logged and skipped, the others served." env:"COURIER_TENANTS_QUERY"`
 	Tenant       string   `name:"tenant" help:"With --tenants, --tenants-file or --tenants-query: the tenant whose database the command works on." env:"COURIER_TENANT"`
 }
 
@@ -92,14 +93,18 @@ func (f dbFlags) tenantSource(ctx context.Context) (src tenant.Source, done func
 	return tenant.List(ts...), func() {}, nil
 }
 
-// allTenants reads the tenants once.
-func (f dbFlags) allTenants(ctx context.Context) ([]tenant.Tenant, error) {
+// allTenants reads the tenants once: the valid ones, and the entries
+// that are not, each logged to log (see tenant.Sieve; nil: not logged)
+// and left out.
+func (f dbFlags) allTenants(ctx context.Context, log *slog.Logger) ([]tenant.Tenant, []tenant.Rejected, error) {
 	src, done, err := f.tenantSource(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer done()
-	return src.Tenants(ctx)
+	s := tenant.NewSieve(src, log)
+	ts, err := s.Tenants(ctx)
+	return ts, s.Rejected(), err
 }
 
 // chosenTenant returns the tenant --tenant names.
@@ -107,11 +112,14 @@ func (f dbFlags) chosenTenant(ctx context.Context) (tenant.Tenant, error) {
 	if f.Tenant == "" {
 		return tenant.Tenant{}, fmt.Errorf("%s gives several tenants: pick the one to work on with --tenant NAME", f.tenantsFlag())
 	}
-	ts, err := f.allTenants(ctx)
+	ts, rejected, err := f.allTenants(ctx, nil)
 	if err != nil {
 		return tenant.Tenant{}, err
 	}
 	i := slices.IndexFunc(ts, func(t tenant.Tenant) bool { return t.Name == f.Tenant })
+	if j := slices.IndexFunc(rejected, func(r tenant.Rejected) bool { return r.Name == f.Tenant }); i < 0 && j >= 0 {
+		return tenant.Tenant{}, fmt.Errorf("--tenant %q: %s rejects its entry: %s", f.Tenant, f.tenantsFlag(), rejected[j].Reason)
+	}
 	if i < 0 {
 		names := make([]string, 0, min(len(ts), 10))
 		for _, t := range ts[:min(len(ts), 10)] {

@@ -39,6 +39,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Mask replaces what is hidden.
@@ -397,3 +398,90 @@ func isTokenScheme(scheme string) bool {
 	}
 	return false
 }
+
+// Text returns free text, such as the error a message handler returned,
+// with the secrets of what it quotes hidden: in each URL (scheme://…, by
+// the rule of URL), the password of each user:password@ (a MySQL DSN),
+// the value of each secret-named keyword=value pair (password=…,
+// api_key=…, token=…); then every other place those secrets occur, as
+// written or percent-decoded, when they are 4 bytes or longer (a client's
+// error may repeat the password it decoded). Text that quotes none of
+// these is returned as it is.
+func Text(text string) string {
+	var hid secrets
+	var out, plain strings.Builder // plain: the text since the last URL or DSN
+	for i := 0; i < len(text); {
+		end := strings.IndexFunc(text[i:], unicode.IsSpace)
+		if end < 0 {
+			end = len(text)
+		} else {
+			end += i
+		}
+		if w, quoted := field(text[i:end], &hid); quoted {
+			// keyword=value pairs are looked for around URLs, not in them
+			// (their query's secrets are URL's to hide).
+			out.WriteString(redactPairs(plain.String(), &hid))
+			plain.Reset()
+			out.WriteString(w)
+		} else {
+			plain.WriteString(w)
+		}
+		sp := end
+		for sp < len(text) {
+			r, size := utf8.DecodeRuneInString(text[sp:])
+			if !unicode.IsSpace(r) {
+				break
+			}
+			sp += size
+		}
+		plain.WriteString(text[end:sp])
+		i = sp
+	}
+	out.WriteString(redactPairs(plain.String(), &hid))
+	red := out.String()
+	slices.SortFunc(hid, func(a, b string) int { return len(b) - len(a) })
+	for _, sec := range hid {
+		if len(sec) >= 4 && sec != Mask {
+			red = strings.ReplaceAll(red, sec, Mask)
+		}
+	}
+	return red
+}
+
+// field redacts one word of free text (no white space): the URL it holds,
+// or its user:password@, without the quotes, brackets and punctuation
+// around it; quoted reports that it held one.
+func field(w string, hid *secrets) (out string, quoted bool) {
+	core := strings.TrimLeft(w, "\"'`([{<")
+	lead := w[:len(w)-len(core)]
+	core = strings.TrimRight(core, "\"'`)]}>,;.")
+	trail := w[len(lead)+len(core):]
+	if k := strings.Index(core, "://"); k > 0 {
+		j := k
+		for j > 0 && schemeByte(core[j-1]) {
+			j--
+		}
+		for j < k && !isLetter(core[j]) {
+			j++
+		}
+		if j < k {
+			u, secrets := one(core[j:])
+			*hid = append(*hid, secrets...)
+			return lead + core[:j] + u + trail, true
+		}
+	}
+	if at := strings.LastIndex(core, "@"); at > 0 {
+		if user, pw, ok := strings.Cut(core[:at], ":"); ok && pw != "" {
+			hid.add(pw)
+			return lead + user + ":" + Mask + core[at:] + trail, true
+		}
+	}
+	return w, false
+}
+
+// schemeByte reports whether c may be part of a URL's scheme.
+func schemeByte(c byte) bool {
+	return isLetter(c) || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
