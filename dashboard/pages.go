@@ -13,7 +13,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/store"
 )
 
@@ -106,7 +105,7 @@ func relayRow(d store.DeadLetterSummary) row {
 
 func parkedRow(p store.ParkedSummary) row {
 	return row{ID: p.ID, Ref: "consumer:" + strconv.FormatInt(p.ID, 10), When: p.ParkedAt, Source: p.Consumer + " ← " + p.Subject,
-		Type: wire.TypeOf(p.Headers), Message: p.MessageID, Attempts: p.Attempts, Error: p.Reason + ": " + p.Error,
+		Type: p.Type, Message: p.MessageID, Attempts: p.Attempts, Error: p.Reason + ": " + p.Error,
 		Size: p.PayloadSize, Replay: p.ReplayRequested}
 }
 

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/store"
 )
 
@@ -109,7 +108,7 @@ func Collect(ctx context.Context, a store.Admin, o Options) (Report, error) {
 	}
 	if o.Side != Relay {
 		n, more, err := readAll(ctx, o, a.ListParked, func(p store.ParkedSummary) int64 {
-			b.add(OfParked(p.Consumer, p.Reason, p.Error), p.ID, p.ParkedAt, p.Subject, p.Consumer, wire.TypeOf(p.Headers), p.Error, p.ReplayRequested != nil)
+			b.add(OfParked(p.Consumer, p.Reason, p.Error), p.ID, p.ParkedAt, p.Subject, p.Consumer, p.Type, p.Error, p.ReplayRequested != nil)
 			return p.ID
 		})
 		if err != nil {

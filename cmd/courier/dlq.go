@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -13,7 +14,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
@@ -22,7 +22,7 @@ import (
 // relay:ID (a message the broker kept rejecting, in the outbox's database)
 // or consumer:ID (a message a consumer parked, in the consumer's database).
 type dlqCmd struct {
-	List    dlqListCmd    `cmd:"" help:"List dead letters: relay-side and consume-side."`
+	List    dlqListCmd    `cmd:"" help:"List dead letters, relay-side and consume-side, as summaries: no payload, history or headers but the type; the start of each error and text (dlq show prints one whole)."`
 	Show    dlqShowCmd    `cmd:"" help:"Show one dead letter with its payload and attempt history (counted attempts, and those blamed on the broker)."`
 	Groups  dlqGroupsCmd  `cmd:"" help:"Group dead letters by the cause of their failure (side, consumer, panic site, error without its ids and numbers): one line per group, with its id for --group."`
 	Replay  dlqReplayCmd  `cmd:"" help:"Replay dead letters, named or selected (--topic, --consumer, --error, --side, --group, --all): relay:ID goes back into the outbox, consumer:ID is applied again by its consumer; --wait reports the outcome."`
@@ -92,19 +92,26 @@ func (c *dbFlags) admin(e *env) (store.Admin, func(), error) {
 	return d.Admin(), d.Close, nil
 }
 
+// Run lists summaries (store.Admin's ListDeadLetters and ListParked), a
+// page at a time: no payload, no history, no header but the type, each
+// text cut by the database (store.TextPreview, store.ErrorPreview).
 func (c *dlqListCmd) Run(e *env) error {
+	if c.Limit < 1 {
+		return fmt.Errorf("--limit is %d: use 1 or more", c.Limit)
+	}
 	a, done, err := c.admin(e)
 	if err != nil {
 		return err
 	}
 	defer done()
-	var dead []store.DeadLetter
+	dead := []store.DeadLetterSummary{}
 	if c.Consumer == "" {
-		if dead, err = a.DeadLetters(e.ctx, c.Limit); err != nil {
+		dead, err = listAll(e, a.ListDeadLetters, store.ListQuery{}, c.Limit, func(d store.DeadLetterSummary) int64 { return d.ID })
+		if err != nil {
 			return err
 		}
 	}
-	parked, err := a.Parked(e.ctx, c.Consumer, c.Limit)
+	parked, err := listAll(e, a.ListParked, store.ListQuery{Consumer: c.Consumer}, c.Limit, func(p store.ParkedSummary) int64 { return p.ID })
 	if err != nil {
 		return err
 	}
@@ -133,9 +140,28 @@ func (c *dlqListCmd) Run(e *env) error {
 			why = "(replay asked) " + why
 		}
 		fmt.Fprintf(e.stdout, row, "consumer:"+strconv.FormatInt(p.ID, 10), p.ParkedAt.UTC().Format(time.DateTime),
-			clip(p.Consumer+" ← "+p.Subject, 30), clip(orDash(wire.TypeOf(p.Headers)), 20), escape.Line(id), strconv.Itoa(p.Attempts), clip(why, 60))
+			clip(p.Consumer+" ← "+p.Subject, 30), clip(orDash(p.Type), 20), escape.Line(id), strconv.Itoa(p.Attempts), clip(why, 60))
 	}
 	return nil
+}
+
+// listAll reads the first limit summaries q selects with list, a page of
+// at most store.MaxListLimit at a time; id returns a summary's id.
+func listAll[S any](e *env, list func(context.Context, store.ListQuery) ([]S, error), q store.ListQuery, limit int, id func(S) int64) ([]S, error) {
+	out := []S{}
+	for len(out) < limit {
+		q.Limit = min(store.MaxListLimit, limit-len(out))
+		page, err := list(e.ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < q.Limit {
+			break
+		}
+		q.After = id(page[len(page)-1])
+	}
+	return out, nil
 }
 
 // orDash stands in "-" for an empty value in a table.
