@@ -482,13 +482,31 @@ type reconciledPage struct {
 }
 
 // pageNo reads the page parameter of q: 1 when it is missing or not a
-// positive number.
+// positive number. Every paged list reads its page number here and its
+// rows with window, whose arithmetic cannot overflow.
 func pageNo(q url.Values) int {
 	n, err := strconv.Atoi(q.Get("page"))
 	if err != nil || n < 1 {
 		return 1
 	}
 	return n
+}
+
+// pages is how many pages n rows fill, size a page; 1 when there are none
+// (the first page, empty).
+func pages(n, size int) int { return max(1, (n+size-1)/size) }
+
+// window returns the bounds of page no (from 1) of n rows, size rows a
+// page: [from, to), empty (n, n) for a page past the last. It compares no
+// with the number of pages before it multiplies, so that a huge no (one
+// whose first row's index an int cannot hold) is a page past the last,
+// not a negative index.
+func window(no, size, n int) (from, to int) {
+	if no < 1 || no > pages(n, size) {
+		return n, n
+	}
+	from = (no - 1) * size
+	return from, min(from+size, n)
 }
 
 // deepestPage is the number of the last page that shows rows of the first
@@ -520,7 +538,7 @@ func pageOf[T any](list []T, drop func(T) bool, no, size int, link func(int) str
 	if drop != nil {
 		list = slices.DeleteFunc(list, drop)
 	}
-	last := max(1, (len(list)+size-1)/size) // the last page with rows, when list was read to its end
+	last := pages(len(list), size) // the last page with rows, when list was read to its end
 	if drop != nil {
 		p.Pages = last
 	}
@@ -530,10 +548,11 @@ func pageOf[T any](list []T, drop func(T) bool, no, size int, link func(int) str
 	if no > last {
 		return nil, p
 	}
-	if no*size < len(list) {
+	from, to := window(no, size, len(list))
+	if to < len(list) {
 		p.Next = link(no + 1)
 	}
-	return list[(no-1)*size : min(no*size, len(list))], p
+	return list[from:to], p
 }
 
 // pageLink is the link to page no of the list at path, with its filters
