@@ -303,7 +303,7 @@ func (h *Handler) selected(r *http.Request, s side, q url.Values) (rows []row, m
 	if len(ids) == 0 {
 		return nil, missing, false, nil
 	}
-	if len(ids) > h.cfg.Limit || len(ids) > store.MaxListLimit {
+	if h.tooMany(len(ids)) != "" {
 		return nil, nil, false, errTooMany
 	}
 	rows, err = h.list(r, s, store.ListQuery{IDs: ids, Limit: len(ids)})
@@ -325,6 +325,17 @@ func (h *Handler) selected(r *http.Request, s side, q url.Values) (rows []row, m
 // errTooMany is selected's error for more ids than a confirmation lists.
 var errTooMany = errors.New("too many ids")
 
+// tooMany says, for the page, why a request that names n ids to act on
+// (replay, discard, cancel) names too many: more than Config.Limit (at
+// most MaxActionIDs); "" when it does not. Every form that acts on ids
+// checks it before it acts on any.
+func (h *Handler) tooMany(n int) string {
+	if n <= h.cfg.Limit {
+		return ""
+	}
+	return fmt.Sprintf("This request names %d ids: a replay, discard or cancel takes at most %d at once. Select fewer, or select them all with a filter and do it again for the rest.", n, h.cfg.Limit)
+}
+
 // confirm shows what an action would do and asks to go ahead. It changes
 // nothing: the button it shows posts the action with the ids listed.
 func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
@@ -341,7 +352,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 		return
 	}
 	if errors.Is(err, errTooMany) {
-		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("More than %d are selected: select fewer at once, or select them all with a filter.", min(h.cfg.Limit, store.MaxListLimit)))
+		h.fail(w, r, http.StatusBadRequest, h.tooMany(len(q["id"])))
 		return
 	}
 	if err != nil {
@@ -383,6 +394,10 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 	}
 	if len(r.PostForm["id"]) == 0 {
 		h.fail(w, r, http.StatusBadRequest, "No dead letter was chosen: tick one or more, then confirm.")
+		return
+	}
+	if problem := h.tooMany(len(r.PostForm["id"])); problem != "" {
+		h.fail(w, r, http.StatusBadRequest, problem)
 		return
 	}
 	done, gone := 0, 0
