@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,5 +50,59 @@ func TestDLQListReadsSummaries(t *testing.T) {
 				t.Errorf("dlq list: %d, %d bytes, want one short line with the type:\n%.2000s", code, len(out), out)
 			}
 		})
+	}
+}
+
+// payloadCut is the line of courier dlq show that says how much of a
+// payload it left out.
+var payloadCut = regexp.MustCompile(`\(payload cut: the first (\d+) of its (\d+) bytes are shown, (\d+) left out; --full prints it whole`)
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// courier dlq show prints the first 4 KiB of a payload, of a header and of
+// an error, and a line that says how much it left out and how to see it;
+// --full prints them whole. Either way what reaches the terminal is
+// escaped.
+func TestDLQShowCutsPayloads(t *testing.T) {
+	d := dlqDatabases(t)["sqlite"](t)
+	ctx := context.Background()
+	drv, err := dburl.Open(ctx, d.url, dburl.Options{})
+	testenv.Must(t, err, "open")
+	defer drv.Close()
+	const mib = 1 << 20
+	text := hostile + strings.Repeat("é", mib/2)              // printable but for the escapes: shown as text
+	binary := append([]byte{0, 1, 2}, make([]byte, mib-3)...) // shown in base64
+	header := hostile + strings.Repeat("h", mib)              // a header value
+	for i, payload := range [][]byte{[]byte(text), binary} {
+		err = drv.ConsumerStore().Park(ctx, store.Parked{Consumer: "billing", MessageID: fmt.Sprintf("01939f3a-0000-7000-8000-00000000000%d", i),
+			Subject: "courier.payments", Headers: map[string][]string{"Courier-Type": {"ChargeRequested"}, "X-Bulk": {header}},
+			Payload: payload, Reason: store.ReasonFailed, Error: "card declined: " + header, Attempts: 5, ParkedAt: time.Now()})
+		testenv.Must(t, err, "park")
+	}
+	for i, ref := range []string{"consumer:1", "consumer:2"} {
+		code, out, errOut := runCLI(t, "dlq", "show", ref, "--database-url", d.url)
+		if code != 0 || len(out) > 64<<10 {
+			t.Fatalf("dlq show %s: exit %d, %d bytes, want a few KiB\n%.3000s%s", ref, code, len(out), out, errOut)
+		}
+		payloadLen := []int{len(text), len(binary)}[i]
+		m := payloadCut.FindStringSubmatch(out)
+		if m == nil || m[2] != fmt.Sprint(payloadLen) || atoi(m[1]) > 4096 || atoi(m[1]) < 4090 || atoi(m[1])+atoi(m[3]) != payloadLen ||
+			strings.Count(out, "more bytes: --full prints them)") != 2 {
+			t.Errorf("dlq show %s does not say what it left out of its %d-byte payload (%q), its error and its header:\n%.300s\n…\n%.3000s",
+				ref, payloadLen, m, out, out[max(0, len(out)-3000):])
+		}
+		if r, ok := unsafeRune(out); ok {
+			t.Errorf("dlq show %s printed %U raw", ref, r)
+		}
+		code, out, _ = runCLI(t, "dlq", "show", ref, "--full", "--database-url", d.url)
+		if code != 0 || len(out) < 2*mib || strings.Contains(out, "--full") {
+			t.Errorf("dlq show %s --full: exit %d, %d bytes, want the payload, header and error whole (%d bytes each at least)", ref, code, len(out), mib)
+		}
+		if r, ok := unsafeRune(out); ok {
+			t.Errorf("dlq show %s --full printed %U raw", ref, r)
+		}
 	}
 }
