@@ -85,7 +85,7 @@ type dlqSelect struct {
 	Refs     []string `arg:"" optional:"" name:"ref" help:"relay:ID or consumer:ID, as listed by courier dlq list; leave out to select with the filters."`
 	Topic    string   `help:"Select the dead letters of this topic (relay side), or whose subject ends in .TOPIC (consumer side)." env:"COURIER_DLQ_TOPIC"`
 	Consumer string   `help:"Select this consumer's dead letters (consumer side only)." env:"COURIER_DLQ_CONSUMER"`
-	Error    string   `help:"Select the dead letters whose last error contains this text." env:"COURIER_DLQ_ERROR"`
+	Error    string   `help:"Select the dead letters whose last error (consumer side: or reason) contains this text, ignoring case." env:"COURIER_DLQ_ERROR"`
 	Side     string   `help:"Select only relay or consumer dead letters." enum:"relay,consumer,both" default:"both" env:"COURIER_DLQ_SIDE"`
 	Group    string   `help:"Select the dead letters of this group (its id, as courier dlq groups lists it); --topic, --consumer, --error and --side narrow it." env:"COURIER_DLQ_GROUP"`
 	All      bool     `help:"Select every dead letter (when no ref and no filter is given)." env:"COURIER_DLQ_ALL"`

@@ -106,3 +106,39 @@ func TestDLQShowCutsPayloads(t *testing.T) {
 		}
 	}
 }
+
+// Replay, discard and export select with the database's filters, the
+// dashboard's (store.ListQuery): --limit counts the letters the filters
+// select, and --error ignores case. A letter is read whole only to be
+// exported or repaired.
+func TestDLQSelectionIsTheStores(t *testing.T) {
+	d := dlqDatabases(t)["sqlite"](t)
+	ctx := context.Background()
+	drv, err := dburl.Open(ctx, d.url, dburl.Options{})
+	testenv.Must(t, err, "open")
+	defer drv.Close()
+	for i, why := range []string{"ledger unavailable", "ledger unavailable", "Card DECLINED"} {
+		err = drv.ConsumerStore().Park(ctx, store.Parked{Consumer: "billing", MessageID: fmt.Sprintf("01939f3a-0000-7000-8000-00000000000%d", i),
+			Subject: "courier.payments", Headers: map[string][]string{"Courier-Type": {"ChargeRequested"}}, Payload: []byte("x"),
+			Reason: store.ReasonFailed, Error: why, Attempts: 5, ParkedAt: time.Now()})
+		testenv.Must(t, err, "park")
+	}
+	db := []string{"--database-url", d.url}
+	code, out, errOut := runCLI(t, append([]string{"dlq", "discard", "--error", "card declined", "--limit", "1", "--dry-run"}, db...)...)
+	if code != 0 || !regexp.MustCompile(`would discard consumer:3 +billing ← courier\.payments ChargeRequested`).MatchString(out) || strings.Contains(out, "consumer:1") {
+		t.Fatalf("discard --error 'card declined' --limit 1 --dry-run: %d, want consumer:3 (the first that matches)\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, append([]string{"dlq", "export", "--error", "LEDGER", "--limit", "1"}, db...)...)
+	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"ref":"consumer:1"`) || !strings.Contains(out, `"payload":"eA=="`) {
+		t.Fatalf("export --error LEDGER --limit 1: %d, want consumer:1 whole\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, append([]string{"dlq", "replay", "consumer:3", "--set-header", "X-Fixed=yes"}, db...)...)
+	if code != 0 || !strings.Contains(out, "consumer:3: replay requested") {
+		t.Fatalf("replay --set-header: %d\n%s%s", code, out, errOut)
+	}
+	p, err := drv.Admin().ParkedMessage(ctx, 3)
+	testenv.Must(t, err, "read the repaired letter")
+	if p.MessageID != "01939f3a-0000-7000-8000-000000000002" || p.Headers["X-Fixed"][0] != "yes" || p.Headers["Courier-Type"][0] != "ChargeRequested" || p.ReplayRequested == nil {
+		t.Fatalf("repaired letter: message id %q, headers %v, replay asked %v; want its id and headers kept, X-Fixed added, a replay asked", p.MessageID, p.Headers, p.ReplayRequested)
+	}
+}

@@ -96,8 +96,8 @@ var bulkyDatabases = []bulkyDatabase{
 }
 
 // BenchmarkListMemory measures the peak resident memory of courier
-// dashboard serving /parked and /failures, and of courier dlq list and
-// courier dlq groups, on databases of each dialect holding 100 parked
+// dashboard serving /parked and /failures, and of courier dlq list, dlq
+// groups, dlq replay --all --dry-run and dlq export --all, on databases of each dialect holding 100 parked
 // deliveries with 2 MB headers, with 2 MB reasons, or neither. Run it
 // without the race detector, once:
 //
@@ -120,10 +120,10 @@ func BenchmarkListMemory(b *testing.B) {
 						}
 					})
 				}
-				for _, cmd := range []string{"list", "groups"} {
-					b.Run("dlq-"+cmd, func(b *testing.B) {
+				for _, args := range [][]string{{"list"}, {"groups"}, {"replay", "--all", "--dry-run"}, {"export", "--all"}} {
+					b.Run("dlq-"+args[0], func(b *testing.B) {
 						for b.Loop() {
-							b.ReportMetric(float64(commandPeak(b, "dlq", cmd, "--database-url", url))/1e6, "peak-MB")
+							b.ReportMetric(float64(commandPeak(b, append(append([]string{"dlq"}, args...), "--database-url", url)...))/1e6, "peak-MB")
 						}
 					})
 				}
