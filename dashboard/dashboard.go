@@ -67,7 +67,10 @@ type Config struct {
 	// most 999 (store.MaxListLimit - 1).
 	PageSize int
 	// Limit is how many dead letters or parked messages a replay or
-	// discard of all that match a filter selects at most. Default 1,000.
+	// discard of all that match a filter selects at most, and how many
+	// ids one replay, discard or cancel request may name (more are
+	// refused with 400 before any is acted on). Default and at most
+	// MaxActionIDs (1,000).
 	Limit int
 	// AllowedHosts are the host names, besides localhost, loopback
 	// addresses and the address a request came to, that a request's Host
@@ -93,6 +96,14 @@ type Config struct {
 	History time.Duration
 }
 
+// MaxActionIDs is the most ids one replay, discard or cancel request may
+// name, and the most [Config.Limit] may be: each id is a statement of its
+// own (a replay a transaction), so that a request of bounded size does a
+// bounded amount of work. It is store.MaxListLimit, the most ids a list
+// reads at once, so that a confirmation lists in one query every id its
+// form posts.
+const MaxActionIDs = store.MaxListLimit
+
 // Defaults of [Config.SampleEvery] and [Config.History], and the most
 // readings the trend charts may keep (History/SampleEvery).
 const (
@@ -103,7 +114,7 @@ const (
 
 func (c *Config) setDefaults() {
 	if c.Limit == 0 {
-		c.Limit = 1000
+		c.Limit = MaxActionIDs
 	}
 	if c.PageSize == 0 {
 		c.PageSize = 50
@@ -134,8 +145,8 @@ func (c *Config) validate() error {
 // shows one database or many tenants'.
 func (c *Config) validateShared() error {
 	switch {
-	case c.Limit < 1:
-		return fmt.Errorf("dashboard: Config.Limit is %d: use 1 or more (0 means 1,000)", c.Limit)
+	case c.Limit < 1 || c.Limit > MaxActionIDs:
+		return fmt.Errorf("dashboard: Config.Limit is %d: use 1 to %d (0 means %d)", c.Limit, MaxActionIDs, MaxActionIDs)
 	case c.PageSize < 1 || c.PageSize >= store.MaxListLimit:
 		return fmt.Errorf("dashboard: Config.PageSize is %d: use 1 to %d (0 means 50)", c.PageSize, store.MaxListLimit-1)
 	case c.Prefix != "" && !strings.HasPrefix(c.Prefix, "/"):

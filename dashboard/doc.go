@@ -177,7 +177,9 @@
 // so. Lists of dead letters read the summaries of one
 // page ([Config.PageSize], store.Admin's ListDeadLetters and ListParked),
 // never a payload; a replay or discard of all that match a filter selects
-// at most [Config.Limit]. The overdue sagas and the stale keys are listed
+// at most [Config.Limit], and a replay, discard or cancel request that
+// names more ids than that (at most [MaxActionIDs]) is refused with 400
+// before any is acted on. The overdue sagas and the stale keys are listed
 // a page of [Config.PageSize] at a time too, but Reconcile, where they come
 // from, has no cursor: page N reads the N pages up to it (the sagas page
 // filtered by state reads them all, then pages what the filter keeps), so

@@ -133,10 +133,9 @@ func (h *Handler) failures(w http.ResponseWriter, r *http.Request) {
 		h.failErr(w, r, err)
 		return
 	}
-	page, _ := strconv.Atoi(q.Get("page"))
-	page = max(page, 1)
-	from := min((page-1)*h.cfg.PageSize, len(rep.Groups))
-	to := min(from+h.cfg.PageSize, len(rep.Groups))
+	page := pageNo(q)
+	last := pages(len(rep.Groups), h.cfg.PageSize)
+	from, to := window(page, h.cfg.PageSize, len(rep.Groups))
 	rows := make([]groupRow, 0, to-from)
 	for _, g := range rep.Groups[from:to] {
 		rows = append(rows, h.groupRow(g))
@@ -177,9 +176,9 @@ func (h *Handler) failures(w http.ResponseWriter, r *http.Request) {
 		return "/failures?" + p.Encode()
 	}
 	data := map[string]any{"Title": "Failures", "Groups": rows, "Report": rep, "Filter": f, "SideName": sideName, "Gone": gone,
-		"PageNo": page, "Pages": (len(rep.Groups) + h.cfg.PageSize - 1) / h.cfg.PageSize, "Max": h.cfg.Limit * 10}
+		"PageNo": page, "Pages": last, "Max": h.cfg.Limit * 10}
 	if page > 1 {
-		data["Prev"] = pageLink(page - 1)
+		data["Prev"] = pageLink(min(page-1, last))
 	}
 	if to < len(rep.Groups) {
 		data["Next"] = pageLink(page + 1)

@@ -14,7 +14,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/store"
 )
 
@@ -135,7 +134,7 @@ func relayRow(d store.DeadLetterSummary) row {
 
 func parkedRow(p store.ParkedSummary) row {
 	return row{ID: p.ID, Ref: "consumer:" + strconv.FormatInt(p.ID, 10), When: p.ParkedAt, Source: p.Consumer + " ← " + p.Subject,
-		Type: wire.TypeOf(p.Headers), Message: p.MessageID, Attempts: p.Attempts, Error: p.Reason + ": " + p.Error,
+		Type: p.Type, Message: p.MessageID, Attempts: p.Attempts, Error: p.Reason + ": " + p.Error,
 		Size: p.PayloadSize, Replay: p.ReplayRequested}
 }
 
@@ -333,7 +332,7 @@ func (h *Handler) selected(r *http.Request, s side, q url.Values) (rows []row, m
 	if len(ids) == 0 {
 		return nil, missing, false, nil
 	}
-	if len(ids) > h.cfg.Limit || len(ids) > store.MaxListLimit {
+	if h.tooMany(len(ids)) != "" {
 		return nil, nil, false, errTooMany
 	}
 	rows, err = h.list(r, s, store.ListQuery{IDs: ids, Limit: len(ids)})
@@ -355,6 +354,17 @@ func (h *Handler) selected(r *http.Request, s side, q url.Values) (rows []row, m
 // errTooMany is selected's error for more ids than a confirmation lists.
 var errTooMany = errors.New("too many ids")
 
+// tooMany says, for the page, why a request that names n ids to act on
+// (replay, discard, cancel) names too many: more than Config.Limit (at
+// most MaxActionIDs); "" when it does not. Every form that acts on ids
+// checks it before it acts on any.
+func (h *Handler) tooMany(n int) string {
+	if n <= h.cfg.Limit {
+		return ""
+	}
+	return fmt.Sprintf("This request names %d ids: a replay, discard or cancel takes at most %d at once. Select fewer, or select them all with a filter and do it again for the rest.", n, h.cfg.Limit)
+}
+
 // confirm shows what an action would do and asks to go ahead. It changes
 // nothing: the button it shows posts the action with the ids listed.
 func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
@@ -371,7 +381,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 		return
 	}
 	if errors.Is(err, errTooMany) {
-		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("More than %d are selected: select fewer at once, or select them all with a filter.", min(h.cfg.Limit, store.MaxListLimit)))
+		h.fail(w, r, http.StatusBadRequest, h.tooMany(len(q["id"])))
 		return
 	}
 	if err != nil {
@@ -413,6 +423,10 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 	}
 	if len(r.PostForm["id"]) == 0 {
 		h.fail(w, r, http.StatusBadRequest, "No dead letter was chosen: tick one or more, then confirm.")
+		return
+	}
+	if problem := h.tooMany(len(r.PostForm["id"])); problem != "" {
+		h.fail(w, r, http.StatusBadRequest, problem)
 		return
 	}
 	done, gone, failed := 0, 0, 0
@@ -506,13 +520,31 @@ type reconciledPage struct {
 }
 
 // pageNo reads the page parameter of q: 1 when it is missing or not a
-// positive number.
+// positive number. Every paged list reads its page number here and its
+// rows with window, whose arithmetic cannot overflow.
 func pageNo(q url.Values) int {
 	n, err := strconv.Atoi(q.Get("page"))
 	if err != nil || n < 1 {
 		return 1
 	}
 	return n
+}
+
+// pages is how many pages n rows fill, size a page; 1 when there are none
+// (the first page, empty).
+func pages(n, size int) int { return max(1, (n+size-1)/size) }
+
+// window returns the bounds of page no (from 1) of n rows, size rows a
+// page: [from, to), empty (n, n) for a page past the last. It compares no
+// with the number of pages before it multiplies, so that a huge no (one
+// whose first row's index an int cannot hold) is a page past the last,
+// not a negative index.
+func window(no, size, n int) (from, to int) {
+	if no < 1 || no > pages(n, size) {
+		return n, n
+	}
+	from = (no - 1) * size
+	return from, min(from+size, n)
 }
 
 // deepestPage is the number of the last page that shows rows of the first
@@ -544,7 +576,7 @@ func pageOf[T any](list []T, drop func(T) bool, no, size int, link func(int) str
 	if drop != nil {
 		list = slices.DeleteFunc(list, drop)
 	}
-	last := max(1, (len(list)+size-1)/size) // the last page with rows, when list was read to its end
+	last := pages(len(list), size) // the last page with rows, when list was read to its end
 	if drop != nil {
 		p.Pages = last
 	}
@@ -554,10 +586,11 @@ func pageOf[T any](list []T, drop func(T) bool, no, size int, link func(int) str
 	if no > last {
 		return nil, p
 	}
-	if no*size < len(list) {
+	from, to := window(no, size, len(list))
+	if to < len(list) {
 		p.Next = link(no + 1)
 	}
-	return list[(no-1)*size : min(no*size, len(list))], p
+	return list[from:to], p
 }
 
 // pageLink is the link to page no of the list at path, with its filters

@@ -67,8 +67,8 @@ func (h *Handler) scheduledIDs(values []string) (ids []uuid.UUID, problem string
 	if len(values) == 0 {
 		return nil, "No scheduled message was chosen: tick one or more, then cancel."
 	}
-	if n := min(h.cfg.Limit, store.MaxListLimit); len(values) > n {
-		return nil, fmt.Sprintf("More than %d are selected: select fewer at once.", n)
+	if problem := h.tooMany(len(values)); problem != "" {
+		return nil, problem
 	}
 	ids = make([]uuid.UUID, len(values))
 	for i, v := range values {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/store"
 )
 
@@ -109,7 +108,7 @@ func Collect(ctx context.Context, a store.Admin, o Options) (Report, error) {
 	}
 	if o.Side != Relay {
 		n, more, err := readAll(ctx, o, a.ListParked, func(p store.ParkedSummary) int64 {
-			b.add(OfParked(p.Consumer, p.Reason, p.Error), p.ID, p.ParkedAt, p.Subject, p.Consumer, wire.TypeOf(p.Headers), p.Error, p.ReplayRequested != nil)
+			b.add(OfParked(p.Consumer, p.Reason, p.Error), p.ID, p.ParkedAt, p.Subject, p.Consumer, p.Type, p.Error, p.ReplayRequested != nil)
 			return p.ID
 		})
 		if err != nil {
@@ -123,11 +122,15 @@ func Collect(ctx context.Context, a store.Admin, o Options) (Report, error) {
 
 // readAll reads up to o.Max summaries with list, a page at a time, and
 // calls add with each, which returns its id. more reports that there were
-// more than o.Max.
+// more than o.Max: it reads one more, counted without adding 1 to o.Max,
+// which may be the largest int.
 func readAll[T any](ctx context.Context, o Options, list func(context.Context, store.ListQuery) ([]T, error), add func(T) int64) (n int, more bool, err error) {
 	q := store.ListQuery{Topic: o.Filter.Topic, Consumer: o.Filter.Consumer, Error: o.Filter.Error}
-	for n < o.Max+1 {
-		q.Limit = min(store.MaxListLimit, o.Max+1-n)
+	for n <= o.Max {
+		q.Limit = store.MaxListLimit
+		if left := o.Max - n; left < store.MaxListLimit {
+			q.Limit = left + 1
+		}
 		page, err := list(ctx, q)
 		if err != nil {
 			return n, false, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -128,6 +129,13 @@ func testCollect(t *testing.T, dbURL string) {
 	testenv.Must(t, err, "collect 2")
 	if rep.Read != 2 || !rep.Truncated {
 		t.Fatalf("collect at most 2: read %d, truncated %v", rep.Read, rep.Truncated)
+	}
+	// A bound as large as an int can be reads every failure: reading one
+	// more than Max to tell whether there are more does not overflow.
+	rep, err = failgroup.Collect(ctx, db.Admin(), failgroup.Options{Max: math.MaxInt})
+	testenv.Must(t, err, "collect at most MaxInt")
+	if rep.Read != 8 || rep.Truncated {
+		t.Fatalf("collect at most MaxInt: read %d, truncated %v; want 8, false", rep.Read, rep.Truncated)
 	}
 	for _, o := range []failgroup.Options{{Max: -1}, {Side: "both"}} {
 		if _, err := failgroup.Collect(ctx, db.Admin(), o); err == nil {

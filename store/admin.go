@@ -37,7 +37,8 @@ type Admin interface {
 	// consumers when empty), oldest first.
 	Parked(ctx context.Context, consumer string, limit int) ([]Parked, error)
 	// ListParked lists the consume-side dead letters q selects, by id, as
-	// summaries: without their payloads and histories.
+	// summaries: without their payloads, histories and headers (but the
+	// type they name).
 	ListParked(ctx context.Context, q ListQuery) ([]ParkedSummary, error)
 	// ParkedMessage returns one, or ErrNotFound.
 	ParkedMessage(ctx context.Context, id int64) (Parked, error)
@@ -47,7 +48,8 @@ type Admin interface {
 	// DiscardParked deletes a parked message for good.
 	DiscardParked(ctx context.Context, id int64) error
 	// ListScheduled lists the scheduled messages that wait and f selects,
-	// in due order (then scheduling order), without their payloads.
+	// in due order (then scheduling order), without their payloads, their
+	// texts cut to TextPreview characters.
 	ListScheduled(ctx context.Context, f ScheduleFilter) ([]ScheduledMessage, error)
 	// CancelScheduled cancels a scheduled message in a transaction of its
 	// own, as Scheduler.Cancel does, with its errors (ErrAlreadyDue,
@@ -123,14 +125,24 @@ type ListQuery struct {
 	Limit int
 }
 
-// The bounds of ListQuery.Limit, and the length of the errors a summary
-// holds.
+// The bounds of ListQuery.Limit, and of the texts a summary holds
+// (DeadLetterSummary, ParkedSummary, ScheduledMessage). The database cuts
+// each text before it sends it, so that a list of rows whose headers,
+// reasons or errors are megabytes long reads kilobytes: a list reads
+// neither payloads nor histories nor headers (but the type they name);
+// DeadLetter and ParkedMessage return the whole row.
 const (
 	DefaultListLimit = 100
 	MaxListLimit     = 1000
 	// ErrorPreview is how many characters of its last error a summary
-	// holds; DeadLetter and ParkedMessage return the whole error.
+	// holds.
 	ErrorPreview = 200
+	// TextPreview is how many characters of each other text a summary
+	// holds at most: topic, key, type, subject, consumer, message id and
+	// reason. It is the most bytes a Message's key may hold, so only a
+	// text that reached the database without a Message's validation (a
+	// parked delivery's headers come from the broker) is ever cut.
+	TextPreview = 1024
 )
 
 // Check returns q with its default Limit, or an error naming the field
@@ -162,7 +174,8 @@ func checkList(what string, limit, ids int) (int, error) {
 	return limit, nil
 }
 
-// DeadLetterSummary is a relay-side dead letter as a list shows it.
+// DeadLetterSummary is a relay-side dead letter as a list shows it: its
+// texts cut to TextPreview characters (ErrorPreview the last error).
 type DeadLetterSummary struct {
 	ID        int64  `json:"id"`
 	MessageID string `json:"message_id"`
@@ -178,15 +191,20 @@ type DeadLetterSummary struct {
 	DeadAt      time.Time `json:"dead_at"`
 }
 
-// ParkedSummary is a consume-side dead letter as a list shows it: its
-// headers (which name its type) but not its payload nor its history.
+// ParkedSummary is a consume-side dead letter as a list shows it: the
+// type its headers name but not the headers themselves, nor its payload
+// nor its history; its texts cut to TextPreview characters (ErrorPreview
+// the last error).
 type ParkedSummary struct {
-	ID        int64               `json:"id"`
-	Consumer  string              `json:"consumer"`
-	MessageID string              `json:"message_id,omitempty"`
-	Subject   string              `json:"subject"`
-	Headers   map[string][]string `json:"headers,omitempty"`
-	Reason    string              `json:"reason"`
+	ID        int64  `json:"id"`
+	Consumer  string `json:"consumer"`
+	MessageID string `json:"message_id,omitempty"`
+	Subject   string `json:"subject"`
+	// Type is the message type its headers name, as wire.TypeOf reads it
+	// (package broker/wire): the first value of the first header of
+	// wire.TypeHeaders that has one; "" when none has.
+	Type   string `json:"type,omitempty"`
+	Reason string `json:"reason"`
 	// Error is the last error's first ErrorPreview characters.
 	Error    string `json:"error"`
 	Attempts int    `json:"attempts"`

@@ -90,7 +90,8 @@ type Released struct {
 type ScheduledMessage struct {
 	// ID is the message id.
 	ID uuid.UUID `json:"id"`
-	// Topic, Key and Type are the message's.
+	// Topic, Key and Type are the message's, each cut to TextPreview
+	// characters.
 	Topic string `json:"topic"`
 	Key   string `json:"key"`
 	Type  string `json:"type"`

@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -153,21 +154,35 @@ func (b Binding) decodeEvent(ce string, get func(string) string) (courier.Messag
 }
 
 // TypeOf returns the message type that h, a delivery's headers as
-// broker.Raw carries them, names, whichever broker carried it:
-// Courier-Type, AMQP's type property, or a CloudEvents type attribute of
-// any binding; "" when none does. It reads, for display, a delivery that
-// may not decode (a parked one) and checks nothing. A webhook delivery's
-// type is in its signed body, not in h.
+// broker.Raw carries them, names, whichever broker carried it: the first
+// value of the first header TypeHeaders names that has a value other than
+// ""; "" when none does. It reads, for display, a delivery that may not
+// decode (a parked one) and checks nothing. A webhook delivery's type is
+// in its signed body, not in h.
 func TypeOf(h map[string][]string) string {
-	names := []string{HeaderType, PropertyType}
-	for _, b := range []Binding{NATS, Kafka, AMQP} {
-		write, alsoRead := b.Prefixes()
-		names = append(names, write+cloudevents.AttrType, alsoRead+cloudevents.AttrType)
-	}
-	for _, name := range names {
+	for _, name := range TypeHeaders() {
 		if vs := h[name]; len(vs) > 0 && vs[0] != "" {
 			return vs[0]
 		}
 	}
 	return ""
+}
+
+// TypeHeaders returns the names of the headers that carry a delivery's
+// message type, whichever broker carried it, in the order TypeOf reads
+// them: Courier-Type, AMQP's type property, then the CloudEvents type
+// attribute of each binding. The stores read the type of a parked
+// delivery from its stored headers by these names, without the rest of
+// the headers.
+func TypeHeaders() []string {
+	names := []string{HeaderType, PropertyType}
+	for _, b := range []Binding{NATS, Kafka, AMQP} {
+		write, alsoRead := b.Prefixes()
+		for _, prefix := range []string{write, alsoRead} {
+			if name := prefix + cloudevents.AttrType; !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	return names
 }

@@ -109,7 +109,7 @@ func TestMySQLURL(t *testing.T) {
 }
 
 // mysqlURL turns a go-sql-driver DSN into the mysql:// URL the CLI takes.
-func mysqlURL(t *testing.T, dsn string) string {
+func mysqlURL(t testing.TB, dsn string) string {
 	cfg, err := gomysql.ParseDSN(dsn)
 	testenv.Must(t, err, "parse dsn")
 	u := url.URL{Scheme: "mysql", User: url.User(cfg.User), Host: cfg.Addr, Path: "/" + cfg.DBName}

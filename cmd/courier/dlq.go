@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -13,7 +14,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
@@ -22,8 +22,8 @@ import (
 // relay:ID (a message the broker kept rejecting, in the outbox's database)
 // or consumer:ID (a message a consumer parked, in the consumer's database).
 type dlqCmd struct {
-	List    dlqListCmd    `cmd:"" help:"List dead letters: relay-side and consume-side."`
-	Show    dlqShowCmd    `cmd:"" help:"Show one dead letter with its payload and attempt history (counted attempts, and those blamed on the broker)."`
+	List    dlqListCmd    `cmd:"" help:"List dead letters, relay-side and consume-side, as summaries: no payload, history or headers but the type; the start of each error and text (dlq show prints one whole)."`
+	Show    dlqShowCmd    `cmd:"" help:"Show one dead letter with its payload and attempt history (counted attempts, and those blamed on the broker); the first 4 KiB of the payload, of each header and of each error unless --full."`
 	Groups  dlqGroupsCmd  `cmd:"" help:"Group dead letters by the cause of their failure (side, consumer, panic site, error without its ids and numbers): one line per group, with its id for --group."`
 	Replay  dlqReplayCmd  `cmd:"" help:"Replay dead letters, named or selected (--topic, --consumer, --error, --side, --group, --all): relay:ID goes back into the outbox, consumer:ID is applied again by its consumer; --wait reports the outcome."`
 	Discard dlqDiscardCmd `cmd:"" help:"Delete dead letters for good, named or selected (--topic, --consumer, --error, --side, --group, --all)."`
@@ -44,7 +44,37 @@ type dlqRef struct {
 
 type dlqShowCmd struct {
 	dlqRef
-	JSON bool `help:"Print JSON (the payload in base64)." env:"COURIER_JSON"`
+	JSON bool `help:"Print JSON, whole (the payload in base64)." env:"COURIER_JSON"`
+	Full bool `help:"Print the payload, each header and each error whole; without it each stops after 4 KiB, with a line that says how much was left out." env:"COURIER_DLQ_FULL"`
+}
+
+// showBytes is how much of a payload, a header value or an error courier
+// dlq show prints without --full: a dead letter may hold megabytes, which
+// would scroll everything else off the terminal.
+const showBytes = 4 << 10
+
+// cut returns the start of s that dlq show prints, at most showBytes
+// long and ending on a whole character (s whole with full), and how many
+// bytes it leaves out.
+func cut(s string, full bool) (string, int) {
+	if full || len(s) <= showBytes {
+		return s, 0
+	}
+	n := showBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n], len(s) - n
+}
+
+// cutLine is a stored text as dlq show prints it on one line: cut, escaped
+// (escape.Line), and followed by how much was left out.
+func cutLine(s string, full bool) string {
+	shown, left := cut(s, full)
+	if left == 0 {
+		return escape.Line(shown)
+	}
+	return escape.Line(shown) + fmt.Sprintf(" … (%d more bytes: --full prints them)", left)
 }
 
 // dlqSelect picks the dead letters replay, discard and export act on:
@@ -55,7 +85,7 @@ type dlqSelect struct {
 	Refs     []string `arg:"" optional:"" name:"ref" help:"relay:ID or consumer:ID, as listed by courier dlq list; leave out to select with the filters."`
 	Topic    string   `help:"Select the dead letters of this topic (relay side), or whose subject ends in .TOPIC (consumer side)." env:"COURIER_DLQ_TOPIC"`
 	Consumer string   `help:"Select this consumer's dead letters (consumer side only)." env:"COURIER_DLQ_CONSUMER"`
-	Error    string   `help:"Select the dead letters whose last error contains this text." env:"COURIER_DLQ_ERROR"`
+	Error    string   `help:"Select the dead letters whose last error (consumer side: or reason) contains this text, ignoring case." env:"COURIER_DLQ_ERROR"`
 	Side     string   `help:"Select only relay or consumer dead letters." enum:"relay,consumer,both" default:"both" env:"COURIER_DLQ_SIDE"`
 	Group    string   `help:"Select the dead letters of this group (its id, as courier dlq groups lists it); --topic, --consumer, --error and --side narrow it." env:"COURIER_DLQ_GROUP"`
 	All      bool     `help:"Select every dead letter (when no ref and no filter is given)." env:"COURIER_DLQ_ALL"`
@@ -92,19 +122,26 @@ func (c *dbFlags) admin(e *env) (store.Admin, func(), error) {
 	return d.Admin(), d.Close, nil
 }
 
+// Run lists summaries (store.Admin's ListDeadLetters and ListParked), a
+// page at a time: no payload, no history, no header but the type, each
+// text cut by the database (store.TextPreview, store.ErrorPreview).
 func (c *dlqListCmd) Run(e *env) error {
+	if c.Limit < 1 {
+		return fmt.Errorf("--limit is %d: use 1 or more", c.Limit)
+	}
 	a, done, err := c.admin(e)
 	if err != nil {
 		return err
 	}
 	defer done()
-	var dead []store.DeadLetter
+	dead := []store.DeadLetterSummary{}
 	if c.Consumer == "" {
-		if dead, err = a.DeadLetters(e.ctx, c.Limit); err != nil {
+		dead, err = listAll(e, a.ListDeadLetters, store.ListQuery{}, c.Limit, func(d store.DeadLetterSummary) int64 { return d.ID })
+		if err != nil {
 			return err
 		}
 	}
-	parked, err := a.Parked(e.ctx, c.Consumer, c.Limit)
+	parked, err := listAll(e, a.ListParked, store.ListQuery{Consumer: c.Consumer}, c.Limit, func(p store.ParkedSummary) int64 { return p.ID })
 	if err != nil {
 		return err
 	}
@@ -133,9 +170,28 @@ func (c *dlqListCmd) Run(e *env) error {
 			why = "(replay asked) " + why
 		}
 		fmt.Fprintf(e.stdout, row, "consumer:"+strconv.FormatInt(p.ID, 10), p.ParkedAt.UTC().Format(time.DateTime),
-			clip(p.Consumer+" ← "+p.Subject, 30), clip(orDash(wire.TypeOf(p.Headers)), 20), escape.Line(id), strconv.Itoa(p.Attempts), clip(why, 60))
+			clip(p.Consumer+" ← "+p.Subject, 30), clip(orDash(p.Type), 20), escape.Line(id), strconv.Itoa(p.Attempts), clip(why, 60))
 	}
 	return nil
+}
+
+// listAll reads the first limit summaries q selects with list, a page of
+// at most store.MaxListLimit at a time; id returns a summary's id.
+func listAll[S any](e *env, list func(context.Context, store.ListQuery) ([]S, error), q store.ListQuery, limit int, id func(S) int64) ([]S, error) {
+	out := []S{}
+	for len(out) < limit {
+		q.Limit = min(store.MaxListLimit, limit-len(out))
+		page, err := list(e.ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < q.Limit {
+			break
+		}
+		q.After = id(page[len(page)-1])
+	}
+	return out, nil
 }
 
 // orDash stands in "-" for an empty value in a table.
@@ -164,7 +220,7 @@ func (c *dlqShowCmd) Run(e *env) error {
 		if c.JSON {
 			return writeJSON(e, d)
 		}
-		showDeadLetter(e, c.Ref, d)
+		showDeadLetter(e, c.Ref, d, c.Full)
 		return nil
 	}
 	p, err := a.ParkedMessage(e.ctx, id)
@@ -174,7 +230,7 @@ func (c *dlqShowCmd) Run(e *env) error {
 	if c.JSON {
 		return writeJSON(e, p)
 	}
-	showParked(e, c.Ref, p)
+	showParked(e, c.Ref, p, c.Full)
 	return nil
 }
 
@@ -182,10 +238,11 @@ func (c *dlqShowCmd) Run(e *env) error {
 // payload, and each attempt marked "counted" (it counted against the
 // message) or "broker" (the broker was unavailable; it did not count).
 // Every stored text is escaped (package escape): the last error may quote
-// a remote endpoint's answer.
-func showDeadLetter(e *env, ref string, d store.DeadLetter) {
+// a remote endpoint's answer. Unless full, the payload, each header and
+// each error stop after showBytes.
+func showDeadLetter(e *env, ref string, d store.DeadLetter, full bool) {
 	w := e.stdout
-	field := func(name, value string) { fmt.Fprintf(w, "%-13s %s\n", name, escape.Line(value)) }
+	field := func(name, value string) { fmt.Fprintf(w, "%-13s %s\n", name, cutLine(value, full)) }
 	field("dead letter", ref)
 	field("message id", d.MessageID)
 	field("topic", d.Topic)
@@ -198,7 +255,7 @@ func showDeadLetter(e *env, ref string, d store.DeadLetter) {
 	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
 		field("header", k+": "+d.Headers[k])
 	}
-	showPayload(e, d.ContentType, d.Payload)
+	showPayload(e, d.ContentType, d.Payload, full)
 	if len(d.History) == 0 {
 		return
 	}
@@ -208,16 +265,17 @@ func showDeadLetter(e *env, ref string, d store.DeadLetter) {
 		if h.Counted {
 			kind = "counted"
 		}
-		fmt.Fprintf(w, "%-3d %-20s %-8s %s\n", i+1, h.At.UTC().Format(time.DateTime), kind, escape.Line(h.Error))
+		fmt.Fprintf(w, "%-3d %-20s %-8s %s\n", i+1, h.At.UTC().Format(time.DateTime), kind, cutLine(h.Error, full))
 	}
 	fmt.Fprintln(w, "counted: counted against the message; broker: the broker was unavailable, not counted")
 }
 
 // showParked prints a consume-side dead letter for people, every stored
-// text escaped (package escape): all of it came from the broker.
-func showParked(e *env, ref string, p store.Parked) {
+// text escaped (package escape): all of it came from the broker. Unless
+// full, the payload, each header and each error stop after showBytes.
+func showParked(e *env, ref string, p store.Parked, full bool) {
 	w := e.stdout
-	field := func(name, value string) { fmt.Fprintf(w, "%-13s %s\n", name, escape.Line(value)) }
+	field := func(name, value string) { fmt.Fprintf(w, "%-13s %s\n", name, cutLine(value, full)) }
 	field("dead letter", ref)
 	field("consumer", p.Consumer)
 	field("message id", p.MessageID)
@@ -232,19 +290,21 @@ func showParked(e *env, ref string, p store.Parked) {
 	for _, k := range slices.Sorted(maps.Keys(p.Headers)) {
 		field("header", k+": "+strings.Join(p.Headers[k], ", "))
 	}
-	showPayload(e, "", p.Payload)
+	showPayload(e, "", p.Payload, full)
 	if len(p.History) == 0 {
 		return
 	}
 	fmt.Fprintf(w, "\n%-3s %-20s %s\n", "#", "WHEN", "ERROR")
 	for i, h := range p.History {
-		fmt.Fprintf(w, "%-3d %-20s %s\n", i+1, h.At.UTC().Format(time.DateTime), escape.Line(h.Error))
+		fmt.Fprintf(w, "%-3d %-20s %s\n", i+1, h.At.UTC().Format(time.DateTime), cutLine(h.Error, full))
 	}
 }
 
 // showPayload prints a payload as text when it is printable UTF-8 (escaped
-// by escape.Text, which keeps its lines and tabs), in base64 otherwise.
-func showPayload(e *env, contentType string, payload []byte) {
+// by escape.Text, which keeps its lines and tabs), in base64 otherwise;
+// unless full, its first showBytes only, then a line that says how much
+// was left out.
+func showPayload(e *env, contentType string, payload []byte, full bool) {
 	what := fmt.Sprintf("%d bytes", len(payload))
 	if contentType != "" {
 		what = escape.Line(contentType) + ", " + what
@@ -252,11 +312,22 @@ func showPayload(e *env, contentType string, payload []byte) {
 	printable := utf8.Valid(payload) && !strings.ContainsFunc(string(payload), func(r rune) bool {
 		return !unicode.IsPrint(r) && !unicode.IsSpace(r)
 	})
+	var left int
 	if printable {
-		fmt.Fprintf(e.stdout, "%-13s (%s)\n%s\n", "payload", what, escape.Text(string(payload)))
-		return
+		var text string
+		text, left = cut(string(payload), full)
+		fmt.Fprintf(e.stdout, "%-13s (%s)\n%s\n", "payload", what, escape.Text(text))
+	} else {
+		shown := payload
+		if !full && len(shown) > showBytes {
+			shown, left = shown[:showBytes], len(shown)-showBytes
+		}
+		fmt.Fprintf(e.stdout, "%-13s (%s, base64)\n%s\n", "payload", what, base64.StdEncoding.EncodeToString(shown))
 	}
-	fmt.Fprintf(e.stdout, "%-13s (%s, base64)\n%s\n", "payload", what, base64.StdEncoding.EncodeToString(payload))
+	if left > 0 {
+		fmt.Fprintf(e.stdout, "(payload cut: the first %d of its %d bytes are shown, %d left out; --full prints it whole, courier dlq export writes it)\n",
+			len(payload)-left, len(payload), left)
+	}
 }
 
 func parseRef(ref string) (string, int64, error) {

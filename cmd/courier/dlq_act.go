@@ -8,32 +8,47 @@ import (
 	"maps"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/courier-go/courier/broker/wire"
 	"github.com/courier-go/courier/failgroup"
 	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
 
-// letter is one selected dead letter: a relay-side one or a parked one.
+// letter is one selected dead letter, relay-side or parked, as its
+// summary describes it (store.Admin's ListDeadLetters and ListParked):
+// selecting a thousand letters reads no payload, no history and no
+// header. A command reads a letter whole only where it needs the whole,
+// one letter at a time.
 type letter struct {
-	ref    string
-	relay  *store.DeadLetter
-	parked *store.Parked
+	ref  string
+	side string // failgroup.Relay or failgroup.Consumer
+	id   int64
+	// source is where it comes from and its type: its topic, or its
+	// consumer and subject; consumer is, consumer side, its consumer.
+	source, consumer string
+	// messageID and lastError are, consumer side, the start of its
+	// message id and of its last error: whether its replay can work.
+	messageID, lastError string
 }
 
-// what describes the letter in one short phrase, escaped for the terminal.
-func (l letter) what() string {
-	if l.relay != nil {
-		return escape.Line(l.relay.Topic + " " + l.relay.Type)
-	}
-	return escape.Line(l.parked.Consumer + " ← " + l.parked.Subject + " " + wire.TypeOf(l.parked.Headers))
+func relayLetter(d store.DeadLetterSummary) letter {
+	return letter{ref: failgroup.Relay + ":" + strconv.FormatInt(d.ID, 10), side: failgroup.Relay, id: d.ID, source: d.Topic + " " + d.Type}
 }
+
+func parkedLetter(p store.ParkedSummary) letter {
+	return letter{ref: failgroup.Consumer + ":" + strconv.FormatInt(p.ID, 10), side: failgroup.Consumer, id: p.ID,
+		source: p.Consumer + " ← " + p.Subject + " " + p.Type, consumer: p.Consumer, messageID: p.MessageID, lastError: p.Error}
+}
+
+// relay reports whether the letter is a relay-side dead letter.
+func (l letter) relay() bool { return l.side == failgroup.Relay }
+
+// what describes the letter in one short phrase, escaped for the terminal.
+func (l letter) what() string { return escape.Line(l.source) }
 
 func (s *dlqSelect) filtered() bool {
 	return s.Topic != "" || s.Consumer != "" || s.Error != "" || s.Side != "both"
@@ -71,63 +86,96 @@ func (s *dlqSelect) check(verb string) error {
 // groupID is the shape of a group's id (failgroup.Cause.ID).
 var groupID = regexp.MustCompile(`^[0-9a-f]{12}$`)
 
-// pick returns the selected dead letters, whole (payloads and histories
-// included). Notes on the selection (a group cut by --limit) go to
-// e.stderr.
+// pick returns the selected dead letters, as summaries. Notes on the
+// selection (a group cut by --limit, letters gone meanwhile) go to
+// e.stderr. The filters are matched by the database (store.ListQuery), so
+// --limit counts the letters they select.
 func (s *dlqSelect) pick(e *env, a store.Admin) ([]letter, error) {
 	if s.Group != "" {
 		return s.pickGroup(e, a)
 	}
-	ctx := e.ctx
-	var out []letter
-	for _, ref := range s.Refs {
-		side, id, _ := parseRef(ref)
-		l, err := fetchLetter(ctx, a, side, id)
-		if err != nil {
-			return nil, refError(ref, err)
-		}
-		l.ref = ref
-		out = append(out, l)
-	}
 	if len(s.Refs) > 0 {
-		return out, nil
+		return pickRefs(e, a, s.Refs)
 	}
+	var out []letter
 	if s.Side != "consumer" && s.Consumer == "" {
-		dead, err := a.DeadLetters(ctx, s.Limit)
+		dead, err := listAll(e, a.ListDeadLetters, store.ListQuery{Topic: s.Topic, Error: s.Error}, s.Limit,
+			func(d store.DeadLetterSummary) int64 { return d.ID })
 		if err != nil {
 			return nil, err
 		}
-		for i := range dead {
-			d := &dead[i]
-			if (s.Topic == "" || d.Topic == s.Topic) && strings.Contains(d.LastError, s.Error) {
-				out = append(out, letter{ref: "relay:" + strconv.FormatInt(d.ID, 10), relay: d})
-			}
+		for _, d := range dead {
+			out = append(out, relayLetter(d))
 		}
 	}
 	if s.Side != "relay" {
-		parked, err := a.Parked(ctx, s.Consumer, s.Limit)
+		parked, err := listAll(e, a.ListParked, store.ListQuery{Topic: s.Topic, Consumer: s.Consumer, Error: s.Error}, s.Limit,
+			func(p store.ParkedSummary) int64 { return p.ID })
 		if err != nil {
 			return nil, err
 		}
-		for i := range parked {
-			p := &parked[i]
-			if (s.Topic == "" || p.Subject == s.Topic || strings.HasSuffix(p.Subject, "."+s.Topic)) && strings.Contains(p.Error, s.Error) {
-				out = append(out, letter{ref: "consumer:" + strconv.FormatInt(p.ID, 10), parked: p})
-			}
+		for _, p := range parked {
+			out = append(out, parkedLetter(p))
 		}
 	}
 	return out, nil
 }
 
-// fetchLetter reads one dead letter of side whole, or store.ErrNotFound.
-func fetchLetter(ctx context.Context, a store.Admin, side string, id int64) (letter, error) {
-	ref := side + ":" + strconv.FormatInt(id, 10)
-	if side == failgroup.Relay {
-		d, err := a.DeadLetter(ctx, id)
-		return letter{ref: ref, relay: &d}, err
+// pickRefs returns the letters refs name (checked already), in their
+// order, or an error naming the first that does not exist.
+func pickRefs(e *env, a store.Admin, refs []string) ([]letter, error) {
+	ids := map[string][]int64{}
+	for _, ref := range refs {
+		side, id, _ := parseRef(ref)
+		ids[side] = append(ids[side], id)
 	}
-	p, err := a.ParkedMessage(ctx, id)
-	return letter{ref: ref, parked: &p}, err
+	found := map[string]map[int64]letter{}
+	for side, list := range ids {
+		var err error
+		if found[side], err = summaries(e, a, side, list); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]letter, 0, len(refs))
+	for _, ref := range refs {
+		side, id, _ := parseRef(ref)
+		l, ok := found[side][id]
+		if !ok {
+			return nil, refError(ref, store.ErrNotFound)
+		}
+		l.ref = ref
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// summaries reads the letters of side whose ids are ids, by id, store.MaxListLimit
+// at a time; those that do not exist are not in it.
+func summaries(e *env, a store.Admin, side string, ids []int64) (map[int64]letter, error) {
+	out := make(map[int64]letter, len(ids))
+	for len(ids) > 0 {
+		n := min(len(ids), store.MaxListLimit)
+		q := store.ListQuery{IDs: ids[:n], Limit: n}
+		ids = ids[n:]
+		if side == failgroup.Relay {
+			dead, err := a.ListDeadLetters(e.ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range dead {
+				out[d.ID] = relayLetter(d)
+			}
+			continue
+		}
+		parked, err := a.ListParked(e.ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range parked {
+			out[p.ID] = parkedLetter(p)
+		}
+	}
+	return out, nil
 }
 
 // pickGroup returns the dead letters of group s.Group, among those the
@@ -160,15 +208,16 @@ func (s *dlqSelect) pickGroup(e *env, a store.Admin) ([]letter, error) {
 		fmt.Fprintf(e.stderr, "note: group %s holds %d dead letters; selecting the first %d (--limit)\n", g.ID, len(ids), s.Limit)
 		ids = ids[:s.Limit]
 	}
+	found, err := summaries(e, a, g.Side, ids)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]letter, 0, len(ids))
 	for _, id := range ids {
-		l, err := fetchLetter(e.ctx, a, g.Side, id)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
+		l, ok := found[id]
+		if !ok {
 			fmt.Fprintf(e.stderr, "note: %s left the group meanwhile (replayed or discarded)\n", g.Ref(id))
 			continue
-		case err != nil:
-			return nil, fmt.Errorf("%s: %w", g.Ref(id), err)
 		}
 		out = append(out, l)
 	}
@@ -207,17 +256,20 @@ func (c *dlqReplayCmd) Run(e *env) error {
 		fmt.Fprintln(e.stdout, "no dead letters match")
 		return nil
 	}
-	// Every letter is checked before any is touched.
-	repairs := make([]*repair, len(letters))
+	// Every letter is checked before any is touched, with what its
+	// summary holds; a letter to repair is read whole when it is.
+	repairs := make([]bool, len(letters))
 	for i, l := range letters {
-		if repairs[i], err = c.repair(l); err != nil {
+		r, err := c.repair(l.ref, l.relay(), l.messageID, l.lastError, nil)
+		if err != nil {
 			return err
 		}
+		repairs[i] = r != nil
 	}
 	if c.DryRun {
 		for i, l := range letters {
 			verb := "replay"
-			if repairs[i] != nil {
+			if repairs[i] {
 				verb = "repair and replay"
 			}
 			fmt.Fprintf(e.stdout, "would %s %-16s %s\n", verb, l.ref, l.what())
@@ -228,14 +280,12 @@ func (c *dlqReplayCmd) Run(e *env) error {
 	var asked []letter
 	for i, l := range letters {
 		switch {
-		case l.relay != nil:
-			err = a.ReplayDeadLetter(e.ctx, l.relay.ID)
-		case repairs[i] != nil:
-			if err = a.RepairParked(e.ctx, l.parked.ID, repairs[i].messageID, repairs[i].headers); err == nil {
-				err = a.RequestReplay(e.ctx, l.parked.ID)
-			}
+		case l.relay():
+			err = a.ReplayDeadLetter(e.ctx, l.id)
+		case repairs[i]:
+			err = c.repairAndReplay(e, a, l)
 		default:
-			err = a.RequestReplay(e.ctx, l.parked.ID)
+			err = a.RequestReplay(e.ctx, l.id)
 		}
 		if err != nil {
 			return fmt.Errorf("%w (replayed before it: %d of %d)", refError(l.ref, err), len(asked), len(letters))
@@ -244,10 +294,10 @@ func (c *dlqReplayCmd) Run(e *env) error {
 		if c.Wait > 0 {
 			continue
 		}
-		if l.relay != nil {
+		if l.relay() {
 			fmt.Fprintf(e.stdout, "%s is back in the outbox; a running relay publishes it (--wait to see the outcome)\n", l.ref)
 		} else {
-			fmt.Fprintf(e.stdout, "%s: replay requested; consumer %s applies it when it next looks (every 5s by default) if it is running (--wait to see the outcome)\n", l.ref, escape.Line(l.parked.Consumer))
+			fmt.Fprintf(e.stdout, "%s: replay requested; consumer %s applies it when it next looks (every 5s by default) if it is running (--wait to see the outcome)\n", l.ref, escape.Line(l.consumer))
 		}
 	}
 	if c.Wait == 0 {
@@ -265,25 +315,42 @@ type repair struct {
 	headers   map[string][]string
 }
 
-// repair works out the repair --new-id and --set-header ask for on l (nil
-// for none), and refuses a replay that would fail again for want of a
-// message id.
-func (c *dlqReplayCmd) repair(l letter) (*repair, error) {
-	if l.relay != nil {
+// repairAndReplay reads the parked letter l whole, repairs it as
+// --new-id and --set-header ask and asks for its replay.
+func (c *dlqReplayCmd) repairAndReplay(e *env, a store.Admin, l letter) error {
+	p, err := a.ParkedMessage(e.ctx, l.id)
+	if err != nil {
+		return err
+	}
+	r, err := c.repair(l.ref, false, p.MessageID, p.Error, p.Headers)
+	if err != nil {
+		return err
+	}
+	if err := a.RepairParked(e.ctx, l.id, r.messageID, r.headers); err != nil {
+		return err
+	}
+	return a.RequestReplay(e.ctx, l.id)
+}
+
+// repair works out the repair --new-id and --set-header ask for on the
+// letter ref (nil for none) whose message id, last error and headers are
+// given (relay: a relay letter), and refuses a replay that would fail
+// again for want of a message id.
+func (c *dlqReplayCmd) repair(ref string, relay bool, messageID, lastError string, headers map[string][]string) (*repair, error) {
+	if relay {
 		if c.NewID || len(c.SetHeader) > 0 {
-			return nil, fmt.Errorf("%s: --new-id and --set-header repair consumer letters only; a relay letter goes back into the outbox as it was written", l.ref)
+			return nil, fmt.Errorf("%s: --new-id and --set-header repair consumer letters only; a relay letter goes back into the outbox as it was written", ref)
 		}
 		return nil, nil
 	}
-	p := l.parked
 	if !c.NewID && len(c.SetHeader) == 0 {
-		if p.MessageID == "" {
+		if messageID == "" {
 			return nil, fmt.Errorf("%s has no message id (its headers were malformed: %s), so its replay would fail again: give it one with --new-id (and repair other headers with --set-header NAME=VALUE), or discard it",
-				l.ref, clip(p.Error, 80))
+				ref, clip(lastError, 80))
 		}
 		return nil, nil
 	}
-	r := &repair{messageID: p.MessageID, headers: maps.Clone(p.Headers)}
+	r := &repair{messageID: messageID, headers: maps.Clone(headers)}
 	if r.headers == nil {
 		r.headers = map[string][]string{}
 	}
@@ -295,7 +362,7 @@ func (c *dlqReplayCmd) repair(l letter) (*repair, error) {
 	}
 	if c.NewID {
 		if r.messageID != "" {
-			return nil, fmt.Errorf("--new-id: %s has a message id already (%s); another would defeat the inbox's deduplication", l.ref, r.messageID)
+			return nil, fmt.Errorf("--new-id: %s has a message id already (%s); another would defeat the inbox's deduplication", ref, r.messageID)
 		}
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -305,7 +372,7 @@ func (c *dlqReplayCmd) repair(l letter) (*repair, error) {
 		r.headers[jetstream.MsgIDHeader] = []string{r.messageID}
 	}
 	if r.messageID == "" {
-		return nil, fmt.Errorf("%s has no message id, so its replay would fail again: add --new-id", l.ref)
+		return nil, fmt.Errorf("%s has no message id, so its replay would fail again: add --new-id", ref)
 	}
 	return r, nil
 }
@@ -344,11 +411,11 @@ func waitReplays(e *env, d store.Driver[*sql.Tx], letters []letter, wait time.Du
 	}
 	for _, l := range pending {
 		failed++
-		if l.relay != nil {
+		if l.relay() {
 			_, _, msg, _ := replayOutcome(e.ctx, d, l)
 			fmt.Fprintf(e.stdout, "%-16s not published after %s: %s; is a relay running? (courier status)\n", l.ref, wait, escape.Line(msg))
 		} else {
-			fmt.Fprintf(e.stdout, "%-16s not applied after %s: is consumer %s running? The request stands.\n", l.ref, wait, escape.Line(l.parked.Consumer))
+			fmt.Fprintf(e.stdout, "%-16s not applied after %s: is consumer %s running? The request stands.\n", l.ref, wait, escape.Line(l.consumer))
 		}
 	}
 	if failed > 0 {
@@ -361,11 +428,11 @@ func waitReplays(e *env, d store.Driver[*sql.Tx], letters []letter, wait time.Du
 // (ok) and says how, or where it stands.
 func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done, ok bool, msg string, err error) {
 	a := d.Admin()
-	if l.parked != nil {
-		p, err := a.ParkedMessage(ctx, l.parked.ID)
+	if !l.relay() {
+		p, err := a.ParkedMessage(ctx, l.id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return true, true, "applied by consumer " + l.parked.Consumer, nil
+			return true, true, "applied by consumer " + l.consumer, nil
 		case err != nil:
 			return false, false, "", err
 		case p.ReplayRequested == nil:
@@ -374,7 +441,7 @@ func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done
 		}
 		return false, false, "replay requested", nil
 	}
-	attempts, lastErr, inOutbox, err := outboxRow(ctx, d, l.relay.ID)
+	attempts, lastErr, inOutbox, err := outboxRow(ctx, d, l.id)
 	if err != nil {
 		return false, false, "", err
 	}
@@ -384,7 +451,7 @@ func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done
 		}
 		return false, false, fmt.Sprintf("%d failed attempt(s), last: %s", attempts, oneLine(errors.New(lastErr))), nil
 	}
-	dl, err := a.DeadLetter(ctx, l.relay.ID)
+	dl, err := a.DeadLetter(ctx, l.id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return true, true, "published", nil
@@ -432,10 +499,10 @@ func (c *dlqDiscardCmd) Run(e *env) error {
 			fmt.Fprintf(e.stdout, "would discard %-16s %s\n", l.ref, l.what())
 			continue
 		}
-		if l.relay != nil {
-			err = a.DiscardDeadLetter(e.ctx, l.relay.ID)
+		if l.relay() {
+			err = a.DiscardDeadLetter(e.ctx, l.id)
 		} else {
-			err = a.DiscardParked(e.ctx, l.parked.ID)
+			err = a.DiscardParked(e.ctx, l.id)
 		}
 		if err != nil {
 			return fmt.Errorf("%w (discarded before it: %d of %d)", refError(l.ref, err), i, len(letters))

@@ -61,26 +61,29 @@ func (c *dlqExportCmd) Run(e *env) error {
 			fmt.Fprintln(e.stderr, "no dead letters match")
 			return nil
 		}
-		return writeLetters(e.stdout, letters)
-	}
-	if err := writeExport(c.Out, letters); err != nil {
+		_, err := writeLetters(e, a, e.stdout, letters)
 		return err
 	}
-	fmt.Fprintf(e.stderr, "%d dead letter(s) written to %s\n", len(letters), escape.Line(c.Out))
+	n, err := writeExport(e, a, c.Out, letters)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "%d dead letter(s) written to %s\n", n, escape.Line(c.Out))
 	return nil
 }
 
-// writeExport writes letters to a new file at path, mode 0600: it refuses
-// a path that exists, and removes what it created when it fails.
-func writeExport(path string, letters []letter) error {
+// writeExport writes letters to a new file at path, mode 0600, and
+// returns how many it wrote: it refuses a path that exists, and removes
+// what it created when it fails.
+func writeExport(e *env, a store.Admin, path string, letters []letter) (int, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return outExists(path)
+		return 0, outExists(path)
 	}
 	if err != nil {
-		return fmt.Errorf("--out: %w", err)
+		return 0, fmt.Errorf("--out: %w", err)
 	}
-	err = writeLetters(f, letters)
+	n, err := writeLetters(e, a, f, letters)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -89,34 +92,51 @@ func writeExport(path string, letters []letter) error {
 	}
 	if err != nil {
 		os.Remove(path)
-		return fmt.Errorf("--out %s: %w (the file is removed)", path, err)
+		return 0, fmt.Errorf("--out %s: %w (the file is removed)", path, err)
 	}
-	return nil
+	return n, nil
 }
 
 func outExists(path string) error {
 	return fmt.Errorf("--out %s exists: an export never overwrites a file; choose another path", path)
 }
 
-// writeLetters writes one JSON line per letter, with the characters a
-// terminal would act on escaped as \u escapes (escape.JSON): the lines
-// decode to the records as stored.
-func writeLetters(w io.Writer, letters []letter) error {
+// writeLetters writes one JSON line per letter, each read whole when it
+// is written (one at a time, however many there are), with the characters
+// a terminal would act on escaped as \u escapes (escape.JSON): the lines
+// decode to the records as stored. A letter gone since it was selected
+// (replayed or discarded meanwhile) is left out, with a note on
+// e.stderr. It returns how many it wrote.
+func writeLetters(e *env, a store.Admin, w io.Writer, letters []letter) (int, error) {
 	bw := bufio.NewWriter(w)
+	n := 0
 	for _, l := range letters {
 		var v any
-		if l.relay != nil {
-			v = exportedRelay{Ref: l.ref, Side: failgroup.Relay, DeadLetter: *l.relay}
+		var err error
+		if l.relay() {
+			var d store.DeadLetter
+			d, err = a.DeadLetter(e.ctx, l.id)
+			v = exportedRelay{Ref: l.ref, Side: failgroup.Relay, DeadLetter: d}
 		} else {
-			v = exportedParked{Ref: l.ref, Side: failgroup.Consumer, Parked: *l.parked}
+			var p store.Parked
+			p, err = a.ParkedMessage(e.ctx, l.id)
+			v = exportedParked{Ref: l.ref, Side: failgroup.Consumer, Parked: p}
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			fmt.Fprintf(e.stderr, "note: %s is gone since it was selected (replayed or discarded meanwhile)\n", l.ref)
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("%s: %w", l.ref, err)
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
-			return fmt.Errorf("%s: %w", l.ref, err)
+			return n, fmt.Errorf("%s: %w", l.ref, err)
 		}
 		if _, err := bw.Write(append(escape.JSON(b), '\n')); err != nil {
-			return err
+			return n, err
 		}
+		n++
 	}
-	return bw.Flush()
+	return n, bw.Flush()
 }

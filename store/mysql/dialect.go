@@ -39,6 +39,9 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		WriteError: func(err error, what string) error {
 			return migrations.WriteError(err, what, errorNumber(err) == errNoSuchTable)
 		},
+		HeaderValue: func(name string) string {
+			return `JSON_UNQUOTE(JSON_EXTRACT(headers, '$."` + name + `"[0]'))`
+		},
 		Times:                times,
 		CheckConsumer:        checkConsumer,
 		Stats:                func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) },

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // listWhere returns what follows WHERE in the query of q (checked
@@ -52,20 +53,29 @@ func listWhere(q store.ListQuery, parked bool) (string, []any) {
 	return strings.Join(conds, " AND ") + tail, args
 }
 
-// preview is the SQL of the start of the last error a summary holds.
-var preview = "left(last_error, " + strconv.Itoa(store.ErrorPreview) + ")"
+// deadSummary and parkedSummary are the columns of the summaries, each
+// text cut by the server (package columns): a row's headers, reason or
+// error may be megabytes long, and a list sends kilobytes. octet_length
+// of a bytea is its size, read from the TOAST pointer without fetching
+// the payload. The type of a parked delivery is read from its headers by
+// name (->'name'->>0: the first value, NULL when the header is missing or
+// is not an array), the rest of the headers left in the database.
+var (
+	deadSummary = `id, message_id::text, ` + columns.Preview("topic") + `, ` + columns.Preview("ordering_key") + `, ` + columns.Preview("type") +
+		`, attempts, ` + columns.ErrorPreview + `, octet_length(payload), created_at, dead_at`
+	parkedSummary = `id, ` + columns.Preview("consumer") + `, ` + columns.Preview("message_id") + `, ` + columns.Preview("subject") + `, ` +
+		columns.ParkedType(func(name string) string { return "headers->'" + name + "'->>0" }) + `, ` + columns.Preview("reason") + `, ` +
+		columns.ErrorPreview + `, attempts, octet_length(payload), parked_at, replay_requested`
+)
 
-// ListDeadLetters lists summaries: octet_length of a bytea is its size,
-// read from the TOAST pointer without fetching the payload.
+// ListDeadLetters lists summaries.
 func (a admin) ListDeadLetters(ctx context.Context, q store.ListQuery) ([]store.DeadLetterSummary, error) {
 	q, err := q.Check()
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list dead letters: %w", err)
 	}
 	where, args := listWhere(q, false)
-	rows, err := a.pool.Query(ctx, `SELECT id, message_id::text, topic, ordering_key, type, attempts, `+preview+`, octet_length(payload),
-       created_at, dead_at
-FROM courier_outbox_dead_letters WHERE `+where, args...)
+	rows, err := a.pool.Query(ctx, `SELECT `+deadSummary+` FROM courier_outbox_dead_letters WHERE `+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list dead letters: %w", err)
 	}
@@ -87,15 +97,13 @@ func (a admin) ListParked(ctx context.Context, q store.ListQuery) ([]store.Parke
 		return nil, fmt.Errorf("postgres: list parked messages: %w", err)
 	}
 	where, args := listWhere(q, true)
-	rows, err := a.pool.Query(ctx, `SELECT id, consumer, message_id, subject, headers, reason, `+preview+`, attempts, octet_length(payload),
-       parked_at, replay_requested
-FROM courier_inbox_dead_letters WHERE `+where, args...)
+	rows, err := a.pool.Query(ctx, `SELECT `+parkedSummary+` FROM courier_inbox_dead_letters WHERE `+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list parked messages: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ParkedSummary, error) {
 		var p store.ParkedSummary
-		err := r.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &p.Headers, &p.Reason, &p.Error, &p.Attempts, &p.PayloadSize,
+		err := r.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &p.Type, &p.Reason, &p.Error, &p.Attempts, &p.PayloadSize,
 			&p.ParkedAt, &p.ReplayRequested)
 		return p, err
 	})

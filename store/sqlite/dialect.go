@@ -34,7 +34,10 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		Later: func(after time.Duration) (string, []any) {
 			return "?", []any{nowOf(clock).Add(after).UnixMicro()}
 		},
-		WriteError:           func(err error, what string) error { return migrations.WriteError(err, what, isMissing(err)) },
+		WriteError: func(err error, what string) error { return migrations.WriteError(err, what, isMissing(err)) },
+		HeaderValue: func(name string) string {
+			return `json_extract(headers, '$."` + name + `"[0]')`
+		},
 		Times:                times,
 		Stats:                func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) },
 		MarkSQL:              markSQL,

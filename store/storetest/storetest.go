@@ -52,6 +52,7 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"ParkAndReplay", testParkAndReplay[TTx]},
 		{"AdminDeadLetters", testAdminDeadLetters[TTx]},
 		{"AdminLists", testAdminLists[TTx]},
+		{"AdminListBounds", testAdminListBounds[TTx]},
 		{"AdminScheduled", testAdminScheduled[TTx]},
 		{"Operations", testOperations[TTx]},
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim[TTx]},

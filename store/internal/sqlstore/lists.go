@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -50,12 +49,24 @@ func listWhere(q store.ListQuery, parked bool) (string, []any) {
 	return strings.Join(conds, " AND "), append(args, q.Limit)
 }
 
-// preview is the SQL of the start of the last error a summary holds.
-var preview = "SUBSTR(last_error, 1, " + strconv.Itoa(store.ErrorPreview) + ")"
+// deadSummary is the columns of a dead letter's summary, each text cut
+// by the server (package columns): a list sends kilobytes of rows that
+// may hold megabytes. LENGTH of a BLOB is its size in bytes, which SQLite
+// reads without the blob.
+var deadSummary = `id, message_id, ` + columns.Preview("topic") + `, ` + columns.Preview("ordering_key") + `, ` + columns.Preview("type") +
+	`, attempts, ` + columns.ErrorPreview + `, LENGTH(payload), created_at, dead_at`
+
+// parkedSummary is the columns of a parked delivery's summary, like
+// deadSummary's: its type read from its headers by name, the rest of the
+// headers left in the database.
+func (d Dialect) parkedSummary() string {
+	return `id, ` + columns.Preview("consumer") + `, ` + columns.Preview("message_id") + `, ` + columns.Preview("subject") + `, ` +
+		columns.ParkedType(d.HeaderValue) + `, ` + columns.Preview("reason") + `, ` + columns.ErrorPreview +
+		`, attempts, LENGTH(payload), parked_at, replay_requested`
+}
 
 // ListDeadLetters implements store.Admin. It reads the summary's columns
-// only: LENGTH of a BLOB is its size in bytes, which SQLite reads without
-// the blob.
+// only.
 func (a Admin) ListDeadLetters(ctx context.Context, q store.ListQuery) ([]store.DeadLetterSummary, error) {
 	q, err := q.Check()
 	if err != nil {
@@ -67,8 +78,7 @@ func (a Admin) ListDeadLetters(ctx context.Context, q store.ListQuery) ([]store.
 		err := row.Scan(&d.ID, &d.MessageID, &d.Topic, &d.Key, &d.Type, &d.Attempts, &d.LastError, &d.PayloadSize,
 			a.d.Dest(&d.CreatedAt), a.d.Dest(&d.DeadAt))
 		return d, err
-	}, `SELECT id, message_id, topic, ordering_key, type, attempts, `+preview+`, LENGTH(payload), created_at, dead_at
-FROM courier_outbox_dead_letters WHERE `+where+` ORDER BY id LIMIT ?`, args...)
+	}, `SELECT `+deadSummary+` FROM courier_outbox_dead_letters WHERE `+where+` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, a.d.errorf("list dead letters: %w", err)
 	}
@@ -84,12 +94,11 @@ func (a Admin) ListParked(ctx context.Context, q store.ListQuery) ([]store.Parke
 	where, args := listWhere(q, true)
 	out, err := queryAll(ctx, a.d.DB, func(row interface{ Scan(...any) error }) (store.ParkedSummary, error) {
 		var (
-			p       store.ParkedSummary
-			headers []byte
-			replay  time.Time
+			p      store.ParkedSummary
+			replay time.Time
 		)
 		replayed := a.d.Dest(&replay)
-		err := row.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &headers, &p.Reason, &p.Error, &p.Attempts, &p.PayloadSize,
+		err := row.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &p.Type, &p.Reason, &p.Error, &p.Attempts, &p.PayloadSize,
 			a.d.Dest(&p.ParkedAt), replayed)
 		if err != nil {
 			return p, err
@@ -97,9 +106,8 @@ func (a Admin) ListParked(ctx context.Context, q store.ListQuery) ([]store.Parke
 		if replayed.Valid {
 			p.ReplayRequested = &replay
 		}
-		return p, columns.DecodeJSON(headers, &p.Headers, "headers of parked delivery", p.ID)
-	}, `SELECT id, consumer, message_id, subject, headers, reason, `+preview+`, attempts, LENGTH(payload), parked_at, replay_requested
-FROM courier_inbox_dead_letters WHERE `+where+` ORDER BY id LIMIT ?`, args...)
+		return p, nil
+	}, `SELECT `+a.d.parkedSummary()+` FROM courier_inbox_dead_letters WHERE `+where+` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, a.d.errorf("list parked messages: %w", err)
 	}

@@ -176,8 +176,9 @@ func placeholders(ids []int64) (string, []any) {
 // ListScheduledSQL returns the query (with ? placeholders) that lists the
 // scheduled messages f (checked already) selects, and its arguments, times
 // encoded by encode: the columns are message_id, topic, ordering_key,
-// type, the payload's length, due_at and created_at. Every dialect takes
-// it, row values and length() of bytes included.
+// type (texts cut to store.TextPreview characters), the payload's length,
+// due_at and created_at. Every dialect takes it, row values and length()
+// of bytes included.
 func ListScheduledSQL(f store.ScheduleFilter, encode func(time.Time) any) (string, []any) {
 	conds, args := []string{"released_at IS NULL"}, []any{}
 	if f.Topic != "" {
@@ -199,7 +200,8 @@ func ListScheduledSQL(f store.ScheduleFilter, encode func(time.Time) any) (strin
 		conds = append(conds, "(due_at, id) > (SELECT a.due_at, a.id FROM courier_outbox_scheduled a WHERE a.message_id = ?)")
 		args = append(args, f.After.String())
 	}
-	return `SELECT message_id, topic, ordering_key, type, coalesce(length(payload), 0), due_at, created_at
+	return `SELECT message_id, ` + columns.Preview("topic") + `, ` + columns.Preview("ordering_key") + `, ` + columns.Preview("type") + `,
+       coalesce(length(payload), 0), due_at, created_at
 FROM courier_outbox_scheduled WHERE ` + strings.Join(conds, " AND ") + `
 ORDER BY due_at, id LIMIT ?`, append(args, f.Limit)
 }

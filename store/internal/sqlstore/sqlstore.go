@@ -49,6 +49,12 @@ type Dialect struct {
 	// ("schedule 3 messages"), with the fix when Courier's tables are
 	// missing.
 	WriteError func(err error, what string) error
+	// HeaderValue returns the SQL of the first value of the header name
+	// in the headers column of a parked delivery (a JSON object of arrays
+	// of strings), NULL when there is none: MySQL's JSON_EXTRACT, whose
+	// result JSON_UNQUOTE makes text; SQLite's json_extract, which makes
+	// text itself and fails on text that is not JSON.
+	HeaderValue func(name string) string
 	// Times is the codec of time columns.
 	Times
 	// CheckConsumer refuses a consumer name the schema cannot hold; nil
