@@ -13,8 +13,12 @@
 // A message is built from a Go value and written in the caller's transaction:
 //
 //	msg, err := courier.NewJSON("orders", order.ID, OrderPlaced{ID: order.ID})
-//	if err != nil { ... }
-//	err = writer.Write(ctx, tx, msg) // same transaction as the order row
+//	if err != nil {
+//		return err
+//	}
+//	if err := writer.Write(ctx, tx, msg); err != nil { // same transaction as the order row
+//		return err // and the order rolls back with it
+//	}
 package courier
 
 import (

@@ -5,18 +5,27 @@
 // /metrics. `courier relay --metrics-addr` serves it; a program that embeds
 // a relay or consumers mounts the same Handler on its own server:
 //
-//	col, _ := metrics.New(metrics.Config{Outbox: metrics.StoreStats(db.Admin())})
+//	col, err := metrics.New(metrics.Config{Outbox: metrics.StoreStats(db.Admin())})
+//	if err != nil {
+//		return err
+//	}
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(col)
-//	r, _ := relay.New(st, pub, relay.Config{Observer: col.Relay()})
-//	h, _ := health.New(health.Config{
+//	r, err := relay.New(st, pub, relay.Config{Observer: col.Relay()})
+//	if err != nil {
+//		return err
+//	}
+//	h, err := health.New(health.Config{
 //		Relay:            r,
 //		Database:         db,
 //		OldestPendingAge: col.OldestPendingAge,
 //		MaxOldestPending: 5 * time.Minute,
 //		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 //	})
-//	go http.ListenAndServe(":9464", h)
+//	if err != nil {
+//		return err
+//	}
+//	g.Go(func() error { return http.ListenAndServe(":9464", h) }) // g: an errgroup.Group
 //
 // Every endpoint answers only requests whose Host header names localhost,
 // a loopback address, the address the request came to, or a name of

@@ -69,12 +69,18 @@
 // OneScopeForAllClients (one scope shared by every client) is for a single
 // trusted caller only.
 //
-//	keys, _ := idempotency.New(postgres.NewDriver(pool).Idempotency(), idempotency.Config{
+//	keys, err := idempotency.New(postgres.NewDriver(pool).Idempotency(), idempotency.Config{
 //		Scope: idempotency.ScopeFromContext(userKey{}), // set by the authentication in front
 //	})
+//	if err != nil {
+//		return err
+//	}
 //	mux.Handle("POST /orders", keys.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-//		tx, _ := idempotency.Tx[pgx.Tx](r.Context()) // the key's transaction
-//		// insert the order and its outbox message in tx …
+//		tx, ok := idempotency.Tx[pgx.Tx](r.Context()) // the key's transaction
+//		if !ok { // not covered: no key, where keys are optional
+//			…
+//		}
+//		// insert the order and its outbox message in tx; when either fails, answer 5xx: both roll back …
 //	})))
 package idempotency
 

@@ -359,11 +359,10 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 		return
 	}
 	work = c.messageContext(work, j.msg)
-	failedHere := false // a run of this delivery failed (KeepOrder retries in place)
 	for runs := 1; ; runs++ {
 		res, err := c.handle(work, d, j.msg)
 		if err == nil {
-			c.succeeded(work, j, res, failedHere)
+			c.succeeded(work, j, res)
 			return
 		}
 		if work.Err() != nil {
@@ -377,7 +376,6 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 			c.log.Error("handler panicked; its transaction was rolled back", "message_id", j.msg.ID, "type", j.msg.Type,
 				"key", j.msg.Key, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 		}
-		failedHere = true
 		failedAt := c.cfg.Clock.Now()
 		failure := store.Attempt{At: failedAt.UTC(), Error: describe(err), Uncounted: errors.Is(err, courier.ErrNewerVersion)}
 		hist, rerr := c.cs.RecordFailure(work, c.ib.consumer, j.msg.ID, failure)
@@ -457,17 +455,11 @@ func (c *Consumer[TTx]) retryIn(j job, err error, failure store.Attempt, hist []
 }
 
 // succeeded finishes a delivery whose handler committed (or that was a
-// duplicate): it clears the failures earlier runs recorded, counts it and
-// acknowledges it. failedHere says a run of this delivery failed before.
-func (c *Consumer[TTx]) succeeded(ctx context.Context, j job, res Result, failedHere bool) {
+// duplicate): it counts it and acknowledges it. The failures earlier runs
+// recorded, here or in another instance, went in the transaction that
+// committed (store.Inbox.Mark).
+func (c *Consumer[TTx]) succeeded(ctx context.Context, j job, res Result) {
 	d := j.d
-	if failedHere || d.Attempt() > 1 {
-		// Earlier runs, here or in another instance, may have recorded
-		// failures; retention deletes them if this fails.
-		if err := c.cs.ClearFailures(ctx, c.ib.consumer, j.msg.ID); err != nil {
-			c.log.Warn("could not clear the failures recorded before the message was applied", "message_id", j.msg.ID, "error", err)
-		}
-	}
 	if res == Duplicate {
 		c.duplicates.Add(1)
 		c.log.Info("duplicate delivery skipped", "message_id", j.msg.ID, "type", j.msg.Type, "delivery", d.Attempt())

@@ -331,3 +331,76 @@ func (s emptyHistory) RecordFailure(ctx context.Context, consumer string, id uui
 	}
 	return nil, s.ConsumerStore.ClearFailures(ctx, consumer, id)
 }
+
+func TestAppliedMessageLeavesNoFailures(t *testing.T) {
+	onEachDialect(t, testAppliedMessageLeavesNoFailures, testAppliedMessageLeavesNoFailures)
+}
+
+// A message's failures go when it is applied, whichever instance applies
+// it and whatever the broker's count of its deliveries says: one instance
+// fails it (uncounted runs of a version it does not know yet, or counted
+// ones) and stops; the next reads the stream through a subscription of its
+// own, as a key partition's new owner does, so the message reaches it as a
+// first delivery, and applies it. An instance that applies it after
+// failing it itself leaves none either, though the consumer store's
+// ClearFailures fails (the database unreachable after the commit).
+// Nothing is left for the operators' status to count.
+func testAppliedMessageLeavesNoFailures[TTx any](t *testing.T, d dialect[TTx]) {
+	newer := fmt.Errorf("%w: OrderPlaced version 2", courier.ErrNewerVersion)
+	for _, tc := range []struct {
+		name      string
+		cause     error
+		keepOrder bool
+		handover  bool
+	}{
+		{"newer version, retried in place, handed over", newer, true, true},
+		{"newer version, redelivered, handed over", newer, false, true},
+		{"counted, retried in place, handed over", errors.New("ledger locked"), true, true},
+		{"counted, redelivered, handed over", errors.New("ledger locked"), false, true},
+		{"counted, applied by the instance that failed it", errors.New("ledger locked"), true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, d)
+			m := courier.NewMessage("orders", "o1", "OrderPlaced", []byte("x"))
+			e.publish(m)
+			failures := func() int { return e.db.count(t, "SELECT count(*) FROM courier_inbox_failures") }
+			cfg := inbox.ConsumerConfig{MaxDeliveries: 100, Concurrency: 1, KeepOrder: tc.keepOrder}
+			var runs atomic.Int64
+			h := func(ctx context.Context, tx TTx, msg courier.Message) error {
+				if !tc.handover && runs.Add(1) > 3 {
+					return e.db.insertEffect(ctx, tx, "orders", msg)
+				}
+				return tc.cause
+			}
+			var c *inbox.Consumer[TTx]
+			if tc.handover {
+				first, stop := e.start("orders", h, cfg)
+				testenv.Eventually(t, 10*time.Second, func() bool { return failures() >= 3 },
+					"%d failures recorded; metrics %v", testenv.Lazy(func() any { return failures() }), testenv.Lazy(func() any { return first.Metrics() }))
+				stop()
+				c = e.runOn(e.subscriberVia("orders-next"), "orders", recordEffect(e.db, "orders"), cfg)
+			} else {
+				e.db.cs = failingClear{e.db.cs}
+				c, _ = e.start("orders", h, cfg)
+			}
+			testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Applied == 1 },
+				"not applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
+			if n := failures(); n != 0 || e.effects(m) != 1 {
+				t.Fatalf("%d recorded failures left after the message was applied (%d effects), want 0", n, e.effects(m))
+			}
+			st, err := e.db.driver.Operations().Status(context.Background())
+			testenv.Must(t, err, "status")
+			if len(st.Consumers) != 0 {
+				t.Fatalf("status of the consumers: %+v, want none in trouble", st.Consumers)
+			}
+		})
+	}
+}
+
+// failingClear fails ClearFailures, as when the database is unreachable
+// after the applying transaction committed.
+type failingClear struct{ store.ConsumerStore }
+
+func (failingClear) ClearFailures(context.Context, string, uuid.UUID) error {
+	return errors.New("database unreachable")
+}

@@ -5,11 +5,17 @@
 // messages the handler writes, so either all of them commit or none do, and a
 // message whose marker exists is acknowledged and skipped.
 //
-//	ib := inbox.New(postgres.NewDriver(pool).Inbox(), "billing")
+//	ib, err := inbox.New(postgres.NewDriver(pool).Inbox(), "billing")
+//	if err != nil {
+//		return err
+//	}
 //	res, err := ib.Handle(ctx, msg, func(ctx context.Context, tx pgx.Tx, msg courier.Message) error {
 //		_, err := tx.Exec(ctx, "INSERT INTO charges …")
 //		return err
 //	})
+//	if err != nil {
+//		return err // nothing was kept: a later delivery tries again
+//	}
 //	// res == inbox.Duplicate: the charge was made by an earlier delivery.
 //
 // [Consumer] runs handlers on a broker subscription: bounded concurrency,

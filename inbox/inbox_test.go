@@ -76,9 +76,17 @@ func (e *env[TTx]) publishAgain(t *testing.T, times int, msgs ...courier.Message
 
 func (e *env[TTx]) subscriber(consumer string) *couriernats.Subscriber {
 	e.t.Helper()
+	return e.subscriberVia(consumer)
+}
+
+// subscriberVia subscribes to the stream through the JetStream consumer
+// durable: one of another name than an instance's inbox consumer delivers
+// the stream's messages afresh, as a key partition's new owner's does.
+func (e *env[TTx]) subscriberVia(durable string) *couriernats.Subscriber {
+	e.t.Helper()
 	nc := testenv.Connect(e.t, e.natsURL)
 	sub, err := couriernats.NewSubscriber(context.Background(), nc, couriernats.SubscriberConfig{
-		Config: e.mapping, Stream: e.stream, Consumer: consumer, AckWait: 2 * time.Second,
+		Config: e.mapping, Stream: e.stream, Consumer: durable, AckWait: 2 * time.Second,
 	})
 	testenv.Must(e.t, err, "subscriber")
 	e.t.Cleanup(func() { _ = sub.Close() })

@@ -4,10 +4,19 @@
 //
 //	src := metrics.FromStatus(db.Operations())
 //	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, Slots: src, Scheduled: src})
+//	if err != nil {
+//		return err
+//	}
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(col)
 //	r, err := relay.New(st, pub, relay.Config{Observer: col.Relay()})
+//	if err != nil {
+//		return err
+//	}
 //	c, err := inbox.NewConsumer(ib, sub, cs, h, inbox.ConsumerConfig{Observer: col.Consumer()})
+//	if err != nil {
+//		return err
+//	}
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // # Where the numbers come from

@@ -11,11 +11,25 @@
 //	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{})   // *sql.Tx on SQLite
 //	w := outbox.New(mysql.DatabaseSQL(), outbox.Config{})    // *sql.Tx on MySQL, MariaDB
 //
-//	tx, _ := pool.Begin(ctx)
-//	_, _ = tx.Exec(ctx, "INSERT INTO orders …")
-//	msg, _ := courier.NewJSON("orders", orderID, OrderPlaced{…})
-//	_ = w.Write(ctx, tx, msg)
-//	_ = tx.Commit(ctx) // the order and its message, or neither
+//	tx, err := pool.Begin(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer tx.Rollback(ctx) // undoes the order unless Commit ran first
+//	if _, err := tx.Exec(ctx, "INSERT INTO orders …"); err != nil {
+//		return err
+//	}
+//	msg, err := courier.NewJSON("orders", orderID, OrderPlaced{…})
+//	if err != nil {
+//		return err
+//	}
+//	if err := w.Write(ctx, tx, msg); err != nil {
+//		return err // the order goes with it: never one without the other
+//	}
+//	return tx.Commit(ctx) // the order and its message, or neither
+//
+// Write fails, naming the fix, when Courier's tables do not exist yet: run
+// `courier migrate` (or the Driver's Migrate) before the first write.
 //
 // Messages of one key are published in the order they were written when the
 // transactions that write the key are serialised: lock the aggregate's row
@@ -39,11 +53,19 @@
 // them; [Writer.Cancel] cancels one in another transaction, atomically
 // with the change that makes it moot (a saga cancelling its own timeout):
 //
-//	reminder, _ := courier.NewJSON("payments", orderID, PaymentReminder{…})
-//	_ = w.Schedule(ctx, tx, outbox.After(30*time.Minute), reminder)
+//	reminder, err := courier.NewJSON("payments", orderID, PaymentReminder{…})
+//	if err != nil {
+//		return err
+//	}
+//	if err := w.Schedule(ctx, tx, outbox.After(30*time.Minute), reminder); err != nil {
+//		return err
+//	}
 //	…
 //	err := w.Cancel(ctx, tx2, reminder.ID) // in the transaction that records the payment
 //	// nil: never published; store.ErrAlreadyDue: it was (or is being)
+//	if err != nil && !errors.Is(err, store.ErrAlreadyDue) {
+//		return err
+//	}
 //
 // A scheduled message waits outside the outbox until it falls due, so it
 // holds nothing back meanwhile: not its key's other messages, not the

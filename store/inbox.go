@@ -19,6 +19,13 @@ type Inbox[TTx any] interface {
 	// when the marker exists already: the message is a duplicate. A
 	// concurrent transaction marking the same message makes Mark wait for
 	// it; if that one commits, Mark returns false.
+	//
+	// Mark also deletes in tx the failures recorded for the message and
+	// consumer (ConsumerStore.RecordFailure), counted or not, so that they
+	// go when it is applied, whichever instance applies it, and stay when
+	// tx rolls back. A duplicate's Mark deletes them too: a run that failed
+	// while another delivery applied the message records its failure after
+	// that one's commit, and the next delivery, a duplicate, deletes it.
 	Mark(ctx context.Context, tx TTx, consumer string, id uuid.UUID) (bool, error)
 }
 
@@ -47,7 +54,8 @@ type ConsumerStore interface {
 	// delivery lost to a crash counts nothing.
 	RecordFailure(ctx context.Context, consumer string, id uuid.UUID, failure Attempt) ([]Attempt, error)
 	// ClearFailures deletes the failures recorded for message id of
-	// consumer, once it was applied or parked.
+	// consumer, once it was parked (Inbox.Mark deletes them when it is
+	// applied).
 	ClearFailures(ctx context.Context, consumer string, id uuid.UUID) error
 	// DeleteFailures removes up to limit recorded failures that happened
 	// before before (those ClearFailures could not delete) and returns how

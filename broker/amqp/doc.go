@@ -8,10 +8,21 @@
 // durable quorum queues bound to the exchange; [EnsureTopology] declares the
 // exchange, a queue and its bindings:
 //
-//	cfg, _ := amqp.ParseURL("amqp://guest:guest@127.0.0.1:5672/?exchange=courier")
-//	err := amqp.EnsureTopology(ctx, cfg, amqp.Topology{Queue: "billing", Topics: []string{"orders"}})
+//	cfg, err := amqp.ParseURL("amqp://guest:guest@127.0.0.1:5672/?exchange=courier")
+//	if err != nil {
+//		return err
+//	}
+//	if err := amqp.EnsureTopology(ctx, cfg, amqp.Topology{Queue: "billing", Topics: []string{"orders"}}); err != nil {
+//		return err
+//	}
 //	pub, err := amqp.NewPublisher(ctx, amqp.PublisherConfig{Config: cfg})
+//	if err != nil {
+//		return err
+//	}
 //	sub, err := amqp.NewSubscriber(ctx, amqp.SubscriberConfig{Config: cfg, Queue: "billing"})
+//	if err != nil {
+//		return err
+//	}
 //
 // # Message mapping
 //

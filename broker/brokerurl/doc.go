@@ -33,6 +33,9 @@
 //	}
 //	defer b.Close()
 //	r, err := relay.New(st, b, relay.Config{})
+//	if err != nil {
+//		return err
+//	}
 //
 // Broker.Reader reads back what the broker keeps, for an audit: the
 // JetStream stream on NATS, the topics named on Kafka; RabbitMQ and

@@ -62,4 +62,7 @@
 //	h := nats.Header{}
 //	wire.NATS.Encode(&msg, nil, func(name, value string) { h[name] = []string{value} })
 //	back, err := wire.NATS.Decode(h, msg.Payload) // back.Topic is the caller's
+//	if err != nil {
+//		return err
+//	}
 package wire

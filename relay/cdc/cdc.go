@@ -139,6 +139,9 @@ func (c Config) Validate() error {
 // the broker answered. store/postgres's Driver.CDC is one:
 //
 //	r, err := cdc.New(postgres.NewDriver(pool).CDC(), publisher, cdc.Config{})
+//	if err != nil {
+//		return err
+//	}
 type Database interface {
 	// ReplicationConfig is the configuration of a replication connection.
 	ReplicationConfig() *pgconn.Config

@@ -17,5 +17,5 @@
 //		store.TableInboxMarkers: 30 * 24 * time.Hour,
 //		store.TableKeys:         0, // as soon as they expire
 //	}}
-//	go c.Run(ctx, 10*time.Minute) // or c.RunOnce(ctx)
+//	g.Go(func() error { return c.Run(ctx, 10*time.Minute) }) // or c.RunOnce(ctx); g: an errgroup.Group
 package cleanup

@@ -21,4 +21,7 @@
 //	}
 //	defer db.Close()
 //	st, err := db.RelayStore(ctx, store.RelayConfig{})
+//	if err != nil {
+//		return err
+//	}
 package dburl

@@ -9,8 +9,13 @@
 //	st := memstore.New(memstore.Config{Clock: clock.Now})
 //	n := st.NewNotifier() // signalled after each commit
 //	w := outbox.New(st, outbox.Config{})
-//	_ = st.InTx(ctx, func(tx *memstore.Tx) error { return w.Write(ctx, tx, msg) })
-//	r, _ := relay.New(st, publisher, relay.Config{Notifier: n})
+//	if err := st.InTx(ctx, func(tx *memstore.Tx) error { return w.Write(ctx, tx, msg) }); err != nil {
+//		t.Fatal(err)
+//	}
+//	r, err := relay.New(st, publisher, relay.Config{Notifier: n})
+//	if err != nil {
+//		t.Fatal(err)
+//	}
 //	clock.Advance(time.Minute) // leases and retries fall due without sleeping
 //
 // # Semantics

@@ -7,12 +7,23 @@
 // and sagas, all on one clock. [DatabaseSQL] is the inserter alone, for
 // code that writes messages and has no database handle at hand.
 //
-//	db, _ := sql.Open("mysql", "courier:secret@tcp(127.0.0.1:3306)/app")
+//	db, err := sql.Open("mysql", "courier:secret@tcp(127.0.0.1:3306)/app")
+//	if err != nil {
+//		return err
+//	}
 //	d := mysql.NewDriver(db)
-//	_, _ = d.Migrate(ctx)
+//	if _, err := d.Migrate(ctx); err != nil {
+//		return err
+//	}
 //	w := outbox.New(d.Inserter(), outbox.Config{})
-//	st, _ := d.RelayStore(ctx, store.RelayConfig{})
-//	r, _ := relay.New(st, publisher, relay.Config{})
+//	st, err := d.RelayStore(ctx, store.RelayConfig{})
+//	if err != nil {
+//		return err
+//	}
+//	r, err := relay.New(st, publisher, relay.Config{})
+//	if err != nil {
+//		return err
+//	}
 //
 // Any DSN of the driver works: Courier reads and writes its times as UTC
 // text, so parseTime and loc change nothing for it. The semantics are

@@ -7,13 +7,27 @@
 // of parked deliveries, the operators' views, Idempotency-Key records and
 // sagas, all on one clock.
 //
-//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	if err != nil {
+//		return err
+//	}
 //	d := postgres.NewDriver(pool)
-//	_, _ = d.Migrate(ctx)
+//	if _, err := d.Migrate(ctx); err != nil {
+//		return err
+//	}
 //	w := outbox.New(d.Inserter(), outbox.Config{})
-//	st, _ := d.RelayStore(ctx, store.RelayConfig{})
-//	n, _ := postgres.NewNotifier(directURL, logger) // LISTEN needs a session
-//	r, _ := relay.New(st, publisher, relay.Config{Notifier: n})
+//	st, err := d.RelayStore(ctx, store.RelayConfig{})
+//	if err != nil {
+//		return err
+//	}
+//	n, err := postgres.NewNotifier(directURL, logger) // LISTEN needs a session
+//	if err != nil {
+//		return err
+//	}
+//	r, err := relay.New(st, publisher, relay.Config{Notifier: n})
+//	if err != nil {
+//		return err
+//	}
 //
 // A few values need no pool: the inserters [Pgx] and [DatabaseSQL] (what a
 // Driver's Inserter returns), [QueueMessages], which queues messages into

@@ -13,11 +13,23 @@ import (
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-const markSQL = `INSERT INTO courier_inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+// markSQL inserts the marker of message $2 for consumer $1 unless it
+// exists, and deletes the failures recorded for them (store.Inbox.Mark),
+// in one statement: the deletion adds no round trip to the hot path. The
+// command's row count is the INSERT's, 1 when it inserted the marker. The
+// DELETE sees the failures committed when the statement began; one that a
+// concurrent run records later is deleted by the next delivery, a
+// duplicate.
+const markSQL = clearFailuresWith + `INSERT INTO courier_inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 
 // markAtSQL is markSQL for an inbox with a clock: processed_at is $3, the
 // clock's time, instead of now().
-const markAtSQL = `INSERT INTO courier_inbox (consumer, message_id, processed_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+const markAtSQL = clearFailuresWith + `INSERT INTO courier_inbox (consumer, message_id, processed_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+
+// clearFailuresWith deletes the failures of message $2 for consumer $1, in
+// a WITH clause of the statement it begins.
+const clearFailuresWith = `WITH cleared AS (DELETE FROM courier_inbox_failures WHERE consumer = $1 AND message_id = $2)
+`
 
 // mark returns the statement that marks id consumed by consumer, and its
 // arguments, at clock's time (nil: now()).

@@ -73,7 +73,7 @@ func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 //	b.Queue("INSERT INTO orders (id, total) VALUES ($1, $2)", id, total)
 //	if err := postgres.QueueMessages(&b, courier.Limits{}, msg); err != nil { … }
 //	if err := tx.SendBatch(ctx, &b).Close(); err != nil { … }
-//	err = tx.Commit(ctx)
+//	return tx.Commit(ctx)
 //
 // The outbox.Writer costs one more round trip per transaction; this is for
 // the write paths where that matters. Nothing is queued when a message is

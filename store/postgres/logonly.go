@@ -148,7 +148,7 @@ func (logInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message
 //	b.Queue("INSERT INTO orders (id, total) VALUES ($1, $2)", id, total)
 //	if err := postgres.QueueLogMessages(&b, courier.Limits{}, msg); err != nil { … }
 //	if err := tx.SendBatch(ctx, &b).Close(); err != nil { … }
-//	err = tx.Commit(ctx)
+//	return tx.Commit(ctx)
 //
 // Everything LogOnly's documentation says holds: only the CDC relay
 // publishes them, there is no polling fallback, and the statement fails,

@@ -41,6 +41,11 @@ func BenchmarkRelayStore(b *testing.B) {
 	storetest.BenchmarkRelayStore(b, pgxHarness)
 }
 
+// The inbox alone: the transaction that marks a message applied.
+func BenchmarkInbox(b *testing.B) {
+	storetest.BenchmarkInbox(b, pgxHarness)
+}
+
 // pgxHarness opens a fresh schema for the conformance suite, through pgx.
 func pgxHarness(t testing.TB, clock store.Clock) storetest.Harness[pgx.Tx] {
 	pg := testenv.Postgres(t, nil)

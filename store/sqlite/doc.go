@@ -9,13 +9,24 @@
 // sagas, all on one clock. [DatabaseSQL] is the inserter alone, for code
 // that writes messages and has no database handle at hand.
 //
-//	db, _ := sqlite.Open("app.db")
+//	db, err := sqlite.Open("app.db")
+//	if err != nil {
+//		return err
+//	}
 //	d := sqlite.NewDriver(db)
-//	_, _ = d.Migrate(ctx)
+//	if _, err := d.Migrate(ctx); err != nil {
+//		return err
+//	}
 //	n := store.NewLocalNotifier()
 //	w := outbox.New(d.Inserter(), outbox.Config{Notify: n.Signal})
-//	st, _ := d.RelayStore(ctx, store.RelayConfig{})
-//	r, _ := relay.New(st, publisher, relay.Config{Notifier: n})
+//	st, err := d.RelayStore(ctx, store.RelayConfig{})
+//	if err != nil {
+//		return err
+//	}
+//	r, err := relay.New(st, publisher, relay.Config{Notifier: n})
+//	if err != nil {
+//		return err
+//	}
 //
 // The semantics are PostgreSQL's (see store/postgres): publishing deletes a
 // row, a claim records one lease row per batch, a key is blocked while a

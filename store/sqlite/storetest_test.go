@@ -33,6 +33,11 @@ func BenchmarkRelayStore(b *testing.B) {
 	storetest.BenchmarkRelayStore(b, harness)
 }
 
+// The inbox alone: the transaction that marks a message applied.
+func BenchmarkInbox(b *testing.B) {
+	storetest.BenchmarkInbox(b, harness)
+}
+
 // harness opens a fresh file for the conformance suite.
 func harness(t testing.TB, clock store.Clock) storetest.Harness[*sql.Tx] {
 	db, _ := openFile(t)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -548,6 +549,131 @@ func testInboxFailures[TTx any](t *testing.T, h opener[TTx]) {
 	}
 	same("recent failures after DeleteFailures", record("billing", other, now, "w"),
 		[]store.Attempt{{At: now, Error: "z"}, {At: now, Error: "w"}})
+}
+
+// A message's recorded failures go when it is applied: Mark deletes them in
+// the transaction that inserts its marker, counted or not, however many
+// there are, and a rollback keeps them. A duplicate's Mark deletes those a
+// run that failed meanwhile recorded after the message was applied. Other
+// consumers' failures of the message, and the failures of other messages,
+// stay. The operators' status then counts none of the applied ones.
+func testInboxMarkClearsFailures[TTx any](t *testing.T, h opener[TTx]) {
+	db := open(t, h, true)
+	ctx := context.Background()
+	ib, cs := db.Inbox(), db.ConsumerStore()
+	at := time.Now().UTC().Truncate(time.Microsecond).Add(-time.Hour)
+	record := func(consumer string, id uuid.UUID, n int, uncounted bool) {
+		t.Helper()
+		for i := range n {
+			a := store.Attempt{At: at.Add(time.Duration(i) * time.Second), Error: fmt.Sprintf("run %d failed", i+1), Uncounted: uncounted}
+			if _, err := cs.RecordFailure(ctx, consumer, id, a); err != nil {
+				t.Fatalf("record failure of %s for %q: %v", id, consumer, err)
+			}
+		}
+	}
+	status := func(consumer string) (messages, failures int64) {
+		t.Helper()
+		st, err := db.Operations().Status(ctx)
+		must(t, err, "status")
+		for _, c := range st.Consumers {
+			if c.Consumer == consumer {
+				return c.FailingMessages, c.Failures
+			}
+		}
+		return 0, 0
+	}
+	expect := func(what, consumer string, messages, failures int64) {
+		t.Helper()
+		if m, f := status(consumer); m != messages || f != failures {
+			t.Fatalf("%s: status of %q counts %d failing messages and %d failures, want %d and %d", what, consumer, m, f, messages, failures)
+		}
+	}
+
+	// A message newer than the consumer knew: uncounted runs, then applied.
+	newer := uuid.Must(uuid.NewV7())
+	record("billing", newer, 7, true)
+	expect("after 7 uncounted runs", "billing", 1, 7)
+	if !mark(t, ib, "billing", newer, true) {
+		t.Fatal("the marker of a message with failures only is a duplicate")
+	}
+	expect("after the message newer than the consumer knew was applied", "billing", 0, 0)
+
+	// A counted failure, then a rolled-back run: the failure stays; then a
+	// run that commits.
+	counted := uuid.Must(uuid.NewV7())
+	record("billing", counted, 1, false)
+	record("shipping", counted, 2, false)
+	mark(t, ib, "billing", counted, false)
+	expect("after a run that rolled back", "billing", 1, 1)
+	if !mark(t, ib, "billing", counted, true) {
+		t.Fatal("the marker of a message whose applying transaction rolled back is a duplicate")
+	}
+	expect("after the counted failure's message was applied", "billing", 0, 0)
+	expect("another consumer of the applied message", "shipping", 1, 2)
+
+	// A run that failed while another applied the message records its
+	// failure after that one committed: the next delivery, a duplicate,
+	// deletes it.
+	late := uuid.Must(uuid.NewV7())
+	if !mark(t, ib, "billing", late, true) {
+		t.Fatal("a new message's marker is a duplicate")
+	}
+	record("billing", late, 1, false)
+	expect("a failure recorded after the message was applied", "billing", 1, 1)
+	if mark(t, ib, "billing", late, true) {
+		t.Fatal("a second marker of a message is fresh")
+	}
+	expect("after a duplicate delivery of the applied message", "billing", 0, 0)
+
+	// Failures of messages not applied stay.
+	waiting := uuid.Must(uuid.NewV7())
+	record("billing", waiting, 3, false)
+	if !mark(t, ib, "billing", uuid.Must(uuid.NewV7()), true) {
+		t.Fatal("a new message's marker is a duplicate")
+	}
+	expect("after another message was applied", "billing", 1, 3)
+}
+
+// A run's failure is recorded at once while another message's applying
+// transaction is open: deleting that message's failures locks none of the
+// others' (InnoDB's locks on the gaps of an index would). Skipped where one
+// write transaction runs at a time.
+func testRecordFailureBesideApply[TTx any](t *testing.T, h opener[TTx]) {
+	db := open(t, h, true)
+	if db.SerialWrites() {
+		t.Skip("one write transaction at a time: a failure waits for the write lock")
+	}
+	ctx := context.Background()
+	ib, cs := db.Inbox(), db.ConsumerStore()
+	applying := uuid.Must(uuid.NewV7())
+	marked, finish := make(chan error, 1), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- ib.InTx(ctx, func(tx TTx) error {
+			_, err := ib.Mark(ctx, tx, "billing", applying)
+			marked <- err
+			<-finish
+			return err
+		})
+	}()
+	defer func() {
+		close(finish)
+		if err := <-done; err != nil {
+			t.Errorf("applying transaction: %v", err)
+		}
+	}()
+	must(t, <-marked, "mark %s", applying)
+	for _, id := range []uuid.UUID{uuid.Must(uuid.NewV7()), uuid.New()} {
+		// A guard against a wait that would last for the lock's timeout;
+		// the statement returns at once unless it waits for the open
+		// transaction.
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := cs.RecordFailure(rctx, "billing", id, store.Attempt{At: time.Now().UTC(), Error: "failed"})
+		cancel()
+		if err != nil {
+			t.Fatalf("recording a failure of %s while the transaction applying %s is open: %v", id, applying, err)
+		}
+	}
 }
 
 // keyClaim is a claim of (scope, key) by a new owner.

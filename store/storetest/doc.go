@@ -27,7 +27,9 @@
 // writers' rows are claimed (package relay, Ordering: in the order they
 // become visible); on the consuming side inbox markers (duplicates,
 // rollbacks, a duplicate waiting for the first delivery's transaction,
-// retention), failed runs, parked deliveries and their replays; the
+// retention), failed runs (deleted with the marker that applies their
+// message, without holding up other messages' failures), parked
+// deliveries and their replays; the
 // operators' Admin view of both kinds of dead letters (their lists a page
 // at a time, filtered, as summaries); their maintenance
 // view (Operations: status, reconciliation, retention trims, the lock, and

@@ -49,6 +49,8 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"InboxDuplicateWaitsForFirst", testInboxConcurrent[TTx]},
 		{"InboxMarkerRetention", testMarkerRetention[TTx]},
 		{"InboxFailures", testInboxFailures[TTx]},
+		{"InboxMarkClearsFailures", testInboxMarkClearsFailures[TTx]},
+		{"InboxRecordFailureBesideApply", testRecordFailureBesideApply[TTx]},
 		{"ParkAndReplay", testParkAndReplay[TTx]},
 		{"AdminDeadLetters", testAdminDeadLetters[TTx]},
 		{"AdminLists", testAdminLists[TTx]},

@@ -162,7 +162,35 @@ func (i Inbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UU
 	if err != nil {
 		return false, i.d.errorf("inbox marker: %w", err)
 	}
+	if err := clearFailures(ctx, tx, consumer, id.String()); err != nil {
+		return false, i.d.errorf("clear failures of %s: %w", id, err)
+	}
 	return n == 1, nil
+}
+
+// clearFailuresBatch is how many failures one DELETE of clearFailures
+// names.
+const clearFailuresBatch = 500
+
+// clearFailures deletes in tx the failures recorded for message id of
+// consumer (store.Inbox.Mark). It reads their ids without locking anything
+// and deletes those rows by primary key. A DELETE by consumer and message
+// would, under InnoDB's REPEATABLE READ, lock the gap of the index where the
+// message's failures would go, usually its end (message ids grow with
+// time), until the handler's transaction ends: every other message's
+// RecordFailure would wait for it. The read, an index lookup, mostly finds
+// nothing (most messages never failed), and then nothing is deleted. A
+// failure committed after the read is deleted by the next delivery, a
+// duplicate.
+func clearFailures(ctx context.Context, tx *sql.Tx, consumer, id string) error {
+	ids, err := Column[int64](ctx, tx, `SELECT id FROM courier_inbox_failures WHERE consumer = ? AND message_id = ?`, consumer, id)
+	for len(ids) > 0 && err == nil {
+		batch := ids[:min(len(ids), clearFailuresBatch)]
+		ids = ids[len(batch):]
+		list, args := placeholders(batch)
+		_, err = tx.ExecContext(ctx, `DELETE FROM courier_inbox_failures WHERE id IN (`+list+`)`, args...)
+	}
+	return err
 }
 
 // deleteBefore runs query, a DELETE of up to limit rows from before
