@@ -170,7 +170,7 @@ func testSameMessageFiveTimesOneEffect[TTx any](t *testing.T, d dialect[TTx]) {
 	e.publish(m)
 	e.publishAgain(t, 4, m)
 	c := e.run("billing", recordEffect(e.db, "billing"), inbox.ConsumerConfig{})
-	testenv.Eventually(t, 10*time.Second, func() bool { mm := c.Metrics(); return mm.Applied+mm.Duplicates == 5 }, "not all deliveries handled: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { mm := c.Metrics(); return mm.Applied+mm.Duplicates == 5, mm }, "not all deliveries handled")
 	if n := e.effects(m); n != 1 {
 		t.Fatalf("%d effects for one message delivered 5 times", n)
 	}
