@@ -164,26 +164,7 @@ func TestRelaysShareTheFirstsBroker(t *testing.T) {
 	second := startRelayIn(t, dir, "--broker-url", url)
 	second.ready(t)
 
-	path := filepath.Join(dir, "courier.db")
-	db, err := sqlite.Open(path)
-	testenv.Must(t, err, "open ./courier.db")
-	defer db.Close()
-	ctx := context.Background()
-	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{})
-	var written []courier.Message
-	for i := range 60 {
-		m := courier.NewMessage("orders", fmt.Sprintf("k%d", i%6), "OrderPlaced", []byte(strconv.Itoa(i)))
-		tx, err := db.BeginTx(ctx, nil)
-		testenv.Must(t, err, "begin")
-		testenv.Must(t, w.Write(ctx, tx, m), "write")
-		testenv.Must(t, tx.Commit(), "commit")
-		written = append(written, m)
-	}
-	dbURL := "sqlite://" + path
-	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
-		s := outboxStatus(t, dbURL)
-		return s["pending"] == 0 && s["leased"] == 0 && s["in_backoff"] == 0, s["pending"]
-	}, "the relays did not drain the outbox; logs:\n%s\n%s", first.logs, second.logs)
+	written, dbURL := writeAndDrain(t, dir, 60, 6, testenv.Lazy(func() any { return first.logs.String() + "\n" + second.logs.String() }))
 	if s := outboxStatus(t, dbURL); s["dead_letters"] != 0 {
 		t.Fatalf("dead letters: %v", s)
 	}
@@ -216,26 +197,7 @@ func TestRelaysStartTogetherOnOneSQLiteFile(t *testing.T) {
 	for _, r := range relays {
 		r.ready(t)
 	}
-	path := filepath.Join(dir, "courier.db")
-	db, err := sqlite.Open(path)
-	testenv.Must(t, err, "open ./courier.db")
-	defer db.Close()
-	ctx := context.Background()
-	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{})
-	var written []courier.Message
-	for i := range 300 {
-		m := courier.NewMessage("orders", fmt.Sprintf("k%d", i%10), "OrderPlaced", []byte(strconv.Itoa(i)))
-		tx, err := db.BeginTx(ctx, nil)
-		testenv.Must(t, err, "begin")
-		testenv.Must(t, w.Write(ctx, tx, m), "write")
-		testenv.Must(t, tx.Commit(), "commit")
-		written = append(written, m)
-	}
-	dbURL := "sqlite://" + path
-	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
-		s := outboxStatus(t, dbURL)
-		return s["pending"] == 0 && s["leased"] == 0 && s["in_backoff"] == 0, s["pending"]
-	}, "the relays did not drain the outbox")
+	written, _ := writeAndDrain(t, dir, 300, 10, "")
 	for _, r := range relays {
 		r.stop(t)
 		if strings.Contains(r.logs.String(), `"level":"ERROR"`) || strings.Contains(r.logs.String(), "SQLITE_BUSY") {
@@ -329,4 +291,33 @@ func TestMigrateExportWritesNewFilesOnly(t *testing.T) {
 			t.Errorf("%s: %d bytes (%v), want the migration's %d", name, len(b), err, len(m.SQL))
 		}
 	}
+}
+
+// writeAndDrain writes n messages over keys keys, each in a transaction of
+// its own, to dir's ./courier.db, and waits while the relays drain them
+// (logs, shown on failure, says what they did). It returns the messages
+// and the database's URL.
+func writeAndDrain(t *testing.T, dir string, n, keys int, logs any) ([]courier.Message, string) {
+	t.Helper()
+	path := filepath.Join(dir, "courier.db")
+	db, err := sqlite.Open(path)
+	testenv.Must(t, err, "open ./courier.db")
+	defer db.Close()
+	ctx := context.Background()
+	w := outbox.New(sqlite.DatabaseSQL(), outbox.Config{})
+	var written []courier.Message
+	for i := range n {
+		m := courier.NewMessage("orders", fmt.Sprintf("k%d", i%keys), "OrderPlaced", []byte(strconv.Itoa(i)))
+		tx, err := db.BeginTx(ctx, nil)
+		testenv.Must(t, err, "begin")
+		testenv.Must(t, w.Write(ctx, tx, m), "write")
+		testenv.Must(t, tx.Commit(), "commit")
+		written = append(written, m)
+	}
+	dbURL := "sqlite://" + path
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
+		s := outboxStatus(t, dbURL)
+		return s["pending"] == 0 && s["leased"] == 0 && s["in_backoff"] == 0, s["pending"]
+	}, "the relays did not drain the outbox; logs:\n%v", logs)
+	return written, dbURL
 }
