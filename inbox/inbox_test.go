@@ -31,6 +31,7 @@ type env[TTx any] struct {
 	mapping couriernats.Config
 	stream  string
 	pub     *couriernats.Publisher
+	js      jetstream.JetStream
 }
 
 func newEnv[TTx any](t *testing.T, d dialect[TTx]) *env[TTx] {
@@ -52,6 +53,8 @@ func newEnv[TTx any](t *testing.T, d dialect[TTx]) *env[TTx] {
 	var err error
 	e.pub, err = couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: e.mapping})
 	testenv.Must(t, err, "publisher")
+	e.js, err = jetstream.New(nc)
+	testenv.Must(t, err, "jetstream")
 	return e
 }
 
@@ -63,15 +66,32 @@ func (e *env[TTx]) publish(msgs ...courier.Message) {
 	}
 }
 
-// publishAgain sends copies of msgs, times times, each after the stream's
-// duplicate window, as a relay that republishes after a crash does:
-// JetStream stores each one. The window is the broker's, on real time.
+// publishAgain sends copies of msgs, times times, as a relay that
+// republishes after a crash does: each copy goes once the stream has
+// forgotten the message's id (its duplicate window, on the server's timer),
+// so that JetStream stores it. A copy the stream took for a duplicate is
+// sent again until the stream holds it.
 func (e *env[TTx]) publishAgain(t *testing.T, times int, msgs ...courier.Message) {
 	t.Helper()
 	for range times {
-		time.Sleep(120 * time.Millisecond)
-		e.publish(msgs...)
+		for _, m := range msgs {
+			before := e.streamMsgs(t)
+			testenv.Eventually(t, time.Minute, func() bool {
+				e.publish(m)
+				return e.streamMsgs(t) > before
+			}, "the stream never stored a copy of %s", m.ID)
+		}
 	}
+}
+
+// streamMsgs returns how many messages the stream holds.
+func (e *env[TTx]) streamMsgs(t *testing.T) uint64 {
+	t.Helper()
+	s, err := e.js.Stream(context.Background(), e.stream)
+	testenv.Must(t, err, "stream")
+	info, err := s.Info(context.Background())
+	testenv.Must(t, err, "stream info")
+	return info.State.Msgs
 }
 
 func (e *env[TTx]) subscriber(consumer string) *couriernats.Subscriber {
