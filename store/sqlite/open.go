@@ -54,12 +54,22 @@ func Open(path string) (*sql.DB, error) {
 	}
 	// One connection now, so that a new file is switched to WAL before the
 	// pool opens several at once: connections that meet a switch under way
-	// get SQLITE_BUSY at once, without waiting for the busy timeout.
-	if err := db.Ping(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	// get SQLITE_BUSY at once, without waiting for the busy timeout (SQLite
+	// calls no busy handler there). Another process may be switching the
+	// same new file: a busy answer is asked again, for up to the busy
+	// timeout, as the busy handler would.
+	deadline := time.Now().Add(DefaultBusyTimeout)
+	for {
+		err := db.Ping()
+		if err == nil {
+			return db, nil
+		}
+		if errorCode(err)&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			db.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return db, nil
 }
 
 // immediate runs fn in a transaction begun with BEGIN IMMEDIATE on a
