@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,8 @@ const (
 // batching is the Publisher's state for atomic batches.
 type batching struct {
 	maxBatches int
+	batchCost  int           // PublisherConfig.BatchCost
+	batchAll   bool          // every run of several messages as atomic batches (tests)
 	open       chan struct{} // a token per atomic batch open, at most maxBatches
 	off        bool          // PublisherConfig.NoAtomicBatches
 	refused    atomic.Bool   // the server refused Nats-Msg-Id in a batch (2.12.0)
@@ -82,8 +85,8 @@ type streamFacts struct {
 	at      time.Time
 }
 
-func (b *batching) init(maxBatches int, off bool) {
-	b.maxBatches, b.off = maxBatches, off
+func (b *batching) init(maxBatches, batchCost int, off bool) {
+	b.maxBatches, b.batchCost, b.off = maxBatches, batchCost, off
 	b.open = make(chan struct{}, maxBatches)
 	b.size.Store(defaultBatchSize)
 	b.facts = make(map[string]streamFacts)
@@ -216,10 +219,12 @@ func (p *Publisher) forgetFacts(subject string) {
 	delete(p.facts, subject)
 }
 
-// publishRuns publishes msgs grouped by topic and key: a key's single
-// message asynchronously, as publishEach does, and each run of several
-// messages of one topic and key by publishRun, up to maxBatches runs at
-// once.
+// publishRuns publishes msgs grouped by topic and key, keeping
+// broker.OrderKeeper's promise. The longest runs of one key, as many as
+// pay for themselves (batched), go by publishRun in atomic batches, up to
+// maxBatches runs at once; every other run (a single message too) goes by
+// publishRounds, all keys at once, a message of a key after the
+// acknowledgement of the one before.
 func (p *Publisher) publishRuns(ctx context.Context, lk *lookups, msgs []courier.Message, errs []error) {
 	type topicKey struct{ topic, key string }
 	pos := make(map[topicKey]int, len(msgs))
@@ -233,13 +238,17 @@ func (p *Publisher) publishRuns(ctx context.Context, lk *lookups, msgs []courier
 		pos[k] = len(runs)
 		runs = append(runs, []int{i})
 	}
-	var singles []int
-	work := make(chan []int, len(runs))
+	var long, short [][]int
 	for _, r := range runs {
-		if len(r) == 1 {
-			singles = append(singles, r[0])
+		if len(r) > 1 && p.mayBatch(ctx, msgs, r) {
+			long = append(long, r)
 			continue
 		}
+		short = append(short, r)
+	}
+	long, short = p.batched(long, short)
+	work := make(chan []int, len(long))
+	for _, r := range long {
 		work <- r
 	}
 	close(work)
@@ -251,8 +260,68 @@ func (p *Publisher) publishRuns(ctx context.Context, lk *lookups, msgs []courier
 			}
 		})
 	}
-	p.publishEach(ctx, lk, msgs, singles, errs)
+	p.publishRounds(ctx, lk, msgs, short, errs)
 	wg.Wait()
+}
+
+// mayBatch reports whether run, the indexes of messages of one topic and
+// key, goes where an atomic batch may be sent: a server that takes them, a
+// stream known to allow them.
+func (p *Publisher) mayBatch(ctx context.Context, msgs []courier.Message, run []int) bool {
+	if !p.serverBatches() {
+		return false
+	}
+	facts, ok := p.streamFacts(ctx, &msgs[run[0]])
+	return ok && facts.atomic
+}
+
+// batched splits runs between atomic batches and rounds so that the call
+// takes least time: b batches cost the server about b × BatchCost round
+// trips, and the rounds as many round trips as the longest run left to
+// them, both at once. It returns the runs of candidates (which may go as
+// batches) to batch and the rest, with short, to send in rounds. Batching
+// the longest candidates first, the next one pays for itself while its
+// length exceeds the cost of the batches so far and its own.
+func (p *Publisher) batched(candidates, short [][]int) (batch, rounds [][]int) {
+	if p.batchAll {
+		return candidates, short
+	}
+	slices.SortStableFunc(candidates, func(a, b []int) int { return len(b) - len(a) })
+	n := 0
+	for n < len(candidates) && int64(len(candidates[n])) > int64(n+1)*int64(p.batchCost) {
+		n++
+	}
+	return candidates[:n], append(short, candidates[n:]...)
+}
+
+// publishRounds publishes runs, each the indexes of messages of one topic
+// and key, in rounds: a round publishes the next message of every run at
+// once and waits for their acknowledgements. A run's message is sent only
+// once the one before it is stored, so a key's order holds, and a message
+// that failed other than for good holds the rest of its run back. A round
+// costs one round trip, whatever the number of keys: runs shorter than
+// MinBatch take fewer round trips than the atomic batches' fixed cost on
+// the server.
+func (p *Publisher) publishRounds(ctx context.Context, lk *lookups, msgs []courier.Message, runs [][]int, errs []error) {
+	idx := make([]int, 0, len(runs))
+	for n := 0; len(runs) > 0; n++ {
+		idx = idx[:0]
+		for _, r := range runs {
+			idx = append(idx, r[n])
+		}
+		p.publishEach(ctx, lk, msgs, idx, errs)
+		next := runs[:0]
+		for _, r := range runs {
+			if err := errs[r[n]]; err != nil && !broker.Permanent(err) {
+				p.holdBack(msgs, r[n+1:], errs, err)
+				continue
+			}
+			if n+1 < len(r) {
+				next = append(next, r)
+			}
+		}
+		runs = next
+	}
 }
 
 // batchAction is what publishRun does after a batch.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -46,10 +48,14 @@ func atomicStream(t *testing.T, nc *natsgo.Conn, cfg jetstream.StreamConfig) (st
 	return cfg.Name, mapping
 }
 
+// newPublisher returns a Publisher that sends every run of several
+// messages of a key as atomic batches, whatever they cost, for the tests of
+// the batches themselves.
 func newPublisher(t *testing.T, nc *natsgo.Conn, mapping couriernats.Config) *couriernats.Publisher {
 	t.Helper()
 	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
 	testenv.Must(t, err, "publisher")
+	couriernats.BatchEveryRun(pub)
 	return pub
 }
 
@@ -175,6 +181,56 @@ func TestAtomicBatchesCarryAKeysRun(t *testing.T) {
 	}
 }
 
+// With the default BatchCost, a call's runs go as atomic batches only
+// while each saves more round trips than the batches cost: a hot key's
+// run of 600 and the next longest (200) as batches, a run of 40 and the
+// two-message runs of 300 keys in rounds, one message per key per round
+// trip; every key in order.
+func TestBatchCostSplitsRuns(t *testing.T) {
+	nc := testenv.Connect(t, currentServer(t))
+	stream, mapping := atomicStream(t, nc, jetstream.StreamConfig{AllowAtomicPublish: true})
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
+	testenv.Must(t, err, "publisher")
+	if !pub.KeepsKeyOrder() {
+		t.Fatalf("KeepsKeyOrder on nats-server %s with allow_atomic: false, want true", nc.ConnectedServerVersion())
+	}
+	runs := map[string][]courier.Message{"hot": run("hot", 600), "warm": run("warm", 200), "mild": run("mild", 40)}
+	for k := range 300 {
+		key := fmt.Sprintf("pair-%d", k)
+		runs[key] = run(key, 2)
+	}
+	// Interleaved as writers interleave them: each key's next message in
+	// turn.
+	var msgs []courier.Message
+	for n := 0; ; n++ {
+		added := false
+		for _, key := range slices.Sorted(maps.Keys(runs)) {
+			if n < len(runs[key]) {
+				msgs, added = append(msgs, runs[key][n]), true
+			}
+		}
+		if !added {
+			break
+		}
+	}
+	for i, err := range pub.Publish(context.Background(), msgs) {
+		if err != nil {
+			t.Fatalf("message %d (key %s): %v", i, msgs[i].Key, err)
+		}
+	}
+	got := rawStream(t, nc, stream)
+	if len(got) != len(msgs) {
+		t.Fatalf("%d messages stored, want %d", len(got), len(msgs))
+	}
+	want := map[string]int{"hot": 1, "warm": 1, "mild": 0, "pair-0": 0, "pair-299": 0}
+	for key, batches := range want {
+		inOrder(t, got, key, payloads(runs[key]))
+		if b, alone := batchesOf(got, key); b != batches || alone != len(runs[key])*(1-batches) {
+			t.Errorf("key %s: %d batches and %d messages alone, want %d batches", key, b, alone, batches)
+		}
+	}
+}
+
 // A batch the server refuses (the stream is full and discards new
 // messages) stores nothing, and nothing of its key after it is stored:
 // the first batch of the run is in the stream, the second is refused with an
@@ -232,6 +288,40 @@ func TestAtomicBatchAroundAPoisonMessage(t *testing.T) {
 	inOrder(t, got, "hot", payloads(want))
 	if batches, alone := batchesOf(got, "hot"); batches != 2 || alone != 0 {
 		t.Fatalf("%d batches, %d messages alone; want two batches around the rejected message", batches, alone)
+	}
+}
+
+// In rounds too (runs too short for an atomic batch to pay), a message
+// the stream refuses for good is rejected alone and its key goes on past
+// it, in order, while the other keys' runs are stored whole.
+func TestRoundsAroundAPoisonMessage(t *testing.T) {
+	nc := testenv.Connect(t, currentServer(t))
+	stream, mapping := atomicStream(t, nc, jetstream.StreamConfig{AllowAtomicPublish: true, MaxMsgSize: 4096})
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
+	testenv.Must(t, err, "publisher")
+	if !pub.KeepsKeyOrder() {
+		t.Fatal("KeepsKeyOrder: false, want true")
+	}
+	a, b := run("a", 6), run("b", 6)
+	a[2].Payload = make([]byte, 8192)
+	var msgs []courier.Message
+	for i := range a {
+		msgs = append(msgs, a[i], b[i])
+	}
+	errs := pub.Publish(context.Background(), msgs)
+	for i, err := range errs {
+		switch poison := msgs[i].ID == a[2].ID; {
+		case poison && !errors.Is(err, broker.ErrRejected):
+			t.Fatalf("oversize message: %v, want it rejected for good", err)
+		case !poison && err != nil:
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	got := rawStream(t, nc, stream)
+	inOrder(t, got, "a", payloads(slices.Delete(slices.Clone(a), 2, 3)))
+	inOrder(t, got, "b", payloads(b))
+	if batches, _ := batchesOf(got, "a"); batches != 0 {
+		t.Fatalf("key a: %d atomic batches, want its run in rounds", batches)
 	}
 }
 

@@ -90,54 +90,72 @@ func benchDrain(b *testing.B, keys int, noBatches bool) {
 // BenchmarkPublishRun measures one Publish call of 1,000 messages of 200
 // bytes, once KeepsKeyOrder has promised a key's order, into a file stream
 // on a current nats-server (a process with COURIER_TEST_NATS_SERVER, else
-// embedded): all on one key (one atomic batch) or on 1,000 keys (single
-// messages, published at once), with atomic batches allowed on the stream
-// or not (one key's run then goes one message per round trip).
+// embedded), over 1 to 1,000 keys (runs of 1,000 to 1 messages of a key),
+// every key's run sent as atomic batches, every one in rounds, or as the
+// default BatchCost splits them; and, with atomic batches not allowed on
+// the stream, in rounds.
 func BenchmarkPublishRun(b *testing.B) {
-	for _, keys := range []int{1000, 1} {
-		for _, atomic := range []bool{true, false} {
-			b.Run(fmt.Sprintf("keys=%d/atomic=%v", keys, atomic), func(b *testing.B) {
-				url := ""
-				if os.Getenv(testenv.EnvNATSServer) != "" {
-					url = testenv.StartNATSServer(b, testenv.NATSServerConfig{}).URL
-				} else {
-					url = testenv.EmbeddedNATS(b).ClientURL()
-				}
-				nc := testenv.Connect(b, url)
-				stream := testenv.Name("PR")
-				mapping := couriernats.Config{SubjectPrefix: stream + "."}
-				testenv.Must(b, couriernats.EnsureStream(context.Background(), nc, mapping, couriernats.StreamConfig{Name: stream}), "ensure stream")
-				pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
-				testenv.Must(b, err, "publisher")
-				if !pub.KeepsKeyOrder() {
-					b.Fatal("KeepsKeyOrder: false")
-				}
-				if !atomic {
-					js, err := jetstream.New(nc)
-					testenv.Must(b, err, "jetstream")
-					s, err := js.Stream(context.Background(), stream)
-					testenv.Must(b, err, "stream")
-					cfg := s.CachedInfo().Config
-					cfg.AllowAtomicPublish = false
-					_, err = js.UpdateStream(context.Background(), cfg)
-					testenv.Must(b, err, "update stream")
-				}
-				b.ResetTimer()
-				for range b.N {
-					b.StopTimer()
-					msgs := make([]courier.Message, 1000)
-					for i := range msgs {
-						msgs[i] = courier.NewMessage("events", fmt.Sprintf("key-%d", i%keys), "Numbered", make([]byte, 200))
-					}
-					b.StartTimer()
-					for i, err := range pub.Publish(context.Background(), msgs) {
-						if err != nil {
-							b.Fatalf("message %d: %v", i, err)
-						}
-					}
-				}
-				b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "msg/s")
+	modes := []struct {
+		name      string
+		batchCost int // 0: every run as batches
+		atomic    bool
+	}{
+		{"batches", 0, true},
+		{"rounds", 1 << 30, true},
+		{"default", couriernats.DefaultBatchCost, true},
+		{"no-atomic", couriernats.DefaultBatchCost, false},
+	}
+	for _, keys := range []int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} {
+		for _, mode := range modes {
+			b.Run(fmt.Sprintf("keys=%d/%s", keys, mode.name), func(b *testing.B) {
+				benchPublishRun(b, keys, mode.batchCost, mode.atomic)
 			})
 		}
 	}
+}
+
+func benchPublishRun(b *testing.B, keys, batchCost int, atomic bool) {
+	url := ""
+	if os.Getenv(testenv.EnvNATSServer) != "" {
+		url = testenv.StartNATSServer(b, testenv.NATSServerConfig{}).URL
+	} else {
+		url = testenv.EmbeddedNATS(b).ClientURL()
+	}
+	nc := testenv.Connect(b, url)
+	stream := testenv.Name("PR")
+	mapping := couriernats.Config{SubjectPrefix: stream + "."}
+	testenv.Must(b, couriernats.EnsureStream(context.Background(), nc, mapping, couriernats.StreamConfig{Name: stream}), "ensure stream")
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, BatchCost: batchCost})
+	testenv.Must(b, err, "publisher")
+	if batchCost == 0 {
+		couriernats.BatchEveryRun(pub)
+	}
+	if !pub.KeepsKeyOrder() {
+		b.Fatal("KeepsKeyOrder: false")
+	}
+	if !atomic {
+		js, err := jetstream.New(nc)
+		testenv.Must(b, err, "jetstream")
+		s, err := js.Stream(context.Background(), stream)
+		testenv.Must(b, err, "stream")
+		cfg := s.CachedInfo().Config
+		cfg.AllowAtomicPublish = false
+		_, err = js.UpdateStream(context.Background(), cfg)
+		testenv.Must(b, err, "update stream")
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		msgs := make([]courier.Message, 1000)
+		for i := range msgs {
+			msgs[i] = courier.NewMessage("events", fmt.Sprintf("key-%d", i%keys), "Numbered", make([]byte, 200))
+		}
+		b.StartTimer()
+		for i, err := range pub.Publish(context.Background(), msgs) {
+			if err != nil {
+				b.Fatalf("message %d: %v", i, err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "msg/s")
 }

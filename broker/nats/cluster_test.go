@@ -60,17 +60,37 @@ func TestReplicatedStream(t *testing.T) {
 	}
 }
 
+// publishMode is a way the relay hands a Publisher a key's messages.
+type publishMode struct {
+	name    string
+	cfg     couriernats.PublisherConfig // besides Config and AckTimeout
+	runs    bool                        // what KeepsKeyOrder must answer
+	batches bool                        // every run of several messages as atomic batches
+}
+
+// newPublisher returns a Publisher on nc with cfg (the mode's, with Config
+// and AckTimeout set) that sends runs as the mode does.
+func (m publishMode) newPublisher(t *testing.T, nc *natsgo.Conn, cfg couriernats.PublisherConfig) *couriernats.Publisher {
+	t.Helper()
+	pub, err := couriernats.NewPublisher(nc, cfg)
+	testenv.Must(t, err, "publisher")
+	if m.batches {
+		couriernats.BatchEveryRun(pub)
+	}
+	return pub
+}
+
 // publishModes are the ways the relay hands a Publisher a key's messages:
 // one per key per call, waiting for its acknowledgement before the next
 // (any publisher), or the key's run at once to a publisher that keeps key
-// order (broker.OrderKeeper: atomic batches on nats-server 2.12 and later).
-var publishModes = []struct {
-	name string
-	cfg  couriernats.PublisherConfig // besides Config and AckTimeout
-	runs bool                        // what KeepsKeyOrder must answer
-}{
-	{"one per key per call", couriernats.PublisherConfig{NoAtomicBatches: true}, false},
-	{"key runs", couriernats.PublisherConfig{}, true},
+// order (broker.OrderKeeper, on nats-server 2.12 and later), which sends
+// it in rounds (a message of the key per round trip, all keys at once) or
+// as atomic batches, as PublisherConfig.BatchCost decides: here each way
+// alone.
+var publishModes = []publishMode{
+	{name: "one per key per call", cfg: couriernats.PublisherConfig{NoAtomicBatches: true}},
+	{name: "key runs in rounds", cfg: couriernats.PublisherConfig{BatchCost: 1 << 30}, runs: true},
+	{name: "key runs as atomic batches", runs: true, batches: true},
 }
 
 // clusterFault breaks a three-node cluster while publishers write to an R3
@@ -259,8 +279,7 @@ func runClusterFault(t *testing.T, fault clusterFault) {
 		t.Cleanup(nc.Close)
 		cfg := mode.cfg
 		cfg.Config, cfg.AckTimeout = couriernats.Config{SubjectPrefix: fmt.Sprintf("r3.m%d.", i)}, 2*time.Second
-		pub, err := couriernats.NewPublisher(nc, cfg)
-		testenv.Must(t, err, "publisher")
+		pub := mode.newPublisher(t, nc, cfg)
 		if got := pub.KeepsKeyOrder(); got != mode.runs {
 			t.Fatalf("%s: KeepsKeyOrder is %v on %s; want %v", mode.name, got, nc.ConnectedServerVersion(), mode.runs)
 		}

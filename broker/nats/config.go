@@ -20,6 +20,7 @@ const (
 	DefaultAckTimeout    = 5 * time.Second
 	DefaultMaxPending    = 16384
 	DefaultMaxBatches    = 16
+	DefaultBatchCost     = 32
 	DefaultAckWait       = 30 * time.Second
 	DefaultMaxAckPending = 1000
 	DefaultPrefetch      = 100
@@ -141,6 +142,15 @@ type PublisherConfig struct {
 	// unless configured otherwise, and the relays of a stream share them
 	// (three relays take 48).
 	MaxBatches int
+	// BatchCost is what one atomic batch costs the server, counted in
+	// publish round trips. Publish sends a call's longest runs of one
+	// key's messages as atomic batches while each saves more round trips
+	// than the batches cost, and every other run in rounds: every key's
+	// next message at once, each waiting for the acknowledgement of the
+	// one before (see Publisher.Publish). Default DefaultBatchCost (32,
+	// measured on nats-server 2.15: about 4 ms of the server's time per
+	// small batch against 0.12 ms per round trip).
+	BatchCost int
 	// NoAtomicBatches turns atomic batches off: KeepsKeyOrder reports
 	// false, and the relay publishes a key's messages one round trip
 	// apart, as it does on servers older than 2.12. Default false.
@@ -151,6 +161,7 @@ func (c *PublisherConfig) setDefaults() {
 	setting.Default(&c.AckTimeout, DefaultAckTimeout)
 	setting.Default(&c.MaxPending, DefaultMaxPending)
 	setting.Default(&c.MaxBatches, DefaultMaxBatches)
+	setting.Default(&c.BatchCost, DefaultBatchCost)
 }
 
 func (c *PublisherConfig) validate() error {
@@ -159,6 +170,7 @@ func (c *PublisherConfig) validate() error {
 		setting.Positive("nats: PublisherConfig.AckTimeout", c.AckTimeout, DefaultAckTimeout),
 		setting.Positive("nats: PublisherConfig.MaxPending", c.MaxPending, DefaultMaxPending),
 		setting.Positive("nats: PublisherConfig.MaxBatches", c.MaxBatches, DefaultMaxBatches),
+		setting.Positive("nats: PublisherConfig.BatchCost", c.BatchCost, DefaultBatchCost),
 	)
 	if err == nil && c.CloudEvents != nil {
 		err = c.CloudEvents.Check("nats: PublisherConfig.CloudEvents")

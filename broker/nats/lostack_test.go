@@ -40,9 +40,10 @@ func newAckScene(t *testing.T, cfg couriernats.StreamConfig) *ackScene {
 }
 
 // publisher returns a Publisher connected through the proxy (or straight
-// to the server, direct), with cfg and an AckTimeout of a second, having asked
-// KeepsKeyOrder when runs is set and checked its answer.
-func (s *ackScene) publisher(t *testing.T, cfg couriernats.PublisherConfig, runs, direct bool) *couriernats.Publisher {
+// to the server, direct), of mode and with an AckTimeout of a second,
+// having asked KeepsKeyOrder when the mode's runs is set and checked its
+// answer.
+func (s *ackScene) publisher(t *testing.T, mode publishMode, direct bool) *couriernats.Publisher {
 	t.Helper()
 	url := s.proxy.URL(t, s.srv.URL)
 	if direct {
@@ -51,10 +52,10 @@ func (s *ackScene) publisher(t *testing.T, cfg couriernats.PublisherConfig, runs
 	nc, err := couriernats.Connect(url)
 	testenv.Must(t, err, "connect")
 	t.Cleanup(nc.Close)
+	cfg := mode.cfg
 	cfg.Config, cfg.AckTimeout = s.mapping, time.Second
-	pub, err := couriernats.NewPublisher(nc, cfg)
-	testenv.Must(t, err, "publisher")
-	if runs && !pub.KeepsKeyOrder() {
+	pub := mode.newPublisher(t, nc, cfg)
+	if mode.runs && !pub.KeepsKeyOrder() {
 		t.Fatalf("KeepsKeyOrder is false on nats-server %s", nc.ConnectedServerVersion())
 	}
 	return pub
@@ -91,7 +92,7 @@ func dropAnswer(n int) func(testenv.NATSAck) bool {
 func TestLostAckReordersAcknowledgementsNotTheStream(t *testing.T) {
 	ctx := context.Background()
 	s := newAckScene(t, couriernats.StreamConfig{Name: "LOSTACK"})
-	pub := s.publisher(t, couriernats.PublisherConfig{}, false, false)
+	pub := s.publisher(t, publishMode{}, false)
 	msgs := messages("k0", 3)
 	s.proxy.DropAcks(dropAnswer(2))
 	errs := pub.Publish(ctx, msgs)
@@ -128,7 +129,7 @@ func TestLostAckReordersAcknowledgementsNotTheStream(t *testing.T) {
 // Publisher does exactly that when an answer is lost.
 func TestRoundsCatchABrokenPromise(t *testing.T) {
 	s := newAckScene(t, couriernats.StreamConfig{Name: "LOSTACK"})
-	pub := s.publisher(t, couriernats.PublisherConfig{NoAtomicBatches: true}, false, false)
+	pub := s.publisher(t, publishMode{cfg: couriernats.PublisherConfig{NoAtomicBatches: true}}, false)
 	s.proxy.DropAcks(dropAnswer(1))
 	var progress atomic.Int64
 	out := rounds{pub: pub, runs: true, most: 5, keys: 1, topic: "t"}.publish(context.Background(), 5, &progress)
@@ -154,7 +155,7 @@ func TestLostAckKeepsKeyOrder(t *testing.T) {
 		for _, n := range []int{1, 2, 3} {
 			t.Run(fmt.Sprintf("%s/answer %d lost", mode.name, n), func(t *testing.T) {
 				s := newAckScene(t, couriernats.StreamConfig{Name: "LOSTACK"})
-				pub := s.publisher(t, mode.cfg, mode.runs, false)
+				pub := s.publisher(t, mode, false)
 				s.proxy.DropAcks(dropAnswer(n))
 				var progress atomic.Int64
 				// Three keys of five messages: one call holds each key's
@@ -202,26 +203,28 @@ func TestHeldPublishLandsAsADuplicate(t *testing.T) {
 				name = mode.name + "/beyond the duplicate window"
 			}
 			t.Run(name, func(t *testing.T) {
-				heldPublish(t, mode.cfg, mode.runs, beyond)
+				heldPublish(t, mode, beyond)
 			})
 		}
 	}
 }
 
 // heldPublish publishes a key's first message (its first three, as a run,
-// when runs is set) through a frozen proxy, publishes the whole key again
-// on another connection, thaws the proxy, and checks what the held copy
-// became, with a duplicate window the held copy arrives within or, when
-// beyond is set, after.
-func heldPublish(t *testing.T, cfg couriernats.PublisherConfig, runs, beyond bool) {
+// when the mode hands runs) through a frozen proxy, publishes the whole key
+// again on another connection, thaws the proxy, and checks what the held
+// copy became, with a duplicate window the held copy arrives within or,
+// when beyond is set, after. A run in rounds sends only its first message
+// before the proxy holds it; as an atomic batch, all three.
+func heldPublish(t *testing.T, mode publishMode, beyond bool) {
+	runs := mode.runs
 	ctx := context.Background()
 	window := time.Minute
 	if beyond {
 		window = 500 * time.Millisecond
 	}
 	s := newAckScene(t, couriernats.StreamConfig{Name: "HELD", Duplicates: window})
-	held := s.publisher(t, cfg, runs, false)
-	again := s.publisher(t, cfg, runs, true)
+	held := s.publisher(t, mode, false)
+	again := s.publisher(t, mode, true)
 	// Warm up: the subject is bound for both, and a run learns whether the
 	// stream takes atomic batches.
 	warm := messages("w", 1)
@@ -237,6 +240,10 @@ func heldPublish(t *testing.T, cfg couriernats.PublisherConfig, runs, beyond boo
 	first := key[:1]
 	if runs {
 		first = key[:3]
+	}
+	sent := first[:1] // what reaches the proxy before it holds the rest
+	if mode.batches {
+		sent = first
 	}
 	answered := len(s.proxy.Acks())
 	s.proxy.Freeze()
@@ -270,15 +277,15 @@ func heldPublish(t *testing.T, cfg couriernats.PublisherConfig, runs, beyond boo
 	switch {
 	case beyond:
 		// Stored again, after the key's last message.
-		if answer.Error != nil || answer.Duplicate || dups != len(first) {
-			t.Errorf("held copy answered %v, %d duplicates in the stream; want it stored again, %d duplicates", answer, dups, len(first))
+		if answer.Error != nil || answer.Duplicate || dups != len(sent) {
+			t.Errorf("held copy answered %v, %d duplicates in the stream; want it stored again, %d duplicates", answer, dups, len(sent))
 		}
-		for i, m := range got[len(got)-len(first):] {
-			if m.ID != first[i].ID {
-				t.Errorf("stream position %d holds %s; want the held copy of %s", len(got)-len(first)+i, m.ID, first[i].ID)
+		for i, m := range got[len(got)-len(sent):] {
+			if m.ID != sent[i].ID {
+				t.Errorf("stream position %d holds %s; want the held copy of %s", len(got)-len(sent)+i, m.ID, sent[i].ID)
 			}
 		}
-	case runs:
+	case mode.batches:
 		// The batch refused whole: it holds message ids the stream has.
 		if answer.Error == nil || answer.Error.ErrCode != 10201 || dups != 0 {
 			t.Errorf("held batch answered %v, %d duplicates in the stream; want error 10201 (a message id the stream holds), none", answer, dups)

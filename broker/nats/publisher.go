@@ -61,7 +61,7 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
 	p := &Publisher{js: js, cfg: cfg.Config, ce: cfg.CloudEvents.Clone(), lookup: min(cfg.AckTimeout, maxLookup), bound: make(map[string]struct{})}
-	p.batching.init(cfg.MaxBatches, cfg.NoAtomicBatches)
+	p.batching.init(cfg.MaxBatches, cfg.BatchCost, cfg.NoAtomicBatches)
 	return p, nil
 }
 
