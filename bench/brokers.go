@@ -91,16 +91,22 @@ func brokerLabel(name string) string {
 	return name
 }
 
-// brokerKeys are the key counts of the brokers section's two drains per
-// broker, the one-key drain right after the 10,000-key one.
-var brokerKeys = []int{10000, 1}
+// sweepKeys are the key counts a drain of the brokers and cdc sections may
+// spread its messages over (-keys), interleaved as writers interleave
+// them: message i has key i mod keys.
+var sweepKeys = []int{1, 2, 10, 100, 500, 1000, 10000, 100000}
+
+// drainKeys are the key counts of the drains of the brokers and cdc
+// sections, in the order they run (-keys): by default 10,000 keys, then
+// one.
+var drainKeys = []int{10000, 1}
 
 // brokerFigures are the brokers section's figures, one set per key count;
 // their cells are keyed by broker name. CPU is per message, in
 // microseconds.
 var brokerFigures = func() []Figure {
 	var figs []Figure
-	for _, k := range brokerKeys {
+	for _, k := range sweepKeys {
 		figs = append(figs,
 			Figure{ID: brokerFigure("drain", k), Section: "brokers", Label: "Drain", Unit: "msg/s", Digits: -1},
 			Figure{ID: brokerFigure("cpu_relay", k), Section: "brokers", Label: "Relay process CPU", Unit: "µs/msg", LowerIsBetter: true, Digits: 1},
@@ -111,6 +117,14 @@ var brokerFigures = func() []Figure {
 	}
 	return figs
 }()
+
+// keysText is a key count as the tables say it: "1 key", "10,000 keys".
+func keysText(keys int) string {
+	if keys == 1 {
+		return "1 key"
+	}
+	return thousands(int64(keys)) + " keys"
+}
 
 // brokerFigure is the ID of the brokers section's figure what for drains
 // over keys keys.
@@ -530,15 +544,15 @@ func rabbitMQVersion(amqpURL string) string {
 }
 
 // renderBrokers renders the brokers section's table: per broker, a row for
-// the drain over 10,000 keys and one for the drain on one key, with the
-// ratio of their medians.
+// the drain over each key count (-keys), with its ratio to the drain over
+// 10,000 keys.
 func renderBrokers(sb *strings.Builder, fn *footnotes, res *Results, cfg config) {
 	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
 	w("Courier's relay drain per broker (PostgreSQL outbox, %s messages per drain; CPU per message, µs):\n\n", thousands(int64(cfg.brokersN)))
-	w("| Broker | Keys | Drain (msg/s, ↑ better) | 1 key ÷ 10,000 keys | Messages per broker call | Relay process CPU (µs/msg, ↓ better) | PostgreSQL backends' CPU (µs/msg, ↓ better) | Broker's (receiver's) CPU (µs/msg, ↓ better) |\n")
+	w("| Broker | Keys | Drain (msg/s, ↑ better) | ÷ 10,000 keys | Messages per broker call | Relay process CPU (µs/msg, ↓ better) | PostgreSQL backends' CPU (µs/msg, ↓ better) | Broker's (receiver's) CPU (µs/msg, ↓ better) |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, br := range cfg.brokers {
-		for i, k := range brokerKeys {
+		for i, k := range drainKeys {
 			name := brokerLabel(br)
 			if i > 0 {
 				name = ""
@@ -551,9 +565,9 @@ func renderBrokers(sb *strings.Builder, fn *footnotes, res *Results, cfg config)
 				return s
 			}
 			ratio := ""
-			if k != brokerKeys[0] {
+			if k != 10000 {
 				one, ok1 := res.Stat(brokerFigure("drain", k), br)
-				many, ok2 := res.Stat(brokerFigure("drain", brokerKeys[0]), br)
+				many, ok2 := res.Stat(brokerFigure("drain", 10000), br)
 				if ok1 && ok2 && many.Median > 0 {
 					ratio = ratioText(one.Median / many.Median)
 				}
@@ -597,7 +611,7 @@ func brokerSettingsText(cfg config) string {
   verifies each request (`+"`"+`webhook.Verifier`+"`"+`) and answers 204, with Courier's webhook publisher (16 requests in flight per
   batch, one key's messages one at a time). Afterwards the broker must hold exactly the messages written (stream count, the
   topic's end offsets, the queue's depth, the distinct webhook-ids and requests received) and the outbox must be empty; a cell is
-  flagged otherwise. The 1 key ÷ 10,000 keys column divides the medians. CPU per message: the relay child's user+sys time, the
+  flagged otherwise. The ÷ 10,000 keys column divides the medians. CPU per message: the relay child's user+sys time, the
   PostgreSQL backends serving it, and the broker's process (nats-server, RabbitMQ's beam.smp; for kfake and the webhook receiver,
   the parent process), each over the drain.
 `, thousands(int64(cfg.brokersN)), thousands(int64(cfg.brokersN)), kafkaPartitions)

@@ -48,7 +48,7 @@ const cdcSlotPrefix = "bench_cdc_"
 
 // cdcFigures are the cdc section's figures, keyed by cdcPolling and
 // cdcLog (the write path's by reference).
-var cdcFigures = []Figure{
+var cdcFigures = append(cdcDrainFigures(), []Figure{
 	{ID: "cdc_lat1000_p50", Section: "cdc", Label: "Commit→publish p50 @ 1,000 msg/s", Unit: "ms", LowerIsBetter: true, Digits: 2},
 	{ID: "cdc_lat1000_p99", Section: "cdc", Label: "Commit→publish p99 @ 1,000 msg/s", Unit: "ms", LowerIsBetter: true, Digits: 2},
 	{ID: "cdc_lat1000_p999", Section: "cdc", Label: "Commit→publish p999 @ 1,000 msg/s", Unit: "ms", LowerIsBetter: true, Digits: 2},
@@ -57,8 +57,6 @@ var cdcFigures = []Figure{
 	{ID: "cdc_lat5000_p99", Section: "cdc", Label: "Commit→publish p99 @ 5,000 msg/s", Unit: "ms", LowerIsBetter: true, Digits: 2},
 	{ID: "cdc_lat5000_p999", Section: "cdc", Label: "Commit→publish p999 @ 5,000 msg/s", Unit: "ms", LowerIsBetter: true, Digits: 2},
 	{ID: "cdc_lat5000_offered", Section: "cdc", Label: "Load actually offered (committed) @ 5,000 msg/s target", Unit: "msg/s", Digits: -1},
-	{ID: "cdc_drain_keys10000", Section: "cdc", Label: "Drain, 10,000 keys", Unit: "msg/s", Digits: -1},
-	{ID: "cdc_drain_keys1", Section: "cdc", Label: "Drain, 1 key", Unit: "msg/s", Digits: -1},
 	{ID: "cdc_cpu_pg_drain", Section: "cdc", Label: "PostgreSQL CPU per 100k msgs, draining 10,000 keys", Unit: "s", LowerIsBetter: true, Digits: 2},
 	{ID: "cdc_cpu_pg_lat1000", Section: "cdc", Label: "PostgreSQL CPU per 100k msgs, steady @ 1,000 msg/s", Unit: "s", LowerIsBetter: true, Digits: 2},
 	{ID: "cdc_cpu_pg_lat5000", Section: "cdc", Label: "PostgreSQL CPU per 100k msgs, steady @ 5,000 msg/s", Unit: "s", LowerIsBetter: true, Digits: 2},
@@ -70,6 +68,15 @@ var cdcFigures = []Figure{
 	{ID: "cdc_write_table_pipelined", Section: "cdc", Label: "Insert + outbox row pipelined (`postgres.QueueMessages`), 8 writers", Unit: "tx/s", Digits: -1},
 	{ID: "cdc_write_logonly", Section: "cdc", Label: "Insert + table-less message (`postgres.LogOnly`), 8 writers", Unit: "tx/s", Digits: -1},
 	{ID: "cdc_write_logonly_pipelined", Section: "cdc", Label: "Insert + table-less message pipelined (`postgres.QueueLogMessages`), 8 writers", Unit: "tx/s", Digits: -1},
+}...)
+
+// cdcDrainFigures are the cdc section's drains, one per key count.
+func cdcDrainFigures() []Figure {
+	var figs []Figure
+	for _, k := range sweepKeys {
+		figs = append(figs, Figure{ID: fmt.Sprintf("cdc_drain_keys%d", k), Section: "cdc", Label: "Drain, " + keysText(k), Unit: "msg/s", Digits: -1})
+	}
+	return figs
 }
 
 // runCDC runs the cdc section once.
@@ -77,7 +84,7 @@ func (b *Bench) runCDC(ctx context.Context, try func(string, func() error)) {
 	b.dropCDCLeftovers(ctx)
 	defer b.dropCDCLeftovers(context.WithoutCancel(ctx))
 	modes := []string{cdcPolling, cdcLog}
-	for _, keys := range []int{10000, 1} {
+	for _, keys := range drainKeys {
 		for _, m := range modes {
 			if slices.Contains(b.cfg.cdcParts, "drain") {
 				try(fmt.Sprintf("cdc: drain %s, %d keys", m, keys), func() error { return b.cdcDrain(ctx, m, keys) })
@@ -456,9 +463,9 @@ func renderCDC(sb *strings.Builder, fn *footnotes, res *Results, runs int, n int
 		f      Figure
 		target string
 	}
-	rows := []row{
-		{figureByID("cdc_drain_keys10000"), ""},
-		{figureByID("cdc_drain_keys1"), ""},
+	var rows []row
+	for _, k := range drainKeys {
+		rows = append(rows, row{figureByID(fmt.Sprintf("cdc_drain_keys%d", k)), ""})
 	}
 	for _, rate := range []int{1000, 5000} {
 		for _, p := range []string{"p50", "p99", "p999"} {

@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -63,6 +64,7 @@ type config struct {
 
 	drainN              int
 	brokersN            int
+	keysChart           string // -keys-chart
 	limitsN             int
 	syncN               int
 	rates               []int
@@ -122,7 +124,17 @@ func main() {
 	flag.IntVar(&latencyWriters, "latency-writers", latencyWriters, "writer goroutines sharing the offered load in the latency section")
 	flag.StringVar(&latencySyncCommit, "latency-sync-commit", latencySyncCommit, "synchronous_commit of the latency section's writer sessions (on holds commits until the WAL is flushed)")
 	flag.IntVar(&cfg.drainN, "n", 0, "messages per drain (default 100000, 10000 with -quick)")
+	keys := flag.String("keys", "10000,1", "comma-separated key counts of the drains of the brokers and cdc sections, from "+joinInts(sweepKeys))
+	flag.StringVar(&cfg.keysChart, "keys-chart", "keys.png", "PNG chart of the drains over 3 key counts or more to write (brokers and cdc sections)")
 	flag.Parse()
+	drainKeys = nil
+	for _, k := range splitList(*keys) {
+		n, err := strconv.Atoi(k)
+		if err != nil || !slices.Contains(sweepKeys, n) {
+			fatalf("-keys: %q is not one of %s", k, joinInts(sweepKeys))
+		}
+		drainKeys = append(drainKeys, n)
+	}
 
 	if *role != "" {
 		child := map[string]func(string) error{"drain": childDrain, "tenants": childTenants, "instance": childInstance}[*role]
@@ -252,6 +264,11 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("chart: %w", err)
 		}
 	}
+	if cfg.keysChart != "" && len(drainKeys) >= 3 {
+		if err := writeKeysChart(cfg.keysChart, b.results, cfg); err != nil {
+			return fmt.Errorf("keys chart: %w", err)
+		}
+	}
 	report := renderReport(info, cfg, b.results, b.failed)
 	if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
 		return err
@@ -311,7 +328,7 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		}
 	case "brokers":
 		for _, br := range rotate(b.cfg.brokers, run-1) {
-			for _, keys := range brokerKeys {
+			for _, keys := range drainKeys {
 				try(fmt.Sprintf("broker drain courier to %s, %d keys", br, keys), func() error { return b.runBrokerDrain(ctx, br, keys) })
 			}
 		}

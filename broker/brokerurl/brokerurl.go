@@ -123,6 +123,10 @@ type URL struct {
 	Kafka kafka.Config
 	// AMQP is the RabbitMQ configuration of an AMQP URL.
 	AMQP amqp.Config
+	// NATS is the publisher's configuration of a NATS URL (its query:
+	// see couriernats.ParseURL), and NATSServers the URL without it.
+	NATS        couriernats.PublisherConfig
+	NATSServers string
 	// WebhookSecrets are the secrets that sign a webhook URL's requests
 	// (Options.WebhookSecrets, or those of the environment variable).
 	WebhookSecrets []string
@@ -151,7 +155,13 @@ func Parse(raw string, opts Options) (URL, error) {
 		return URL{}, fmt.Errorf("%s %q is not a broker URL: use %s", opts.flag(), u.Where, Forms)
 	case "nats", "tls":
 		u.Kind = NATS
-		for _, s := range strings.Split(raw, ",") {
+		servers, cfg, err := couriernats.ParseURL(raw)
+		if err != nil {
+			return URL{}, fmt.Errorf("%s %q is not a NATS URL (%s): use nats://host:4222, several comma-separated, and optionally ?%s",
+				opts.flag(), u.Where, strings.TrimPrefix(redactIn(err.Error(), raw), "nats: "), strings.ReplaceAll(couriernats.URLParams, ", ", "=…&"))
+		}
+		u.NATS, u.NATSServers = cfg, servers
+		for _, s := range strings.Split(servers, ",") {
 			if p, err := url.Parse(strings.TrimSpace(s)); err != nil || p.Host == "" {
 				return URL{}, fmt.Errorf("%s %q is not a NATS URL: use nats://host:4222, several comma-separated", opts.flag(), u.Where)
 			}
@@ -276,7 +286,7 @@ func openNATS(ctx context.Context, b *Broker, u URL, opts Options) error {
 			}),
 			natsgo.ReconnectHandler(func(*natsgo.Conn) { log.Info("broker reconnected") }))
 	}
-	nc, err := couriernats.Connect(u.Raw, nopts...)
+	nc, err := couriernats.Connect(u.NATSServers, nopts...)
 	if err != nil {
 		return fmt.Errorf("cannot reach NATS at %s: %v; check %s and that nats-server runs with JetStream (-js)",
 			u.Where, oneLine(redactIn(err.Error(), u.Raw)), opts.check())
@@ -288,7 +298,9 @@ func openNATS(ctx context.Context, b *Broker, u URL, opts Options) error {
 			return serr
 		}
 	}
-	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: opts.NATS})
+	cfg := u.NATS
+	cfg.Config = opts.NATS
+	pub, err := couriernats.NewPublisher(nc, cfg)
 	if err != nil {
 		nc.Close()
 		return err

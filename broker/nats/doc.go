@@ -66,11 +66,24 @@
 // reports true when the connected server's version (from its INFO) is 2.12
 // or later and every stream that captures the publisher's subjects allows
 // atomic publish (looked up at most every 30 seconds); the relay then hands
-// Publish each key's run of messages at once. Publish sends a key's run as
-// atomic batches, each waiting for the acknowledgement of the one before, up
-// to PublisherConfig.MaxBatches keys' batches at once, and a key's single
-// message as it always did. A batch is stored whole or not at all; when one
-// fails, the key's later messages in the call are not sent: they fail with
+// Publish each key's run of messages at once. Publish sends each run one of
+// two ways, both keeping the key's order:
+//
+//   - As atomic batches, each waiting for the acknowledgement of the one
+//     before, up to PublisherConfig.MaxBatches keys' batches at once. A
+//     batch saves round trips but costs the server a fixed time of its own,
+//     about 2 to 9 ms of CPU on nats-server 2.15 however small the batch.
+//   - In rounds: every such key's next message at once, each sent only
+//     after the acknowledgement of the key's message before it. A round
+//     costs one round trip, whatever the number of keys.
+//
+// A call's longest runs go as batches while each saves more round trips
+// than the batches so far and its own cost (PublisherConfig.BatchCost, in
+// round trips); every other run, single messages included, goes in
+// rounds, at the same time. One hot key's run of 1,000 is one batch; 500
+// keys of two messages each are two rounds, not 500 batches. A batch is
+// stored whole or not at all; when a batch or a message fails, the key's
+// later messages in the call are not sent: they fail with
 // broker.ErrUnavailable ("held back"). The promise holds even where batches
 // are not to be had after all (a stream whose allow_atomic was turned off, a
 // reconnect to an older server): the run then goes one message after the

@@ -70,9 +70,9 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 func (p *Publisher) toNATS(m *courier.Message) *natsgo.Msg { return p.cfg.natsMsg(m, p.ce) }
 
 // Publish implements broker.Publisher. Once KeepsKeyOrder has reported
-// true, it publishes each topic and key's run of several messages in the
-// call as atomic batches, keeping the key's order (see the package
-// documentation); every other message is published at once, as below.
+// true, it publishes each topic and key's run of messages in the call as
+// atomic batches or in rounds, as BatchCost weighs them, keeping the key's
+// order (see the package documentation).
 // Until then, hand it at most one message per key per call, waiting for
 // its answer before the next, as the relay does: of several messages of a
 // key published at once, a later one may be stored when an earlier one

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -277,4 +279,60 @@ func TestRelayToNATSClusterReplicated(t *testing.T) {
 		t.Fatalf("stream %s: %d replicas configured, peers %v; want 3", stream, sc.Size, sc.Replicas)
 	}
 	testenv.CheckDelivery(t, written, c.StreamMessages(stream, couriernats.Config{SubjectPrefix: prefix}))
+}
+
+// The publisher's settings of a NATS URL's query reach the relay's
+// publisher: with batch_cost=1 a claim's key runs (25 messages of each of
+// 4 keys) go as atomic batches on a current server, with
+// atomic_batches=off none does, and an unknown parameter stops the relay
+// with a message naming it.
+func TestRelayToNATSBatchSettings(t *testing.T) {
+	url := testenv.EmbeddedNATS(t).ClientURL()
+	if os.Getenv(testenv.EnvNATSServer) != "" {
+		url = testenv.StartNATSServer(t, testenv.NATSServerConfig{}).URL
+	}
+	for _, c := range []struct {
+		query   string
+		batched bool
+	}{{"?batch_cost=1&max_batches=2", true}, {"?atomic_batches=off", false}} {
+		t.Run(c.query, func(t *testing.T) {
+			stream := testenv.Name("BS")
+			prefix := strings.ToLower(stream) + "."
+			written, _ := relayOutbox(t, url+c.query, nil, "--stream", stream, "--subject-prefix", prefix)
+			nc := testenv.Connect(t, url)
+			testenv.CheckDelivery(t, written, testenv.StreamMessages(t, nc, stream, couriernats.Config{SubjectPrefix: prefix}))
+			if n := batchedMessages(t, nc, stream, len(written)); (n > 0) != c.batched {
+				t.Fatalf("%d of %d messages came in atomic batches; want batches: %v", n, len(written), c.batched)
+			}
+		})
+	}
+	code, _, errOut := runCLI(t, "relay", "--database-url", "sqlite://"+filepath.Join(t.TempDir(), "x.db"), "--broker-url", url+"?batch=1")
+	if code == 0 || !strings.Contains(errOut, `unknown parameter "batch" (known: batch_cost, max_batches, atomic_batches=off)`) {
+		t.Fatalf("relay with an unknown NATS URL parameter: exit %d, %q", code, errOut)
+	}
+}
+
+// batchedMessages reads the stream's first n messages and counts those that
+// came in an atomic batch (the header Nats-Batch-Id).
+func batchedMessages(t *testing.T, nc *natsgo.Conn, stream string, n int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	testenv.Must(t, err, "jetstream")
+	c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	testenv.Must(t, err, "consumer")
+	batched := 0
+	for read := 0; read < n; {
+		msgs, err := c.Fetch(n-read, jetstream.FetchContext(ctx))
+		testenv.Must(t, err, "fetch")
+		for m := range msgs.Messages() {
+			read++
+			if m.Headers().Get("Nats-Batch-Id") != "" {
+				batched++
+			}
+		}
+		testenv.Must(t, msgs.Error(), "fetch")
+	}
+	return batched
 }
