@@ -41,12 +41,13 @@ func writeKeysChart(path string, res *Results, cfg config) error {
 	for _, m := range []string{cdcPolling, cdcLog} {
 		lines = append(lines, line{"cdc section: " + m, func(k int) string { return fmt.Sprintf("cdc_drain_keys%d", k) }, m})
 	}
-	drawn := 0
+	drawn, top := 0, 0.0
 	for _, l := range lines {
 		var pts plotter.XYs
 		for _, k := range keys {
 			if st, ok := res.Stat(l.id(k), l.cell); ok && st.Median > 0 {
 				pts = append(pts, plotter.XY{X: float64(k), Y: st.Median})
+				top = max(top, st.Median)
 			}
 		}
 		if len(pts) < 2 {
@@ -66,6 +67,7 @@ func writeKeysChart(path string, res *Results, cfg config) error {
 	if drawn == 0 {
 		return nil
 	}
+	p.Y.Max = top * (1.15 + 0.06*float64(drawn)) // room for the legend above the lines
 	img := vgimg.New(vg.Points(900), vg.Points(520))
 	p.Draw(draw.New(img))
 	f, err := os.Create(path)
