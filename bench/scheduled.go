@@ -43,6 +43,9 @@ var (
 	// scheduledWindow is how long the precision run writes scheduled
 	// messages (0: 20 s, 5 s with -quick).
 	scheduledWindow time.Duration
+	// scheduledRelays is how many relays publish the precision run's
+	// messages, sharing its outbox.
+	scheduledRelays = 1
 )
 
 const (
@@ -82,6 +85,7 @@ const (
 func init() {
 	flag.IntVar(&scheduledRows, "scheduled-rows", 0, "messages due next week in the scheduled section's big schedule (default 1000000, 100000 with -quick)")
 	flag.DurationVar(&scheduledWindow, "scheduled-window", 0, "how long the scheduled section's precision run writes scheduled messages (default 20s, 5s with -quick)")
+	flag.IntVar(&scheduledRelays, "scheduled-relays", scheduledRelays, "relays sharing the scheduled section's precision run")
 }
 
 // Cell keys of the big schedule's figures: the schema with an empty
@@ -176,12 +180,14 @@ func (b *Bench) scheduledPrecision(ctx context.Context) error {
 		return err
 	}
 	defer wpool.Close()
-	r, err := sys.StartRelay(ctx, env)
-	if err != nil {
-		return err
+	for range max(scheduledRelays, 1) {
+		r, err := sys.StartRelay(ctx, env)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = r.Stop() }()
 	}
-	defer func() { _ = r.Stop() }()
-	time.Sleep(500 * time.Millisecond) // let the relay go idle
+	time.Sleep(500 * time.Millisecond) // let the relays go idle
 
 	w := outbox.New(postgres.Pgx(), outbox.Config{})
 	total := int(float64(scheduledRate) * window.Seconds())
@@ -648,7 +654,7 @@ func ratioRuns(id string) int {
 func scheduledSettingsText(cfg config) string {
 	rows, window, cycles := scheduledSizes(cfg)
 	return fmt.Sprintf(`- **Scheduled messages, precision** (Courier alone, PostgreSQL): a fresh schema (`+"`postgres.Driver`"+`'s `+"`Migrate`"+`) and
-  stream; one relay in this process (the drain section's: `+"`relay.New`"+` with default settings and the LISTEN/NOTIFY notifier, Courier's
+  stream; %d relay(s) in this process sharing the outbox (-scheduled-relays; the drain section's: `+"`relay.New`"+` with default settings and the LISTEN/NOTIFY notifier, Courier's
   JetStream publisher); after 500 ms a pacer offers %s messages a second for %s to %d writer goroutines, each transaction one
   `+"`outbox.Writer.Schedule(ctx, tx, outbox.At(due), msg)`"+` with due a uniformly random %s–%s after the write begins (to the
   microsecond, as the database stores it). After the last due time the bench waits up to %s for every message, then reads the
@@ -666,7 +672,7 @@ func scheduledSettingsText(cfg config) string {
   section's relay); the stream must hold all of them, and the schedule must still hold all its messages at the end. The schema
   without the schedule goes first in odd runs. The target: with ÷ without at most %.1f× for the claim cycle's p50 and for the drains'
   total time, per run.
-`, thousands(scheduledRate), window, latencyWriters, scheduledMinDelay, scheduledMaxDelay, scheduledArrivalTimeout,
+`, max(scheduledRelays, 1), thousands(scheduledRate), window, latencyWriters, scheduledMinDelay, scheduledMaxDelay, scheduledArrivalTimeout,
 		thousands(int64(rows)), thousands(scheduledFillChunk), advClaimWarmup, scheduledClaimBlocks, cycles, scheduledDrains,
 		thousands(int64(cfg.drainN)), scheduledCostTarget)
 }
