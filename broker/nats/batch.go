@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -221,7 +222,7 @@ func (p *Publisher) forgetFacts(subject string) {
 
 // publishRuns publishes msgs grouped by topic and key, keeping
 // broker.OrderKeeper's promise. The longest runs of one key, as many as
-// pay for themselves (batched), go by publishRun in atomic batches, up to
+// pay for themselves (see batched), go by publishRun in atomic batches, up to
 // maxBatches runs at once; every other run (a single message too) goes by
 // publishRounds, all keys at once, a message of a key after the
 // acknowledgement of the one before.
@@ -276,22 +277,31 @@ func (p *Publisher) mayBatch(ctx context.Context, msgs []courier.Message, run []
 }
 
 // batched splits runs between atomic batches and rounds so that the call
-// takes least time: b batches cost the server about b × BatchCost round
-// trips, and the rounds as many round trips as the longest run left to
-// them, both at once. It returns the runs of candidates (which may go as
-// batches) to batch and the rest, with short, to send in rounds. Batching
-// the longest candidates first, the next one pays for itself while its
-// length exceeds the cost of the batches so far and its own.
+// costs the server least: b batches cost about b × BatchCost round trips,
+// and the rounds as many round trips as the longest run left to them (both
+// share the server, so their costs add up). It returns the runs of
+// candidates (which may go as batches) to batch, the longest ones, and the
+// rest, with short, to send in rounds.
 func (p *Publisher) batched(candidates, short [][]int) (batch, rounds [][]int) {
 	if p.batchAll {
 		return candidates, short
 	}
 	slices.SortStableFunc(candidates, func(a, b []int) int { return len(b) - len(a) })
-	n := 0
-	for n < len(candidates) && int64(len(candidates[n])) > int64(n+1)*int64(p.batchCost) {
-		n++
+	longestShort := 0
+	for _, r := range short {
+		longestShort = max(longestShort, len(r))
 	}
-	return candidates[:n], append(short, candidates[n:]...)
+	best, least := 0, math.MaxInt
+	for n := 0; n <= len(candidates); n++ {
+		cost := n*p.batchCost + longestShort
+		if n < len(candidates) {
+			cost = n*p.batchCost + max(len(candidates[n]), longestShort)
+		}
+		if cost < least {
+			best, least = n, cost
+		}
+	}
+	return candidates[:best], append(short, candidates[best:]...)
 }
 
 // publishRounds publishes runs, each the indexes of messages of one topic

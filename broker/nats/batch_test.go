@@ -181,11 +181,11 @@ func TestAtomicBatchesCarryAKeysRun(t *testing.T) {
 	}
 }
 
-// With the default BatchCost, a call's runs go as atomic batches only
-// while each saves more round trips than the batches cost: a hot key's
-// run of 600 and the next longest (200) as batches, a run of 40 and the
-// two-message runs of 300 keys in rounds, one message per key per round
-// trip; every key in order.
+// With the default BatchCost (48 round trips a batch), a call's runs are
+// split where batches and rounds cost least together: a hot key's run of
+// 600 and the next longest (200) as batches (2 × 48 + 40 round trips), a
+// run of 40 and the two-message runs of 300 keys in rounds, one message
+// per key per round trip; every key in order.
 func TestBatchCostSplitsRuns(t *testing.T) {
 	nc := testenv.Connect(t, currentServer(t))
 	stream, mapping := atomicStream(t, nc, jetstream.StreamConfig{AllowAtomicPublish: true})

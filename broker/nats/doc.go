@@ -77,10 +77,10 @@
 //     after the acknowledgement of the key's message before it. A round
 //     costs one round trip, whatever the number of keys.
 //
-// A call's longest runs go as batches while each saves more round trips
-// than the batches so far and its own cost (PublisherConfig.BatchCost, in
-// round trips); every other run, single messages included, goes in
-// rounds, at the same time. One hot key's run of 1,000 is one batch; 500
+// A call's longest runs go as batches and every other run, single
+// messages included, in rounds, at the same time, split where the batches'
+// cost (PublisherConfig.BatchCost round trips each) plus the rounds' (the
+// longest run left to them) is least. One hot key's run of 1,000 is one batch; 500
 // keys of two messages each are two rounds, not 500 batches. A batch is
 // stored whole or not at all; when a batch or a message fails, the key's
 // later messages in the call are not sent: they fail with
