@@ -525,7 +525,9 @@ All relays use their own pgx pool (at most 10 connections) and their own NATS co
   was acknowledged by JetStream *and* the relay's bookkeeping is committed (Courier: marked, which its counter waits for;
   Watermill: the consumer group's acked offset reaches the last message; River: a completion event for every job). Only Courier
   orders by key; for Watermill and River the key only changes the payload/metadata, so their one-key figure is the same work
-  as the 10,000-key one. The stream is checked to hold exactly the messages written.
+  as the 10,000-key one. The stream is checked to hold exactly the messages written. Every system's stream allows atomic
+  batches where the server takes them (nats-server 2.12 and later), as Courier's `+"`EnsureStream`"+` creates it; only Courier's
+  publisher uses them (a one-key run as an atomic batch).
 - **Commit→publish latency**: a pacer offers the rate steadily to %d writer goroutines, one message per transaction (no other
   row), for %s after a %s warm-up whose messages are discarded; latency is from `+"`Commit`"+` returning to a core NATS
   subscriber (own connection) receiving the message. A cell is marked when the offered load was not held (less than 95%%) or
