@@ -67,14 +67,7 @@ func (b *Bench) runDrain(ctx context.Context, system string, keys int, cpu bool)
 	if err != nil {
 		return err
 	}
-	// The stream is created as EnsureStream creates it, for every system:
-	// allowing atomic batches on a server that takes them (2.12 and
-	// later), which only Courier's publisher uses.
-	tune, _, err := brokerStreamTune(b.cfg.natsURL, 1)
-	if err != nil {
-		return err
-	}
-	env, err := newEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, system, tune)
+	env, err := newEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, system)
 	if err != nil {
 		return err
 	}

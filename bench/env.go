@@ -91,8 +91,16 @@ func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 }
 
 // newEnv creates a schema and a stream for one measurement of system;
-// tune, if given, changes the stream's settings before it is created.
+// tune, if given, changes the stream's settings before it is created. The
+// stream is created as Courier's EnsureStream creates it, for every
+// system: allowing atomic batches on a server that takes them (2.12 and
+// later), which only Courier's publisher uses.
 func newEnv(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system string, tune ...func(*jetstream.StreamConfig)) (*Env, error) {
+	atomic, _, err := brokerStreamTune(natsURL, 1)
+	if err != nil {
+		return nil, err
+	}
+	tune = append([]func(*jetstream.StreamConfig){atomic}, tune...)
 	e, err := newSchemaEnv(ctx, admin, pgURL, natsURL, system)
 	if err != nil {
 		return nil, err
