@@ -181,10 +181,10 @@ func TestAtomicBatchesCarryAKeysRun(t *testing.T) {
 	}
 }
 
-// With the default BatchCost (48 round trips a batch), a call's runs are
+// With the default BatchCost (32 round trips a batch), a call's runs are
 // split where batches and rounds cost least together: a hot key's run of
-// 600 and the next longest (200) as batches (2 × 48 + 40 round trips), a
-// run of 40 and the two-message runs of 300 keys in rounds, one message
+// 600 and the next longest (200) as batches (2 × 32 + 20 round trips), a
+// run of 20 and the two-message runs of 300 keys in rounds, one message
 // per key per round trip; every key in order.
 func TestBatchCostSplitsRuns(t *testing.T) {
 	nc := testenv.Connect(t, currentServer(t))
@@ -194,7 +194,7 @@ func TestBatchCostSplitsRuns(t *testing.T) {
 	if !pub.KeepsKeyOrder() {
 		t.Fatalf("KeepsKeyOrder on nats-server %s with allow_atomic: false, want true", nc.ConnectedServerVersion())
 	}
-	runs := map[string][]courier.Message{"hot": run("hot", 600), "warm": run("warm", 200), "mild": run("mild", 40)}
+	runs := map[string][]courier.Message{"hot": run("hot", 600), "warm": run("warm", 200), "mild": run("mild", 20)}
 	for k := range 300 {
 		key := fmt.Sprintf("pair-%d", k)
 		runs[key] = run(key, 2)

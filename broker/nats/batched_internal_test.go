@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// batched splits a call's runs where batches (48 round trips each) and
+// batched splits a call's runs where batches (32 round trips each) and
 // rounds (the longest run left) cost least together: a few long runs as
 // batches, many medium ones in rounds.
 func TestBatchedSplitsWhereCostIsLeast(t *testing.T) {
@@ -31,14 +31,15 @@ func TestBatchedSplitsWhereCostIsLeast(t *testing.T) {
 		batched    int
 	}{
 		{[]int{1000}, 1, 1},     // one hot key: one batch, not 1,000 round trips
-		{repeat(2, 500), 1, 2},  // 96 against 500
-		{repeat(4, 250), 1, 4},  // 192 against 250
-		{repeat(5, 200), 1, 0},  // 240 against 200
-		{repeat(10, 100), 1, 0}, // 480 against 100
+		{repeat(2, 500), 1, 2},  // 64 against 500
+		{repeat(5, 200), 1, 5},  // 160 against 200
+		{repeat(7, 140), 1, 0},  // 224 against 140
+		{repeat(10, 100), 1, 0}, // 320 against 100
 		{repeat(500, 2), 1, 0},  // two rounds, not 500 batches
-		{[]int{600, 200, 40, 2}, 1, 2},
-		{[]int{60}, 1, 1},   // 48 + 1 against 60
-		{[]int{40}, 1, 0},   // 48 + 1 against 40
+		{[]int{600, 200, 40, 2}, 1, 3},
+		{[]int{600, 200, 20, 2}, 1, 2},
+		{[]int{40}, 1, 1},   // 32 + 1 against 40
+		{[]int{30}, 1, 0},   // 32 + 1 against 30
 		{[]int{100}, 90, 0}, // the rounds take 90 anyway
 	} {
 		t.Run(fmt.Sprint(c.candidates[:min(len(c.candidates), 4)], len(c.candidates), c.short), func(t *testing.T) {
