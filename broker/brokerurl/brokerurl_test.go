@@ -64,8 +64,8 @@ func TestParse(t *testing.T) {
 	if strings.Join(k.Kafka.Brokers, " ") != "k1:9092 k2:9093" || k.Kafka.TopicPrefix != "shop." {
 		t.Errorf("Kafka config: %+v", k.Kafka)
 	}
-	n, _ := brokerurl.Parse("nats://a:4222,nats://b:4222?batch_cost=64&max_batches=8&atomic_batches=off", opts)
-	if n.NATSServers != "nats://a:4222,nats://b:4222" || n.NATS.BatchCost != 64 || n.NATS.MaxBatches != 8 || !n.NATS.NoAtomicBatches {
+	n, _ := brokerurl.Parse("nats://a:4222,nats://b:4222?batch_time=6ms&max_batches=8&atomic_batches=off", opts)
+	if n.NATSServers != "nats://a:4222,nats://b:4222" || n.NATS.BatchTime != 6*time.Millisecond || n.NATS.MaxBatches != 8 || !n.NATS.NoAtomicBatches {
 		t.Errorf("NATS config: %q %+v", n.NATSServers, n.NATS)
 	}
 	u, _ := brokerurl.Parse("amqp://guest:guest@127.0.0.1:5672/shop?exchange=events&prefix=shop.&heartbeat=5", opts)
@@ -83,8 +83,9 @@ func TestParse(t *testing.T) {
 		{"kafka://k1:9092?prefix=shop.", `unknown parameter "prefix" (known: topic_prefix)`},
 		{"kafka://k1:9092/shop", "is not a Kafka URL"},
 		{"nats://", "is not a NATS URL"},
-		{"nats://u:hunter2@a:4222?batch=1", `unknown parameter "batch" (known: batch_cost, max_batches, atomic_batches=off)`},
-		{"nats://a:4222?batch_cost=0", `batch_cost="0": want a whole number above 0`},
+		{"nats://u:hunter2@a:4222?batch=1", `unknown parameter "batch" (known: batch_time, max_batches, atomic_batches=off)`},
+		{"nats://a:4222?batch_time=0", `batch_time="0": want a duration above 0, such as 4ms`},
+		{"nats://a:4222?batch_time=4", `batch_time="4": want a duration above 0`},
 		{"nats://a:4222?max_batches=many", `max_batches="many": want a whole number above 0`},
 		{"nats://a:4222?atomic_batches=no", `atomic_batches="no": want on or off`},
 		{"amqp://u:hunter2@x:bad/", `"amqp://u:xxxxx@x:bad/" is not a RabbitMQ URL`},
@@ -343,7 +344,7 @@ func FuzzParse(f *testing.F) {
 		{"amqp", "guest", "rabbit:5672/shop?exchange=events"},
 		{"amqp", "pa/ss", "rabbit/"},
 		{"nats", "t0k#en", "nats:4222"},
-		{"nats", "secret", "nats:4222?batch_cost=64&atomic_batches=off"},
+		{"nats", "secret", "nats:4222?batch_time=4ms&atomic_batches=off"},
 		{"kafka", "secret", "k1:9092,k2:9092?topic_prefix=shop."},
 		{"https", "p?w", "hooks.example/in?token=abc"},
 	} {

@@ -62,7 +62,8 @@ const (
 // batching is the Publisher's state for atomic batches.
 type batching struct {
 	maxBatches int
-	batchCost  int           // PublisherConfig.BatchCost
+	batchTime  time.Duration // PublisherConfig.BatchTime
+	rtt        roundTrip     // a round's, measured
 	batchAll   bool          // every run of several messages as atomic batches (tests)
 	open       chan struct{} // a token per atomic batch open, at most maxBatches
 	off        bool          // PublisherConfig.NoAtomicBatches
@@ -86,8 +87,9 @@ type streamFacts struct {
 	at      time.Time
 }
 
-func (b *batching) init(maxBatches, batchCost int, off bool) {
-	b.maxBatches, b.batchCost, b.off = maxBatches, batchCost, off
+func (b *batching) init(maxBatches int, batchTime time.Duration, off bool) {
+	b.maxBatches, b.batchTime, b.off = maxBatches, batchTime, off
+	b.rtt.avg = rttPrior
 	b.open = make(chan struct{}, maxBatches)
 	b.size.Store(defaultBatchSize)
 	b.facts = make(map[string]streamFacts)
@@ -277,15 +279,17 @@ func (p *Publisher) mayBatch(ctx context.Context, msgs []courier.Message, run []
 }
 
 // batched splits runs between atomic batches and rounds so that the call
-// costs the server least: b batches cost about b × BatchCost round trips,
-// and the rounds as many round trips as the longest run left to them (both
-// share the server, so their costs add up). It returns the runs of
-// candidates (which may go as batches) to batch, the longest ones, and the
-// rest, with short, to send in rounds.
+// costs the server least: b batches cost about b × BatchTime, and the
+// rounds as many round trips as the longest run left to them (both share
+// the server, so their costs add up). It returns the runs of candidates
+// (which may go as batches) to batch, the longest ones, and the rest, with
+// short, to send in rounds.
 func (p *Publisher) batched(candidates, short [][]int) (batch, rounds [][]int) {
 	if p.batchAll {
 		return candidates, short
 	}
+	// A batch's cost in round trips.
+	cost := int(min(max(p.batchTime/max(p.rtt.get(), time.Microsecond), 1), math.MaxInt32))
 	slices.SortStableFunc(candidates, func(a, b []int) int { return len(b) - len(a) })
 	longestShort := 0
 	for _, r := range short {
@@ -293,15 +297,45 @@ func (p *Publisher) batched(candidates, short [][]int) (batch, rounds [][]int) {
 	}
 	best, least := 0, math.MaxInt
 	for n := 0; n <= len(candidates); n++ {
-		cost := n*p.batchCost + longestShort
+		left := longestShort
 		if n < len(candidates) {
-			cost = n*p.batchCost + max(len(candidates[n]), longestShort)
+			left = max(len(candidates[n]), longestShort)
 		}
-		if cost < least {
-			best, least = n, cost
+		if c := n*cost + left; c < least {
+			best, least = n, c
 		}
 	}
 	return candidates[:best], append(short, candidates[best:]...)
+}
+
+// Measuring round trips (see batched).
+const (
+	// rttPrior is the round trip assumed until one is measured.
+	rttPrior = 150 * time.Microsecond
+	// rttSampleMost is the most messages a round that measures the round
+	// trip carries: a larger round's time is mostly the server's work on
+	// its messages.
+	rttSampleMost = 64
+)
+
+// roundTrip is the Publisher's estimate of a publish round trip: a moving
+// average over its rounds of few messages that all succeeded.
+type roundTrip struct {
+	mu  sync.Mutex
+	avg time.Duration
+}
+
+func (r *roundTrip) note(d time.Duration) {
+	d = min(max(d, time.Microsecond), 100*time.Millisecond) // a lookup or a stall is no round trip
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.avg += (d - r.avg) / 8
+}
+
+func (r *roundTrip) get() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.avg
 }
 
 // publishRounds publishes runs, each the indexes of messages of one topic
@@ -319,16 +353,24 @@ func (p *Publisher) publishRounds(ctx context.Context, lk *lookups, msgs []couri
 		for _, r := range runs {
 			idx = append(idx, r[n])
 		}
+		sent := time.Now()
 		p.publishEach(ctx, lk, msgs, idx, errs)
+		took, failed := time.Since(sent), false
 		next := runs[:0]
 		for _, r := range runs {
-			if err := errs[r[n]]; err != nil && !broker.Permanent(err) {
-				p.holdBack(msgs, r[n+1:], errs, err)
-				continue
+			if err := errs[r[n]]; err != nil {
+				failed = true
+				if !broker.Permanent(err) {
+					p.holdBack(msgs, r[n+1:], errs, err)
+					continue
+				}
 			}
 			if n+1 < len(r) {
 				next = append(next, r)
 			}
+		}
+		if !failed && len(idx) <= rttSampleMost {
+			p.rtt.note(took)
 		}
 		runs = next
 	}

@@ -3,14 +3,16 @@ package nats
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
-// batched splits a call's runs where batches (32 round trips each) and
+// batched splits a call's runs where batches (32 round trips each: a
+// batch's 32 ms against a measured round trip of 1 ms) and
 // rounds (the longest run left) cost least together: a few long runs as
 // batches, many medium ones in rounds.
 func TestBatchedSplitsWhereCostIsLeast(t *testing.T) {
 	p := &Publisher{}
-	p.batchCost = DefaultBatchCost
+	p.batchTime, p.rtt.avg = 32*time.Millisecond, time.Millisecond
 	runsOf := func(lengths ...int) [][]int {
 		var runs [][]int
 		for _, n := range lengths {
@@ -48,5 +50,35 @@ func TestBatchedSplitsWhereCostIsLeast(t *testing.T) {
 				t.Fatalf("%d batched, %d in rounds; want %d batched", len(batch), len(rounds), c.batched)
 			}
 		})
+	}
+}
+
+// The split follows the round trip the Publisher measures: 10 keys of 100
+// messages go in 100 rounds to a nearby server (a batch of 4 ms is worth
+// 40 round trips of 0.1 ms) and as 10 batches to a distant one, or an R3
+// stream (4 against 1 ms: 40 round trips' worth of batches against 100).
+func TestBatchedFollowsTheRoundTrip(t *testing.T) {
+	p := &Publisher{}
+	p.batching.init(DefaultMaxBatches, 4*time.Millisecond, false)
+	runs := func() [][]int {
+		out := make([][]int, 10)
+		for i := range out {
+			out[i] = make([]int, 100)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		rtt     time.Duration
+		batched int
+	}{{100 * time.Microsecond, 0}, {time.Millisecond, 10}} {
+		for range 64 {
+			p.rtt.note(c.rtt)
+		}
+		if got := p.rtt.get(); got < c.rtt*9/10 || got > c.rtt*11/10 {
+			t.Fatalf("round trip measured as %v after 64 rounds of %v", got, c.rtt)
+		}
+		if batch, _ := p.batched(runs(), nil); len(batch) != c.batched {
+			t.Errorf("round trip %v: %d of 10 runs of 100 batched, want %d", c.rtt, len(batch), c.batched)
+		}
 	}
 }

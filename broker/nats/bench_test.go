@@ -92,29 +92,29 @@ func benchDrain(b *testing.B, keys int, noBatches bool) {
 // on a current nats-server (a process with COURIER_TEST_NATS_SERVER, else
 // embedded), over 1 to 1,000 keys (runs of 1,000 to 1 messages of a key),
 // every key's run sent as atomic batches, every one in rounds, or as the
-// default BatchCost splits them; and, with atomic batches not allowed on
+// default BatchTime splits them; and, with atomic batches not allowed on
 // the stream, in rounds.
 func BenchmarkPublishRun(b *testing.B) {
 	modes := []struct {
 		name      string
-		batchCost int // 0: every run as batches
+		batchTime time.Duration // 0: every run as batches
 		atomic    bool
 	}{
 		{"batches", 0, true},
-		{"rounds", 1 << 30, true},
-		{"default", couriernats.DefaultBatchCost, true},
-		{"no-atomic", couriernats.DefaultBatchCost, false},
+		{"rounds", time.Hour, true},
+		{"default", couriernats.DefaultBatchTime, true},
+		{"no-atomic", couriernats.DefaultBatchTime, false},
 	}
 	for _, keys := range []int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} {
 		for _, mode := range modes {
 			b.Run(fmt.Sprintf("keys=%d/%s", keys, mode.name), func(b *testing.B) {
-				benchPublishRun(b, keys, mode.batchCost, mode.atomic)
+				benchPublishRun(b, keys, mode.batchTime, mode.atomic)
 			})
 		}
 	}
 }
 
-func benchPublishRun(b *testing.B, keys, batchCost int, atomic bool) {
+func benchPublishRun(b *testing.B, keys int, batchTime time.Duration, atomic bool) {
 	url := ""
 	if os.Getenv(testenv.EnvNATSServer) != "" {
 		url = testenv.StartNATSServer(b, testenv.NATSServerConfig{}).URL
@@ -125,9 +125,9 @@ func benchPublishRun(b *testing.B, keys, batchCost int, atomic bool) {
 	stream := testenv.Name("PR")
 	mapping := couriernats.Config{SubjectPrefix: stream + "."}
 	testenv.Must(b, couriernats.EnsureStream(context.Background(), nc, mapping, couriernats.StreamConfig{Name: stream}), "ensure stream")
-	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, BatchCost: batchCost})
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, BatchTime: batchTime})
 	testenv.Must(b, err, "publisher")
-	if batchCost == 0 {
+	if batchTime == 0 {
 		couriernats.BatchEveryRun(pub)
 	}
 	if !pub.KeepsKeyOrder() {

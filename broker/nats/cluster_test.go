@@ -85,11 +85,11 @@ func (m publishMode) newPublisher(t *testing.T, nc *natsgo.Conn, cfg couriernats
 // (any publisher), or the key's run at once to a publisher that keeps key
 // order (broker.OrderKeeper, on nats-server 2.12 and later), which sends
 // it in rounds (a message of the key per round trip, all keys at once) or
-// as atomic batches, as PublisherConfig.BatchCost decides: here each way
+// as atomic batches, as PublisherConfig.BatchTime decides: here each way
 // alone.
 var publishModes = []publishMode{
 	{name: "one per key per call", cfg: couriernats.PublisherConfig{NoAtomicBatches: true}},
-	{name: "key runs in rounds", cfg: couriernats.PublisherConfig{BatchCost: 1 << 30}, runs: true},
+	{name: "key runs in rounds", cfg: couriernats.PublisherConfig{BatchTime: time.Hour}, runs: true},
 	{name: "key runs as atomic batches", runs: true, batches: true},
 }
 

@@ -79,8 +79,8 @@
 //
 // A call's longest runs go as batches and every other run, single
 // messages included, in rounds, at the same time, split where the batches'
-// cost (PublisherConfig.BatchCost round trips each) plus the rounds' (the
-// longest run left to them) is least. One hot key's run of 1,000 is one batch; 500
+// cost (PublisherConfig.BatchTime each) plus the rounds' (the longest run
+// left to them, times the round trip the Publisher measures) is least. One hot key's run of 1,000 is one batch; 500
 // keys of two messages each are two rounds, not 500 batches. A batch is
 // stored whole or not at all; when a batch or a message fails, the key's
 // later messages in the call are not sent: they fail with

@@ -61,7 +61,7 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
 	p := &Publisher{js: js, cfg: cfg.Config, ce: cfg.CloudEvents.Clone(), lookup: min(cfg.AckTimeout, maxLookup), bound: make(map[string]struct{})}
-	p.batching.init(cfg.MaxBatches, cfg.BatchCost, cfg.NoAtomicBatches)
+	p.batching.init(cfg.MaxBatches, cfg.BatchTime, cfg.NoAtomicBatches)
 	return p, nil
 }
 
@@ -71,7 +71,7 @@ func (p *Publisher) toNATS(m *courier.Message) *natsgo.Msg { return p.cfg.natsMs
 
 // Publish implements broker.Publisher. Once KeepsKeyOrder has reported
 // true, it publishes each topic and key's run of messages in the call as
-// atomic batches or in rounds, as BatchCost weighs them, keeping the key's
+// atomic batches or in rounds, as BatchTime weighs them, keeping the key's
 // order (see the package documentation).
 // Until then, hand it at most one message per key per call, waiting for
 // its answer before the next, as the relay does: of several messages of a

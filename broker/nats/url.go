@@ -5,20 +5,21 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/courier-go/courier/internal/redact"
 )
 
 // URLParams are the query parameters ParseURL knows.
-const URLParams = "batch_cost, max_batches, atomic_batches=off"
+const URLParams = "batch_time, max_batches, atomic_batches=off"
 
 // ParseURL takes the Publisher's settings out of rawURL, NATS server URLs
 // separated by commas with an optional query at the end, such as
 //
-//	nats://host1:4222,nats://host2:4222?batch_cost=64&max_batches=8
+//	nats://host1:4222,nats://host2:4222?batch_time=6ms&max_batches=8
 //
 // and returns the servers without the query, for Connect, and the
-// settings: batch_cost (PublisherConfig.BatchCost), max_batches
+// settings: batch_time (PublisherConfig.BatchTime), max_batches
 // (MaxBatches) and atomic_batches=off (NoAtomicBatches). Any other
 // parameter is an error naming it.
 func ParseURL(rawURL string) (servers string, cfg PublisherConfig, err error) {
@@ -30,16 +31,18 @@ func ParseURL(rawURL string) (servers string, cfg PublisherConfig, err error) {
 	for k, v := range query {
 		last := v[len(v)-1]
 		switch k {
-		case "batch_cost", "max_batches":
+		case "batch_time":
+			d, err := time.ParseDuration(last)
+			if err != nil || d <= 0 {
+				return "", PublisherConfig{}, fmt.Errorf("nats: URL %q: batch_time=%q: want a duration above 0, such as 4ms", redact.URL(rawURL), last)
+			}
+			cfg.BatchTime = d
+		case "max_batches":
 			n, err := strconv.Atoi(last)
 			if err != nil || n <= 0 {
-				return "", PublisherConfig{}, fmt.Errorf("nats: URL %q: %s=%q: want a whole number above 0", redact.URL(rawURL), k, last)
+				return "", PublisherConfig{}, fmt.Errorf("nats: URL %q: max_batches=%q: want a whole number above 0", redact.URL(rawURL), last)
 			}
-			if k == "batch_cost" {
-				cfg.BatchCost = n
-			} else {
-				cfg.MaxBatches = n
-			}
+			cfg.MaxBatches = n
 		case "atomic_batches":
 			switch last {
 			case "off":

@@ -282,7 +282,7 @@ func TestRelayToNATSClusterReplicated(t *testing.T) {
 }
 
 // The publisher's settings of a NATS URL's query reach the relay's
-// publisher: with batch_cost=1 a claim's key runs (25 messages of each of
+// publisher: with batch_time=1ns a claim's key runs (25 messages of each of
 // 4 keys) go as atomic batches on a current server, with
 // atomic_batches=off none does, and an unknown parameter stops the relay
 // with a message naming it.
@@ -294,7 +294,7 @@ func TestRelayToNATSBatchSettings(t *testing.T) {
 	for _, c := range []struct {
 		query   string
 		batched bool
-	}{{"?batch_cost=1&max_batches=2", true}, {"?atomic_batches=off", false}} {
+	}{{"?batch_time=1ns&max_batches=2", true}, {"?atomic_batches=off", false}} {
 		t.Run(c.query, func(t *testing.T) {
 			stream := testenv.Name("BS")
 			prefix := strings.ToLower(stream) + "."
@@ -307,7 +307,7 @@ func TestRelayToNATSBatchSettings(t *testing.T) {
 		})
 	}
 	code, _, errOut := runCLI(t, "relay", "--database-url", "sqlite://"+filepath.Join(t.TempDir(), "x.db"), "--broker-url", url+"?batch=1")
-	if code == 0 || !strings.Contains(errOut, `unknown parameter "batch" (known: batch_cost, max_batches, atomic_batches=off)`) {
+	if code == 0 || !strings.Contains(errOut, `unknown parameter "batch" (known: batch_time, max_batches, atomic_batches=off)`) {
 		t.Fatalf("relay with an unknown NATS URL parameter: exit %d, %q", code, errOut)
 	}
 }
