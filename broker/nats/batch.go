@@ -62,8 +62,8 @@ const (
 // batching is the Publisher's state for atomic batches.
 type batching struct {
 	maxBatches int
-	batchTime  time.Duration // PublisherConfig.BatchTime
-	rtt        roundTrip     // a round's, measured
+	rtt        average       // a round trip, measured on the rounds
+	batchTime  average       // a batch's time on the server, measured on the batches
 	batchAll   bool          // every run of several messages as atomic batches (tests)
 	open       chan struct{} // a token per atomic batch open, at most maxBatches
 	off        bool          // PublisherConfig.NoAtomicBatches
@@ -88,8 +88,8 @@ type streamFacts struct {
 }
 
 func (b *batching) init(maxBatches int, batchTime time.Duration, off bool) {
-	b.maxBatches, b.batchTime, b.off = maxBatches, batchTime, off
-	b.rtt.avg = rttPrior
+	b.maxBatches, b.off = maxBatches, off
+	b.rtt.avg, b.batchTime.avg = rttPrior, batchTime
 	b.open = make(chan struct{}, maxBatches)
 	b.size.Store(defaultBatchSize)
 	b.facts = make(map[string]streamFacts)
@@ -279,17 +279,18 @@ func (p *Publisher) mayBatch(ctx context.Context, msgs []courier.Message, run []
 }
 
 // batched splits runs between atomic batches and rounds so that the call
-// costs the server least: b batches cost about b × BatchTime, and the
+// costs the server least: b batches cost b times a batch's time, and the
 // rounds as many round trips as the longest run left to them (both share
-// the server, so their costs add up). It returns the runs of candidates
-// (which may go as batches) to batch, the longest ones, and the rest, with
-// short, to send in rounds.
+// the server, so their costs add up), each as the Publisher has measured
+// them lately (until it has, a round trip of 150 µs and a batch of
+// BatchTime). It returns the runs of candidates (which may go as batches)
+// to batch, the longest ones, and the rest, with short, to send in rounds.
 func (p *Publisher) batched(candidates, short [][]int) (batch, rounds [][]int) {
 	if p.batchAll {
 		return candidates, short
 	}
 	// A batch's cost in round trips.
-	cost := int(min(max(p.batchTime/max(p.rtt.get(), time.Microsecond), 1), math.MaxInt32))
+	cost := int(min(max(p.batchTime.get()/max(p.rtt.get(), time.Microsecond), 1), math.MaxInt32))
 	slices.SortStableFunc(candidates, func(a, b []int) int { return len(b) - len(a) })
 	longestShort := 0
 	for _, r := range short {
@@ -318,21 +319,22 @@ const (
 	rttSampleMost = 64
 )
 
-// roundTrip is the Publisher's estimate of a publish round trip: a moving
-// average over its rounds of few messages that all succeeded.
-type roundTrip struct {
+// average is a moving average of durations the Publisher measures: the
+// round trip of its rounds of few messages that all succeeded, the time of
+// its batches that were stored.
+type average struct {
 	mu  sync.Mutex
 	avg time.Duration
 }
 
-func (r *roundTrip) note(d time.Duration) {
-	d = min(max(d, time.Microsecond), 100*time.Millisecond) // a lookup or a stall is no round trip
+func (r *average) note(d time.Duration) {
+	d = min(max(d, time.Microsecond), 100*time.Millisecond) // a lookup or a stall is no measure
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.avg += (d - r.avg) / 8
 }
 
-func (r *roundTrip) get() time.Duration {
+func (r *average) get() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.avg
@@ -515,6 +517,9 @@ func (p *Publisher) publishBatch(ctx context.Context, lk *lookups, msgs []courie
 	case <-ctx.Done():
 		return batchFailed, broker.Unavailable(fmt.Errorf("waiting to open a batch: %w", ctx.Err()))
 	}
+	// The batches open at once take turns on the server: this one's time
+	// of its own is about its wait over their number.
+	opened, open := time.Now(), len(p.open)
 	id := uuid.NewString()
 	nc := p.js.Conn()
 	first := &msgs[chunk[0]]
@@ -540,6 +545,7 @@ func (p *Publisher) publishBatch(ctx context.Context, lk *lookups, msgs []courie
 		case err != nil:
 			return batchFailed, err
 		}
+		p.batchTime.note(time.Since(opened) / time.Duration(max(open, 1)))
 		return batchStored, nil
 	}
 	return batchStored, nil

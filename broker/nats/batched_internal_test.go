@@ -12,7 +12,7 @@ import (
 // batches, many medium ones in rounds.
 func TestBatchedSplitsWhereCostIsLeast(t *testing.T) {
 	p := &Publisher{}
-	p.batchTime, p.rtt.avg = 32*time.Millisecond, time.Millisecond
+	p.batchTime.avg, p.rtt.avg = 32*time.Millisecond, time.Millisecond
 	runsOf := func(lengths ...int) [][]int {
 		var runs [][]int
 		for _, n := range lengths {
@@ -53,10 +53,11 @@ func TestBatchedSplitsWhereCostIsLeast(t *testing.T) {
 	}
 }
 
-// The split follows the round trip the Publisher measures: 10 keys of 100
-// messages go in 100 rounds to a nearby server (a batch of 4 ms is worth
-// 40 round trips of 0.1 ms) and as 10 batches to a distant one, or an R3
-// stream (4 against 1 ms: 40 round trips' worth of batches against 100).
+// The split follows the round trips and batch times the Publisher
+// measures: 10 keys of 100 messages go in 100 rounds to a nearby server (a
+// batch of 4 ms is worth 40 round trips of 0.1 ms) and as 10 batches to a
+// distant one, or an R3 stream (4 against 1 ms: 40 round trips' worth of
+// batches against 100), unless its batches take 12 ms.
 func TestBatchedFollowsTheRoundTrip(t *testing.T) {
 	p := &Publisher{}
 	p.batching.init(DefaultMaxBatches, 4*time.Millisecond, false)
@@ -68,11 +69,16 @@ func TestBatchedFollowsTheRoundTrip(t *testing.T) {
 		return out
 	}
 	for _, c := range []struct {
-		rtt     time.Duration
-		batched int
-	}{{100 * time.Microsecond, 0}, {time.Millisecond, 10}} {
+		rtt, batch time.Duration
+		batched    int
+	}{
+		{100 * time.Microsecond, 4 * time.Millisecond, 0},
+		{time.Millisecond, 4 * time.Millisecond, 10},
+		{time.Millisecond, 12 * time.Millisecond, 0},
+	} {
 		for range 64 {
 			p.rtt.note(c.rtt)
+			p.batchTime.note(c.batch)
 		}
 		if got := p.rtt.get(); got < c.rtt*9/10 || got > c.rtt*11/10 {
 			t.Fatalf("round trip measured as %v after 64 rounds of %v", got, c.rtt)

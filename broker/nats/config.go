@@ -142,18 +142,20 @@ type PublisherConfig struct {
 	// unless configured otherwise, and the relays of a stream share them
 	// (three relays take 48).
 	MaxBatches int
-	// BatchTime is what one atomic batch costs the server, whatever its
-	// size. Publish sends a call's longest runs of one key's messages as
-	// atomic batches and every other run in rounds (every key's next
-	// message at once, each waiting for the acknowledgement of the one
-	// before), splitting them where the batches' cost plus the rounds'
-	// (the longest run left to them, a round trip each) is least, with
-	// the round trip measured as the Publisher goes: one hot key's run of
-	// 1,000 goes as a batch, 10 keys of 100 each on one nearby server in
-	// 100 rounds (see Publisher.Publish). Default DefaultBatchTime (4 ms:
-	// measured on nats-server 2.15.2, 3 to 6 ms on one node and on an R3
-	// stream alike, while a round trip took 0.15 to 0.4 ms on one node
-	// over loopback and about 1 ms on R3).
+	// BatchTime is what one atomic batch is taken to cost the server
+	// until the Publisher has measured its own. Publish sends a call's
+	// longest runs of one key's messages as atomic batches and every other
+	// run in rounds (every key's next message at once, each waiting for
+	// the acknowledgement of the one before), splitting them where the
+	// batches' time plus the rounds' (the longest run left to them, a
+	// round trip each) is least, both as measured on the Publisher's own
+	// batches and rounds: one hot key's run of 1,000 goes as a batch, 10
+	// keys of 100 each go as batches or in 100 rounds as the server and
+	// the network make them cost (see Publisher.Publish). Default
+	// DefaultBatchTime (4 ms: measured on nats-server 2.15.2, 3 to 6 ms
+	// for a small batch on one node and on an R3 stream alike, while a
+	// round trip took 0.15 to 0.4 ms on one node over loopback and about
+	// 1 ms on R3).
 	BatchTime time.Duration
 	// NoAtomicBatches turns atomic batches off: KeepsKeyOrder reports
 	// false, and the relay publishes a key's messages one round trip
