@@ -38,8 +38,8 @@ func writeKeysChart(path string, res *Results, cfg config) error {
 	for _, br := range cfg.brokers {
 		lines = append(lines, line{brokerLabel(br) + " (polling)", func(k int) string { return brokerFigure("drain", k) }, br})
 	}
-	for _, m := range []string{cdcPolling, cdcLog} {
-		lines = append(lines, line{"cdc section: " + m, func(k int) string { return fmt.Sprintf("cdc_drain_keys%d", k) }, m})
+	for _, m := range [][2]string{{cdcPolling, "Polling relay (cdc section)"}, {cdcLog, "CDC relay (cdc section)"}} {
+		lines = append(lines, line{m[1], func(k int) string { return fmt.Sprintf("cdc_drain_keys%d", k) }, m[0]})
 	}
 	drawn, top := 0, 0.0
 	for _, l := range lines {
