@@ -251,20 +251,47 @@ func (p *Publisher) publishRuns(ctx context.Context, lk *lookups, msgs []courier
 	}
 	long, short = p.batched(long, short)
 	work := make(chan []int, len(long))
+	batches := 0 // about: a run goes in batches of at most size
 	for _, r := range long {
 		work <- r
+		batches += (len(r) + int(p.size.Load()) - 1) / int(p.size.Load())
 	}
 	close(work)
-	var wg sync.WaitGroup
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		ended time.Time // when the last run of batches ended
+	)
+	began := time.Now()
 	for range min(p.maxBatches, len(work)) {
 		wg.Go(func() {
 			for r := range work {
 				p.publishRun(ctx, lk, msgs, r, errs)
 			}
+			mu.Lock()
+			ended = time.Now()
+			mu.Unlock()
 		})
 	}
 	p.publishRounds(ctx, lk, msgs, short, errs)
 	wg.Wait()
+	if batches > 0 && allStored(long, errs) {
+		// The batches take turns on the server: each took about the
+		// time of them all over their number.
+		p.batchTime.note(ended.Sub(began) / time.Duration(batches))
+	}
+}
+
+// allStored reports whether every message of runs was published.
+func allStored(runs [][]int, errs []error) bool {
+	for _, r := range runs {
+		for _, i := range r {
+			if errs[i] != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // mayBatch reports whether run, the indexes of messages of one topic and
@@ -517,9 +544,6 @@ func (p *Publisher) publishBatch(ctx context.Context, lk *lookups, msgs []courie
 	case <-ctx.Done():
 		return batchFailed, broker.Unavailable(fmt.Errorf("waiting to open a batch: %w", ctx.Err()))
 	}
-	// The batches open at once take turns on the server: this one's time
-	// of its own is about its wait over their number.
-	opened, open := time.Now(), len(p.open)
 	id := uuid.NewString()
 	nc := p.js.Conn()
 	first := &msgs[chunk[0]]
@@ -545,7 +569,6 @@ func (p *Publisher) publishBatch(ctx context.Context, lk *lookups, msgs []courie
 		case err != nil:
 			return batchFailed, err
 		}
-		p.batchTime.note(time.Since(opened) / time.Duration(max(open, 1)))
 		return batchStored, nil
 	}
 	return batchStored, nil
