@@ -186,8 +186,9 @@ func TestAtomicBatchesCarryAKeysRun(t *testing.T) {
 // (200) as batches, a run of 20 and the two-message runs of 300 keys in
 // rounds, one message per key per round trip; every key in order. (A fresh
 // Publisher assumes a round trip of 0.15 ms until it has measured one, so
-// a batch of 4 ms is worth 26: 2 × 26 + 20 round trips in all, against
-// 600 in rounds only, or 3 × 26 + 2 with the run of 20 batched too.)
+// a batch of 4 ms, weighed 5 ms, is worth 33: 2 × 33 + 20 round trips in
+// all, against 600 in rounds only, or 3 × 33 + 2 with the run of 20
+// batched too.)
 func TestBatchTimeSplitsRuns(t *testing.T) {
 	nc := testenv.Connect(t, currentServer(t))
 	stream, mapping := atomicStream(t, nc, jetstream.StreamConfig{AllowAtomicPublish: true})

@@ -7,12 +7,13 @@ import (
 )
 
 // batched splits a call's runs where batches (32 round trips each: a
-// batch's 32 ms against a measured round trip of 1 ms) and
+// batch's 25.6 ms, weighed a quarter above, against a measured round trip
+// of 1 ms) and
 // rounds (the longest run left) cost least together: a few long runs as
 // batches, many medium ones in rounds.
 func TestBatchedSplitsWhereCostIsLeast(t *testing.T) {
 	p := &Publisher{}
-	p.batchTime.avg, p.rtt.avg = 32*time.Millisecond, time.Millisecond
+	p.batchTime.avg, p.rtt.avg = 25600*time.Microsecond, time.Millisecond // 32 round trips, weighed
 	runsOf := func(lengths ...int) [][]int {
 		var runs [][]int
 		for _, n := range lengths {
@@ -55,9 +56,9 @@ func TestBatchedSplitsWhereCostIsLeast(t *testing.T) {
 
 // The split follows the round trips and batch times the Publisher
 // measures: 10 keys of 100 messages go in 100 rounds to a nearby server (a
-// batch of 4 ms is worth 40 round trips of 0.1 ms) and as 10 batches to a
-// distant one, or an R3 stream (4 against 1 ms: 40 round trips' worth of
-// batches against 100), unless its batches take 12 ms.
+// batch of 4 ms, weighed 5 ms, is worth 50 round trips of 0.1 ms) and as
+// 10 batches to a distant one, or an R3 stream (5 against 1 ms: 50 round
+// trips' worth of batches against 100), unless its batches take 12 ms.
 func TestBatchedFollowsTheRoundTrip(t *testing.T) {
 	p := &Publisher{}
 	p.batching.init(DefaultMaxBatches, 4*time.Millisecond, false)
