@@ -124,8 +124,9 @@ func (p *Publisher) pipelines() bool {
 }
 
 // KeepsKeyOrder implements broker.OrderKeeper. It reports true when the
-// Publisher publishes each key's run of messages in a call as atomic
-// batches: the connected server is nats-server 2.12 or later, atomic
+// Publisher publishes each key's run of messages in a call in order, as
+// atomic batches or in rounds (see Publish): the connected server is
+// nats-server 2.12 or later, atomic
 // batches are not turned off (PublisherConfig.NoAtomicBatches), and every
 // stream that captures the publisher's subjects (Config.Subjects) allows
 // atomic publish (allow_atomic, see StreamConfig; with Config.NoPrefix that
