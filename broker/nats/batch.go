@@ -341,7 +341,7 @@ func (p *Publisher) batched(candidates, short [][]int) (batch, rounds [][]int) {
 	return candidates[:best], append(short, candidates[best:]...)
 }
 
-// Measuring round trips (see batched).
+// Measuring the round trip (see batched).
 const (
 	// rttPrior is the round trip assumed until one is measured.
 	rttPrior = 150 * time.Microsecond
@@ -377,9 +377,8 @@ func (r *average) get() time.Duration {
 // once and waits for their acknowledgements. A run's message is sent only
 // once the one before it is stored, so a key's order holds, and a message
 // that failed other than for good holds the rest of its run back. A round
-// costs one round trip, whatever the number of keys: runs shorter than
-// MinBatch take fewer round trips than the atomic batches' fixed cost on
-// the server.
+// costs one round trip, whatever the number of keys; a round of few
+// messages that all succeeded measures it (see batched).
 func (p *Publisher) publishRounds(ctx context.Context, lk *lookups, msgs []courier.Message, runs [][]int, errs []error) {
 	idx := make([]int, 0, len(runs))
 	for n := 0; len(runs) > 0; n++ {
