@@ -27,7 +27,6 @@ import (
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/brokerurl"
-	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/webhook"
 	"github.com/courier-go/courier/relay"
 )
@@ -488,7 +487,7 @@ func brokerRelayStarter(s *drainSpec) (func(context.Context) (Relay, error), err
 		br, err := brokerurl.Open(ctx, s.BrokerURL, brokerurl.Options{
 			Flag:           "broker URL",
 			NoCreate:       true,
-			NATS:           couriernats.Config{SubjectPrefix: s.Env.Prefix},
+			SubjectPrefix:  s.Env.Prefix,
 			WebhookSecrets: s.BrokerSecrets,
 		})
 		if err != nil {

@@ -42,7 +42,7 @@ func TestPartitionsHeartbeatOnTheServer(t *testing.T) {
 	cli := func(raw string) amqp.Config {
 		u, err := brokerurl.Parse(raw, brokerurl.Options{Flag: "--broker-url"})
 		testenv.Must(t, err, "brokerurl.Parse")
-		return u.AMQP
+		return u.Config.(amqp.Config)
 	}
 	for _, tc := range []struct {
 		name          string

@@ -40,19 +40,19 @@ func TestParse(t *testing.T) {
 		kind  string
 		where string
 	}{
-		{"kafka://k1:9092,k2:9092?topic_prefix=shop.", opts, brokerurl.Kafka, "kafka://k1:9092,k2:9092?topic_prefix=shop."},
-		{"kafka://k1", opts, brokerurl.Kafka, "kafka://k1"},
-		{"nats://127.0.0.1:4222", opts, brokerurl.NATS, "nats://127.0.0.1:4222"},
-		{"tls://u:pw@nats.example:4222", opts, brokerurl.NATS, "tls://u:xxxxx@nats.example:4222"},
-		{"nats://a:4222,nats://u:pw@b:4222", opts, brokerurl.NATS, "nats://a:4222,nats://u:xxxxx@b:4222"},
-		{"amqp://guest:guest@127.0.0.1:5672/", opts, brokerurl.AMQP, "amqp://guest:xxxxx@127.0.0.1:5672/"},
-		{"amqps://u:p%40ss@rabbit:5671/shop?exchange=events&prefix=shop.", opts, brokerurl.AMQP, "amqps://u:xxxxx@rabbit:5671/shop?exchange=events&prefix=shop."},
-		{"https://hooks.example/courier", hooks, brokerurl.Webhook, "https://hooks.example/courier"},
-		{"http://u:pw@127.0.0.1:8080/in", hooks, brokerurl.Webhook, "http://u:xxxxx@127.0.0.1:8080/in"},
-		{"https://hooks.example/in?token=abc&tenant=7", hooks, brokerurl.Webhook, "https://hooks.example/in?token=xxxxx&tenant=xxxxx"},
-		{"https://hooks.example/services/T0000000/B0000000/XXXXXXXXXXXXXXXXXXXXXXXX", hooks, brokerurl.Webhook, "https://hooks.example/services/xxxxx/xxxxx/xxxxx"},
-		{"nats://s3cr3t@nats.example:4222", opts, brokerurl.NATS, "nats://xxxxx@nats.example:4222"},
-		{"amqp://u:p%2Fss@rabbit/", opts, brokerurl.AMQP, "amqp://u:xxxxx@rabbit/"},
+		{"kafka://k1:9092,k2:9092?topic_prefix=shop.", opts, "kafka", "kafka://k1:9092,k2:9092?topic_prefix=shop."},
+		{"kafka://k1", opts, "kafka", "kafka://k1"},
+		{"nats://127.0.0.1:4222", opts, "nats", "nats://127.0.0.1:4222"},
+		{"tls://u:pw@nats.example:4222", opts, "nats", "tls://u:xxxxx@nats.example:4222"},
+		{"nats://a:4222,nats://u:pw@b:4222", opts, "nats", "nats://a:4222,nats://u:xxxxx@b:4222"},
+		{"amqp://guest:guest@127.0.0.1:5672/", opts, "amqp", "amqp://guest:xxxxx@127.0.0.1:5672/"},
+		{"amqps://u:p%40ss@rabbit:5671/shop?exchange=events&prefix=shop.", opts, "amqp", "amqps://u:xxxxx@rabbit:5671/shop?exchange=events&prefix=shop."},
+		{"https://hooks.example/courier", hooks, "webhook", "https://hooks.example/courier"},
+		{"http://u:pw@127.0.0.1:8080/in", hooks, "webhook", "http://u:xxxxx@127.0.0.1:8080/in"},
+		{"https://hooks.example/in?token=abc&tenant=7", hooks, "webhook", "https://hooks.example/in?token=xxxxx&tenant=xxxxx"},
+		{"https://hooks.example/services/T0000000/B0000000/XXXXXXXXXXXXXXXXXXXXXXXX", hooks, "webhook", "https://hooks.example/services/xxxxx/xxxxx/xxxxx"},
+		{"nats://s3cr3t@nats.example:4222", opts, "nats", "nats://xxxxx@nats.example:4222"},
+		{"amqp://u:p%2Fss@rabbit/", opts, "amqp", "amqp://u:xxxxx@rabbit/"},
 	}
 	for _, c := range good {
 		u, err := brokerurl.Parse(c.raw, c.opts)
@@ -61,24 +61,24 @@ func TestParse(t *testing.T) {
 		}
 	}
 	k, _ := brokerurl.Parse("kafka://k1,k2:9093?topic_prefix=shop.", opts)
-	if strings.Join(k.Kafka.Brokers, " ") != "k1:9092 k2:9093" || k.Kafka.TopicPrefix != "shop." {
-		t.Errorf("Kafka config: %+v", k.Kafka)
+	if kc := k.Config.(kafka.Config); strings.Join(kc.Brokers, " ") != "k1:9092 k2:9093" || kc.TopicPrefix != "shop." {
+		t.Errorf("Kafka config: %+v", kc)
 	}
 	n, _ := brokerurl.Parse("nats://a:4222,nats://b:4222?batch_time=6ms&max_batches=8&atomic_batches=off", opts)
-	if n.NATSServers != "nats://a:4222,nats://b:4222" || n.NATS.BatchTime != 6*time.Millisecond || n.NATS.MaxBatches != 8 || !n.NATS.NoAtomicBatches {
-		t.Errorf("NATS config: %q %+v", n.NATSServers, n.NATS)
+	if nc := n.Config.(couriernats.URLConfig); nc.Servers != "nats://a:4222,nats://b:4222" || nc.Publisher.BatchTime != 6*time.Millisecond || nc.Publisher.MaxBatches != 8 || !nc.Publisher.NoAtomicBatches {
+		t.Errorf("NATS config: %+v", nc)
 	}
 	u, _ := brokerurl.Parse("amqp://guest:guest@127.0.0.1:5672/shop?exchange=events&prefix=shop.&heartbeat=5", opts)
-	if u.AMQP.Exchange != "events" || u.AMQP.RoutingKeyPrefix != "shop." || strings.Contains(u.AMQP.URL, "exchange") {
-		t.Errorf("AMQP config: %+v", u.AMQP)
+	if ac := u.Config.(amqp.Config); ac.Exchange != "events" || ac.RoutingKeyPrefix != "shop." || strings.Contains(ac.URL, "exchange") {
+		t.Errorf("AMQP config: %+v", ac)
 	}
 
 	bad := []struct {
 		raw, want string
 	}{
-		{"", "--broker-url is empty: use " + brokerurl.Forms},
-		{"localhost:4222", "is not a broker URL: use kafka://host1:9092"},
-		{"redis://u:hunter2@x", `--broker-url "redis://u:xxxxx@x" is not a broker URL Courier knows: use kafka://host1:9092,host2:9092, amqp://user:password@host:5672/vhost, https://endpoint (or http://), nats://host:4222 (or tls://)`},
+		{"", "--broker-url is empty: use " + brokerurl.Forms()},
+		{"localhost:4222", "is not a broker URL: use amqp://user:password@host:5672/vhost"},
+		{"redis://u:hunter2@x", `--broker-url "redis://u:xxxxx@x" is not a broker URL Courier knows: use amqp://user:password@host:5672/vhost, kafka://host1:9092,host2:9092, nats://host:4222 (or tls://), https://endpoint (or http://)`},
 		{"kafka://", "is not a Kafka URL (URL \"kafka://\" names no broker: use kafka://host:9092): use kafka://host1:9092,host2:9092?topic_prefix="},
 		{"kafka://k1:9092?prefix=shop.", `unknown parameter "prefix" (known: topic_prefix)`},
 		{"kafka://k1:9092/shop", "is not a Kafka URL"},
@@ -107,8 +107,8 @@ func TestParse(t *testing.T) {
 
 	t.Setenv("HOOK_KEYS", " "+secret+" , whsec_b2xk ")
 	u, err := brokerurl.Parse("https://x/hook", brokerurl.Options{WebhookSecretEnv: "HOOK_KEYS"})
-	if err != nil || len(u.WebhookSecrets) != 2 || u.WebhookSecrets[0] != secret || u.WebhookSecrets[1] != "whsec_b2xk" {
-		t.Errorf("secrets from HOOK_KEYS: %q, %v", u.WebhookSecrets, err)
+	if hc, _ := u.Config.(webhook.PublisherConfig); err != nil || len(hc.Secrets) != 2 || hc.Secrets[0] != secret || hc.Secrets[1] != "whsec_b2xk" {
+		t.Errorf("secrets from HOOK_KEYS: %q, %v", hc.Secrets, err)
 	}
 	if _, err := brokerurl.Parse("https://x/hook", brokerurl.Options{WebhookSecretEnv: "NO_SUCH_KEYS"}); err == nil || !strings.Contains(err.Error(), "set NO_SUCH_KEYS") {
 		t.Errorf("secrets from an unset variable: %v", err)
@@ -154,36 +154,37 @@ func TestOpenNATS(t *testing.T) {
 	url := testenv.NATSOrEmbedded(t)
 	stream := testenv.Name("BURL")
 	mapping := couriernats.Config{SubjectPrefix: strings.ToLower(stream) + "."}
-	opts := brokerurl.Options{Stream: stream, NATS: mapping}
+	opts := brokerurl.Options{Stream: stream, SubjectPrefix: mapping.SubjectPrefix}
 	b, err := brokerurl.Open(ctx(t), url, opts)
 	testenv.Must(t, err, "open")
 	defer b.Close()
+	nc := testenv.Connect(t, url)
 	t.Cleanup(func() {
-		if js, err := jetstream.New(b.NATS()); err == nil {
+		if js, err := jetstream.New(nc); err == nil {
 			_ = js.DeleteStream(context.Background(), stream)
 		}
 	})
-	if b.Kind() != brokerurl.NATS || b.String() != url {
+	if b.Kind() != "nats" || b.MessagingSystem() != "nats" || b.String() != url || b.HealthCheck() == nil || b.HealthCheck()(ctx(t)) != nil {
 		t.Errorf("kind %q, String %q", b.Kind(), b.String())
 	}
 	if broker.KeepsKeyOrder(b) != broker.KeepsKeyOrder(b.Publisher) {
 		t.Error("the broker and its publisher disagree on keeping a key's order")
 	}
 	sent := publish(t, b, "orders", 3)
-	got := testenv.StreamMessages(t, b.NATS(), stream, mapping)
+	got := testenv.StreamMessages(t, nc, stream, mapping)
 	if len(got) != 3 || got[0].ID != sent[0].ID || got[0].Topic != "orders" {
 		t.Fatalf("stream holds %v", got)
 	}
 
 	// Another stream over the same subjects: JetStream refuses it, and the
 	// error names the stream that has them.
-	_, err = brokerurl.Open(ctx(t), url, brokerurl.Options{Stream: stream + "_2", NATS: mapping})
-	var se *brokerurl.StreamError
+	_, err = brokerurl.Open(ctx(t), url, brokerurl.Options{Stream: stream + "_2", SubjectPrefix: mapping.SubjectPrefix})
+	var se *couriernats.StreamError
 	if !errors.As(err, &se) || len(se.Overlap) != 1 || se.Overlap[0] != stream || !strings.Contains(err.Error(), "overlap those of stream "+stream) {
 		t.Fatalf("overlapping stream: %v", err)
 	}
 	// NoCreate leaves streams alone.
-	nb, err := brokerurl.Open(ctx(t), url, brokerurl.Options{Stream: stream + "_2", NATS: mapping, NoCreate: true})
+	nb, err := brokerurl.Open(ctx(t), url, brokerurl.Options{Stream: stream + "_2", SubjectPrefix: mapping.SubjectPrefix, NoCreate: true})
 	testenv.Must(t, err, "open without creating")
 	nb.Close()
 }
@@ -215,7 +216,7 @@ func TestOpenAMQP(t *testing.T) {
 	b, err := brokerurl.Open(ctx(t), raw, brokerurl.Options{})
 	testenv.Must(t, err, "open")
 	defer b.Close()
-	if b.Kind() != brokerurl.AMQP || strings.Contains(b.String(), "guest:guest") {
+	if b.Kind() != "amqp" || b.MessagingSystem() != "rabbitmq" || strings.Contains(b.String(), "guest:guest") {
 		t.Errorf("kind %q, String %q", b.Kind(), b.String())
 	}
 	cfg, err := amqp.ParseURL(raw)
@@ -277,7 +278,7 @@ func TestOpenWebhook(t *testing.T) {
 	b, err := brokerurl.Open(ctx(t), srv.URL+"/in", brokerurl.Options{WebhookSecretEnv: "TEST_HOOK_SECRET"})
 	testenv.Must(t, err, "open")
 	defer b.Close()
-	if b.Kind() != brokerurl.Webhook || b.String() != srv.URL+"/in" {
+	if b.Kind() != "webhook" || b.String() != srv.URL+"/in" {
 		t.Errorf("kind %q, String %q", b.Kind(), b.String())
 	}
 	publish(t, b, "orders", 2)
@@ -303,7 +304,7 @@ func TestOpenKafka(t *testing.T) {
 	b, err := brokerurl.Open(ctx(t), raw, brokerurl.Options{})
 	testenv.Must(t, err, "open")
 	defer b.Close()
-	if b.Kind() != brokerurl.Kafka || b.String() != raw {
+	if b.Kind() != "kafka" || b.String() != raw {
 		t.Errorf("kind %q, String %q", b.Kind(), b.String())
 	}
 	if !broker.KeepsKeyOrder(b) {

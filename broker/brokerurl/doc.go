@@ -1,17 +1,21 @@
-// Package brokerurl turns a broker URL into an open [broker.Publisher]: it
-// is the one place that knows which URL names which broker, so that wiring
-// code (the courier CLI, services, tests) does not switch over broker names.
+// Package brokerurl turns a broker URL into an open [broker.Publisher], so
+// that wiring code (the courier CLI, services, tests) does not switch over
+// broker names. It knows no broker itself: each broker package describes
+// its URLs, how it opens and what it reads back in a [brokerkind.Kind]
+// that it registers, and brokerurl picks the kind by the URL's scheme.
+// brokers.go lists the brokers linked with it, one import each: adding a
+// broker takes its package and a line there.
 //
-// The URLs it knows:
+// The URLs of the brokers Courier ships:
 //
 //	kafka://host1:9092,host2:9092?topic_prefix=shop.                  Apache Kafka
 //	amqp://user:password@host:5672/vhost?exchange=courier&prefix=     RabbitMQ (also amqps://)
 //	https://endpoint/path (also http://)                              webhooks: every topic to that endpoint
 //	nats://host:4222 (also tls://; several servers comma-separated)   NATS JetStream
 //
-// See each broker's package for what its URL's parameters mean:
-// broker/kafka (ParseURL), broker/amqp (ParseURL), broker/webhook,
-// broker/nats.
+// See each broker's package for what its URL's parameters mean and which
+// Options it reads: broker/kafka (ParseURL, Kind), broker/amqp (ParseURL,
+// Kind), broker/webhook (Kind), broker/nats (ParseURL, Kind).
 //
 // Webhook signing secrets never come from the URL: they come from
 // Options.WebhookSecrets or the environment variable Options.WebhookSecretEnv
@@ -39,5 +43,7 @@
 //
 // Broker.Reader reads back what the broker keeps, for an audit: the
 // JetStream stream on NATS, the topics named on Kafka; RabbitMQ and
-// webhook endpoints keep nothing to read back.
+// webhook endpoints keep nothing to read back. Broker.LogFields says where
+// the broker publishes, for a log line, and Broker.MessagingSystem names it
+// in traces.
 package brokerurl

@@ -59,7 +59,7 @@ func TestReaderNATS(t *testing.T) {
 	url := testenv.NATSOrEmbedded(t)
 	stream := testenv.Name("BURL")
 	mapping := couriernats.Config{SubjectPrefix: strings.ToLower(stream) + "."}
-	b, err := brokerurl.Open(ctx(t), url, brokerurl.Options{Stream: stream, NATS: mapping})
+	b, err := brokerurl.Open(ctx(t), url, brokerurl.Options{Stream: stream, SubjectPrefix: mapping.SubjectPrefix})
 	testenv.Must(t, err, "open")
 	defer b.Close()
 	nc := testenv.Connect(t, url) // the test closes b before it ends
@@ -100,7 +100,7 @@ func TestReaderKafka(t *testing.T) {
 	adm, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	testenv.Must(t, err, "admin")
 	defer adm.Close()
-	testenv.Must(t, kafka.EnsureTopic(ctx(t), adm, b.Kafka(), "orders", kafka.TopicConfig{Partitions: 2}), "topic")
+	testenv.Must(t, kafka.EnsureTopic(ctx(t), adm, b.Config().(kafka.Config), "orders", kafka.TopicConfig{Partitions: 2}), "topic")
 	sent := publish(t, b, "orders", 3)
 
 	if _, err := b.Reader(ctx(t), nil); err == nil || !strings.Contains(err.Error(), "name the topics to read with --topic") {

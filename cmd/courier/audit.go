@@ -68,7 +68,7 @@ func (c *auditCmd) Run(e *env) error {
 	}
 	opts := brokerurl.Options{
 		Flag: "--broker-url", Env: "COURIER_BROKER_URL", Logger: e.log,
-		NATS:   natsMapping(c.SubjectPrefix, c.KeySubjects),
+		SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == "", KeySubjects: c.KeySubjects,
 		Stream: c.Stream,
 		// An audit reads: it creates no stream and declares nothing.
 		NoCreate: true, ReadBack: true,

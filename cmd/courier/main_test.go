@@ -64,7 +64,7 @@ func TestBadInputGetsOneLineAndNonZeroExit(t *testing.T) {
 		{[]string{"status", "--database-url", "mysql://u:p#secret@127.0.0.1:1/x"}, 1, "percent-encode"},
 		{[]string{"status", "--database-url", "host=db password=secret"}, 1, "password=xxxxx"},
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "amqp://u:se/cret@x/"}, 1, "percent-encode"},
-		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "redis://x"}, 1, "is not a broker URL Courier knows: use kafka://host1:9092,host2:9092, amqp://"},
+		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "redis://x"}, 1, "is not a broker URL Courier knows: use amqp://user:password@host:5672/vhost, "},
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "amqp://u:secret@x:bad/"}, 1, "is not a RabbitMQ URL"},
 		{[]string{"relay", "--database-url", "postgres://u@127.0.0.1:1/x", "--broker-url", "nats://x:1", "--batch-size", "0"}, 1, "--batch-size is 0"},
 		{[]string{"relay", "--embedded-port", taken}, 1, "embedded nats: cannot listen on 127.0.0.1:" + taken},

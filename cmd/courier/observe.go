@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -118,21 +117,16 @@ func (o *observer) serveCDC(e *env, r *cdc.Relay, pool *pgxpool.Pool, b *brokeru
 
 // start serves hcfg's checks, with /metrics from the Collector, the Go
 // runtime's and the process's metrics and extra, on the listener, until
-// the returned function is called. A NATS broker b adds the check of its
-// connection.
+// the returned function is called. A broker b with a health check (NATS:
+// its connection) adds it.
 func (o *observer) start(e *env, hcfg health.Config, b *brokerurl.Broker, extra ...prometheus.Collector) (stop func(), err error) {
 	hcfg.AllowedHosts = o.flags.AllowedHost
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(o.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(extra...)
 	hcfg.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	if nc := b.NATS(); nc != nil {
-		hcfg.Broker = func(context.Context) error {
-			if s := nc.Status(); s != nats.CONNECTED {
-				return fmt.Errorf("the connection to NATS is %s", s)
-			}
-			return nil
-		}
+	if check := b.HealthCheck(); check != nil {
+		hcfg.Broker = check
 	}
 	h, err := health.New(hcfg)
 	if err != nil {

@@ -217,7 +217,7 @@ func (c *relayCmd) openBroker(e *env) (b *brokerurl.Broker, closeAll, announce f
 	b, err = brokerurl.Open(e.ctx, brokerURL, c.brokerOptions(e.log))
 	if err != nil {
 		stopServer()
-		var se *brokerurl.StreamError
+		var se *couriernats.StreamError
 		if errors.As(err, &se) {
 			return nil, nil, nil, c.streamError(se)
 		}
@@ -289,19 +289,11 @@ func (c *relayCmd) newRelay(e *env, d *dburl.DB, st store.RelayStore, b *brokeru
 	return r, func() { stopServing(); _ = obs.ln.Close() }, nil
 }
 
-// logRelaying logs where the relay reads and publishes.
+// logRelaying logs where the relay reads and publishes: the broker adds
+// its own fields (its kind's LogFields).
 func (c *relayCmd) logRelaying(e *env, d *dburl.DB, b *brokerurl.Broker, pollInterval time.Duration) {
 	where := []any{"database", d.String(), "dialect", d.Dialect(), "broker", b.String()}
-	switch b.Kind() {
-	case brokerurl.NATS:
-		where = append(where, "stream", c.Stream, "subject_prefix", c.SubjectPrefix, "key_subjects", c.KeySubjects)
-	case brokerurl.Kafka:
-		where = append(where, "topic_prefix", b.Kafka().TopicPrefix)
-	case brokerurl.AMQP:
-		where = append(where, "exchange", b.AMQP().Exchange, "routing_key_prefix", b.AMQP().RoutingKeyPrefix)
-	case brokerurl.Webhook:
-		where = append(where, "secrets_from", c.WebhookSecretEnv)
-	}
+	where = append(where, b.LogFields()...)
 	e.log.Info("relaying", append(where, "poll_interval", pollInterval)...)
 }
 
@@ -312,7 +304,9 @@ func (c *relayCmd) brokerOptions(log *slog.Logger) brokerurl.Options {
 		Flag:             "--broker-url",
 		Env:              "COURIER_BROKER_URL",
 		Logger:           log,
-		NATS:             natsMapping(c.SubjectPrefix, c.KeySubjects),
+		SubjectPrefix:    c.SubjectPrefix,
+		NoPrefix:         c.SubjectPrefix == "",
+		KeySubjects:      c.KeySubjects,
 		Stream:           c.Stream,
 		StreamReplicas:   c.StreamReplicas,
 		NoCreate:         c.NoStream,
@@ -321,14 +315,8 @@ func (c *relayCmd) brokerOptions(log *slog.Logger) brokerurl.Options {
 	}
 }
 
-// natsMapping is how topics map to NATS subjects with --subject-prefix
-// prefix and --key-subjects.
-func natsMapping(prefix string, keySubjects bool) couriernats.Config {
-	return couriernats.Config{SubjectPrefix: prefix, NoPrefix: prefix == "", KeySubjects: keySubjects}
-}
-
 // streamError explains why the stream could not be created, with the fix.
-func (c *relayCmd) streamError(se *brokerurl.StreamError) error {
+func (c *relayCmd) streamError(se *couriernats.StreamError) error {
 	switch {
 	case se.Overlap != nil:
 		which := "another stream"
