@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/broker/brokerkind"
 )
 
 // ScopeName is the instrumentation scope of Courier's spans.
@@ -84,31 +85,34 @@ func Extract(msg *courier.Message) trace.SpanContext {
 }
 
 // SystemOf names the messaging system behind v, a publisher or subscriber,
-// for messaging.system: its MessagingSystem method's answer when it has one,
-// else its Kind method's (brokerurl.Broker), else the broker package it
-// comes from. RabbitMQ is "rabbitmq", as the conventions spell it.
+// for messaging.system: its MessagingSystem method's answer when it has one
+// (brokerurl.Broker), else the System of the registered brokerkind.Kind
+// that its Kind method names, else that of the kind named as the broker
+// package v comes from (the last element of its import path: nats, kafka,
+// amqp, webhook, memory). RabbitMQ is "rabbitmq", as the conventions spell
+// it; what no registered kind names is "courier".
 func SystemOf(v any) string {
-	name := ""
 	switch x := v.(type) {
 	case interface{ MessagingSystem() string }:
 		return x.MessagingSystem()
 	case interface{ Kind() string }:
-		name = x.Kind()
-	default:
-		t := reflect.TypeOf(v)
-		for t != nil && t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		if t != nil {
-			p := t.PkgPath()
-			name = p[strings.LastIndex(p, "/")+1:]
-		}
+		return systemOfKind(x.Kind())
 	}
-	switch name {
-	case "amqp":
-		return "rabbitmq"
-	case "nats", "kafka", "webhook", "memory":
-		return name
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return systemOfKind("")
+	}
+	p := t.PkgPath()
+	return systemOfKind(p[strings.LastIndex(p, "/")+1:])
+}
+
+// systemOfKind returns the System of the kind called name, or "courier".
+func systemOfKind(name string) string {
+	if k, ok := brokerkind.Named(name); ok {
+		return k.SystemName()
 	}
 	return "courier"
 }

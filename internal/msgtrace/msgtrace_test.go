@@ -7,6 +7,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-go/courier"
+	_ "github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/broker/brokerkind"
+	_ "github.com/courier-go/courier/broker/kafka"
 	"github.com/courier-go/courier/broker/memory"
 	"github.com/courier-go/courier/internal/msgtrace"
 )
@@ -40,6 +43,9 @@ func TestInjectExtractRoundTrip(t *testing.T) {
 	}
 }
 
+// A kind registered by a test is named as any other.
+func init() { brokerkind.Register(brokerkind.Kind{Name: "fake", System: "fake-system"}) }
+
 type named struct{}
 
 func (named) MessagingSystem() string { return "sqs" }
@@ -53,6 +59,8 @@ func TestSystemOf(t *testing.T) {
 		{named{}, "sqs"},
 		{kind("amqp"), "rabbitmq"},
 		{kind("kafka"), "kafka"},
+		{kind("fake"), "fake-system"},
+		{kind("unknown"), "courier"},
 		{struct{}{}, "courier"},
 		{nil, "courier"},
 	} {
