@@ -347,7 +347,7 @@ VALUES (?, 'mid', ?, '{}', 'x', 'failed', ?, 5, ?)`, "billing"+hostile, "courier
 // --max defaults to failgroup.DefaultMax (a tag cannot name the constant).
 func TestDLQGroupsMaxDefault(t *testing.T) {
 	var c cli
-	parser, err := kong.New(&c, kong.Name("courier"), kong.Writers(io.Discard, io.Discard))
+	parser, err := kong.New(&c, kong.Name("courier"), kong.Writers(io.Discard, io.Discard), helpVars())
 	testenv.Must(t, err, "parser")
 	_, err = parser.Parse([]string{"dlq", "groups"})
 	testenv.Must(t, err, "parse")

@@ -20,7 +20,7 @@ import (
 // COURIER_ variable named after it; one variable always means one flag.
 func TestEveryFlagHasAnEnvironmentVariable(t *testing.T) {
 	var c cli
-	parser, err := kong.New(&c, kong.Name("courier"), kong.Writers(io.Discard, io.Discard))
+	parser, err := kong.New(&c, kong.Name("courier"), kong.Writers(io.Discard, io.Discard), helpVars())
 	if err != nil {
 		t.Fatal(err)
 	}

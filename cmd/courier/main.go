@@ -27,6 +27,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/courier-go/courier/broker/brokerurl"
 	"github.com/courier-go/courier/internal/escape"
 )
 
@@ -62,17 +63,33 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// helpVars are the variables of the flags' help: broker_forms, the broker
+// URLs of the registered broker kinds.
+func helpVars() kong.Vars {
+	return kong.Vars{"broker_forms": brokerurl.Forms()}
+}
+
 // exitCode carries kong's request to exit (after --help) out of Parse.
 type exitCode int
 
-// run executes one command line and returns the process exit code.
-func run(args []string, stdout, stderr io.Writer) (code int) {
+// run executes one command line until it ends or the process receives
+// SIGINT or SIGTERM, and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runContext(ctx, args, stdout, stderr)
+}
+
+// runContext executes one command line until it ends or ctx does, and
+// returns the process exit code.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("courier"),
 		kong.Description("Courier: transactional outbox, relay and inbox for reliable messaging."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(exitCode(code)) }),
+		helpVars(),
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "courier:", err)
@@ -92,8 +109,6 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		fmt.Fprintf(stderr, "courier: %v (see courier --help)\n", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, log: newLogger(stderr, c.LogFormat, c.LogLevel)}
 	if err := kctx.Run(e); err != nil {
 		// Errors may quote what a database or broker said: escaped.

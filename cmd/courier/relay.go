@@ -25,7 +25,7 @@ type relayCmd struct {
 	observeFlags
 	dashboardFlags
 	fleetFlags
-	BrokerURL        string        `name:"broker-url" help:"Broker to publish to; the URL picks it: kafka://host1:9092,host2:9092?topic_prefix=, amqp://user:password@host:5672/vhost?exchange=courier&prefix=, https://endpoint (webhooks, signed with the secrets of --webhook-secret-env), nats://host:4222 (or tls://). Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
+	BrokerURL        string        `name:"broker-url" help:"Broker to publish to; the URL picks it: ${broker_forms} (webhooks are signed with the secrets of --webhook-secret-env). Default: an embedded NATS JetStream server (see --data-dir)." env:"COURIER_BROKER_URL"`
 	WebhookSecretEnv string        `name:"webhook-secret-env" help:"Environment variable holding the secrets that sign webhook requests (https:// --broker-url): whsec_… secrets, comma-separated during a rotation (the first is the new one). Never put them in the URL." default:"COURIER_WEBHOOK_SECRET" env:"COURIER_WEBHOOK_SECRET_ENV"`
 	DataDir          string        `help:"Where the embedded NATS server keeps its stream." default:"courier-data" env:"COURIER_DATA_DIR"`
 	EmbeddedPort     int           `help:"Port of the embedded NATS server (0: any free port)." default:"4222" env:"COURIER_EMBEDDED_PORT"`
