@@ -215,8 +215,9 @@
 // the topic when its messages share one) with a link to the trace context
 // each message carries in its traceparent header: the context of the
 // request that wrote it (package outbox records it). The span has the
-// messaging conventions' attributes: messaging.system (from the publisher's
-// package, or its MessagingSystem method), messaging.operation.type "send",
+// messaging conventions' attributes: messaging.system (its MessagingSystem
+// method's, or the System of the broker kind its package registered; see
+// package broker/brokerkind), messaging.operation.type "send",
 // messaging.destination.name for one topic, messaging.message.id for one
 // message and messaging.batch.message_count for several. It is an error
 // span when a message failed. The relay does not change the messages'
