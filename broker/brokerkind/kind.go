@@ -9,9 +9,11 @@ import (
 // Kind describes one kind of broker to the code that opens brokers by URL.
 type Kind struct {
 	// Name names the kind, in lower case: "nats", "kafka". It is what
-	// brokerurl's URL.Kind and Broker.Kind return, and the last element
-	// of the import path of the broker's package, which is how a
-	// publisher or subscriber of that package is told apart for tracing.
+	// brokerurl's URL.Kind and Broker.Kind return. When it is also the
+	// last element of the import path of the package that holds the
+	// broker's publisher and subscriber (broker/nats), tracing names
+	// them by this kind's System even when they are used without
+	// brokerurl.
 	Name string
 	// System is the broker's messaging.system in traces (OpenTelemetry's
 	// messaging conventions): "nats", "kafka", "rabbitmq", "webhook".
