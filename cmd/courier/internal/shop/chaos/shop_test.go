@@ -24,7 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store/postgres"
 )
@@ -598,6 +598,8 @@ func exitReasons(path string) map[string]int {
 	return out
 }
 
+// readFile returns the file at path, empty when there is none, or the error
+// reading it.
 func readFile(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
