@@ -36,10 +36,13 @@ import (
 //
 // TestHouse fails when an arrow runs back up that allowedBack does not name,
 // and when an arrow that allowedBack names no longer runs back up (strike it
-// from the list). With -v it prints the floors and the arrows back up with
+// from the list). It also fails when a package other than a test imports
+// one of testOnly. With -v it prints the floors and the arrows back up with
 // the imports behind them.
 func TestHouse(t *testing.T) {
-	h := drawHouse(t, listPackages(t))
+	pkgs := listPackages(t)
+	checkTestOnly(t, pkgs)
+	h := drawHouse(t, pkgs)
 	back := h.backArrows()
 	floors := h.floors(back)
 	logHouse(t, h, floors, back)
@@ -62,6 +65,26 @@ var allowedBack = map[arrow]string{
 	// The tests' environment starts NATS servers and reads their streams
 	// with broker/nats, while broker's packages use internal/'s helpers.
 	{"internal", "broker"}: "internal/testenv imports broker, broker/nats and broker/nats/embedded",
+}
+
+// testOnly are the module's packages that only tests import: the tests'
+// environment (services, servers of their own, waits) stays out of every
+// package a program or another package's tests build on, brokertest and
+// storetest included.
+var testOnly = []string{"internal/testenv"}
+
+// checkTestOnly fails the test for each non-test import of a testOnly
+// package.
+func checkTestOnly(t *testing.T, pkgs []goPackage) {
+	t.Helper()
+	mod := pkgs[0].Module.Path
+	for _, p := range pkgs {
+		for _, imp := range p.Imports {
+			if slices.Contains(testOnly, short(mod, imp)) {
+				t.Errorf("%s imports %s in a non-test file: only tests may", short(mod, p.ImportPath), short(mod, imp))
+			}
+		}
+	}
 }
 
 // arrow is an import from one room (arrow[0]) to another (arrow[1]).
