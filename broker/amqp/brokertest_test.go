@@ -69,6 +69,7 @@ func TestConformance(t *testing.T) {
 		// 1s, and a frozen instance's connection closes after two of
 		// them, at four fifths of the timeout, as with the defaults.
 		ShortTiming: brokertest.Timing{Heartbeat: 500 * time.Millisecond, Timeout: 2500 * time.Millisecond},
+		Long:        testenv.Long(),
 	})
 }
 

@@ -49,11 +49,15 @@ type Harness struct {
 	New func(t testing.TB) Instance
 	// Timing is the default timing of the broker's consumers that share
 	// keys (Instance.SharedRecipe): the pause sweep runs with it under
-	// -long.
+	// Long.
 	Timing Timing
 	// ShortTiming is a shorter timing the pause sweep runs with, by
-	// default and under -long; required with Instance.SharedRecipe.
+	// default and under Long; required with Instance.SharedRecipe.
 	ShortTiming Timing
+	// Long runs the long version of the pause sweep: the default Timing
+	// too, every cut as long as every pause, each case ten times. A
+	// broker's tests set it from their -long flag; CI runs the short one.
+	Long bool
 }
 
 // Instance is one test's fresh destination.

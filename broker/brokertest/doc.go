@@ -61,9 +61,9 @@
 //     partition receives of what the last did not acknowledge) is
 //     counted, and an inbox would skip it. The cases run at once, each on
 //     a destination of its own, with Harness.ShortTiming: cuts of nine
-//     tenths and twice the timeout. With -long they run with
-//     Harness.Timing too, cuts as long as every pause, each case ten
-//     times.
+//     tenths and twice the timeout. With Harness.Long (a broker test's
+//     -long) they run with Harness.Timing too, cuts as long as every
+//     pause, each case ten times.
 //
 // And what a publisher declares itself, by implementing broker.OrderKeeper:
 //

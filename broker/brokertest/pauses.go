@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/internal/tcpproxy"
 )
 
 // Pauses returns the durations the pause sweep stops an instance for, with
@@ -70,7 +70,7 @@ const (
 // each key's in the order published, a message applied again (the next
 // owner of a partition receives what the last did not acknowledge) only
 // after it was first applied. By default it runs with the harness's
-// ShortTiming, cuts of nine tenths and twice the timeout; with -long also
+// ShortTiming, cuts of nine tenths and twice the timeout; with Long also
 // with its Timing, cuts as long as every pause, each case ten times.
 func testPausedInstance(t *testing.T, h Harness) {
 	if h.New(t).SharedRecipe == "" {
@@ -79,18 +79,18 @@ func testPausedInstance(t *testing.T, h Harness) {
 	if h.ShortTiming.Timeout <= 0 {
 		t.Fatal("brokertest: Harness.ShortTiming is not set: give the short timing the sweep runs with")
 	}
-	if testenv.Long() && h.Timing.Timeout <= 0 {
-		t.Fatal("brokertest: Harness.Timing is not set: give the default timing the sweep runs with under -long")
+	if h.Long && h.Timing.Timeout <= 0 {
+		t.Fatal("brokertest: Harness.Timing is not set: give the default timing the sweep runs with under Long")
 	}
 	timings, repeats := []Timing{h.ShortTiming}, 1
-	if testenv.Long() {
+	if h.Long {
 		timings, repeats = append(timings, h.Timing), 10
 	}
 	running := make(chan struct{}, maxCases)
 	for r := range repeats {
 		for _, tm := range timings {
 			var wg sync.WaitGroup
-			for _, c := range sweepCases(tm, h.Features.RedeliversAfter) {
+			for _, c := range sweepCases(tm, h.Features.RedeliversAfter, h.Long) {
 				running <- struct{}{}
 				wg.Go(func() {
 					defer func() { <-running }()
@@ -108,15 +108,15 @@ func testPausedInstance(t *testing.T, h Harness) {
 const maxCases = 16
 
 // sweepCases are the cases of one timing (see testPausedInstance).
-func sweepCases(tm Timing, ackWait time.Duration) []sweepCase {
+func sweepCases(tm Timing, ackWait time.Duration, long bool) []sweepCase {
 	var cases []sweepCase
 	for _, d := range Pauses(tm) {
 		cases = append(cases, sweepCase{faultPause, d, tm})
-		if testenv.Long() {
+		if long {
 			cases = append(cases, sweepCase{faultCut, d, tm})
 		}
 	}
-	if !testenv.Long() {
+	if !long {
 		cases = append(cases, sweepCase{faultCut, tm.Timeout * 9 / 10, tm}, sweepCase{faultCut, 2 * tm.Timeout, tm})
 	}
 	return append(cases, sweepCase{faultSlow, max(ackWait*3/2, tm.Timeout), tm})
@@ -129,7 +129,7 @@ func runCase(t *testing.T, h Harness, c sweepCase) {
 		t.Skip("brokertest: the harness gives no BrokerAddrs: nothing to cut")
 	}
 	log := filepath.Join(t.TempDir(), "applied")
-	testenv.Must(t, os.WriteFile(log, nil, 0o600), "the log")
+	must(t, os.WriteFile(log, nil, 0o600), "the log")
 	r := &sweepRun{t: t, in: in, c: c, log: log, stop: make(chan struct{}), done: make(chan struct{})}
 	t.Cleanup(r.stopAll)
 	for i := range sweepInstances {
@@ -137,7 +137,7 @@ func runCase(t *testing.T, h Harness, c sweepCase) {
 		if i == 0 && c.fault == faultCut {
 			p.Dial = map[string]string{}
 			for _, addr := range in.BrokerAddrs {
-				proxy := testenv.StartProxy(t, addr)
+				proxy := tcpproxy.Start(t, addr)
 				p.Dial[addr] = proxy.Addr()
 				r.proxies = append(r.proxies, proxy)
 			}
@@ -150,8 +150,8 @@ func runCase(t *testing.T, h Harness, c sweepCase) {
 	end := r.fault()
 	r.waitApplying(end, "after the fault")
 	published := r.stopProducing()
-	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { a := r.applied(); return a.distinct >= published*sweepKeys, a.distinct },
-		"%d of %d messages applied; the instances said:\n%s", testenv.Lazy(func() any { return r.applied().distinct }), published*sweepKeys, testenv.Lazy(r.output))
+	whileProgressing(t, 30*time.Second, func() (bool, any) { a := r.applied(); return a.distinct >= published*sweepKeys, a.distinct },
+		"%d of %d messages applied; the instances said:\n%s", lazy(func() any { return r.applied().distinct }), published*sweepKeys, lazy(r.output))
 	r.stopAll()
 	r.check(published)
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
-	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/internal/tcpproxy"
 )
 
 // sweepRun is one case of the pause sweep under way: its instances, the
@@ -29,7 +29,7 @@ type sweepRun struct {
 	in      Instance
 	c       sweepCase
 	log     string
-	proxies []*testenv.Proxy // the cut instance's connections
+	proxies []*tcpproxy.Proxy // the cut instance's connections
 	procs   []*instanceProc
 	stop    chan struct{} // closed to stop the producer
 	done    chan struct{} // closed when it stopped
@@ -47,7 +47,7 @@ type sweepRun struct {
 type instanceProc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *testenv.Buffer // its stderr
+	out  *outputBuffer // its stderr
 	done chan struct{}
 }
 
@@ -56,12 +56,12 @@ type instanceProc struct {
 func (r *sweepRun) start(p Process, name string) {
 	c := child{Process: p, Name: name, Log: r.log, Work: sweepWork, Slow: r.c.d}
 	raw, err := json.Marshal(c)
-	testenv.Must(r.t, err, "describe the instance")
+	must(r.t, err, "describe the instance")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"="+string(raw))
-	in := &instanceProc{name: name, cmd: cmd, out: &testenv.Buffer{}, done: make(chan struct{})}
+	in := &instanceProc{name: name, cmd: cmd, out: &outputBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = io.Discard, in.out
-	testenv.Must(r.t, cmd.Start(), "start instance "+name)
+	must(r.t, cmd.Start(), "start instance "+name)
 	go func() { _ = cmd.Wait(); close(in.done) }()
 	r.procs = append(r.procs, in)
 }
@@ -144,9 +144,9 @@ func (r *sweepRun) fault() int {
 	switch r.c.fault {
 	case faultPause:
 		p := r.procs[0].cmd.Process
-		testenv.Must(r.t, p.Signal(syscall.SIGSTOP), "stop instance")
+		must(r.t, p.Signal(syscall.SIGSTOP), "stop instance")
 		time.Sleep(r.c.d) // the fault itself
-		testenv.Must(r.t, p.Signal(syscall.SIGCONT), "continue instance")
+		must(r.t, p.Signal(syscall.SIGCONT), "continue instance")
 	case faultCut:
 		for _, p := range r.proxies {
 			p.Freeze()
@@ -164,10 +164,10 @@ func (r *sweepRun) fault() int {
 		r.mu.Unlock()
 		// An instance applying a slow message applies nothing else, and
 		// both may: nothing may be applied for as long as one takes.
-		testenv.WhileProgressing(r.t, 30*time.Second+r.c.d, func() (bool, any) {
+		whileProgressing(r.t, 30*time.Second+r.c.d, func() (bool, any) {
 			a := r.applied()
 			return a.seen[applied{key: "key-0", round: slow}] && a.seen[applied{key: "key-1", round: slow}], a.total
-		}, "the slow messages (round %d of key-0 and key-1) were not applied; the instances said:\n%s", slow, testenv.Lazy(r.output))
+		}, "the slow messages (round %d of key-0 and key-1) were not applied; the instances said:\n%s", slow, lazy(r.output))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -179,7 +179,7 @@ func (r *sweepRun) fault() int {
 // 30s; taking partitions over takes one or two).
 func (r *sweepRun) waitApplying(round int, when string) {
 	r.t.Helper()
-	testenv.WhileProgressing(r.t, max(30*time.Second, 3*r.c.timing.Timeout), func() (bool, any) {
+	whileProgressing(r.t, max(30*time.Second, 3*r.c.timing.Timeout), func() (bool, any) {
 		a, done := r.applied(), 0
 		for _, p := range r.procs {
 			if a.last[p.name] > round {
@@ -188,7 +188,7 @@ func (r *sweepRun) waitApplying(round int, when string) {
 		}
 		return done == len(r.procs), done
 	}, "%s, not every instance applied a message (the last round each applied: %v); the instances said:\n%s", when,
-		testenv.Lazy(func() any { return r.applied().last }), testenv.Lazy(r.output))
+		lazy(func() any { return r.applied().last }), lazy(r.output))
 }
 
 // stopAll stops every instance (SIGCONT first: it may be stopped) with

@@ -100,6 +100,7 @@ func TestConformance(t *testing.T) {
 		// kgo's defaults: a heartbeat every 3s, a session of 45s.
 		Timing:      brokertest.Timing{Heartbeat: 3 * time.Second, Timeout: 45 * time.Second},
 		ShortTiming: shortTiming,
+		Long:        testenv.Long(),
 	})
 }
 

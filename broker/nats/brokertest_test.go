@@ -112,6 +112,7 @@ func conformance(t *testing.T, url string, unreachable func(testing.TB) broker.P
 		},
 		Timing:      brokertest.Timing{Heartbeat: couriernats.DefaultMemberHeartbeat, Timeout: couriernats.DefaultMemberTimeout},
 		ShortTiming: brokertest.Timing{Heartbeat: 250 * time.Millisecond, Timeout: 1250 * time.Millisecond},
+		Long:        testenv.Long(),
 	})
 }
 

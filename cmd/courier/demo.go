@@ -18,11 +18,11 @@ import (
 	courieramqp "github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/kafka"
 	"github.com/courier-go/courier/broker/nats/embedded"
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/store/dburl"
 )
 
-// demoCmd runs the reference shop (internal/shop) in-process under load
+// demoCmd runs the reference shop (cmd/courier/internal/shop) in-process under load
 // and faults, then audits it.
 type demoCmd struct {
 	Orders      int           `help:"Orders to place." default:"1000" env:"COURIER_DEMO_ORDERS"`
@@ -307,7 +307,7 @@ func (c *demoCmd) header(w io.Writer, where, broker, logPath string, stock map[s
 	case order == shop.DeployProducerFirst:
 		deploy = "ChargeRequested version 1 to 2 at a third of the orders, producer first: orders, then payment"
 	}
-	fmt.Fprintf(w, "Courier demo: %d orders through the reference shop (internal/shop)\n", c.Orders)
+	fmt.Fprintf(w, "Courier demo: %d orders through the reference shop (cmd/courier/internal/shop)\n", c.Orders)
 	fmt.Fprintf(w, "  services   orders (saga orchestrator, HTTP API), payment, inventory, shipping: each its own database, outbox and inbox,\n")
 	fmt.Fprintf(w, "             run as %d instances with a relay and an inbox consumer each\n", shop.DefaultInstances)
 	fmt.Fprintf(w, "  databases  %s\n", where)

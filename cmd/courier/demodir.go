@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/dirlock"
-	"github.com/courier-go/courier/internal/shop"
 )
 
 // demoMark is the file courier demo writes into a data directory it makes

@@ -9,7 +9,7 @@ import (
 
 	courieramqp "github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/kafka"
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/store/dburl"
 )
 

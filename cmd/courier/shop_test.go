@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/courier-go/courier/broker/amqp"
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 )
 

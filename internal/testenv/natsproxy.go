@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/courier-go/courier/internal/tcpproxy"
 )
 
 // NATSAck is JetStream's answer to a publish on its way to a client: an
@@ -64,8 +66,8 @@ type NATSProxy struct {
 // StartNATSProxy starts a NATSProxy to target (host:port); it goes down
 // when the test ends. It forwards everything until DropAcks is called.
 func StartNATSProxy(t testing.TB, target string) *NATSProxy {
-	np := &NATSProxy{Proxy: newProxy(t, target)}
-	np.frames, np.keep = natsFrame, np.keepAck
+	np := &NATSProxy{Proxy: tcpproxy.New(t, target)}
+	np.Filter(natsFrame, np.keepAck)
 	np.Up()
 	t.Cleanup(np.Down)
 	return np

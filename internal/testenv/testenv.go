@@ -19,6 +19,11 @@
 // when anything was:
 //
 //	func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.M(m)) }
+//
+// Only tests import testenv (TestHouse, at the module's root, fails
+// otherwise): a package that other packages' tests build on, such as
+// broker/brokertest, takes what it needs as parameters (Harness.Long) or
+// from a package of its own (internal/tcpproxy).
 package testenv
 
 import (

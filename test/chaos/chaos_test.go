@@ -1,16 +1,16 @@
 // Package chaos drives relays, consumers and a NATS server, each a process
 // of its own, through crashes and outages while a producer writes, then
 // checks that nothing was lost, applied twice or reordered, on each SQL
-// dialect (TestChaos/postgres, /mysql, /sqlite). It does the same to the
-// reference shop's four services (TestShopUnderProcessKills), then audits the
-// shop's databases, to relays publishing to RabbitMQ, Kafka and a webhook
-// endpoint (the transport runs, below), to relays killed while
-// scheduled messages fall due (TestScheduledRelayKills), and to consumers
-// upgraded to a new version of an event mid-stream
-// (TestConsumersUpgradedMidStream).
+// dialect (TestChaos/postgres, /mysql, /sqlite). It does the same to
+// relays publishing to RabbitMQ, Kafka and a webhook endpoint (the
+// transport runs, below), to relays killed while scheduled messages fall
+// due (TestScheduledRelayKills), and to consumers upgraded to a new version
+// of an event mid-stream (TestConsumersUpgradedMidStream). The reference
+// shop's run under process kills is the shop's own
+// (cmd/courier/internal/shop/chaos).
 //
 //	go test ./test/chaos                  # the short runs CI does (under a minute each)
-//	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport, 100,000 per consumer group, 5,000 orders, 10 minutes of CDC kills per mode and 5 of scheduled messages, minutes of chaos
+//	go test ./test/chaos -run . -long     # 100,000 messages per dialect, 30,000 per transport, 100,000 per consumer group, 10 minutes of CDC kills per mode and 5 of scheduled messages, minutes of chaos
 //
 // TestChaos's faults: relays and consumers killed, relays stopped past their
 // lease (by the test, and by themselves in the middle of a claim, see

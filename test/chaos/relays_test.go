@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -229,6 +230,16 @@ func longestPause(log string) time.Duration {
 		}
 	}
 	return longest
+}
+
+// readFile returns the file at path, empty when there is none, or the error
+// reading it.
+func readFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err.Error()
+	}
+	return string(b)
 }
 
 // lastLines returns the last n lines of the file at path.

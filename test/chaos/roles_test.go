@@ -27,7 +27,6 @@ import (
 // says which. Settings come in the environment.
 const (
 	envRole        = "COURIER_CHAOS_ROLE"
-	envPG          = "COURIER_CHAOS_PG"     // role shop: the service's database
 	envDB          = "COURIER_CHAOS_DB"     // producer's (relays) or consumer's (consumers) database URL (see store/dburl)
 	envNATS        = "COURIER_CHAOS_NATS"   // client URL
 	envDir         = "COURIER_CHAOS_DIR"    // NATS store (role nats)
@@ -69,7 +68,7 @@ func runRole() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	lv := slog.LevelError
-	if role == "shop" || role == webhookRelayRole || role == versionedConsumerRole {
+	if role == webhookRelayRole || role == versionedConsumerRole {
 		lv = slog.LevelWarn // its log is kept in a file, shown when the test fails
 	}
 	if role == groupConsumerRole {
@@ -91,8 +90,6 @@ func runRole() {
 		err = runVersionedConsumer(ctx, log)
 	case groupConsumerRole:
 		err = runGroupConsumer(ctx, log)
-	case "shop":
-		err = runShopService(ctx, log)
 	case webhookRelayRole:
 		err = runWebhookRelay(ctx, log)
 	default:

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 )
 

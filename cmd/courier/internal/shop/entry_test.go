@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/idempotency"
-	"github.com/courier-go/courier/internal/shop"
 )
 
 // Entry idempotency: the same Idempotency-Key twice makes one order and one

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/courier-go/courier"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/broker/nats/embedded"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/idempotency"
-	"github.com/courier-go/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store/dburl"
 )

@@ -3,7 +3,7 @@ package shop_test
 import (
 	"testing"
 
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 )
 
 // Receive idempotency: every command payment receives is delivered twice

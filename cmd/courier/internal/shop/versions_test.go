@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/dburl"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 )
 
 // fakeSub delivers n numbered deliveries, then blocks.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 )
 
 // No double compensation: shipping fails every order, so each order's stock

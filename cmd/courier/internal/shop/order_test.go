@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 )
 

@@ -16,7 +16,7 @@ import (
 func traced(name string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := otel.Tracer("github.com/courier-go/courier/internal/shop").Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := otel.Tracer("github.com/courier-go/courier/cmd/courier/internal/shop").Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

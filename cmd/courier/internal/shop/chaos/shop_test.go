@@ -24,7 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/courier-go/courier/internal/shop"
+	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/store/postgres"
 )
@@ -147,113 +147,36 @@ func TestShopUnderProcessKills(t *testing.T) {
 	}
 	t.Logf("shop run: %s", s)
 	ctx := context.Background()
-	base := testenv.Need(t, testenv.EnvPostgres)
-	name := testenv.Name("chaos_shop_")
-	dbs, err := shop.PostgresDatabases(base, name)
-	testenv.Must(t, err, "databases")
-	// Made with the shop's mark, so that Drop drops them.
-	testenv.Must(t, dbs.Create(context.Background()), "create schemas")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := dbs.Drop(ctx); err != nil {
-			t.Logf("drop schemas: %v", err)
-		}
-	})
-	admin, err := pgxpool.New(ctx, base)
-	testenv.Must(t, err, "connect to "+testenv.EnvPostgres)
-	t.Cleanup(admin.Close)
-
-	dir := t.TempDir()
-	metricsDir := filepath.Join(dir, "metrics")
-	testenv.Must(t, os.Mkdir(metricsDir, 0o755), "metrics directory")
-	port := testenv.FreePort(t)
-	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	stream := testenv.Name("SHOP")
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	stock := shop.DemoStock(s.orders) // vinyl runs out: some orders are cancelled for want of stock
-	stockJSON, _ := json.Marshal(stock)
-	chaos := shop.Faults{FailureRate: 0.03, DuplicateRate: 0.03, ReorderRate: 0.03}
-	faultsOf := map[string]shop.Faults{shop.Orders: chaos, shop.Payment: chaos, shop.Inventory: chaos, shop.Shipping: chaos}
-	payment, shipping := chaos, chaos
-	payment.DeclineRate, shipping.ShipmentFailureRate = 0.05, 0.05
-	faultsOf[shop.Payment], faultsOf[shop.Shipping] = payment, shipping
-
-	logFile := func(name string) *os.File {
-		f, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		testenv.Must(t, err, "log file")
-		t.Cleanup(func() { f.Close() })
-		return f
-	}
-	natsProc := &proc{name: "nats", stderr: logFile("nats"),
-		env: []string{envRole + "=nats", envDir + "=" + filepath.Join(dir, "nats"), envPort + "=" + strconv.Itoa(port)}}
-	var services []*proc
-	for _, svc := range shop.Services {
-		faults, _ := json.Marshal(faultsOf[svc])
-		env := []string{envRole + "=shop", envService + "=" + svc,
-			envPG + "=" + dbs.URL(svc) + "&application_name=" + name + "_" + svc,
-			envNATS + "=" + natsURL, envStream + "=" + stream, envPrefix + "=" + strings.ToLower(stream) + ".",
-			envFaults + "=" + string(faults), envMetrics + "=" + metricsDir}
-		switch svc {
-		case shop.Orders:
-			env = append(env, envHTTP+"="+httpAddr, envStep+"="+stepTimeout.String())
-		case shop.Inventory:
-			env = append(env, envStock+"="+string(stockJSON))
-		}
-		services = append(services, &proc{name: svc, env: env, stderr: logFile(svc)})
-	}
-	all := append([]*proc{natsProc}, services...)
-	defer func() {
-		if t.Failed() {
-			for _, p := range all {
-				t.Logf("last lines of %s's log:\n%s", p.name, tail(filepath.Join(dir, p.name+".log"), 40))
-			}
-		}
-	}()
+	r := newShopRun(t, s)
+	defer r.logOnFailure()
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	stopAll := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer stopAll()
-	natsProc.supervise(t, stop, &wg)
+	r.natsProc.supervise(t, stop, &wg)
 	time.Sleep(500 * time.Millisecond)
-	for _, p := range services {
+	for _, p := range r.services {
 		p.supervise(t, stop, &wg)
 	}
-	sampling := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Go(func() {
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-sampling:
-				return
-			case <-tick.C:
-				for _, p := range all {
-					p.sample()
-				}
-			}
-		}
-	})
-	stopSampling := sync.OnceFunc(func() { close(sampling); sampler.Wait() })
+	stopSampling := r.sample()
 	defer stopSampling()
 
 	// Orders are placed in batches spread over most of the faults; a POST
 	// that finds the orders service down or stopped is sent again with the
 	// same key.
-	skus := slices.Sorted(maps.Keys(stock))
+	skus := slices.Sorted(maps.Keys(r.stock))
 	var placed atomic.Int64
 	loadCtx, stopLoad := context.WithTimeout(ctx, s.chaosFor+s.settle)
 	defer stopLoad()
-	loaded := placeOrders(loadCtx, "http://"+httpAddr, s, skus, &placed)
+	loaded := placeOrders(loadCtx, "http://"+r.httpAddr, s, skus, &placed)
 
-	faults := runShopFaults(t, ctx, s, admin, name, natsProc, services)
+	faults := runShopFaults(t, ctx, s, r.admin, r.name, r.natsProc, r.services)
 	t.Logf("faults: %v", faults)
 
 	// Every order placed, every saga ended, every outbox empty.
-	settleStart := time.Now()
-	deadline := settleStart.Add(s.settle)
+	faultsEnded := time.Now()
+	deadline := faultsEnded.Add(s.settle)
 	var res shop.LoadResult
 	select {
 	case out := <-loaded:
@@ -264,19 +187,154 @@ func TestShopUnderProcessKills(t *testing.T) {
 	case <-time.After(time.Until(deadline)):
 		t.Fatalf("only %d of %d orders placed %s after the faults stopped", placed.Load(), s.orders, s.settle)
 	}
+	pools := r.pools(ctx)
+	r.waitSettled(ctx, pools, len(res.Orders), faultsEnded)
+	stopAll()
+	stopSampling()
+	r.audit(ctx, pools, res)
+}
+
+// shopRun is one run of TestShopUnderProcessKills: the shop's databases
+// and its processes, each logging to a file of the run's directory.
+type shopRun struct {
+	t               *testing.T
+	s               shopSettings
+	name            string // of the run: its databases' prefix and sessions' application_name
+	dbs             shop.Databases
+	admin           *pgxpool.Pool
+	dir, metricsDir string
+	httpAddr        string // the orders API's
+	stock           map[string]int
+	natsProc        *proc
+	services, all   []*proc
+}
+
+// newShopRun makes the run's databases and describes its processes, which
+// it does not start: NATS, and the shop's four services with the shop's
+// own faults on.
+func newShopRun(t *testing.T, s shopSettings) *shopRun {
+	ctx := context.Background()
+	base := testenv.Need(t, testenv.EnvPostgres)
+	r := &shopRun{t: t, s: s, name: testenv.Name("chaos_shop_"), dir: t.TempDir()}
+	var err error
+	r.dbs, err = shop.PostgresDatabases(base, r.name)
+	testenv.Must(t, err, "databases")
+	// Made with the shop's mark, so that Drop drops them.
+	testenv.Must(t, r.dbs.Create(context.Background()), "create schemas")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.dbs.Drop(ctx); err != nil {
+			t.Logf("drop schemas: %v", err)
+		}
+	})
+	r.admin, err = pgxpool.New(ctx, base)
+	testenv.Must(t, err, "connect to "+testenv.EnvPostgres)
+	t.Cleanup(r.admin.Close)
+
+	r.metricsDir = filepath.Join(r.dir, "metrics")
+	testenv.Must(t, os.Mkdir(r.metricsDir, 0o755), "metrics directory")
+	port := testenv.FreePort(t)
+	r.httpAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	r.stock = shop.DemoStock(s.orders) // vinyl runs out: some orders are cancelled for want of stock
+	r.natsProc = &proc{name: "nats", stderr: r.logFile("nats"),
+		env: []string{envRole + "=nats", envDir + "=" + filepath.Join(r.dir, "nats"), envPort + "=" + strconv.Itoa(port)}}
+	r.describeServices(fmt.Sprintf("nats://127.0.0.1:%d", port), testenv.Name("SHOP"))
+	r.all = append([]*proc{r.natsProc}, r.services...)
+	return r
+}
+
+// describeServices describes the shop's four services, on the NATS server
+// at natsURL and stream, each with the shop's faults: failures, duplicates
+// and reordered deliveries everywhere, declined payments and failed
+// shipments.
+func (r *shopRun) describeServices(natsURL, stream string) {
+	stockJSON, _ := json.Marshal(r.stock)
+	chaos := shop.Faults{FailureRate: 0.03, DuplicateRate: 0.03, ReorderRate: 0.03}
+	faultsOf := map[string]shop.Faults{shop.Orders: chaos, shop.Payment: chaos, shop.Inventory: chaos, shop.Shipping: chaos}
+	payment, shipping := chaos, chaos
+	payment.DeclineRate, shipping.ShipmentFailureRate = 0.05, 0.05
+	faultsOf[shop.Payment], faultsOf[shop.Shipping] = payment, shipping
+	for _, svc := range shop.Services {
+		faults, _ := json.Marshal(faultsOf[svc])
+		env := []string{envRole + "=shop", envService + "=" + svc,
+			envPG + "=" + r.dbs.URL(svc) + "&application_name=" + r.name + "_" + svc,
+			envNATS + "=" + natsURL, envStream + "=" + stream, envPrefix + "=" + strings.ToLower(stream) + ".",
+			envFaults + "=" + string(faults), envMetrics + "=" + r.metricsDir}
+		switch svc {
+		case shop.Orders:
+			env = append(env, envHTTP+"="+r.httpAddr, envStep+"="+stepTimeout.String())
+		case shop.Inventory:
+			env = append(env, envStock+"="+string(stockJSON))
+		}
+		r.services = append(r.services, &proc{name: svc, env: env, stderr: r.logFile(svc)})
+	}
+}
+
+// logFile opens the log file of the process name, closed when the test
+// ends.
+func (r *shopRun) logFile(name string) *os.File {
+	f, err := os.OpenFile(filepath.Join(r.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	testenv.Must(r.t, err, "log file")
+	r.t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// logOnFailure shows the end of each process's log when the test failed.
+func (r *shopRun) logOnFailure() {
+	if r.t.Failed() {
+		for _, p := range r.all {
+			r.t.Logf("last lines of %s's log:\n%s", p.name, tail(filepath.Join(r.dir, p.name+".log"), 40))
+		}
+	}
+}
+
+// sample samples each process's memory every half second until the
+// returned function is called; it may be called more than once.
+func (r *shopRun) sample() (stop func()) {
+	sampling := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-tick.C:
+				for _, p := range r.all {
+					p.sample()
+				}
+			}
+		}
+	})
+	return sync.OnceFunc(func() { close(sampling); sampler.Wait() })
+}
+
+// pools connects to each service's schema.
+func (r *shopRun) pools(ctx context.Context) map[string]*pgxpool.Pool {
 	pools := map[string]*pgxpool.Pool{}
 	for _, svc := range shop.Services {
-		pool, err := pgxpool.New(ctx, dbs.URL(svc))
-		testenv.Must(t, err, "connect to "+svc+"'s schema")
-		t.Cleanup(pool.Close)
+		pool, err := pgxpool.New(ctx, r.dbs.URL(svc))
+		testenv.Must(r.t, err, "connect to "+svc+"'s schema")
+		r.t.Cleanup(pool.Close)
 		pools[svc] = pool
 	}
+	return pools
+}
+
+// waitSettled waits until the orders service stored every one of the
+// orders placed and none is open, and every outbox is empty; it fails the
+// test if that is not so the run's settle time after faultsEnded.
+func (r *shopRun) waitSettled(ctx context.Context, pools map[string]*pgxpool.Pool, orders int, faultsEnded time.Time) {
+	t := r.t
+	deadline := faultsEnded.Add(r.s.settle)
 	var stored, open int
 	pending := map[string]int64{}
 	settled := false
 	for !settled {
 		_ = pools[shop.Orders].QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = $1) FROM shop_orders`, shop.StatusOpen).Scan(&stored, &open)
-		settled = stored >= len(res.Orders) && open == 0
+		settled = stored >= orders && open == 0
 		for _, svc := range shop.Services {
 			st, err := postgres.Admin(pools[svc]).Stats(ctx)
 			if err != nil {
@@ -287,22 +345,24 @@ func TestShopUnderProcessKills(t *testing.T) {
 		}
 		if !settled && time.Now().After(deadline) {
 			t.Errorf("not settled %s after the faults stopped: %d orders stored, %d of them still open; messages in the outboxes: %v",
-				s.settle, stored, open, pending)
-			logOpenOrders(t, ctx, pools[shop.Orders], "http://"+httpAddr)
-			break
+				r.s.settle, stored, open, pending)
+			logOpenOrders(t, ctx, pools[shop.Orders], "http://"+r.httpAddr)
+			return
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if settled {
-		t.Logf("settled %s after the faults stopped", time.Since(settleStart).Round(time.Millisecond))
-	}
-	stopAll()
-	stopSampling()
+	t.Logf("settled %s after the faults stopped", time.Since(faultsEnded).Round(time.Millisecond))
+}
 
-	a, err := shop.AuditShop(ctx, dbs)
+// audit audits the shop's databases once every process stopped, logs the
+// report and fails the test on each invariant that does not hold, on data
+// races and when no order completed or none was cancelled.
+func (r *shopRun) audit(ctx context.Context, pools map[string]*pgxpool.Pool, res shop.LoadResult) {
+	t := r.t
+	a, err := shop.AuditShop(ctx, r.dbs)
 	testenv.Must(t, err, "audit")
-	rep := &shop.Report{Load: res, Audit: a, Metrics: readShopMetrics(t, metricsDir), Crashes: map[string]int{}, Ignored: -1}
-	for _, p := range services {
+	rep := &shop.Report{Load: res, Audit: a, Metrics: readShopMetrics(t, r.metricsDir), Crashes: map[string]int{}, Ignored: -1}
+	for _, p := range r.services {
 		rep.Crashes[p.name] = p.runs - 1
 	}
 	_ = pools[shop.Orders].QueryRow(ctx, `SELECT count(*) FROM courier_saga_history WHERE outcome = 'ignored'`).Scan(&rep.Ignored)
@@ -319,16 +379,16 @@ func TestShopUnderProcessKills(t *testing.T) {
 	if a.ByState[shop.StateShippingReady] == 0 || a.ByState[shop.StateCancelled] == 0 {
 		t.Errorf("orders by state %v: want some completed and some cancelled", a.ByState)
 	}
-	for _, p := range all {
-		log := readFile(filepath.Join(dir, p.name+".log"))
+	for _, p := range r.all {
+		log := readFile(filepath.Join(r.dir, p.name+".log"))
 		if i := strings.Index(log, "WARNING: DATA RACE"); i >= 0 {
 			report, _, _ := strings.Cut(log[i:], "\n==================")
 			t.Errorf("%s: the race detector reported %d data races; the first:\n%s", p.name, strings.Count(log, "WARNING: DATA RACE"), report)
 		}
 		t.Logf("%-10s %2d runs, peak RSS %6.1f MiB", p.name, p.runs, float64(p.peak)/1024)
 	}
-	for _, p := range all {
-		if exits := exitReasons(filepath.Join(dir, p.name+".log")); len(exits) > 0 {
+	for _, p := range r.all {
+		if exits := exitReasons(filepath.Join(r.dir, p.name+".log")); len(exits) > 0 {
 			t.Logf("%s exited by itself (then restarted): %v", p.name, exits)
 		}
 	}
@@ -598,6 +658,8 @@ func exitReasons(path string) map[string]int {
 	return out
 }
 
+// readFile returns the file at path, empty when there is none, or the error
+// reading it.
 func readFile(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
