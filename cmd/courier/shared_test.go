@@ -221,9 +221,12 @@ func TestDemoDataDirInUse(t *testing.T) {
 	testenv.Must(t, first.Start(), "start the first demo")
 	t.Cleanup(func() { _ = first.Process.Kill(); _ = first.Wait() })
 	log := filepath.Join(dir, "demo.log")
+	// The demo logs that it starts before it creates its databases: wait
+	// for both, so that the second demo meets a directory fully in use.
 	testenv.Eventually(t, time.Minute, func() bool {
 		b, _ := os.ReadFile(log)
-		return strings.Contains(string(b), "demo starting")
+		_, err := os.Stat(filepath.Join(dir, "orders.db"))
+		return strings.Contains(string(b), "demo starting") && err == nil
 	}, "the first demo did not start; its output:\n%s", &out)
 
 	code, _, errOut := runCLI(t, "demo", "--orders", "5", "--crash", "none", "--data-dir", dir)
