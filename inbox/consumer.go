@@ -17,6 +17,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/brokerkind"
 	"github.com/courier-go/courier/internal/msgtrace"
 	"github.com/courier-go/courier/internal/redact"
 	"github.com/courier-go/courier/internal/waits"
@@ -250,7 +251,7 @@ func NewConsumer[TTx any](ib *Inbox[TTx], sub broker.Subscriber, cs store.Consum
 	return &Consumer[TTx]{
 		ib: ib, sub: sub, cs: cs, h: h, cfg: cfg,
 		log:    cfg.Logger.With("consumer", ib.consumer),
-		tracer: msgtrace.Tracer(cfg.TracerProvider), system: msgtrace.SystemOf(sub),
+		tracer: msgtrace.Tracer(cfg.TracerProvider), system: brokerkind.SystemOf(sub),
 	}, nil
 }
 

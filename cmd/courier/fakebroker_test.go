@@ -14,7 +14,6 @@ import (
 	"github.com/courier-go/courier/broker/brokerkind"
 	"github.com/courier-go/courier/broker/brokerurl"
 	"github.com/courier-go/courier/broker/memory"
-	"github.com/courier-go/courier/internal/msgtrace"
 	"github.com/courier-go/courier/internal/testenv"
 )
 
@@ -83,8 +82,8 @@ func TestFakeBrokerThroughBrokerURL(t *testing.T) {
 	b, err := brokerurl.Open(context.Background(), "fake://opened", opts)
 	testenv.Must(t, err, "open")
 	defer b.Close()
-	if b.Kind() != "fake" || b.String() != "fake://opened" || b.MessagingSystem() != "fakemq" || msgtrace.SystemOf(b) != "fakemq" {
-		t.Errorf("kind %q, String %q, system %q, traced as %q", b.Kind(), b.String(), b.MessagingSystem(), msgtrace.SystemOf(b))
+	if b.Kind() != "fake" || b.String() != "fake://opened" || b.MessagingSystem() != "fakemq" || brokerkind.SystemOf(b) != "fakemq" {
+		t.Errorf("kind %q, String %q, system %q, traced as %q", b.Kind(), b.String(), b.MessagingSystem(), brokerkind.SystemOf(b))
 	}
 	if got := fmt.Sprint(b.LogFields()); got != "[fake_name opened fake_stream S]" {
 		t.Errorf("log fields %s", got)

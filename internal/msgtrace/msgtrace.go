@@ -12,8 +12,6 @@ package msgtrace
 
 import (
 	"context"
-	"reflect"
-	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -21,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-go/courier"
-	"github.com/courier-go/courier/broker/brokerkind"
 )
 
 // ScopeName is the instrumentation scope of Courier's spans.
@@ -82,37 +79,4 @@ func Extract(msg *courier.Message) trace.SpanContext {
 		return trace.SpanContext{}
 	}
 	return trace.SpanContextFromContext(propagator.Extract(context.Background(), courier.HeaderCarrier{Msg: msg}))
-}
-
-// SystemOf names the messaging system behind v, a publisher or subscriber,
-// for messaging.system: its MessagingSystem method's answer when it has one
-// (brokerurl.Broker), else the System of the registered brokerkind.Kind
-// that its Kind method names, else that of the kind named as the broker
-// package v comes from (the last element of its import path: nats, kafka,
-// amqp, webhook, memory). RabbitMQ is "rabbitmq", as the conventions spell
-// it; what no registered kind names is "courier".
-func SystemOf(v any) string {
-	switch x := v.(type) {
-	case interface{ MessagingSystem() string }:
-		return x.MessagingSystem()
-	case interface{ Kind() string }:
-		return systemOfKind(x.Kind())
-	}
-	t := reflect.TypeOf(v)
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil {
-		return systemOfKind("")
-	}
-	p := t.PkgPath()
-	return systemOfKind(p[strings.LastIndex(p, "/")+1:])
-}
-
-// systemOfKind returns the System of the kind called name, or "courier".
-func systemOfKind(name string) string {
-	if k, ok := brokerkind.Named(name); ok {
-		return k.SystemName()
-	}
-	return "courier"
 }

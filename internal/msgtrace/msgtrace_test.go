@@ -7,10 +7,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-go/courier"
-	_ "github.com/courier-go/courier/broker/amqp"
-	"github.com/courier-go/courier/broker/brokerkind"
-	_ "github.com/courier-go/courier/broker/kafka"
-	"github.com/courier-go/courier/broker/memory"
 	"github.com/courier-go/courier/internal/msgtrace"
 )
 
@@ -42,37 +38,6 @@ func TestInjectExtractRoundTrip(t *testing.T) {
 		t.Error("a malformed traceparent gave a valid span context")
 	}
 }
-
-// A kind registered by a test is named as any other.
-func init() { brokerkind.Register(brokerkind.Kind{Name: "fake", System: "fake-system"}) }
-
-type named struct{}
-
-func (named) MessagingSystem() string { return "sqs" }
-
-func TestSystemOf(t *testing.T) {
-	for _, tc := range []struct {
-		v    any
-		want string
-	}{
-		{memory.NewPublisher(), "memory"},
-		{named{}, "sqs"},
-		{kind("amqp"), "rabbitmq"},
-		{kind("kafka"), "kafka"},
-		{kind("fake"), "fake-system"},
-		{kind("unknown"), "courier"},
-		{struct{}{}, "courier"},
-		{nil, "courier"},
-	} {
-		if got := msgtrace.SystemOf(tc.v); got != tc.want {
-			t.Errorf("SystemOf(%T) = %q, want %q", tc.v, got, tc.want)
-		}
-	}
-}
-
-type kind string
-
-func (k kind) Kind() string { return string(k) }
 
 func mustState(t *testing.T, s string) trace.TraceState {
 	ts, err := trace.ParseTraceState(s)

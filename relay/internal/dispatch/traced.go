@@ -9,6 +9,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/brokerkind"
 	"github.com/courier-go/courier/internal/msgtrace"
 )
 
@@ -25,7 +26,7 @@ type traced struct {
 }
 
 func instrument(pub broker.Publisher, cfg Config) broker.Publisher {
-	return traced{pub: pub, obs: cfg.Observer, tracer: msgtrace.Tracer(cfg.TracerProvider), system: msgtrace.SystemOf(pub), clock: cfg.Clock}
+	return traced{pub: pub, obs: cfg.Observer, tracer: msgtrace.Tracer(cfg.TracerProvider), system: brokerkind.SystemOf(pub), clock: cfg.Clock}
 }
 
 func (p traced) Publish(ctx context.Context, msgs []courier.Message) []error {
