@@ -123,7 +123,8 @@ func (c *relayCmd) runTenants(e *env, cfg relay.Config) error {
 	if fleetDB != nil {
 		share = "its share of the tenants with the relays of " + fleetDB.String()
 	}
-	e.log.Info("relaying tenants", "from", c.tenantsFlag(), "serving", share, "broker", b.String(), "max_open", fc.MaxOpen)
+	where := []any{"from", c.tenantsFlag(), "serving", share, "broker", b.String()}
+	e.log.Info("relaying tenants", append(append(where, b.LogFields()...), "max_open", fc.MaxOpen)...)
 	return f.Run(e.ctx)
 }
 
