@@ -191,12 +191,10 @@ func (c *ConsumerConfig) validate() error {
 		return fmt.Errorf("inbox: ConsumerConfig.Concurrency is %d: use 1 or more", c.Concurrency)
 	case c.MaxDeliveries < 1:
 		return fmt.Errorf("inbox: ConsumerConfig.MaxDeliveries is %d: use 1 or more", c.MaxDeliveries)
-	case c.Backoff.Initial < 0 || c.Backoff.Max < c.Backoff.Initial:
-		return fmt.Errorf("inbox: ConsumerConfig.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial", c.Backoff.Initial, c.Backoff.Max)
 	case c.ExtendEvery <= 0 || c.CleanupEvery <= 0 || c.ReplayEvery <= 0 || c.ShutdownTimeout <= 0:
 		return errors.New("inbox: ConsumerConfig: ExtendEvery, CleanupEvery, ReplayEvery and ShutdownTimeout must be positive")
 	}
-	return nil
+	return c.Backoff.Validate("inbox: ConsumerConfig.Backoff")
 }
 
 // ConsumerMetrics are a consumer's running totals.

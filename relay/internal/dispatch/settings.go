@@ -48,15 +48,7 @@ func (s *Settings) SetDefaults(publishTimeout time.Duration) {
 	if s.MaxAttempts == 0 {
 		s.MaxAttempts = DefaultMaxAttempts
 	}
-	if s.Backoff.Initial == 0 {
-		s.Backoff.Initial = DefaultBackoffInitial
-	}
-	if s.Backoff.Max == 0 {
-		s.Backoff.Max = DefaultBackoffMax
-	}
-	if s.Backoff.Jitter == 0 {
-		s.Backoff.Jitter = DefaultBackoffJitter
-	}
+	s.Backoff = s.Backoff.Or(courier.Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax, Jitter: DefaultBackoffJitter})
 }
 
 // Validate reports the first field out of range.
@@ -70,10 +62,6 @@ func (s Settings) Validate(prefix string) error {
 		return fmt.Errorf("%s.PublishTimeout is %s: use more than 0", prefix, s.PublishTimeout)
 	case s.MaxAttempts < 1:
 		return fmt.Errorf("%s.MaxAttempts is %d: use 1 or more", prefix, s.MaxAttempts)
-	case s.Backoff.Initial < 0 || s.Backoff.Max < s.Backoff.Initial:
-		return fmt.Errorf("%s.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial", prefix, s.Backoff.Initial, s.Backoff.Max)
-	case s.Backoff.Jitter < 0 || s.Backoff.Jitter > 1:
-		return fmt.Errorf("%s.Backoff.Jitter is %g: use 0 to 1", prefix, s.Backoff.Jitter)
 	}
-	return nil
+	return s.Backoff.Validate(prefix + ".Backoff")
 }
