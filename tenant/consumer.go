@@ -129,7 +129,15 @@ func (c *ConsumerConfig) validate() error {
 	case c.ReplayScan <= 0:
 		return fmt.Errorf("tenant: ConsumerConfig.ReplayScan is %s: use more than 0", c.ReplayScan)
 	}
-	return nil
+	return c.Inbox.Validate()
+}
+
+// Validate reports whether NewConsumer would accept c: nil, or an error
+// naming the field and the fix (Inbox's as inbox.ConsumerConfig.Validate
+// names them). Zero fields take their defaults first, as in NewConsumer.
+func (c ConsumerConfig) Validate() error {
+	c.setDefaults()
+	return c.validate()
 }
 
 // Consumer is an inbox consumer of a subscription that carries many
@@ -159,10 +167,10 @@ func NewConsumer(sub broker.Subscriber, name string, h inbox.Handler[*sql.Tx], c
 	if sub == nil || h == nil {
 		return nil, errors.New("tenant: NewConsumer needs a subscriber and a handler")
 	}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	log := cfg.Inbox.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
