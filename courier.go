@@ -93,6 +93,35 @@ func (b Backoff) Delay(n int) time.Duration {
 	return d
 }
 
+// Validate reports whether b is usable: nil, or an error that names field
+// (the setting that holds b, as "relay: Config.Backoff") and the fix. A
+// zero field is valid; constructors fill it from their defaults first
+// ([Backoff.Or]).
+func (b Backoff) Validate(field string) error {
+	switch {
+	case b.Initial < 0 || b.Max < b.Initial:
+		return fmt.Errorf("%s is %s..%s: Initial must be at least 0 and Max at least Initial", field, b.Initial, b.Max)
+	case b.Jitter < 0 || b.Jitter > 1:
+		return fmt.Errorf("%s.Jitter is %g: use 0 to 1", field, b.Jitter)
+	}
+	return nil
+}
+
+// Or returns b with each zero field taken from def: a configuration's
+// Backoff filled with its defaults.
+func (b Backoff) Or(def Backoff) Backoff {
+	if b.Initial == 0 {
+		b.Initial = def.Initial
+	}
+	if b.Max == 0 {
+		b.Max = def.Max
+	}
+	if b.Jitter == 0 {
+		b.Jitter = def.Jitter
+	}
+	return b
+}
+
 // Clock is the source of the current time that every runtime configuration
 // takes (relays, consumers, sagas, cleanup, Idempotency-Key records), so
 // that a test moves time forward instead of sleeping until a deadline

@@ -141,6 +141,13 @@ func (c *Config) validate() error {
 	return c.validateShared()
 }
 
+// Validate reports whether New would accept c: nil, or an error naming the
+// field and the fix. Zero fields take their defaults first, as in New.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
 // validateShared checks what every dashboard takes alike, whether it
 // shows one database or many tenants'.
 func (c *Config) validateShared() error {
@@ -160,6 +167,9 @@ func (c *Config) validateShared() error {
 	case c.History/c.SampleEvery > MaxReadings:
 		return fmt.Errorf("dashboard: Config.History (%s) holds %d readings of Config.SampleEvery (%s), more than %d: sample less often (%s or more) or keep a shorter History",
 			c.History, c.History/c.SampleEvery, c.SampleEvery, MaxReadings, (c.History+MaxReadings-1)/MaxReadings)
+	}
+	if err := CheckHosts(c.AllowedHosts, "dashboard: Config.AllowedHosts"); err != nil {
+		return err
 	}
 	return CheckToken(c.Token, "dashboard: Config.Token")
 }
@@ -196,10 +206,10 @@ type Handler struct {
 
 // New returns the dashboard for cfg. It fails when cfg is invalid.
 func New(cfg Config) (*Handler, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	h, err := newHandler(cfg, false)
 	if err != nil {
 		return nil, err

@@ -332,6 +332,40 @@ func TestCheckBind(t *testing.T) {
 	}
 }
 
+// Config.Validate names each bad field and its fix, as New does.
+func TestConfigValidate(t *testing.T) {
+	f := newFixture(t, []string{"orders"}, []string{"x"})
+	if err := (dashboard.Config{Database: f.drv}).Validate(); err != nil {
+		t.Fatalf("zero fields take their defaults: %v", err)
+	}
+	for _, c := range []struct {
+		cfg  dashboard.Config
+		want string
+	}{
+		{dashboard.Config{Limit: -1}, "dashboard: Config.Limit is -1: use 1 to 1000"},
+		{dashboard.Config{Limit: 1001}, "dashboard: Config.Limit is 1001: use 1 to 1000"},
+		{dashboard.Config{PageSize: -1}, "dashboard: Config.PageSize is -1: use 1 to 999"},
+		{dashboard.Config{PageSize: 1000}, "dashboard: Config.PageSize is 1000: use 1 to 999"},
+		{dashboard.Config{Prefix: "ops"}, "dashboard: Config.Prefix \"ops\" must start with /"},
+		{dashboard.Config{SessionTTL: -time.Hour}, "dashboard: Config.SessionTTL is -1h0m0s: use a positive duration"},
+		{dashboard.Config{SampleEvery: -time.Second}, "dashboard: Config.SampleEvery is -1s: use a positive duration"},
+		{dashboard.Config{History: -time.Hour}, "dashboard: Config.History is -1h0m0s, less than twice Config.SampleEvery"},
+		{dashboard.Config{AllowedHosts: []string{"https://x"}}, "dashboard: Config.AllowedHosts"},
+		{dashboard.Config{Token: "short"}, "dashboard: Config.Token"},
+	} {
+		c.cfg.Database = f.drv
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate: %v, want %q", err, c.want)
+		}
+		if _, err := dashboard.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New: %v, want %q", err, c.want)
+		}
+	}
+	if err := (dashboard.Config{}).Validate(); err == nil || !strings.Contains(err.Error(), "dashboard: Config.Database is nil") {
+		t.Errorf("no database: %v", err)
+	}
+}
+
 func TestConfig(t *testing.T) {
 	if _, err := dashboard.New(dashboard.Config{}); err == nil || !strings.Contains(err.Error(), "Config.Database") {
 		t.Fatalf("no database: %v", err)

@@ -101,6 +101,14 @@ func (c *TenantsConfig) validate() error {
 	return c.validateShared()
 }
 
+// Validate reports whether NewTenants would accept c: nil, or an error
+// naming the field and the fix. Zero fields take their defaults first, as
+// in NewTenants.
+func (c TenantsConfig) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
 // Tenants is the dashboard of many tenants. Under its prefix it serves
 // the tenant list at /, and each tenant's pages, the very pages a
 // dashboard of one database serves, under /t/NAME/: /t/acme/dead-letters
@@ -122,10 +130,10 @@ type Tenants struct {
 // NewTenants returns the dashboard of cfg's tenants, none of their
 // databases open yet. It fails when cfg is invalid.
 func NewTenants(cfg TenantsConfig) (*Tenants, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	top, err := newHandler(cfg.Config, true)
 	if err != nil {
 		return nil, err

@@ -610,5 +610,11 @@ func TestTenantsConfig(t *testing.T) {
 		if _, err := dashboard.NewTenants(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error saying %q", c.cfg, err, c.want)
 		}
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate %+v: %v, want an error saying %q", c.cfg, err, c.want)
+		}
+	}
+	if err := (dashboard.TenantsConfig{List: list, Open: open}).Validate(); err != nil {
+		t.Errorf("zero fields take their defaults: %v", err)
 	}
 }

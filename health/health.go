@@ -178,7 +178,15 @@ func (c *Config) validate() error {
 			return fmt.Errorf("health: Config.StatusChecks[%q]: Config.Checks has a check of that name already: give it another", name)
 		}
 	}
-	return nil
+	_, err := hostcheck.New(c.AllowedHosts, "health: Config.AllowedHosts")
+	return err
+}
+
+// Validate reports whether New would accept c: nil, or an error naming the
+// field and the fix. Zero fields take their defaults first, as in New.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
 }
 
 // Handler serves /healthz, /readyz and, when configured, /metrics.
@@ -197,10 +205,10 @@ type Handler struct {
 // New returns the Handler of cfg. It fails when the configuration is
 // invalid, naming the field.
 func New(cfg Config) (*Handler, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	hosts, err := hostcheck.New(cfg.AllowedHosts, "health: Config.AllowedHosts")
 	if err != nil {
 		return nil, err

@@ -207,6 +207,29 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "OldestPendingAge is nil") {
 		t.Errorf("MaxOldestPending without a source: %v", err)
 	}
+	if err := (health.Config{}).Validate(); err != nil {
+		t.Errorf("zero fields take their defaults: %v", err)
+	}
+	nop := func(context.Context) error { return nil }
+	for _, c := range []struct {
+		cfg  health.Config
+		want string
+	}{
+		{health.Config{Grace: -time.Second}, "health: Config.Grace is -1s: use 0 or more"},
+		{health.Config{Stall: -time.Second}, "health: Config.Stall is -1s: use more than 0"},
+		{health.Config{Timeout: -time.Second}, "health: Config.Timeout is -1s: use more than 0"},
+		{health.Config{MaxOldestPending: -time.Second}, "health: Config.MaxOldestPending is -1s: use 0 (not checked) or more"},
+		{health.Config{MaxOldestPending: time.Minute}, "health: Config.MaxOldestPending is set but OldestPendingAge is nil"},
+		{health.Config{Checks: map[string]func(context.Context) error{"": nop}}, `health: Config.Checks[""]: give every check a name`},
+		{health.Config{AllowedHosts: []string{"https://x"}}, "health: Config.AllowedHosts"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate: %v, want %q", err, c.want)
+		}
+		if _, err := health.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New: %v, want %q", err, c.want)
+		}
+	}
 }
 
 type stateOf relay.State

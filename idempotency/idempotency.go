@@ -97,6 +97,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/setting"
 	"github.com/courier-go/courier/store"
 )
 
@@ -187,23 +188,37 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) validate() error {
-	switch {
-	case c.Scope == nil:
+	if c.Scope == nil {
 		return errors.New("idempotency: Config.Scope is nil: set it to the request's principal, such as " +
 			"idempotency.ScopeFromContext(yourUserKey) (behind your authentication) or idempotency.ScopeFromHeader(\"Authorization\"), " +
 			"so that one client never gets another's stored response; idempotency.OneScopeForAllClients shares every key among all clients")
-	case c.MaxKeyLength < 1:
-		return fmt.Errorf("idempotency: Config.MaxKeyLength is %d: use 1 or more", c.MaxKeyLength)
-	case c.MaxBodyBytes < 1:
-		return fmt.Errorf("idempotency: Config.MaxBodyBytes is %d: use 1 or more", c.MaxBodyBytes)
-	case c.MaxResponseBytes < 1:
-		return fmt.Errorf("idempotency: Config.MaxResponseBytes is %d: use 1 or more", c.MaxResponseBytes)
+	}
+	if i := slices.Index(c.Methods, ""); i >= 0 {
+		return fmt.Errorf("idempotency: Config.Methods[%d] is empty: name an HTTP method, such as POST", i)
+	}
+	if err := setting.First(
+		setting.Positive("idempotency: Config.MaxKeyLength", c.MaxKeyLength, MaxKeyLength),
+		setting.Positive("idempotency: Config.MaxBodyBytes", c.MaxBodyBytes, DefaultMaxBodyBytes),
+		setting.Positive("idempotency: Config.MaxResponseBytes", c.MaxResponseBytes, DefaultMaxResponseBytes),
+	); err != nil {
+		return err
+	}
+	switch {
 	case c.LockTimeout < time.Second:
-		return fmt.Errorf("idempotency: Config.LockTimeout is %s: use at least 1s", c.LockTimeout)
+		return fmt.Errorf("idempotency: Config.LockTimeout is %s: use at least 1s, or 0 for %s", c.LockTimeout, DefaultLockTimeout)
 	case c.Retention < c.LockTimeout:
-		return fmt.Errorf("idempotency: Config.Retention (%s) is shorter than LockTimeout (%s)", c.Retention, c.LockTimeout)
+		return fmt.Errorf("idempotency: Config.Retention is %s, shorter than LockTimeout (%s): use %s or more, or 0 for %s", c.Retention, c.LockTimeout, c.LockTimeout, DefaultRetention)
 	}
 	return nil
+}
+
+// Validate reports whether New would accept c: nil, or an error naming the
+// field and the fix. Zero fields take their defaults first, as in New.
+// Programs that do work before New call it first, so that a bad setting
+// fails before anything happens.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
 }
 
 // Keys handles idempotency keys on one database. It is safe for concurrent
@@ -218,10 +233,10 @@ func New[TTx any](st store.Idempotency[TTx], cfg Config) (*Keys[TTx], error) {
 	if st == nil {
 		return nil, errors.New("idempotency: store is nil: pass the dialect's, e.g. postgres.NewDriver(pool).Idempotency()")
 	}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	return &Keys[TTx]{st: st, cfg: cfg}, nil
 }
 

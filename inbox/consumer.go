@@ -20,6 +20,7 @@ import (
 	"github.com/courier-go/courier/broker/brokerkind"
 	"github.com/courier-go/courier/internal/msgtrace"
 	"github.com/courier-go/courier/internal/redact"
+	"github.com/courier-go/courier/internal/setting"
 	"github.com/courier-go/courier/internal/waits"
 	"github.com/courier-go/courier/store"
 )
@@ -187,17 +188,27 @@ func (c *ConsumerConfig) setDefaults() {
 }
 
 func (c *ConsumerConfig) validate() error {
-	switch {
-	case c.Concurrency < 1:
-		return fmt.Errorf("inbox: ConsumerConfig.Concurrency is %d: use 1 or more", c.Concurrency)
-	case c.MaxDeliveries < 1:
-		return fmt.Errorf("inbox: ConsumerConfig.MaxDeliveries is %d: use 1 or more", c.MaxDeliveries)
-	case c.Backoff.Initial < 0 || c.Backoff.Max < c.Backoff.Initial:
-		return fmt.Errorf("inbox: ConsumerConfig.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial", c.Backoff.Initial, c.Backoff.Max)
-	case c.ExtendEvery <= 0 || c.CleanupEvery <= 0 || c.ReplayEvery <= 0 || c.ShutdownTimeout <= 0:
-		return errors.New("inbox: ConsumerConfig: ExtendEvery, CleanupEvery, ReplayEvery and ShutdownTimeout must be positive")
-	}
-	return nil
+	const cfg = "inbox: ConsumerConfig."
+	return setting.First(
+		setting.Positive(cfg+"Concurrency", c.Concurrency, DefaultConcurrency),
+		setting.Positive(cfg+"MaxDeliveries", c.MaxDeliveries, DefaultMaxDeliveries),
+		c.Backoff.Validate(cfg+"Backoff"),
+		setting.Positive(cfg+"ExtendEvery", c.ExtendEvery, DefaultExtendEvery),
+		setting.Positive(cfg+"CleanupEvery", c.CleanupEvery, DefaultCleanupEvery),
+		setting.Positive(cfg+"ReplayEvery", c.ReplayEvery, DefaultReplayEvery),
+		setting.Positive(cfg+"ShutdownTimeout", c.ShutdownTimeout, DefaultShutdownTimeout),
+	)
+}
+
+// Validate reports whether NewConsumer would accept c: nil, or an error
+// naming the field and the fix. Zero fields take their defaults first, as
+// in NewConsumer; a negative NewerVersionWait (park at once) and a
+// negative Retention (no cleanup) are valid. Programs that do work before
+// NewConsumer call it first, so that a bad setting fails before anything
+// happens.
+func (c ConsumerConfig) Validate() error {
+	c.setDefaults()
+	return c.validate()
 }
 
 // ConsumerMetrics are a consumer's running totals.
@@ -244,10 +255,10 @@ func NewConsumer[TTx any](ib *Inbox[TTx], sub broker.Subscriber, cs store.Consum
 	if ib == nil || sub == nil || cs == nil || h == nil {
 		return nil, errors.New("inbox: NewConsumer needs an inbox, a subscriber, a consumer store and a handler")
 	}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	return &Consumer[TTx]{
 		ib: ib, sub: sub, cs: cs, h: h, cfg: cfg,
 		log:    cfg.Logger.With("consumer", ib.consumer),

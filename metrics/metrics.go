@@ -95,6 +95,13 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// Validate reports whether New would accept c: nil, or an error naming the
+// field and the fix. Zero fields take their defaults first, as in New.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
 // OutboxSource answers the query behind the outbox gauges. Each TopicStats
 // becomes one series per gauge, labelled with its topic, up to
 // Config.MaxTopics topics (the others are summed under OtherTopics).
@@ -301,10 +308,10 @@ var (
 // New returns a Collector. It fails when the configuration is invalid,
 // naming the field.
 func New(cfg Config) (*Collector, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	c := &Collector{cfg: cfg, now: time.Now, topics: map[string]bool{}, tenants: map[string]bool{}}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})

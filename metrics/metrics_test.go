@@ -268,6 +268,22 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Config.MinInterval") {
 		t.Errorf("negative MinInterval: %v", err)
 	}
+	if err := (metrics.Config{}).Validate(); err != nil {
+		t.Errorf("zero fields take their defaults: %v", err)
+	}
+	for _, c := range []struct {
+		cfg  metrics.Config
+		want string
+	}{
+		{metrics.Config{MinInterval: -time.Second}, "metrics: Config.MinInterval is -1s: use 0 for the default (10s) or more"},
+		{metrics.Config{QueryTimeout: -time.Second}, "metrics: Config.QueryTimeout is -1s: use 0 for the default"},
+		{metrics.Config{MaxTopics: -1}, "metrics: Config.MaxTopics is -1: use 0 for the default (100) or more"},
+		{metrics.Config{MaxTenants: -1}, "metrics: Config.MaxTenants is -1: use 0 for the default (100) or more"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate: %v, want %q", err, c.want)
+		}
+	}
 }
 
 type sagaStats []metrics.SagaStats

@@ -13,6 +13,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/relay/internal/dispatch"
 	"github.com/courier-go/courier/relay/internal/due"
+	"github.com/courier-go/courier/relay/settings"
 	"github.com/courier-go/courier/store"
 )
 
@@ -91,15 +92,15 @@ type Backoff = courier.Backoff
 
 // The defaults of Config's zero fields; the first seven are the CDC
 // relay's (relay/cdc) too, and so are the ranges of its fields that have
-// the same names.
+// the same names (package relay/settings holds them).
 const (
-	DefaultBatchSize       = dispatch.DefaultBatchSize
-	DefaultConcurrency     = dispatch.DefaultConcurrency
-	DefaultPublishTimeout  = dispatch.DefaultPublishTimeout // at most LeaseDuration/2
-	DefaultMaxAttempts     = dispatch.DefaultMaxAttempts
-	DefaultBackoffInitial  = dispatch.DefaultBackoffInitial
-	DefaultBackoffMax      = dispatch.DefaultBackoffMax
-	DefaultBackoffJitter   = dispatch.DefaultBackoffJitter
+	DefaultBatchSize       = settings.DefaultBatchSize
+	DefaultConcurrency     = settings.DefaultConcurrency
+	DefaultPublishTimeout  = settings.DefaultPublishTimeout // at most LeaseDuration/2
+	DefaultMaxAttempts     = settings.DefaultMaxAttempts
+	DefaultBackoffInitial  = settings.DefaultBackoffInitial
+	DefaultBackoffMax      = settings.DefaultBackoffMax
+	DefaultBackoffJitter   = settings.DefaultBackoffJitter
 	DefaultLeaseDuration   = 30 * time.Second
 	DefaultPollInterval    = time.Second
 	DefaultShutdownTimeout = 15 * time.Second
@@ -107,19 +108,17 @@ const (
 	DefaultIdleDelay       = time.Millisecond
 )
 
-// settings are the fields the CDC relay shares.
-func (c *Config) settings() *dispatch.Settings {
-	return &dispatch.Settings{BatchSize: c.BatchSize, Concurrency: c.Concurrency, PublishTimeout: c.PublishTimeout,
-		MaxAttempts: c.MaxAttempts, Backoff: c.Backoff}
+// shared points at the fields the CDC relay has too.
+func (c *Config) shared() dispatch.Settings {
+	return dispatch.Settings{BatchSize: &c.BatchSize, Concurrency: &c.Concurrency, PublishTimeout: &c.PublishTimeout,
+		MaxAttempts: &c.MaxAttempts, Backoff: &c.Backoff, Observer: &c.Observer, Logger: &c.Logger}
 }
 
 func (c *Config) setDefaults() {
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
-	s := c.settings()
-	s.SetDefaults(min(DefaultPublishTimeout, c.LeaseDuration/2))
-	c.BatchSize, c.Concurrency, c.PublishTimeout, c.MaxAttempts, c.Backoff = s.BatchSize, s.Concurrency, s.PublishTimeout, s.MaxAttempts, s.Backoff
+	c.shared().SetDefaults(min(DefaultPublishTimeout, c.LeaseDuration/2))
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
 	}
@@ -135,16 +134,10 @@ func (c *Config) setDefaults() {
 	if c.Owner == "" {
 		c.Owner = NewOwner()
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Observer == nil {
-		c.Observer = NopObserver{}
-	}
 }
 
 func (c *Config) validate() error {
-	if err := c.settings().Validate("relay: Config"); err != nil {
+	if err := c.shared().Validate("relay: Config"); err != nil {
 		return err
 	}
 	switch {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 )
 
@@ -17,8 +18,8 @@ type poller struct {
 	batchSize    int
 	pollInterval time.Duration
 	armed        bool
-	idleDelay    time.Duration // the next wait while no work is found
-	firstDelay   time.Duration // the first wait after work ran out
+	idle         courier.Backoff // the waits while no work is found: IdleDelay doubling to PollInterval
+	idleRuns     int             // the empty claims since work ran out, while their wait still grows
 }
 
 // next returns what follows a claim of n rows: claim again at once (again),
@@ -26,7 +27,7 @@ type poller struct {
 func (p *poller) next(ctx context.Context, n int) (wait time.Duration, again bool) {
 	switch {
 	case n > 0:
-		p.idleDelay = p.firstDelay
+		p.idleRuns = 0
 		if p.armed {
 			p.armed = false
 			if err := p.n.Disarm(ctx); err != nil {
@@ -36,10 +37,10 @@ func (p *poller) next(ctx context.Context, n int) (wait time.Duration, again boo
 		if n == p.batchSize {
 			return 0, true
 		}
-		return p.idleDelay, false
+		return p.idle.Initial, false
 	case p.armed:
 		return p.pollInterval, false
-	case p.n == nil || p.idleDelay < armAfter:
+	case p.n == nil || p.idle.Delay(p.idleRuns+1) < armAfter:
 		return p.backOff(), false
 	}
 	ok, err := p.n.Arm(ctx)
@@ -59,8 +60,10 @@ func (p *poller) next(ctx context.Context, n int) (wait time.Duration, again boo
 // backOff returns the current idle wait and doubles the next one, up to
 // the poll interval.
 func (p *poller) backOff() time.Duration {
-	d := p.idleDelay
-	p.idleDelay = min(p.idleDelay*2, p.pollInterval)
+	d := p.idle.Delay(p.idleRuns + 1)
+	if d < p.idle.Max {
+		p.idleRuns++
+	}
 	return d
 }
 

@@ -112,7 +112,7 @@ var (
 func (r *Relay) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
 	slots := make(chan struct{}, r.cfg.Concurrency)
 	p := &poller{n: r.cfg.Notifier, log: r.log, batchSize: r.cfg.BatchSize, pollInterval: r.cfg.PollInterval,
-		idleDelay: min(r.cfg.IdleDelay, r.cfg.PollInterval), firstDelay: min(r.cfg.IdleDelay, r.cfg.PollInterval)}
+		idle: courier.Backoff{Initial: min(r.cfg.IdleDelay, r.cfg.PollInterval), Max: r.cfg.PollInterval}}
 	defer p.disarm(context.WithoutCancel(ctx))
 	failures := 0 // consecutive failed claims
 	for {

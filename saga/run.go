@@ -82,11 +82,7 @@ const maxResendBackoff = 64
 // retrying, restarting) is not flooded with copies it would only have to
 // skip.
 func resendWait(timeout time.Duration, attempts int) time.Duration {
-	factor := 1
-	for i := 1; i < attempts && factor < maxResendBackoff; i++ {
-		factor *= 2
-	}
-	return timeout * time.Duration(factor)
+	return courier.Backoff{Initial: timeout, Max: maxResendBackoff * timeout}.Delay(attempts)
 }
 
 // Run fires deadlines every interval until ctx ends; errors are logged.

@@ -124,8 +124,64 @@ type Orchestrator[D any, TTx any] struct {
 	log *slog.Logger
 }
 
-// New checks def and returns an orchestrator.
+// Validate reports whether c is usable: nil, or an error naming the field
+// and the fix. Every value of Config's fields is valid today (a nil Clock
+// is the real one, a nil Logger discards); New calls Validate all the same,
+// so that a field added later is checked in one place.
+func (c Config) Validate() error { return nil }
+
+// Validate reports whether New would accept d: nil, or an error naming the
+// first field that is wrong and the fix. Zero fields that have defaults
+// (CompensatingState, CancelledState, Correlate, a step's
+// CompensationTimeout) are fine.
+func (d Definition[D]) Validate() error {
+	switch {
+	case d.Type == "":
+		return errors.New("saga: Definition.Type is empty: name the saga, e.g. \"order\"")
+	case d.Initial == "":
+		return errors.New("saga: Definition.Initial is empty: name the state of a new instance, e.g. \"Placed\"")
+	case len(d.Steps) == 0:
+		return errors.New("saga: Definition.Steps is empty: a saga needs at least one step")
+	}
+	for i, s := range d.Steps {
+		if err := s.validate(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate reports what is wrong with the i-th step.
+func (s Step[D]) validate(i int) error {
+	switch {
+	case s.Name == "" || s.Done == "" || s.Command == nil || s.Succeeded == "":
+		return fmt.Errorf("saga: Definition.Steps[%d] (%q) needs Name, Done, Command and Succeeded", i, s.Name)
+	case s.Timeout < 0:
+		return fmt.Errorf("saga: Definition.Steps[%d] (%s).Timeout is %s: use more than 0, or 0 to wait for ever", i, s.Name, s.Timeout)
+	case s.CompensationTimeout < 0:
+		return fmt.Errorf("saga: Definition.Steps[%d] (%s).CompensationTimeout is %s: use more than 0, or 0 for Timeout (30s without one)", i, s.Name, s.CompensationTimeout)
+	case s.Compensate != nil && s.Compensated == "":
+		return fmt.Errorf("saga: Definition.Steps[%d] (%s) has Compensate but no Compensated reply type: name the reply that confirms the compensation", i, s.Name)
+	case s.Retriable && s.Compensate != nil:
+		return fmt.Errorf("saga: Definition.Steps[%d] (%s) is Retriable and has Compensate: steps after the pivot are never compensated; drop one of them", i, s.Name)
+	case s.Timeout > 0 && s.Compensate == nil && !s.Retriable:
+		return fmt.Errorf("saga: Definition.Steps[%d] (%s) has a Timeout but neither Compensate nor Retriable: a step that times out may still take effect, so it must be undoable or retried; give the pivot no Timeout", i, s.Name)
+	}
+	return nil
+}
+
+// New checks def and cfg (Definition.Validate, Config.Validate) and
+// returns an orchestrator.
 func New[D any, TTx any](def Definition[D], st store.Sagas[TTx], w *outbox.Writer[TTx], cfg Config) (*Orchestrator[D, TTx], error) {
+	if err := def.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if st == nil || w == nil {
+		return nil, errors.New("saga: New needs a store and an outbox writer")
+	}
 	if def.CompensatingState == "" {
 		def.CompensatingState = "Compensating"
 	}
@@ -135,27 +191,7 @@ func New[D any, TTx any](def Definition[D], st store.Sagas[TTx], w *outbox.Write
 	if def.Correlate == nil {
 		def.Correlate = func(m courier.Message) string { return m.Key }
 	}
-	switch {
-	case def.Type == "":
-		return nil, errors.New("saga: Definition.Type is empty: name the saga, e.g. \"order\"")
-	case def.Initial == "":
-		return nil, errors.New("saga: Definition.Initial is empty: name the state of a new instance, e.g. \"Placed\"")
-	case len(def.Steps) == 0:
-		return nil, errors.New("saga: Definition.Steps is empty: a saga needs at least one step")
-	case st == nil || w == nil:
-		return nil, errors.New("saga: New needs a store and an outbox writer")
-	}
 	for i, s := range def.Steps {
-		switch {
-		case s.Name == "" || s.Done == "" || s.Command == nil || s.Succeeded == "":
-			return nil, fmt.Errorf("saga: Steps[%d] (%q) needs Name, Done, Command and Succeeded", i, s.Name)
-		case s.Compensate != nil && s.Compensated == "":
-			return nil, fmt.Errorf("saga: Steps[%d] (%s) has Compensate but no Compensated reply type", i, s.Name)
-		case s.Retriable && s.Compensate != nil:
-			return nil, fmt.Errorf("saga: Steps[%d] (%s) is Retriable and has Compensate: steps after the pivot are never compensated", i, s.Name)
-		case s.Timeout > 0 && s.Compensate == nil && !s.Retriable:
-			return nil, fmt.Errorf("saga: Steps[%d] (%s) has a Timeout but neither Compensate nor Retriable: a step that times out may still take effect, so it must be undoable or retried; give the pivot no Timeout", i, s.Name)
-		}
 		if s.CompensationTimeout == 0 {
 			def.Steps[i].CompensationTimeout = s.Timeout
 			if s.Timeout == 0 {

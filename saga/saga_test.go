@@ -381,3 +381,38 @@ func TestDefinitionErrorsNameTheField(t *testing.T) {
 		t.Fatalf("no type: %v", err)
 	}
 }
+
+// Definition.Validate names each field that is wrong, as New does.
+func TestDefinitionValidate(t *testing.T) {
+	if err := orderSaga().Validate(); err != nil {
+		t.Fatalf("a valid definition: %v", err)
+	}
+	if err := (saga.Config{}).Validate(); err != nil {
+		t.Fatalf("the zero Config: %v", err)
+	}
+	st := sqlite.NewDriver(nil).Sagas()
+	w := outbox.New(postgres.DatabaseSQL(), outbox.Config{})
+	for _, c := range []struct {
+		change func(d *saga.Definition[Order])
+		want   string
+	}{
+		{func(d *saga.Definition[Order]) { d.Type = "" }, "Definition.Type is empty"},
+		{func(d *saga.Definition[Order]) { d.Initial = "" }, "Definition.Initial is empty"},
+		{func(d *saga.Definition[Order]) { d.Steps = nil }, "Definition.Steps is empty"},
+		{func(d *saga.Definition[Order]) { d.Steps[0].Done = "" }, "Definition.Steps[0] (\"payment\") needs Name, Done, Command and Succeeded"},
+		{func(d *saga.Definition[Order]) { d.Steps[1].Timeout = -time.Second }, "Definition.Steps[1] (inventory).Timeout is -1s: use more than 0, or 0"},
+		{func(d *saga.Definition[Order]) { d.Steps[1].CompensationTimeout = -time.Second }, "Definition.Steps[1] (inventory).CompensationTimeout is -1s: use more than 0"},
+		{func(d *saga.Definition[Order]) { d.Steps[2].Compensated = "" }, "Definition.Steps[2] (shipping) has Compensate but no Compensated"},
+		{func(d *saga.Definition[Order]) { d.Steps[2].Retriable = true }, "Definition.Steps[2] (shipping) is Retriable and has Compensate"},
+		{func(d *saga.Definition[Order]) { d.Steps[2].Compensate = nil }, "Definition.Steps[2] (shipping) has a Timeout but neither"},
+	} {
+		d := orderSaga()
+		c.change(&d)
+		if err := d.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate: %v, want %q", err, c.want)
+		}
+		if _, err := saga.New(d, st, w, saga.Config{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New: %v, want %q", err, c.want)
+		}
+	}
+}

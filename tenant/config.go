@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/dburl"
@@ -69,6 +70,13 @@ type Config struct {
 	// Logger receives the fleet's logs, and the tenants' relays' with a
 	// tenant attribute. Default: Relay.Logger, or discard.
 	Logger *slog.Logger
+	// Clock is the time the fleet measures IdleAfter and Turn with, and
+	// when a tenant's failures began (Status). Default: the real clock. A
+	// test sets a clock it moves (memstore.Clock's Now) to end a turn
+	// without waiting for it; the tenants' relays read Relay.Clock, and
+	// Refresh, Heartbeat and the retries of a failed tenant run on real
+	// time.
+	Clock courier.Clock
 }
 
 // The defaults of Config's zero fields.

@@ -66,6 +66,11 @@ type ConsumerConfig struct {
 	// Open opens a tenant's database. Default: dburl.Open with the
 	// connection bound and timeout above.
 	Open func(ctx context.Context, t Tenant, opts dburl.Options) (*dburl.DB, error)
+	// Clock is the time the consumer measures Refresh, Reread and
+	// ReplayScan with. Default: the real clock. A test sets a clock it
+	// moves (memstore.Clock's Now) to age the tenants read without
+	// waiting; the inbox consumer reads Inbox.Clock.
+	Clock courier.Clock
 }
 
 // The defaults of ConsumerConfig's zero fields, besides Config's.
@@ -124,7 +129,15 @@ func (c *ConsumerConfig) validate() error {
 	case c.ReplayScan <= 0:
 		return fmt.Errorf("tenant: ConsumerConfig.ReplayScan is %s: use more than 0", c.ReplayScan)
 	}
-	return nil
+	return c.Inbox.Validate()
+}
+
+// Validate reports whether NewConsumer would accept c: nil, or an error
+// naming the field and the fix (Inbox's as inbox.ConsumerConfig.Validate
+// names them). Zero fields take their defaults first, as in NewConsumer.
+func (c ConsumerConfig) Validate() error {
+	c.setDefaults()
+	return c.validate()
 }
 
 // Consumer is an inbox consumer of a subscription that carries many
@@ -154,16 +167,16 @@ func NewConsumer(sub broker.Subscriber, name string, h inbox.Handler[*sql.Tx], c
 	if sub == nil || h == nil {
 		return nil, errors.New("tenant: NewConsumer needs a subscriber and a handler")
 	}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	log := cfg.Inbox.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("consumer", name)
-	r := &router{dbs: newDatabases(cfg, log), refused: cfg.Refused, replayScan: cfg.ReplayScan, log: log}
+	r := &router{dbs: newDatabases(cfg, log), refused: cfg.Refused, replayScan: cfg.ReplayScan, clock: cfg.Clock, log: log}
 	ib, err := inbox.New[*sql.Tx](r, name)
 	if err != nil {
 		return nil, err
@@ -251,6 +264,7 @@ type router struct {
 	dbs        *databases
 	refused    store.ConsumerStore
 	replayScan time.Duration
+	clock      courier.Clock
 	log        *slog.Logger
 
 	mu sync.Mutex
@@ -392,9 +406,9 @@ func (r *router) ClearFailures(ctx context.Context, consumer string, id uuid.UUI
 // call.
 func (r *router) ReplayRequested(ctx context.Context, consumer string, limit int) ([]store.Parked, error) {
 	r.mu.Lock()
-	all := time.Since(r.scanned) >= r.replayScan
+	started := r.clock.Now()
+	all := started.Sub(r.scanned) >= r.replayScan
 	r.mu.Unlock()
-	started := time.Now()
 	var out []store.Parked
 	from := map[int64]Tenant{}
 	done, err := r.each(ctx, &r.replayFrom, all, func(t Tenant, cs store.ConsumerStore) (bool, error) {

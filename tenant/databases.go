@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/openset"
 	"github.com/courier-go/courier/store/dburl"
 )
@@ -25,6 +26,7 @@ type databases struct {
 	src     Source
 	refresh time.Duration
 	reread  time.Duration
+	clock   courier.Clock
 	log     *slog.Logger
 	// The databases open or opening, by tenant (name and URL).
 	open *openset.Set[Tenant, *dburl.DB]
@@ -57,7 +59,7 @@ func newDatabases(cfg ConsumerConfig, log *slog.Logger) *databases {
 			db.Close()
 		}
 	}
-	return &databases{src: NewSieve(cfg.Source, log), refresh: cfg.Refresh, reread: cfg.Reread, log: log,
+	return &databases{src: NewSieve(cfg.Source, log), refresh: cfg.Refresh, reread: cfg.Reread, clock: cfg.Clock, log: log,
 		open: openset.New(openset.Config[Tenant, *dburl.DB]{Open: open, Close: closeDB, MaxOpen: cfg.MaxOpen})}
 }
 
@@ -67,7 +69,7 @@ func newDatabases(cfg ConsumerConfig, log *slog.Logger) *databases {
 // Tenants read longer than refresh ago are read again first, and kept when
 // Source fails.
 func (d *databases) lookup(ctx context.Context, name string) (Tenant, error) {
-	asked := time.Now()
+	asked := d.clock.Now()
 	_ = d.read(ctx, asked.Add(-d.refresh)) // a failure keeps the tenants read before
 	d.mu.Lock()
 	t, ok := d.tenants[name]
@@ -90,7 +92,7 @@ func (d *databases) lookup(ctx context.Context, name string) (Tenant, error) {
 // list returns the tenants, read again first when they were read longer
 // than refresh ago (those read before are kept when Source fails).
 func (d *databases) list(ctx context.Context) ([]Tenant, error) {
-	err := d.read(ctx, time.Now().Add(-d.refresh))
+	err := d.read(ctx, d.clock.Now().Add(-d.refresh))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.tenants == nil {
@@ -127,7 +129,7 @@ func (d *databases) read(ctx context.Context, since time.Time) error {
 			d.mu.Lock()
 			continue
 		}
-		if wait := time.Until(d.readAt.Add(d.reread)); wait > 0 && !d.readAt.IsZero() {
+		if wait := d.readAt.Add(d.reread).Sub(d.clock.Now()); wait > 0 && !d.readAt.IsZero() {
 			d.mu.Unlock()
 			if !sleep(ctx, wait) {
 				return ctx.Err()
@@ -137,7 +139,7 @@ func (d *databases) read(ctx context.Context, since time.Time) error {
 		}
 		break
 	}
-	start, done := time.Now(), make(chan struct{})
+	start, done := d.clock.Now(), make(chan struct{})
 	d.reading = done
 	d.mu.Unlock()
 

@@ -17,6 +17,7 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store/dburl"
+	"github.com/courier-go/courier/store/memstore"
 	"github.com/courier-go/courier/tenant"
 )
 
@@ -280,6 +281,8 @@ func TestProducersCannotSetTheTenantHeader(t *testing.T) {
 
 // A tenant busy for ever gives its place up after a Turn: with one place
 // and a tenant that never stops writing, the other is served all the same.
+// The turns are an hour long on a clock the test moves: a session ends
+// only when the clock says its turn is over.
 func TestFleetBusyTenantTakesTurns(t *testing.T) {
 	ts := sqliteTenants(t, "b", 2)
 	busy, other := ts[0], ts[1]
@@ -293,10 +296,18 @@ func TestFleetBusyTenantTakesTurns(t *testing.T) {
 	})
 	testenv.Eventually(t, 30*time.Second, func() bool { return pendingOf(t, busy) > 0 }, "the busy tenant writes")
 	pub := memory.NewPublisher()
-	runFleet(t, pub, tenant.Config{Source: tenant.List(ts...), Relay: fastRelay, MaxOpen: 1, IdleAfter: time.Second, Turn: 200 * time.Millisecond})
-	testenv.Eventually(t, 30*time.Second, func() bool { return len(byTenant(t, pub)[busy.Name]) > 0 }, "the busy tenant served")
+	clock := memstore.NewClock()
+	f, _ := runFleet(t, pub, tenant.Config{Source: tenant.List(ts...), Relay: fastRelay, MaxOpen: 1, IdleAfter: time.Hour, Turn: time.Hour, Clock: clock.Now})
+	turn := func() { clock.Advance(time.Hour) } // ends the session that holds the place
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		if len(byTenant(t, pub)[busy.Name]) > 0 && slices.ContainsFunc(f.Status().Served, func(s tenant.TenantStatus) bool { return s.Name == busy.Name && s.Open }) {
+			return true
+		}
+		turn()
+		return false
+	}, "the busy tenant served: %v", testenv.Lazy(func() any { return summary(f) }))
 	write(t, other, messages(other, 5, 1)...)
-	testenv.Eventually(t, 30*time.Second, func() bool { return len(byTenant(t, pub)[other.Name]) == 5 }, "the other tenant served while the busy one writes")
+	testenv.Eventually(t, 30*time.Second, func() bool { turn(); return len(byTenant(t, pub)[other.Name]) == 5 }, "the other tenant served while the busy one writes")
 }
 
 // pendingOf is the count of tn's pending messages.

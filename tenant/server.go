@@ -123,7 +123,7 @@ func (s *server) session() (worked bool, err error) {
 		upkeep.Go(func() { cfg.OnOpen(ctx, s.t, d) })
 	}
 	done := make(chan struct{})
-	start := time.Now()
+	start := cfg.Clock.Now()
 	go func() { _ = r.Run(ctx); close(done) }()
 	tick := time.NewTicker(min(cfg.IdleAfter/4, 250*time.Millisecond))
 	defer tick.Stop()
@@ -135,7 +135,7 @@ func (s *server) session() (worked bool, err error) {
 			if rs := r.State(); rs.ClaimFailures == 0 && !rs.LastClaim.IsZero() {
 				s.noteErr(nil) // its database works (again)
 			}
-			yielded = s.f.slots.waiting() && (s.idle(r, start) || time.Since(start) >= cfg.Turn)
+			yielded = s.f.slots.waiting() && (s.idle(r, start) || cfg.Clock.Now().Sub(start) >= cfg.Turn)
 		}
 	}
 	cancel()
@@ -171,11 +171,14 @@ func (s *server) idle(r *relay.Relay, start time.Time) bool {
 	if st := r.State(); st.LastClaim.Before(start) && st.ClaimFailures == 0 {
 		return false
 	}
-	return time.Duration(time.Now().UnixNano()-s.lastWork.Load()) >= s.f.cfg.IdleAfter
+	return time.Duration(s.f.cfg.Clock.Now().UnixNano()-s.lastWork.Load()) >= s.f.cfg.IdleAfter
 }
 
+// noteWork notes that the tenant's relay worked now.
+func (s *server) noteWork() { s.lastWork.Store(s.f.cfg.Clock.Now().UnixNano()) }
+
 func (s *server) begin(r *relay.Relay) {
-	s.lastWork.Store(time.Now().UnixNano())
+	s.noteWork()
 	s.mu.Lock()
 	s.relay = r
 	s.sessions++
@@ -205,7 +208,7 @@ func (s *server) noteErr(err error) {
 	case err == nil:
 		s.err, s.failing = "", time.Time{}
 	case s.failing.IsZero():
-		s.err, s.failing = err.Error(), time.Now()
+		s.err, s.failing = err.Error(), s.f.cfg.Clock.Now()
 	default:
 		s.err = err.Error()
 	}
@@ -219,14 +222,14 @@ type workObserver struct {
 
 // Claimed notes the work and tells the tenant's observer.
 func (o workObserver) Claimed(n int) {
-	o.s.lastWork.Store(time.Now().UnixNano())
+	o.s.noteWork()
 	o.Observer.Claimed(n)
 }
 
 // Completed notes the work (a batch may publish for longer than
 // IdleAfter) and tells the tenant's observer.
 func (o workObserver) Completed(published, retried, dead int) {
-	o.s.lastWork.Store(time.Now().UnixNano())
+	o.s.noteWork()
 	o.Observer.Completed(published, retried, dead)
 }
 

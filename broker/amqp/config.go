@@ -14,8 +14,8 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker/cloudevents"
 	"github.com/courier-go/courier/broker/internal/group"
-	"github.com/courier-go/courier/broker/internal/setting"
 	"github.com/courier-go/courier/internal/redact"
+	"github.com/courier-go/courier/internal/setting"
 )
 
 // The defaults of the zero fields of Config, PublisherConfig and
@@ -112,9 +112,7 @@ func (c *Config) setDefaults() {
 	setting.Default(&c.Exchange, DefaultExchange)
 	setting.Default(&c.DialTimeout, DefaultDialTimeout)
 	setting.Default(&c.Heartbeat, DefaultHeartbeat)
-	setting.Default(&c.Backoff.Initial, DefaultBackoffInitial)
-	setting.Default(&c.Backoff.Max, max(DefaultBackoffMax, c.Backoff.Initial))
-	setting.Default(&c.Backoff.Jitter, DefaultBackoffJitter)
+	c.Backoff = c.Backoff.Or(courier.Backoff{Initial: DefaultBackoffInitial, Max: max(DefaultBackoffMax, c.Backoff.Initial), Jitter: DefaultBackoffJitter})
 }
 
 func (c *Config) validate() error {
@@ -130,12 +128,8 @@ func (c *Config) validate() error {
 	if c.Heartbeat < time.Second {
 		return fmt.Errorf("amqp: Config.Heartbeat is %s: RabbitMQ counts heartbeats in whole seconds, and under 1s the client takes the server's (60s by default): use 1s or more", c.Heartbeat)
 	}
-	switch {
-	case c.Backoff.Initial < 0 || c.Backoff.Max < c.Backoff.Initial:
-		return fmt.Errorf("amqp: Config.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial (0 takes the defaults, %s..%s)",
-			c.Backoff.Initial, c.Backoff.Max, DefaultBackoffInitial, DefaultBackoffMax)
-	case c.Backoff.Jitter < 0 || c.Backoff.Jitter > 1:
-		return fmt.Errorf("amqp: Config.Backoff.Jitter is %g: use 0 to 1 (0 takes %g)", c.Backoff.Jitter, DefaultBackoffJitter)
+	if err := c.Backoff.Validate("amqp: Config.Backoff"); err != nil {
+		return fmt.Errorf("%w (a zero field takes its default: %s..%s, jitter %g)", err, DefaultBackoffInitial, DefaultBackoffMax, DefaultBackoffJitter)
 	}
 	if _, err := amqp091.ParseURI(c.URL); err != nil {
 		return fmt.Errorf("amqp: Config.URL: %w", err)

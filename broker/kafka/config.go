@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/courier-go/courier/broker/cloudevents"
-	"github.com/courier-go/courier/broker/internal/setting"
 	"github.com/courier-go/courier/internal/redact"
+	"github.com/courier-go/courier/internal/setting"
 )
 
 // DefaultPort is the port of a broker address given without one.

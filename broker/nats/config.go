@@ -9,7 +9,7 @@ import (
 
 	"github.com/courier-go/courier/broker/cloudevents"
 	"github.com/courier-go/courier/broker/internal/group"
-	"github.com/courier-go/courier/broker/internal/setting"
+	"github.com/courier-go/courier/internal/setting"
 )
 
 // The defaults of the zero fields of Config, PublisherConfig,

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/broker/cloudevents"
-	"github.com/courier-go/courier/broker/internal/setting"
 	"github.com/courier-go/courier/internal/redact"
+	"github.com/courier-go/courier/internal/setting"
 )
 
 // The defaults of the zero fields of PublisherConfig, BreakerConfig,

@@ -13,9 +13,9 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
-	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/relay/internal/dispatch"
 	"github.com/courier-go/courier/relay/internal/due"
+	"github.com/courier-go/courier/relay/settings"
 	"github.com/courier-go/courier/store"
 )
 
@@ -29,7 +29,8 @@ const (
 
 // Config tunes a Relay. Zero fields take the defaults; the fields the
 // polling relay has too (BatchSize, Concurrency, PublishTimeout,
-// MaxAttempts, Backoff) take its defaults and have its ranges.
+// MaxAttempts, Backoff, Observer, Logger) take its defaults and have its
+// ranges, which package relay/settings holds.
 type Config struct {
 	// Slot is the logical replication slot's name. Default DefaultSlot.
 	Slot string
@@ -37,21 +38,21 @@ type Config struct {
 	// Default DefaultPublication.
 	Publication string
 	// BatchSize is the most messages one Publish call carries, 1 to
-	// 10000. Default relay.DefaultBatchSize.
+	// 10000. Default settings.DefaultBatchSize.
 	BatchSize int
 	// Concurrency is how many Publish calls may be in flight at once, each
 	// on keys no other call holds, 1 to 64: one publishing while the next
-	// is answered. Default relay.DefaultConcurrency.
+	// is answered. Default settings.DefaultConcurrency.
 	Concurrency int
 	// PublishTimeout bounds one Publish call. Default
-	// relay.DefaultPublishTimeout.
+	// settings.DefaultPublishTimeout.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many counted failures make a dead letter. Default
-	// relay.DefaultMaxAttempts.
+	// settings.DefaultMaxAttempts.
 	MaxAttempts int
 	// Backoff spaces retries and outage pauses. Zero fields take the
 	// polling relay's defaults.
-	Backoff relay.Backoff
+	Backoff courier.Backoff
 	// KeepPublished moves published rows to courier_outbox_published
 	// instead of deleting them, and keeps published table-less messages
 	// there too.
@@ -72,7 +73,7 @@ type Config struct {
 	// and of what each call's messages became (Completed: published,
 	// retried, dead; the table is written in the background): package
 	// metrics implements it. Default: none.
-	Observer relay.Observer
+	Observer settings.Observer
 	// TracerProvider makes the relay's send spans, as the polling relay's
 	// (package relay, Tracing). Default otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
@@ -80,10 +81,10 @@ type Config struct {
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// settings are the fields the polling relay shares.
-func (c *Config) settings() *dispatch.Settings {
-	return &dispatch.Settings{BatchSize: c.BatchSize, Concurrency: c.Concurrency, PublishTimeout: c.PublishTimeout,
-		MaxAttempts: c.MaxAttempts, Backoff: c.Backoff}
+// shared points at the fields the polling relay has too.
+func (c *Config) shared() dispatch.Settings {
+	return dispatch.Settings{BatchSize: &c.BatchSize, Concurrency: &c.Concurrency, PublishTimeout: &c.PublishTimeout,
+		MaxAttempts: &c.MaxAttempts, Backoff: &c.Backoff, Observer: &c.Observer, Logger: &c.Logger}
 }
 
 // setDefaults fills the zero fields.
@@ -94,20 +95,12 @@ func (c *Config) setDefaults() {
 	if c.Publication == "" {
 		c.Publication = DefaultPublication
 	}
-	s := c.settings()
-	s.SetDefaults(relay.DefaultPublishTimeout)
-	c.BatchSize, c.Concurrency, c.PublishTimeout, c.MaxAttempts, c.Backoff = s.BatchSize, s.Concurrency, s.PublishTimeout, s.MaxAttempts, s.Backoff
+	c.shared().SetDefaults(settings.DefaultPublishTimeout)
 	if c.Standby == 0 {
 		c.Standby = DefaultStandby
 	}
 	if c.StatusInterval == 0 {
 		c.StatusInterval = DefaultStatusInterval
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Observer == nil {
-		c.Observer = relay.NopObserver{}
 	}
 }
 
@@ -123,7 +116,7 @@ func (c *Config) validate() error {
 	case c.StatusInterval < 0:
 		return fmt.Errorf("cdc: Config.StatusInterval is %s: use more than 0", c.StatusInterval)
 	}
-	return c.settings().Validate("cdc: Config")
+	return c.shared().Validate("cdc: Config")
 }
 
 // Validate reports the first field that is out of range, naming it and

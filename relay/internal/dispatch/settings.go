@@ -2,78 +2,63 @@ package dispatch
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/relay/settings"
 )
 
-// The defaults of Settings' zero fields (package relay exports them).
-const (
-	DefaultBatchSize      = 1000
-	DefaultConcurrency    = 2
-	DefaultPublishTimeout = 10 * time.Second
-	DefaultMaxAttempts    = 10
-	DefaultBackoffInitial = 500 * time.Millisecond
-	DefaultBackoffMax     = time.Minute
-	DefaultBackoffJitter  = 0.2
-	// MaxBatchSize and MaxConcurrency bound BatchSize and Concurrency.
-	MaxBatchSize   = 10000
-	MaxConcurrency = 64
-)
-
-// Settings are the configuration fields both relays share, with one rule
-// for their defaults and their ranges: a zero field takes its default, a
-// value out of range is an error that names the field (as prefix says:
-// "relay: Config", "cdc: Config") and its range.
+// Settings points at the fields both relays' configurations have (see
+// package relay/settings), so that one rule gives them their defaults and
+// their ranges, in place: a zero field takes its default, a value out of
+// range is an error that names the field (as prefix says: "relay:
+// Config", "cdc: Config") and its range.
 type Settings struct {
-	BatchSize      int
-	Concurrency    int
-	PublishTimeout time.Duration
-	MaxAttempts    int
-	Backoff        courier.Backoff
+	BatchSize      *int
+	Concurrency    *int
+	PublishTimeout *time.Duration
+	MaxAttempts    *int
+	Backoff        *courier.Backoff
+	Observer       *settings.Observer
+	Logger         **slog.Logger
 }
 
 // SetDefaults fills the zero fields; publishTimeout is the default of
 // PublishTimeout (the polling relay's depends on its lease).
-func (s *Settings) SetDefaults(publishTimeout time.Duration) {
-	if s.BatchSize == 0 {
-		s.BatchSize = DefaultBatchSize
+func (s Settings) SetDefaults(publishTimeout time.Duration) {
+	if *s.BatchSize == 0 {
+		*s.BatchSize = settings.DefaultBatchSize
 	}
-	if s.Concurrency == 0 {
-		s.Concurrency = DefaultConcurrency
+	if *s.Concurrency == 0 {
+		*s.Concurrency = settings.DefaultConcurrency
 	}
-	if s.PublishTimeout == 0 {
-		s.PublishTimeout = publishTimeout
+	if *s.PublishTimeout == 0 {
+		*s.PublishTimeout = publishTimeout
 	}
-	if s.MaxAttempts == 0 {
-		s.MaxAttempts = DefaultMaxAttempts
+	if *s.MaxAttempts == 0 {
+		*s.MaxAttempts = settings.DefaultMaxAttempts
 	}
-	if s.Backoff.Initial == 0 {
-		s.Backoff.Initial = DefaultBackoffInitial
+	*s.Backoff = s.Backoff.Or(courier.Backoff{Initial: settings.DefaultBackoffInitial, Max: settings.DefaultBackoffMax, Jitter: settings.DefaultBackoffJitter})
+	if *s.Observer == nil {
+		*s.Observer = settings.NopObserver{}
 	}
-	if s.Backoff.Max == 0 {
-		s.Backoff.Max = DefaultBackoffMax
-	}
-	if s.Backoff.Jitter == 0 {
-		s.Backoff.Jitter = DefaultBackoffJitter
+	if *s.Logger == nil {
+		*s.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
 // Validate reports the first field out of range.
 func (s Settings) Validate(prefix string) error {
 	switch {
-	case s.BatchSize < 1 || s.BatchSize > MaxBatchSize:
-		return fmt.Errorf("%s.BatchSize is %d: use 1 to %d", prefix, s.BatchSize, MaxBatchSize)
-	case s.Concurrency < 1 || s.Concurrency > MaxConcurrency:
-		return fmt.Errorf("%s.Concurrency is %d: use 1 to %d", prefix, s.Concurrency, MaxConcurrency)
-	case s.PublishTimeout <= 0:
-		return fmt.Errorf("%s.PublishTimeout is %s: use more than 0", prefix, s.PublishTimeout)
-	case s.MaxAttempts < 1:
-		return fmt.Errorf("%s.MaxAttempts is %d: use 1 or more", prefix, s.MaxAttempts)
-	case s.Backoff.Initial < 0 || s.Backoff.Max < s.Backoff.Initial:
-		return fmt.Errorf("%s.Backoff is %s..%s: Initial must be at least 0 and Max at least Initial", prefix, s.Backoff.Initial, s.Backoff.Max)
-	case s.Backoff.Jitter < 0 || s.Backoff.Jitter > 1:
-		return fmt.Errorf("%s.Backoff.Jitter is %g: use 0 to 1", prefix, s.Backoff.Jitter)
+	case *s.BatchSize < 1 || *s.BatchSize > settings.MaxBatchSize:
+		return fmt.Errorf("%s.BatchSize is %d: use 1 to %d", prefix, *s.BatchSize, settings.MaxBatchSize)
+	case *s.Concurrency < 1 || *s.Concurrency > settings.MaxConcurrency:
+		return fmt.Errorf("%s.Concurrency is %d: use 1 to %d", prefix, *s.Concurrency, settings.MaxConcurrency)
+	case *s.PublishTimeout <= 0:
+		return fmt.Errorf("%s.PublishTimeout is %s: use more than 0", prefix, *s.PublishTimeout)
+	case *s.MaxAttempts < 1:
+		return fmt.Errorf("%s.MaxAttempts is %d: use 1 or more", prefix, *s.MaxAttempts)
 	}
-	return nil
+	return s.Backoff.Validate(prefix + ".Backoff")
 }

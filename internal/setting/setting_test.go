@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courier-go/courier/broker/internal/setting"
+	"github.com/courier-go/courier/internal/setting"
 )
 
 func TestDefault(t *testing.T) {
