@@ -90,8 +90,8 @@ func startServedRelay(t *testing.T, env []string, args ...string) *servedRelay {
 	}()
 	t.Cleanup(func() {
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		<-copied // before Wait, which closes the pipe
 		err := s.cmd.Wait()
-		<-copied
 		if err != nil {
 			t.Errorf("relay exit after SIGTERM: %v\n%s", err, s.Logs())
 		}

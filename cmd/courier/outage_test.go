@@ -180,8 +180,10 @@ func (r *relayProcess) Stop(t *testing.T) {
 	}
 	r.done = true
 	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	err := r.cmd.Wait()
+	// Read stderr to its end before Wait, which closes the pipe: the
+	// relay's last lines would be lost otherwise.
 	<-r.out
+	err := r.cmd.Wait()
 	if err != nil || !strings.Contains(r.Logs(), "relay stopped") {
 		t.Errorf("relay exit after SIGTERM: %v\n%s", err, r.Logs())
 	}
