@@ -90,7 +90,7 @@ func chunks(msgs []courier.Message) iter.Seq[[]courier.Message] {
 }
 
 func insertChunk(ctx context.Context, tx *sql.Tx, chunk []courier.Message) error {
-	q, args := columns.Insert(chunk, times.Encode, ", created_at", "(?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
+	q, args := columns.Insert(chunk, times.Encode, ", created_at", ", UTC_TIMESTAMP(6)")
 	_, err := tx.ExecContext(ctx, q, args...)
 	return migrations.InsertError(err, len(chunk), errorNumber(err) == errNoSuchTable)
 }

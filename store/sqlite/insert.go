@@ -37,7 +37,7 @@ func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Messag
 	now := time.Now().UnixMicro()
 	for start := 0; start < len(msgs); start += sqlChunk {
 		chunk := msgs[start:min(start+sqlChunk, len(msgs))]
-		q, args := columns.Insert(chunk, times.Encode, ", created_at", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", now)
+		q, args := columns.Insert(chunk, times.Encode, ", created_at", ", ?", now)
 		_, err := tx.ExecContext(ctx, q, args...)
 		if err := migrations.InsertError(err, len(chunk), isMissing(err)); err != nil {
 			return err

@@ -18,7 +18,7 @@ func TestInsert(t *testing.T) {
 		{ID: id, Topic: "t", Key: "k", Type: "x", Version: 1, ContentType: "application/json", OccurredAt: at},
 		{ID: id, Topic: "u", Headers: map[string]string{"a": "b"}, Payload: []byte("p"), OccurredAt: at},
 	}
-	q, args := Insert(msgs, func(t time.Time) any { return t.UnixMicro() }, ", created_at", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", int64(7))
+	q, args := Insert(msgs, func(t time.Time) any { return t.UnixMicro() }, ", created_at", ", ?", int64(7))
 	want := "INSERT INTO courier_outbox (" + Names + ", created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	if q != want {
 		t.Fatalf("query:\n%s\nwant\n%s", q, want)
@@ -44,7 +44,7 @@ func TestInsert(t *testing.T) {
 }
 
 func TestInsertWithoutMore(t *testing.T) {
-	q, args := Insert(make([]courier.Message, 1), func(t time.Time) any { return t }, "", "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	q, args := Insert(make([]courier.Message, 1), func(t time.Time) any { return t }, "", "")
 	if q != "INSERT INTO courier_outbox ("+Names+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)" || len(args) != 9 {
 		t.Fatalf("Insert = %q with %d arguments", q, len(args))
 	}
