@@ -101,3 +101,37 @@ func TestScan(t *testing.T) {
 		t.Error("ByName(id) found a column")
 	}
 }
+
+// Every column survives the log's encoding, in any order, and a cut
+// encoding does not decode.
+func TestLogColumns(t *testing.T) {
+	m := sample()
+	m.Payload = []byte("p")
+	var b []byte
+	for _, c := range Message {
+		b = AppendLog(b, c, &m)
+	}
+	var got courier.Message
+	rest := b
+	for _, c := range Message {
+		var ok bool
+		if rest, ok = ReadLog(rest, c, &got); !ok {
+			t.Fatalf("column %s does not decode", c.Name)
+		}
+	}
+	if len(rest) != 0 || !reflect.DeepEqual(got.Headers, m.Headers) || !got.OccurredAt.Equal(m.OccurredAt) || string(got.Payload) != "p" ||
+		got.ID != m.ID || got.Topic != m.Topic || got.Version != m.Version {
+		t.Fatalf("decoded %+v, rest %x; want %+v", got, rest, m)
+	}
+	for cut := range len(b) - 1 {
+		rest, ok := b[:cut], true
+		for _, c := range Message {
+			if rest, ok = ReadLog(rest, c, &got); !ok {
+				break
+			}
+		}
+		if ok {
+			t.Fatalf("an encoding cut at byte %d of %d decodes", cut, len(b))
+		}
+	}
+}
