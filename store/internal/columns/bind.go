@@ -1,6 +1,8 @@
 package columns
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -126,14 +128,14 @@ func AppendDests(dst []any, m *courier.Message) []any {
 }
 
 // AppendSQLDests appends the scan destinations of m's Message columns to
-// dst, for database/sql: a JSON column's text goes into raw (which has one
-// element a Message column), a time column into timeDest's destination.
-// DecodeSQL completes the message once the row is scanned.
-func AppendSQLDests(dst []any, m *courier.Message, raw [][]byte, timeDest func(*time.Time) any) []any {
-	for i, c := range Message {
+// dst, for database/sql: a JSON column's text is kept for DecodeSQL, a
+// time column goes into timeDest's destination. DecodeSQL completes the
+// message once the row is scanned.
+func AppendSQLDests(dst []any, m *courier.Message, timeDest func(*time.Time) any) []any {
+	for _, c := range Message {
 		switch p := c.Of(m).(type) {
 		case *map[string]string:
-			dst = append(dst, &raw[i])
+			dst = append(dst, &jsonText{into: p, name: c.Name})
 		case *time.Time:
 			dst = append(dst, timeDest(p))
 		default:
@@ -143,14 +145,37 @@ func AppendSQLDests(dst []any, m *courier.Message, raw [][]byte, timeDest func(*
 	return dst
 }
 
-// DecodeSQL completes a message that AppendSQLDests' destinations scanned:
-// it decodes the JSON columns of raw, naming the row ("headers of row 7"
+// jsonText is the scan destination of a JSON column: its text, which
+// DecodeSQL decodes into the field.
+type jsonText struct {
+	text []byte
+	into *map[string]string
+	name string
+}
+
+// Scan implements sql.Scanner.
+func (j *jsonText) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		j.text = nil
+	case []byte:
+		j.text = append(j.text[:0], v...) // the driver's, until the next Scan
+	case string:
+		j.text = []byte(v)
+	default:
+		return fmt.Errorf("%s: cannot read %T as JSON text", j.name, src)
+	}
+	return nil
+}
+
+// DecodeSQL completes m, whose columns AppendSQLDests' destinations dests
+// scanned: it decodes the JSON columns, naming the row ("headers of row 7"
 // for what "row" and id 7) when one does not decode, then does Finish.
-func DecodeSQL(m *courier.Message, raw [][]byte, what string, id int64) error {
-	for i, c := range Message {
-		if p, ok := c.Of(m).(*map[string]string); ok {
-			if err := DecodeJSON(raw[i], p, c.Name+" of "+what, id); err != nil {
-				return err
+func DecodeSQL(m *courier.Message, dests []any, what string, id int64) error {
+	for _, d := range dests {
+		if j, ok := d.(*jsonText); ok && len(j.text) > 0 {
+			if err := json.Unmarshal(j.text, j.into); err != nil {
+				return fmt.Errorf("%s of %s %d: %w", j.name, what, id, err)
 			}
 		}
 	}

@@ -26,10 +26,9 @@ func (a Admin) scanDead(row interface{ Scan(...any) error }) (store.DeadLetter, 
 	var (
 		d    store.DeadLetter
 		m    courier.Message
-		raw  = make([][]byte, len(columns.Message))
 		hist []byte
 	)
-	dests := columns.AppendSQLDests([]any{&d.ID}, &m, raw, a.d.dest)
+	dests := columns.AppendSQLDests([]any{&d.ID}, &m, a.d.dest)
 	err := row.Scan(append(dests, a.d.Dest(&d.CreatedAt), &d.Attempts, &d.LastError, &hist, a.d.Dest(&d.DeadAt))...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, store.ErrNotFound
@@ -37,7 +36,7 @@ func (a Admin) scanDead(row interface{ Scan(...any) error }) (store.DeadLetter, 
 	if err != nil {
 		return d, err
 	}
-	if err := columns.DecodeSQL(&m, raw, "dead letter", d.ID); err != nil {
+	if err := columns.DecodeSQL(&m, dests, "dead letter", d.ID); err != nil {
 		return d, err
 	}
 	columns.SetDeadLetter(&d, &m)

@@ -16,13 +16,12 @@ var RecordColumns = `id, attempts, ` + columns.Names
 // ScanRecord reads a claimed row of RecordColumns, whose times t decodes.
 func ScanRecord(row interface{ Scan(...any) error }, t Times) (store.Record, error) {
 	var r store.Record
-	raw := make([][]byte, len(columns.Message))
 	dests := make([]any, 0, 2+len(columns.Message))
-	dests = columns.AppendSQLDests(append(dests, &r.Seq, &r.Attempts), &r.Message, raw, t.dest)
+	dests = columns.AppendSQLDests(append(dests, &r.Seq, &r.Attempts), &r.Message, t.dest)
 	if err := row.Scan(dests...); err != nil {
 		return r, err
 	}
-	return r, columns.DecodeSQL(&r.Message, raw, "row", r.Seq)
+	return r, columns.DecodeSQL(&r.Message, dests, "row", r.Seq)
 }
 
 // ReadRecords runs query, a SELECT of RecordColumns, on q and returns its
