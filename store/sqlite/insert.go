@@ -16,7 +16,8 @@ func DatabaseSQL() store.Inserter[*sql.Tx] { return inserter(nil) }
 
 // inserter returns the inserter that schedules on clock (nil: the
 // process's). A statement carries at most 1,000 messages, which keeps its
-// parameters (10 a row) well under SQLite's limit of 32766.
+// parameters (one a column: 10 a message in an INSERT, 11 in a schedule)
+// well under SQLite's limit of 32766.
 func inserter(clock store.Clock) store.Inserter[*sql.Tx] {
 	return sqlstore.Inserter{
 		Schedules:   dialect(nil, clock).Schedules(),
