@@ -46,7 +46,7 @@ SELECT ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?, UTC_TIMESTAMP(6)
 FROM courier_outbox_claimer WHERE id = 1 AND holder = ? AND until > UTC_TIMESTAMP(6)
 FOR UPDATE`
 
-const rowsSQL = `SELECT ` + sqlstore.RecordColumns + `
+var rowsSQL = `SELECT ` + sqlstore.RecordColumns + `
 FROM courier_outbox WHERE %s ORDER BY id`
 
 const dropLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ?`

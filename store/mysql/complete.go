@@ -21,9 +21,9 @@ const leaseLiveSQL = `SELECT id FROM courier_outbox_leases WHERE id = ? AND owne
 
 const deleteSQL = `DELETE FROM courier_outbox WHERE %s`
 
-const archiveSQL = `INSERT INTO courier_outbox_published
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, published_at)
-SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, UTC_TIMESTAMP(6)
+var archiveSQL = `INSERT INTO courier_outbox_published
+    (id, ` + columns.Names + `, created_at, attempts, published_at)
+SELECT id, ` + columns.Names + `, created_at, attempts, UTC_TIMESTAMP(6)
 FROM courier_outbox WHERE %s`
 
 // failuresTable unpacks a JSON array of failures (see failureJSON).
@@ -49,10 +49,8 @@ SET o.attempts = o.attempts + f.counted,
     o.history = ` + historyAppend
 
 var deadSQL = `INSERT INTO courier_outbox_dead_letters
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-     occurred_at, created_at, attempts, last_error, history, dead_at)
-SELECT o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers,
-       o.occurred_at, o.created_at, o.attempts + f.counted, f.err, ` + historyAppend + `, UTC_TIMESTAMP(6)
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at)
+SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted, f.err, ` + historyAppend + `, UTC_TIMESTAMP(6)
 FROM courier_outbox AS o JOIN ` + failuresTable + ` ON o.id = f.id`
 
 const endLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ? AND owner = ?`

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
 )
@@ -22,20 +23,23 @@ type admin struct {
 
 func (a admin) Stats(ctx context.Context) (store.Stats, error) { return stats(ctx, a.pool, a.clock) }
 
-const deadColumns = `id, message_id::text, topic, ordering_key, type, version, content_type, payload, headers,
-       occurred_at, created_at, attempts, last_error, history, dead_at`
+var deadColumns = `id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at`
 
 func scanDead(row pgx.Row) (store.DeadLetter, error) {
-	var d store.DeadLetter
-	var hist []byte
-	err := row.Scan(&d.ID, &d.MessageID, &d.Topic, &d.Key, &d.Type, &d.Version, &d.ContentType, &d.Payload, &d.Headers,
-		&d.OccurredAt, &d.CreatedAt, &d.Attempts, &d.LastError, &hist, &d.DeadAt)
+	var (
+		d    store.DeadLetter
+		m    courier.Message
+		hist []byte
+	)
+	err := row.Scan(append(columns.AppendDests([]any{&d.ID}, &m), &d.CreatedAt, &d.Attempts, &d.LastError, &hist, &d.DeadAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, store.ErrNotFound
 	}
 	if err != nil {
 		return d, err
 	}
+	columns.Finish(&m)
+	columns.SetDeadLetter(&d, &m)
 	return d, columns.DecodeJSON(hist, &d.History, "history of dead letter", d.ID)
 }
 
@@ -53,10 +57,9 @@ func (a admin) DeadLetter(ctx context.Context, id int64) (store.DeadLetter, erro
 
 func (a admin) ReplayDeadLetter(ctx context.Context, id int64) error {
 	return a.one(ctx, "replay dead letter", id, `WITH d AS (DELETE FROM courier_outbox_dead_letters WHERE id = $1 RETURNING *)
-INSERT INTO courier_outbox (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-                            occurred_at, created_at, history)
+INSERT INTO courier_outbox (id, `+columns.Names+`, created_at, history)
 OVERRIDING SYSTEM VALUE
-SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, history
+SELECT id, `+columns.Names+`, created_at, history
 FROM d`, id)
 }
 

@@ -224,7 +224,7 @@ func (c CDC) ReadTable(ctx context.Context, snapshot string) (store.TableReader,
 // tableReader reads the outbox in one transaction.
 type tableReader struct{ tx pgx.Tx }
 
-const tablePageSQL = `SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
+var tablePageSQL = `SELECT id, ` + columns.Names + `
 FROM courier_outbox WHERE id > $1 ORDER BY id LIMIT $2`
 
 // Page implements store.TableReader.
@@ -234,15 +234,17 @@ func (t tableReader) Page(ctx context.Context, after int64, n int) ([]store.LogI
 		return nil, fmt.Errorf("postgres: read the outbox: %w", err)
 	}
 	defer rows.Close()
-	var page []store.LogItem
+	var (
+		page  []store.LogItem
+		it    store.LogItem
+		dests = columns.AppendDests([]any{&it.Seq}, &it.Message)
+	)
 	for rows.Next() {
-		var it store.LogItem
-		m := &it.Message
-		var version int32
-		if err := rows.Scan(&it.Seq, &m.ID, &m.Topic, &m.Key, &m.Type, &version, &m.ContentType, &m.Payload, &m.Headers, &m.OccurredAt); err != nil {
+		it = store.LogItem{} // fresh payload and headers for the next row
+		if err := rows.Scan(dests...); err != nil {
 			return nil, fmt.Errorf("postgres: read the outbox: %w", err)
 		}
-		m.Version, m.OccurredAt = int(version), m.OccurredAt.UTC()
+		columns.Finish(&it.Message)
 		page = append(page, it)
 	}
 	if err := rows.Err(); err != nil {

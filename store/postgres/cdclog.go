@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // outboxDecoder turns pgoutput's messages (protocol version 1, binary
@@ -74,8 +74,6 @@ func (d *outboxDecoder) Decode(data []byte) (store.LogEvent, error) {
 // row turns an inserted courier_outbox row into an item.
 func (d *outboxDecoder) row(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (store.LogItem, error) {
 	var it store.LogItem
-	var id uuid.UUID
-	var version int32
 	m := &it.Message
 	for i, col := range tuple.Columns {
 		if i >= len(rel.Columns) {
@@ -90,41 +88,20 @@ func (d *outboxDecoder) row(rel *pglogrepl.RelationMessage, tuple *pglogrepl.Tup
 			format = pgtype.BinaryFormatCode
 		}
 		var dst any
-		switch c.Name {
-		case "id":
+		if mc, ok := columns.ByName(c.Name); ok {
+			dst = mc.Of(m)
+		} else if c.Name == "id" {
 			dst = &it.Seq
-		case "message_id":
-			dst = &id
-		case "topic":
-			dst = &m.Topic
-		case "ordering_key":
-			dst = &m.Key
-		case "type":
-			dst = &m.Type
-		case "version":
-			dst = &version
-		case "content_type":
-			dst = &m.ContentType
-		case "payload":
-			dst = &m.Payload
-		case "headers":
-			dst = &m.Headers
-		case "occurred_at":
-			dst = &m.OccurredAt
-		default:
+		} else {
 			continue
 		}
 		if err := d.types.Scan(c.DataType, format, col.Data, dst); err != nil {
 			return it, fmt.Errorf("postgres: decode courier_outbox.%s from the log: %w", c.Name, err)
 		}
 	}
-	m.ID, m.Version = id, int(version)
-	m.OccurredAt = m.OccurredAt.UTC()
+	columns.Finish(m)
 	if it.Seq == 0 {
 		return it, errors.New("postgres: an inserted courier_outbox row without an id in the log")
-	}
-	if m.Payload == nil {
-		m.Payload = []byte{}
 	}
 	return it, nil
 }

@@ -2,13 +2,13 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
 )
@@ -19,30 +19,32 @@ import (
 // (store.go), they hold no lease: the relay's slot is read by one relay at
 // a time.
 const (
-	cdcDeleteSQL  = `DELETE FROM courier_outbox WHERE id = ANY($1) RETURNING id`
-	cdcArchiveSQL = `WITH published AS (
-    DELETE FROM courier_outbox WHERE id = ANY($1)
-    RETURNING id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-              occurred_at, created_at, attempts)
-INSERT INTO courier_outbox_published
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)
-SELECT * FROM published
-RETURNING id`
+	cdcDeleteSQL = `DELETE FROM courier_outbox WHERE id = ANY($1) RETURNING id`
 	// cdcSnapshotSQL runs before the statements that record: a
 	// transaction it sees is seen by them too, so a row of it that they do
 	// not find is gone.
 	cdcSnapshotSQL = `SELECT pg_current_snapshot()::text`
 	// cdcForgetSQL drops the failures of published table-less messages.
 	cdcForgetSQL = `DELETE FROM courier_outbox_log_failures WHERE message_id = ANY($1)`
+)
+
+var (
+	cdcArchiveSQL = `WITH published AS (
+    DELETE FROM courier_outbox WHERE id = ANY($1)
+    RETURNING id, ` + columns.Names + `, created_at, attempts)
+INSERT INTO courier_outbox_published
+    (id, ` + columns.Names + `, created_at, attempts)
+SELECT * FROM published
+RETURNING id`
 	// cdcArchiveLogSQL keeps published table-less messages in
 	// courier_outbox_published (KeepPublished), with ids from
-	// courier_outbox's sequence like the table's rows.
+	// courier_outbox's sequence like the table's rows: the arrays of
+	// the messages' columns (logRows), then their created_at and attempts.
 	cdcArchiveLogSQL = `INSERT INTO courier_outbox_published
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)
+    (id, ` + columns.Names + `, created_at, attempts)
 SELECT nextval(pg_get_serial_sequence('courier_outbox', 'id')), f.*
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[],
-            $9::timestamptz[], $10::timestamptz[], $11::int[])
-     AS f(message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts)`
+FROM unnest(` + columns.Unnest(1) + `, ` + columns.Param(1, 1) + `::timestamptz[], ` + columns.Param(1, 2) + `::int[])
+     AS f(` + columns.Names + `, created_at, attempts)`
 )
 
 // lastEntries keeps the latest columns.HistoryCap entries of the JSON
@@ -58,35 +60,32 @@ var cdcDeadSQL = `WITH f AS (
     SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[]) AS f(id, attempts, err, history)
 ), dead AS (
     DELETE FROM courier_outbox o USING f WHERE o.id = f.id
-    RETURNING o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers,
-              o.occurred_at, o.created_at, greatest(o.attempts, f.attempts) AS attempts, coalesce(nullif(f.err, ''), o.last_error) AS err,
+    RETURNING o.id, ` + columns.List("o.") + `, o.created_at, greatest(o.attempts, f.attempts) AS attempts, coalesce(nullif(f.err, ''), o.last_error) AS err,
               coalesce(o.history, '[]') || f.history AS history
 )
 INSERT INTO courier_outbox_dead_letters
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-     occurred_at, created_at, attempts, last_error, history)
-SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-       occurred_at, created_at, attempts, err, ` + lastEntries("history") + `
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history)
+SELECT id, ` + columns.Names + `, created_at, attempts, err, ` + lastEntries("history") + `
 FROM dead
 ON CONFLICT DO NOTHING
 RETURNING id`
 
 // cdcDeadLogSQL makes table-less messages dead letters, with ids from
 // courier_outbox's sequence (so that replaying one puts it in the table
-// like any other) and the failures recorded of them.
+// like any other) and the failures recorded of them: the arrays of the
+// messages' columns (logRows), then their created_at, attempts, last
+// errors and histories.
 var cdcDeadLogSQL = `WITH f AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[],
-                         $9::timestamptz[], $10::timestamptz[], $11::int[], $12::text[], $13::jsonb[])
-        AS f(message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, err, history)
+    SELECT * FROM unnest(` + columns.Unnest(1) + `, ` + columns.Param(1, 1) + `::timestamptz[], ` + columns.Param(1, 2) + `::int[],
+                         ` + columns.Param(1, 3) + `::text[], ` + columns.Param(1, 4) + `::jsonb[])
+        AS f(` + columns.Names + `, created_at, attempts, err, history)
 ), known AS (
     DELETE FROM courier_outbox_log_failures l USING f WHERE l.message_id = f.message_id
     RETURNING l.message_id, l.attempts, l.last_error, l.history
 )
 INSERT INTO courier_outbox_dead_letters
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-     occurred_at, created_at, attempts, last_error, history)
-SELECT nextval(pg_get_serial_sequence('courier_outbox', 'id')), f.message_id, f.topic, f.ordering_key, f.type, f.version,
-       f.content_type, f.payload, f.headers, f.occurred_at, f.created_at, greatest(f.attempts, k.attempts),
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history)
+SELECT nextval(pg_get_serial_sequence('courier_outbox', 'id')), ` + columns.List("f.") + `, f.created_at, greatest(f.attempts, k.attempts),
        coalesce(nullif(f.err, ''), k.last_error),
        ` + lastEntries("coalesce(k.history, '[]') || f.history") + `
 FROM f LEFT JOIN known k ON k.message_id = f.message_id
@@ -201,7 +200,7 @@ func newRecordBatch(c CDC, published, dead []*store.LogItem, keep bool) *recordB
 }
 
 func (w *recordBatch) empty() bool {
-	return len(w.ids)+len(w.deadIDs)+len(w.logDead.ids)+len(w.logKept.ids)+len(w.forget) == 0
+	return len(w.ids)+len(w.deadIDs)+len(w.logDead.items)+len(w.logKept.items)+len(w.forget) == 0
 }
 
 // batch returns the statements, the snapshot first and those returning
@@ -220,13 +219,11 @@ func (w *recordBatch) batch() (b *pgx.Batch, returning int) {
 		b.Queue(cdcDeadSQL, w.deadIDs, w.attempts, w.errs, w.histories)
 	}
 	returning = b.Len() - 1
-	if l := &w.logDead; len(l.ids) > 0 {
-		b.Queue(cdcDeadLogSQL, l.ids, l.topics, l.keys, l.types, l.versions, l.cts, l.payloads, l.headers,
-			l.occurred, l.created, l.attempts, l.errs, l.history)
+	if l := &w.logDead; len(l.items) > 0 {
+		b.Queue(cdcDeadLogSQL, append(l.arrays(), l.created, l.attempts, l.errs, l.history)...)
 	}
-	if l := &w.logKept; len(l.ids) > 0 {
-		b.Queue(cdcArchiveLogSQL, l.ids, l.topics, l.keys, l.types, l.versions, l.cts, l.payloads, l.headers,
-			l.occurred, l.created, l.attempts)
+	if l := &w.logKept; len(l.items) > 0 {
+		b.Queue(cdcArchiveLogSQL, append(l.arrays(), l.created, l.attempts)...)
 	}
 	if len(w.forget) > 0 {
 		b.Queue(cdcForgetSQL, w.forget)
@@ -234,30 +231,26 @@ func (w *recordBatch) batch() (b *pgx.Batch, returning int) {
 	return b, returning
 }
 
-// logRows holds the columns of table-less messages written to a table
-// (dead letters, or published ones kept), one array each.
+// logRows holds the table-less messages written to a table (dead
+// letters, or published ones kept) and the columns that are not the
+// message's, one array each.
 type logRows struct {
-	ids                            [][16]byte
-	topics, keys, types, cts, errs []string
-	versions, attempts             []int32
-	payloads                       [][]byte
-	headers, history               []*string
-	occurred, created              []time.Time
+	items    []*store.LogItem
+	errs     []string
+	attempts []int32
+	history  []*string
+	created  []time.Time
 }
 
 func (d *logRows) add(it *store.LogItem, lastErr, history string, now time.Time) {
-	m := &it.Message
-	var h *string
-	if len(m.Headers) > 0 {
-		js, _ := json.Marshal(m.Headers)
-		s := string(js)
-		h = &s
-	}
-	d.ids = append(d.ids, [16]byte(m.ID))
-	d.topics, d.keys, d.types, d.cts = append(d.topics, m.Topic), append(d.keys, m.Key), append(d.types, m.Type), append(d.cts, m.ContentType)
-	d.versions, d.attempts = append(d.versions, int32(m.Version)), append(d.attempts, int32(it.Attempts))
-	d.payloads, d.headers, d.history = append(d.payloads, m.Payload), append(d.headers, h), append(d.history, &history)
-	d.occurred, d.created, d.errs = append(d.occurred, m.OccurredAt), append(d.created, now), append(d.errs, lastErr)
+	d.items = append(d.items, it)
+	d.attempts, d.history = append(d.attempts, int32(it.Attempts)), append(d.history, &history)
+	d.created, d.errs = append(d.created, now), append(d.errs, lastErr)
+}
+
+// arrays returns the arrays of the messages' columns.
+func (d *logRows) arrays() []any {
+	return columns.Arrays(len(d.items), func(i int) *courier.Message { return &d.items[i].Message })
 }
 
 // cdcFailSQL records failures of rows: as the polling relay's retries do

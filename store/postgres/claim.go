@@ -9,11 +9,12 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/claims"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // rowsSQL reads claimed rows. It runs after the claim has committed: the
 // rows are leased to the caller by then, and reading them holds no lock.
-const rowsSQL = `SELECT id, attempts, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at
+var rowsSQL = `SELECT id, attempts, ` + columns.Names + `
 FROM courier_outbox WHERE id = ANY($1) ORDER BY id`
 
 // claimSQL calls courier_claim (claimAtSQL: at the store's clock), and
@@ -88,9 +89,8 @@ func (s *relayStore) Claim(ctx context.Context, owner string, limit int, lease t
 	batch.Records = make([]store.Record, 0, len(ids))
 	var r store.Record
 	m := &r.Message
-	_, err = pgx.ForEachRow(rows, []any{&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
-		&m.ContentType, &m.Payload, &m.Headers, &m.OccurredAt}, func() error {
-		m.OccurredAt = m.OccurredAt.UTC()
+	_, err = pgx.ForEachRow(rows, columns.AppendDests([]any{&r.Seq, &r.Attempts}, m), func() error {
+		columns.Finish(m)
 		batch.Records = append(batch.Records, r)
 		r = store.Record{} // fresh payload and headers for the next row
 		return nil

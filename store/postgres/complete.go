@@ -20,13 +20,11 @@ const deleteSQL = `DELETE FROM courier_outbox WHERE id = ANY($1) AND ` + leaseLi
 // archiveSQL moves published rows into courier_outbox_published, published
 // at now() (the store's clock, see clocked; not the column's default, which
 // is the server's).
-const archiveSQL = `WITH published AS (
+var archiveSQL = `WITH published AS (
     DELETE FROM courier_outbox WHERE id = ANY($1) AND ` + leaseLive + `
-    RETURNING id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-              occurred_at, created_at, attempts)
+    RETURNING id, ` + columns.Names + `, created_at, attempts)
 INSERT INTO courier_outbox_published
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts,
-     published_at)
+    (id, ` + columns.Names + `, created_at, attempts, published_at)
 SELECT *, now() FROM published`
 
 // historyEntry appends one failure to history, keeping the latest
@@ -53,10 +51,8 @@ var deadSQL = `WITH f AS (
     RETURNING o.*, f.err, f.counted
 )
 INSERT INTO courier_outbox_dead_letters
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-     occurred_at, created_at, attempts, last_error, history, dead_at)
-SELECT o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers,
-       o.occurred_at, o.created_at, o.attempts + f.counted::int, f.err, ` + historyEntry + `, now()
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at)
+SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted::int, f.err, ` + historyEntry + `, now()
 FROM dead o CROSS JOIN LATERAL (SELECT o.err, o.counted) AS f(err, counted)`
 
 const endLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = $1 AND owner = $2`

@@ -14,12 +14,11 @@ import (
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-const insertOne = "INSERT INTO courier_outbox (" + columns.Names + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+var insertOne = "INSERT INTO courier_outbox (" + columns.Names + ") VALUES (" + columns.Params(1) + ")"
 
 // insertMany takes one array per column, so the statement text (and its
 // cached plan) is the same whatever the number of messages.
-const insertMany = "INSERT INTO courier_outbox (" + columns.Names + ") " +
-	"SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[], $8::jsonb[], $9::timestamptz[])"
+var insertMany = "INSERT INTO courier_outbox (" + columns.Names + ") SELECT * FROM unnest(" + columns.Unnest(1) + ")"
 
 // Pgx returns the outbox inserter for pgx transactions (pgx.Tx), to pass to
 // outbox.New. It is also their store.Scheduler: scheduled messages are due
@@ -30,37 +29,12 @@ func Pgx() store.Inserter[pgx.Tx] { return pgxInserter{} }
 type pgxInserter struct{ pgxScheduler }
 
 func (pgxInserter) Insert(ctx context.Context, tx pgx.Tx, msgs []courier.Message) error {
+	var err error
 	if len(msgs) == 1 {
-		m := &msgs[0]
-		h := columns.HeadersJSON(m.Headers)
-		_, err := tx.Exec(ctx, insertOne, [16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt)
-		return migrations.InsertError(err, 1, errorCode(err) == undefinedTable)
+		_, err = tx.Exec(ctx, insertOne, columns.AppendPgx(make([]any, 0, len(columns.Message)), &msgs[0])...)
+	} else {
+		_, err = tx.Exec(ctx, insertMany, columns.Arrays(len(msgs), func(i int) *courier.Message { return &msgs[i] })...)
 	}
-	var (
-		// [16]byte, not uuid.UUID or string: those reach pgx as strings,
-		// which fail binary encoding (building an error per element)
-		// before the text encoding is tried.
-		ids      = make([][16]byte, len(msgs))
-		topics   = make([]string, len(msgs))
-		keys     = make([]string, len(msgs))
-		types    = make([]string, len(msgs))
-		versions = make([]int32, len(msgs))
-		cts      = make([]string, len(msgs))
-		payloads = make([][]byte, len(msgs))
-		headers  = make([]*string, len(msgs))
-		times    = make([]time.Time, len(msgs))
-	)
-	for i := range msgs {
-		m := &msgs[i]
-		h := columns.HeadersJSON(m.Headers)
-		if h != nil {
-			s := string(h)
-			headers[i] = &s
-		}
-		ids[i], topics[i], keys[i], types[i] = [16]byte(m.ID), m.Topic, m.Key, m.Type
-		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, columns.Payload(m.Payload), m.OccurredAt
-	}
-	_, err := tx.Exec(ctx, insertMany, ids, topics, keys, types, versions, cts, payloads, headers, times)
 	return migrations.InsertError(err, len(msgs), errorCode(err) == undefinedTable)
 }
 
@@ -83,9 +57,7 @@ func QueueMessages(b *pgx.Batch, limits courier.Limits, msgs ...courier.Message)
 		return err
 	}
 	for i := range msgs {
-		m := &msgs[i]
-		h := columns.HeadersJSON(m.Headers)
-		b.Queue(insertOne, [16]byte(m.ID), m.Topic, m.Key, m.Type, m.Version, m.ContentType, columns.Payload(m.Payload), h, m.OccurredAt)
+		b.Queue(insertOne, columns.AppendPgx(make([]any, 0, len(columns.Message)), &msgs[i])...)
 	}
 	return nil
 }
@@ -118,7 +90,7 @@ const sqlChunk = 1000
 func (sqlInserter) Insert(ctx context.Context, tx *sql.Tx, msgs []courier.Message) error {
 	for start := 0; start < len(msgs); start += sqlChunk {
 		chunk := msgs[start:min(start+sqlChunk, len(msgs))]
-		q, args := columns.Insert(chunk, func(t time.Time) any { return t }, "", "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q, args := columns.Insert(chunk, func(t time.Time) any { return t }, "", "")
 		_, err := tx.ExecContext(ctx, sqltx.Dollar(q), args...)
 		if err := migrations.InsertError(err, len(chunk), errorCode(err) == undefinedTable); err != nil {
 			return err

@@ -2,19 +2,17 @@ package postgres
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/columns"
 )
 
 // logPrefix begins the prefix of the logical decoding messages LogOnly
@@ -42,8 +40,34 @@ const logPrefix = "courier_outbox:"
 const logTableSQL = `'courier_outbox'::text::regclass::oid`
 
 // logFormat is the first byte of a message's content: the version of its
-// encoding (see encodeLogMessage).
-const logFormat byte = 1
+// encoding (see encodeLogMessage), 1 and one more for each column
+// columns.Message holds beyond format 1's (logColumns).
+var logFormat = byte(1 + len(columns.Message) - len(logColumns) - 1)
+
+// logColumns are the columns of format 1, in its order but for the
+// payload, which ends every format.
+var logColumns = []string{"message_id", "occurred_at", "version", "topic", "ordering_key", "type", "content_type", "headers"}
+
+// logOrder holds the columns of a message's encoding by format: those of
+// logOrder[f] are format f's, in order, the payload left out. Format 1's
+// are logColumns, the first columns of columns.Message with the payload;
+// each later format adds the next column of columns.Message.
+var logOrder = func() [][]columns.Column {
+	first := len(logColumns) + 1
+	base := make([]columns.Column, len(logColumns))
+	for i, name := range logColumns {
+		c, ok := columns.ByName(name)
+		if !ok || !slices.ContainsFunc(columns.Message[:first], func(m columns.Column) bool { return m.Name == name }) {
+			panic("postgres: format 1 of the log holds column " + name + ", which is not among the first columns of columns.Message: put it back there")
+		}
+		base[i] = c
+	}
+	order := [][]columns.Column{nil, base}
+	for i := range columns.Message[first:] {
+		order = append(order, append(slices.Clip(base), columns.Message[first:first+i+1]...))
+	}
+	return order
+}()
 
 // logCheck is the statements' check that something can read the log. A
 // session that ran it within a minute does not run it again: the setting
@@ -213,12 +237,14 @@ func between(s, start, end string) string {
 	return in
 }
 
-// encodeLogMessage appends m's encoding, as LogOnly writes it, to b: a
-// version byte (1), the 16 bytes of the id, the time it occurred (Unix
-// microseconds, zig-zag varint), the schema version (varint), topic, key,
-// type and content type (each a varint length and its bytes), the number of
-// headers and each header's name and value (sorted by name), then the
-// payload to the end.
+// encodeLogMessage appends m's encoding, as LogOnly writes it, to b: the
+// version of the format (logFormat), then the columns of logOrder (format
+// 1: the 16 bytes of the id, the time it occurred as Unix microseconds, a
+// zig-zag varint, the schema version as a varint, topic, key, type and
+// content type each as a varint length and its bytes, the number of
+// headers and each header's name and value, sorted by name; then the
+// columns added since, in columns.Message's order), then the payload to
+// the end.
 func encodeLogMessage(b []byte, m *courier.Message) []byte {
 	size := 1 + 16 + 10 + 5 + len(m.Topic) + len(m.Key) + len(m.Type) + len(m.ContentType) + 20 + len(m.Payload)
 	for k, v := range m.Headers {
@@ -226,106 +252,32 @@ func encodeLogMessage(b []byte, m *courier.Message) []byte {
 	}
 	b = slices.Grow(b, size)
 	b = append(b, logFormat)
-	b = append(b, m.ID[:]...)
-	b = binary.AppendVarint(b, m.OccurredAt.UnixMicro())
-	b = binary.AppendUvarint(b, uint64(m.Version))
-	for _, s := range []string{m.Topic, m.Key, m.Type, m.ContentType} {
-		b = appendString(b, s)
-	}
-	names := make([]string, 0, len(m.Headers))
-	for k := range m.Headers {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	b = binary.AppendUvarint(b, uint64(len(names)))
-	for _, k := range names {
-		b = appendString(appendString(b, k), m.Headers[k])
+	for _, c := range logOrder[logFormat] {
+		b = columns.AppendLog(b, c, m)
 	}
 	return append(b, m.Payload...)
 }
 
-func appendString(b []byte, s string) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
-}
-
-// decodeLogMessage reads a message that encodeLogMessage wrote. It fails on
-// an unknown version byte or a truncated or malformed encoding, naming
-// what is wrong.
+// decodeLogMessage reads a message that encodeLogMessage wrote, in its
+// format or an earlier one (whose later columns it leaves zero). It fails
+// on a later format or a truncated or malformed encoding, naming what is
+// wrong.
 func decodeLogMessage(b []byte) (courier.Message, error) {
 	var m courier.Message
-	d := logDecoder{b: b}
-	if len(b) == 0 || b[0] != logFormat {
+	if len(b) == 0 || b[0] == 0 || b[0] > logFormat {
 		v := -1
 		if len(b) > 0 {
 			v = int(b[0])
 		}
-		return m, fmt.Errorf("postgres: a %s log message of format %d: this version reads format %d (upgrade the relay)", logPrefix, v, logFormat)
+		return m, fmt.Errorf("postgres: a %s log message of format %d: this version reads formats 1 to %d (upgrade the relay)", logPrefix, v, logFormat)
 	}
-	d.b = d.b[1:]
-	if len(d.b) < 16 {
-		return m, d.fail("id")
-	}
-	m.ID = uuid.UUID(d.b[:16])
-	d.b = d.b[16:]
-	micros, n := binary.Varint(d.b)
-	if n <= 0 {
-		return m, d.fail("occurred_at")
-	}
-	d.b = d.b[n:]
-	m.OccurredAt = time.UnixMicro(micros).UTC()
-	version, n := binary.Uvarint(d.b)
-	if n <= 0 || version > 1<<31-1 {
-		return m, d.fail("version")
-	}
-	d.b = d.b[n:]
-	m.Version = int(version)
-	for _, f := range []struct {
-		dst  *string
-		name string
-	}{{&m.Topic, "topic"}, {&m.Key, "key"}, {&m.Type, "type"}, {&m.ContentType, "content type"}} {
-		if *f.dst, d.ok = d.string(); !d.ok {
-			return m, d.fail(f.name)
+	rest := b[1:]
+	for _, c := range logOrder[b[0]] {
+		var ok bool
+		if rest, ok = columns.ReadLog(rest, c, &m); !ok {
+			return m, fmt.Errorf("postgres: a %s log message with a truncated or malformed %s", logPrefix, c.Name)
 		}
 	}
-	count, n := binary.Uvarint(d.b)
-	if n <= 0 || count > uint64(len(d.b)) {
-		return m, d.fail("header count")
-	}
-	d.b = d.b[n:]
-	if count > 0 {
-		m.Headers = make(map[string]string, count)
-	}
-	for range count {
-		k, ok := d.string()
-		if !ok {
-			return m, d.fail("header name")
-		}
-		v, ok := d.string()
-		if !ok {
-			return m, d.fail("header value")
-		}
-		m.Headers[k] = v
-	}
-	m.Payload = append([]byte{}, d.b...)
+	m.Payload = append([]byte{}, rest...)
 	return m, nil
-}
-
-// logDecoder reads an encoding from the front of b.
-type logDecoder struct {
-	b  []byte
-	ok bool
-}
-
-func (d *logDecoder) string() (string, bool) {
-	n, k := binary.Uvarint(d.b)
-	if k <= 0 || n > uint64(len(d.b)-k) {
-		return "", false
-	}
-	s := string(d.b[k : k+int(n)])
-	d.b = d.b[k+int(n):]
-	return s, utf8.ValidString(s)
-}
-
-func (d *logDecoder) fail(field string) error {
-	return fmt.Errorf("postgres: a %s log message with a truncated or malformed %s", logPrefix, field)
 }

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -20,6 +21,27 @@ import (
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/postgres"
 )
+
+// Format 1 of LogOnly's encoding is what relays of every version read:
+// its bytes stay those it has always had.
+func TestLogMessageFormat1(t *testing.T) {
+	m := courier.Message{ID: uuid.MustParse("0192f3a4-0000-7000-8000-000000000001"), Topic: "orders", Key: "order-42", Type: "OrderPlaced",
+		Version: 3, ContentType: "application/json", Payload: []byte(`{"total":12}`), Headers: map[string]string{"b": "2", "a": "1"},
+		OccurredAt: time.Date(2026, 11, 30, 17, 0, 0, 123456000, time.UTC)}
+	const golden = "010192f3a40000700080000000000000018099bff1aae0b00603066f7264657273086f726465722d34320b4f72646572506c61636564" +
+		"106170706c69636174696f6e2f6a736f6e0201610131016201327b22746f74616c223a31327d"
+	b, err := hex.DecodeString(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := postgres.DecodeLogMessage(b)
+	if err != nil || !sameLogMessage(got, m) {
+		t.Fatalf("format 1 decodes to %+v, %v; want %+v", got, err, m)
+	}
+	if enc := postgres.EncodeLogMessage(nil, &m); enc[0] == 1 && !bytes.Equal(enc, b) {
+		t.Fatalf("format 1 encodes to\n%x\nwant\n%x", enc, b)
+	}
+}
 
 // A message survives LogOnly's encoding field for field; a damaged or
 // unknown encoding is refused with what is wrong.

@@ -25,12 +25,10 @@ import (
 // scheduleSQL writes scheduled messages: one array per column, as
 // insertMany, due at $1 or, when that is NULL, $2 microseconds after
 // now(); dueSQL is that time in a row of database/sql's statement.
-const (
-	scheduleSQL = "INSERT INTO courier_outbox_scheduled (due_at, created_at, " + columns.Names + ") " +
-		"SELECT " + dueSQL + ", now(), m.* " +
-		"FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[], $9::bytea[], $10::jsonb[], $11::timestamptz[]) AS m"
-	dueSQL = "coalesce($1::timestamptz, now() + $2::bigint * interval '1 microsecond')"
-)
+var scheduleSQL = "INSERT INTO courier_outbox_scheduled (due_at, created_at, " + columns.Names + ") " +
+	"SELECT " + dueSQL + ", now(), m.* FROM unnest(" + columns.Unnest(3) + ") AS m"
+
+const dueSQL = "coalesce($1::timestamptz, now() + $2::bigint * interval '1 microsecond')"
 
 // The statements of a cancel: the delete, then, when it found nothing to
 // delete, what is known of the id (in a statement of its own, so that under
@@ -47,29 +45,9 @@ const releaseSQL = "SELECT released, waiting, coalesce(next_in, '0'::interval), 
 // scheduleArgs returns scheduleSQL's arguments for msgs due at due, on
 // clock (nil: the server's now()).
 func scheduleArgs(clock store.Clock, due store.Due, msgs []courier.Message) (string, []any) {
-	n := len(msgs)
-	var (
-		ids      = make([][16]byte, n)
-		topics   = make([]string, n)
-		keys     = make([]string, n)
-		types    = make([]string, n)
-		versions = make([]int32, n)
-		cts      = make([]string, n)
-		payloads = make([][]byte, n)
-		headers  = make([]*string, n)
-		times    = make([]time.Time, n)
-	)
-	for i := range msgs {
-		m := &msgs[i]
-		if h := columns.HeadersJSON(m.Headers); h != nil {
-			s := string(h)
-			headers[i] = &s
-		}
-		ids[i], topics[i], keys[i], types[i] = [16]byte(m.ID), m.Topic, m.Key, m.Type
-		versions[i], cts[i], payloads[i], times[i] = int32(m.Version), m.ContentType, columns.Payload(m.Payload), m.OccurredAt
-	}
 	at, after := dueArgs(due)
-	return clocked(clock, scheduleSQL, at, after, ids, topics, keys, types, versions, cts, payloads, headers, times)
+	args := append([]any{at, after}, columns.Arrays(len(msgs), func(i int) *courier.Message { return &msgs[i] })...)
+	return clocked(clock, scheduleSQL, args...)
 }
 
 // dueArgs returns dueSQL's arguments for due.
@@ -134,7 +112,7 @@ func (s sqlScheduler) Schedule(ctx context.Context, tx *sql.Tx, due store.Due, m
 func scheduleSQLArgs(clock store.Clock, due store.Due, msgs []courier.Message) (string, []any) {
 	at, after := dueArgs(due)
 	q, args := columns.InsertInto("courier_outbox_scheduled", msgs, func(t time.Time) any { return t }, ", due_at, created_at",
-		"(?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(?::timestamptz, now() + ?::bigint * interval '1 microsecond'), now())", at, after)
+		", coalesce(?::timestamptz, now() + ?::bigint * interval '1 microsecond'), now()", at, after)
 	return clocked(clock, sqltx.Dollar(q), args...)
 }
 

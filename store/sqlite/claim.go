@@ -35,7 +35,7 @@ LIMIT ?2`
 
 const leaseSQL = `INSERT INTO courier_outbox_leases (owner, until, ids, keys, created_at) VALUES (?, ?, ?, ?, ?)`
 
-const rowsSQL = `SELECT ` + sqlstore.RecordColumns + `
+var rowsSQL = `SELECT ` + sqlstore.RecordColumns + `
 FROM courier_outbox WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id`
 
 const dropLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ?`

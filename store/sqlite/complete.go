@@ -23,9 +23,9 @@ const idsParam = `(SELECT value FROM json_each(?1))`
 
 const deleteSQL = `DELETE FROM courier_outbox WHERE id IN ` + idsParam
 
-const archiveSQL = `INSERT INTO courier_outbox_published
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, published_at)
-SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, attempts, ?2
+var archiveSQL = `INSERT INTO courier_outbox_published
+    (id, ` + columns.Names + `, created_at, attempts, published_at)
+SELECT id, ` + columns.Names + `, created_at, attempts, ?2
 FROM courier_outbox WHERE id IN ` + idsParam
 
 // failuresParam unpacks a JSON array of failures (see failureJSON).
@@ -53,10 +53,8 @@ FROM ` + failuresParam + ` AS f
 WHERE o.id = f.id`
 
 var deadSQL = `INSERT INTO courier_outbox_dead_letters
-    (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-     occurred_at, created_at, attempts, last_error, history, dead_at)
-SELECT o.id, o.message_id, o.topic, o.ordering_key, o.type, o.version, o.content_type, o.payload, o.headers,
-       o.occurred_at, o.created_at, o.attempts + f.counted, f.error, ` + historyAppend + `, ?2
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at)
+SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted, f.error, ` + historyAppend + `, ?2
 FROM courier_outbox AS o JOIN ` + failuresParam + ` AS f ON o.id = f.id`
 
 const deleteFailedSQL = `DELETE FROM courier_outbox WHERE id IN (SELECT json_extract(value, '$.id') FROM json_each(?1))`

@@ -43,32 +43,29 @@ func HeadersText(h map[string]string) any {
 	return nil
 }
 
-// Names are the outbox columns that [Insert] fills from a message, in its
-// order.
-const Names = "message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at"
-
 // Insert returns one INSERT of msgs into courier_outbox and its arguments,
 // built without I/O. Each message is a VALUES tuple row, with ? placeholders:
-// its columns are Names (occurred_at encoded by at) and then more, a list
-// such as ", created_at" or "", whose arguments extra holds. Headers are
-// sent as text (see HeadersText).
-func Insert(msgs []courier.Message, at func(time.Time) any, more, row string, extra ...any) (string, []any) {
-	return InsertInto("courier_outbox", msgs, at, more, row, extra...)
+// its columns are Names (times encoded by at) and then more, a list such as
+// ", created_at" or "", whose values are values (", ?" or
+// ", UTC_TIMESTAMP(6)") with arguments extra. Headers are sent as text (see
+// HeadersText).
+func Insert(msgs []courier.Message, at func(time.Time) any, more, values string, extra ...any) (string, []any) {
+	return InsertInto("courier_outbox", msgs, at, more, values, extra...)
 }
 
 // InsertInto is Insert into table, which has the outbox's columns.
-func InsertInto(table string, msgs []courier.Message, at func(time.Time) any, more, row string, extra ...any) (string, []any) {
+func InsertInto(table string, msgs []courier.Message, at func(time.Time) any, more, values string, extra ...any) (string, []any) {
 	var q strings.Builder
+	row := "(" + Marks + values + ")"
+	q.Grow(len(table) + len(Names) + len(more) + 30 + len(msgs)*(len(row)+2))
 	q.WriteString("INSERT INTO " + table + " (" + Names + more + ") VALUES ")
-	args := make([]any, 0, len(msgs)*(9+len(extra)))
+	args := make([]any, 0, len(msgs)*(len(Message)+len(extra)))
 	for i := range msgs {
-		m := &msgs[i]
 		if i > 0 {
 			q.WriteString(", ")
 		}
 		q.WriteString(row)
-		args = append(args, m.ID.String(), m.Topic, m.Key, m.Type, m.Version, m.ContentType, Payload(m.Payload),
-			HeadersText(m.Headers), at(m.OccurredAt))
+		args = AppendArgs(args, &msgs[i], at)
 		args = append(args, extra...)
 	}
 	return q.String(), args

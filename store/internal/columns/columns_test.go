@@ -18,15 +18,19 @@ func TestInsert(t *testing.T) {
 		{ID: id, Topic: "t", Key: "k", Type: "x", Version: 1, ContentType: "application/json", OccurredAt: at},
 		{ID: id, Topic: "u", Headers: map[string]string{"a": "b"}, Payload: []byte("p"), OccurredAt: at},
 	}
-	q, args := Insert(msgs, func(t time.Time) any { return t.UnixMicro() }, ", created_at", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", int64(7))
-	want := "INSERT INTO courier_outbox (" + Names + ", created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	q, args := Insert(msgs, func(t time.Time) any { return t.UnixMicro() }, ", created_at", ", ?", int64(7))
+	want := "INSERT INTO courier_outbox (" + Names + ", created_at) VALUES (" + Marks + ", ?), (" + Marks + ", ?)"
 	if q != want {
 		t.Fatalf("query:\n%s\nwant\n%s", q, want)
 	}
-	if len(args) != 20 {
-		t.Fatalf("%d arguments, want 20", len(args))
+	row := len(Message) + 1
+	if len(args) != 2*row {
+		t.Fatalf("%d arguments, want %d", len(args), 2*row)
 	}
-	first := []any{id.String(), "t", "k", "x", 1, "application/json", []byte{}, nil, at.UnixMicro(), int64(7)}
+	first := []any{id.String(), "t", "k", "x", 1, "application/json", []byte{}, nil, at.UnixMicro()}
+	if args[row-1] != int64(7) {
+		t.Errorf("created_at of the first row = %#v", args[row-1])
+	}
 	for i, a := range first {
 		if b, ok := a.([]byte); ok {
 			if !slices.Equal(args[i].([]byte), b) {
@@ -38,14 +42,14 @@ func TestInsert(t *testing.T) {
 			t.Errorf("argument %d = %#v, want %#v", i, args[i], a)
 		}
 	}
-	if args[17] != `{"a":"b"}` {
-		t.Errorf("headers of the second row = %#v", args[17])
+	if args[row+7] != `{"a":"b"}` {
+		t.Errorf("headers of the second row = %#v", args[row+7])
 	}
 }
 
 func TestInsertWithoutMore(t *testing.T) {
-	q, args := Insert(make([]courier.Message, 1), func(t time.Time) any { return t }, "", "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
-	if q != "INSERT INTO courier_outbox ("+Names+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)" || len(args) != 9 {
+	q, args := Insert(make([]courier.Message, 1), func(t time.Time) any { return t }, "", "")
+	if q != "INSERT INTO courier_outbox ("+Names+") VALUES ("+Marks+")" || len(args) != len(Message) {
 		t.Fatalf("Insert = %q with %d arguments", q, len(args))
 	}
 }

@@ -5,41 +5,41 @@ import (
 	"database/sql"
 	"errors"
 
+	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-const deadColumns = `id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-       occurred_at, created_at, attempts, last_error, history, dead_at`
+var deadColumns = `id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at`
 
 // ReplaySQL copies a dead letter back into the outbox under its own id, so
 // it keeps its place among its key's messages; attempts start again at 0
 // and the history stays. The id is below the outbox's AUTO_INCREMENT
 // counter (which MySQL 8.0 and MariaDB 10.6 keep across restarts, and which
 // SQLite's AUTOINCREMENT never hands out twice), so no other message has it.
-const ReplaySQL = `INSERT INTO courier_outbox (id, message_id, topic, ordering_key, type, version, content_type, payload, headers,
-                            occurred_at, created_at, history)
-SELECT id, message_id, topic, ordering_key, type, version, content_type, payload, headers, occurred_at, created_at, history
+var ReplaySQL = `INSERT INTO courier_outbox (id, ` + columns.Names + `, created_at, history)
+SELECT id, ` + columns.Names + `, created_at, history
 FROM courier_outbox_dead_letters WHERE id = ?`
 
 func (a Admin) scanDead(row interface{ Scan(...any) error }) (store.DeadLetter, error) {
 	var (
-		d             store.DeadLetter
-		headers, hist []byte
+		d    store.DeadLetter
+		m    courier.Message
+		hist []byte
 	)
-	err := row.Scan(&d.ID, &d.MessageID, &d.Topic, &d.Key, &d.Type, &d.Version, &d.ContentType, &d.Payload, &headers,
-		a.d.Dest(&d.OccurredAt), a.d.Dest(&d.CreatedAt), &d.Attempts, &d.LastError, &hist, a.d.Dest(&d.DeadAt))
+	dests := columns.AppendSQLDests([]any{&d.ID}, &m, a.d.dest)
+	err := row.Scan(append(dests, a.d.Dest(&d.CreatedAt), &d.Attempts, &d.LastError, &hist, a.d.Dest(&d.DeadAt))...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, store.ErrNotFound
 	}
 	if err != nil {
 		return d, err
 	}
-	d.Payload = columns.Payload(d.Payload)
-	if err := columns.DecodeJSON(headers, &d.Headers, "headers of dead letter", d.ID); err != nil {
+	if err := columns.DecodeSQL(&m, dests, "dead letter", d.ID); err != nil {
 		return d, err
 	}
+	columns.SetDeadLetter(&d, &m)
 	return d, columns.DecodeJSON(hist, &d.History, "history of dead letter", d.ID)
 }
 

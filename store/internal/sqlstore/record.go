@@ -11,22 +11,17 @@ import (
 )
 
 // RecordColumns are the outbox columns [ScanRecord] reads, in its order.
-const RecordColumns = `id, attempts, message_id, topic, ordering_key, type, version,
-       content_type, payload, headers, occurred_at`
+var RecordColumns = `id, attempts, ` + columns.Names
 
 // ScanRecord reads a claimed row of RecordColumns, whose times t decodes.
 func ScanRecord(row interface{ Scan(...any) error }, t Times) (store.Record, error) {
-	var (
-		r       store.Record
-		m       = &r.Message
-		headers []byte
-	)
-	if err := row.Scan(&r.Seq, &r.Attempts, &m.ID, &m.Topic, &m.Key, &m.Type, &m.Version,
-		&m.ContentType, &m.Payload, &headers, t.Dest(&m.OccurredAt)); err != nil {
+	var r store.Record
+	dests := make([]any, 0, 2+len(columns.Message))
+	dests = columns.AppendSQLDests(append(dests, &r.Seq, &r.Attempts), &r.Message, t.dest)
+	if err := row.Scan(dests...); err != nil {
 		return r, err
 	}
-	m.Payload = columns.Payload(m.Payload)
-	return r, columns.DecodeJSON(headers, &m.Headers, "headers of row", r.Seq)
+	return r, columns.DecodeSQL(&r.Message, dests, "row", r.Seq)
 }
 
 // ReadRecords runs query, a SELECT of RecordColumns, on q and returns its

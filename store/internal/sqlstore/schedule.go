@@ -42,7 +42,7 @@ func (s Schedules) Schedule(ctx context.Context, tx *sql.Tx, due store.Due, msgs
 	}
 	dueSQL, dueArgs := s.due(due)
 	q, args := columns.InsertInto("courier_outbox_scheduled", msgs, s.d.Encode, ", due_at, created_at",
-		"(?, ?, ?, ?, ?, ?, ?, ?, ?, "+dueSQL+", "+s.d.Now+")", append(dueArgs, s.d.now()...)...)
+		", "+dueSQL+", "+s.d.Now, append(dueArgs, s.d.now()...)...)
 	_, err := tx.ExecContext(ctx, q, args...)
 	return s.d.WriteError(err, fmt.Sprintf("schedule %d messages", len(msgs)))
 }
@@ -82,15 +82,18 @@ const (
 WHERE released_at IS NULL AND due_at <= ?
 ORDER BY due_at, id
 LIMIT ?`
-	releaseInsertSQL = `INSERT INTO courier_outbox (` + columns.Names + `, created_at)
-SELECT s.message_id, s.topic, s.ordering_key, s.type, s.version, s.content_type, coalesce(s.payload, ''), s.headers,
-       s.due_at, ?
-FROM courier_outbox_scheduled s%s
-WHERE s.id IN (%s)
-ORDER BY s.due_at, s.id%s`
 	releaseMarkSQL = `UPDATE courier_outbox_scheduled SET released_at = ?, payload = NULL, headers = NULL WHERE id IN (%s)`
 	nextDueSQL     = `SELECT MIN(due_at) FROM courier_outbox_scheduled WHERE released_at IS NULL`
 )
+
+// releaseInsertSQL copies released messages into the outbox: a payload
+// NULL in the scheduled row is an empty one, and a message occurs when it
+// is due.
+var releaseInsertSQL = `INSERT INTO courier_outbox (` + columns.Names + `, created_at)
+SELECT ` + columns.ListWith("s.", map[string]string{"payload": "coalesce(s.payload, '')", "occurred_at": "s.due_at"}) + `, ?
+FROM courier_outbox_scheduled s%s
+WHERE s.id IN (%s)
+ORDER BY s.due_at, s.id%s`
 
 // Guard is what keeps a release's insert to the release's turn, on a
 // dialect whose releases take turns through a lease (MySQL's claim turn): a

@@ -148,6 +148,9 @@ type Times struct {
 	Decode func(src any) (time.Time, error)
 }
 
+// dest is Dest as a func(*time.Time) any.
+func (c Times) dest(t *time.Time) any { return c.Dest(t) }
+
 // Time is a scan destination for a time column of a dialect: it stores
 // the decoded value in *T, and reports in Valid whether the column was not
 // NULL.
