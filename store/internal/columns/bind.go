@@ -211,9 +211,30 @@ var byName = func() map[string]Column {
 	return m
 }()
 
+// DeadLetterDests is AppendSQLDests for a row of
+// courier_outbox_dead_letters read by an operator: its message_id is
+// scanned as the text it is stored as, into d.MessageID, so that a row
+// whose id is not a UUID (put there by another writer) is still read,
+// shown, replayed and discarded; SetDeadLetter then leaves d.MessageID as
+// it is.
+func DeadLetterDests(dst []any, d *store.DeadLetter, m *courier.Message, timeDest func(*time.Time) any) []any {
+	n := len(dst)
+	dst = AppendSQLDests(dst, m, timeDest)
+	for i, c := range Message {
+		if c.Field == "ID" {
+			dst[n+i] = &d.MessageID
+		}
+	}
+	return dst
+}
+
 // SetDeadLetter sets the fields of d that hold a message to m's: a dead
-// letter's row holds the Message columns.
+// letter's row holds the Message columns. d.MessageID is set only when it
+// is empty (DeadLetterDests scans it as stored).
 func SetDeadLetter(d *store.DeadLetter, m *courier.Message) {
-	d.MessageID, d.Topic, d.Key, d.Type, d.Version = m.ID.String(), m.Topic, m.Key, m.Type, m.Version
+	if d.MessageID == "" {
+		d.MessageID = m.ID.String()
+	}
+	d.Topic, d.Key, d.Type, d.Version = m.Topic, m.Key, m.Type, m.Version
 	d.ContentType, d.Payload, d.Headers, d.OccurredAt = m.ContentType, m.Payload, m.Headers, m.OccurredAt
 }

@@ -28,7 +28,7 @@ func (a Admin) scanDead(row interface{ Scan(...any) error }) (store.DeadLetter, 
 		m    courier.Message
 		hist []byte
 	)
-	dests := columns.AppendSQLDests([]any{&d.ID}, &m, a.d.dest)
+	dests := columns.DeadLetterDests([]any{&d.ID}, &d, &m, a.d.dest)
 	err := row.Scan(append(dests, a.d.Dest(&d.CreatedAt), &d.Attempts, &d.LastError, &hist, a.d.Dest(&d.DeadAt))...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, store.ErrNotFound
