@@ -130,11 +130,7 @@ func (s *relayStore) recordLease(ctx context.Context, t *turn, owner string, lim
 		}
 	}
 	ids := pick.IDs()
-	idsJSON, err := json.Marshal(ids)
-	if err != nil {
-		return 0, nil, err
-	}
-	keysJSON, err := json.Marshal(pick.Keys())
+	idsJSON, keysJSON, err := pick.JSON()
 	if err != nil {
 		return 0, nil, err
 	}

@@ -57,13 +57,9 @@ const claimAttempts = 5
 // nil.
 func idempotency(db *sql.DB, clock store.Clock) store.Idempotency[*sql.Tx] {
 	d := dialect(db, clock)
-	return sqlIdem{Keys: d.Keys(), d: d, clock: clock}
-}
-
-type sqlIdem struct {
-	sqlstore.Keys
-	d     sqlstore.Dialect
-	clock store.Clock
+	return d.Idempotency(func(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
+		return claimKey(ctx, d, clock, c)
+	})
 }
 
 // checkKey refuses a scope or key the schema would truncate or reject.
@@ -75,38 +71,38 @@ func checkKey(scope, key string) error {
 	return nil
 }
 
-func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
+// claimKey claims c's key on d's database at clock, retrying a claim that
+// InnoDB chose as a deadlock victim (see claimAttempts).
+func claimKey(ctx context.Context, d sqlstore.Dialect, clock store.Clock, c store.KeyClaim) (store.KeyRecord, bool, error) {
 	if err := checkKey(c.Scope, c.Key); err != nil {
-		return store.KeyRecord{}, false, fmt.Errorf("mysql: claim idempotency key: %w", err)
+		return store.KeyRecord{}, false, err
 	}
 	for attempt := 1; ; attempt++ {
-		rec, mine, err := s.claim(ctx, c)
+		rec, mine, err := claimOnce(ctx, d, clock, c)
 		if errorNumber(err) == errDeadlock && attempt < claimAttempts {
 			continue
 		}
-		if err != nil {
-			return rec, false, fmt.Errorf("mysql: claim idempotency key: %w", err)
-		}
-		return rec, mine, nil
+		return rec, mine, err
 	}
 }
 
-func (s sqlIdem) claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
+// claimOnce runs a claim's three statements in one transaction.
+func claimOnce(ctx context.Context, d sqlstore.Dialect, clock store.Clock, c store.KeyClaim) (store.KeyRecord, bool, error) {
 	rec := store.KeyRecord{Scope: c.Scope, Key: c.Key}
 	var mine bool
 	fp, owner := columns.Payload(c.Fingerprint), c.Owner.String()
 	lockUS, retainUS := c.LockFor.Microseconds(), c.Retain.Microseconds()
-	err := sqltx.InTx(ctx, s.d.DB, readCommitted(), "", func(tx *sql.Tx) error {
-		q, args := clocked(s.clock, lockKeySQL, c.Scope, c.Key, fp, owner, lockUS, retainUS)
+	err := sqltx.InTx(ctx, d.DB, readCommitted(), "", func(tx *sql.Tx) error {
+		q, args := clocked(clock, lockKeySQL, c.Scope, c.Key, fp, owner, lockUS, retainUS)
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
-		q, args = clocked(s.clock, takeOverSQL, fp, owner, lockUS, retainUS, c.Scope, c.Key, owner, fp)
+		q, args = clocked(clock, takeOverSQL, fp, owner, lockUS, retainUS, c.Scope, c.Key, owner, fp)
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
 		var err error
-		mine, err = s.d.ReadKey(ctx, tx, &rec, owner)
+		mine, err = d.ReadKey(ctx, tx, &rec, owner)
 		return err
 	})
 	return rec, mine, err

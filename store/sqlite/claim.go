@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -140,11 +139,8 @@ func (s *relayStore) recordLease(ctx context.Context, owner string, lease time.D
 		if len(pick.IDs()) == 0 {
 			return nil
 		}
-		if idsJSON, err = json.Marshal(pick.IDs()); err != nil {
-			return err
-		}
-		keysJSON, err := json.Marshal(pick.Keys())
-		if err != nil {
+		var keysJSON []byte
+		if idsJSON, keysJSON, err = pick.JSON(); err != nil {
 			return err
 		}
 		res, err := conn.ExecContext(ctx, leaseSQL, owner, now.Add(lease).UnixMicro(), string(idsJSON), string(keysJSON), nowUS)

@@ -3,11 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
-	"github.com/courier-go/courier/store/internal/sqlstore"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
@@ -34,34 +32,22 @@ ON CONFLICT (scope, idem_key) DO UPDATE
 func idempotency(db *sql.DB, clock store.Clock) store.Idempotency[*sql.Tx] {
 	turn := sqltx.NewQueue()
 	d := dialect(db, clock).Queued(turn)
-	return sqlIdem{Keys: d.Keys(), d: d, turn: turn, clock: clock}
-}
-
-type sqlIdem struct {
-	sqlstore.Keys
-	d     sqlstore.Dialect
-	turn  sqltx.Queue // shared with InTx's transactions
-	clock store.Clock
-}
-
-func (s sqlIdem) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
-	rec := store.KeyRecord{Scope: c.Scope, Key: c.Key}
-	var mine bool
-	owner := c.Owner.String()
-	err := s.turn.Run(ctx, func() error {
-		return immediate(ctx, s.d.DB, func(conn *sql.Conn) error {
-			now := nowOf(s.clock)
-			if _, err := conn.ExecContext(ctx, claimKeySQL, c.Scope, c.Key, columns.Payload(c.Fingerprint), owner,
-				now.Add(c.LockFor).UnixMicro(), now.UnixMicro(), now.Add(c.Retain).UnixMicro()); err != nil {
+	return d.Idempotency(func(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
+		rec := store.KeyRecord{Scope: c.Scope, Key: c.Key}
+		var mine bool
+		owner := c.Owner.String()
+		err := turn.Run(ctx, func() error {
+			return immediate(ctx, db, func(conn *sql.Conn) error {
+				now := nowOf(clock)
+				if _, err := conn.ExecContext(ctx, claimKeySQL, c.Scope, c.Key, columns.Payload(c.Fingerprint), owner,
+					now.Add(c.LockFor).UnixMicro(), now.UnixMicro(), now.Add(c.Retain).UnixMicro()); err != nil {
+					return err
+				}
+				var err error
+				mine, err = d.ReadKey(ctx, conn, &rec, owner)
 				return err
-			}
-			var err error
-			mine, err = s.d.ReadKey(ctx, conn, &rec, owner)
-			return err
+			})
 		})
+		return rec, mine, err
 	})
-	if err != nil {
-		return rec, false, fmt.Errorf("sqlite: claim idempotency key: %w", err)
-	}
-	return rec, mine, nil
 }

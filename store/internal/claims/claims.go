@@ -1,6 +1,7 @@
 package claims
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/courier-go/courier/store"
@@ -94,6 +95,18 @@ func (p *Picker) Keys() []string {
 		}
 	}
 	return keys
+}
+
+// JSON returns the picked rows' ids and distinct keys as JSON arrays, as a
+// lease records them on the dialects whose lease columns hold JSON.
+func (p *Picker) JSON() (ids, keys []byte, err error) {
+	if ids, err = json.Marshal(p.ids); err != nil {
+		return nil, nil, err
+	}
+	if keys, err = json.Marshal(p.Keys()); err != nil {
+		return nil, nil, err
+	}
+	return ids, keys, nil
 }
 
 // Run checks a claim's limit and runs claim, whose errors it wraps with

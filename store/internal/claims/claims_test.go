@@ -35,6 +35,18 @@ func TestPicker(t *testing.T) {
 	}
 }
 
+// A lease records its rows' ids and distinct keys as JSON arrays.
+func TestPickerJSON(t *testing.T) {
+	p := NewPicker(nil, 10)
+	for i, k := range []string{"a", "b", "a", `q"t`} {
+		p.Offer(int64(i+7), k, false)
+	}
+	ids, keys, err := p.JSON()
+	if err != nil || string(ids) != "[7,8,9,10]" || string(keys) != `["a","b","q\"t"]` {
+		t.Fatalf("JSON = %s %s %v", ids, keys, err)
+	}
+}
+
 func TestRetriedRowAlone(t *testing.T) {
 	p := NewPicker(nil, 10)
 	p.Offer(1, "a", false)

@@ -16,6 +16,15 @@ import (
 // InTx implements store.Idempotency with Dialect.InTx.
 func (k Keys) InTx(ctx context.Context, fn func(*sql.Tx) error) error { return k.d.InTx(ctx, fn) }
 
+// Claim implements store.Idempotency with the dialect's KeyClaimer.
+func (i Idempotency) Claim(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error) {
+	rec, mine, err := i.claim(ctx, c)
+	if err != nil {
+		return rec, false, i.d.errorf("claim idempotency key: %w", err)
+	}
+	return rec, mine, nil
+}
+
 const readKeySQL = `SELECT fingerprint, state, owner, locked_until, status, headers, body
 FROM courier_idempotency_keys WHERE scope = ? AND idem_key = ?`
 

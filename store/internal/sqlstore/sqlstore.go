@@ -119,12 +119,25 @@ type (
 	// the dialects share: everything but the claim, which each dialect builds
 	// from its own locking, reading the record back with [Dialect.ReadKey].
 	Keys struct{ d Dialect }
+	// Idempotency is the idempotency-key store (store.Idempotency) of a
+	// dialect's database: Keys, with the dialect's claim.
+	Idempotency struct {
+		Keys
+		claim KeyClaimer
+	}
 )
+
+// KeyClaimer claims an idempotency key as a dialect's locking does (see
+// store.Idempotency's Claim). Its errors are unprefixed: Idempotency adds
+// the dialect's name and what failed.
+type KeyClaimer func(ctx context.Context, c store.KeyClaim) (store.KeyRecord, bool, error)
 
 var (
 	_ store.Admin          = Admin{}
 	_ store.ConsumerStore  = Consumers{}
 	_ store.Inbox[*sql.Tx] = Inbox{}
+
+	_ store.Idempotency[*sql.Tx] = Idempotency{}
 )
 
 // Admin returns the operators' view of d's database.
@@ -136,9 +149,9 @@ func (d Dialect) Consumers() Consumers { return Consumers{d} }
 // Inbox returns the inbox of d's database.
 func (d Dialect) Inbox() Inbox { return Inbox{d} }
 
-// Keys returns the shared part of the idempotency-key store of d's
-// database.
-func (d Dialect) Keys() Keys { return Keys{d} }
+// Idempotency returns the idempotency-key store of d's database, whose
+// claims are claim's.
+func (d Dialect) Idempotency(claim KeyClaimer) Idempotency { return Idempotency{Keys{d}, claim} }
 
 // Times is a dialect's codec of time columns.
 type Times struct {
