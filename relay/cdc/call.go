@@ -56,6 +56,12 @@ func (r *Relay) publishCall(ctx context.Context, c *call) {
 		return
 	}
 	for k, f := range fails {
+		if stored[k] < 0 {
+			// Its row is not found: gone, or its transaction is not
+			// visible yet. The history stays, to be written with the
+			// next failure or with the dead letter.
+			continue
+		}
 		f.Item.History, f.Item.Failed = nil, true
 		if stored[k] > f.Item.Attempts {
 			f.Item.Attempts = stored[k]

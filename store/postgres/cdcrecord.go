@@ -256,18 +256,18 @@ func (d *logRows) arrays() []any {
 // cdcFailSQL records failures of rows: as the polling relay's retries do
 // (store.go's retrySQL), without a lease.
 var cdcFailSQL = `UPDATE courier_outbox o
-SET attempts = o.attempts + f.counted::int,
+SET attempts = o.attempts + f.counted,
     last_error = f.err,
     retry_at = now() + f.delay_us * interval '1 microsecond',
     history = ` + lastEntries("coalesce(o.history, '[]') || f.history") + `
-FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bool[], $5::jsonb[]) AS f(id, err, delay_us, counted, history)
+FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::int[], $5::jsonb[]) AS f(id, err, delay_us, counted, history)
 WHERE o.id = f.id
 RETURNING o.id, o.attempts`
 
 // cdcFailLogSQL records failures of table-less messages.
 var cdcFailLogSQL = `INSERT INTO courier_outbox_log_failures AS l (message_id, attempts, last_error, history, updated_at)
-SELECT f.message_id, f.counted::int, f.err, f.history, now()
-FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::jsonb[]) AS f(message_id, err, counted, history)
+SELECT f.message_id, f.counted, f.err, f.history, now()
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[]) AS f(message_id, err, counted, history)
 ON CONFLICT (message_id) DO UPDATE
 SET attempts = l.attempts + excluded.attempts,
     last_error = excluded.last_error,
@@ -279,24 +279,27 @@ RETURNING l.message_id, l.attempts`
 // (which ends with the failure), on its row or, for a table-less message,
 // in courier_outbox_log_failures, and returns each item's counted
 // attempts as the database now holds them: after a relay's restart, more
-// than the relay counted. An item whose row is gone gets -1.
+// than the relay counted. An item whose row is not found gets -1: the row
+// is gone, or its transaction is not visible yet (the log brings a commit
+// a moment before other sessions see it); the relay then keeps the
+// history, and the next Fail writes it with the attempts it counts.
 func (c CDC) Fail(ctx context.Context, fs []store.LogFailure) ([]int, error) {
 	var (
 		ids                 []int64
 		errs, logErrs       []string
 		delays              []int64
-		counted, logCounted []bool
+		counted, logCounted []int32
 		hist, logHist       []string
 		msgIDs              [][16]byte
 	)
 	for _, f := range fs {
 		if f.Item.Seq > 0 {
 			ids, errs, delays = append(ids, f.Item.Seq), append(errs, f.Error), append(delays, f.Delay.Microseconds())
-			counted, hist = append(counted, f.Counted), append(hist, history(f.Item))
+			counted, hist = append(counted, countedIn(f.Item)), append(hist, history(f.Item))
 			continue
 		}
 		msgIDs, logErrs = append(msgIDs, [16]byte(f.Item.Message.ID)), append(logErrs, f.Error)
-		logCounted, logHist = append(logCounted, f.Counted), append(logHist, history(f.Item))
+		logCounted, logHist = append(logCounted, countedIn(f.Item)), append(logHist, history(f.Item))
 	}
 	byRow, byMessage := map[int64]int{}, map[[16]byte]int{}
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
@@ -338,4 +341,17 @@ func (c CDC) Fail(ctx context.Context, fs []store.LogFailure) ([]int, error) {
 		out[i] = n
 	}
 	return out, nil
+}
+
+// countedIn returns how many of the failures in it's history not yet
+// written count as attempts: the last one's, and those of earlier Fails
+// that did not find the row.
+func countedIn(it *store.LogItem) int32 {
+	var n int32
+	for _, a := range it.History {
+		if a.Counted {
+			n++
+		}
+	}
+	return n
 }
