@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/internal/tcpproxy"
+	"github.com/courier-go/courier/internal/testwait"
 )
 
 // Pauses returns the durations the pause sweep stops an instance for, with
@@ -129,7 +130,7 @@ func runCase(t *testing.T, h Harness, c sweepCase) {
 		t.Skip("brokertest: the harness gives no BrokerAddrs: nothing to cut")
 	}
 	log := filepath.Join(t.TempDir(), "applied")
-	must(t, os.WriteFile(log, nil, 0o600), "the log")
+	testwait.Must(t, os.WriteFile(log, nil, 0o600), "the log")
 	r := &sweepRun{t: t, in: in, c: c, log: log, stop: make(chan struct{}), done: make(chan struct{})}
 	t.Cleanup(r.stopAll)
 	for i := range sweepInstances {
@@ -150,8 +151,8 @@ func runCase(t *testing.T, h Harness, c sweepCase) {
 	end := r.fault()
 	r.waitApplying(end, "after the fault")
 	published := r.stopProducing()
-	whileProgressing(t, 30*time.Second, func() (bool, any) { a := r.applied(); return a.distinct >= published*sweepKeys, a.distinct },
-		"%d of %d messages applied; the instances said:\n%s", lazy(func() any { return r.applied().distinct }), published*sweepKeys, lazy(r.output))
+	testwait.WhileProgressing(t, 30*time.Second, func() (bool, any) { a := r.applied(); return a.distinct >= published*sweepKeys, a.distinct },
+		"%d of %d messages applied; the instances said:\n%s", testwait.Lazy(func() any { return r.applied().distinct }), published*sweepKeys, testwait.Lazy(r.output))
 	r.stopAll()
 	r.check(published)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/internal/tcpproxy"
+	"github.com/courier-go/courier/internal/testwait"
 )
 
 // sweepRun is one case of the pause sweep under way: its instances, the
@@ -47,7 +48,7 @@ type sweepRun struct {
 type instanceProc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *outputBuffer // its stderr
+	out  *testwait.Buffer // its stderr
 	done chan struct{}
 }
 
@@ -56,12 +57,12 @@ type instanceProc struct {
 func (r *sweepRun) start(p Process, name string) {
 	c := child{Process: p, Name: name, Log: r.log, Work: sweepWork, Slow: r.c.d}
 	raw, err := json.Marshal(c)
-	must(r.t, err, "describe the instance")
+	testwait.Must(r.t, err, "describe the instance")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"="+string(raw))
-	in := &instanceProc{name: name, cmd: cmd, out: &outputBuffer{}, done: make(chan struct{})}
+	in := &instanceProc{name: name, cmd: cmd, out: &testwait.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = io.Discard, in.out
-	must(r.t, cmd.Start(), "start instance "+name)
+	testwait.Must(r.t, cmd.Start(), "start instance "+name)
 	go func() { _ = cmd.Wait(); close(in.done) }()
 	r.procs = append(r.procs, in)
 }
@@ -144,9 +145,9 @@ func (r *sweepRun) fault() int {
 	switch r.c.fault {
 	case faultPause:
 		p := r.procs[0].cmd.Process
-		must(r.t, p.Signal(syscall.SIGSTOP), "stop instance")
+		testwait.Must(r.t, p.Signal(syscall.SIGSTOP), "stop instance")
 		time.Sleep(r.c.d) // the fault itself
-		must(r.t, p.Signal(syscall.SIGCONT), "continue instance")
+		testwait.Must(r.t, p.Signal(syscall.SIGCONT), "continue instance")
 	case faultCut:
 		for _, p := range r.proxies {
 			p.Freeze()
@@ -164,10 +165,10 @@ func (r *sweepRun) fault() int {
 		r.mu.Unlock()
 		// An instance applying a slow message applies nothing else, and
 		// both may: nothing may be applied for as long as one takes.
-		whileProgressing(r.t, 30*time.Second+r.c.d, func() (bool, any) {
+		testwait.WhileProgressing(r.t, 30*time.Second+r.c.d, func() (bool, any) {
 			a := r.applied()
 			return a.seen[applied{key: "key-0", round: slow}] && a.seen[applied{key: "key-1", round: slow}], a.total
-		}, "the slow messages (round %d of key-0 and key-1) were not applied; the instances said:\n%s", slow, lazy(r.output))
+		}, "the slow messages (round %d of key-0 and key-1) were not applied; the instances said:\n%s", slow, testwait.Lazy(r.output))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -179,7 +180,7 @@ func (r *sweepRun) fault() int {
 // 30s; taking partitions over takes one or two).
 func (r *sweepRun) waitApplying(round int, when string) {
 	r.t.Helper()
-	whileProgressing(r.t, max(30*time.Second, 3*r.c.timing.Timeout), func() (bool, any) {
+	testwait.WhileProgressing(r.t, max(30*time.Second, 3*r.c.timing.Timeout), func() (bool, any) {
 		a, done := r.applied(), 0
 		for _, p := range r.procs {
 			if a.last[p.name] > round {
@@ -188,7 +189,7 @@ func (r *sweepRun) waitApplying(round int, when string) {
 		}
 		return done == len(r.procs), done
 	}, "%s, not every instance applied a message (the last round each applied: %v); the instances said:\n%s", when,
-		lazy(func() any { return r.applied().last }), lazy(r.output))
+		testwait.Lazy(func() any { return r.applied().last }), testwait.Lazy(r.output))
 }
 
 // stopAll stops every instance (SIGCONT first: it may be stopped) with

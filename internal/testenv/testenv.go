@@ -46,6 +46,7 @@ import (
 
 	"github.com/courier-go/courier/broker/nats/embedded"
 	"github.com/courier-go/courier/internal/redact"
+	"github.com/courier-go/courier/internal/testwait"
 )
 
 // Environment variables read by this package.
@@ -406,62 +407,28 @@ func Connect(t testing.TB, url string, opts ...natsgo.Option) *natsgo.Conn {
 }
 
 // Eventually polls cond every 10ms until it is true or timeout passes, then
-// fails the test with msg.
+// fails the test with msg (testwait.Eventually).
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: "+msg, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, timeout, cond, msg, args...)
 }
 
-// WhileProgressing polls check every 10ms until it reports done. It waits
-// for as long as the state check reports keeps changing, however slow the
-// machine, and fails the test with msg once the state has stayed the same
-// for stall: the work stopped, rather than took long. The failure shows
-// the state it stopped at (msg's own arguments are best testenv.Lazy, so
-// that they too show what was true then).
+// WhileProgressing polls check every 10ms until it reports done, and fails
+// the test with msg once the state check reports has stayed the same for
+// stall (testwait.WhileProgressing). msg's own arguments are best
+// testenv.Lazy, so that they too show what was true then.
 func WhileProgressing(t testing.TB, stall time.Duration, check func() (done bool, state any), msg string, args ...any) {
 	t.Helper()
-	done, last := check()
-	changed := time.Now()
-	for !done {
-		if time.Since(changed) > stall {
-			t.Fatalf("no progress for %s (stuck at %v): "+msg, append([]any{stall, last}, args...)...)
-		}
-		time.Sleep(10 * time.Millisecond)
-		var state any
-		if done, state = check(); state != last {
-			last, changed = state, time.Now()
-		}
-	}
+	testwait.WhileProgressing(t, stall, check, msg, args...)
 }
 
-// Must fails the test on a non-nil error.
+// Must fails the test on a non-nil error (testwait.Must).
 func Must(t testing.TB, err error, what string) {
 	t.Helper()
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
+	testwait.Must(t, err, what)
 }
 
 // Lazy formats the value fn returns when it is printed, so a failure message
-// shows the state at the time of failure, not when the check began.
-type Lazy func() any
-
-// String implements fmt.Stringer.
-func (l Lazy) String() string { return fmt.Sprintf("%+v", l()) }
-
-// Format formats the value fn returns with the verb and flags it is
-// printed with, so that %d or %5.1f format the value, not the function;
-// %v shows a struct's field names, as String does.
-func (l Lazy) Format(f fmt.State, verb rune) {
-	if verb == 'v' && !f.Flag('#') {
-		fmt.Fprint(f, l.String())
-		return
-	}
-	fmt.Fprintf(f, fmt.FormatString(f, verb), l())
-}
+// shows the state at the time of failure, not when the check began
+// (testwait.Lazy).
+type Lazy = testwait.Lazy
