@@ -83,7 +83,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -119,142 +118,6 @@ type settings struct {
 func (s settings) String() string {
 	return fmt.Sprintf("%d messages over %d keys, %d relays, %d consumers, %s of faults, up to %d poison messages with %d behind each",
 		s.messages, s.keys, s.relays, s.partitions, s.chaosFor, s.maxPoisons, s.poisonBacklog)
-}
-
-// proc is one supervised child process, restarted whenever it dies until
-// the run stops it.
-type proc struct {
-	name string
-	// cmdline is the program and arguments to run; empty: this test
-	// binary, in the role env gives it.
-	cmdline []string
-	env     []string
-	stderr  *os.File // where its log goes; default os.Stderr
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	hold    bool // do not restart for now
-	stopped bool // the test sent SIGSTOP (not the process itself)
-	peak    int64
-	runs    int
-	started time.Time
-}
-
-func (p *proc) start(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	if len(p.cmdline) > 0 {
-		cmd = exec.Command(p.cmdline[0], p.cmdline[1:]...)
-	}
-	cmd.Env = append(os.Environ(), p.env...)
-	cmd.Stderr = os.Stderr
-	if p.stderr != nil {
-		cmd.Stderr = p.stderr
-	}
-	if err := cmd.Start(); err != nil {
-		t.Errorf("start %s: %v", p.name, err)
-		return
-	}
-	p.cmd = cmd
-	p.runs++
-	p.started = time.Now()
-}
-
-func (p *proc) signal(sig syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil && p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(sig)
-	}
-}
-
-// state returns the process's pid and its state letter from /proc (R, S,
-// T for stopped, …), or 0 and 0 when it is not running.
-func (p *proc) state() (int, byte) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.Process == nil {
-		return 0, 0
-	}
-	pid := p.cmd.Process.Pid
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, 0
-	}
-	return pid, b[i+2]
-}
-
-// sample records the process's resident set high-water mark.
-func (p *proc) sample() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			if kb, _ := strconv.ParseInt(f[1], 10, 64); kb > p.peak {
-				p.peak = kb
-			}
-		}
-	}
-}
-
-// supervise keeps p running until stop is closed, then stops it with
-// SIGTERM and reports an unclean exit.
-func (p *proc) supervise(t *testing.T, stop <-chan struct{}, wg *sync.WaitGroup) {
-	wg.Go(func() {
-		for {
-			p.mu.Lock()
-			if !p.hold {
-				p.start(t)
-			}
-			cmd := p.cmd
-			p.mu.Unlock()
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-				time.Sleep(100 * time.Millisecond)
-				for {
-					p.mu.Lock()
-					hold := p.hold
-					p.mu.Unlock()
-					if !hold {
-						break
-					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(50 * time.Millisecond):
-					}
-				}
-			case <-stop:
-				_ = cmd.Process.Signal(syscall.SIGCONT)
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				p.mu.Lock()
-				fresh := time.Since(p.started) < 2*time.Second // may not handle signals yet
-				p.mu.Unlock()
-				select {
-				case err := <-done:
-					if err != nil && !fresh {
-						t.Errorf("%s did not stop cleanly on SIGTERM: %v", p.name, err)
-					}
-				case <-time.After(30 * time.Second):
-					_ = cmd.Process.Kill()
-					<-done
-					t.Errorf("%s did not stop within 30s of SIGTERM", p.name)
-				}
-				return
-			}
-		}
-	})
 }
 
 // The run's topics are the partitions part0…part{N-1}, which the stream
@@ -299,8 +162,8 @@ type run struct {
 	// whose log the test does not read back itself (js is nil then).
 	delivered *deliveryLog
 
-	natsProc          *proc
-	relays, consumers []*proc
+	natsProc          *testenv.Proc
+	relays, consumers []*testenv.Proc
 
 	// faultMu is held while a fault is under way and while the test
 	// watches the others work during a relay's pause, so that no other
@@ -338,21 +201,21 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	testenv.Must(t, os.WriteFile(freezeFlag, nil, 0o600), "freeze flag")
 	r.token = freezeFlag + ".token"
 
-	r.natsProc = &proc{name: "nats", env: []string{envRole + "=nats", envDir + "=" + filepath.Join(t.TempDir(), "nats"), envPort + "=" + strconv.Itoa(port)}}
+	r.natsProc = &testenv.Proc{Name: "nats", Env: []string{envRole + "=nats", envDir + "=" + filepath.Join(t.TempDir(), "nats"), envPort + "=" + strconv.Itoa(port)}}
 	for i := range s.relays {
-		r.relays = append(r.relays, &proc{name: fmt.Sprintf("relay %d", i), env: append([]string{envRole + "=relay",
+		r.relays = append(r.relays, &testenv.Proc{Name: fmt.Sprintf("relay %d", i), Env: append([]string{envRole + "=relay",
 			envDB + "=" + r.db.relayURL(i), envFail + "=0.02", envFreeze + "=0.02", envFreezeWhile + "=" + freezeFlag}, common...)})
 	}
 	for i := range s.partitions {
-		r.consumers = append(r.consumers, &proc{name: fmt.Sprintf("consumer %d", i), env: append([]string{envRole + "=consumer",
+		r.consumers = append(r.consumers, &testenv.Proc{Name: fmt.Sprintf("consumer %d", i), Env: append([]string{envRole + "=consumer",
 			envDB + "=" + r.db.consumerURL(i), envTopic + "=" + fmt.Sprintf("part%d", i),
 			envDup + "=0.02", envReorder + "=0.02"}, common...)})
 	}
-	all := append(append([]*proc{r.natsProc}, r.relays...), r.consumers...)
+	all := append(append([]*testenv.Proc{r.natsProc}, r.relays...), r.consumers...)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	r.natsProc.supervise(t, stop, &wg)
+	r.natsProc.Supervise(t, stop, &wg)
 	defer func() {
 		select {
 		case <-stop:
@@ -363,29 +226,17 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	}()
 	r.createStream(ctx, natsURL, prefix)
 	for _, p := range all[1:] {
-		p.supervise(t, stop, &wg)
+		p.Supervise(t, stop, &wg)
 	}
 
 	// The producer writes at a pace that spreads the messages over the chaos.
 	written := r.produce()
 
-	sampling := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Go(func() {
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sampling:
-				return
-			case <-t.C:
-				for _, p := range all {
-					p.sample()
-				}
-			}
+	stopSampling := testenv.Every(500*time.Millisecond, func() {
+		for _, p := range all {
+			p.Sample()
 		}
 	})
-	stopSampling := sync.OnceFunc(func() { close(sampling); sampler.Wait() })
 	defer stopSampling()
 	watching := make(chan struct{})
 	var watcher sync.WaitGroup
@@ -431,7 +282,7 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	wg.Wait()
 	stopSampling()
 	for _, p := range all {
-		t.Logf("%-12s %2d runs, peak RSS %6.1f MiB", p.name, p.runs, float64(p.peak)/1024)
+		t.Logf("%-12s %2d runs, peak RSS %6.1f MiB", p.Name, p.Runs(), float64(p.PeakKiB())/1024)
 	}
 	r.reportPauses()
 	r.reportPoisons()
@@ -519,7 +370,7 @@ type faultKind struct {
 // faultKinds lists the faults, the ones that matter most first (the first
 // round of the run goes through them in order).
 func (r *run) faultKinds() []faultKind {
-	pick := func(ps []*proc) *proc { return ps[rand.IntN(len(ps))] }
+	pick := func(ps []*testenv.Proc) *testenv.Proc { return ps[rand.IntN(len(ps))] }
 	return []faultKind{
 		{"poison message with a backlog", 1, r.injectPoison},
 		{"messages on an unbound subject", 1, r.injectUnbound},
@@ -536,11 +387,11 @@ func (r *run) faultKinds() []faultKind {
 		{"relay paused past its lease", 1, r.pauseRelay},
 		{"database sessions cut", 2, r.cutSessions},
 		{"relay SIGKILL", 2, func(context.Context) {
-			pick(r.relays).signal(syscall.SIGKILL)
+			pick(r.relays).Signal(syscall.SIGKILL)
 			r.count("relay SIGKILL", 1)
 		}},
 		{"consumer SIGKILL", 1, func(context.Context) {
-			pick(r.consumers).signal(syscall.SIGKILL)
+			pick(r.consumers).Signal(syscall.SIGKILL)
 			r.count("consumer SIGKILL", 1)
 		}},
 		{"NATS killed", 1, func(context.Context) {
@@ -549,9 +400,9 @@ func (r *run) faultKinds() []faultKind {
 		}},
 		{"NATS stalled", 1, func(context.Context) {
 			// Connections stay up, nothing answers: publishes time out.
-			r.natsProc.signal(syscall.SIGSTOP)
+			r.natsProc.Signal(syscall.SIGSTOP)
 			time.Sleep(time.Duration(500+rand.IntN(500)) * time.Millisecond)
-			r.natsProc.signal(syscall.SIGCONT)
+			r.natsProc.Signal(syscall.SIGCONT)
 			r.count("NATS stalled (SIGSTOP) for 0.5–1s", 1)
 		}},
 		// Breathing room: faults need quiet moments to be survived.
@@ -562,22 +413,18 @@ func (r *run) faultKinds() []faultKind {
 // natsDown kills the NATS process and restarts it after d.
 func (r *run) natsDown(d time.Duration) {
 	p := r.natsProc
-	p.mu.Lock()
-	p.hold = true
-	p.mu.Unlock()
-	p.signal(syscall.SIGKILL)
+	p.Hold(true)
+	p.Signal(syscall.SIGKILL)
 	time.Sleep(d)
-	p.mu.Lock()
-	p.hold = false
-	p.mu.Unlock()
+	p.Hold(false)
 }
 
 // cutSessions ends every relay's and consumer's database sessions; SQLite
 // has none, so there the processes themselves are killed, all at once.
 func (r *run) cutSessions(ctx context.Context) {
 	if r.db.terminate == nil {
-		for _, p := range append(append([]*proc(nil), r.relays...), r.consumers...) {
-			p.signal(syscall.SIGKILL)
+		for _, p := range append(append([]*testenv.Proc(nil), r.relays...), r.consumers...) {
+			p.Signal(syscall.SIGKILL)
 		}
 		r.count("every relay and consumer SIGKILLed at once", 1)
 		return
@@ -790,15 +637,11 @@ func (r *run) pauseRelay(ctx context.Context) {
 	}
 	defer os.Remove(r.token)
 	p := r.relays[rand.IntN(len(r.relays))]
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
-	p.signal(syscall.SIGSTOP)
+	p.MarkStopped(true)
+	p.Signal(syscall.SIGSTOP)
 	pa := r.measurePause(ctx, p, time.Now(), "stopped by the test")
-	p.signal(syscall.SIGCONT)
-	p.mu.Lock()
-	p.stopped = false
-	p.mu.Unlock()
+	p.Signal(syscall.SIGCONT)
+	p.MarkStopped(false)
 	r.mu.Lock()
 	r.pauses = append(r.pauses, pa)
 	r.mu.Unlock()
@@ -818,12 +661,12 @@ func (r *run) watchFreezes(ctx context.Context, done <-chan struct{}) {
 		}
 		r.dropStaleToken()
 		for _, p := range r.relays {
-			if pid, st := p.state(); st == 'T' && !p.stoppedByTest() {
+			if pid, st := p.State(); st == 'T' && !p.StoppedByTest() {
 				since := time.Now()
 				r.faultMu.Lock()
-				if pid2, st2 := p.state(); pid2 == pid && st2 == 'T' && !p.stoppedByTest() {
+				if pid2, st2 := p.State(); pid2 == pid && st2 == 'T' && !p.StoppedByTest() {
 					pa := r.measurePause(ctx, p, since, "froze itself mid-claim")
-					p.signal(syscall.SIGCONT)
+					p.Signal(syscall.SIGCONT)
 					_ = os.Remove(r.token)
 					r.mu.Lock()
 					r.pauses = append(r.pauses, pa)
@@ -848,7 +691,7 @@ func (r *run) dropStaleToken() {
 		return // pauseRelay's
 	}
 	for _, p := range r.relays {
-		if q, st := p.state(); q == pid && (st == 'T' || p.stoppedByTest()) {
+		if q, st := p.State(); q == pid && (st == 'T' || p.StoppedByTest()) {
 			return
 		}
 	}
@@ -857,29 +700,23 @@ func (r *run) dropStaleToken() {
 	}
 }
 
-func (p *proc) stoppedByTest() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.stopped
-}
-
 // measurePause waits until p's lease has run out (p stopped at since), then
 // counts what the other relays publish in measureFor. p stays stopped.
-func (r *run) measurePause(ctx context.Context, p *proc, since time.Time, how string) pause {
-	pa := pause{relay: p.name, how: how, at: since}
+func (r *run) measurePause(ctx context.Context, p *testenv.Proc, since time.Time, how string) pause {
+	pa := pause{relay: p.Name, how: how, at: since}
 	// Other faults during the pause (NATS down or frozen, another relay
 	// stopped, killed or restarted, whose leases then hold their keys for
 	// a while) leave nothing to judge.
-	pids := map[*proc]int{}
+	pids := map[*testenv.Proc]int{}
 	for _, o := range r.relays {
-		pids[o], _ = o.state()
+		pids[o], _ = o.State()
 	}
-	natsPid, _ := r.natsProc.state()
+	natsPid, _ := r.natsProc.State()
 	overlap := func() {
 		if pa.invalid != "" {
 			return
 		}
-		if pid, st := r.natsProc.state(); pid != natsPid || st == 'T' || st == 0 {
+		if pid, st := r.natsProc.State(); pid != natsPid || st == 'T' || st == 0 {
 			pa.invalid = "NATS was down or frozen meanwhile"
 			return
 		}
@@ -887,8 +724,8 @@ func (r *run) measurePause(ctx context.Context, p *proc, since time.Time, how st
 			if o == p {
 				continue
 			}
-			if pid, st := o.state(); pid != pids[o] || st == 'T' || st == 0 {
-				pa.invalid = o.name + " was stopped, killed or restarted meanwhile"
+			if pid, st := o.State(); pid != pids[o] || st == 'T' || st == 0 {
+				pa.invalid = o.Name + " was stopped, killed or restarted meanwhile"
 				return
 			}
 		}

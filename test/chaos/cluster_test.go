@@ -78,15 +78,15 @@ func runClusterChaos(t *testing.T, s settings) {
 	cr.createStream(ctx, prefix)
 	common := []string{envNATS + "=" + c.URL(), envPrefix + "=" + prefix, envStream + "=" + r.stream}
 	for i := range s.relays {
-		r.relays = append(r.relays, &proc{name: fmt.Sprintf("relay %d", i), env: append([]string{envRole + "=relay",
+		r.relays = append(r.relays, &testenv.Proc{Name: fmt.Sprintf("relay %d", i), Env: append([]string{envRole + "=relay",
 			envDB + "=" + r.db.relayURL(i), envFail + "=0.01"}, common...)})
 	}
 	for i := range s.partitions {
-		r.consumers = append(r.consumers, &proc{name: fmt.Sprintf("consumer %d", i), env: append([]string{envRole + "=consumer",
+		r.consumers = append(r.consumers, &testenv.Proc{Name: fmt.Sprintf("consumer %d", i), Env: append([]string{envRole + "=consumer",
 			envDB + "=" + r.db.consumerURL(i), envTopic + "=" + fmt.Sprintf("part%d", i),
 			envDup + "=0.01", envReorder + "=0.01"}, common...)})
 	}
-	all := append(append([]*proc(nil), r.relays...), r.consumers...)
+	all := append(append([]*testenv.Proc(nil), r.relays...), r.consumers...)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() {
@@ -98,7 +98,7 @@ func runClusterChaos(t *testing.T, s settings) {
 		wg.Wait()
 	}()
 	for _, p := range all {
-		p.supervise(t, stop, &wg)
+		p.Supervise(t, stop, &wg)
 	}
 
 	producing := cr.produce()
@@ -154,7 +154,7 @@ func runClusterChaos(t *testing.T, s settings) {
 	close(stop)
 	wg.Wait()
 	for _, p := range all {
-		t.Logf("%-12s %2d runs", p.name, p.runs)
+		t.Logf("%-12s %2d runs", p.Name, p.Runs())
 	}
 	r.mu.Lock()
 	t.Logf("summary cluster: %s; faults %v; %s; %s of faults, settled %s later, %s in all",
@@ -254,7 +254,7 @@ func (cr *clusterRun) down(p *testenv.NATSProcess, d time.Duration) {
 // faultKinds lists the cluster's faults, the ones that matter most first
 // (the first round goes through them in order).
 func (cr *clusterRun) faultKinds() []faultKind {
-	pick := func(ps []*proc) *proc { return ps[rand.IntN(len(ps))] }
+	pick := func(ps []*testenv.Proc) *testenv.Proc { return ps[rand.IntN(len(ps))] }
 	// An election takes the followers' election timeout (seconds) to
 	// start: a node cut off for longer loses its leadership.
 	partition := func() time.Duration { return time.Duration(8000+rand.IntN(4000)) * time.Millisecond }
@@ -295,11 +295,11 @@ func (cr *clusterRun) faultKinds() []faultKind {
 			cr.count("two of three nodes SIGKILLed, back after 1–3s", 1)
 		}},
 		{"relay SIGKILL", 2, func(context.Context) {
-			pick(cr.relays).signal(syscall.SIGKILL)
+			pick(cr.relays).Signal(syscall.SIGKILL)
 			cr.count("relay SIGKILL", 1)
 		}},
 		{"consumer SIGKILL", 1, func(context.Context) {
-			pick(cr.consumers).signal(syscall.SIGKILL)
+			pick(cr.consumers).Signal(syscall.SIGKILL)
 			cr.count("consumer SIGKILL", 1)
 		}},
 		{"nothing", 1, func(context.Context) {}},

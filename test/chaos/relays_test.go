@@ -68,7 +68,7 @@ type target struct {
 // a target, the producer writing meanwhile, and the inbox consumer.
 type relayRun struct {
 	*run
-	relays  []*proc
+	relays  []*testenv.Proc
 	logs    []string // the relays' logs, then the consumer's
 	stop    chan struct{}
 	stopped sync.Once
@@ -99,11 +99,11 @@ func startRelays(t *testing.T, tgt target, s settings) *relayRun {
 		return f
 	}
 	for i := range s.relays {
-		p := &proc{name: fmt.Sprintf("relay %d", i), stderr: logFile(fmt.Sprintf("relay%d.log", i)), env: tgt.env}
+		p := &testenv.Proc{Name: fmt.Sprintf("relay %d", i), Stderr: logFile(fmt.Sprintf("relay%d.log", i)), Env: tgt.env}
 		if tgt.role != "" {
-			p.env = append([]string{envRole + "=" + tgt.role, envDB + "=" + db.relayURL(i)}, tgt.env...)
+			p.Env = append([]string{envRole + "=" + tgt.role, envDB + "=" + db.relayURL(i)}, tgt.env...)
 		} else {
-			p.cmdline = []string{testenv.CourierBinary(t), "relay", "--log-format", "text", "--log-level", "warn", "--broker-url", tgt.url,
+			p.Cmdline = []string{testenv.CourierBinary(t), "relay", "--log-format", "text", "--log-level", "warn", "--broker-url", tgt.url,
 				"--database-url", db.relayURL(i), "--lease", tgt.lease.String(), "--max-attempts", strconv.Itoa(transportMaxAttempts),
 				"--batch-size", "200"}
 		}
@@ -140,7 +140,7 @@ func startRelays(t *testing.T, tgt target, s settings) *relayRun {
 	})
 
 	for _, p := range rr.relays {
-		p.supervise(t, rr.stop, &rr.procs)
+		p.Supervise(t, rr.stop, &rr.procs)
 	}
 	t.Cleanup(rr.stopRelays)
 	rr.written = rr.produce()
@@ -171,7 +171,7 @@ func (rr *relayRun) killRelays(ctx context.Context, every float64) {
 		} else {
 			rr.count("relay SIGKILL", 1)
 		}
-		rr.relays[rand.IntN(len(rr.relays))].signal(syscall.SIGKILL)
+		rr.relays[rand.IntN(len(rr.relays))].Signal(syscall.SIGKILL)
 	}
 }
 
@@ -203,10 +203,10 @@ func (rr *relayRun) finish() {
 	rr.stopRelays()
 	for i, p := range rr.relays {
 		log := readFile(rr.logs[i])
-		t.Logf("%s: %d runs; longest pause for the broker: %s", p.name, p.runs, longestPause(log).Round(time.Millisecond))
+		t.Logf("%s: %d runs; longest pause for the broker: %s", p.Name, p.Runs(), longestPause(log).Round(time.Millisecond))
 		if n := strings.Count(log, "WARNING: DATA RACE"); n > 0 {
 			report, _, _ := strings.Cut(log[strings.Index(log, "WARNING: DATA RACE"):], "\n==================")
-			t.Errorf("%s: the race detector reported %d data races; the first:\n%s", p.name, n, report)
+			t.Errorf("%s: the race detector reported %d data races; the first:\n%s", p.Name, n, report)
 		}
 	}
 	deliveries, distinct := rr.delivered.counts()

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,8 +16,8 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	couriernats "github.com/courier-go/courier/broker/nats"
-	"github.com/courier-go/courier/broker/nats/embedded"
 	"github.com/courier-go/courier/inbox"
+	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
 )
@@ -59,58 +58,29 @@ const (
 	freezeCooldown   = 12 * time.Second
 )
 
-// runRole runs the process's role and exits; it returns when there is none.
+// runRole runs the process's role (testenv.RunRole) and exits; it returns
+// when there is none.
 func runRole() {
-	role := os.Getenv(envRole)
-	if role == "" {
-		return
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	lv := slog.LevelError
-	if role == webhookRelayRole || role == versionedConsumerRole {
-		lv = slog.LevelWarn // its log is kept in a file, shown when the test fails
-	}
-	if role == groupConsumerRole {
-		lv = slog.LevelInfo // the partitions it takes and gives up, in a file shown when the test fails
-	}
-	if os.Getenv(envLogLevel) == "debug" {
-		lv = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv})).With("role", role, "pid", os.Getpid())
-	var err error
-	switch role {
-	case "nats":
-		err = runNATS(ctx)
-	case "relay":
-		err = runRelay(ctx, log)
-	case "consumer":
-		err = runConsumer(ctx, log)
-	case versionedConsumerRole:
-		err = runVersionedConsumer(ctx, log)
-	case groupConsumerRole:
-		err = runGroupConsumer(ctx, log)
-	case webhookRelayRole:
-		err = runWebhookRelay(ctx, log)
-	default:
-		err = fmt.Errorf("unknown role %q", role)
-	}
-	if err != nil {
-		log.Error("role failed", "error", err)
-		os.Exit(3)
-	}
-	os.Exit(0)
+	testenv.RunRole(envRole, envLogLevel, roleLogLevel, map[string]testenv.Role{
+		"nats":                testenv.NATSRole(envDir, envPort),
+		"relay":               runRelay,
+		"consumer":            runConsumer,
+		versionedConsumerRole: runVersionedConsumer,
+		groupConsumerRole:     runGroupConsumer,
+		webhookRelayRole:      runWebhookRelay,
+	})
 }
 
-func runNATS(ctx context.Context) error {
-	port, _ := strconv.Atoi(os.Getenv(envPort))
-	srv, err := embedded.Start(embedded.Config{Dir: os.Getenv(envDir), Port: port})
-	if err != nil {
-		return err
+// roleLogLevel is the level a role logs at: errors only, but for the roles
+// whose log is kept in a file, shown when the test fails.
+func roleLogLevel(role string) slog.Level {
+	switch role {
+	case webhookRelayRole, versionedConsumerRole:
+		return slog.LevelWarn
+	case groupConsumerRole:
+		return slog.LevelInfo // the partitions it takes and gives up
 	}
-	<-ctx.Done()
-	srv.Shutdown()
-	return nil
+	return slog.LevelError
 }
 
 func runRelay(ctx context.Context, log *slog.Logger) error {

@@ -96,23 +96,9 @@ func runShopService(ctx context.Context, log *slog.Logger) error {
 			_ = os.Rename(file+".tmp", file)
 		}
 	}
-	done := make(chan struct{})
-	var saver sync.WaitGroup
-	saver.Go(func() {
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				save()
-			}
-		}
-	})
+	stopSaving := testenv.Every(250*time.Millisecond, save)
 	err = svc.Run(ctx)
-	close(done)
-	saver.Wait()
+	stopSaving()
 	save()
 	return err
 }
@@ -154,10 +140,10 @@ func TestShopUnderProcessKills(t *testing.T) {
 	var wg sync.WaitGroup
 	stopAll := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer stopAll()
-	r.natsProc.supervise(t, stop, &wg)
+	r.natsProc.Supervise(t, stop, &wg)
 	time.Sleep(500 * time.Millisecond)
 	for _, p := range r.services {
-		p.supervise(t, stop, &wg)
+		p.Supervise(t, stop, &wg)
 	}
 	stopSampling := r.sample()
 	defer stopSampling()
@@ -205,8 +191,8 @@ type shopRun struct {
 	dir, metricsDir string
 	httpAddr        string // the orders API's
 	stock           map[string]int
-	natsProc        *proc
-	services, all   []*proc
+	natsProc        *testenv.Proc
+	services, all   []*testenv.Proc
 }
 
 // newShopRun makes the run's databases and describes its processes, which
@@ -237,10 +223,10 @@ func newShopRun(t *testing.T, s shopSettings) *shopRun {
 	port := testenv.FreePort(t)
 	r.httpAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	r.stock = shop.DemoStock(s.orders) // vinyl runs out: some orders are cancelled for want of stock
-	r.natsProc = &proc{name: "nats", stderr: r.logFile("nats"),
-		env: []string{envRole + "=nats", envDir + "=" + filepath.Join(r.dir, "nats"), envPort + "=" + strconv.Itoa(port)}}
+	r.natsProc = &testenv.Proc{Name: "nats", Stderr: r.logFile("nats"),
+		Env: []string{envRole + "=nats", envDir + "=" + filepath.Join(r.dir, "nats"), envPort + "=" + strconv.Itoa(port)}}
 	r.describeServices(fmt.Sprintf("nats://127.0.0.1:%d", port), testenv.Name("SHOP"))
-	r.all = append([]*proc{r.natsProc}, r.services...)
+	r.all = append([]*testenv.Proc{r.natsProc}, r.services...)
 	return r
 }
 
@@ -267,7 +253,7 @@ func (r *shopRun) describeServices(natsURL, stream string) {
 		case shop.Inventory:
 			env = append(env, envStock+"="+string(stockJSON))
 		}
-		r.services = append(r.services, &proc{name: svc, env: env, stderr: r.logFile(svc)})
+		r.services = append(r.services, &testenv.Proc{Name: svc, Env: env, Stderr: r.logFile(svc)})
 	}
 }
 
@@ -284,7 +270,7 @@ func (r *shopRun) logFile(name string) *os.File {
 func (r *shopRun) logOnFailure() {
 	if r.t.Failed() {
 		for _, p := range r.all {
-			r.t.Logf("last lines of %s's log:\n%s", p.name, tail(filepath.Join(r.dir, p.name+".log"), 40))
+			r.t.Logf("last lines of %s's log:\n%s", p.Name, tail(filepath.Join(r.dir, p.Name+".log"), 40))
 		}
 	}
 }
@@ -292,23 +278,11 @@ func (r *shopRun) logOnFailure() {
 // sample samples each process's memory every half second until the
 // returned function is called; it may be called more than once.
 func (r *shopRun) sample() (stop func()) {
-	sampling := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Go(func() {
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-sampling:
-				return
-			case <-tick.C:
-				for _, p := range r.all {
-					p.sample()
-				}
-			}
+	return testenv.Every(500*time.Millisecond, func() {
+		for _, p := range r.all {
+			p.Sample()
 		}
 	})
-	return sync.OnceFunc(func() { close(sampling); sampler.Wait() })
 }
 
 // pools connects to each service's schema.
@@ -363,7 +337,7 @@ func (r *shopRun) audit(ctx context.Context, pools map[string]*pgxpool.Pool, res
 	testenv.Must(t, err, "audit")
 	rep := &shop.Report{Load: res, Audit: a, Metrics: readShopMetrics(t, r.metricsDir), Crashes: map[string]int{}, Ignored: -1}
 	for _, p := range r.services {
-		rep.Crashes[p.name] = p.runs - 1
+		rep.Crashes[p.Name] = p.Runs() - 1
 	}
 	_ = pools[shop.Orders].QueryRow(ctx, `SELECT count(*) FROM courier_saga_history WHERE outcome = 'ignored'`).Scan(&rep.Ignored)
 	rep.Invariants = append([]shop.Invariant{entryInvariant(t, ctx, pools[shop.Orders], res, a)}, a.Invariants...)
@@ -380,16 +354,16 @@ func (r *shopRun) audit(ctx context.Context, pools map[string]*pgxpool.Pool, res
 		t.Errorf("orders by state %v: want some completed and some cancelled", a.ByState)
 	}
 	for _, p := range r.all {
-		log := readFile(filepath.Join(r.dir, p.name+".log"))
+		log := readFile(filepath.Join(r.dir, p.Name+".log"))
 		if i := strings.Index(log, "WARNING: DATA RACE"); i >= 0 {
 			report, _, _ := strings.Cut(log[i:], "\n==================")
-			t.Errorf("%s: the race detector reported %d data races; the first:\n%s", p.name, strings.Count(log, "WARNING: DATA RACE"), report)
+			t.Errorf("%s: the race detector reported %d data races; the first:\n%s", p.Name, strings.Count(log, "WARNING: DATA RACE"), report)
 		}
-		t.Logf("%-10s %2d runs, peak RSS %6.1f MiB", p.name, p.runs, float64(p.peak)/1024)
+		t.Logf("%-10s %2d runs, peak RSS %6.1f MiB", p.Name, p.Runs(), float64(p.PeakKiB())/1024)
 	}
 	for _, p := range r.all {
-		if exits := exitReasons(filepath.Join(r.dir, p.name+".log")); len(exits) > 0 {
-			t.Logf("%s exited by itself (then restarted): %v", p.name, exits)
+		if exits := exitReasons(filepath.Join(r.dir, p.Name+".log")); len(exits) > 0 {
+			t.Logf("%s exited by itself (then restarted): %v", p.Name, exits)
 		}
 	}
 }
@@ -447,31 +421,27 @@ func placeOrders(ctx context.Context, url string, s shopSettings, skus []string,
 
 // runShopFaults injects faults at random for s.chaosFor, every kind at
 // least once, and returns how many of each.
-func runShopFaults(t *testing.T, ctx context.Context, s shopSettings, admin *pgxpool.Pool, name string, natsProc *proc, services []*proc) map[string]int {
+func runShopFaults(t *testing.T, ctx context.Context, s shopSettings, admin *pgxpool.Pool, name string, natsProc *testenv.Proc, services []*testenv.Proc) map[string]int {
 	faults := map[string]int{}
-	kill := func(p *proc) func() {
+	kill := func(p *testenv.Proc) func() {
 		return func() {
-			p.signal(syscall.SIGKILL)
-			faults["SIGKILL "+p.name]++
+			p.Signal(syscall.SIGKILL)
+			faults["SIGKILL "+p.Name]++
 		}
 	}
-	pause := func(p *proc) func() {
+	pause := func(p *testenv.Proc) func() {
 		return func() {
-			p.signal(syscall.SIGSTOP)
+			p.Signal(syscall.SIGSTOP)
 			time.Sleep(relayPause)
-			p.signal(syscall.SIGCONT)
-			faults["SIGSTOP "+p.name+" past its relay lease"]++
+			p.Signal(syscall.SIGCONT)
+			faults["SIGSTOP "+p.Name+" past its relay lease"]++
 		}
 	}
 	killNATS := func() {
-		natsProc.mu.Lock()
-		natsProc.hold = true
-		natsProc.mu.Unlock()
-		natsProc.signal(syscall.SIGKILL)
+		natsProc.Hold(true)
+		natsProc.Signal(syscall.SIGKILL)
 		time.Sleep(time.Duration(500+rand.IntN(2500)) * time.Millisecond)
-		natsProc.mu.Lock()
-		natsProc.hold = false
-		natsProc.mu.Unlock()
+		natsProc.Hold(false)
 		faults["SIGKILL nats, restarted after a pause"]++
 	}
 	terminate := func() {
