@@ -201,17 +201,7 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	testenv.Must(t, os.WriteFile(freezeFlag, nil, 0o600), "freeze flag")
 	r.token = freezeFlag + ".token"
 
-	r.natsProc = &testenv.Proc{Name: "nats", Env: []string{envRole + "=nats", envDir + "=" + filepath.Join(t.TempDir(), "nats"), envPort + "=" + strconv.Itoa(port)}}
-	for i := range s.relays {
-		r.relays = append(r.relays, &testenv.Proc{Name: fmt.Sprintf("relay %d", i), Env: append([]string{envRole + "=relay",
-			envDB + "=" + r.db.relayURL(i), envFail + "=0.02", envFreeze + "=0.02", envFreezeWhile + "=" + freezeFlag}, common...)})
-	}
-	for i := range s.partitions {
-		r.consumers = append(r.consumers, &testenv.Proc{Name: fmt.Sprintf("consumer %d", i), Env: append([]string{envRole + "=consumer",
-			envDB + "=" + r.db.consumerURL(i), envTopic + "=" + fmt.Sprintf("part%d", i),
-			envDup + "=0.02", envReorder + "=0.02"}, common...)})
-	}
-	all := append(append([]*testenv.Proc{r.natsProc}, r.relays...), r.consumers...)
+	all := r.describeProcs(port, freezeFlag, common)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -244,29 +234,7 @@ func runChaos(t *testing.T, d dialect, s settings) {
 	stopWatching := sync.OnceFunc(func() { close(watching); watcher.Wait() })
 	defer stopWatching()
 
-	// Faults, at random, until the time is up; every kind at least once.
-	faults := r.faultKinds()
-	total := 0
-	for _, f := range faults {
-		total += f.weight
-	}
-	// Pauses take their time: the first round may overrun a little.
-	deadline := time.Now().Add(s.chaosFor)
-	for round := 0; time.Now().Before(deadline) || round < len(faults) && time.Now().Before(deadline.Add(s.chaosFor/3)); round++ {
-		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
-		f := faults[round%len(faults)]
-		if round >= len(faults) {
-			n := rand.IntN(total)
-			for _, f = range faults {
-				if n -= f.weight; n < 0 {
-					break
-				}
-			}
-		}
-		r.faultMu.Lock()
-		f.do(ctx)
-		r.faultMu.Unlock()
-	}
+	r.runFaults(ctx)
 	testenv.Must(t, os.Remove(freezeFlag), "end the freezes")
 	msgs := <-written
 	r.mu.Lock()
@@ -291,6 +259,51 @@ func runChaos(t *testing.T, d dialect, s settings) {
 		d.name, res.messages, r.faults, res, s.chaosFor, res.settled.Round(100*time.Millisecond),
 		time.Since(began).Round(100*time.Millisecond))
 	r.mu.Unlock()
+}
+
+// describeProcs describes the run's processes: NATS on port, the relays
+// (which freeze themselves while freezeFlag exists) and the consumers, the
+// last two with common in their environment. It returns them all, NATS
+// first.
+func (r *run) describeProcs(port int, freezeFlag string, common []string) []*testenv.Proc {
+	r.natsProc = &testenv.Proc{Name: "nats", Env: []string{envRole + "=nats", envDir + "=" + filepath.Join(r.t.TempDir(), "nats"), envPort + "=" + strconv.Itoa(port)}}
+	for i := range r.s.relays {
+		r.relays = append(r.relays, &testenv.Proc{Name: fmt.Sprintf("relay %d", i), Env: append([]string{envRole + "=relay",
+			envDB + "=" + r.db.relayURL(i), envFail + "=0.02", envFreeze + "=0.02", envFreezeWhile + "=" + freezeFlag}, common...)})
+	}
+	for i := range r.s.partitions {
+		r.consumers = append(r.consumers, &testenv.Proc{Name: fmt.Sprintf("consumer %d", i), Env: append([]string{envRole + "=consumer",
+			envDB + "=" + r.db.consumerURL(i), envTopic + "=" + fmt.Sprintf("part%d", i),
+			envDup + "=0.02", envReorder + "=0.02"}, common...)})
+	}
+	return append(append([]*testenv.Proc{r.natsProc}, r.relays...), r.consumers...)
+}
+
+// runFaults runs faults, at random, until the run's time is up; every kind
+// at least once.
+func (r *run) runFaults(ctx context.Context) {
+	faults := r.faultKinds()
+	total := 0
+	for _, f := range faults {
+		total += f.weight
+	}
+	// Pauses take their time: the first round may overrun a little.
+	deadline := time.Now().Add(r.s.chaosFor)
+	for round := 0; time.Now().Before(deadline) || round < len(faults) && time.Now().Before(deadline.Add(r.s.chaosFor/3)); round++ {
+		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
+		f := faults[round%len(faults)]
+		if round >= len(faults) {
+			n := rand.IntN(total)
+			for _, f = range faults {
+				if n -= f.weight; n < 0 {
+					break
+				}
+			}
+		}
+		r.faultMu.Lock()
+		f.do(ctx)
+		r.faultMu.Unlock()
+	}
 }
 
 // createStream waits for the NATS process, then creates the run's stream:
