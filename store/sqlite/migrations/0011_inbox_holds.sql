@@ -1,0 +1,16 @@
+-- Held keys on the consumer side (inbox.Config.HoldKeys): a parked
+-- delivery of a topic that holds its keys stops its key for its consumer;
+-- the key's later deliveries are parked behind it until it is replayed or
+-- discarded.
+ALTER TABLE courier_inbox_dead_letters ADD COLUMN ordering_key TEXT;
+ALTER TABLE courier_inbox_dead_letters ADD COLUMN behind INTEGER;
+
+CREATE TABLE courier_inbox_holds (
+    consumer      TEXT    NOT NULL,
+    ordering_key  TEXT    NOT NULL,
+    cause         INTEGER NOT NULL,
+    since         INTEGER NOT NULL,
+    PRIMARY KEY (consumer, ordering_key)
+);
+
+CREATE INDEX courier_inbox_dead_letters_behind ON courier_inbox_dead_letters (behind, id) WHERE behind IS NOT NULL;
