@@ -80,6 +80,42 @@ type DeadLetter struct {
 	LastError   string            `json:"last_error"`
 	History     []PublishAttempt  `json:"history,omitempty"`
 	DeadAt      time.Time         `json:"dead_at"`
+	// Holds is true when the dead letter holds its key (Failure.Hold).
+	Holds bool `json:"holds,omitempty"`
+	// Held counts the messages of its key waiting behind it.
+	Held int64 `json:"held,omitempty"`
+}
+
+// HeldKey is a key stopped by a dead letter that holds it (Failure.Hold),
+// as courier status and the dashboard show it.
+type HeldKey struct {
+	// Cause is the id of the dead letter that holds the key: replay or
+	// discard it to release the key.
+	Cause int64  `json:"cause"`
+	Topic string `json:"topic"`
+	Key   string `json:"key"`
+	// Since is when the cause became a dead letter.
+	Since time.Time `json:"since"`
+	// Held counts the messages waiting behind it.
+	Held int64 `json:"held"`
+	// LastError is the first ErrorPreview characters of the cause's last
+	// error.
+	LastError string `json:"last_error"`
+}
+
+// HeldMessage is a message waiting behind a dead letter that holds its
+// key, as a list shows it: no payload nor headers.
+type HeldMessage struct {
+	// ID is its outbox id (store.Record.Seq) when it was held.
+	ID int64 `json:"id"`
+	// Behind is the id of the dead letter that holds it.
+	Behind    int64     `json:"behind"`
+	MessageID string    `json:"message_id"`
+	Topic     string    `json:"topic"`
+	Key       string    `json:"key"`
+	Type      string    `json:"type"`
+	CreatedAt time.Time `json:"created_at"`
+	HeldAt    time.Time `json:"held_at"`
 }
 
 // PublishAttempt is one failed publish in a dead letter's history.
@@ -189,6 +225,8 @@ type DeadLetterSummary struct {
 	PayloadSize int64     `json:"payload_size"`
 	CreatedAt   time.Time `json:"created_at"`
 	DeadAt      time.Time `json:"dead_at"`
+	// Holds is true when the dead letter holds its key (Failure.Hold).
+	Holds bool `json:"holds,omitempty"`
 }
 
 // ParkedSummary is a consume-side dead letter as a list shows it: the

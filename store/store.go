@@ -42,6 +42,11 @@ type Failure struct {
 	// Failures that are not the message's fault (broker unreachable) are not
 	// counted, so an outage never turns messages into dead letters.
 	Counted bool
+	// Hold, on a Dead failure, makes the dead letter hold its key: the
+	// key's later messages wait behind it (courier_outbox_held) until it
+	// is replayed or discarded, instead of moving on. The relay sets it
+	// for the topics its HoldKeys names.
+	Hold bool
 }
 
 // Batch is a claimed set of rows and the lease that holds them.
@@ -116,6 +121,13 @@ type Stats struct {
 	InBackoff int64 `json:"in_backoff"`
 	// DeadLetters counts parked messages.
 	DeadLetters int64 `json:"dead_letters"`
+	// HeldKeys counts the dead letters that hold their key (Failure.Hold).
+	HeldKeys int64 `json:"held_keys"`
+	// Held counts the messages waiting behind them.
+	Held int64 `json:"held"`
+	// OldestHold is when the oldest of them became a dead letter, zero
+	// if none holds its key.
+	OldestHold time.Time `json:"oldest_hold,omitzero"`
 	// OldestPending is the creation time of the oldest pending row, zero if
 	// there is none.
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
