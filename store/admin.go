@@ -29,10 +29,24 @@ type Admin interface {
 	DeadLetter(ctx context.Context, id int64) (DeadLetter, error)
 	// ReplayDeadLetter moves a dead letter back into the outbox with its
 	// original position among its key's messages and no attempts counted;
-	// a relay publishes it again.
+	// a relay publishes it again. One that holds its key (Failure.Hold)
+	// goes back with the messages held behind it and its key's messages
+	// still pending, in that order, under new ids, and the key is released:
+	// a relay publishes it first, then them in order.
 	ReplayDeadLetter(ctx context.Context, id int64) error
-	// DiscardDeadLetter deletes a dead letter for good.
+	// DiscardDeadLetter deletes a dead letter for good. One that holds
+	// its key releases it: the messages held behind it, then its key's
+	// messages still pending, go back into the outbox in that order, under
+	// new ids.
 	DiscardDeadLetter(ctx context.Context, id int64) error
+	// HeldKeys lists the keys that dead letters hold (Failure.Hold), by
+	// their cause's id: those of the dead letters q selects (Topic,
+	// Error, IDs, After and Limit as ListDeadLetters reads them).
+	HeldKeys(ctx context.Context, q ListQuery) ([]HeldKey, error)
+	// ListHeld lists up to limit (0: DefaultListLimit, at most
+	// MaxListLimit) of the messages held behind the dead letter cause, by
+	// id, those above after.
+	ListHeld(ctx context.Context, cause int64, after int64, limit int) ([]HeldMessage, error)
 	// Parked lists up to limit consume-side dead letters of consumer (all
 	// consumers when empty), oldest first.
 	Parked(ctx context.Context, consumer string, limit int) ([]Parked, error)
@@ -192,6 +206,18 @@ func (q ListQuery) Check() (ListQuery, error) {
 		q.After = 0
 	}
 	return q, nil
+}
+
+// CheckHeldLimit returns the limit of Admin.ListHeld: DefaultListLimit for
+// 0, or an error when it is out of 1 to MaxListLimit.
+func CheckHeldLimit(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return DefaultListLimit, nil
+	case limit < 0 || limit > MaxListLimit:
+		return limit, fmt.Errorf("ListHeld's limit is %d: use 1 to %d (0 means %d)", limit, MaxListLimit, DefaultListLimit)
+	}
+	return limit, nil
 }
 
 // checkList is the rule of a list's Limit and IDs in the query type named

@@ -9,18 +9,31 @@ import (
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/claims"
+	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqlstore"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-// The held keys: those of live leases and of rows waiting for a retry.
+// The held keys: those of live leases, of rows waiting for a retry and of
+// dead letters that hold their key (with their id; 0 for the others).
 // Expired leases are listed too, so the claim can remove them. Keys are
 // decoded and compared in Go, never in SQL, so no collation can merge two
 // keys.
 const (
 	leasesSQL    = `SELECT id, until > ?, ordering_keys FROM courier_outbox_leases`
-	retryKeysSQL = `SELECT ordering_key FROM courier_outbox WHERE retry_at > ?`
+	retryKeysSQL = `SELECT ordering_key, 0 FROM courier_outbox WHERE retry_at > ?
+UNION ALL
+SELECT ordering_key, id FROM courier_outbox_dead_letters WHERE holds = TRUE`
 )
+
+// moveSQL moves rows of keys that dead letters hold to
+// courier_outbox_held: a JSON array of {id, cause}. deleteMovedSQL deletes
+// them from the outbox after.
+var moveSQL = `INSERT INTO courier_outbox_held (id, behind, ` + columns.Names + `, created_at, held_at)
+SELECT o.id, m.cause, ` + columns.List("o.") + `, o.created_at, UTC_TIMESTAMP(6)
+FROM courier_outbox AS o JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$.id', cause BIGINT PATH '$.cause')) AS m ON o.id = m.id`
+
+const deleteMovedSQL = `DELETE FROM courier_outbox WHERE %s`
 
 // expiredSQL locks the expired leases no one else is removing. Completes
 // lock their own lease, so a frozen relay's Complete is skipped, not waited
@@ -60,7 +73,7 @@ func (s *relayStore) claim(ctx context.Context, owner string, limit int, lease t
 	// A first look without the turn: a claim that finds nothing writes
 	// nothing (taking and ending a turn are two commits).
 	pick, err := s.look(ctx, limit)
-	if err != nil || len(pick.IDs()) == 0 {
+	if err != nil || (len(pick.IDs()) == 0 && len(pick.Moves()) == 0) {
 		return store.Batch{}, err
 	}
 	token, err := s.takeTurn(ctx)
@@ -94,7 +107,7 @@ func (s *relayStore) look(ctx context.Context, limit int) (*claims.Picker, error
 	if err != nil {
 		return nil, err
 	}
-	held, expired, err := s.heldKeys(ctx, now)
+	held, holding, expired, err := s.heldKeys(ctx, now)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +116,7 @@ func (s *relayStore) look(ctx context.Context, limit int) (*claims.Picker, error
 			return nil, fmt.Errorf("drop expired leases: %w", err)
 		}
 	}
-	return s.scan(ctx, held, limit, now)
+	return s.scan(ctx, held, holding, limit, now)
 }
 
 // recordLease records, during turn t, the lease of pick's rows, and
@@ -115,21 +128,32 @@ func (s *relayStore) look(ctx context.Context, limit int) (*claims.Picker, error
 // Otherwise the picks stand: a key not held now was not held in between
 // either, or its holder has completed, publishing or releasing the rows
 // this claim picked, which keeps its rows in order.
+//
+// The rows met of keys that dead letters still hold move to
+// courier_outbox_held first, during the turn: a replay or discard of their
+// dead letter takes a turn too, so none is moved behind one that is gone.
 func (s *relayStore) recordLease(ctx context.Context, t *turn, owner string, limit int, lease time.Duration, pick *claims.Picker) (int64, []int64, error) {
 	now, err := s.now(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
-	held, _, err := s.heldKeys(ctx, now)
+	held, holding, _, err := s.heldKeys(ctx, now)
 	if err != nil {
 		return 0, nil, err
 	}
 	if pick.Holds(held) {
-		if pick, err = s.scan(ctx, held, limit, now); err != nil || len(pick.IDs()) == 0 {
+		if pick, err = s.scan(ctx, held, holding, limit, now); err != nil {
 			return 0, nil, err
 		}
 	}
+	pick.KeepMoves(holding)
+	if err := s.moveHeld(ctx, t, pick.Moves()); err != nil {
+		return 0, nil, fmt.Errorf("move the rows of held keys: %w", err)
+	}
 	ids := pick.IDs()
+	if len(ids) == 0 {
+		return 0, nil, nil
+	}
 	idsJSON, keysJSON, err := pick.JSON()
 	if err != nil {
 		return 0, nil, err
@@ -164,9 +188,43 @@ func (s *relayStore) now(ctx context.Context) (string, error) {
 	return now.Format(datetimeLayout), nil
 }
 
-// heldKeys reads the keys held at now and whether any lease has expired.
-func (s *relayStore) heldKeys(ctx context.Context, now string) (map[string]struct{}, bool, error) {
+// moveHeld moves the rows of moves to courier_outbox_held during the turn
+// t, in a transaction that locks the turn's row.
+func (s *relayStore) moveHeld(ctx context.Context, t *turn, moves []claims.Move) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	type move struct {
+		ID    int64 `json:"id"`
+		Cause int64 `json:"cause"`
+	}
+	ms := make([]move, len(moves))
+	ids := make([]int64, len(moves))
+	for i, m := range moves {
+		ms[i], ids[i] = move{m.ID, m.Cause}, m.ID
+	}
+	arg, err := json.Marshal(ms)
+	if err != nil {
+		return err
+	}
+	return sqltx.InTx(ctx, s.db, readCommitted(), "", func(tx *sql.Tx) error {
+		if err := ownTurn(ctx, tx, s.clock, t.token); err != nil {
+			return err
+		}
+		if _, err := s.exec(ctx, tx, moveSQL, string(arg)); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, fmt.Sprintf(deleteMovedSQL, idsIn(ids)))
+		return err
+	})
+}
+
+// heldKeys reads the keys held at now, those of them that dead letters
+// hold (each with the oldest such dead letter's id) and whether any lease
+// has expired.
+func (s *relayStore) heldKeys(ctx context.Context, now string) (map[string]struct{}, map[string]int64, bool, error) {
 	held := make(map[string]struct{})
+	var holding map[string]int64
 	expired := false
 	err := sqltx.QueryEach(ctx, s.db, leasesSQL, []any{now}, func(rows *sql.Rows) error {
 		var (
@@ -191,26 +249,39 @@ func (s *relayStore) heldKeys(ctx context.Context, now string) (map[string]struc
 		return nil
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("read leased keys: %w", err)
+		return nil, nil, false, fmt.Errorf("read leased keys: %w", err)
 	}
 	err = sqltx.QueryEach(ctx, s.db, retryKeysSQL, []any{now}, func(rows *sql.Rows) error {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+		var (
+			k     string
+			cause int64
+		)
+		if err := rows.Scan(&k, &cause); err != nil {
 			return err
 		}
 		held[k] = struct{}{}
+		if cause != 0 {
+			if holding == nil {
+				holding = make(map[string]int64)
+			}
+			if c, ok := holding[k]; !ok || cause < c {
+				holding[k] = cause
+			}
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("read keys waiting for a retry: %w", err)
+		return nil, nil, false, fmt.Errorf("read held keys: %w", err)
 	}
-	return held, expired, nil
+	return held, holding, expired, nil
 }
 
 // scan picks, in id order, up to limit free rows whose key is not held,
-// reading chunks of the primary key.
-func (s *relayStore) scan(ctx context.Context, held map[string]struct{}, limit int, now string) (*claims.Picker, error) {
+// reading chunks of the primary key; it notes the rows of keys in holding
+// as moves (see claims.Picker).
+func (s *relayStore) scan(ctx context.Context, held map[string]struct{}, holding map[string]int64, limit int, now string) (*claims.Picker, error) {
 	pick := claims.NewPicker(held, limit)
+	pick.Hold(holding)
 	window := claims.Window(limit)
 	after, chunk := int64(0), max(2*limit, 500)
 	for pick.Examined < window {

@@ -31,7 +31,8 @@ const failuresTable = `JSON_TABLE(?, '$[*]' COLUMNS (
     id       BIGINT     PATH '$.id',
     err      MEDIUMTEXT PATH '$.error',
     delay_us BIGINT     PATH '$.delay_us',
-    counted  INT        PATH '$.counted')) AS f`
+    counted  INT        PATH '$.counted',
+    hold     INT        PATH '$.hold')) AS f`
 
 // historyAppend appends a failure to o.history, keeping the latest
 // columns.HistoryCap.
@@ -49,8 +50,8 @@ SET o.attempts = o.attempts + f.counted,
     o.history = ` + historyAppend
 
 var deadSQL = `INSERT INTO courier_outbox_dead_letters
-    (id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at)
-SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted, f.err, ` + historyAppend + `, UTC_TIMESTAMP(6)
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at, holds)
+SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted, f.err, ` + historyAppend + `, UTC_TIMESTAMP(6), f.hold <> 0
 FROM courier_outbox AS o JOIN ` + failuresTable + ` ON o.id = f.id`
 
 const endLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ? AND owner = ?`
@@ -61,6 +62,7 @@ type failureJSON struct {
 	Error   string `json:"error"`
 	DelayUS int64  `json:"delay_us"`
 	Counted int    `json:"counted"`
+	Hold    int    `json:"hold"`
 }
 
 // recordFailures runs query, retrySQL or deadSQL, for the failures fs, if
@@ -84,7 +86,11 @@ func failuresJSON(fs []store.Failure) (string, error) {
 		if f.Counted {
 			counted = 1
 		}
-		out[i] = failureJSON{ID: f.Seq, Error: f.Error, DelayUS: f.Delay.Microseconds(), Counted: counted}
+		hold := 0
+		if f.Hold {
+			hold = 1
+		}
+		out[i] = failureJSON{ID: f.Seq, Error: f.Error, DelayUS: f.Delay.Microseconds(), Counted: counted, Hold: hold}
 	}
 	b, err := json.Marshal(out)
 	return string(b), err

@@ -17,7 +17,8 @@ import (
 // server's clock, UTC_TIMESTAMP(6), written and read as UTC text, or
 // clock's when clock is not nil. Replaying a dead letter locks it first
 // (SELECT … FOR UPDATE), so concurrent replays of one dead letter wait for
-// each other and all but the first find it gone.
+// each other and all but the first find it gone; replaying or discarding
+// one that holds its key takes a claim's turn (see inTurn).
 func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 	d := sqlstore.Dialect{
 		Name: "mysql",
@@ -27,6 +28,9 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		},
 		WriteTx: func(ctx context.Context, fn func(sqltx.Conn) error) error {
 			return sqltx.InTx(ctx, db, readCommitted(), "", func(tx *sql.Tx) error { return fn(tx) })
+		},
+		HoldTx: func(ctx context.Context, fn func(sqltx.Conn) error) error {
+			return inTurn(ctx, db, clock, func(tx *sql.Tx) error { return fn(tx) })
 		},
 		LockRow:     " FOR UPDATE",
 		IsDuplicate: func(err error) bool { return errorNumber(err) == errDupEntry },

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 // A claim's turn: see migration 0005. takeTurnSQL succeeds (one row
@@ -46,13 +49,53 @@ func (t *turn) end(ctx context.Context) {
 // takeTurn waits until the previous claim's turn has ended and takes the
 // next one, returning the token that names it.
 func (s *relayStore) takeTurn(ctx context.Context) (string, error) {
+	return takeTurn(ctx, s.db, s.clock)
+}
+
+// ownTurnSQL locks the turn's row while the turn is still the token's: a
+// transaction that reads it holds the turn until it ends, and the next
+// turn is taken after.
+const ownTurnSQL = `SELECT 1 FROM courier_outbox_claimer WHERE id = 1 AND holder = ? AND until > UTC_TIMESTAMP(6) FOR UPDATE`
+
+// inTurn runs fn in a transaction on db during a turn of its own, which it
+// takes first and ends after: claims wait for it. clock is the store's, nil
+// the server's.
+func inTurn(ctx context.Context, db *sql.DB, clock store.Clock, fn func(*sql.Tx) error) error {
+	token, err := takeTurn(ctx, db, clock)
+	if err != nil {
+		return err
+	}
+	t := &turn{db: db, token: token}
+	defer t.end(ctx)
+	return sqltx.InTx(ctx, db, readCommitted(), "", func(tx *sql.Tx) error {
+		if err := ownTurn(ctx, tx, clock, token); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// ownTurn locks the turn's row in tx, or fails when the turn of token has
+// run out.
+func ownTurn(ctx context.Context, tx *sql.Tx, clock store.Clock, token string) error {
+	q, args := clocked(clock, ownTurnSQL, token)
+	var one int
+	err := tx.QueryRowContext(ctx, q, args...).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("the claim turn ran out (%s) before the work in it began; try again", claimTurn)
+	}
+	return err
+}
+
+func takeTurn(ctx context.Context, db *sql.DB, clock store.Clock) (string, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
 	const firstWait = 500 * time.Microsecond
 	wait := firstWait
 	for {
-		res, err := s.exec(ctx, s.db, takeTurnSQL, token, claimTurn.Microseconds())
+		q, args := clocked(clock, takeTurnSQL, token, claimTurn.Microseconds())
+		res, err := db.ExecContext(ctx, q, args...)
 		if err != nil {
 			return "", fmt.Errorf("take a turn: %w", err)
 		}
@@ -65,7 +108,7 @@ func (s *relayStore) takeTurn(ctx context.Context) (string, error) {
 		}
 		var exists int
 		if wait == firstWait { // a turn never taken: is the row there at all?
-			err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM courier_outbox_claimer WHERE id = 1").Scan(&exists)
+			err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM courier_outbox_claimer WHERE id = 1").Scan(&exists)
 			if err != nil {
 				return "", fmt.Errorf("take a turn: %w", err)
 			}

@@ -23,7 +23,10 @@ type admin struct {
 
 func (a admin) Stats(ctx context.Context) (store.Stats, error) { return stats(ctx, a.pool, a.clock) }
 
-var deadColumns = `id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at`
+// deadColumns are a dead letter's, with whether it holds its key and how
+// many messages wait behind it.
+var deadColumns = `id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at, holds,
+    (SELECT count(*) FROM courier_outbox_held h WHERE h.behind = courier_outbox_dead_letters.id)`
 
 func scanDead(row pgx.Row) (store.DeadLetter, error) {
 	var (
@@ -31,7 +34,7 @@ func scanDead(row pgx.Row) (store.DeadLetter, error) {
 		m    courier.Message
 		hist []byte
 	)
-	err := row.Scan(append(columns.AppendDests([]any{&d.ID}, &m), &d.CreatedAt, &d.Attempts, &d.LastError, &hist, &d.DeadAt)...)
+	err := row.Scan(append(columns.AppendDests([]any{&d.ID}, &m), &d.CreatedAt, &d.Attempts, &d.LastError, &hist, &d.DeadAt, &d.Holds, &d.Held)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, store.ErrNotFound
 	}
@@ -55,16 +58,29 @@ func (a admin) DeadLetter(ctx context.Context, id int64) (store.DeadLetter, erro
 	return scanDead(a.pool.QueryRow(ctx, `SELECT `+deadColumns+` FROM courier_outbox_dead_letters WHERE id = $1`, id))
 }
 
+// ReplayDeadLetter puts a dead letter that does not hold its key back
+// under its own id in one statement; one that holds it, with its held
+// messages and its key's (see release).
 func (a admin) ReplayDeadLetter(ctx context.Context, id int64) error {
-	return a.one(ctx, "replay dead letter", id, `WITH d AS (DELETE FROM courier_outbox_dead_letters WHERE id = $1 RETURNING *)
+	err := a.one(ctx, "replay dead letter", id, `WITH d AS (DELETE FROM courier_outbox_dead_letters WHERE id = $1 AND NOT holds RETURNING *)
 INSERT INTO courier_outbox (id, `+columns.Names+`, created_at, history)
 OVERRIDING SYSTEM VALUE
 SELECT id, `+columns.Names+`, created_at, history
 FROM d`, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return a.release(ctx, id, true)
+	}
+	return err
 }
 
+// DiscardDeadLetter deletes a dead letter that does not hold its key in
+// one statement; one that holds it releases its key (see release).
 func (a admin) DiscardDeadLetter(ctx context.Context, id int64) error {
-	return a.one(ctx, "discard dead letter", id, `DELETE FROM courier_outbox_dead_letters WHERE id = $1`, id)
+	err := a.one(ctx, "discard dead letter", id, `DELETE FROM courier_outbox_dead_letters WHERE id = $1 AND NOT holds`, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return a.release(ctx, id, false)
+	}
+	return err
 }
 
 func (a admin) Parked(ctx context.Context, consumer string, limit int) ([]store.Parked, error) {

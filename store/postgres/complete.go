@@ -42,17 +42,18 @@ FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::bool[]) AS f(id, err, de
 WHERE o.id = f.id AND ` + leaseLive
 
 // deadSQL moves failed rows into the dead letters, dead at now() (the
-// store's clock, as every now() of Complete's statements: see clocked).
+// store's clock, as every now() of Complete's statements: see clocked),
+// holding their key when the failure says so (store.Failure.Hold).
 var deadSQL = `WITH f AS (
-    SELECT * FROM unnest($1::bigint[], $4::text[], $5::bool[]) AS f(id, err, counted)
+    SELECT * FROM unnest($1::bigint[], $4::text[], $5::bool[], $6::bool[]) AS f(id, err, counted, hold)
 ), dead AS (
     DELETE FROM courier_outbox o USING f
     WHERE o.id = f.id AND ` + leaseLive + `
-    RETURNING o.*, f.err, f.counted
+    RETURNING o.*, f.err, f.counted, f.hold
 )
 INSERT INTO courier_outbox_dead_letters
-    (id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at)
-SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted::int, f.err, ` + historyEntry + `, now()
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at, holds)
+SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted::int, f.err, ` + historyEntry + `, now(), o.hold
 FROM dead o CROSS JOIN LATERAL (SELECT o.err, o.counted) AS f(err, counted)`
 
 const endLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = $1 AND owner = $2`
@@ -76,7 +77,11 @@ func (s *relayStore) Complete(ctx context.Context, owner string, lease int64, o 
 	}
 	if len(o.Dead) > 0 {
 		ids, errs, _, counted := failureColumns(o.Dead)
-		s.queue(&b, deadSQL, ids, lease, owner, errs, counted)
+		holds := make([]bool, len(o.Dead))
+		for i, f := range o.Dead {
+			holds[i] = f.Hold
+		}
+		s.queue(&b, deadSQL, ids, lease, owner, errs, counted, holds)
 	}
 	b.Queue(endLeaseSQL, lease, owner)
 	// A batch runs as one implicit transaction: all of it or none.

@@ -62,7 +62,7 @@ func listWhere(q store.ListQuery, parked bool) (string, []any) {
 // is not an array), the rest of the headers left in the database.
 var (
 	deadSummary = `id, message_id::text, ` + columns.Preview("topic") + `, ` + columns.Preview("ordering_key") + `, ` + columns.Preview("type") +
-		`, attempts, ` + columns.ErrorPreview + `, octet_length(payload), created_at, dead_at`
+		`, attempts, ` + columns.ErrorPreview + `, octet_length(payload), created_at, dead_at, holds`
 	parkedSummary = `id, ` + columns.Preview("consumer") + `, ` + columns.Preview("message_id") + `, ` + columns.Preview("subject") + `, ` +
 		columns.ParkedType(func(name string) string { return "headers->'" + name + "'->>0" }) + `, ` + columns.Preview("reason") + `, ` +
 		columns.ErrorPreview + `, attempts, octet_length(payload), parked_at, replay_requested`
@@ -81,7 +81,7 @@ func (a admin) ListDeadLetters(ctx context.Context, q store.ListQuery) ([]store.
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.DeadLetterSummary, error) {
 		var d store.DeadLetterSummary
-		err := r.Scan(&d.ID, &d.MessageID, &d.Topic, &d.Key, &d.Type, &d.Attempts, &d.LastError, &d.PayloadSize, &d.CreatedAt, &d.DeadAt)
+		err := r.Scan(&d.ID, &d.MessageID, &d.Topic, &d.Key, &d.Type, &d.Attempts, &d.LastError, &d.PayloadSize, &d.CreatedAt, &d.DeadAt, &d.Holds)
 		return d, err
 	})
 	if err != nil {

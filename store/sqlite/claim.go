@@ -3,12 +3,14 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/claims"
+	"github.com/courier-go/courier/store/internal/columns"
 	"github.com/courier-go/courier/store/internal/sqlstore"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
@@ -17,12 +19,26 @@ import (
 const expiredSQL = `DELETE FROM courier_outbox_leases WHERE until <= ?`
 
 // heldSQL lists the keys held by live leases or by a row waiting for a
-// retry, and whether any lease has expired (a NULL key).
-const heldSQL = `SELECT j.value FROM courier_outbox_leases AS l, json_each(l.keys) AS j WHERE l.until > ?1
+// retry (cause 0), those held by dead letters (cause: the oldest one's
+// id, read through the partial index courier_outbox_dead_letters_holds,
+// empty when no dead letter holds its key), and whether any lease has
+// expired (a NULL key).
+const heldSQL = `SELECT j.value, 0 FROM courier_outbox_leases AS l, json_each(l.keys) AS j WHERE l.until > ?1
 UNION
-SELECT ordering_key FROM courier_outbox WHERE retry_at > ?1
+SELECT ordering_key, 0 FROM courier_outbox WHERE retry_at > ?1
 UNION ALL
-SELECT NULL WHERE EXISTS (SELECT 1 FROM courier_outbox_leases WHERE until <= ?1)`
+SELECT ordering_key, min(id) FROM courier_outbox_dead_letters WHERE holds GROUP BY ordering_key
+UNION ALL
+SELECT NULL, 0 WHERE EXISTS (SELECT 1 FROM courier_outbox_leases WHERE until <= ?1)`
+
+// moveSQL moves rows of keys that dead letters hold to
+// courier_outbox_held (?1: a JSON array of {id, cause}, ?2: now);
+// deleteMovedSQL deletes them from the outbox after.
+var moveSQL = `INSERT INTO courier_outbox_held (id, behind, ` + columns.Names + `, created_at, held_at)
+SELECT o.id, json_extract(m.value, '$.cause'), ` + columns.List("o.") + `, o.created_at, ?2
+FROM json_each(?1) AS m JOIN courier_outbox AS o ON o.id = json_extract(m.value, '$.id')`
+
+const deleteMovedSQL = `DELETE FROM courier_outbox WHERE id IN (SELECT json_extract(value, '$.id') FROM json_each(?1))`
 
 // scanSQL reads the free rows (not waiting for a retry), oldest first, at
 // most ?2. Leased rows are among them; their keys are held, so the claim
@@ -60,7 +76,7 @@ func (s *relayStore) claim(ctx context.Context, owner string, limit int, lease t
 	defer release()
 
 	pick, expired, err := s.look(ctx, limit)
-	if err != nil || (len(pick.IDs()) == 0 && !expired) {
+	if err != nil || (len(pick.IDs()) == 0 && len(pick.Moves()) == 0 && !expired) {
 		return store.Batch{}, err
 	}
 	id, idsJSON, err := s.recordLease(ctx, owner, lease, pick)
@@ -89,11 +105,12 @@ func (s *relayStore) claim(ctx context.Context, owner string, limit int, lease t
 // to limit rows. It also reports whether any lease has expired.
 func (s *relayStore) look(ctx context.Context, limit int) (*claims.Picker, bool, error) {
 	now := nowOf(s.clock).UnixMicro()
-	held, expired, err := heldKeys(ctx, s.db, now)
+	held, holding, expired, err := heldKeys(ctx, s.db, now)
 	if err != nil {
 		return nil, false, err
 	}
 	pick := claims.NewPicker(held, limit)
+	pick.Hold(holding)
 	errFull := errors.New("batch full") // stops the scan
 	err = sqltx.QueryEach(ctx, s.db, scanSQL, []any{now, claims.Window(limit)}, func(rows *sql.Rows) error {
 		var id int64
@@ -113,8 +130,11 @@ func (s *relayStore) look(ctx context.Context, limit int) (*claims.Picker, bool,
 	return pick, expired, nil
 }
 
-// recordLease takes the write lock, drops expired leases, drops the picks
-// whose key another process's claim or a retry has taken since, and records
+// recordLease takes the write lock, drops expired leases, moves the rows
+// met of keys that dead letters still hold to courier_outbox_held (a
+// replay or discard of their dead letter takes the write lock too, so none
+// is moved behind one that is gone), drops the picks whose key another
+// process's claim, a retry or a dead letter has taken since, and records
 // the lease of the rest. It returns the lease's id and its rows' ids as a
 // JSON array, nil when no row is left.
 func (s *relayStore) recordLease(ctx context.Context, owner string, lease time.Duration, pick *claims.Picker) (int64, []byte, error) {
@@ -128,12 +148,16 @@ func (s *relayStore) recordLease(ctx context.Context, owner string, lease time.D
 		if _, err := conn.ExecContext(ctx, expiredSQL, nowUS); err != nil {
 			return fmt.Errorf("drop expired leases: %w", err)
 		}
-		if len(pick.IDs()) == 0 {
+		if len(pick.IDs()) == 0 && len(pick.Moves()) == 0 {
 			return nil
 		}
-		held, _, err := heldKeys(ctx, conn, nowUS)
+		held, holding, _, err := heldKeys(ctx, conn, nowUS)
 		if err != nil {
 			return err
+		}
+		pick.KeepMoves(holding)
+		if err := moveHeld(ctx, conn, pick.Moves(), nowUS); err != nil {
+			return fmt.Errorf("move the rows of held keys: %w", err)
 		}
 		pick.Drop(held)
 		if len(pick.IDs()) == 0 {
@@ -158,14 +182,44 @@ func (s *relayStore) recordLease(ctx context.Context, owner string, lease time.D
 	return id, idsJSON, nil
 }
 
-// heldKeys reads the keys held at now (unix microseconds) and whether any
+// moveHeld moves the rows of moves to courier_outbox_held, held at now
+// (unix microseconds), on conn, which holds the write lock.
+func moveHeld(ctx context.Context, conn *sql.Conn, moves []claims.Move, now int64) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	type move struct {
+		ID    int64 `json:"id"`
+		Cause int64 `json:"cause"`
+	}
+	ms := make([]move, len(moves))
+	for i, m := range moves {
+		ms[i] = move{m.ID, m.Cause}
+	}
+	arg, err := json.Marshal(ms)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, moveSQL, string(arg), now); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, deleteMovedSQL, string(arg))
+	return err
+}
+
+// heldKeys reads the keys held at now (unix microseconds), those of them
+// that dead letters hold (each with the oldest one's id), and whether any
 // lease has expired.
-func heldKeys(ctx context.Context, q sqltx.Conn, now int64) (map[string]struct{}, bool, error) {
+func heldKeys(ctx context.Context, q sqltx.Conn, now int64) (map[string]struct{}, map[string]int64, bool, error) {
 	held := make(map[string]struct{})
+	var holding map[string]int64
 	expired := false
 	err := sqltx.QueryEach(ctx, q, heldSQL, []any{now}, func(rows *sql.Rows) error {
-		var k sql.NullString
-		if err := rows.Scan(&k); err != nil {
+		var (
+			k     sql.NullString
+			cause int64
+		)
+		if err := rows.Scan(&k, &cause); err != nil {
 			return err
 		}
 		if !k.Valid {
@@ -173,10 +227,16 @@ func heldKeys(ctx context.Context, q sqltx.Conn, now int64) (map[string]struct{}
 			return nil
 		}
 		held[k.String] = struct{}{}
+		if cause != 0 {
+			if holding == nil {
+				holding = make(map[string]int64)
+			}
+			holding[k.String] = cause
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("read held keys: %w", err)
+		return nil, nil, false, fmt.Errorf("read held keys: %w", err)
 	}
-	return held, expired, nil
+	return held, holding, expired, nil
 }

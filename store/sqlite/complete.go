@@ -33,7 +33,8 @@ const failuresParam = `(SELECT json_extract(value, '$.id') AS id,
         json_extract(value, '$.error') AS error,
         json_extract(value, '$.retry_at') AS retry_at,
         json_extract(value, '$.counted') AS counted,
-        json_extract(value, '$.entry') AS entry
+        json_extract(value, '$.entry') AS entry,
+        json_extract(value, '$.hold') AS hold
  FROM json_each(?1))`
 
 // historyAppend appends f.entry to o.history, keeping the latest
@@ -53,8 +54,8 @@ FROM ` + failuresParam + ` AS f
 WHERE o.id = f.id`
 
 var deadSQL = `INSERT INTO courier_outbox_dead_letters
-    (id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at)
-SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted, f.error, ` + historyAppend + `, ?2
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at, holds)
+SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted, f.error, ` + historyAppend + `, ?2, f.hold
 FROM courier_outbox AS o JOIN ` + failuresParam + ` AS f ON o.id = f.id`
 
 const deleteFailedSQL = `DELETE FROM courier_outbox WHERE id IN (SELECT json_extract(value, '$.id') FROM json_each(?1))`
@@ -68,6 +69,7 @@ type failureJSON struct {
 	RetryAt int64        `json:"retry_at"`
 	Counted int          `json:"counted"`
 	Entry   historyEntry `json:"entry"`
+	Hold    int          `json:"hold"`
 }
 
 // historyEntry is one element of a row's history.
@@ -84,8 +86,12 @@ func failuresJSON(fs []store.Failure, now time.Time) (string, error) {
 		if f.Counted {
 			counted = 1
 		}
+		hold := 0
+		if f.Hold {
+			hold = 1
+		}
 		out[i] = failureJSON{ID: f.Seq, Error: f.Error, RetryAt: now.Add(f.Delay).UnixMicro(), Counted: counted,
-			Entry: historyEntry{At: now.UTC(), Error: f.Error, Counted: f.Counted}}
+			Entry: historyEntry{At: now.UTC(), Error: f.Error, Counted: f.Counted}, Hold: hold}
 	}
 	b, err := json.Marshal(out)
 	return string(b), err

@@ -16,8 +16,8 @@ import (
 // operators' view, the consuming side, the inbox, the part of the
 // idempotency-key store that does not claim, the sagas): times are this
 // process's clock, or clock's when clock is not nil, written as Unix
-// microseconds. Replaying a dead letter runs in an immediate transaction,
-// like a relay's claim.
+// microseconds. Replaying or discarding a dead letter runs in an immediate
+// transaction, like a relay's claim, which it so takes turns with.
 func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 	return sqlstore.Dialect{
 		Name: "sqlite",
@@ -26,6 +26,9 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 			return sqltx.InTx(ctx, db, nil, "sqlite: ", fn)
 		},
 		WriteTx: func(ctx context.Context, fn func(sqltx.Conn) error) error {
+			return immediate(ctx, db, func(conn *sql.Conn) error { return fn(conn) })
+		},
+		HoldTx: func(ctx context.Context, fn func(sqltx.Conn) error) error {
 			return immediate(ctx, db, func(conn *sql.Conn) error { return fn(conn) })
 		},
 		IsDuplicate: isUnique,

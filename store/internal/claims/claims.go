@@ -18,8 +18,12 @@ import (
 func Window(limit int) int { return max(25*limit, 25_000) }
 
 // Picker picks, in id order, the rows whose key is not held, up to a limit.
+// It also notes the rows it is offered whose key a dead letter holds
+// (Hold), which the claim moves to courier_outbox_held.
 type Picker struct {
 	held    map[string]struct{}
+	holding map[string]int64 // key → the id of the dead letter that holds it
+	moves   []Move
 	alone   map[string]struct{} // keys whose retried row was picked
 	limit   int
 	ids     []int64
@@ -34,11 +38,43 @@ func NewPicker(held map[string]struct{}, limit int) *Picker {
 	return &Picker{held: held, limit: limit}
 }
 
+// Move is a row to move to courier_outbox_held, behind the dead letter
+// Cause that holds its key.
+type Move struct {
+	ID, Cause int64
+	Key       string
+}
+
+// Hold makes the picker skip the keys of holding, a map of each key a dead
+// letter holds to that dead letter's id, and note their rows as moves.
+func (p *Picker) Hold(holding map[string]int64) { p.holding = holding }
+
+// Moves returns the rows offered whose key a dead letter holds (Hold), in
+// id order.
+func (p *Picker) Moves() []Move { return p.moves }
+
+// KeepMoves keeps the moves whose key holding still holds, behind its
+// current cause: the dead letters read again under the claim's lock.
+func (p *Picker) KeepMoves(holding map[string]int64) {
+	n := 0
+	for _, m := range p.moves {
+		if cause, ok := holding[m.Key]; ok {
+			p.moves[n] = Move{ID: m.ID, Cause: cause, Key: m.Key}
+			n++
+		}
+	}
+	p.moves = p.moves[:n]
+}
+
 // Offer considers the free row id of key, offered in id order, and reports
 // whether the picker is full (the scan can stop). retried says the row
 // failed before and its retry has come due.
 func (p *Picker) Offer(id int64, key string, retried bool) (full bool) {
 	p.Examined++
+	if cause, ok := p.holding[key]; ok {
+		p.moves = append(p.moves, Move{ID: id, Cause: cause, Key: key})
+		return false
+	}
 	_, held := p.held[key]
 	_, alone := p.alone[key]
 	if !held && !alone {

@@ -11,7 +11,10 @@ import (
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-var deadColumns = `id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at`
+// deadColumns are a dead letter's, with whether it holds its key and how
+// many messages wait behind it.
+var deadColumns = `id, ` + columns.Names + `, created_at, attempts, last_error, history, dead_at, holds,
+    (SELECT COUNT(*) FROM courier_outbox_held h WHERE h.behind = courier_outbox_dead_letters.id)`
 
 // ReplaySQL copies a dead letter back into the outbox under its own id, so
 // it keeps its place among its key's messages; attempts start again at 0
@@ -29,7 +32,7 @@ func (a Admin) scanDead(row interface{ Scan(...any) error }) (store.DeadLetter, 
 		hist []byte
 	)
 	dests := columns.DeadLetterDests([]any{&d.ID}, &d, &m, a.d.dest)
-	err := row.Scan(append(dests, a.d.Dest(&d.CreatedAt), &d.Attempts, &d.LastError, &hist, a.d.Dest(&d.DeadAt))...)
+	err := row.Scan(append(dests, a.d.Dest(&d.CreatedAt), &d.Attempts, &d.LastError, &hist, a.d.Dest(&d.DeadAt), &d.Holds, &d.Held)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, store.ErrNotFound
 	}
@@ -66,16 +69,20 @@ func (a Admin) DeadLetter(ctx context.Context, id int64) (store.DeadLetter, erro
 
 // ReplayDeadLetter implements store.Admin. It reads the dead letter with
 // Dialect.LockRow first, so concurrent replays of one dead letter wait for
-// each other and all but the first find it gone.
+// each other and all but the first find it gone. One that holds its key is
+// replayed by release.
 func (a Admin) ReplayDeadLetter(ctx context.Context, id int64) error {
 	err := a.d.WriteTx(ctx, func(c sqltx.Conn) error {
-		var one int64
-		err := c.QueryRowContext(ctx, `SELECT id FROM courier_outbox_dead_letters WHERE id = ?`+a.d.LockRow, id).Scan(&one)
+		var holds bool
+		err := c.QueryRowContext(ctx, `SELECT holds FROM courier_outbox_dead_letters WHERE id = ?`+a.d.LockRow, id).Scan(&holds)
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNotFound
 		}
 		if err != nil {
 			return err
+		}
+		if holds {
+			return errHolds
 		}
 		if _, err := c.ExecContext(ctx, ReplaySQL, id); err != nil {
 			return err
@@ -83,18 +90,28 @@ func (a Admin) ReplayDeadLetter(ctx context.Context, id int64) error {
 		_, err = c.ExecContext(ctx, `DELETE FROM courier_outbox_dead_letters WHERE id = ?`, id)
 		return err
 	})
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, errHolds):
+		return a.release(ctx, id, true)
+	case errors.Is(err, store.ErrNotFound):
 		return err
-	}
-	if err != nil {
+	case err != nil:
 		return a.d.errorf("replay dead letter %d: %w", id, err)
 	}
 	return nil
 }
 
-// DiscardDeadLetter implements store.Admin.
+// DiscardDeadLetter implements store.Admin. One that holds its key is
+// discarded by release.
 func (a Admin) DiscardDeadLetter(ctx context.Context, id int64) error {
-	return a.one(ctx, "discard dead letter", "courier_outbox_dead_letters", `DELETE FROM courier_outbox_dead_letters WHERE id = ?`, id)
+	n, err := sqltx.Exec(ctx, a.d.DB, `DELETE FROM courier_outbox_dead_letters WHERE id = ? AND NOT holds`, id)
+	if err != nil {
+		return a.d.errorf("discard dead letter %d: %w", id, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	return a.release(ctx, id, false)
 }
 
 // Parked implements store.Admin.

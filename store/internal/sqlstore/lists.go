@@ -54,7 +54,7 @@ func listWhere(q store.ListQuery, parked bool) (string, []any) {
 // may hold megabytes. LENGTH of a BLOB is its size in bytes, which SQLite
 // reads without the blob.
 var deadSummary = `id, message_id, ` + columns.Preview("topic") + `, ` + columns.Preview("ordering_key") + `, ` + columns.Preview("type") +
-	`, attempts, ` + columns.ErrorPreview + `, LENGTH(payload), created_at, dead_at`
+	`, attempts, ` + columns.ErrorPreview + `, LENGTH(payload), created_at, dead_at, holds`
 
 // parkedSummary is the columns of a parked delivery's summary, like
 // deadSummary's: its type read from its headers by name, the rest of the
@@ -76,7 +76,7 @@ func (a Admin) ListDeadLetters(ctx context.Context, q store.ListQuery) ([]store.
 	out, err := queryAll(ctx, a.d.DB, func(row interface{ Scan(...any) error }) (store.DeadLetterSummary, error) {
 		var d store.DeadLetterSummary
 		err := row.Scan(&d.ID, &d.MessageID, &d.Topic, &d.Key, &d.Type, &d.Attempts, &d.LastError, &d.PayloadSize,
-			a.d.Dest(&d.CreatedAt), a.d.Dest(&d.DeadAt))
+			a.d.Dest(&d.CreatedAt), a.d.Dest(&d.DeadAt), &d.Holds)
 		return d, err
 	}, `SELECT `+deadSummary+` FROM courier_outbox_dead_letters WHERE `+where+` ORDER BY id LIMIT ?`, args...)
 	if err != nil {

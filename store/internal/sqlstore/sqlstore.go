@@ -22,6 +22,10 @@ type Dialect struct {
 	// WriteTx runs fn in a transaction that writes, as replaying a dead
 	// letter does, and commits it when fn returns nil.
 	WriteTx func(ctx context.Context, fn func(sqltx.Conn) error) error
+	// HoldTx runs fn in a write transaction that claims wait for, as
+	// replaying or discarding a dead letter that holds its key does, and
+	// commits it when fn returns nil.
+	HoldTx func(ctx context.Context, fn func(sqltx.Conn) error) error
 	// LockRow ends a statement that reads a row the transaction then
 	// changes, e.g. " FOR UPDATE"; empty where the transaction already
 	// excludes other writers.
