@@ -12,4 +12,28 @@
 // Operators' tools read and maintain a database through [Admin] (dead
 // letters) and [Operations] (status, reconciliation of what is stuck,
 // retention); docs/operations.md describes both and what each query costs.
+//
+// # Held keys
+//
+// A relay that holds the keys of a topic completes a message that failed
+// for good with a Dead failure whose Hold is set. Its dead letter then
+// holds its ordering key: claims treat the key as held, as a live lease's,
+// and move the key's later rows they meet (at most the claim's window of
+// rows) out of the outbox into courier_outbox_held, behind the dead
+// letter, so that a held key's backlog neither fills a claim's window nor
+// keeps rows to scan. [Admin] shows them (HeldKeys, ListHeld, the held
+// counts of Stats, DeadLetter.Holds and Held) and releases them:
+// ReplayDeadLetter puts the dead letter, then the messages held behind it,
+// then its key's messages still pending, back into the outbox under new
+// ids, in that order, so a relay publishes them in that order;
+// DiscardDeadLetter deletes the dead letter and does the same with the
+// others. Either runs in one transaction that claims wait for, so no
+// message is ever left behind a dead letter that is gone. Releasing a key
+// reads the key's pending rows, which no index serves: a scan of the
+// outbox. Messages written while the release runs go after it or among the
+// released ones, as messages of concurrent writers do (relay, Ordering).
+//
+// While no dead letter holds its key the claims cost what they did: one
+// probe of an empty index (partial on PostgreSQL and SQLite, on holds on
+// MySQL) in the statement that reads the held keys.
 package store

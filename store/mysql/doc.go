@@ -83,6 +83,18 @@
 // READ COMMITTED, whatever MySQL's default isolation; it needs
 // binlog_format ROW or MIXED (the defaults) when binary logging is on.
 //
+// Dead letters that hold their key (store.Failure.Hold; see store, Held
+// keys) hold it too: the statement that reads the keys of rows waiting for
+// a retry also reads theirs, through the index courier_outbox_dead_letters_holds
+// on (holds, id), an empty range when none holds its key, so the claim
+// makes the round trips it made. The rows of those keys the scan meets are
+// moved to courier_outbox_held, behind the oldest dead letter that holds
+// their key, during the claim's turn, in a transaction that locks the
+// turn's row (so only when there are some). Replaying or discarding a dead
+// letter that holds its key takes a turn of its own and does its work in a
+// transaction that locks the turn's row: claims wait for it, and it for
+// them.
+//
 // # Inbox and idempotency keys
 //
 // The semantics are PostgreSQL's, built from InnoDB's locks. An inbox
@@ -99,7 +111,7 @@
 // byte for byte like PostgreSQL's text ("billing " is not "billing" under
 // any collation), and checked against their columns' lengths before they
 // are written. Replaying a dead letter moves it back into the outbox under
-// its old id.
+// its old id (one that holds its key, under a new one: see Claiming).
 //
 // # Time
 //

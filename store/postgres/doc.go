@@ -73,6 +73,20 @@
 // The relay then reads the leased rows' contents with a plain query,
 // outside the claim's transaction.
 //
+// Dead letters that hold their key (store.Failure.Hold; see store, Held
+// keys) hold it in step 2 as live leases do, read through the partial index
+// courier_outbox_dead_letters_holds. Between steps 1 and 2 the claim moves
+// the rows of those keys among the free rows of its window (from the floor,
+// at most the window's length) to courier_outbox_held, behind the oldest
+// dead letter that holds their key, so a held key's backlog leaves the
+// window and no longer keeps the floor below it. With no such dead letter
+// the move is skipped after one probe of that empty index, and step 2
+// scans it, empty too: a few microseconds (the claim measured 0.19 ms
+// before and after on 20,000 pending rows). Replaying or discarding a dead
+// letter that holds its key takes the claim's advisory lock for its
+// transaction, so it and the claims take turns; it puts the dead letter's
+// messages back with ids from the sequence, above the floor.
+//
 // # Dead rows and the scan's floor
 //
 // Published rows are deleted, and the primary key keeps their entries until

@@ -62,6 +62,14 @@
 // process; claims from other processes that picked the same rows lose them
 // at step 2 and come back empty.
 //
+// Dead letters that hold their key (store.Failure.Hold; see store, Held
+// keys) hold it as live leases do, read in the same statement through the
+// partial index courier_outbox_dead_letters_holds (empty, and so free, when
+// none does). The rows of those keys the scan meets are moved to
+// courier_outbox_held, behind the oldest dead letter that holds their key,
+// at step 2, under the write lock; replaying or discarding such a dead
+// letter is an immediate transaction too, so the two take turns.
+//
 // A process frozen while it holds the write lock (SIGSTOP, a paused VM)
 // keeps every other writer of the file waiting, the application's included:
 // SQLite has no server that could end its transaction. They wait up to
@@ -100,7 +108,8 @@
 // claims of one key, from any process, make exactly one owner. Idempotent
 // requests therefore run one at a time per file, unrelated keys included (see
 // Idempotent requests). Replaying a dead letter moves it back into the outbox
-// under its old id, which AUTOINCREMENT never gives to another message.
+// under its old id, which AUTOINCREMENT never gives to another message (one
+// that holds its key, under a new one: see store, Held keys).
 //
 // # Idempotent requests
 //
