@@ -77,3 +77,34 @@ func TestRun(t *testing.T) {
 		t.Errorf("Run = %+v, %v", b, err)
 	}
 }
+
+// The rows of keys that dead letters hold are skipped and noted as moves,
+// behind their key's dead letter; KeepMoves keeps those whose key is still
+// held, behind its current dead letter.
+func TestPickerMoves(t *testing.T) {
+	p := NewPicker(map[string]struct{}{"h": {}, "g": {}}, 2)
+	p.Hold(map[string]int64{"h": 10, "g": 20})
+	for _, r := range []struct {
+		id  int64
+		key string
+	}{{1, "h"}, {2, "a"}, {3, "g"}, {4, "h"}, {5, "b"}} {
+		if p.Offer(r.id, r.key, false) {
+			break
+		}
+	}
+	if got := p.IDs(); !slices.Equal(got, []int64{2, 5}) {
+		t.Fatalf("picked %v, want [2 5]", got)
+	}
+	want := []Move{{1, 10, "h"}, {3, 20, "g"}, {4, 10, "h"}}
+	if got := p.Moves(); !slices.Equal(got, want) {
+		t.Fatalf("moves %v, want %v", got, want)
+	}
+	p.KeepMoves(map[string]int64{"h": 11})
+	if got, want := p.Moves(), []Move{{1, 11, "h"}, {4, 11, "h"}}; !slices.Equal(got, want) {
+		t.Fatalf("moves kept %v, want %v", got, want)
+	}
+	p.KeepMoves(nil)
+	if got := p.Moves(); len(got) != 0 {
+		t.Fatalf("moves kept with no key held: %v, want none", got)
+	}
+}
