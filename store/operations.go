@@ -167,6 +167,15 @@ type TopicStatus struct {
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
 	// DeadLetters counts relay-side dead letters.
 	DeadLetters int64 `json:"dead_letters"`
+	// HeldKeys counts the topic's dead letters that hold their key
+	// (Failure.Hold); OldestHold is when the oldest of them became a dead
+	// letter, zero when none does.
+	HeldKeys   int64     `json:"held_keys"`
+	OldestHold time.Time `json:"oldest_hold,omitzero"`
+	// Held counts the topic's messages waiting behind a dead letter that
+	// holds their key (which may be another topic's: a key is held across
+	// topics).
+	Held int64 `json:"held"`
 }
 
 // OldestPendingAge is how long the topic's oldest pending row has waited

@@ -190,6 +190,14 @@ func checkHeldViews[TTx any](t *testing.T, db *heldDB[TTx], cause, other int64, 
 		t.Fatalf("stats %+v, want 1 held key, 3 held messages, 2 dead letters", s)
 	}
 	near(t, "OldestHold", s.OldestHold, before, time.Second)
+	// Status shows them too, by topic, and the outbox's totals as Stats.
+	st := opsStatus(t, db.Operations())
+	if o := st.Outbox; o.HeldKeys != 1 || o.Held != 3 || !o.OldestHold.Equal(s.OldestHold) {
+		t.Fatalf("status' outbox %+v, want 1 held key, 3 held messages, its oldest hold at %s as Stats", o, s.OldestHold)
+	}
+	if ts := topicOf(st, "orders"); ts.HeldKeys != 1 || ts.Held != 3 || !ts.OldestHold.Equal(s.OldestHold) || ts.DeadLetters != 2 {
+		t.Fatalf("status of topic orders %+v, want 1 held key, 3 held messages, 2 dead letters", ts)
+	}
 	ks := db.heldKeys(store.ListQuery{})
 	if len(ks) != 1 {
 		t.Fatalf("held keys %+v, want A's", ks)

@@ -15,7 +15,7 @@ const maxLeases = 10_000
 
 // Status implements store.Operations. It reads the outbox's pending rows
 // (the backlog, which the outbox table holds alone: published rows leave
-// it), the lease, dead-letter, parked and failure tables whole, and counts
+// it), the lease, dead-letter, held, parked and failure tables whole, and counts
 // the growing tables up to store.CountLimit.
 func (o Ops) Status(ctx context.Context) (store.Status, error) {
 	now, err := o.now(ctx)
@@ -117,11 +117,25 @@ FROM courier_outbox GROUP BY topic`, []any{t}, func(scan func(...any) error) err
 	if err != nil {
 		return err
 	}
-	err = o.d.DB.Query(ctx, `SELECT topic, count(*) FROM courier_outbox_dead_letters GROUP BY topic`, nil, func(scan func(...any) error) error {
+	var holds int64
+	err = o.d.DB.Query(ctx, `SELECT topic, count(*), coalesce(sum(CASE WHEN holds = TRUE THEN 1 ELSE 0 END), 0), min(CASE WHEN holds = TRUE THEN dead_at END)
+FROM courier_outbox_dead_letters GROUP BY topic`, nil, func(scan func(...any) error) error {
+		oldest = time.Time{}
+		if err := scan(&name, &n, &holds, o.d.Time.Dest(&oldest)); err != nil {
+			return err
+		}
+		ts := topic(name)
+		ts.DeadLetters, ts.HeldKeys, ts.OldestHold = n, holds, oldest
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = o.d.DB.Query(ctx, `SELECT topic, count(*) FROM courier_outbox_held GROUP BY topic`, nil, func(scan func(...any) error) error {
 		if err := scan(&name, &n); err != nil {
 			return err
 		}
-		topic(name).DeadLetters = n
+		topic(name).Held = n
 		return nil
 	})
 	if err != nil {

@@ -19,8 +19,8 @@ func (t Topics) Get(name string) *store.TopicStatus {
 	return t[name]
 }
 
-// Fill sets st.Topics to the topics, by name, and st.Outbox's counts and
-// oldest pending row to those of all topics together.
+// Fill sets st.Topics to the topics, by name, and st.Outbox's counts,
+// oldest pending row and oldest hold to those of all topics together.
 func (t Topics) Fill(st *store.Status) {
 	for _, ts := range t {
 		st.Topics = append(st.Topics, *ts)
@@ -28,6 +28,11 @@ func (t Topics) Fill(st *store.Status) {
 		st.Outbox.Leased += ts.Leased
 		st.Outbox.InBackoff += ts.InBackoff
 		st.Outbox.DeadLetters += ts.DeadLetters
+		st.Outbox.HeldKeys += ts.HeldKeys
+		st.Outbox.Held += ts.Held
+		if !ts.OldestHold.IsZero() && (st.Outbox.OldestHold.IsZero() || ts.OldestHold.Before(st.Outbox.OldestHold)) {
+			st.Outbox.OldestHold = ts.OldestHold
+		}
 		if !ts.OldestPending.IsZero() && (st.Outbox.OldestPending.IsZero() || ts.OldestPending.Before(st.Outbox.OldestPending)) {
 			st.Outbox.OldestPending = ts.OldestPending
 		}
