@@ -25,6 +25,7 @@ type statusCmd struct {
 	FailIfSlotLag      byteSize      `name:"fail-if-slot-lag" placeholder:"SIZE" help:"Exit 1 when a logical replication slot's reader (a CDC relay) has not confirmed this much of the log, such as 512MB or 1GB (PostgreSQL)." env:"COURIER_FAIL_IF_SLOT_LAG"`
 	FailIfSlotInactive bool          `name:"fail-if-slot-inactive" help:"Exit 1 when a logical replication slot has no reader (no CDC relay runs) or is lost (PostgreSQL)." env:"COURIER_FAIL_IF_SLOT_INACTIVE"`
 	FailIfLate         time.Duration `name:"fail-if-scheduled-late" help:"Exit 1 when a scheduled message's due time passed longer ago than this (e.g. 1m) and no relay released it." env:"COURIER_FAIL_IF_SCHEDULED_LATE"`
+	FailIfHeld         time.Duration `name:"fail-if-held-older-than" help:"Exit 1 when a key has been held (its later messages waiting behind a dead letter that holds it) longer than this (e.g. 10m), naming the oldest and how to release it." env:"COURIER_FAIL_IF_HELD_OLDER_THAN"`
 }
 
 // errChecks is returned when a --fail-if check failed; the status is
@@ -35,7 +36,7 @@ func (c *statusCmd) Run(e *env) error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"--fail-if-oldest", c.FailIfOldest}, {"--fail-if-overdue-sagas", c.FailIfOverdueSagas}, {"--fail-if-scheduled-late", c.FailIfLate}} {
+	}{{"--fail-if-oldest", c.FailIfOldest}, {"--fail-if-overdue-sagas", c.FailIfOverdueSagas}, {"--fail-if-scheduled-late", c.FailIfLate}, {"--fail-if-held-older-than", c.FailIfHeld}} {
 		if f.d < 0 {
 			return fmt.Errorf("%s is %s: use a positive duration such as 5m, or leave it out", f.name, f.d)
 		}
@@ -61,7 +62,11 @@ func (c *statusCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	failed := c.check(st)
+	holds, err := c.holds(e.ctx, d.Admin(), st)
+	if err != nil {
+		return err
+	}
+	failed := append(c.check(st), c.heldChecks(st.Now, holds)...)
 	warned := warnings(st)
 	if c.JSON {
 		nonNil(&st.Topics)
@@ -72,7 +77,8 @@ func (c *statusCmd) Run(e *env) error {
 		nonNil(&st.Slots)
 		if err := writeJSON(e, statusJSON{
 			Pending: st.Outbox.Pending, Leased: st.Outbox.Leased, InBackoff: st.Outbox.InBackoff, DeadLetters: st.Outbox.DeadLetters,
-			OldestPendingAgeS: st.Outbox.OldestPendingAge().Seconds(), Status: st, Failed: failed, Warnings: warned,
+			OldestPendingAgeS: st.Outbox.OldestPendingAge().Seconds(), HeldKeys: st.Outbox.HeldKeys, Held: st.Outbox.Held,
+			OldestHoldAgeS: holdAge(st.Now, st.Outbox.OldestHold).Seconds(), Status: st, Failed: failed, Warnings: warned,
 		}); err != nil {
 			return err
 		}
@@ -96,6 +102,12 @@ type statusJSON struct {
 	InBackoff         int64   `json:"in_backoff"`
 	DeadLetters       int64   `json:"dead_letters"`
 	OldestPendingAgeS float64 `json:"oldest_pending_age_seconds"`
+	// HeldKeys, Held and OldestHoldAgeS are the outbox's held keys, the
+	// messages held behind them, and how long the oldest has been held
+	// (0: none is).
+	HeldKeys       int64   `json:"held_keys"`
+	Held           int64   `json:"held"`
+	OldestHoldAgeS float64 `json:"oldest_hold_age_seconds"`
 	store.Status
 	// Failed lists the --fail-if checks that failed.
 	Failed []string `json:"failed_checks,omitempty"`
@@ -210,11 +222,11 @@ func printStatus(w io.Writer, st store.Status) {
 		fmt.Fprintln(tw)
 	}
 	o := st.Outbox
-	row("OUTBOX", "pending", "leased", "in backoff", "oldest", "dead letters")
+	row("OUTBOX", "pending", "leased", "in backoff", "oldest", "dead letters", "held keys", "held", "oldest hold")
 	for _, t := range st.Topics {
-		row(t.Topic, t.Pending, t.Leased, t.InBackoff, age(t.OldestPendingAge(st.Now)), t.DeadLetters)
+		row(t.Topic, t.Pending, t.Leased, t.InBackoff, age(t.OldestPendingAge(st.Now)), t.DeadLetters, t.HeldKeys, t.Held, age(holdAge(st.Now, t.OldestHold)))
 	}
-	row("total", o.Pending, o.Leased, o.InBackoff, age(o.OldestPendingAge()), o.DeadLetters)
+	row("total", o.Pending, o.Leased, o.InBackoff, age(o.OldestPendingAge()), o.DeadLetters, o.HeldKeys, o.Held, age(holdAge(st.Now, o.OldestHold)))
 	row()
 	row("RELAYS", "leases", "rows", "expired", "lease ends")
 	for _, r := range st.Relays {

@@ -92,17 +92,22 @@ func (c *statusCmd) oneTenant(e *env, t tenant.Tenant) tenantStatus {
 	if err != nil {
 		return fail(err)
 	}
-	ts.Status, ts.Failed = &st, c.check(st)
+	holds, err := c.holds(e.ctx, d.Admin(), st)
+	if err != nil {
+		return fail(err)
+	}
+	ts.Status, ts.Failed = &st, append(c.check(st), c.heldChecks(st.Now, holds)...)
 	return ts
 }
 
-// printTenants prints a line per tenant: its outbox, dead letters, parked
+// printTenants prints a line per tenant: its outbox, dead letters, held
+// keys, parked
 // messages, late scheduled messages, or its error, or why its entry is
 // rejected.
 func printTenants(e *env, out []tenantStatus, from string) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	var rejected []tenantStatus
-	fmt.Fprintln(tw, "TENANT\tpending\tin backoff\toldest\tdead letters\tparked\tscheduled due\tfailed checks\t")
+	fmt.Fprintln(tw, "TENANT\tpending\tin backoff\toldest\tdead letters\theld keys\tparked\tscheduled due\tfailed checks\t")
 	for _, s := range out {
 		if s.Rejected != "" {
 			rejected = append(rejected, s)
@@ -110,7 +115,7 @@ func printTenants(e *env, out []tenantStatus, from string) {
 		}
 		name := escape.Line(s.Tenant)
 		if s.Status == nil {
-			fmt.Fprintf(tw, "%s\terror: %s\t\t\t\t\t\t%d\t\n", name, escape.Line(s.Error), len(s.Failed))
+			fmt.Fprintf(tw, "%s\terror: %s\t\t\t\t\t\t\t%d\t\n", name, escape.Line(s.Error), len(s.Failed))
 			continue
 		}
 		st := s.Status
@@ -118,8 +123,8 @@ func printTenants(e *env, out []tenantStatus, from string) {
 		for _, c := range st.Consumers {
 			parked += c.Parked
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t\n", name, st.Outbox.Pending, st.Outbox.InBackoff, age(st.Outbox.OldestPendingAge()),
-			st.Outbox.DeadLetters, parked, st.Scheduled.Due, len(s.Failed))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", name, st.Outbox.Pending, st.Outbox.InBackoff, age(st.Outbox.OldestPendingAge()),
+			st.Outbox.DeadLetters, st.Outbox.HeldKeys, parked, st.Scheduled.Due, len(s.Failed))
 	}
 	_ = tw.Flush()
 	if len(rejected) > 0 {

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/courier-go/courier/store"
+)
+
+// oldestHold is the key a side has held longest, as
+// --fail-if-held-older-than names it.
+type oldestHold struct {
+	// Side names the side that holds it, as a message says it
+	// ("relay-side").
+	Side string
+	// Keys counts the keys the side holds.
+	Keys int64
+	// Since is when the key was held; Topic and Key name it.
+	Since      time.Time
+	Topic, Key string
+	// Cause is the reference of what holds it, as the courier dlq
+	// commands take it (relay:ID).
+	Cause string
+	// Fix says how to release it.
+	Fix string
+}
+
+// holdSide is a side whose keys can be held: how many keys a status
+// says it holds and since when, and how to find the oldest of them.
+type holdSide struct {
+	// held returns how many keys st says the side holds and when the
+	// oldest was held (zero when none is).
+	held func(st store.Status) (keys int64, oldest time.Time)
+	// oldest finds the key the side has held longest; false when it
+	// holds none (any more).
+	oldest func(ctx context.Context, a store.Admin) (oldestHold, bool, error)
+}
+
+// holdSides are the sides whose held keys --fail-if-held-older-than
+// watches: the relay's (dead letters that hold their key). A side that
+// holds keys joins this list with what its part of store.Status reports.
+var holdSides = []holdSide{{held: relayHeld, oldest: oldestRelayHold}}
+
+func relayHeld(st store.Status) (int64, time.Time) { return st.Outbox.HeldKeys, st.Outbox.OldestHold }
+
+// oldestRelayHold reads every key dead letters hold, a page at a time,
+// and returns the one held longest (the lower cause among equals).
+func oldestRelayHold(ctx context.Context, a store.Admin) (oldestHold, bool, error) {
+	var (
+		oldest store.HeldKey
+		found  bool
+	)
+	q := store.ListQuery{Limit: store.MaxListLimit}
+	for {
+		ks, err := a.HeldKeys(ctx, q)
+		if err != nil {
+			return oldestHold{}, false, err
+		}
+		for _, k := range ks {
+			if !found || k.Since.Before(oldest.Since) {
+				oldest, found = k, true
+			}
+		}
+		if len(ks) < q.Limit {
+			break
+		}
+		q.After = ks[len(ks)-1].Cause
+	}
+	ref := fmt.Sprintf("relay:%d", oldest.Cause)
+	return oldestHold{Side: "relay-side", Since: oldest.Since, Topic: oldest.Topic, Key: oldest.Key, Cause: "dead letter " + ref,
+		Fix: fmt.Sprintf("courier dlq replay %s publishes it, then the messages held behind it in order; courier dlq discard %s drops it and lets the key move on", ref, ref),
+	}, found, nil
+}
+
+// holds returns the oldest held key of each side that has held one
+// longer than --fail-if-held-older-than, reading them from a only then.
+func (c *statusCmd) holds(ctx context.Context, a store.Admin, st store.Status) ([]oldestHold, error) {
+	if c.FailIfHeld <= 0 {
+		return nil, nil
+	}
+	var out []oldestHold
+	for _, s := range holdSides {
+		keys, since := s.held(st)
+		if keys == 0 || since.IsZero() || st.Now.Sub(since) <= c.FailIfHeld {
+			continue
+		}
+		h, ok, err := s.oldest(ctx, a)
+		if err != nil {
+			return nil, fmt.Errorf("--fail-if-held-older-than: reading the held keys: %w", err)
+		}
+		if ok && st.Now.Sub(h.Since) > c.FailIfHeld {
+			h.Keys = keys
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// heldChecks returns the message of --fail-if-held-older-than for each
+// of holds, at now.
+func (c *statusCmd) heldChecks(now time.Time, holds []oldestHold) []string {
+	var failed []string
+	for _, h := range holds {
+		failed = append(failed, fmt.Sprintf("%d %s keys are held, the oldest (topic %q, key %q) for %s, more than --fail-if-held-older-than %s, behind %s: %s",
+			h.Keys, h.Side, h.Topic, h.Key, roundAbove(now.Sub(h.Since), c.FailIfHeld), c.FailIfHeld, h.Cause, h.Fix))
+	}
+	return failed
+}
+
+// holdAge is how long before now a hold began at since, or 0 when none
+// did.
+func holdAge(now, since time.Time) time.Duration {
+	if since.IsZero() {
+		return 0
+	}
+	return now.Sub(since)
+}
