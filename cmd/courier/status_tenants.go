@@ -101,9 +101,8 @@ func (c *statusCmd) oneTenant(e *env, t tenant.Tenant) tenantStatus {
 }
 
 // printTenants prints a line per tenant: its outbox, dead letters, held
-// keys, parked
-// messages, late scheduled messages, or its error, or why its entry is
-// rejected.
+// keys, parked messages, late scheduled messages, or its error, or why its
+// entry is rejected.
 func printTenants(e *env, out []tenantStatus, from string) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	var rejected []tenantStatus
