@@ -8,7 +8,7 @@
 // binary (no JavaScript is needed):
 //
 //   - Overview: pending messages and the age of the oldest, leased and
-//     retried rows, both kinds of dead letters; the same per topic; the
+//     retried rows, both kinds of dead letters, the held keys; the same per topic; the
 //     relays holding leases (and leases that ended uncompleted); charts of
 //     the last hour (see Trends below).
 //   - Dead letters (relay side: the broker kept rejecting them) and parked
@@ -16,6 +16,14 @@
 //     time, filtered by topic, consumer and error text; one with its
 //     headers, payload and history of attempts; replay and discard, one or
 //     in bulk.
+//   - Held keys: the keys that dead letters hold (a relay that holds its
+//     topic's keys made them), a page at a time, filtered by topic and
+//     error text: each with its cause, since when, and how many messages
+//     wait behind it. The page of a dead letter that holds its key lists
+//     the messages held behind it and says what its replay (it, then them,
+//     in order) and discard (its key moves on) do to them; a failure
+//     group's page counts its members that hold their key and the messages
+//     behind them; the overview counts the held keys and messages.
 //   - Failures: dead letters and parked messages grouped by their cause
 //     (see Failure groups below), each group with its count, first and
 //     last failure, topics, consumers and members; a whole group replayed,

@@ -223,8 +223,15 @@ func (h *Handler) failure(w http.ResponseWriter, r *http.Request) {
 		h.failErr(w, r, err)
 		return
 	}
-	h.render(w, r, "failure", map[string]any{"Title": "Failure group " + g.ID, "G": h.groupRow(g), "Rows": rows,
-		"More": len(g.IDs) - len(ids), "Path": s.path, "Limit": h.cfg.Limit})
+	data := map[string]any{"Title": "Failure group " + g.ID, "G": h.groupRow(g), "Rows": rows,
+		"More": len(g.IDs) - len(ids), "Path": s.path, "Limit": h.cfg.Limit}
+	if s == relaySide {
+		if data["Holds"], err = h.holdsOf(r.Context(), g.IDs); err != nil {
+			h.failErr(w, r, err)
+			return
+		}
+	}
+	h.render(w, r, "failure", data)
 }
 
 // exported is one line of a failure group's export: a whole dead letter or

@@ -45,6 +45,7 @@ func FuzzRequests(f *testing.F) {
 		{0, "/sagas?state=%3Cfuzz-tag%3E", "", ""},
 		{0, "/sagas/order/%3Cfuzz-tag%3E", "", ""},
 		{0, "/keys", "", ""},
+		{0, "/held-keys?topic=%3Cfuzz-tag%3E&error=x&after=-1", "", ""},
 		{1, "/dead-letters/discard", "application/x-www-form-urlencoded", "id=1&id=2&csrf=forged&back=/dead-letters/../%5Cevil.com"},
 		{1, "/dead-letters/replay", "application/x-www-form-urlencoded", "id=1"},
 		{1, "/parked/discard", "multipart/form-data; boundary=x", "--x\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n1\r\n--x--\r\n"},

@@ -64,6 +64,7 @@ func (h *Handler) pageRoutes(mux *http.ServeMux) {
 		mux.HandleFunc("POST /"+s.path+"/{action}", func(w http.ResponseWriter, r *http.Request) { h.act(w, r, s) })
 	}
 	h.failureRoutes(mux)
+	h.heldRoutes(mux)
 	mux.HandleFunc("GET /consumers", h.consumers)
 	mux.HandleFunc("GET /sagas", h.sagas)
 	mux.HandleFunc("GET /sagas/{type}/{id}", h.saga)
@@ -91,7 +92,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	out := st.Outbox
 	data := map[string]any{"Title": "Overview", "Now": st.Now, "Stats": out, "OldestAge": out.OldestPendingAge(),
 		"Parked": now.parked, "Dialect": h.cfg.Database.Dialect(), "Topics": st.Topics, "Relays": st.Relays, "Expired": expired,
-		"Published": st.Published, "Scheduled": st.Scheduled}
+		"Published": st.Published, "Scheduled": st.Scheduled, "HoldAge": holdAge(out)}
 	tr := h.trendsOf(h.trend.readings(), r.URL.Query().Get("refresh") == "1")
 	data["Trends"] = tr
 	if tr.Refreshing {
@@ -255,6 +256,10 @@ func (h *Handler) letter(w http.ResponseWriter, r *http.Request, s side) {
 		data["Title"], data["D"], data["ID"] = "Dead letter relay:"+strconv.FormatInt(id, 10), d, id
 		data["Payload"] = showPayload(d.Payload)
 		data["Headers"] = sortedHeaders(d.Headers, nil)
+		if err := h.heldBehind(r.Context(), d, data); err != nil {
+			h.failErr(w, r, err)
+			return
+		}
 	} else {
 		p, err := h.admin.ParkedMessage(r.Context(), id)
 		if err != nil {

@@ -28,7 +28,7 @@ func TestHugeAndNegativePages(t *testing.T) {
 			}
 		}
 	}
-	for _, list := range []string{"/dead-letters", "/parked"} {
+	for _, list := range []string{"/dead-letters", "/parked", "/held-keys"} {
 		for _, after := range []string{"9223372036854775807", "-9223372036854775808", "99999999999999999999", "-1", "x"} {
 			if code, body := c.get(list + "?after=" + after); code != 200 {
 				t.Errorf("%s after %s: %d\n%s", list, after, code, body)
