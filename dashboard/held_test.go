@@ -147,6 +147,27 @@ func testHeldKeysOverHTTP(t *testing.T, dbURL string) {
 	if code != 200 || !strings.Contains(page, "the key's later messages will wait behind it") || strings.Contains(page, `id="held"`) {
 		t.Fatalf("the page of dead letter %d, which holds its key with nothing behind it yet: %d\n%s", c, code, page)
 	}
+	// The list of dead letters marks those that hold their key, and so
+	// does a failure group's list of members.
+	var list string
+	for path := "/dead-letters"; path != ""; {
+		code, page = cl.get(path)
+		if code != 200 {
+			t.Fatalf("%s: %d\n%s", path, code, page)
+		}
+		list += page
+		path = ""
+		if m := nextPageRe.FindStringSubmatch(page); m != nil {
+			path = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	for _, id := range []int64{plain, a, b, c} {
+		listed := strings.Contains(list, fmt.Sprintf(`>relay:%d</a>`, id))
+		marked := strings.Contains(list, fmt.Sprintf(`>relay:%d</a> <span class="note holds"`, id))
+		if !listed || marked != (id != plain) {
+			t.Fatalf("the list of dead letters lists relay:%d: %v, marks it as holding its key: %v, want %v\n%s", id, listed, marked, id != plain, list)
+		}
+	}
 	code, page = cl.get(fmt.Sprintf("/dead-letters/%d", plain))
 	if code != 200 || strings.Contains(page, `id="holds"`) {
 		t.Fatalf("the page of dead letter %d, which holds nothing, speaks of held keys: %d\n%s", plain, code, page)
@@ -155,15 +176,18 @@ func testHeldKeysOverHTTP(t *testing.T, dbURL string) {
 	// The group of why: three members, two of them hold their key, three
 	// messages behind them; the group of b's cause: one, one.
 	for _, g := range []struct {
-		why  string
-		want string
+		why    string
+		want   string
+		marked int
 	}{
-		{why, "2 members, 3 messages held behind them</dd>"},
-		{"broker says no", "1 member, 1 message held behind them</dd>"},
+		// A page of 2 members: the first, which holds nothing, and a.
+		{why, "2 members, 3 messages held behind them</dd>", 1},
+		{"broker says no", "1 member, 1 message held behind them</dd>", 1},
 	} {
 		grp := groupOf(t, f, failgroup.OfDeadLetter(g.why))
 		code, page = cl.get("/failures/" + grp.ID)
-		if code != 200 || !strings.Contains(page, `<dd id="holds">`+g.want) || !strings.Contains(page, `id="holds-note"`) {
+		if code != 200 || !strings.Contains(page, `<dd id="holds">`+g.want) || !strings.Contains(page, `id="holds-note"`) ||
+			strings.Count(page, `<span class="note holds"`) != g.marked {
 			t.Fatalf("failure group %s (%s): %d, want %q\n%s", grp.ID, g.why, code, g.want, page)
 		}
 	}

@@ -126,11 +126,12 @@ type row struct {
 	Error    string
 	Size     int64      // the payload's, in bytes
 	Replay   *time.Time // consumer side: when a replay was asked
+	Holds    bool       // relay side: it holds its key (store.Failure.Hold)
 }
 
 func relayRow(d store.DeadLetterSummary) row {
 	return row{ID: d.ID, Ref: "relay:" + strconv.FormatInt(d.ID, 10), When: d.DeadAt, Source: d.Topic,
-		Type: d.Type, Message: d.MessageID, Attempts: d.Attempts, Error: d.LastError, Size: d.PayloadSize}
+		Type: d.Type, Message: d.MessageID, Attempts: d.Attempts, Error: d.LastError, Size: d.PayloadSize, Holds: d.Holds}
 }
 
 func parkedRow(p store.ParkedSummary) row {
