@@ -215,3 +215,26 @@ func testHeldKeysOverHTTP(t *testing.T, dbURL string) {
 		t.Fatalf("with no key held the group's page says:\n%s", page)
 	}
 }
+
+// Each tenant's held keys page shows that tenant's held keys, linked to
+// its own dead letters, with the nav entry under the tenant's path.
+func TestTenantsHeldKeys(t *testing.T) {
+	s := newTenantSet(t)
+	acme := s.sqlite("acme", "orders")
+	s.sqlite("globex", "orders")
+	cause := acme.hold(t, "orders", "order-1", "rejected by the broker", 2)
+	srv := s.serve(dashboard.TenantsConfig{})
+	c := newClient(t, srv.URL)
+
+	code, page := c.get("/t/acme/held-keys")
+	link := fmt.Sprintf(`<a href="/t/acme/dead-letters/%d">relay:%d</a>`, cause, cause)
+	if code != 200 || !strings.Contains(page, link) || !strings.Contains(page, `<a href="/t/acme/held-keys" class="on">Held keys</a>`) {
+		t.Fatalf("acme's held keys: %d, want %s\n%s", code, link, page)
+	}
+	if code, page = c.get(fmt.Sprintf("/t/acme/dead-letters/%d", cause)); code != 200 || !strings.Contains(page, "2 later messages of the key wait behind it") {
+		t.Fatalf("acme's dead letter %d: %d\n%s", cause, code, page)
+	}
+	if code, page = c.get("/t/globex/held-keys"); code != 200 || !strings.Contains(page, `<p id="none">No key is held.</p>`) {
+		t.Fatalf("globex's held keys: %d\n%s", code, page)
+	}
+}
