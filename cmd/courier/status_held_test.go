@@ -141,3 +141,33 @@ func TestStatusHeldFlagChecked(t *testing.T) {
 		t.Fatalf("status --fail-if-held-older-than -1m: exit %d, %s", code, errOut)
 	}
 }
+
+// Over tenants, --fail-if-held-older-than checks each tenant: the one
+// whose key has been held too long fails, named, the other passes; the
+// table counts each tenant's held keys.
+func TestStatusHeldKeysOverTenants(t *testing.T) {
+	open := dlqDatabases(t)["sqlite"]
+	held, calm := open(t), open(t)
+	old := holdKey(t, held.url, "orders", "order-1", 2)
+	_, err := held.db.Exec(backdate("sqlite"), old)
+	testenv.Must(t, err, "backdate")
+	tenants := []string{"--tenants", "held=" + held.url + ",calm=" + calm.url}
+
+	code, out, errOut := runCLI(t, append([]string{"status", "--fail-if-held-older-than", "1h"}, tenants...)...)
+	want := fmt.Sprintf(`tenant held: 1 relay-side keys are held, the oldest (topic "orders", key "order-1") for 2h0m0s, more than --fail-if-held-older-than 1h0m0s, behind dead letter relay:%d`, old)
+	if code != 1 || !strings.Contains(errOut, want) || strings.Contains(errOut, "tenant calm") {
+		t.Fatalf("status over tenants --fail-if-held-older-than 1h: exit %d, stderr %s; want %s", code, errOut, want)
+	}
+	heldKeys := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 5 {
+			heldKeys[f[0]] = f[5] // TENANT pending in-backoff oldest dead-letters held-keys …
+		}
+	}
+	if !strings.Contains(out, "dead letters  held keys") || heldKeys["held"] != "1" || heldKeys["calm"] != "0" {
+		t.Fatalf("status over tenants counts held keys %v, want held 1 and calm 0:\n%s", heldKeys, out)
+	}
+	if code, _, errOut = runCLI(t, append([]string{"status", "--fail-if-held-older-than", "3h"}, tenants...)...); code != 0 {
+		t.Fatalf("status over tenants --fail-if-held-older-than 3h: exit %d, %s", code, errOut)
+	}
+}
