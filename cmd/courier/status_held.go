@@ -11,8 +11,8 @@ import (
 // oldestHold is the key a side has held longest, as
 // --fail-if-held-older-than names it.
 type oldestHold struct {
-	// Side names the side that holds it, as a message says it
-	// ("relay-side").
+	// Side names the side that holds it, as a message says it ("relay
+	// side").
 	Side string
 	// Keys counts the keys the side holds.
 	Keys int64
@@ -68,8 +68,8 @@ func oldestRelayHold(ctx context.Context, a store.Admin) (oldestHold, bool, erro
 		q.After = ks[len(ks)-1].Cause
 	}
 	ref := fmt.Sprintf("relay:%d", oldest.Cause)
-	return oldestHold{Side: "relay-side", Since: oldest.Since, Topic: oldest.Topic, Key: oldest.Key, Cause: "dead letter " + ref,
-		Fix: fmt.Sprintf("courier dlq replay %s publishes it, then the messages held behind it in order; courier dlq discard %s drops it and lets the key move on", ref, ref),
+	return oldestHold{Side: "relay side", Since: oldest.Since, Topic: oldest.Topic, Key: oldest.Key, Cause: "dead letter " + ref,
+		Fix: fmt.Sprintf("courier dlq replay %s publishes it, then the messages held behind it in order, or courier dlq discard %s drops it and lets the key move on", ref, ref),
 	}, found, nil
 }
 
@@ -102,8 +102,8 @@ func (c *statusCmd) holds(ctx context.Context, a store.Admin, st store.Status) (
 func (c *statusCmd) heldChecks(now time.Time, holds []oldestHold) []string {
 	var failed []string
 	for _, h := range holds {
-		failed = append(failed, fmt.Sprintf("%d %s keys are held, the oldest (topic %q, key %q) for %s, more than --fail-if-held-older-than %s, behind %s: %s",
-			h.Keys, h.Side, h.Topic, h.Key, roundAbove(now.Sub(h.Since), c.FailIfHeld), c.FailIfHeld, h.Cause, h.Fix))
+		failed = append(failed, fmt.Sprintf("held keys (%s): %d, the oldest (topic %q, key %q) has been held for %s, more than --fail-if-held-older-than %s, behind %s: %s",
+			h.Side, h.Keys, h.Topic, h.Key, roundAbove(now.Sub(h.Since), c.FailIfHeld), c.FailIfHeld, h.Cause, h.Fix))
 	}
 	return failed
 }

@@ -105,7 +105,7 @@ func TestStatusHeldKeys(t *testing.T) {
 			// Both sides of the limit: held for 2h, it fails at 1h59m and
 			// passes at 2h1m.
 			code, st, errOut = statusJSONOf(t, append(db, "--fail-if-held-older-than", "119m")...)
-			want := fmt.Sprintf(`2 relay-side keys are held, the oldest (topic "orders", key "order-<9>") for 2h0m0s, more than --fail-if-held-older-than 1h59m0s, behind dead letter relay:%d: courier dlq replay relay:%d publishes it, then the messages held behind it in order; courier dlq discard relay:%d drops it and lets the key move on`, old, old, old)
+			want := fmt.Sprintf(`held keys (relay side): 2, the oldest (topic "orders", key "order-<9>") has been held for 2h0m0s, more than --fail-if-held-older-than 1h59m0s, behind dead letter relay:%d: courier dlq replay relay:%d publishes it, then the messages held behind it in order, or courier dlq discard relay:%d drops it and lets the key move on`, old, old, old)
 			if code != 1 || len(st.Failed) != 1 || st.Failed[0] != want || !strings.Contains(errOut, want) {
 				t.Fatalf("status --fail-if-held-older-than 119m: exit %d, failed %q, stderr %s; want\n%s", code, st.Failed, errOut, want)
 			}
@@ -154,7 +154,7 @@ func TestStatusHeldKeysOverTenants(t *testing.T) {
 	tenants := []string{"--tenants", "held=" + held.url + ",calm=" + calm.url}
 
 	code, out, errOut := runCLI(t, append([]string{"status", "--fail-if-held-older-than", "1h"}, tenants...)...)
-	want := fmt.Sprintf(`tenant held: 1 relay-side keys are held, the oldest (topic "orders", key "order-1") for 2h0m0s, more than --fail-if-held-older-than 1h0m0s, behind dead letter relay:%d`, old)
+	want := fmt.Sprintf(`tenant held: held keys (relay side): 1, the oldest (topic "orders", key "order-1") has been held for 2h0m0s, more than --fail-if-held-older-than 1h0m0s, behind dead letter relay:%d`, old)
 	if code != 1 || !strings.Contains(errOut, want) || strings.Contains(errOut, "tenant calm") {
 		t.Fatalf("status over tenants --fail-if-held-older-than 1h: exit %d, stderr %s; want %s", code, errOut, want)
 	}
