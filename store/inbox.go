@@ -164,8 +164,10 @@ type KeyHolds interface {
 	// hold's cause, with Reason ReasonHeld and Behind the cause. Otherwise
 	// p is parked as it is and becomes the cause of the key's new hold;
 	// unless behindOnly, when nothing is parked and ok is false (the hold
-	// was released meanwhile: the delivery is processed). It returns p as
-	// it was parked, with its ID.
+	// was released meanwhile: the delivery is processed). A delivery of a
+	// message parked already as the cause or behind it (a redelivery) is
+	// not parked again: ok is true and parked has that one's ID. It
+	// returns p as it was parked, with its ID.
 	ParkHolding(ctx context.Context, p Parked, behindOnly bool) (parked Parked, ok bool, err error)
 	// PassHold unparks the parked delivery id of consumer, of key key,
 	// whose replay was applied (or that an operator discarded), and, when

@@ -69,6 +69,10 @@ func (c consumerStore) parkHolding(ctx context.Context, p store.Parked, behindOn
 		}
 		if cause != 0 {
 			p.Reason, p.Behind = store.ReasonHeld, cause
+			if p.ID, err = heldAlready(ctx, tx, p); err != nil || p.ID != 0 {
+				ok = err == nil
+				return err
+			}
 		}
 		query, args, err := c.park(p)
 		if err != nil {
@@ -88,6 +92,22 @@ VALUES ($1, $2, $3, now())`, p.Consumer, p.Key, p.ID)
 		return nil
 	})
 	return p, ok, err
+}
+
+// heldAlready returns the id of the delivery of p's message parked as
+// the cause p.Behind or behind it (a redelivery of a message that is held
+// already), 0 when there is none.
+func heldAlready(ctx context.Context, tx pgx.Tx, p store.Parked) (int64, error) {
+	if p.MessageID == "" {
+		return 0, nil
+	}
+	var id int64
+	err := tx.QueryRow(ctx, `SELECT id FROM courier_inbox_dead_letters WHERE (id = $1 OR behind = $1) AND message_id = $2 LIMIT 1`,
+		p.Behind, p.MessageID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return id, err
 }
 
 func (c consumerStore) PassHold(ctx context.Context, consumer, key string, id int64) (int64, error) {

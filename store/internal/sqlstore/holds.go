@@ -76,6 +76,10 @@ func (c Consumers) parkHolding(ctx context.Context, p store.Parked, behindOnly b
 		}
 		if cause != 0 {
 			p.Reason, p.Behind = store.ReasonHeld, cause
+			if p.ID, err = c.heldAlready(ctx, tx, p); err != nil || p.ID != 0 {
+				ok = err == nil
+				return err
+			}
 		}
 		args, err := c.parkArgs(p)
 		if err != nil {
@@ -99,6 +103,22 @@ VALUES (?, ?, ?, `+c.d.Now+`)`, append([]any{p.Consumer, p.Key, p.ID}, c.d.now()
 		return nil
 	})
 	return p, ok, err
+}
+
+// heldAlready returns the id of the delivery of p's message parked as
+// the cause p.Behind or behind it (a redelivery of a message that is held
+// already), 0 when there is none.
+func (c Consumers) heldAlready(ctx context.Context, tx sqltx.Conn, p store.Parked) (int64, error) {
+	if p.MessageID == "" {
+		return 0, nil
+	}
+	var id int64
+	err := tx.QueryRowContext(ctx, `SELECT id FROM courier_inbox_dead_letters WHERE (id = ? OR behind = ?) AND message_id = ? LIMIT 1`,
+		p.Behind, p.Behind, p.MessageID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return id, err
 }
 
 // PassHold implements store.KeyHolds.
