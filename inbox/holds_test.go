@@ -530,3 +530,95 @@ func testRedeliveredHeldMessageIsNotParkedTwice[TTx any](t *testing.T, d dialect
 		t.Fatalf("%d parked, want a, b and c once each", n)
 	}
 }
+
+// countingHolds counts the reads of the holds of keys.
+type countingHolds struct {
+	store.ConsumerStore
+	store.KeyHolds
+	mu    sync.Mutex
+	reads map[string]int // by key
+}
+
+func (s *countingHolds) HoldOf(ctx context.Context, consumer, key string) (int64, error) {
+	s.mu.Lock()
+	s.reads[key]++
+	s.mu.Unlock()
+	return s.KeyHolds.HoldOf(ctx, consumer, key)
+}
+
+func (s *countingHolds) readsOf(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads[key]
+}
+
+func TestOnlyTheNamedTopicsHoldKeys(t *testing.T) {
+	onEachDialect(t, testOnlyTheNamedTopicsHoldKeys, testOnlyTheNamedTopicsHoldKeys)
+}
+
+// testOnlyTheNamedTopicsHoldKeys: a parked message of a topic HoldKeys
+// does not name holds nothing, and its topic's deliveries read no hold;
+// with "*" every topic holds its keys.
+func testOnlyTheNamedTopicsHoldKeys[TTx any](t *testing.T, d dialect[TTx]) {
+	for _, hold := range [][]string{{"ledger"}, {"*"}} {
+		t.Run(hold[0], func(t *testing.T) {
+			e := newEnv(t, d)
+			var audit []courier.Message
+			for i := range 3 {
+				audit = append(audit, courier.NewMessage("audit", "acct-audited", "Noted", fmt.Appendf(nil, "%d", i)))
+			}
+			s := newHoldScene(1)
+			h := newPoisoned(e.db, s.m[1], audit[0])
+			e.publish(append(audit, s.m...)...)
+			counted := &countingHolds{ConsumerStore: e.db.cs, KeyHolds: e.db.cs.(store.KeyHolds), reads: map[string]int{}}
+			ib, err := inbox.New(e.db.inbox, "ledger")
+			testenv.Must(t, err, "inbox")
+			cfg := holdConfig()
+			cfg.HoldKeys = hold
+			cfg.Backoff = courier.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+			c, err := inbox.NewConsumer(ib, e.subscriber("ledger"), counted, h.handle, cfg)
+			testenv.Must(t, err, "consumer")
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = c.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+
+			if hold[0] == "*" {
+				testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { m := c.Metrics(); return m.Parked >= 6 && m.Held >= 4, m }, "not parked")
+				if got := h.order("acct-audited"); len(got) != 0 {
+					t.Fatalf("audit applied %v behind its parked message", got)
+				}
+				if n := e.db.count(t, "SELECT count(*) FROM courier_inbox_holds"); n != 2 {
+					t.Fatalf("%d holds, want one per poisoned key", n)
+				}
+				return
+			}
+			testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) {
+				m := c.Metrics()
+				return m.Parked >= 4 && m.Held >= 2 && m.Applied == 3, m
+			}, "not applied and parked")
+			if got := h.order("acct-audited"); !slices.Equal(got, ids(audit[1:]...)) {
+				t.Fatalf("audit applied %v, want its messages after the parked one: its topic holds no key", got)
+			}
+			byID := map[string]store.Parked{}
+			for _, p := range e.parked("ledger") {
+				byID[p.MessageID] = p
+			}
+			if p := byID[audit[0].ID.String()]; len(byID) != 4 || p.Key != "" || p.Behind != 0 || p.Reason != store.ReasonMalformed {
+				t.Fatalf("audit's message parked as %+v (of %d), want it parked holding nothing", p, len(byID))
+			}
+			if n := counted.readsOf("acct-audited"); n != 0 {
+				t.Fatalf("audit's deliveries read the holds %d times, want none", n)
+			}
+			if n := counted.readsOf(poisonKey); n < len(s.m) {
+				t.Fatalf("ledger's deliveries read the holds %d times, want one per delivery (%d)", n, len(s.m))
+			}
+			cause := byID[s.m[1].ID.String()]
+			for _, m := range s.m[2:] {
+				if p := byID[m.ID.String()]; cause.Key != poisonKey || cause.Behind != 0 || p.Behind != cause.ID {
+					t.Fatalf("ledger's %s parked as %+v behind %+v: want it held behind ledger's cause", m.ID, p, cause)
+				}
+			}
+		})
+	}
+}
