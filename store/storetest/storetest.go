@@ -57,6 +57,7 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"AdminListBounds", testAdminListBounds[TTx]},
 		{"AdminScheduled", testAdminScheduled[TTx]},
 		{"Operations", testOperations[TTx]},
+		{"ReplayRuns", testReplayRuns[TTx]},
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim[TTx]},
 		{"IdempotencyTakeoverAndExpiry", testIdempotencyExpiry[TTx]},
 		{"IdempotencyConcurrentClaims", testIdempotencyConcurrent[TTx]},
