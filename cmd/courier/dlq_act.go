@@ -16,7 +16,7 @@ import (
 
 	"github.com/courier-go/courier/failgroup"
 	"github.com/courier-go/courier/internal/escape"
-	"github.com/courier-go/courier/internal/replayguard"
+	"github.com/courier-go/courier/replayguard"
 	"github.com/courier-go/courier/store"
 )
 

@@ -51,7 +51,8 @@ func CheckRetention(letters []Letter, now time.Time, retention time.Duration, fo
 		strings.Join(stale, ", "), more, Age(retention), flag)
 }
 
-// Age renders a duration in days and hours when it is that long.
+// Age renders a duration in days and hours when it is that long, to the
+// second when it is longer than a minute, to the millisecond otherwise.
 func Age(d time.Duration) string {
 	if d >= 24*time.Hour {
 		days := d / (24 * time.Hour)
@@ -60,6 +61,9 @@ func Age(d time.Duration) string {
 			return fmt.Sprintf("%dd", days)
 		}
 		return fmt.Sprintf("%dd%dh", days, h)
+	}
+	if d < time.Minute {
+		return d.Round(time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
 }
