@@ -126,9 +126,12 @@ type Run struct {
 	// says how.
 	Outcome func(ctx context.Context, l Letter) (Outcome, string, error)
 	// Runs, when set, records the run as it goes (store.ReplayRuns);
-	// Side and Selection describe it there.
+	// Side and Selection describe it there. RunID, when above 0, is the
+	// run already recorded (StartRun) that Do goes on with, as a caller
+	// does that reports the run's id before it runs it.
 	Runs            store.ReplayRuns
 	Side, Selection string
+	RunID           int64
 	// OnReplayed, when set, is called after each replay.
 	OnReplayed func(l Letter)
 	// OnOutcome, when set, is called with each outcome seen (Succeeded
@@ -196,7 +199,8 @@ func (r *Run) Do(ctx context.Context) (Result, error) {
 	x := &runner{Run: r}
 	x.res.Total, x.res.Left = len(r.Letters), len(r.Letters)
 	x.res.Phase = "replaying"
-	if r.Runs != nil {
+	x.res.ID = r.RunID
+	if r.Runs != nil && r.RunID == 0 {
 		id, err := r.Runs.StartRun(ctx, store.ReplayRun{Side: r.Side, Selection: r.Selection, Total: len(r.Letters), Note: "started"})
 		if err != nil {
 			return Result{}, err
