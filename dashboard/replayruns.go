@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -155,10 +156,16 @@ func guardOptions(r *http.Request) (replayguard.Options, error) {
 		o.Wait = time.Minute
 	}
 	if err := o.Check(); err != nil {
-		return o, err
+		// Check names the CLI's flags; the form's fields bear the
+		// same names.
+		return o, errors.New(fieldNames.Replace(err.Error()))
 	}
 	return o, nil
 }
+
+// fieldNames turns the flags replayguard's errors name into the fields of
+// the replay confirmation's form.
+var fieldNames = strings.NewReplacer("--canary", "Canary", "--rate", "Rate", "--stop-on-failure", "Stop on failure", "--wait", "Wait")
 
 // runs lists the replay runs the database keeps, newest first, a page
 // at a time (before: the last id of the page before).

@@ -49,7 +49,7 @@ func testGuardedReplayOverHTTP(t *testing.T, dbURL string) {
 	for _, d := range dead {
 		form.Add("id", strconv.FormatInt(d.ID, 10))
 	}
-	if code, body := c.post("/dead-letters/replay", form, nil); code != http.StatusBadRequest || !strings.Contains(body, "canary is -1") {
+	if code, body := c.post("/dead-letters/replay", form, nil); code != http.StatusBadRequest || !strings.Contains(body, "Canary is -1: use the number") {
 		t.Fatalf("canary -1: %d\n%.2000s", code, body)
 	}
 	form.Set("canary", "1")
