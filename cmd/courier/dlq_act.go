@@ -356,7 +356,7 @@ func (c *dlqReplayCmd) Run(e *env) error {
 // returns an error (exit 1) unless every replay waited for succeeded.
 func (c *dlqReplayCmd) report(e *env, d store.Driver[*sql.Tx], res replayguard.Result) error {
 	for _, g := range res.Pending {
-		l := letter{ref: g.Ref, id: g.ID, side: failgroup.Consumer, consumer: g.Consumer}
+		l := letter{ref: g.Ref, id: g.ID, side: failgroup.Consumer, consumer: g.Consumer, messageID: g.MessageID}
 		if g.Relay {
 			l.side = failgroup.Relay
 			_, _, msg, _ := replayOutcome(e.ctx, d, l)
@@ -532,9 +532,8 @@ func (c *dlqReplayCmd) repair(ref string, relay bool, messageID, lastError strin
 // replayOutcome tells whether a replay ended (done), whether it succeeded
 // (ok) and says how, or where it stands.
 func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done, ok bool, msg string, err error) {
-	a := d.Admin()
 	if !l.relay() {
-		p, err := a.ParkedMessage(ctx, l.id)
+		p, err := d.Admin().ParkedMessage(ctx, l.id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return true, true, "applied by consumer " + l.consumer, nil
@@ -546,9 +545,29 @@ func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done
 		}
 		return false, false, "replay requested", nil
 	}
-	attempts, lastErr, inOutbox, err := outboxRow(ctx, d, l.id)
+	// The row is found by its id, which a replay keeps; a replay that
+	// gives it a new one (a dead letter holding its key is replayed with
+	// its held messages, renumbered) leaves it to be found by its message
+	// id: a dead letter's is unique, and the outbox holds pending rows
+	// only.
+	attempts, lastErr, inOutbox, err := outboxRow(ctx, d, "id", l.id)
 	if err != nil {
 		return false, false, "", err
+	}
+	if !inOutbox {
+		var dead sql.NullString
+		err := d.InTx(ctx, func(tx *sql.Tx) error {
+			return d.QueryRow(ctx, tx, `SELECT last_error FROM courier_outbox_dead_letters WHERE message_id = ?`, []any{&dead}, l.messageID)
+		})
+		switch {
+		case err == nil:
+			return true, false, "dead again: " + oneLine(errors.New(dead.String)), nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return false, false, "", fmt.Errorf("read the dead letter of message %s: %w", l.messageID, err)
+		}
+		if attempts, lastErr, inOutbox, err = outboxRow(ctx, d, "message_id", l.messageID); err != nil {
+			return false, false, "", err
+		}
 	}
 	if inOutbox {
 		if lastErr == "" {
@@ -556,28 +575,21 @@ func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done
 		}
 		return false, false, fmt.Sprintf("%d failed attempt(s), last: %s", attempts, oneLine(errors.New(lastErr))), nil
 	}
-	dl, err := a.DeadLetter(ctx, l.id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return true, true, "published", nil
-	case err != nil:
-		return false, false, "", err
-	}
-	return true, false, "dead again: " + oneLine(errors.New(dl.LastError)), nil
+	return true, true, "published", nil
 }
 
-// outboxRow reads the attempts and last error of outbox row id, and whether
-// it is still there.
-func outboxRow(ctx context.Context, d store.Driver[*sql.Tx], id int64) (attempts int, lastErr string, found bool, err error) {
+// outboxRow reads the attempts and last error of the outbox row whose
+// column (id or message_id) is value, and whether it is there.
+func outboxRow(ctx context.Context, d store.Driver[*sql.Tx], column string, value any) (attempts int, lastErr string, found bool, err error) {
 	var le sql.NullString
 	err = d.InTx(ctx, func(tx *sql.Tx) error {
-		return d.QueryRow(ctx, tx, `SELECT attempts, last_error FROM courier_outbox WHERE id = ?`, []any{&attempts, &le}, id)
+		return d.QueryRow(ctx, tx, `SELECT attempts, last_error FROM courier_outbox WHERE `+column+` = ?`, []any{&attempts, &le}, value)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", false, nil
 	}
 	if err != nil {
-		return 0, "", false, fmt.Errorf("read outbox row %d: %w", id, err)
+		return 0, "", false, fmt.Errorf("read outbox row %s %v: %w", column, value, err)
 	}
 	return attempts, le.String, true, nil
 }

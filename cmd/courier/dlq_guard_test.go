@@ -143,7 +143,8 @@ func TestDLQReplayGuardFlags(t *testing.T) {
 	}
 }
 
-// dlq replay --retention defaults to the inbox's marker retention.
+// dlq replay --retention and dashboard --inbox-retention default to the
+// inbox's marker retention.
 func TestDLQReplayRetentionDefault(t *testing.T) {
 	var c cli
 	parser, err := kong.New(&c, kong.Name("courier"), kong.Writers(io.Discard, io.Discard), helpVars())
@@ -152,6 +153,15 @@ func TestDLQReplayRetentionDefault(t *testing.T) {
 	testenv.Must(t, err, "parse")
 	if c.DLQ.Replay.Retention != inbox.DefaultRetention {
 		t.Fatalf("dlq replay --retention defaults to %s, want inbox.DefaultRetention (%s)", c.DLQ.Replay.Retention, inbox.DefaultRetention)
+	}
+	_, err = parser.Parse([]string{"dashboard"})
+	testenv.Must(t, err, "parse")
+	if c.Dashboard.Retention != inbox.DefaultRetention || c.Dashboard.inboxRetention() != inbox.DefaultRetention {
+		t.Fatalf("dashboard --inbox-retention defaults to %s, want inbox.DefaultRetention (%s)", c.Dashboard.Retention, inbox.DefaultRetention)
+	}
+	c.Dashboard.Retention = 0
+	if c.Dashboard.inboxRetention() >= 0 {
+		t.Fatal("dashboard --inbox-retention 0 (markers never deleted) is not a negative Config.InboxRetention")
 	}
 }
 
@@ -209,7 +219,8 @@ func TestDLQReplayCanaryRelay(t *testing.T) {
 	runs := listRuns(t, d.url)
 	last := runs[0]
 	if code != 1 || last.State != store.RunStopped || last.Failed != 1 || last.Left < 1 || last.Replayed+last.Left != 10 ||
-		!strings.Contains(errOut, fmt.Sprintf("(%d replayed, 1 failed again, %d left)", last.Replayed, last.Left)) || !strings.Contains(out, "relay:12         dead again") {
+		!strings.Contains(errOut, fmt.Sprintf("(%d replayed, 1 failed again, %d left)", last.Replayed, last.Left)) || !strings.Contains(out, "relay:12         dead again") ||
+		!strings.Contains(errOut, "replay run: replaying: ") {
 		t.Fatalf("stop on failure: %d %+v\n%s%s", code, last, out, errOut)
 	}
 	// What was left is still a dead letter, and relay:12 is one again.
