@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/alecthomas/kong"
 
+	"github.com/courier-go/courier"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
@@ -226,5 +230,61 @@ func TestDLQReplayCanaryRelay(t *testing.T) {
 	// What was left is still a dead letter, and relay:12 is one again.
 	if n := d.count(t, "courier_outbox_dead_letters"); n != 1+last.Left+1 {
 		t.Fatalf("%d dead letters after the stop, want relay:1, relay:12 and the %d left", n, last.Left)
+	}
+}
+
+// With a consumer running: a consumer-side canary that fails again stops
+// the run with the rest not asked; one that is applied lets it go on.
+func TestDLQReplayCanaryConsumer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "billing.db")
+	db, err := sqlite.Open(path)
+	testenv.Must(t, err, "open")
+	defer db.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err = sqlite.Migrate(ctx, db)
+	testenv.Must(t, err, "migrate")
+	parkedInsert(t, db, 1, "01939f3a-0000-7000-8000-000000000031", "ChargeRequested", "fail")
+	parkedInsert(t, db, 2, "01939f3a-0000-7000-8000-000000000032", "ChargeRequested", "ok")
+	parkedInsert(t, db, 3, "01939f3a-0000-7000-8000-000000000033", "ChargeRequested", "ok")
+	url := "sqlite://" + path
+
+	srv := testenv.EmbeddedNATS(t)
+	nc := testenv.Connect(t, srv.ClientURL())
+	testenv.Must(t, couriernats.EnsureStream(ctx, nc, couriernats.Config{}, couriernats.StreamConfig{}), "stream")
+	sub, err := couriernats.NewSubscriber(ctx, nc, couriernats.SubscriberConfig{Consumer: "billing"})
+	testenv.Must(t, err, "subscriber")
+	ib, err := inbox.New(sqlite.NewDriver(db).Inbox(), "billing")
+	testenv.Must(t, err, "inbox")
+	r := inbox.NewRouter[*sql.Tx]()
+	r.Handle("ChargeRequested", func(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
+		if string(msg.Payload) == "fail" {
+			return errors.New("card still declined")
+		}
+		return nil
+	})
+	c, err := inbox.NewConsumer(ib, sub, sqlite.NewDriver(db).ConsumerStore(), r.Handler(), inbox.ConsumerConfig{ReplayEvery: 100 * time.Millisecond})
+	testenv.Must(t, err, "consumer")
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	code, out, errOut := runCLI(t, "dlq", "replay", "consumer:1", "consumer:2", "consumer:3", "--canary", "1", "--wait", "10s", "--database-url", url)
+	if code != 1 || !strings.Contains(out, "consumer:1       replay failed, still parked: card still declined") ||
+		!strings.Contains(errOut, "1 of the 1 canary replay(s) failed again; 2 left unreplayed") {
+		t.Fatalf("failing consumer canary: %d\n%s%s", code, out, errOut)
+	}
+	var asked int
+	testenv.Must(t, db.QueryRow(`SELECT count(*) FROM courier_inbox_dead_letters WHERE replay_requested IS NOT NULL`).Scan(&asked), "count asked")
+	if asked != 0 {
+		t.Fatalf("%d replays asked after the failing canary, want none", asked)
+	}
+	code, out, errOut = runCLI(t, "dlq", "replay", "consumer:2", "consumer:3", "--canary", "1", "--wait", "10s", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "consumer:2       applied by consumer billing") || !strings.Contains(out, "consumer:3       applied by consumer billing") {
+		t.Fatalf("passing consumer canary: %d\n%s%s", code, out, errOut)
+	}
+	runs := listRuns(t, url)
+	if len(runs) != 2 || runs[0].State != store.RunDone || runs[0].Replayed != 2 || runs[0].Failed != 0 || runs[1].State != store.RunStopped || runs[1].Failed != 1 {
+		t.Fatalf("the runs recorded: %+v", runs)
 	}
 }
