@@ -9,9 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/courier-go/courier/broker/memory"
 	"github.com/courier-go/courier/dashboard"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/internal/testwait"
+	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
 )
 
@@ -107,4 +111,56 @@ func testGuardedReplayOverHTTP(t *testing.T, dbURL string) {
 	if code, _ := c.post("/dead-letters/replay", form, map[string]string{"Sec-Fetch-Site": "cross-site"}); code != http.StatusForbidden {
 		t.Fatalf("cross-site guarded replay: %d, want 403", code)
 	}
+}
+
+// With a relay running, a replay with a rate that stops on failure stops
+// once the letter the broker rejects is a dead letter again, with the
+// rest left; the letters replayed before it are published. The outcomes
+// are read from the database (replayguard.DatabaseOutcome).
+func TestGuardedReplayStopsOnFailure(t *testing.T) {
+	f := newFixture(t, []string{"orders", "orders", "orders", "orders", "orders", "orders"}, []string{"message too big"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := memory.NewPublisher()
+	dead := f.deadLetters(t)
+	pub.Reject(uuid.MustParse(dead[1].MessageID), "still too big")
+	rs, err := f.drv.RelayStore(ctx, store.RelayConfig{})
+	testenv.Must(t, err, "relay store")
+	r, err := relay.New(rs, pub, relay.Config{MaxAttempts: 1, PollInterval: 20 * time.Millisecond})
+	testenv.Must(t, err, "relay")
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	srv := serve(t, dashboard.Config{Database: f.drv})
+	c := newClient(t, srv.URL)
+	_, page := c.get("/dead-letters/confirm?action=replay&all=1")
+	form := url.Values{"csrf": {csrfOf(t, page)}, "stop_on_failure": {"1"}, "rate": {"2"}, "wait": {"10s"}}
+	for _, d := range dead {
+		form.Add("id", strconv.FormatInt(d.ID, 10))
+	}
+	if code, body := c.post("/dead-letters/replay", form, nil); code != 200 || !strings.Contains(body, "started replay run") {
+		t.Fatalf("guarded replay: %d\n%.3000s", code, body)
+	}
+	var run store.ReplayRun
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		runs, err := f.drv.ReplayRuns().ListRuns(context.Background(), 0, 1)
+		testenv.Must(t, err, "list runs")
+		if len(runs) == 1 {
+			run = runs[0]
+		}
+		return run.State != "" && run.State != store.RunRunning
+	}, "the dashboard's replay run did not end")
+	if run.State != store.RunStopped || run.Failed != 1 || run.Left < 1 || run.Replayed+run.Left != 6 || !strings.Contains(run.Note, "failed again") {
+		t.Fatalf("the run: %+v", run)
+	}
+	left := f.deadLetters(t)
+	again := false
+	for _, d := range left {
+		again = again || d.MessageID == dead[1].MessageID
+	}
+	if len(left) != run.Left+1 || !again {
+		t.Fatalf("%d dead letters after the stop (the rejected one among them: %v), want it and the %d left", len(left), again, run.Left)
+	}
+	testwait.Eventually(t, 10*time.Second, func() bool { return len(pub.Messages()) == run.Replayed-1 }, "the replayed letters but the rejected one were not published")
 }
