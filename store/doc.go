@@ -12,4 +12,6 @@
 // Operators' tools read and maintain a database through [Admin] (dead
 // letters) and [Operations] (status, reconciliation of what is stuck,
 // retention); docs/operations.md describes both and what each query costs.
+// [ReplayRuns] keeps the record of replays of dead letters (courier dlq
+// replay, the dashboard), so that every tool sees every run.
 package store
