@@ -164,3 +164,23 @@ func TestGuardedReplayStopsOnFailure(t *testing.T) {
 	}
 	testwait.Eventually(t, 10*time.Second, func() bool { return len(pub.Messages()) == run.Replayed-1 }, "the replayed letters but the rejected one were not published")
 }
+
+// With a token, the runs page and a guarded replay need it, as every page
+// and action does.
+func TestGuardedReplayNeedsTheToken(t *testing.T) {
+	f := newFixture(t, []string{"orders"}, []string{"too big"})
+	srv := serve(t, dashboard.Config{Database: f.drv, Token: "s3cret-token-for-the-test"})
+	c := newClient(t, srv.URL)
+	code, page := c.get("/runs")
+	if code != 200 || !strings.Contains(page, "Log in") || strings.Contains(page, `id="runs"`) {
+		t.Fatalf("the runs page without the token: %d\n%s", code, page)
+	}
+	dead := f.deadLetters(t)
+	code, _ = c.post("/dead-letters/replay", url.Values{"csrf": {csrfOf(t, page)}, "id": {strconv.FormatInt(dead[0].ID, 10)}, "canary": {"1"}}, nil)
+	if code != http.StatusUnauthorized {
+		t.Fatalf("a guarded replay without the token: %d, want 401", code)
+	}
+	if runs, err := f.drv.ReplayRuns().ListRuns(context.Background(), 0, 10); err != nil || len(runs) != 0 || len(f.deadLetters(t)) != 1 {
+		t.Fatalf("the refused replay ran: %+v %v", runs, err)
+	}
+}
