@@ -66,7 +66,8 @@
 // the first replay that fails again, and how long to wait for outcomes. A
 // replay with a guard runs in the dashboard's process, after the request
 // has been answered, and is recorded as it goes in the database
-// (store.ReplayRuns, the table courier_replay_runs); the Replay runs page
+// (store.ReplayRuns, the table courier_replay_runs); one without is done
+// at once and recorded as a run over when it started. The Replay runs page
 // (/runs) lists the runs the database keeps, whichever process started
 // them, a page at a time. A run whose dashboard stops stays "running",
 // with the time it was last heard of.

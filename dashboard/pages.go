@@ -470,6 +470,9 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 			h.cfg.Logger.Error("dashboard: "+name, "dead_letter", ref, "err", err)
 		}
 	}
+	if name == "replay" {
+		h.recordReplay(r, s, done, gone, failed)
+	}
 	f := flash{code: a.done, done: done, gone: gone, failed: failed}
 	list := "/" + s.path
 	if group := r.PostFormValue("group"); group != "" {

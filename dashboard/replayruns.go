@@ -126,6 +126,37 @@ func (h *Handler) guardedReplay(w http.ResponseWriter, r *http.Request, s side) 
 	return true
 }
 
+// recordReplay records a replay without guards, done at once, as a run
+// (store.ReplayRuns) that the runs pages and courier dlq runs show: done
+// replayed, gone no longer there, failed refused by an error (the run then
+// failed). A failure to record it is logged; the replay stands.
+func (h *Handler) recordReplay(r *http.Request, s side, done, gone, failed int) {
+	n := done + gone + failed
+	sel := fmt.Sprintf("dashboard: %d %s", n, strings.ToLower(s.title))
+	if g := r.PostFormValue("group"); g != "" {
+		sel += " of group " + g
+	}
+	note := fmt.Sprintf("replayed %d", done)
+	if gone > 0 {
+		note += fmt.Sprintf("; %d no longer existed", gone)
+	}
+	if failed > 0 {
+		note += fmt.Sprintf("; %d could not be replayed (the dashboard's log says why)", failed)
+	}
+	state := store.RunDone
+	if failed > 0 {
+		state = store.RunFailed
+	}
+	runs := h.cfg.Database.ReplayRuns()
+	id, err := runs.StartRun(r.Context(), store.ReplayRun{Side: s.ref, Selection: sel, Total: n, Note: note})
+	if err == nil {
+		err = runs.FinishRun(r.Context(), id, state, done, 0, note)
+	}
+	if err != nil {
+		h.cfg.Logger.Error("dashboard: record the replay run", "err", err)
+	}
+}
+
 // guardOptions reads the guards of a posted replay: canary (a count),
 // rate (per second), stop_on_failure (1) and wait (a duration such as
 // 1m, how long to wait for outcomes; default 1m when a guard needs it).

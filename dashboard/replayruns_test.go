@@ -107,6 +107,12 @@ func testGuardedReplayOverHTTP(t *testing.T, dbURL string) {
 	if p := f.parked(t); p[0].ReplayRequested == nil {
 		t.Fatal("the forced replay was not asked")
 	}
+	// A replay without guards is recorded too, over at once.
+	recorded, err := f.drv.ReplayRuns().ListRuns(context.Background(), 0, 1)
+	testenv.Must(t, err, "list runs")
+	if r := recorded[0]; r.State != store.RunDone || r.Side != "consumer" || r.Total != 1 || r.Replayed != 1 || r.FinishedAt == nil || r.Note != "replayed 1" {
+		t.Fatalf("the plain replay's run: %+v", r)
+	}
 	// A cross-site post of a replay is refused, as every action is.
 	if code, _ := c.post("/dead-letters/replay", form, map[string]string{"Sec-Fetch-Site": "cross-site"}); code != http.StatusForbidden {
 		t.Fatalf("cross-site guarded replay: %d, want 403", code)
