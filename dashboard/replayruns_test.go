@@ -190,3 +190,33 @@ func TestGuardedReplayNeedsTheToken(t *testing.T) {
 		t.Fatalf("the refused replay ran: %+v %v", runs, err)
 	}
 }
+
+// The runs page lists the runs newest first, a page at a time.
+func TestRunsPages(t *testing.T) {
+	f := newFixture(t, []string{"orders"}, []string{"too big"})
+	runs := f.drv.ReplayRuns()
+	var ids []int64
+	for _, sel := range []string{"first run", "second run"} {
+		id, err := runs.StartRun(context.Background(), store.ReplayRun{Side: "relay", Selection: sel, Total: 1})
+		testenv.Must(t, err, "start a run")
+		ids = append(ids, id)
+	}
+	srv := serve(t, dashboard.Config{Database: f.drv, PageSize: 1})
+	c := newClient(t, srv.URL)
+	code, page := c.get("/runs")
+	next := "/runs?before=" + strconv.FormatInt(ids[1], 10)
+	if code != 200 || !strings.Contains(page, "second run") || strings.Contains(page, "first run") || !strings.Contains(page, `href="`+next+`"`) {
+		t.Fatalf("the first page: %d\n%s", code, page)
+	}
+	code, page = c.get(next)
+	if code != 200 || !strings.Contains(page, "first run") || strings.Contains(page, "second run") {
+		t.Fatalf("the second page: %d\n%s", code, page)
+	}
+	code, page = c.get("/runs?before=" + strconv.FormatInt(ids[0], 10))
+	if code != 200 || !strings.Contains(page, "No older runs.") {
+		t.Fatalf("past the last page: %d\n%s", code, page)
+	}
+	if code, _ := c.get("/runs?before=x"); code != http.StatusBadRequest {
+		t.Fatalf("before=x: %d, want 400", code)
+	}
+}
