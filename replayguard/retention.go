@@ -77,15 +77,7 @@ func DatabaseOutcome(db store.Database) func(ctx context.Context, l Letter) (Out
 	return func(ctx context.Context, l Letter) (Outcome, string, error) {
 		if !l.Relay {
 			p, err := db.Admin().ParkedMessage(ctx, l.ID)
-			switch {
-			case errors.Is(err, store.ErrNotFound):
-				return Succeeded, "applied by consumer " + l.Consumer, nil
-			case err != nil:
-				return Pending, "", err
-			case p.ReplayRequested == nil:
-				return FailedAgain, "replay failed, still parked: " + p.Error, nil
-			}
-			return Pending, "replay requested", nil
+			return ParkedOutcome(p, err, l.Consumer)
 		}
 		places, err := db.Operations().Locate(ctx, []string{l.MessageID})
 		if err != nil {
@@ -99,4 +91,23 @@ func DatabaseOutcome(db store.Database) func(ctx context.Context, l Letter) (Out
 		}
 		return Succeeded, "published", nil
 	}
+}
+
+// ParkedOutcome tells a consumer-side replay's outcome from its parked
+// delivery p as read again (err: that read's error): gone, it was applied
+// by consumer; its replay request withdrawn, it failed again; held behind
+// another parked delivery (inbox.ConsumerConfig.HoldKeys), it waits for
+// that one's replay, which the consumer does first.
+func ParkedOutcome(p store.Parked, err error, consumer string) (Outcome, string, error) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Succeeded, "applied by consumer " + consumer, nil
+	case err != nil:
+		return Pending, "", err
+	case p.Reason == store.ReasonHeld && p.Behind != 0:
+		return Pending, fmt.Sprintf("held behind consumer:%d, which the consumer replays first", p.Behind), nil
+	case p.ReplayRequested == nil:
+		return FailedAgain, "replay failed, still parked: " + strings.Join(strings.Fields(p.Error), " "), nil
+	}
+	return Pending, "replay requested", nil
 }

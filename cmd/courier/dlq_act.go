@@ -534,16 +534,8 @@ func (c *dlqReplayCmd) repair(ref string, relay bool, messageID, lastError strin
 func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done, ok bool, msg string, err error) {
 	if !l.relay() {
 		p, err := d.Admin().ParkedMessage(ctx, l.id)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return true, true, "applied by consumer " + l.consumer, nil
-		case err != nil:
-			return false, false, "", err
-		case p.ReplayRequested == nil:
-			// The consumer withdrew the request: the replay failed.
-			return true, false, "replay failed, still parked: " + oneLine(errors.New(p.Error)), nil
-		}
-		return false, false, "replay requested", nil
+		o, msg, err := replayguard.ParkedOutcome(p, err, l.consumer)
+		return o != replayguard.Pending, o == replayguard.Succeeded, msg, err
 	}
 	// The row is found by its id, which a replay keeps; a replay that
 	// gives it a new one (a dead letter holding its key is replayed with
