@@ -88,7 +88,7 @@ func keysOf(recs []store.Record) []key {
 
 // failure is the store's record of row seq's failure f.
 func failure(seq int64, f dispatch.Failure) store.Failure {
-	return store.Failure{Seq: seq, Error: f.Err.Error(), Delay: f.Delay, Counted: f.Counted}
+	return store.Failure{Seq: seq, Error: f.Err.Error(), Delay: f.Delay, Counted: f.Counted, Hold: f.Hold}
 }
 
 // noteRetry keeps the earliest retry this relay scheduled, so that it

@@ -24,6 +24,8 @@ type Config struct {
 	Observer Observer
 	// TracerProvider makes the send spans.
 	TracerProvider trace.TracerProvider
+	// Holds are the topics whose dead letters hold their key.
+	Holds Holds
 }
 
 // Observer is told of every call to the broker: msgs were sent, errs is the
@@ -175,13 +177,18 @@ func (d *Dispatcher) run(items []Item, limit int) int {
 }
 
 // Judge applies the policy to a failure of m, which failed attempts times
-// before (counted), at now, and logs what it means.
+// before (counted), at now, and logs what it means. A dead letter of a
+// topic of Config.Holds holds its key (Failure.Hold).
 func (d *Dispatcher) Judge(err error, m courier.Message, attempts int, now time.Time) Failure {
 	d.mu.Lock()
 	outages := d.outage.Rounds + 1
 	d.mu.Unlock()
 	f := d.cfg.Judge(err, attempts, outages, now)
+	f.Hold = f.Dead && d.cfg.Holds.Hold(m.Topic)
 	switch {
+	case f.Hold:
+		d.cfg.Logger.Error("message dead-lettered; its key is held until it is replayed or discarded", "message_id", m.ID, "key", m.Key,
+			"topic", m.Topic, "attempts", f.Attempts, "permanent", f.Permanent, "error", err)
 	case f.Dead:
 		d.cfg.Logger.Error("message dead-lettered", "message_id", m.ID, "key", m.Key,
 			"topic", m.Topic, "attempts", f.Attempts, "permanent", f.Permanent, "error", err)
