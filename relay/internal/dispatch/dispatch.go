@@ -86,7 +86,11 @@ type Item struct {
 // it are not stored (sent with it to a publisher that keeps a key's order,
 // which then stores none of them, or not sent). Otherwise the key goes on
 // with its items after Done: a dead letter that was not a refusal for good
-// leaves the rest of its run unsent too, and its key moves on.
+// leaves the rest of its run unsent too, and its key moves on, unless it
+// holds its key (Held): then the key stops after Done, its later items wait
+// behind the dead letter (the items of the run that a publisher keeping a
+// key's order stored after a refusal for good are published, and counted
+// in Done).
 type Outcome struct {
 	// Sent is how many of the key's items the round sent.
 	Sent int
@@ -98,6 +102,9 @@ type Outcome struct {
 	Dead []Judged
 	// Failed is the failure that holds the key back (its Index is Done).
 	Failed *Judged
+	// Held is true when one of Dead holds its key (Failure.Hold): the
+	// key's items after Done are not to be sent; they wait behind it.
+	Held bool
 }
 
 // Judged is one failed item and what its failure means.
@@ -155,6 +162,7 @@ func (d *Dispatcher) Round(ctx context.Context, keys [][]Item, limit int) []Outc
 				holding = !f.Permanent
 				if f.Dead {
 					o.Dead = append(o.Dead, f)
+					o.Held = o.Held || f.Hold
 					o.Done++
 					continue
 				}

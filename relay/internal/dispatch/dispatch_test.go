@@ -173,10 +173,10 @@ func TestRoundHolds(t *testing.T) {
 	pub.Fail(held.Message.ID, -1)
 	pub.Fail(free.Message.ID, -1)
 	out := d.Round(context.Background(), [][]Item{{held}, {free}}, 10)
-	if len(out[0].Dead) != 1 || !out[0].Dead[0].Hold {
+	if len(out[0].Dead) != 1 || !out[0].Dead[0].Hold || !out[0].Held {
 		t.Errorf("orders: %+v, want a dead letter that holds", out[0])
 	}
-	if len(out[1].Dead) != 1 || out[1].Dead[0].Hold {
+	if len(out[1].Dead) != 1 || out[1].Dead[0].Hold || out[1].Held {
 		t.Errorf("payments: %+v, want a dead letter that does not hold", out[1])
 	}
 }
