@@ -74,6 +74,7 @@ func (o memOps) Status(ctx context.Context) (store.Status, error) {
 		topic(d.Topic).DeadLetters++
 	}
 	topics.Fill(&st)
+	s.holdStats(&st.Outbox)
 	for _, r := range relays {
 		st.Relays = append(st.Relays, *r)
 	}
