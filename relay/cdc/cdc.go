@@ -166,6 +166,13 @@ type Database interface {
 	// Fail records failed publishes and returns each item's counted
 	// attempts as the database holds them (-1: its row is gone).
 	Fail(ctx context.Context, fs []store.LogFailure) ([]int, error)
+	// Held returns the keys that dead letters hold (Config.HoldKeys),
+	// each with its dead letter's id.
+	Held(ctx context.Context) (map[string]int64, error)
+	// Hold moves items whose key a dead letter holds behind it
+	// (courier_outbox_held), taking its turn with the replays and
+	// discards that release keys, and says what became of each.
+	Hold(ctx context.Context, items []*store.LogItem) (store.Holding, error)
 	// Releaser moves scheduled messages that have fallen due into the
 	// outbox, from where the log brings them.
 	store.Releaser
@@ -229,7 +236,8 @@ func (r *Relay) Stats() Stats { return r.m.snapshot() }
 // item is one message on its way to the broker.
 type item struct {
 	store.LogItem
-	txn *txn // nil for a row read from the table
+	txn  *txn // nil for a row read from the table
+	held bool // handed to the recorder to hold
 }
 
 // txn is one committed transaction's messages, in commit order.
