@@ -114,7 +114,9 @@ func testHeldKey(t *testing.T, pipelined bool) {
 	// it, in order; the relay finds the key released.
 	testenv.Must(t, e.d.Admin().ReplayDeadLetter(ctx, cause), "replay")
 	want := []string{"before", "poison", "after1", "after2", "after3", "after4"}
-	e.eventually(func() bool { return len(payloadsOf(e.pub.Messages(), "p")) >= len(want) && e.count("courier_outbox") == 0 },
+	e.eventually(func() bool {
+		return len(payloadsOf(e.pub.Messages(), "p")) >= len(want) && e.count("courier_outbox") == 0
+	},
 		"after the replay, the key published %q, want %q; stats %+v", testenv.Lazy(func() any { return payloadsOf(e.pub.Messages(), "p") }), want, r.Stats())
 	if got := payloadsOf(e.pub.Messages(), "p"); !slices.Equal(got, want) {
 		t.Fatalf("after the replay, the key published %q, want %q", got, want)
