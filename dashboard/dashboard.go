@@ -25,6 +25,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/hostcheck"
+	"github.com/courier-go/courier/replayguard"
 	"github.com/courier-go/courier/store"
 )
 
@@ -89,6 +90,13 @@ type Config struct {
 	// keep are: a reading closer than half of it to the one before
 	// replaces that one. Default DefaultSampleEvery (10 seconds).
 	SampleEvery time.Duration
+	// InboxRetention is the consumers' inbox marker retention
+	// (inbox.ConsumerConfig.Retention): a parked message parked longer
+	// ago is replayed only when the operator ticks "replay anyway" (its
+	// marker may be gone, so it may be applied twice). Default
+	// inbox.DefaultRetention (7 days); negative: markers are never
+	// deleted, and no replay is refused.
+	InboxRetention time.Duration
 	// History is how far back the trend charts reach: older readings are
 	// dropped, and at most History/SampleEvery readings are kept, no more
 	// than MaxReadings. Default DefaultHistory (1 hour); at least twice
@@ -130,6 +138,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.History == 0 {
 		c.History = DefaultHistory
+	}
+	if c.InboxRetention == 0 {
+		c.InboxRetention = replayguard.DefaultRetention
 	}
 	c.Prefix = strings.TrimSuffix(c.Prefix, "/")
 }

@@ -66,6 +66,27 @@
 // is still there), how many wait for their consumer to replay them, and,
 // once none is left, that none failed again.
 //
+// # Guarded replays
+//
+// A replay's confirmation lists its letters by failure group, with
+// counts (the dry run), and offers guards, as courier dlq replay does
+// (package replayguard): a canary (replay N first, wait for their outcome,
+// go on only if none failed again), a rate (replays a second), a stop on
+// the first replay that fails again, and how long to wait for outcomes. A
+// replay with a guard runs in the dashboard's process, after the request
+// has been answered, and is recorded as it goes in the database
+// (store.ReplayRuns, the table courier_replay_runs); one without is done
+// at once and recorded as a run over when it started. The Replay runs page
+// (/runs) lists the runs the database keeps, whichever process started
+// them, a page at a time. A run whose dashboard stops stays "running",
+// with the time it was last heard of.
+//
+// A consumer-side replay of a message parked longer ago than
+// [Config.InboxRetention] (the consumers' inbox marker retention, 7 days
+// by default) may apply it twice, its marker being gone: the confirmation
+// names such messages and asks to tick "Replay anyway", and a replay
+// posted without it is refused with 409 Conflict.
+//
 // # Trends
 //
 // The overview draws four charts over the last [Config.History] (1 hour):

@@ -22,6 +22,7 @@ var flashes = map[string]struct{ verb, gone string }{
 	"replayed":  {"replayed", "no longer existed"},
 	"discarded": {"discarded", "no longer existed"},
 	"cancelled": {"cancelled", "no longer waited"},
+	"started":   {"started replay run", "no longer existed"},
 }
 
 // query is the flash as URL parameters.

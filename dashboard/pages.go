@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/courier-go/courier/failgroup"
 	"github.com/courier-go/courier/store"
 )
 
@@ -65,6 +66,7 @@ func (h *Handler) pageRoutes(mux *http.ServeMux) {
 	}
 	h.failureRoutes(mux)
 	h.heldRoutes(mux)
+	h.runRoutes(mux)
 	mux.HandleFunc("GET /consumers", h.consumers)
 	mux.HandleFunc("GET /sagas", h.sagas)
 	mux.HandleFunc("GET /sagas/{type}/{id}", h.saga)
@@ -126,18 +128,21 @@ type row struct {
 	Error    string
 	Size     int64      // the payload's, in bytes
 	Replay   *time.Time // consumer side: when a replay was asked
+	Consumer string     // consumer side: the consumer that parked it
+	Group    string     // the id of its failure group (failgroup.Cause.ID)
 	Holds    bool       // relay side: it holds its key (store.Failure.Hold)
 }
 
 func relayRow(d store.DeadLetterSummary) row {
 	return row{ID: d.ID, Ref: "relay:" + strconv.FormatInt(d.ID, 10), When: d.DeadAt, Source: d.Topic,
-		Type: d.Type, Message: d.MessageID, Attempts: d.Attempts, Error: d.LastError, Size: d.PayloadSize, Holds: d.Holds}
+		Type: d.Type, Message: d.MessageID, Attempts: d.Attempts, Error: d.LastError, Size: d.PayloadSize,
+		Group: failgroup.OfDeadLetter(d.LastError).ID(), Holds: d.Holds}
 }
 
 func parkedRow(p store.ParkedSummary) row {
 	return row{ID: p.ID, Ref: "consumer:" + strconv.FormatInt(p.ID, 10), When: p.ParkedAt, Source: p.Consumer + " ← " + p.Subject,
 		Type: p.Type, Message: p.MessageID, Attempts: p.Attempts, Error: p.Reason + ": " + p.Error,
-		Size: p.PayloadSize, Replay: p.ReplayRequested}
+		Size: p.PayloadSize, Replay: p.ReplayRequested, Consumer: p.Consumer, Group: failgroup.OfParked(p.Consumer, p.Reason, p.Error).ID()}
 }
 
 // filter selects dead letters, as the CLI's courier dlq --topic, --consumer
@@ -409,7 +414,8 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 		back = "/failures/" + segment(group)
 		title = fmt.Sprintf("%s the %d %s of failure group %s?", what, len(rows), strings.ToLower(s.title), group)
 	}
-	h.render(w, r, "confirm", map[string]any{"Title": title, "Group": group,
+	guard := h.replayPreview(s, q.Get("action"), rows)
+	h.render(w, r, "confirm", map[string]any{"Title": title, "Group": group, "Guard": guard,
 		"Side": s.path, "Action": q.Get("action"), "Verb": a.verb, "Rows": rows, "Missing": missing, "Explain": explain, "Capped": capped, "Limit": h.cfg.Limit,
 		"Back": back})
 }
@@ -433,6 +439,9 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 	}
 	if problem := h.tooMany(len(r.PostForm["id"])); problem != "" {
 		h.fail(w, r, http.StatusBadRequest, problem)
+		return
+	}
+	if name == "replay" && h.guardedReplay(w, r, s) {
 		return
 	}
 	done, gone, failed := 0, 0, 0
@@ -466,6 +475,9 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s side) {
 			failed++
 			h.cfg.Logger.Error("dashboard: "+name, "dead_letter", ref, "err", err)
 		}
+	}
+	if name == "replay" {
+		h.recordReplay(r, s, done, gone, failed)
 	}
 	f := flash{code: a.done, done: done, gone: gone, failed: failed}
 	list := "/" + s.path

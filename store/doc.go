@@ -36,4 +36,7 @@
 // While no dead letter holds its key the claims cost what they did: one
 // probe of an empty index (partial on PostgreSQL and SQLite, on holds on
 // MySQL) in the statement that reads the held keys.
+//
+// [ReplayRuns] keeps the record of replays of dead letters (courier dlq
+// replay, the dashboard), so that every tool sees every run.
 package store

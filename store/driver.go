@@ -51,6 +51,8 @@ type Database interface {
 	// Operations returns the operators' maintenance view: status,
 	// reconciliation, retention and the maintenance lock.
 	Operations() Operations
+	// ReplayRuns returns the record of guarded replays of dead letters.
+	ReplayRuns() ReplayRuns
 	// SerialWrites reports that the database runs one write transaction at
 	// a time (SQLite): a writer waits until the one writing has ended.
 	SerialWrites() bool

@@ -17,10 +17,11 @@ import (
 // dashboardCmd serves the web dashboard until stopped.
 type dashboardCmd struct {
 	dbFlags
-	Addr        string   `help:"Address to listen on. Any address but a loopback one (127.0.0.1, ::1, localhost) needs --token." default:"127.0.0.1:8080" env:"COURIER_DASHBOARD_ADDR"`
-	Token       string   `help:"Secret that every page and action requires (log in with it, or send Authorization: Bearer TOKEN). Required off loopback. After 5 wrong tokens from one address, it may try once per 12 s (429 otherwise)." env:"COURIER_DASHBOARD_TOKEN"`
-	AllowedHost []string `name:"allowed-host" placeholder:"NAME" help:"Host name, besides localhost and the address it listens on, that requests may be addressed to: the name a proxy in front of the dashboard forwards. Repeatable, or comma-separated. Requests naming any other host are refused (421)." env:"COURIER_DASHBOARD_ALLOWED_HOSTS"`
-	MaxOpen     int      `name:"tenants-max-open" help:"With tenants and no --tenant (the dashboard of every tenant): how many tenants' databases are open at once, each with at most 4 connections; the one used least recently is closed for another." default:"8" env:"COURIER_DASHBOARD_TENANTS_MAX_OPEN"`
+	Addr        string        `help:"Address to listen on. Any address but a loopback one (127.0.0.1, ::1, localhost) needs --token." default:"127.0.0.1:8080" env:"COURIER_DASHBOARD_ADDR"`
+	Token       string        `help:"Secret that every page and action requires (log in with it, or send Authorization: Bearer TOKEN). Required off loopback. After 5 wrong tokens from one address, it may try once per 12 s (429 otherwise)." env:"COURIER_DASHBOARD_TOKEN"`
+	AllowedHost []string      `name:"allowed-host" placeholder:"NAME" help:"Host name, besides localhost and the address it listens on, that requests may be addressed to: the name a proxy in front of the dashboard forwards. Repeatable, or comma-separated. Requests naming any other host are refused (421)." env:"COURIER_DASHBOARD_ALLOWED_HOSTS"`
+	Retention   time.Duration `name:"inbox-retention" help:"The consumers' inbox marker retention (inbox.ConsumerConfig.Retention; default that default, 7 days): a parked message parked longer ago is replayed only when \"Replay anyway\" is ticked, since it may be applied twice. 0 or less: markers are never deleted." default:"168h" env:"COURIER_DASHBOARD_INBOX_RETENTION"`
+	MaxOpen     int           `name:"tenants-max-open" help:"With tenants and no --tenant (the dashboard of every tenant): how many tenants' databases are open at once, each with at most 4 connections; the one used least recently is closed for another." default:"8" env:"COURIER_DASHBOARD_TENANTS_MAX_OPEN"`
 }
 
 // tenantConns bounds the connections of each tenant's database the
@@ -30,6 +31,16 @@ const tenantConns = 4
 // shutdownTimeout bounds how long the dashboard waits for requests in
 // flight when it is stopped.
 const shutdownTimeout = 5 * time.Second
+
+// inboxRetention is Config.InboxRetention for --inbox-retention: 0 there
+// means markers are never deleted, which the Config says with a negative
+// value (its 0 is the default).
+func (c *dashboardCmd) inboxRetention() time.Duration {
+	if c.Retention == 0 {
+		return -1
+	}
+	return c.Retention
+}
 
 func (c *dashboardCmd) Run(e *env) error {
 	// Refuse an unsafe address before touching the database.
@@ -53,7 +64,7 @@ func (c *dashboardCmd) Run(e *env) error {
 	if err := d.CheckSchema(e.ctx); err != nil {
 		return err
 	}
-	h, err := dashboard.New(dashboard.Config{Database: d, Sagas: d.Sagas(), Token: c.Token, AllowedHosts: c.AllowedHost, Logger: e.log})
+	h, err := dashboard.New(dashboard.Config{Database: d, Sagas: d.Sagas(), Token: c.Token, AllowedHosts: c.AllowedHost, Logger: e.log, InboxRetention: c.inboxRetention()})
 	if err != nil {
 		return err
 	}
@@ -114,7 +125,7 @@ func (c *dashboardCmd) runTenants(e *env) error {
 	if err != nil {
 		return err
 	}
-	h, err := dashboard.NewTenants(dashboard.TenantsConfig{Config: dashboard.Config{Token: c.Token, AllowedHosts: c.AllowedHost, Logger: e.log},
+	h, err := dashboard.NewTenants(dashboard.TenantsConfig{Config: dashboard.Config{Token: c.Token, AllowedHosts: c.AllowedHost, Logger: e.log, InboxRetention: c.inboxRetention()},
 		List: ts.list, Open: ts.open, MaxOpen: c.MaxOpen})
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ type dlqCmd struct {
 	Groups  dlqGroupsCmd  `cmd:"" help:"Group dead letters by the cause of their failure (side, consumer, panic site, error without its ids and numbers): one line per group, with its id for --group."`
 	Replay  dlqReplayCmd  `cmd:"" help:"Replay dead letters, named or selected (--topic, --consumer, --error, --side, --group, --all): relay:ID goes back into the outbox, consumer:ID is applied again by its consumer; --wait reports the outcome."`
 	Discard dlqDiscardCmd `cmd:"" help:"Delete dead letters for good, named or selected (--topic, --consumer, --error, --side, --group, --all)."`
+	Runs    dlqRunsCmd    `cmd:"" help:"List the replay runs (courier dlq replay, the dashboard), newest first: selection, state, progress and outcome, as the database keeps them."`
 	Export  dlqExportCmd  `cmd:"" help:"Write dead letters, named or selected (--topic, --consumer, --error, --side, --group, --all), as JSON Lines: one whole record a line, payload in base64; changes nothing."`
 }
 
@@ -102,7 +103,12 @@ type dlqReplayCmd struct {
 	dlqDryRun
 	NewID     bool              `name:"new-id" help:"Give a consumer letter that has no message id (its headers were malformed) a new one (Nats-Msg-Id, a UUIDv7) before replaying it." env:"COURIER_DLQ_NEW_ID"`
 	SetHeader map[string]string `name:"set-header" help:"Set this header (exact name) of consumer letters before replaying them, to repair malformed ones: --set-header Courier-Type=OrderPlaced. Repeatable." env:"COURIER_DLQ_SET_HEADER"`
-	Wait      time.Duration     `help:"Wait up to this long for the outcome of each replay and report it (relay: published or dead again; consumer: applied or failed again); exit 1 unless all succeeded. 0: do not wait." default:"0s" env:"COURIER_DLQ_WAIT"`
+	Wait      time.Duration     `help:"Wait up to this long for the outcome of each replay and report it (relay: published or dead again; consumer: applied or failed again); exit 1 unless all succeeded. 0: do not wait. --canary and --stop-on-failure need it." default:"0s" env:"COURIER_DLQ_WAIT"`
+	Canary    int               `help:"Replay this many first, wait (--wait) for their outcome, and go on with the rest only if none failed again. 0: no canary." default:"0" env:"COURIER_DLQ_CANARY"`
+	Rate      float64           `help:"Replay at most this many a second (such as 50, or 0.5 for one every 2s). 0: as fast as the database goes." default:"0" env:"COURIER_DLQ_RATE"`
+	StopOn    bool              `name:"stop-on-failure" help:"Watch the outcomes while replaying (--wait: how long to watch once all are replayed) and stop when a replayed dead letter fails again, saying how many were replayed, failed and left." env:"COURIER_DLQ_STOP_ON_FAILURE"`
+	Force     bool              `help:"Replay consumer letters parked longer ago than the inbox's marker retention (--retention), whose replay may apply a message twice: check first that it was not applied." env:"COURIER_DLQ_FORCE"`
+	Retention time.Duration     `help:"The consumers' inbox marker retention (inbox.ConsumerConfig.Retention; default that default, 7 days): a consumer letter parked longer ago is replayed only with --force. 0 or less: markers are never deleted." default:"168h" env:"COURIER_DLQ_RETENTION"`
 }
 
 type dlqDiscardCmd struct {

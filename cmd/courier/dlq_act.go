@@ -8,6 +8,7 @@ import (
 	"maps"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/courier-go/courier/failgroup"
 	"github.com/courier-go/courier/internal/escape"
+	"github.com/courier-go/courier/replayguard"
 	"github.com/courier-go/courier/store"
 )
 
@@ -30,18 +32,29 @@ type letter struct {
 	// source is where it comes from and its type: its topic, or its
 	// consumer and subject; consumer is, consumer side, its consumer.
 	source, consumer string
-	// messageID and lastError are, consumer side, the start of its
-	// message id and of its last error: whether its replay can work.
+	// messageID and lastError are the start of its message id and,
+	// consumer side, of its last error: whether its replay can work.
 	messageID, lastError string
+	// group is the id of its failure group (failgroup.Cause.ID).
+	group string
+	// parkedAt is, consumer side, when it was parked.
+	parkedAt time.Time
 }
 
 func relayLetter(d store.DeadLetterSummary) letter {
-	return letter{ref: failgroup.Relay + ":" + strconv.FormatInt(d.ID, 10), side: failgroup.Relay, id: d.ID, source: d.Topic + " " + d.Type}
+	return letter{ref: failgroup.Relay + ":" + strconv.FormatInt(d.ID, 10), side: failgroup.Relay, id: d.ID, source: d.Topic + " " + d.Type,
+		messageID: d.MessageID, group: failgroup.OfDeadLetter(d.LastError).ID()}
 }
 
 func parkedLetter(p store.ParkedSummary) letter {
 	return letter{ref: failgroup.Consumer + ":" + strconv.FormatInt(p.ID, 10), side: failgroup.Consumer, id: p.ID,
-		source: p.Consumer + " ← " + p.Subject + " " + p.Type, consumer: p.Consumer, messageID: p.MessageID, lastError: p.Error}
+		source: p.Consumer + " ← " + p.Subject + " " + p.Type, consumer: p.Consumer, messageID: p.MessageID, lastError: p.Error,
+		group: failgroup.OfParked(p.Consumer, p.Reason, p.Error).ID(), parkedAt: p.ParkedAt}
+}
+
+// guarded is the letter as a guarded replay run takes it.
+func (l letter) guarded() replayguard.Letter {
+	return replayguard.Letter{Ref: l.ref, Relay: l.relay(), ID: l.id, MessageID: l.messageID, Consumer: l.consumer, ParkedAt: l.parkedAt}
 }
 
 // relay reports whether the letter is a relay-side dead letter.
@@ -236,8 +249,9 @@ func (c *dlqReplayCmd) Run(e *env) error {
 	if err := c.check("replay"); err != nil {
 		return err
 	}
-	if c.Wait < 0 {
-		return fmt.Errorf("--wait is %s: use a duration such as 30s, or 0 not to wait", c.Wait)
+	guard := c.options()
+	if err := guard.Check(); err != nil {
+		return err
 	}
 	d, err := c.open(e.ctx, false, "")
 	if err != nil {
@@ -266,47 +280,185 @@ func (c *dlqReplayCmd) Run(e *env) error {
 		}
 		repairs[i] = r != nil
 	}
+	guarded := make([]replayguard.Letter, len(letters))
+	for i, l := range letters {
+		guarded[i] = l.guarded()
+	}
 	if c.DryRun {
-		for i, l := range letters {
+		c.dryRun(e, letters, repairs, guard)
+		return nil
+	}
+	if err := replayguard.CheckRetention(guarded, time.Now(), c.Retention, c.Force, "--force"); err != nil {
+		return err
+	}
+	byRef := make(map[string]int, len(letters))
+	for i, l := range letters {
+		byRef[l.ref] = i
+	}
+	run := &replayguard.Run{Letters: guarded, Options: guard, Runs: d.ReplayRuns(), Side: sideOf(letters), Selection: c.selection(guard),
+		Replay: func(ctx context.Context, g replayguard.Letter) error {
+			i := byRef[g.Ref]
+			l := letters[i]
+			var err error
+			switch {
+			case l.relay():
+				err = a.ReplayDeadLetter(ctx, l.id)
+			case repairs[i]:
+				err = c.repairAndReplay(e, a, l)
+			default:
+				err = a.RequestReplay(ctx, l.id)
+			}
+			return refError(l.ref, err)
+		},
+		Outcome: func(ctx context.Context, g replayguard.Letter) (replayguard.Outcome, string, error) {
+			done, ok, msg, err := replayOutcome(ctx, d, letters[byRef[g.Ref]])
+			switch {
+			case err != nil || !done:
+				return replayguard.Pending, msg, err
+			case ok:
+				return replayguard.Succeeded, msg, nil
+			}
+			return replayguard.FailedAgain, msg, nil
+		},
+		OnReplayed: func(g replayguard.Letter) {
+			if c.Wait > 0 {
+				return
+			}
+			if g.Relay {
+				fmt.Fprintf(e.stdout, "%s is back in the outbox; a running relay publishes it (--wait to see the outcome)\n", g.Ref)
+			} else {
+				fmt.Fprintf(e.stdout, "%s: replay requested; consumer %s applies it when it next looks (every 5s by default) if it is running (--wait to see the outcome)\n", g.Ref, escape.Line(g.Consumer))
+			}
+		},
+		OnOutcome: func(g replayguard.Letter, _ replayguard.Outcome, msg string) {
+			fmt.Fprintf(e.stdout, "%-16s %s\n", g.Ref, escape.Line(msg))
+		},
+	}
+	if guard.Guarded() || len(letters) > 1 {
+		// Progress goes to stderr, a line a second, so that stdout
+		// keeps the outcomes only.
+		run.OnProgress = func(p replayguard.Progress) {
+			fmt.Fprintf(e.stderr, "replay run: %s\n", escape.Line(p.String()))
+		}
+	}
+	res, err := run.Do(e.ctx)
+	if err != nil {
+		if res.ID == 0 {
+			return err
+		}
+		return fmt.Errorf("%w (replay run %d: %d of %d replayed, %d left; courier dlq runs shows it)", err, res.ID, res.Replayed, res.Total, res.Left)
+	}
+	return c.report(e, d, res)
+}
+
+// report prints how run res ended: the replays without an outcome after
+// --wait, and for a stopped run what was replayed, failed and left; it
+// returns an error (exit 1) unless every replay waited for succeeded.
+func (c *dlqReplayCmd) report(e *env, d store.Driver[*sql.Tx], res replayguard.Result) error {
+	for _, g := range res.Pending {
+		l := letter{ref: g.Ref, id: g.ID, side: failgroup.Consumer, consumer: g.Consumer, messageID: g.MessageID}
+		if g.Relay {
+			l.side = failgroup.Relay
+			_, _, msg, _ := replayOutcome(e.ctx, d, l)
+			fmt.Fprintf(e.stdout, "%-16s not published after %s: %s; is a relay running? (courier status)\n", l.ref, c.Wait, escape.Line(msg))
+		} else {
+			fmt.Fprintf(e.stdout, "%-16s not applied after %s: is consumer %s running? The request stands.\n", l.ref, c.Wait, escape.Line(l.consumer))
+		}
+	}
+	if res.State == store.RunStopped {
+		return fmt.Errorf("replay run %d %s (%d replayed, %d failed again, %d left); courier dlq runs shows it", res.ID, res.Note, res.Replayed, res.Failed, res.Left)
+	}
+	if c.Wait == 0 {
+		if res.Replayed > 1 {
+			fmt.Fprintf(e.stdout, "%d dead letter(s) replayed\n", res.Replayed)
+		}
+		return nil
+	}
+	if bad := res.Failed + len(res.Pending); bad > 0 {
+		return fmt.Errorf("%d of %d replay(s) did not succeed; see above, and courier dlq show REF", bad, res.Replayed)
+	}
+	return nil
+}
+
+// options are the guards the flags ask for.
+func (c *dlqReplayCmd) options() replayguard.Options {
+	return replayguard.Options{Canary: c.Canary, Rate: c.Rate, StopOnFailure: c.StopOn, Wait: c.Wait}
+}
+
+// selection describes the run's selection and guards, as courier dlq
+// runs shows it.
+func (c *dlqReplayCmd) selection(guard replayguard.Options) string {
+	var parts []string
+	switch {
+	case len(c.Refs) > 0:
+		parts = append(parts, strings.Join(c.Refs, " "))
+	case c.Group != "":
+		parts = append(parts, "group "+c.Group)
+	case c.All && !c.filtered():
+		parts = append(parts, "all")
+	}
+	for _, f := range [][2]string{{"topic", c.Topic}, {"consumer", c.Consumer}, {"error", c.Error}} {
+		if f[1] != "" {
+			parts = append(parts, f[0]+" "+strconv.Quote(f[1]))
+		}
+	}
+	if c.Side != "both" {
+		parts = append(parts, "side "+c.Side)
+	}
+	if g := guard.Describe(); g != "" {
+		parts = append(parts, g)
+	}
+	return "courier dlq replay: " + strings.Join(parts, "; ")
+}
+
+// sideOf is the side of letters: relay, consumer or both.
+func sideOf(letters []letter) string {
+	side := letters[0].side
+	for _, l := range letters {
+		if l.side != side {
+			return "both"
+		}
+	}
+	return side
+}
+
+// dryRun prints what a replay would do, by group (package failgroup),
+// with counts, and the guards' plan; it changes nothing.
+func (c *dlqReplayCmd) dryRun(e *env, letters []letter, repairs []bool, guard replayguard.Options) {
+	var order []string
+	byGroup := map[string][]int{}
+	for i, l := range letters {
+		if _, ok := byGroup[l.group]; !ok {
+			order = append(order, l.group)
+		}
+		byGroup[l.group] = append(byGroup[l.group], i)
+	}
+	now := time.Now()
+	stale := 0
+	for _, g := range order {
+		first := letters[byGroup[g][0]]
+		fmt.Fprintf(e.stdout, "group %s (%s): %d dead letter(s)\n", g, first.side, len(byGroup[g]))
+		for _, i := range byGroup[g] {
+			l := letters[i]
 			verb := "replay"
 			if repairs[i] {
 				verb = "repair and replay"
 			}
-			fmt.Fprintf(e.stdout, "would %s %-16s %s\n", verb, l.ref, l.what())
-		}
-		fmt.Fprintf(e.stdout, "%d dead letter(s) would be replayed (--dry-run: nothing changed)\n", len(letters))
-		return nil
-	}
-	var asked []letter
-	for i, l := range letters {
-		switch {
-		case l.relay():
-			err = a.ReplayDeadLetter(e.ctx, l.id)
-		case repairs[i]:
-			err = c.repairAndReplay(e, a, l)
-		default:
-			err = a.RequestReplay(e.ctx, l.id)
-		}
-		if err != nil {
-			return fmt.Errorf("%w (replayed before it: %d of %d)", refError(l.ref, err), len(asked), len(letters))
-		}
-		asked = append(asked, l)
-		if c.Wait > 0 {
-			continue
-		}
-		if l.relay() {
-			fmt.Fprintf(e.stdout, "%s is back in the outbox; a running relay publishes it (--wait to see the outcome)\n", l.ref)
-		} else {
-			fmt.Fprintf(e.stdout, "%s: replay requested; consumer %s applies it when it next looks (every 5s by default) if it is running (--wait to see the outcome)\n", l.ref, escape.Line(l.consumer))
+			note := ""
+			if replayguard.Stale(l.guarded(), now, c.Retention) {
+				stale++
+				note = fmt.Sprintf(" (parked %s ago, beyond the retention: needs --force)", replayguard.Age(now.Sub(l.parkedAt)))
+			}
+			fmt.Fprintf(e.stdout, "  would %s %-16s %s%s\n", verb, l.ref, l.what(), note)
 		}
 	}
-	if c.Wait == 0 {
-		if len(asked) > 1 {
-			fmt.Fprintf(e.stdout, "%d dead letter(s) replayed\n", len(asked))
-		}
-		return nil
+	if plan := guard.Describe(); plan != "" {
+		fmt.Fprintf(e.stdout, "guards: %s\n", plan)
 	}
-	return waitReplays(e, d, asked, c.Wait)
+	if stale > 0 && !c.Force {
+		fmt.Fprintf(e.stdout, "%d consumer letter(s) were parked longer ago than the inbox's marker retention (%s): the replay is refused without --force\n", stale, replayguard.Age(c.Retention))
+	}
+	fmt.Fprintf(e.stdout, "%d group(s); %d dead letter(s) would be replayed (--dry-run: nothing changed)\n", len(order), len(letters))
 }
 
 // repair is what replay changes in a consumer letter before replaying it.
@@ -377,73 +529,37 @@ func (c *dlqReplayCmd) repair(ref string, relay bool, messageID, lastError strin
 	return r, nil
 }
 
-// waitReplays follows each replay until it succeeds, fails again or wait
-// has passed, and reports each outcome.
-func waitReplays(e *env, d store.Driver[*sql.Tx], letters []letter, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	pending := letters
-	failed := 0
-	for {
-		var still []letter
-		for _, l := range pending {
-			done, ok, msg, err := replayOutcome(e.ctx, d, l)
-			if err != nil {
-				return err
-			}
-			if !done {
-				still = append(still, l)
-				continue
-			}
-			if !ok {
-				failed++
-			}
-			fmt.Fprintf(e.stdout, "%-16s %s\n", l.ref, escape.Line(msg))
-		}
-		pending = still
-		if len(pending) == 0 || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-e.ctx.Done():
-			return e.ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	for _, l := range pending {
-		failed++
-		if l.relay() {
-			_, _, msg, _ := replayOutcome(e.ctx, d, l)
-			fmt.Fprintf(e.stdout, "%-16s not published after %s: %s; is a relay running? (courier status)\n", l.ref, wait, escape.Line(msg))
-		} else {
-			fmt.Fprintf(e.stdout, "%-16s not applied after %s: is consumer %s running? The request stands.\n", l.ref, wait, escape.Line(l.consumer))
-		}
-	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d replay(s) did not succeed; see above, and courier dlq show REF", failed, len(letters))
-	}
-	return nil
-}
-
 // replayOutcome tells whether a replay ended (done), whether it succeeded
 // (ok) and says how, or where it stands.
 func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done, ok bool, msg string, err error) {
-	a := d.Admin()
 	if !l.relay() {
-		p, err := a.ParkedMessage(ctx, l.id)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return true, true, "applied by consumer " + l.consumer, nil
-		case err != nil:
-			return false, false, "", err
-		case p.ReplayRequested == nil:
-			// The consumer withdrew the request: the replay failed.
-			return true, false, "replay failed, still parked: " + oneLine(errors.New(p.Error)), nil
-		}
-		return false, false, "replay requested", nil
+		p, err := d.Admin().ParkedMessage(ctx, l.id)
+		o, msg, err := replayguard.ParkedOutcome(p, err, l.consumer)
+		return o != replayguard.Pending, o == replayguard.Succeeded, msg, err
 	}
-	attempts, lastErr, inOutbox, err := outboxRow(ctx, d, l.id)
+	// The row is found by its id, which a replay keeps; a replay that
+	// gives it a new one (a dead letter holding its key is replayed with
+	// its held messages, renumbered) leaves it to be found by its message
+	// id: a dead letter's is unique, and the outbox holds pending rows
+	// only.
+	attempts, lastErr, inOutbox, err := outboxRow(ctx, d, "id", l.id)
 	if err != nil {
 		return false, false, "", err
+	}
+	if !inOutbox {
+		var dead sql.NullString
+		err := d.InTx(ctx, func(tx *sql.Tx) error {
+			return d.QueryRow(ctx, tx, `SELECT last_error FROM courier_outbox_dead_letters WHERE message_id = ?`, []any{&dead}, l.messageID)
+		})
+		switch {
+		case err == nil:
+			return true, false, "dead again: " + oneLine(errors.New(dead.String)), nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return false, false, "", fmt.Errorf("read the dead letter of message %s: %w", l.messageID, err)
+		}
+		if attempts, lastErr, inOutbox, err = outboxRow(ctx, d, "message_id", l.messageID); err != nil {
+			return false, false, "", err
+		}
 	}
 	if inOutbox {
 		if lastErr == "" {
@@ -451,28 +567,21 @@ func replayOutcome(ctx context.Context, d store.Driver[*sql.Tx], l letter) (done
 		}
 		return false, false, fmt.Sprintf("%d failed attempt(s), last: %s", attempts, oneLine(errors.New(lastErr))), nil
 	}
-	dl, err := a.DeadLetter(ctx, l.id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return true, true, "published", nil
-	case err != nil:
-		return false, false, "", err
-	}
-	return true, false, "dead again: " + oneLine(errors.New(dl.LastError)), nil
+	return true, true, "published", nil
 }
 
-// outboxRow reads the attempts and last error of outbox row id, and whether
-// it is still there.
-func outboxRow(ctx context.Context, d store.Driver[*sql.Tx], id int64) (attempts int, lastErr string, found bool, err error) {
+// outboxRow reads the attempts and last error of the outbox row whose
+// column (id or message_id) is value, and whether it is there.
+func outboxRow(ctx context.Context, d store.Driver[*sql.Tx], column string, value any) (attempts int, lastErr string, found bool, err error) {
 	var le sql.NullString
 	err = d.InTx(ctx, func(tx *sql.Tx) error {
-		return d.QueryRow(ctx, tx, `SELECT attempts, last_error FROM courier_outbox WHERE id = ?`, []any{&attempts, &le}, id)
+		return d.QueryRow(ctx, tx, `SELECT attempts, last_error FROM courier_outbox WHERE `+column+` = ?`, []any{&attempts, &le}, value)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", false, nil
 	}
 	if err != nil {
-		return 0, "", false, fmt.Errorf("read outbox row %d: %w", id, err)
+		return 0, "", false, fmt.Errorf("read outbox row %s %v: %w", column, value, err)
 	}
 	return attempts, le.String, true, nil
 }

@@ -17,8 +17,9 @@ const hostile = "\x1b]0;pwn\a\rFAKE \u009b2J \u202egnp.exe"
 
 // What the CLI prints of stored or remote text reaches the operator's
 // terminal escaped: dead letters' errors, topics, keys, types, headers,
-// consumers, subjects and payloads, in list, show, replay and discard, in
-// status and reconcile, and in the JSON those commands print.
+// consumers, subjects and payloads, in list, show, replay and discard, the
+// replay runs' selections and notes (dlq runs), in status and reconcile,
+// and in the JSON those commands print.
 func TestStoredTextIsEscaped(t *testing.T) {
 	d := dlqDatabases(t)["sqlite"](t)
 	now := time.Now().UnixMicro()
@@ -37,6 +38,8 @@ VALUES (1, ?, ?, ?, ?, ?, ?, ?, 5, ?)`, []any{"billing" + hostile, "mid" + hosti
 		{`INSERT INTO courier_outbox (message_id, topic, ordering_key, type, version, content_type, payload, occurred_at, created_at, attempts, retry_at, last_error)
 VALUES ('01939f3a-0000-7000-8000-000000000099', ?, ?, 'T', 1, 'text/plain', x'00', ?, ?, 7, ?, ?)`,
 			[]any{"pending" + hostile, "k" + hostile, old, old, now + int64(time.Hour/time.Microsecond), "refused: " + hostile}},
+		{`INSERT INTO courier_replay_runs (side, selection, state, total, replayed, failed, note, started_at, updated_at)
+VALUES ('relay', ?, 'stopped', 2, 1, 1, ?, ?, ?)`, []any{"topic " + hostile, "stopped: " + hostile, now, now}},
 	} {
 		_, err := d.db.Exec(q.sql, q.args...)
 		testenv.Must(t, err, "seed")
@@ -48,6 +51,7 @@ VALUES ('01939f3a-0000-7000-8000-000000000099', ?, ?, 'T', 1, 'text/plain', x'00
 		{"dlq", "show", "consumer:1"},
 		{"dlq", "replay", "--all", "--dry-run"},
 		{"dlq", "discard", "--all", "--dry-run"},
+		{"dlq", "runs"},
 		{"status"},
 		{"reconcile", "--retry-attempts", "1", "--retry-age", "1s"},
 	} {
@@ -63,7 +67,7 @@ VALUES ('01939f3a-0000-7000-8000-000000000099', ?, ?, 'T', 1, 'text/plain', x'00
 			t.Errorf("courier %s does not show the stored text, escaped:\n%s", strings.Join(args, " "), out)
 		}
 	}
-	for _, args := range [][]string{{"dlq", "list", "--json"}, {"dlq", "show", "--json", "relay:41"}, {"status", "--json"}} {
+	for _, args := range [][]string{{"dlq", "list", "--json"}, {"dlq", "show", "--json", "relay:41"}, {"dlq", "runs", "--json"}, {"status", "--json"}} {
 		code, out, errOut := runCLI(t, append(args, db...)...)
 		if r, ok := unsafeRune(out); code != 0 || ok {
 			t.Errorf("courier %s: exit %d, printed %U raw:\n%q%s", strings.Join(args, " "), code, r, out, errOut)

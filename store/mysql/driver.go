@@ -73,4 +73,5 @@ var mysqlDialect = sqldriver.Dialect{
 	RelayStore:    newRelayStore,
 	Idempotency:   idempotency,
 	Operations:    operations,
+	ReplayRuns:    replayRuns,
 }

@@ -72,6 +72,10 @@ func (d database) Admin() store.Admin { return admin(d) }
 // driver's clock.
 func (d database) Operations() store.Operations { return operations(d.pool, d.clock) }
 
+// ReplayRuns returns the record of guarded replays on the pool, on the
+// driver's clock.
+func (d database) ReplayRuns() store.ReplayRuns { return replayRuns(d.pool, d.clock) }
+
 // SerialWrites reports false: PostgreSQL runs write transactions side by
 // side.
 func (database) SerialWrites() bool { return false }

@@ -77,4 +77,5 @@ var sqliteDialect = sqldriver.Dialect{
 	RelayStore:    newRelayStore,
 	Idempotency:   idempotency,
 	Operations:    operations,
+	ReplayRuns:    replayRuns,
 }

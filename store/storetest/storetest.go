@@ -62,6 +62,7 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"HeldBacklogBeyondWindow", testHeldBacklogBeyondWindow[TTx]},
 		{"HeldKeyRace", testHeldKeyRace[TTx]},
 		{"Operations", testOperations[TTx]},
+		{"ReplayRuns", testReplayRuns[TTx]},
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim[TTx]},
 		{"IdempotencyTakeoverAndExpiry", testIdempotencyExpiry[TTx]},
 		{"IdempotencyConcurrentClaims", testIdempotencyConcurrent[TTx]},

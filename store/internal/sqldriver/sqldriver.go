@@ -46,6 +46,8 @@ type Dialect struct {
 	Idempotency func(db *sql.DB, clock store.Clock) store.Idempotency[*sql.Tx]
 	// Operations returns the operators' maintenance view of db at clock.
 	Operations func(db *sql.DB, clock store.Clock) store.Operations
+	// ReplayRuns returns the record of guarded replays on db at clock.
+	ReplayRuns func(db *sql.DB, clock store.Clock) store.ReplayRuns
 }
 
 // Driver is a store.Driver[*sql.Tx] on one database of a Dialect.
@@ -119,6 +121,9 @@ func (d Driver) Admin() store.Admin { return d.stores().Admin() }
 // Operations returns the operators' maintenance view, on the driver's
 // clock.
 func (d Driver) Operations() store.Operations { return d.dialect.Operations(d.db, d.clock) }
+
+// ReplayRuns returns the record of guarded replays, on the driver's clock.
+func (d Driver) ReplayRuns() store.ReplayRuns { return d.dialect.ReplayRuns(d.db, d.clock) }
 
 // SerialWrites reports whether the database runs one write transaction at
 // a time.
