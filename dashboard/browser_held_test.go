@@ -14,8 +14,9 @@ import (
 // The held keys in a browser: the overview counts them and links to
 // their page, which lists them; a cause opens on the page of the dead
 // letter, which lists the messages held behind it and says what replay
-// and discard do to them; replayed through the confirmation, its key
-// leaves the list. The failure group of two causes counts what they hold.
+// and discard do to them; replayed through the confirmation, which says
+// it too, its key leaves the list. The failure group of two causes counts
+// what they hold.
 func TestBrowserHeldKeys(t *testing.T) {
 	ctx := browser(t)
 	const why = "kafka: schema registry rejected OrderAmended v3: field total is missing"
@@ -54,6 +55,10 @@ func TestBrowserHeldKeys(t *testing.T) {
 	}
 	shot(t, ctx, "held-dead-letter")
 	do(t, ctx, "replay", chromedp.Click(css(`button[value="replay"]`)), chromedp.WaitVisible(css("#confirm")))
+	if page := get(t, ctx, "confirmation", chromedp.Text(css("main"))); !strings.Contains(page, "1 of them holds its key: it is published first, then the messages held behind it, in order.") {
+		t.Fatalf("the replay's confirmation does not say what it does to the held messages:\n%s", page)
+	}
+	shot(t, ctx, "held-confirm")
 	do(t, ctx, "confirm replay", chromedp.Click(css("#go")), chromedp.WaitVisible(css("#flash")))
 	if flash := get(t, ctx, "flash", chromedp.Text(css("#flash"))); flash != "replayed 1" {
 		t.Fatalf("after the replay the page says %q", flash)

@@ -21,10 +21,11 @@
 //     error text: each with its cause, since when, and how many messages
 //     wait behind it. The page of a dead letter that holds its key lists
 //     the messages held behind it and says what its replay (it, then them,
-//     in order) and discard (its key moves on) do to them; the lists of
-//     dead letters and of a failure group's members mark those that hold
-//     their key, and the group's page counts them and the messages behind
-//     them; the overview counts the held keys and messages.
+//     in order) and discard (its key moves on) do to them, as the
+//     confirmations do; the lists of dead letters and of a failure group's
+//     members mark those that hold their key, and the group's page counts
+//     them and the messages behind them; the overview counts the held keys
+//     and messages.
 //   - Failures: dead letters and parked messages grouped by their cause
 //     (see Failure groups below), each group with its count, first and
 //     last failure, topics, consumers and members; a whole group replayed,

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -99,4 +100,26 @@ func holdAge(st store.Stats) time.Duration {
 		return 0
 	}
 	return st.Now.Sub(st.OldestHold)
+}
+
+// heldExplain is what a confirmation of action (replay or discard) on
+// rows adds about those of them that hold their key: "" when none does.
+func heldExplain(rows []row, action string) string {
+	n := 0
+	for _, r := range rows {
+		if r.Holds {
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	holds, each := fmt.Sprintf("%d of them hold their key", n), "each"
+	if n == 1 {
+		holds, each = "1 of them holds its key", "it"
+	}
+	if action == "discard" {
+		return fmt.Sprintf(" %s: deleting %s lets its key move on, and the messages held behind it go back into the outbox, in order, and are published.", holds, each)
+	}
+	return fmt.Sprintf(" %s: %s is published first, then the messages held behind it, in order.", holds, each)
 }

@@ -147,6 +147,21 @@ func testHeldKeysOverHTTP(t *testing.T, dbURL string) {
 	if code != 200 || !strings.Contains(page, "the key's later messages will wait behind it") || strings.Contains(page, `id="held"`) {
 		t.Fatalf("the page of dead letter %d, which holds its key with nothing behind it yet: %d\n%s", c, code, page)
 	}
+	// The confirmations of a replay and of a discard say what they do to
+	// the messages held behind those that hold their key.
+	for _, cf := range []struct{ query, want string }{
+		{fmt.Sprintf("action=replay&id=%d&id=%d", a, plain), "1 of them holds its key: it is published first, then the messages held behind it, in order."},
+		{fmt.Sprintf("action=discard&id=%d&id=%d&id=%d", a, c, plain), "2 of them hold their key: deleting each lets its key move on, and the messages held behind it go back into the outbox, in order, and are published."},
+	} {
+		code, page = cl.get("/dead-letters/confirm?" + cf.query)
+		if code != 200 || !strings.Contains(page, cf.want) {
+			t.Fatalf("the confirmation of %s: %d, want %q\n%s", cf.query, code, cf.want, page)
+		}
+	}
+	if code, page = cl.get(fmt.Sprintf("/dead-letters/confirm?action=replay&id=%d", plain)); code != 200 || strings.Contains(page, "hold") {
+		t.Fatalf("the confirmation of a replay of relay:%d, which holds nothing, speaks of held keys: %d\n%s", plain, code, page)
+	}
+
 	// The list of dead letters marks those that hold their key, and so
 	// does a failure group's list of members.
 	var list string

@@ -408,6 +408,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s side) {
 		what = "Discard"
 		explain = "Each is deleted for good. This cannot be undone."
 	}
+	explain += heldExplain(rows, q.Get("action"))
 	back := "/" + s.path + "?" + filterOf(q).Query()
 	title := fmt.Sprintf("%s %d %s?", what, len(rows), strings.ToLower(s.title))
 	if group != "" {
