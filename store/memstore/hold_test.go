@@ -93,6 +93,17 @@ func TestHoldKeepsTheKey(t *testing.T) {
 	if stats.HeldKeys != 1 || stats.Held != 3 || stats.Pending != 0 || !stats.OldestHold.Equal(time.Unix(1000, 0).UTC()) {
 		t.Fatalf("stats: %+v, want 1 held key, 3 held rows, none pending", stats)
 	}
+	// Status counts them too, by topic, and in all as Stats does.
+	status, err := st.Operations().Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := status.Outbox; o.HeldKeys != 1 || o.Held != 3 || !o.OldestHold.Equal(stats.OldestHold) {
+		t.Fatalf("status' outbox: %+v, want the held counts of stats %+v", o, stats)
+	}
+	if len(status.Topics) != 1 || status.Topics[0].HeldKeys != 1 || status.Topics[0].Held != 3 || !status.Topics[0].OldestHold.Equal(stats.OldestHold) {
+		t.Fatalf("status' topics: %+v, want orders with 1 held key and 3 held rows", status.Topics)
+	}
 	d := st.DeadLetters()
 	if len(d) != 1 || d[0].ID != cause || !d[0].Holds || d[0].Held != 3 {
 		t.Fatalf("dead letters: %+v", d)

@@ -71,10 +71,19 @@ func (o memOps) Status(ctx context.Context) (store.Status, error) {
 		}
 	}
 	for _, d := range s.dead {
-		topic(d.Topic).DeadLetters++
+		t := topic(d.Topic)
+		t.DeadLetters++
+		if h := s.holds[d.ID]; h != nil {
+			t.HeldKeys++
+			if t.OldestHold.IsZero() || h.since.Before(t.OldestHold) {
+				t.OldestHold = h.since
+			}
+			for _, r := range h.held {
+				topic(r.rec.Message.Topic).Held++
+			}
+		}
 	}
 	topics.Fill(&st)
-	s.holdStats(&st.Outbox)
 	for _, r := range relays {
 		st.Relays = append(st.Relays, *r)
 	}
