@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/courier-go/courier/store"
 )
@@ -91,15 +90,6 @@ func (h *Handler) holdsOf(ctx context.Context, ids []int64) (groupHolds, error) 
 		ids = ids[n:]
 	}
 	return g, nil
-}
-
-// holdAge is how long the outbox's oldest hold has lasted at st's time,
-// 0 when no key is held.
-func holdAge(st store.Stats) time.Duration {
-	if st.OldestHold.IsZero() {
-		return 0
-	}
-	return st.Now.Sub(st.OldestHold)
 }
 
 // heldExplain is what a confirmation of action (replay or discard) on

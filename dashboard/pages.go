@@ -94,7 +94,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	out := st.Outbox
 	data := map[string]any{"Title": "Overview", "Now": st.Now, "Stats": out, "OldestAge": out.OldestPendingAge(),
 		"Parked": now.parked, "Dialect": h.cfg.Database.Dialect(), "Topics": st.Topics, "Relays": st.Relays, "Expired": expired,
-		"Published": st.Published, "Scheduled": st.Scheduled, "HoldAge": holdAge(out)}
+		"Published": st.Published, "Scheduled": st.Scheduled, "HoldAge": out.OldestHoldAge()}
 	tr := h.trendsOf(h.trend.readings(), r.URL.Query().Get("refresh") == "1")
 	data["Trends"] = tr
 	if tr.Refreshing {

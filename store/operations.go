@@ -187,6 +187,15 @@ func (t TopicStatus) OldestPendingAge(now time.Time) time.Duration {
 	return now.Sub(t.OldestPending)
 }
 
+// OldestHoldAge is how long the topic's oldest held key has been held at
+// now, or 0 when none is.
+func (t TopicStatus) OldestHoldAge(now time.Time) time.Duration {
+	if t.OldestHold.IsZero() {
+		return 0
+	}
+	return now.Sub(t.OldestHold)
+}
+
 // RelayStatus is one lease owner (a relay instance) and its leases.
 type RelayStatus struct {
 	Owner string `json:"owner"`

@@ -143,6 +143,15 @@ func (s Stats) OldestPendingAge() time.Duration {
 	return s.Now.Sub(s.OldestPending)
 }
 
+// OldestHoldAge is how long the oldest held key has been held, or 0 when
+// none is.
+func (s Stats) OldestHoldAge() time.Duration {
+	if s.OldestHold.IsZero() {
+		return 0
+	}
+	return s.Now.Sub(s.OldestHold)
+}
+
 // Errors about the schema version, returned by Migrate and by CheckSchema.
 var (
 	// ErrSchemaNewer means the database's schema was migrated by a newer

@@ -78,7 +78,7 @@ func (c *statusCmd) Run(e *env) error {
 		if err := writeJSON(e, statusJSON{
 			Pending: st.Outbox.Pending, Leased: st.Outbox.Leased, InBackoff: st.Outbox.InBackoff, DeadLetters: st.Outbox.DeadLetters,
 			OldestPendingAgeS: st.Outbox.OldestPendingAge().Seconds(), HeldKeys: st.Outbox.HeldKeys, Held: st.Outbox.Held,
-			OldestHoldAgeS: holdAge(st.Now, st.Outbox.OldestHold).Seconds(), Status: st, Failed: failed, Warnings: warned,
+			OldestHoldAgeS: st.Outbox.OldestHoldAge().Seconds(), Status: st, Failed: failed, Warnings: warned,
 		}); err != nil {
 			return err
 		}
@@ -224,9 +224,9 @@ func printStatus(w io.Writer, st store.Status) {
 	o := st.Outbox
 	row("OUTBOX", "pending", "leased", "in backoff", "oldest", "dead letters", "held keys", "held", "oldest hold")
 	for _, t := range st.Topics {
-		row(t.Topic, t.Pending, t.Leased, t.InBackoff, age(t.OldestPendingAge(st.Now)), t.DeadLetters, t.HeldKeys, t.Held, age(holdAge(st.Now, t.OldestHold)))
+		row(t.Topic, t.Pending, t.Leased, t.InBackoff, age(t.OldestPendingAge(st.Now)), t.DeadLetters, t.HeldKeys, t.Held, age(t.OldestHoldAge(st.Now)))
 	}
-	row("total", o.Pending, o.Leased, o.InBackoff, age(o.OldestPendingAge()), o.DeadLetters, o.HeldKeys, o.Held, age(holdAge(st.Now, o.OldestHold)))
+	row("total", o.Pending, o.Leased, o.InBackoff, age(o.OldestPendingAge()), o.DeadLetters, o.HeldKeys, o.Held, age(o.OldestHoldAge()))
 	row()
 	row("RELAYS", "leases", "rows", "expired", "lease ends")
 	for _, r := range st.Relays {

@@ -107,12 +107,3 @@ func (c *statusCmd) heldChecks(now time.Time, holds []oldestHold) []string {
 	}
 	return failed
 }
-
-// holdAge is how long before now a hold began at since, or 0 when none
-// did.
-func holdAge(now, since time.Time) time.Duration {
-	if since.IsZero() {
-		return 0
-	}
-	return now.Sub(since)
-}
