@@ -10,10 +10,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/amqp"
+	"github.com/courier-go/courier/broker/kafka"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
@@ -112,13 +115,50 @@ func rabbitMQSharedKeys() sharedKeys {
 	}}
 }
 
+// kafkaSharedKeys is a Kafka consumer group, whose members share the
+// partitions of topic "ledger" (each partition, and so each key, to one
+// member at a time), on kfake: franz-go's Kafka cluster, which speaks the
+// Kafka protocol, run in the test process, since no Kafka server runs
+// here. Its sessions are short, as the other brokers' member timeouts are.
+func kafkaSharedKeys() sharedKeys {
+	return sharedKeys{name: "kafka", setup: func(t *testing.T) (func(...courier.Message), func() broker.Subscriber) {
+		const session = time.Second
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(session))
+		testenv.Must(t, err, "kfake")
+		t.Cleanup(c.Close)
+		cfg := kafka.Config{Brokers: c.ListenAddrs(), TopicPrefix: testenv.Name("ibh") + "."}
+		adm, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+		testenv.Must(t, err, "admin client")
+		defer adm.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		testenv.Must(t, kafka.EnsureTopic(ctx, adm, cfg, "ledger", kafka.TopicConfig{Partitions: holdPartitions}), "topic")
+		pub, err := kafka.NewPublisher(kafka.PublisherConfig{Config: cfg})
+		testenv.Must(t, err, "publisher")
+		t.Cleanup(pub.Close)
+		publish := func(ms ...courier.Message) {
+			for i, err := range pub.Publish(context.Background(), ms) {
+				testenv.Must(t, err, fmt.Sprintf("publish %d", i))
+			}
+		}
+		subscribe := func() broker.Subscriber {
+			sub, err := kafka.NewSubscriber(context.Background(), kafka.SubscriberConfig{Config: cfg, Group: "ledger", Topics: []string{"ledger"},
+				Options: []kgo.Opt{kgo.SessionTimeout(session), kgo.HeartbeatInterval(100 * time.Millisecond), kgo.RebalanceTimeout(session * 4 / 3)}})
+			testenv.Must(t, err, "subscriber")
+			t.Cleanup(func() { _ = sub.Close() })
+			return sub
+		}
+		return publish, subscribe
+	}}
+}
+
 // TestHeldKeyAcrossInstances runs two instances of a consumer that holds
-// keys on subscribers that share the keys among them, NATS JetStream's
-// and RabbitMQ's: the poisoned key is held for both, and replaying its
+// keys on subscribers that share the keys among them, NATS JetStream's,
+// RabbitMQ's and a Kafka consumer group's (on kfake): the poisoned key is held for both, and replaying its
 // cause (which both instances see) applies it and the messages held behind
 // it, and those that come meanwhile, once each and in order.
 func TestHeldKeyAcrossInstances(t *testing.T) {
-	for _, b := range []sharedKeys{natsSharedKeys(), rabbitMQSharedKeys()} {
+	for _, b := range []sharedKeys{natsSharedKeys(), rabbitMQSharedKeys(), kafkaSharedKeys()} {
 		t.Run(b.name, func(t *testing.T) {
 			e := &env[pgx.Tx]{t: t, db: postgresDialect().open(t)}
 			publish, subscribe := b.setup(t)

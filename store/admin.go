@@ -276,4 +276,10 @@ type ParkedSummary struct {
 	PayloadSize     int64      `json:"payload_size"`
 	ParkedAt        time.Time  `json:"parked_at"`
 	ReplayRequested *time.Time `json:"replay_requested,omitempty"`
+	// Key is the message's ordering key when its consumer holds the keys
+	// of its topic (Parked.Key); empty otherwise.
+	Key string `json:"key,omitempty"`
+	// Behind is, for a delivery parked with ReasonHeld, the id of the
+	// parked delivery that holds its key (Parked.Behind); 0 otherwise.
+	Behind int64 `json:"behind,omitempty"`
 }

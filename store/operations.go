@@ -120,8 +120,8 @@ type Status struct {
 	// none.
 	Published       Count     `json:"published"`
 	OldestPublished time.Time `json:"oldest_published,omitzero"`
-	// Consumers are the consumers with parked deliveries or recorded
-	// failures, by name.
+	// Consumers are the consumers with parked deliveries, recorded
+	// failures or held keys, by name.
 	Consumers []ConsumerStatus `json:"consumers"`
 	// InboxMarkers counts the dedup markers of all consumers.
 	InboxMarkers Count `json:"inbox_markers"`
@@ -209,8 +209,8 @@ type RelayStatus struct {
 	Until time.Time `json:"until"`
 }
 
-// ConsumerStatus is one consumer's trouble: parked deliveries and failed
-// runs of its handler.
+// ConsumerStatus is one consumer's trouble: parked deliveries, failed
+// runs of its handler and the keys it holds.
 type ConsumerStatus struct {
 	Consumer string `json:"consumer"`
 	// Parked counts consume-side dead letters; ReplayRequested those an
@@ -223,6 +223,13 @@ type ConsumerStatus struct {
 	FailingMessages int64     `json:"failing_messages"`
 	Failures        int64     `json:"failures"`
 	OldestFailure   time.Time `json:"oldest_failure,omitzero"`
+	// HeldKeys counts the keys the consumer holds (inbox.ConsumerConfig
+	// HoldKeys): each stopped by a parked delivery, its cause. Held counts
+	// the deliveries parked behind them (reason held; among Parked);
+	// OldestHold is when the oldest hold began, zero when there is none.
+	HeldKeys   int64     `json:"held_keys"`
+	Held       int64     `json:"held"`
+	OldestHold time.Time `json:"oldest_hold,omitzero"`
 }
 
 // SagaCount is how many saga instances of a type are in a phase and state.

@@ -159,7 +159,8 @@ func (c *dlqListCmd) Run(e *env) error {
 		return nil
 	}
 	// One row per letter: where it comes from (topic, or consumer and
-	// subject), its type and message id, and why it is there.
+	// subject), its type and message id, and why it is there (a delivery
+	// parked behind the one that holds its key: which one).
 	const row = "%-16s %-19s %-30s %-20s %-36s %-8s %s\n"
 	fmt.Fprintf(e.stdout, row, "DEAD LETTER", "WHEN", "SOURCE", "TYPE", "MESSAGE ID", "ATTEMPTS", "LAST ERROR")
 	for _, d := range dead {
@@ -172,6 +173,9 @@ func (c *dlqListCmd) Run(e *env) error {
 			id = "(none)"
 		}
 		why := p.Reason + ": " + p.Error
+		if p.Behind != 0 { // its Error names the cause it was parked behind, which may have passed the hold on since
+			why = "held behind consumer:" + strconv.FormatInt(p.Behind, 10)
+		}
 		if p.ReplayRequested != nil {
 			why = "(replay asked) " + why
 		}
@@ -277,8 +281,10 @@ func showDeadLetter(e *env, ref string, d store.DeadLetter, full bool) {
 }
 
 // showParked prints a consume-side dead letter for people, every stored
-// text escaped (package escape): all of it came from the broker. Unless
-// full, the payload, each header and each error stop after showBytes.
+// text escaped (package escape): all of it came from the broker. A
+// delivery of a key its consumer holds shows the key, and one parked
+// behind the key's cause that cause. Unless full, the payload, each header
+// and each error stop after showBytes.
 func showParked(e *env, ref string, p store.Parked, full bool) {
 	w := e.stdout
 	field := func(name, value string) { fmt.Fprintf(w, "%-13s %s\n", name, cutLine(value, full)) }
@@ -287,6 +293,12 @@ func showParked(e *env, ref string, p store.Parked, full bool) {
 	field("message id", p.MessageID)
 	field("subject", p.Subject)
 	field("reason", p.Reason)
+	if p.Key != "" {
+		field("key", p.Key)
+	}
+	if p.Behind != 0 {
+		field("held behind", "consumer:"+strconv.FormatInt(p.Behind, 10))
+	}
 	field("parked since", p.ParkedAt.UTC().Format(time.RFC3339Nano))
 	if p.ReplayRequested != nil {
 		field("replay asked", p.ReplayRequested.UTC().Format(time.RFC3339Nano))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -213,5 +214,64 @@ func TestDLQBulk(t *testing.T) {
 	}
 	if code, out, _ = runCLI(t, append([]string{"dlq", "replay", "--all"}, db...)...); code != 0 || !strings.Contains(out, "consumer:1") {
 		t.Fatalf("replay --all: %d\n%s", code, out)
+	}
+}
+
+// A delivery parked behind the one that holds its key (inbox.ConsumerConfig
+// HoldKeys) is listed as held behind that one, on every dialect, and shown
+// with its key and its cause; the key's cause is listed as any parked
+// delivery.
+func TestDLQListHeld(t *testing.T) {
+	for name, open := range dlqDatabases(t) {
+		t.Run(name, func(t *testing.T) {
+			d := open(t)
+			seed := func(q string, args ...any) {
+				t.Helper()
+				_, err := d.db.Exec(q, args...)
+				testenv.Must(t, err, "seed held deliveries")
+			}
+			parked := func(messageID string) (id int64) {
+				t.Helper()
+				testenv.Must(t, d.db.QueryRow(`SELECT id FROM courier_inbox_dead_letters WHERE message_id = '`+messageID+`'`).Scan(&id), "parked id")
+				return id
+			}
+			seed(`INSERT INTO courier_inbox_dead_letters (consumer, message_id, subject, headers, payload, reason, last_error, attempts, parked_at, ordering_key)
+VALUES ('ledger', '01939f3a-0000-7000-8000-000000000007', 'courier.accounts', NULL, 'x', 'failed', 'boom', 3, ` + d.now + `, 'acct-1')`)
+			cause := parked("01939f3a-0000-7000-8000-000000000007")
+			c := strconv.FormatInt(cause, 10)
+			seed(`INSERT INTO courier_inbox_dead_letters (consumer, message_id, subject, headers, payload, reason, last_error, attempts, parked_at, ordering_key, behind)
+VALUES ('ledger', '01939f3a-0000-7000-8000-000000000008', 'courier.accounts', NULL, 'x', 'held', 'key held by parked message 1000', 0, ` + d.now + `, 'acct-1', ` + c + `)`)
+			seed(`INSERT INTO courier_inbox_holds (consumer, ordering_key, cause, since) VALUES ('ledger', 'acct-1', ` + c + `, ` + d.now + `)`)
+			held := strconv.FormatInt(parked("01939f3a-0000-7000-8000-000000000008"), 10)
+			db := []string{"--database-url", d.url}
+			code, out, errOut := runCLI(t, append([]string{"dlq", "list"}, db...)...)
+			if code != 0 || !regexp.MustCompile(`(?m)^consumer:`+held+` .*ledger ← courier\.accounts .* 0 +held behind consumer:`+c+`$`).MatchString(out) ||
+				!regexp.MustCompile(`(?m)^consumer:`+c+` .* 3 +failed: boom$`).MatchString(out) {
+				t.Fatalf("dlq list: %d, want consumer:%s held behind consumer:%s (not its stale error), consumer:%s as it is\n%s%s",
+					code, held, c, c, out, errOut)
+			}
+			code, out, _ = runCLI(t, append([]string{"dlq", "list", "--json"}, db...)...)
+			var listed struct {
+				Consumer []struct {
+					ID     int64  `json:"id"`
+					Key    string `json:"key"`
+					Behind int64  `json:"behind"`
+				} `json:"consumer"`
+			}
+			testenv.Must(t, json.Unmarshal([]byte(out), &listed), "list json")
+			if code != 0 || len(listed.Consumer) != 2 || listed.Consumer[0].Key != "acct-1" || listed.Consumer[0].Behind != 0 ||
+				listed.Consumer[1].Key != "acct-1" || listed.Consumer[1].Behind != cause {
+				t.Fatalf("dlq list --json: %d %+v; want %d holding acct-1 and one behind it", code, listed, cause)
+			}
+			code, out, _ = runCLI(t, append([]string{"dlq", "show", "consumer:" + held}, db...)...)
+			if code != 0 || !regexp.MustCompile(`(?m)^key +acct-1$`).MatchString(out) ||
+				!regexp.MustCompile(`(?m)^held behind +consumer:`+c+`$`).MatchString(out) {
+				t.Fatalf("dlq show consumer:%s: %d\n%s", held, code, out)
+			}
+			code, out, _ = runCLI(t, append([]string{"dlq", "show", "consumer:" + c}, db...)...)
+			if code != 0 || !regexp.MustCompile(`(?m)^key +acct-1$`).MatchString(out) || strings.Contains(out, "held behind") {
+				t.Fatalf("dlq show consumer:%s: %d\n%s", c, code, out)
+			}
+		})
 	}
 }

@@ -32,9 +32,10 @@ func TestStoredTextIsEscaped(t *testing.T) {
 VALUES (41, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, 10, ?, ?, ?)`, []any{"id" + hostile, "orders" + hostile, "key" + hostile, "Type" + hostile, "text/plain" + hostile,
 			[]byte("payload\n" + hostile), jsonOf(t, map[string]string{"X-Trace": hostile}), now, now, "HTTP 500: " + hostile,
 			jsonOf(t, []map[string]any{{"at": "2026-11-29T10:00:00Z", "error": hostile, "counted": true}}), now}},
-		{`INSERT INTO courier_inbox_dead_letters (id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, parked_at)
-VALUES (1, ?, ?, ?, ?, ?, ?, ?, 5, ?)`, []any{"billing" + hostile, "mid" + hostile, "courier.payments" + hostile,
-			jsonOf(t, map[string][]string{"Courier-Type": {"Charge" + hostile}, "X-Note": {hostile}}), "x" + hostile, "failed" + hostile, "declined" + hostile, now}},
+		{`INSERT INTO courier_inbox_dead_letters (id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, parked_at, ordering_key)
+VALUES (1, ?, ?, ?, ?, ?, ?, ?, 5, ?, ?)`, []any{"billing" + hostile, "mid" + hostile, "courier.payments" + hostile,
+			jsonOf(t, map[string][]string{"Courier-Type": {"Charge" + hostile}, "X-Note": {hostile}}), "x" + hostile, "failed" + hostile, "declined" + hostile, now,
+			"key" + hostile}},
 		{`INSERT INTO courier_outbox (message_id, topic, ordering_key, type, version, content_type, payload, occurred_at, created_at, attempts, retry_at, last_error)
 VALUES ('01939f3a-0000-7000-8000-000000000099', ?, ?, 'T', 1, 'text/plain', x'00', ?, ?, 7, ?, ?)`,
 			[]any{"pending" + hostile, "k" + hostile, old, old, now + int64(time.Hour/time.Microsecond), "refused: " + hostile}},

@@ -189,3 +189,42 @@ func TestNoHold(t *testing.T) {
 		t.Fatalf("discard of none: %v", err)
 	}
 }
+
+// A scheduled message of a held key released while the key is held waits
+// behind the dead letter with the key's others, and is claimed in its
+// place after the replay; one of another key flows.
+func TestHoldScheduled(t *testing.T) {
+	clock := memstore.NewClock()
+	clock.Set(time.Unix(1000, 0))
+	st := memstore.New(memstore.Config{Clock: clock.Now})
+	ctx := context.Background()
+	sa := courier.NewMessage("orders", "a", "T", []byte("scheduled a"))
+	sy := courier.NewMessage("orders", "y", "T", []byte("scheduled y"))
+	err := st.InTx(ctx, func(tx *memstore.Tx) error {
+		return st.Schedule(ctx, tx, store.Due{At: time.Unix(1010, 0)}, []courier.Message{sa, sy})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cause := holding(t, st, true) // a1 dead, holding a2 and a3 (once a claim meets them)
+	clock.Set(time.Unix(1010, 0))
+	if r, err := st.Release(ctx, 10); err != nil || r.Count != 2 {
+		t.Fatalf("release: %+v, %v; want both moved", r, err)
+	}
+	insert(t, st, "a", "a4")
+	b, _ := st.Claim(ctx, "r", 10, time.Minute)
+	if got := payloads(b.Records, ""); !slices.Equal(got, []string{"scheduled y"}) {
+		t.Fatalf("claimed %q, want the scheduled message of y alone: key a is held", got)
+	}
+	st.Complete(ctx, "r", b.Lease, store.Outcome{Published: []int64{b.Records[0].Seq}})
+	if stats, _ := st.Stats(ctx); stats.Held != 4 || stats.Pending != 0 {
+		t.Fatalf("stats: %+v, want a2, a3, the scheduled a and a4 held", stats)
+	}
+	if err := st.ReplayDeadLetter(ctx, cause); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = st.Claim(ctx, "r", 10, time.Minute)
+	if got, want := payloads(b.Records, ""), []string{"a1", "a2", "a3", "scheduled a", "a4"}; !slices.Equal(got, want) {
+		t.Fatalf("claimed %q after the replay, want %q", got, want)
+	}
+}

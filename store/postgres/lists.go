@@ -65,7 +65,8 @@ var (
 		`, attempts, ` + columns.ErrorPreview + `, octet_length(payload), created_at, dead_at, holds`
 	parkedSummary = `id, ` + columns.Preview("consumer") + `, ` + columns.Preview("message_id") + `, ` + columns.Preview("subject") + `, ` +
 		columns.ParkedType(func(name string) string { return "headers->'" + name + "'->>0" }) + `, ` + columns.Preview("reason") + `, ` +
-		columns.ErrorPreview + `, attempts, octet_length(payload), parked_at, replay_requested`
+		columns.ErrorPreview + `, attempts, octet_length(payload), parked_at, replay_requested, ` +
+		columns.Preview("COALESCE(ordering_key, '')") + `, COALESCE(behind, 0)`
 )
 
 // ListDeadLetters lists summaries.
@@ -104,7 +105,7 @@ func (a admin) ListParked(ctx context.Context, q store.ListQuery) ([]store.Parke
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ParkedSummary, error) {
 		var p store.ParkedSummary
 		err := r.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &p.Type, &p.Reason, &p.Error, &p.Attempts, &p.PayloadSize,
-			&p.ParkedAt, &p.ReplayRequested)
+			&p.ParkedAt, &p.ReplayRequested, &p.Key, &p.Behind)
 		return p, err
 	})
 	if err != nil {

@@ -61,6 +61,8 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"HeldKeysSweep", testHeldKeysSweep[TTx]},
 		{"HeldBacklogBeyondWindow", testHeldBacklogBeyondWindow[TTx]},
 		{"HeldKeyRace", testHeldKeyRace[TTx]},
+		{"HeldKeyScheduled", testHeldKeyScheduled[TTx]},
+		{"ConsumerHeldKeys", testConsumerHeldKeys[TTx]},
 		{"Operations", testOperations[TTx]},
 		{"ReplayRuns", testReplayRuns[TTx]},
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim[TTx]},

@@ -210,20 +210,34 @@ func (o Ops) consumers(ctx context.Context, _ time.Time, st *store.Status) error
 		return by[name]
 	}
 	var (
-		name   string
-		a, b   int64
-		oldest time.Time
+		name    string
+		a, b, h int64
+		oldest  time.Time
 	)
-	err := o.d.DB.Query(ctx, `SELECT consumer, count(*), coalesce(sum(CASE WHEN replay_requested IS NULL THEN 0 ELSE 1 END), 0), min(parked_at)
+	err := o.d.DB.Query(ctx, `SELECT consumer, count(*), coalesce(sum(CASE WHEN replay_requested IS NULL THEN 0 ELSE 1 END), 0),
+coalesce(sum(CASE WHEN behind IS NULL THEN 0 ELSE 1 END), 0), min(parked_at)
 FROM courier_inbox_dead_letters GROUP BY consumer`, nil, func(scan func(...any) error) error {
 		oldest = time.Time{}
-		if err := scan(&name, &a, &b, o.d.Time.Dest(&oldest)); err != nil {
+		if err := scan(&name, &a, &b, &h, o.d.Time.Dest(&oldest)); err != nil {
 			return err
 		}
 		c := consumer(name)
-		c.Parked, c.ReplayRequested, c.OldestParked = a, b, oldest
+		c.Parked, c.ReplayRequested, c.Held, c.OldestParked = a, b, h, oldest
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	err = o.d.DB.Query(ctx, `SELECT consumer, count(*), min(since) FROM courier_inbox_holds GROUP BY consumer`, nil,
+		func(scan func(...any) error) error {
+			oldest = time.Time{}
+			if err := scan(&name, &a, o.d.Time.Dest(&oldest)); err != nil {
+				return err
+			}
+			c := consumer(name)
+			c.HeldKeys, c.OldestHold = a, oldest
+			return nil
+		})
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ var deadSummary = `id, message_id, ` + columns.Preview("topic") + `, ` + columns
 func (d Dialect) parkedSummary() string {
 	return `id, ` + columns.Preview("consumer") + `, ` + columns.Preview("message_id") + `, ` + columns.Preview("subject") + `, ` +
 		columns.ParkedType(d.HeaderValue) + `, ` + columns.Preview("reason") + `, ` + columns.ErrorPreview +
-		`, attempts, LENGTH(payload), parked_at, replay_requested`
+		`, attempts, LENGTH(payload), parked_at, replay_requested, ` + columns.Preview("COALESCE(ordering_key, '')") + `, COALESCE(behind, 0)`
 }
 
 // ListDeadLetters implements store.Admin. It reads the summary's columns
@@ -99,7 +99,7 @@ func (a Admin) ListParked(ctx context.Context, q store.ListQuery) ([]store.Parke
 		)
 		replayed := a.d.Dest(&replay)
 		err := row.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &p.Type, &p.Reason, &p.Error, &p.Attempts, &p.PayloadSize,
-			a.d.Dest(&p.ParkedAt), replayed)
+			a.d.Dest(&p.ParkedAt), replayed, &p.Key, &p.Behind)
 		if err != nil {
 			return p, err
 		}
