@@ -25,7 +25,7 @@ type statusCmd struct {
 	FailIfSlotLag      byteSize      `name:"fail-if-slot-lag" placeholder:"SIZE" help:"Exit 1 when a logical replication slot's reader (a CDC relay) has not confirmed this much of the log, such as 512MB or 1GB (PostgreSQL)." env:"COURIER_FAIL_IF_SLOT_LAG"`
 	FailIfSlotInactive bool          `name:"fail-if-slot-inactive" help:"Exit 1 when a logical replication slot has no reader (no CDC relay runs) or is lost (PostgreSQL)." env:"COURIER_FAIL_IF_SLOT_INACTIVE"`
 	FailIfLate         time.Duration `name:"fail-if-scheduled-late" help:"Exit 1 when a scheduled message's due time passed longer ago than this (e.g. 1m) and no relay released it." env:"COURIER_FAIL_IF_SCHEDULED_LATE"`
-	FailIfHeld         time.Duration `name:"fail-if-held-older-than" help:"Exit 1 when a key has been held (its later messages waiting behind a dead letter that holds it) longer than this (e.g. 10m), naming the oldest and how to release it." env:"COURIER_FAIL_IF_HELD_OLDER_THAN"`
+	FailIfHeld         time.Duration `name:"fail-if-held-older-than" help:"Exit 1 when a key has been held (its later messages waiting behind a relay-side dead letter, or a parked message of a consumer, that holds it) longer than this (e.g. 10m), naming the oldest and how to release it." env:"COURIER_FAIL_IF_HELD_OLDER_THAN"`
 }
 
 // errChecks is returned when a --fail-if check failed; the status is
@@ -236,13 +236,13 @@ func printStatus(w io.Writer, st store.Status) {
 		fmt.Fprintln(tw, "(no leases)")
 	}
 	row()
-	row("CONSUMERS", "parked", "replay asked", "failing msgs", "failures", "oldest")
+	row("CONSUMERS", "parked", "replay asked", "failing msgs", "failures", "oldest", "held keys", "held")
 	for _, c := range st.Consumers {
 		oldest := c.OldestParked
 		if oldest.IsZero() || (!c.OldestFailure.IsZero() && c.OldestFailure.Before(oldest)) {
 			oldest = c.OldestFailure
 		}
-		row(c.Consumer, c.Parked, c.ReplayRequested, c.FailingMessages, c.Failures, ago(st.Now, oldest))
+		row(c.Consumer, c.Parked, c.ReplayRequested, c.FailingMessages, c.Failures, ago(st.Now, oldest), c.HeldKeys, c.Held)
 	}
 	if len(st.Consumers) == 0 {
 		fmt.Fprintln(tw, "(nothing parked or failing)")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/courier-go/courier/internal/escape"
 	"github.com/courier-go/courier/store"
 )
 
@@ -34,19 +35,19 @@ type holdSide struct {
 	held func(st store.Status) (keys int64, oldest time.Time)
 	// oldest finds the key the side has held longest; false when it
 	// holds none (any more).
-	oldest func(ctx context.Context, a store.Admin) (oldestHold, bool, error)
+	oldest func(ctx context.Context, a store.Admin, st store.Status) (oldestHold, bool, error)
 }
 
 // holdSides are the sides whose held keys --fail-if-held-older-than
-// watches: the relay's (dead letters that hold their key). A side that
-// holds keys joins this list with what its part of store.Status reports.
-var holdSides = []holdSide{{held: relayHeld, oldest: oldestRelayHold}}
+// watches: the relay's (dead letters that hold their key) and the
+// consumers' (parked messages that hold their key for their consumer).
+var holdSides = []holdSide{{held: relayHeld, oldest: oldestRelayHold}, {held: consumerHeld, oldest: oldestConsumerHold}}
 
 func relayHeld(st store.Status) (int64, time.Time) { return st.Outbox.HeldKeys, st.Outbox.OldestHold }
 
 // oldestRelayHold reads every key dead letters hold, a page at a time,
 // and returns the one held longest (the lower cause among equals).
-func oldestRelayHold(ctx context.Context, a store.Admin) (oldestHold, bool, error) {
+func oldestRelayHold(ctx context.Context, a store.Admin, _ store.Status) (oldestHold, bool, error) {
 	var (
 		oldest store.HeldKey
 		found  bool
@@ -73,6 +74,38 @@ func oldestRelayHold(ctx context.Context, a store.Admin) (oldestHold, bool, erro
 	}, found, nil
 }
 
+// consumerHeld sums the keys the consumers hold and returns the oldest
+// hold's time.
+func consumerHeld(st store.Status) (keys int64, oldest time.Time) {
+	for _, c := range st.Consumers {
+		keys += c.HeldKeys
+		if !c.OldestHold.IsZero() && (oldest.IsZero() || c.OldestHold.Before(oldest)) {
+			oldest = c.OldestHold
+		}
+	}
+	return keys, oldest
+}
+
+// oldestConsumerHold names the consumer whose hold is the oldest, from
+// st: its parked messages name the cause (the one the others are held
+// behind).
+func oldestConsumerHold(_ context.Context, _ store.Admin, st store.Status) (oldestHold, bool, error) {
+	var c store.ConsumerStatus
+	for _, cs := range st.Consumers {
+		if !cs.OldestHold.IsZero() && (c.OldestHold.IsZero() || cs.OldestHold.Before(c.OldestHold)) {
+			c = cs
+		}
+	}
+	if c.OldestHold.IsZero() {
+		return oldestHold{}, false, nil
+	}
+	name := escape.Line(c.Consumer)
+	return oldestHold{Side: "consumer " + name, Since: c.OldestHold,
+		Cause: fmt.Sprintf("%d parked message(s) that hold their key, with %d held behind them", c.HeldKeys, c.Held),
+		Fix: fmt.Sprintf("courier dlq list --consumer %s names them (a message held behind consumer:N waits for N): courier dlq replay consumer:N applies N, then the messages held behind it in order, or courier dlq discard consumer:N lets the key move on", name),
+	}, true, nil
+}
+
 // holds returns the oldest held key of each side that has held one
 // longer than --fail-if-held-older-than, reading them from a only then.
 func (c *statusCmd) holds(ctx context.Context, a store.Admin, st store.Status) ([]oldestHold, error) {
@@ -85,7 +118,7 @@ func (c *statusCmd) holds(ctx context.Context, a store.Admin, st store.Status) (
 		if keys == 0 || since.IsZero() || st.Now.Sub(since) <= c.FailIfHeld {
 			continue
 		}
-		h, ok, err := s.oldest(ctx, a)
+		h, ok, err := s.oldest(ctx, a, st)
 		if err != nil {
 			return nil, fmt.Errorf("--fail-if-held-older-than: reading the held keys: %w", err)
 		}
@@ -102,8 +135,12 @@ func (c *statusCmd) holds(ctx context.Context, a store.Admin, st store.Status) (
 func (c *statusCmd) heldChecks(now time.Time, holds []oldestHold) []string {
 	var failed []string
 	for _, h := range holds {
-		failed = append(failed, fmt.Sprintf("held keys (%s): %d, the oldest (topic %q, key %q) has been held for %s, more than --fail-if-held-older-than %s, behind %s: %s",
-			h.Side, h.Keys, h.Topic, h.Key, roundAbove(now.Sub(h.Since), c.FailIfHeld), c.FailIfHeld, h.Cause, h.Fix))
+		which := ""
+		if h.Key != "" {
+			which = fmt.Sprintf(" (topic %q, key %q)", h.Topic, h.Key)
+		}
+		failed = append(failed, fmt.Sprintf("held keys (%s): %d, the oldest%s has been held for %s, more than --fail-if-held-older-than %s, behind %s: %s",
+			h.Side, h.Keys, which, roundAbove(now.Sub(h.Since), c.FailIfHeld), c.FailIfHeld, h.Cause, h.Fix))
 	}
 	return failed
 }

@@ -171,3 +171,69 @@ func TestStatusHeldKeysOverTenants(t *testing.T) {
 		t.Fatalf("status over tenants --fail-if-held-older-than 3h: exit %d, %s", code, errOut)
 	}
 }
+
+// backdateHolds is the statement, in the dialect of name, that moves the
+// holds of a consumer two hours back.
+func backdateHolds(name string) string {
+	switch name {
+	case "postgres":
+		return `UPDATE courier_inbox_holds SET since = since - interval '2 hours' WHERE consumer = $1`
+	case "mysql":
+		return `UPDATE courier_inbox_holds SET since = since - INTERVAL 2 HOUR WHERE consumer = ?`
+	}
+	return `UPDATE courier_inbox_holds SET since = since - 7200000000 WHERE consumer = ?`
+}
+
+// The keys consumers hold (inbox.ConsumerConfig.HoldKeys) are in the
+// CONSUMERS table and under --fail-if-held-older-than, on both sides of
+// its limit, which names the consumer and how to release its keys.
+func TestStatusConsumerHeldKeys(t *testing.T) {
+	for name, open := range dlqDatabases(t) {
+		t.Run(name, func(t *testing.T) {
+			d := open(t)
+			ctx := context.Background()
+			db := []string{"--database-url", d.url}
+			sd, err := dburl.Open(ctx, d.url, dburl.Options{})
+			testenv.Must(t, err, "open "+d.url)
+			defer sd.Close()
+			kh, ok := sd.ConsumerStore().(store.KeyHolds)
+			if !ok {
+				t.Fatalf("%s's consumer store holds no keys", name)
+			}
+			for i, key := range []string{"acct-1", "acct-1", "acct-1", "acct-2"} {
+				p := store.Parked{Consumer: "ledger\x1b[31m", MessageID: fmt.Sprintf("01939f3a-0000-7000-8000-%012d", i), Subject: "accounts",
+					Payload: []byte(`{}`), Reason: store.ReasonFailed, Error: "boom", Attempts: 3, Key: key}
+				_, ok, err := kh.ParkHolding(ctx, p, false)
+				testenv.Must(t, err, "park")
+				if !ok {
+					t.Fatalf("park %d: not parked", i)
+				}
+			}
+			_, err = d.db.Exec(backdateHolds(name), "ledger\x1b[31m")
+			testenv.Must(t, err, "backdate")
+
+			code, out, errOut := runCLI(t, append([]string{"status"}, db...)...)
+			if code != 0 {
+				t.Fatalf("status: exit %d\n%s%s", code, out, errOut)
+			}
+			var line []string
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "ledger") {
+					line = strings.Fields(l)
+				}
+			}
+			// consumer, parked, replay asked, failing msgs, failures, oldest ("8ms ago"), held keys, held
+			if len(line) != 9 || line[1] != "4" || line[7] != "2" || line[8] != "2" || strings.Contains(out, "\x1b") {
+				t.Fatalf("status' ledger line %q, want 4 parked, 2 held keys, 2 held, escaped:\n%s", line, out)
+			}
+			code, st, errOut := statusJSONOf(t, append(db, "--fail-if-held-older-than", "119m")...)
+			if code != 1 || len(st.Failed) != 1 || !strings.HasPrefix(st.Failed[0], `held keys (consumer ledger\x1b[31m): 2, the oldest has been held for 2h0m0s, more than --fail-if-held-older-than 1h59m0s`) ||
+				!strings.Contains(st.Failed[0], `courier dlq list --consumer ledger\x1b[31m names them`) {
+				t.Fatalf("status --fail-if-held-older-than 119m: exit %d, failed %q, %s", code, st.Failed, errOut)
+			}
+			if code, st, errOut = statusJSONOf(t, append(db, "--fail-if-held-older-than", "121m")...); code != 0 || st.Failed != nil {
+				t.Fatalf("status --fail-if-held-older-than 121m with the oldest hold 2h old: exit %d, failed %q, %s", code, st.Failed, errOut)
+			}
+		})
+	}
+}
