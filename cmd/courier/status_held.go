@@ -102,7 +102,7 @@ func oldestConsumerHold(_ context.Context, _ store.Admin, st store.Status) (olde
 	name := escape.Line(c.Consumer)
 	return oldestHold{Side: "consumer " + name, Since: c.OldestHold,
 		Cause: fmt.Sprintf("%d parked message(s) that hold their key, with %d held behind them", c.HeldKeys, c.Held),
-		Fix: fmt.Sprintf("courier dlq list --consumer %s names them (a message held behind consumer:N waits for N): courier dlq replay consumer:N applies N, then the messages held behind it in order, or courier dlq discard consumer:N lets the key move on", name),
+		Fix:   fmt.Sprintf("courier dlq list --consumer %s names them (a message held behind consumer:N waits for N): courier dlq replay consumer:N applies N, then the messages held behind it in order, or courier dlq discard consumer:N lets the key move on", name),
 	}, true, nil
 }
 
