@@ -194,16 +194,11 @@ func (s *relayStore) moveHeld(ctx context.Context, t *turn, moves []claims.Move)
 	if len(moves) == 0 {
 		return nil
 	}
-	type move struct {
-		ID    int64 `json:"id"`
-		Cause int64 `json:"cause"`
-	}
-	ms := make([]move, len(moves))
 	ids := make([]int64, len(moves))
 	for i, m := range moves {
-		ms[i], ids[i] = move{m.ID, m.Cause}, m.ID
+		ids[i] = m.ID
 	}
-	arg, err := json.Marshal(ms)
+	arg, err := claims.MovesJSON(moves)
 	if err != nil {
 		return err
 	}
@@ -211,7 +206,7 @@ func (s *relayStore) moveHeld(ctx context.Context, t *turn, moves []claims.Move)
 		if err := ownTurn(ctx, tx, s.clock, t.token); err != nil {
 			return err
 		}
-		if _, err := s.exec(ctx, tx, moveSQL, string(arg)); err != nil {
+		if _, err := s.exec(ctx, tx, moveSQL, arg); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, fmt.Sprintf(deleteMovedSQL, idsIn(ids)))

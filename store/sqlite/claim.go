@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -188,19 +187,11 @@ func moveHeld(ctx context.Context, conn *sql.Conn, moves []claims.Move, now int6
 	if len(moves) == 0 {
 		return nil
 	}
-	type move struct {
-		ID    int64 `json:"id"`
-		Cause int64 `json:"cause"`
-	}
-	ms := make([]move, len(moves))
-	for i, m := range moves {
-		ms[i] = move{m.ID, m.Cause}
-	}
-	arg, err := json.Marshal(ms)
+	arg, err := claims.MovesJSON(moves)
 	if err != nil {
 		return err
 	}
-	if _, err := conn.ExecContext(ctx, moveSQL, string(arg), now); err != nil {
+	if _, err := conn.ExecContext(ctx, moveSQL, arg, now); err != nil {
 		return err
 	}
 	_, err = conn.ExecContext(ctx, deleteMovedSQL, string(arg))

@@ -45,6 +45,22 @@ type Move struct {
 	Key       string
 }
 
+// MovesJSON encodes moves as the JSON array the MySQL and SQLite
+// statements that move rows to courier_outbox_held read:
+// [{"id": …, "cause": …}, …].
+func MovesJSON(moves []Move) (string, error) {
+	type move struct {
+		ID    int64 `json:"id"`
+		Cause int64 `json:"cause"`
+	}
+	ms := make([]move, len(moves))
+	for i, m := range moves {
+		ms[i] = move{m.ID, m.Cause}
+	}
+	b, err := json.Marshal(ms)
+	return string(b), err
+}
+
 // Hold makes the picker skip the keys of holding, a map of each key a dead
 // letter holds to that dead letter's id, and note their rows as moves.
 func (p *Picker) Hold(holding map[string]int64) { p.holding = holding }
