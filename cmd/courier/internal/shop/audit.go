@@ -41,6 +41,9 @@ type Audit struct {
 	Charges, Refunds, Shipments, Reservations int
 	// Parked counts the deliveries parked at payment, never replayed.
 	Parked int
+	// AnsweredOnce counts the orders whose charge request payment
+	// answered once.
+	AnsweredOnce int
 	// Invariants are the properties checked, in order.
 	Invariants []Invariant
 
@@ -280,6 +283,7 @@ func (a *Audit) checkAnswers(ctx context.Context, ordersDB, paymentDB *serviceDB
 		}
 	}
 	sort.Strings(twice)
+	a.AnsweredOnce = once
 	inv := Invariant{Name: "every charge request answered once", OK: len(twice) == 0 && a.Parked == 0,
 		Detail: fmt.Sprintf("%d orders: %d answered once, %d more than once, %d still in flight; %d deliveries parked at payment",
 			len(orders), once, len(twice), pending, a.Parked)}
