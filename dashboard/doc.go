@@ -25,7 +25,14 @@
 //     confirmations do; the lists of dead letters and of a failure group's
 //     members mark those that hold their key, and the group's page counts
 //     them and the messages behind them; the overview counts the held keys
-//     and messages.
+//     and messages. Below them, the keys consumers hold (a consumer with
+//     HoldKeys made them; store.Admin.ConsumerHolds), paged apart and
+//     filtered by consumer too: each with its consumer, its cause
+//     (consumer:ID), since when and how many deliveries are parked behind
+//     it. The page of a parked message that holds its key says so and how
+//     many wait behind it; the page of a held one names its cause, linked;
+//     the list of parked messages marks both; the overview and the
+//     Consumers page count them.
 //   - Failures: dead letters and parked messages grouped by their cause
 //     (see Failure groups below), each group with its count, first and
 //     last failure, topics, consumers and members; a whole group replayed,
@@ -33,7 +40,8 @@
 //   - Scheduled messages that wait: how many, the next due time and those
 //     past it that no relay has released; a page at a time, filtered by
 //     topic and key, next due first; cancelled one or more at a time.
-//   - Consumers with parked messages or failed runs of their handler.
+//   - Consumers with parked messages or failed runs of their handler, and
+//     the keys each holds.
 //   - Sagas: instances counted by type, phase and state (filtered by state),
 //     those past their deadline a page at a time, and one instance's
 //     timeline of transitions and ignored events when [Config.Sagas] is set.

@@ -94,7 +94,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	out := st.Outbox
 	data := map[string]any{"Title": "Overview", "Now": st.Now, "Stats": out, "OldestAge": out.OldestPendingAge(),
 		"Parked": now.parked, "Dialect": h.cfg.Database.Dialect(), "Topics": st.Topics, "Relays": st.Relays, "Expired": expired,
-		"Published": st.Published, "Scheduled": st.Scheduled, "HoldAge": out.OldestHoldAge()}
+		"Published": st.Published, "Scheduled": st.Scheduled, "HoldAge": out.OldestHoldAge(), "ConsumerHolds": consumerHoldsOf(st)}
 	tr := h.trendsOf(h.trend.readings(), r.URL.Query().Get("refresh") == "1")
 	data["Trends"] = tr
 	if tr.Refreshing {
@@ -130,7 +130,9 @@ type row struct {
 	Replay   *time.Time // consumer side: when a replay was asked
 	Consumer string     // consumer side: the consumer that parked it
 	Group    string     // the id of its failure group (failgroup.Cause.ID)
-	Holds    bool       // relay side: it holds its key (store.Failure.Hold)
+	Holds    bool       // it holds its key (relay: store.Failure.Hold; consumer: store.ConsumerHold)
+	Key      string     // consumer side: the key it holds or waits for, if any
+	Behind   int64      // consumer side: the parked delivery that holds its key, which it waits behind
 }
 
 func relayRow(d store.DeadLetterSummary) row {
@@ -142,7 +144,8 @@ func relayRow(d store.DeadLetterSummary) row {
 func parkedRow(p store.ParkedSummary) row {
 	return row{ID: p.ID, Ref: "consumer:" + strconv.FormatInt(p.ID, 10), When: p.ParkedAt, Source: p.Consumer + " ← " + p.Subject,
 		Type: p.Type, Message: p.MessageID, Attempts: p.Attempts, Error: p.Reason + ": " + p.Error,
-		Size: p.PayloadSize, Replay: p.ReplayRequested, Consumer: p.Consumer, Group: failgroup.OfParked(p.Consumer, p.Reason, p.Error).ID()}
+		Size: p.PayloadSize, Replay: p.ReplayRequested, Consumer: p.Consumer, Group: failgroup.OfParked(p.Consumer, p.Reason, p.Error).ID(),
+		Key: p.Key, Behind: p.Behind}
 }
 
 // filter selects dead letters, as the CLI's courier dlq --topic, --consumer
@@ -226,6 +229,9 @@ func (h *Handler) letters(w http.ResponseWriter, r *http.Request, s side) {
 	q.After, _ = strconv.ParseInt(params.Get("after"), 10, 64)
 	q.Limit = h.cfg.PageSize + 1
 	rows, err := h.list(r, s, q)
+	if err == nil && s == consumerSide {
+		err = h.markHolds(r.Context(), rows)
+	}
 	if err != nil {
 		h.failErr(w, r, err)
 		return
@@ -275,6 +281,10 @@ func (h *Handler) letter(w http.ResponseWriter, r *http.Request, s side) {
 		data["Title"], data["P"], data["ID"] = "Parked message consumer:"+strconv.FormatInt(id, 10), p, id
 		data["Payload"] = showPayload(p.Payload)
 		data["Headers"] = sortedHeaders(nil, p.Headers)
+		if err := h.parkedHolds(r.Context(), p, data); err != nil {
+			h.failErr(w, r, err)
+			return
+		}
 	}
 	h.render(w, r, "letter", data)
 }
@@ -505,6 +515,27 @@ func (h *Handler) backTo(w http.ResponseWriter, r *http.Request, list string, f 
 		sep = "&"
 	}
 	http.Redirect(w, r, h.cfg.Prefix+back+sep+f.query(), http.StatusSeeOther)
+}
+
+// consumerHolds is what the consumers hold (inbox.ConsumerConfig.HoldKeys),
+// together: the keys, the deliveries parked behind them, and how long the
+// oldest hold has lasted.
+type consumerHolds struct {
+	Keys, Held int64
+	OldestAge  time.Duration
+}
+
+// consumerHoldsOf sums the consumers' holds of st.
+func consumerHoldsOf(st store.Status) consumerHolds {
+	var c consumerHolds
+	for _, s := range st.Consumers {
+		c.Keys += s.HeldKeys
+		c.Held += s.Held
+		if !s.OldestHold.IsZero() {
+			c.OldestAge = max(c.OldestAge, st.Now.Sub(s.OldestHold))
+		}
+	}
+	return c
 }
 
 func (h *Handler) consumers(w http.ResponseWriter, r *http.Request) {

@@ -42,16 +42,20 @@
 // (StoreStats's and FromStatus's do) adds the gauges of held keys
 // (relay.Config.HoldKeys): courier_outbox_held_keys,
 // courier_outbox_held_messages and courier_outbox_oldest_hold_age_seconds,
-// for the whole outbox.
+// for the whole outbox. Config.ConsumerHolds (FromStatus answers it)
+// adds the gauges of the keys consumers hold (inbox.ConsumerConfig.HoldKeys),
+// per consumer: courier_consumer_held_keys, courier_consumer_held_messages
+// and courier_consumer_oldest_hold_age_seconds.
 //
-// FromStatus answers all five kinds of gauges from one store.Status per
+// FromStatus answers all six kinds of gauges from one store.Status per
 // refresh (store.Operations, which every store.Database gives): the outbox
 // per topic, saga instances by type and state with those past their
 // deadline, the idempotency keys in flight, the scheduled messages that
 // wait (Config.Scheduled: courier_outbox_scheduled_messages, those already
 // due and the time until the next falls due) and, on PostgreSQL, the
 // logical replication slots' lag (Config.Slots: courier_cdc_slot_lag_bytes
-// and the rest, per slot). StoreStats exports only the
+// and the rest, per slot) and the keys each consumer holds
+// (Config.ConsumerHolds). StoreStats exports only the
 // outbox's totals (store.Stats), with the label topic="", for a program
 // that holds a store.Admin alone. Any other source implements
 // OutboxSource, SagaSource or KeySource.
@@ -63,7 +67,7 @@
 // reports keep series of their own for its lifetime; the others are summed
 // under the topic OtherTopics ("other topics", which no topic can be), their
 // oldest pending age the largest. The other labels take values from the
-// program (consumer names, saga types and states, a KeySource's scopes) or
+// program (consumer names, the consumer held keys' among them, saga types and states, a KeySource's scopes) or
 // from the database's configuration (replication slots).
 //
 // # CDC relays

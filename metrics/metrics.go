@@ -31,6 +31,10 @@ type Config struct {
 	// Scheduled is queried for the scheduled messages' gauges. Nil: none.
 	// FromStatus answers it.
 	Scheduled ScheduleSource
+	// ConsumerHolds is queried for the gauges of the keys consumers hold
+	// (inbox.ConsumerConfig.HoldKeys), per consumer. Nil: none.
+	// FromStatus answers it.
+	ConsumerHolds ConsumerHeldSource
 	// MinInterval is the shortest time between two queries of the sources:
 	// a scrape within MinInterval of the last query is answered from its
 	// results, however many scrapers there are and however often they
@@ -288,6 +292,7 @@ type Collector struct {
 		sagas, overdue, keys                           *prometheus.Desc
 		slotLag, slotRetained, slotSeconds, slotActive *prometheus.Desc
 		scheduled, scheduledDue, nextDue               *prometheus.Desc
+		consumerHeldKeys, consumerHeld, consumerOldest *prometheus.Desc
 	}
 
 	mu       sync.Mutex // held while querying: scrapes queue behind one query
@@ -305,6 +310,7 @@ type snapshot struct {
 	keys      []KeyStats
 	slots     []SlotStats
 	scheduled ScheduleStats
+	consumers []ConsumerHeldStats
 }
 
 // Buckets of the histograms, in seconds.
@@ -395,6 +401,10 @@ func New(cfg Config) (*Collector, error) {
 	c.descs.scheduled = prometheus.NewDesc("courier_outbox_scheduled_messages", "Scheduled messages waiting to fall due (outbox.Writer.Schedule).", nil, nil)
 	c.descs.scheduledDue = prometheus.NewDesc("courier_outbox_scheduled_due_messages", "Scheduled messages whose due time has passed but that no relay has released yet: above zero for long, no relay runs.", nil, nil)
 	c.descs.nextDue = prometheus.NewDesc("courier_outbox_scheduled_next_due_seconds", "Time until the earliest waiting scheduled message falls due (negative: overdue); absent when none waits.", nil, nil)
+	consumer := []string{"consumer"}
+	c.descs.consumerHeldKeys = prometheus.NewDesc("courier_consumer_held_keys", "Keys the consumer holds (inbox HoldKeys), each behind a parked delivery: their later deliveries are parked behind it until it is replayed or discarded.", consumer, nil)
+	c.descs.consumerHeld = prometheus.NewDesc("courier_consumer_held_messages", "Deliveries parked behind a parked delivery that holds their key (reason held).", consumer, nil)
+	c.descs.consumerOldest = prometheus.NewDesc("courier_consumer_oldest_hold_age_seconds", "How long the consumer's oldest hold of a key has lasted (a hold passed on keeps its age); 0 when it holds none.", consumer, nil)
 	c.descs.slotActive = prometheus.NewDesc("courier_cdc_slot_active", "1 while a reader (a CDC relay) is connected to the replication slot, 0 otherwise.", slot, nil)
 	return c, nil
 }
@@ -439,6 +449,11 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if c.cfg.Scheduled != nil {
 		for _, d := range []*prometheus.Desc{c.descs.scheduled, c.descs.scheduledDue, c.descs.nextDue} {
+			ch <- d
+		}
+	}
+	if c.cfg.ConsumerHolds != nil {
+		for _, d := range []*prometheus.Desc{c.descs.consumerHeldKeys, c.descs.consumerHeld, c.descs.consumerOldest} {
 			ch <- d
 		}
 	}
@@ -492,6 +507,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if s.scheduled.Known {
 			ch <- prometheus.MustNewConstMetric(c.descs.nextDue, prometheus.GaugeValue, s.scheduled.NextDue.Seconds())
 		}
+	}
+	for _, h := range s.consumers {
+		ch <- prometheus.MustNewConstMetric(c.descs.consumerHeldKeys, prometheus.GaugeValue, float64(h.Keys), h.Consumer)
+		ch <- prometheus.MustNewConstMetric(c.descs.consumerHeld, prometheus.GaugeValue, float64(h.Messages), h.Consumer)
+		ch <- prometheus.MustNewConstMetric(c.descs.consumerOldest, prometheus.GaugeValue, h.OldestAge.Seconds(), h.Consumer)
 	}
 	for _, m := range c.collectors() {
 		m.Collect(ch)
@@ -562,6 +582,11 @@ func (c *Collector) refresh(ctx context.Context) snapshot {
 	if c.cfg.Scheduled != nil {
 		if v, err := c.cfg.Scheduled.ScheduleStats(ctx); c.note("scheduled", err) {
 			s.scheduled = v
+		}
+	}
+	if c.cfg.ConsumerHolds != nil {
+		if v, err := c.cfg.ConsumerHolds.ConsumerHeldStats(ctx); c.note("consumer_holds", err) {
+			s.consumers = v
 		}
 	}
 	return *s

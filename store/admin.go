@@ -47,6 +47,11 @@ type Admin interface {
 	// MaxListLimit) of the messages held behind the dead letter cause, by
 	// id, those above after.
 	ListHeld(ctx context.Context, cause int64, after int64, limit int) ([]HeldMessage, error)
+	// ConsumerHolds lists the keys consumers hold (KeyHolds), by their
+	// cause's id: the parked deliveries q selects (as ListParked does)
+	// that hold their key, each with how many deliveries are parked
+	// behind it.
+	ConsumerHolds(ctx context.Context, q ListQuery) ([]ConsumerHold, error)
 	// Parked lists up to limit consume-side dead letters of consumer (all
 	// consumers when empty), oldest first.
 	Parked(ctx context.Context, consumer string, limit int) ([]Parked, error)
@@ -111,6 +116,26 @@ type HeldKey struct {
 	// Since is when the cause became a dead letter.
 	Since time.Time `json:"since"`
 	// Held counts the messages waiting behind it.
+	Held int64 `json:"held"`
+	// LastError is the first ErrorPreview characters of the cause's last
+	// error.
+	LastError string `json:"last_error"`
+}
+
+// ConsumerHold is a key a consumer holds (KeyHolds): stopped by a parked
+// delivery, its cause, behind which the key's later deliveries are parked.
+type ConsumerHold struct {
+	// Cause is the id of the parked delivery that holds the key: replay
+	// or discard it to release the key.
+	Cause    int64  `json:"cause"`
+	Consumer string `json:"consumer"`
+	Key      string `json:"key"`
+	// Subject is the cause's subject.
+	Subject string `json:"subject"`
+	// Since is when the hold began; a hold passed on to the next
+	// delivery keeps its age.
+	Since time.Time `json:"since"`
+	// Held counts the deliveries parked behind the cause.
 	Held int64 `json:"held"`
 	// LastError is the first ErrorPreview characters of the cause's last
 	// error.

@@ -64,13 +64,13 @@ type observer struct {
 // at once, so a taken port fails before the relay starts, and returns the
 // observer the relay reports to. The gauges come from ops's Status: the
 // outbox per topic, sagas, idempotency keys and (PostgreSQL) the
-// replication slots. Without --metrics-addr it returns nil.
+// replication slots, and the keys consumers hold. Without --metrics-addr it returns nil.
 func (f observeFlags) listen(ops store.Operations) (*observer, error) {
 	if f.MetricsAddr == "" {
 		return nil, nil
 	}
 	src := metrics.FromStatus(ops)
-	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, Slots: src, Scheduled: src, MinInterval: f.StatsInterval, MaxTopics: f.MaxTopics})
+	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, Slots: src, Scheduled: src, ConsumerHolds: src, MinInterval: f.StatsInterval, MaxTopics: f.MaxTopics})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/sqlite"
 )
 
@@ -180,4 +181,36 @@ func TestObserveFlagErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want %q", tc.args, code, stderr, tc.want)
 		}
 	}
+}
+
+// courier relay --metrics-addr serves the gauges of the keys consumers
+// hold, per consumer, from the database's status.
+func TestRelayServesConsumerHeldKeys(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "courier.db")
+	if code, out, errOut := runCLI(t, "migrate", "--database-url", "sqlite://"+path); code != 0 {
+		t.Fatalf("migrate: %d %q %q", code, out, errOut)
+	}
+	db, err := sqlite.Open(path)
+	testenv.Must(t, err, "open")
+	kh, ok := sqlite.NewDriver(db).ConsumerStore().(store.KeyHolds)
+	if !ok {
+		t.Fatal("the SQLite ConsumerStore holds no keys")
+	}
+	for i := range 3 { // a cause, and two parked behind it
+		if _, ok, err := kh.ParkHolding(ctx, store.Parked{Consumer: "ledger", MessageID: fmt.Sprintf("m%d", i), Subject: "accounts",
+			Payload: []byte(`{}`), Reason: store.ReasonFailed, Error: "boom", Attempts: 3, Key: "acct-1"}, false); err != nil || !ok {
+			t.Fatalf("park delivery %d: %v, %v", i, ok, err)
+		}
+	}
+	testenv.Must(t, db.Close(), "close")
+	s := startServedRelay(t, []string{"COURIER_DATABASE_URL=sqlite://" + path},
+		"--data-dir", filepath.Join(dir, "nats"), "--embedded-port", "0", "--stats-interval", "100ms")
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		code, body := s.get(t, "/metrics")
+		return code == http.StatusOK && strings.Contains(body, `courier_consumer_held_keys{consumer="ledger"} 1`) &&
+			strings.Contains(body, `courier_consumer_held_messages{consumer="ledger"} 2`) &&
+			strings.Contains(body, `courier_consumer_oldest_hold_age_seconds{consumer="ledger"}`)
+	}, "/metrics never showed ledger's held key:\n%s", testenv.Lazy(func() any { _, b := s.get(t, "/metrics"); return b }))
 }

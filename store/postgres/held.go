@@ -140,3 +140,39 @@ func (a admin) ListHeld(ctx context.Context, cause, after int64, limit int) ([]s
 	}
 	return out, nil
 }
+
+// consumerHoldsSQL lists the keys consumers hold, by their cause's id,
+// with the condition of listWhere: the parked deliveries that are the
+// cause of a hold (courier_inbox_holds is small: one row per key held).
+var consumerHoldsSQL = `SELECT id, ` + columns.Preview("consumer") + `, ` + columns.Preview("COALESCE(ordering_key, '')") + `, ` +
+	columns.Preview("subject") + `,
+    (SELECT h.since FROM courier_inbox_holds h WHERE h.cause = courier_inbox_dead_letters.id),
+    (SELECT count(*) FROM courier_inbox_dead_letters b WHERE b.behind = courier_inbox_dead_letters.id), ` + columns.ErrorPreview + `
+FROM courier_inbox_dead_letters WHERE id IN (SELECT cause FROM courier_inbox_holds) AND `
+
+// ConsumerHolds implements store.Admin.
+func (a admin) ConsumerHolds(ctx context.Context, q store.ListQuery) ([]store.ConsumerHold, error) {
+	q, err := q.Check()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list consumer holds: %w", err)
+	}
+	where, args := listWhere(q, true)
+	rows, err := a.pool.Query(ctx, consumerHoldsSQL+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list consumer holds: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ConsumerHold, error) {
+		var k store.ConsumerHold
+		var lastErr *string
+		err := r.Scan(&k.Cause, &k.Consumer, &k.Key, &k.Subject, &k.Since, &k.Held, &lastErr)
+		if lastErr != nil {
+			k.LastError = *lastErr
+		}
+		k.Since = k.Since.UTC()
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list consumer holds: %w", err)
+	}
+	return out, nil
+}

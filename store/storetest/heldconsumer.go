@@ -107,6 +107,37 @@ func testConsumerHeldKeys[TTx any](t *testing.T, h opener[TTx]) {
 		t.Fatalf("listed %+v, want the delivery without a key", ps)
 	}
 	unkeyed := ps[0].ID
+	// holds checks Admin.ConsumerHolds of q against want, in cause order.
+	holds := func(when string, q store.ListQuery, want []store.ConsumerHold) {
+		t.Helper()
+		got, err := a.ConsumerHolds(ctx, q)
+		must(t, err, "list consumer holds")
+		if len(got) != len(want) {
+			t.Fatalf("%s: consumer holds of %+v: %+v; want %+v", when, q, got, want)
+		}
+		for i, g := range got {
+			w := want[i]
+			if g.Cause != w.Cause || g.Consumer != w.Consumer || g.Key != w.Key || g.Subject != "accounts" ||
+				!g.Since.Equal(w.Since) || g.Held != w.Held || g.LastError != "boom" {
+				t.Fatalf("%s: consumer hold %d of %+v: %+v; want %+v (subject accounts, error boom)", when, i, q, g, w)
+			}
+		}
+	}
+	all := []store.ConsumerHold{
+		{Cause: c1.ID, Consumer: "ledger", Key: "acct-1", Since: t0, Held: 2},
+		{Cause: c2.ID, Consumer: "ledger", Key: "acct-2", Since: t0.Add(2 * time.Second)},
+		{Cause: audit.ID, Consumer: "audit", Key: "acct-1", Since: t0.Add(2 * time.Second)},
+	}
+	holds("with three keys held", store.ListQuery{}, all)
+	holds("by consumer", store.ListQuery{Consumer: "audit"}, all[2:])
+	holds("a page after the first", store.ListQuery{After: c1.ID, Limit: 1}, all[1:2])
+	holds("by cause", store.ListQuery{IDs: []int64{c2.ID, p2.ID}}, all[1:2]) // p2 holds nothing
+	holds("by error", store.ListQuery{Error: "bad JSON"}, nil)
+	holds("by topic", store.ListQuery{Topic: "accounts"}, all)
+	holds("by another topic", store.ListQuery{Topic: "orders"}, nil)
+	if _, err := a.ConsumerHolds(ctx, store.ListQuery{Limit: store.MaxListLimit + 1}); err == nil || !strings.Contains(err.Error(), "Limit") {
+		t.Fatalf("ConsumerHolds with a limit of %d: %v, want an error naming the limit", store.MaxListLimit+1, err)
+	}
 	list("with two keys held", map[int64]store.ParkedSummary{
 		c1.ID:   {Key: "acct-1", Reason: store.ReasonFailed},
 		p2.ID:   {Key: "acct-1", Behind: c1.ID, Reason: store.ReasonHeld},
@@ -138,6 +169,8 @@ func testConsumerHeldKeys[TTx any](t *testing.T, h opener[TTx]) {
 		t.Fatalf("pass the hold of acct-1 on from %d: %d, %v; want %d", c1.ID, next, err, p2.ID)
 	}
 	expect("after the hold passed on", map[string]heldStatus{"ledger": {parked: 4, heldKeys: 2, held: 1, oldestHold: t0}})
+	holds("after the hold passed on", store.ListQuery{Consumer: "ledger"}, []store.ConsumerHold{
+		{Cause: p2.ID, Consumer: "ledger", Key: "acct-1", Since: t0, Held: 1}, all[1]})
 	list("after the hold passed on", map[int64]store.ParkedSummary{
 		p2.ID:   {Key: "acct-1", Reason: store.ReasonHeld},
 		p3.ID:   {Key: "acct-1", Behind: p2.ID, Reason: store.ReasonHeld},
@@ -159,6 +192,7 @@ func testConsumerHeldKeys[TTx any](t *testing.T, h opener[TTx]) {
 		}
 	}
 	expect("once every key is released", map[string]heldStatus{"ledger": {parked: 1}, "audit": {}})
+	holds("once every key is released", store.ListQuery{}, nil)
 	if st := opsStatus(t, ops); len(st.Consumers) != 1 {
 		t.Fatalf("consumers once every key is released: %+v; want ledger's delivery without a key", st.Consumers)
 	}

@@ -149,3 +149,35 @@ func (a Admin) ListHeld(ctx context.Context, cause, after int64, limit int) ([]s
 	}
 	return out, nil
 }
+
+// consumerHoldSummary is the columns of a key a consumer holds
+// (store.ConsumerHold), from its cause's row of courier_inbox_dead_letters.
+var consumerHoldSummary = `id, ` + columns.Preview("consumer") + `, ` + columns.Preview("COALESCE(ordering_key, '')") + `, ` +
+	columns.Preview("subject") + `,
+    (SELECT h.since FROM courier_inbox_holds h WHERE h.cause = courier_inbox_dead_letters.id),
+    (SELECT COUNT(*) FROM courier_inbox_dead_letters b WHERE b.behind = courier_inbox_dead_letters.id), ` + columns.ErrorPreview
+
+// ConsumerHolds implements store.Admin: the parked deliveries q selects
+// that are the cause of a hold (courier_inbox_holds is small: one row per
+// key held).
+func (a Admin) ConsumerHolds(ctx context.Context, q store.ListQuery) ([]store.ConsumerHold, error) {
+	q, err := q.Check()
+	if err != nil {
+		return nil, a.d.errorf("list consumer holds: %w", err)
+	}
+	where, args := listWhere(q, true)
+	out, err := queryAll(ctx, a.d.DB, func(row interface{ Scan(...any) error }) (store.ConsumerHold, error) {
+		var (
+			k       store.ConsumerHold
+			lastErr sql.NullString
+		)
+		err := row.Scan(&k.Cause, &k.Consumer, &k.Key, &k.Subject, a.d.Dest(&k.Since), &k.Held, &lastErr)
+		k.LastError = lastErr.String
+		return k, err
+	}, `SELECT `+consumerHoldSummary+` FROM courier_inbox_dead_letters
+WHERE id IN (SELECT cause FROM courier_inbox_holds) AND `+where+` ORDER BY id LIMIT ?`, args...)
+	if err != nil {
+		return nil, a.d.errorf("list consumer holds: %w", err)
+	}
+	return out, nil
+}

@@ -31,7 +31,7 @@ func (b *base) observe(db *serviceDB) (*observability, error) {
 		return nil, nil
 	}
 	src := metrics.FromStatus(db.Operations())
-	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, MinInterval: 5 * time.Second})
+	col, err := metrics.New(metrics.Config{Outbox: src, Sagas: src, Keys: src, ConsumerHolds: src, MinInterval: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}
