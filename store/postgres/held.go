@@ -143,7 +143,7 @@ func (a admin) ListHeld(ctx context.Context, cause, after int64, limit int) ([]s
 
 // consumerHoldsSQL lists the keys consumers hold, by their cause's id,
 // with the condition of listWhere: the parked deliveries that are the
-// cause of a hold (courier_inbox_holds is small: one row per key held).
+// cause of a hold (courier_inbox_holds holds one row per key held, found by its cause through an index).
 var consumerHoldsSQL = `SELECT id, ` + columns.Preview("consumer") + `, ` + columns.Preview("COALESCE(ordering_key, '')") + `, ` +
 	columns.Preview("subject") + `,
     (SELECT h.since FROM courier_inbox_holds h WHERE h.cause = courier_inbox_dead_letters.id),

@@ -158,8 +158,8 @@ var consumerHoldSummary = `id, ` + columns.Preview("consumer") + `, ` + columns.
     (SELECT COUNT(*) FROM courier_inbox_dead_letters b WHERE b.behind = courier_inbox_dead_letters.id), ` + columns.ErrorPreview
 
 // ConsumerHolds implements store.Admin: the parked deliveries q selects
-// that are the cause of a hold (courier_inbox_holds is small: one row per
-// key held).
+// that are the cause of a hold (courier_inbox_holds holds one row per key
+// held, found by its cause through an index).
 func (a Admin) ConsumerHolds(ctx context.Context, q store.ListQuery) ([]store.ConsumerHold, error) {
 	q, err := q.Check()
 	if err != nil {

@@ -12,7 +12,10 @@ CREATE TABLE IF NOT EXISTS courier_inbox_holds (
     since         DATETIME(6)   NOT NULL,
     -- A key may be 1,024 characters: too long for an index of its own.
     key_hash      BINARY(32)    AS (UNHEX(SHA2(ordering_key, 256))) PERSISTENT,
-    UNIQUE KEY courier_inbox_holds_key (consumer, key_hash)
+    UNIQUE KEY courier_inbox_holds_key (consumer, key_hash),
+    -- A hold by its cause: the lists of held keys (store.Admin
+    -- ConsumerHolds) read each cause's hold.
+    KEY courier_inbox_holds_cause (cause)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 ALTER TABLE courier_inbox_dead_letters ADD KEY IF NOT EXISTS courier_inbox_dead_letters_behind (behind, id);

@@ -14,3 +14,7 @@ CREATE TABLE courier_inbox_holds (
 );
 
 CREATE INDEX courier_inbox_dead_letters_behind ON courier_inbox_dead_letters (behind, id) WHERE behind IS NOT NULL;
+
+-- A hold by its cause: the lists of held keys (store.Admin ConsumerHolds)
+-- read each cause's hold.
+CREATE INDEX courier_inbox_holds_cause ON courier_inbox_holds (cause);
