@@ -164,8 +164,12 @@ func (c *dlqListCmd) Run(e *env) error {
 	const row = "%-16s %-19s %-30s %-20s %-36s %-8s %s\n"
 	fmt.Fprintf(e.stdout, row, "DEAD LETTER", "WHEN", "SOURCE", "TYPE", "MESSAGE ID", "ATTEMPTS", "LAST ERROR")
 	for _, d := range dead {
+		why := d.LastError
+		if d.Holds {
+			why = "(holds its key) " + why
+		}
 		fmt.Fprintf(e.stdout, row, "relay:"+strconv.FormatInt(d.ID, 10), d.DeadAt.UTC().Format(time.DateTime),
-			clip("topic "+d.Topic, 30), clip(d.Type, 20), escape.Line(d.MessageID), strconv.Itoa(d.Attempts), clip(d.LastError, 60))
+			clip("topic "+d.Topic, 30), clip(d.Type, 20), escape.Line(d.MessageID), strconv.Itoa(d.Attempts), clip(why, 60))
 	}
 	for _, p := range parked {
 		id := p.MessageID
@@ -231,6 +235,9 @@ func (c *dlqShowCmd) Run(e *env) error {
 			return writeJSON(e, d)
 		}
 		showDeadLetter(e, c.Ref, d, c.Full)
+		if d.Holds {
+			return showHeld(e, a, c.Ref, d)
+		}
 		return nil
 	}
 	p, err := a.ParkedMessage(e.ctx, id)
@@ -278,6 +285,33 @@ func showDeadLetter(e *env, ref string, d store.DeadLetter, full bool) {
 		fmt.Fprintf(w, "%-3d %-20s %-8s %s\n", i+1, h.At.UTC().Format(time.DateTime), kind, cutLine(h.Error, full))
 	}
 	fmt.Fprintln(w, "counted: counted against the message; broker: the broker was unavailable, not counted")
+}
+
+// heldShown is how many of the messages held behind a dead letter dlq
+// show lists.
+const heldShown = 20
+
+// showHeld prints, after a dead letter that holds its key (ref, d), the
+// first heldShown messages held behind it, oldest first, and what replay
+// and discard do to them.
+func showHeld(e *env, a store.Admin, ref string, d store.DeadLetter) error {
+	held, err := a.ListHeld(e.ctx, d.ID, 0, heldShown)
+	if err != nil {
+		return err
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "\nholds its key: %d message(s) of key %s wait behind it\n", d.Held, escape.Line(d.Key))
+	if len(held) > 0 {
+		fmt.Fprintf(w, "%-12s %-36s %-30s %-20s %s\n", "ID", "MESSAGE ID", "TOPIC", "TYPE", "WRITTEN")
+		for _, h := range held {
+			fmt.Fprintf(w, "%-12d %-36s %-30s %-20s %s\n", h.ID, escape.Line(h.MessageID), clip(h.Topic, 30), clip(h.Type, 20), h.CreatedAt.UTC().Format(time.DateTime))
+		}
+		if n := d.Held - int64(len(held)); n > 0 {
+			fmt.Fprintf(w, "and %d more\n", n)
+		}
+	}
+	fmt.Fprintf(w, "courier dlq replay %s publishes it, then these in order; courier dlq discard %s drops it and publishes these in order\n", ref, ref)
+	return nil
 }
 
 // showParked prints a consume-side dead letter for people, every stored
