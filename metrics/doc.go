@@ -38,7 +38,11 @@
 // keeps the last values, counts courier_stats_query_errors_total and is
 // not retried before the interval has passed, so a database in trouble is
 // not hammered by its monitoring. courier_stats_last_success_timestamp_seconds
-// tells how old the values are.
+// tells how old the values are. An outbox source that answers HeldSource
+// (StoreStats's and FromStatus's do) adds the gauges of held keys
+// (relay.Config.HoldKeys): courier_outbox_held_keys,
+// courier_outbox_held_messages and courier_outbox_oldest_hold_age_seconds,
+// for the whole outbox.
 //
 // FromStatus answers all five kinds of gauges from one store.Status per
 // refresh (store.Operations, which every store.Database gives): the outbox

@@ -141,15 +141,22 @@ type StatsReader interface {
 // The series then carry the label topic="". A store that breaks its stats
 // down by topic plugs in as an OutboxSource of its own, one TopicStats per
 // topic, without changing the metrics' names.
-func StoreStats(s StatsReader) OutboxSource { return storeStats{s} }
+// It answers the held keys' gauges too (HeldSource), from the same Stats.
+func StoreStats(s StatsReader) OutboxSource { return &storeStats{s: s} }
 
-type storeStats struct{ s StatsReader }
+type storeStats struct {
+	s StatsReader
+	lastStats
+}
 
-func (s storeStats) OutboxStats(ctx context.Context) ([]TopicStats, error) {
+func (s *storeStats) OutboxStats(ctx context.Context) ([]TopicStats, error) {
 	st, err := s.s.Stats(ctx)
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	s.last, s.fresh = st, true
+	s.mu.Unlock()
 	return []TopicStats{{
 		Pending: st.Pending, Leased: st.Leased, InBackoff: st.InBackoff, DeadLetters: st.DeadLetters,
 		OldestPendingAge: st.OldestPendingAge(),
@@ -277,6 +284,7 @@ type Collector struct {
 
 	descs struct {
 		pending, leased, backoff, deadLetters, oldest  *prometheus.Desc
+		heldKeys, heldMessages, oldestHold             *prometheus.Desc
 		sagas, overdue, keys                           *prometheus.Desc
 		slotLag, slotRetained, slotSeconds, slotActive *prometheus.Desc
 		scheduled, scheduledDue, nextDue               *prometheus.Desc
@@ -292,6 +300,7 @@ type Collector struct {
 type snapshot struct {
 	outbox    []TopicStats
 	outboxErr error
+	held      *HeldStats // nil: the outbox source answers no HeldStats
 	sagas     []SagaStats
 	keys      []KeyStats
 	slots     []SlotStats
@@ -373,6 +382,9 @@ func New(cfg Config) (*Collector, error) {
 	c.descs.backoff = prometheus.NewDesc("courier_outbox_backoff_messages", "Pending messages waiting for a retry after a failed publish.", topic, nil)
 	c.descs.deadLetters = prometheus.NewDesc("courier_outbox_dead_letter_messages", "Messages parked as dead letters (courier dlq).", topic, nil)
 	c.descs.oldest = prometheus.NewDesc("courier_outbox_oldest_pending_age_seconds", "How long the oldest pending message has waited; 0 when none is pending.", topic, nil)
+	c.descs.heldKeys = prometheus.NewDesc("courier_outbox_held_keys", "Keys held by a dead letter (relay HoldKeys): their messages wait until it is replayed or discarded.", nil, nil)
+	c.descs.heldMessages = prometheus.NewDesc("courier_outbox_held_messages", "Messages waiting behind a dead letter that holds their key.", nil, nil)
+	c.descs.oldestHold = prometheus.NewDesc("courier_outbox_oldest_hold_age_seconds", "How long the oldest dead letter that holds its key has held it; 0 when none does.", nil, nil)
 	c.descs.sagas = prometheus.NewDesc("courier_saga_instances", "Saga instances by type and state.", []string{"type", "state"}, nil)
 	c.descs.overdue = prometheus.NewDesc("courier_saga_overdue_instances", "Saga instances not finished whose deadline has passed, by type and state.", []string{"type", "state"}, nil)
 	c.descs.keys = prometheus.NewDesc("courier_idempotency_keys_in_flight", "Idempotency keys whose request is still being processed, by scope.", []string{"scope"}, nil)
@@ -406,6 +418,11 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.cfg.Outbox != nil {
 		for _, d := range []*prometheus.Desc{c.descs.pending, c.descs.leased, c.descs.backoff, c.descs.deadLetters, c.descs.oldest} {
 			ch <- d
+		}
+		if _, ok := c.cfg.Outbox.(HeldSource); ok {
+			for _, d := range []*prometheus.Desc{c.descs.heldKeys, c.descs.heldMessages, c.descs.oldestHold} {
+				ch <- d
+			}
 		}
 	}
 	if c.cfg.Sagas != nil {
@@ -441,6 +458,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.descs.backoff, float64(t.InBackoff))
 		gauge(c.descs.deadLetters, float64(t.DeadLetters))
 		gauge(c.descs.oldest, t.OldestPendingAge.Seconds())
+	}
+	if h := s.held; h != nil {
+		ch <- prometheus.MustNewConstMetric(c.descs.heldKeys, prometheus.GaugeValue, float64(h.Keys))
+		ch <- prometheus.MustNewConstMetric(c.descs.heldMessages, prometheus.GaugeValue, float64(h.Messages))
+		ch <- prometheus.MustNewConstMetric(c.descs.oldestHold, prometheus.GaugeValue, h.OldestAge.Seconds())
 	}
 	for _, g := range s.sagas {
 		ch <- prometheus.MustNewConstMetric(c.descs.sagas, prometheus.GaugeValue, float64(g.Instances), g.Type, g.State)
@@ -516,6 +538,11 @@ func (c *Collector) refresh(ctx context.Context) snapshot {
 			s.outbox = c.boundTopics(v)
 		}
 		s.outboxErr = err
+		if hs, ok := c.cfg.Outbox.(HeldSource); ok && err == nil {
+			if v, err := hs.HeldStats(ctx); c.note("held", err) {
+				s.held = &v
+			}
+		}
 	}
 	if c.cfg.Sagas != nil {
 		if v, err := c.cfg.Sagas.SagaStats(ctx); c.note("sagas", err) {

@@ -45,6 +45,13 @@ type Config struct {
 	// DefaultBackoffInitial (500ms), DefaultBackoffMax (1m),
 	// DefaultBackoffJitter (0.2).
 	Backoff Backoff
+	// HoldKeys names the topics whose dead letters hold their key: the
+	// key's later messages wait behind the dead letter
+	// (courier_outbox_held) until it is replayed, then they follow it in
+	// order, or discarded, then they go on without it. AllTopics ("*")
+	// alone names every topic; names are not empty and given once.
+	// Default: none, a dead letter leaves the order and its key moves on.
+	HoldKeys []string
 	// PollInterval is how often an idle relay looks for work when no
 	// wake-up arrives. Default DefaultPollInterval (1s); wiring code
 	// usually takes the dialect's (store.Database PollInterval).
@@ -108,10 +115,14 @@ const (
 	DefaultIdleDelay       = time.Millisecond
 )
 
+// AllTopics, alone in HoldKeys, makes the dead letters of every topic hold
+// their key.
+const AllTopics = settings.AllTopics
+
 // shared points at the fields the CDC relay has too.
 func (c *Config) shared() dispatch.Settings {
 	return dispatch.Settings{BatchSize: &c.BatchSize, Concurrency: &c.Concurrency, PublishTimeout: &c.PublishTimeout,
-		MaxAttempts: &c.MaxAttempts, Backoff: &c.Backoff, Observer: &c.Observer, Logger: &c.Logger}
+		MaxAttempts: &c.MaxAttempts, Backoff: &c.Backoff, Observer: &c.Observer, Logger: &c.Logger, HoldKeys: &c.HoldKeys}
 }
 
 func (c *Config) setDefaults() {

@@ -43,10 +43,27 @@
 // claimed. Events whose order matters must therefore come from serialised
 // writers.
 //
-// A message that becomes a dead letter leaves the order: its key moves on.
-// Replaying it (store.Admin) puts it back in its original place among its
-// key's pending rows, so it is published after what its key published
-// meanwhile and before what is still pending.
+// A message that becomes a dead letter either leaves the order or holds
+// its key, as Config.HoldKeys says of its topic:
+//
+//   - By default it leaves the order: its key moves on. Replaying it
+//     (store.Admin) puts it back in its original place among its key's
+//     pending rows, so it is published after what its key published
+//     meanwhile and before what is still pending.
+//   - On a topic of HoldKeys it holds its key (store.Failure.Hold): no
+//     later message of its key, of any topic, is published while it is a
+//     dead letter. Claims leave the key alone and move its rows out of
+//     courier_outbox, behind it, to courier_outbox_held, so that a held
+//     key's backlog takes no room in a claim; other keys flow. Replaying
+//     it puts it back into the outbox, then the messages held behind it,
+//     then its key's rows still pending, with new ids in that order: they
+//     are published in that order, and the key is free again. Discarding
+//     it puts back the held messages, then the pending ones, the same
+//     way: the key moves on without it. courier status and courier dlq
+//     show the held keys, and package metrics' Collector the gauges
+//     courier_outbox_held_keys, courier_outbox_held_messages and
+//     courier_outbox_oldest_hold_age_seconds (alert on the last: a held
+//     key waits for an operator).
 //
 // A scheduled message (outbox.Writer.Schedule) is not in the outbox while
 // it waits, so it holds nothing back: its key's other messages, written
@@ -119,7 +136,8 @@
 // subject): they are retried after a capped exponential backoff with jitter,
 // and after MaxAttempts the message becomes a dead letter with its error
 // history (each attempt marked counted or not). Either way its key then
-// moves on. Uncounted failures are retried without limit: an outage never
+// moves on, unless its topic holds keys (Config.HoldKeys; see Ordering).
+// Uncounted failures are retried without limit: an outage never
 // produces dead letters, it produces a backlog that drains when the broker
 // returns. While every publish of a batch fails that way, the relay logs
 // that the broker is unavailable and pauses claiming for the same backoff; a
@@ -198,7 +216,8 @@
 //     store.Admin), which Check does not count as unhealthy; Retried rising
 //     while the broker is not down means messages failing one by one.
 //   - The outbox (store.RelayStore.Stats, courier status), shared by every
-//     relay on the database: Pending, OldestPendingAge and DeadLetters. A
+//     relay on the database: Pending, OldestPendingAge and DeadLetters,
+//     and with HoldKeys, HeldKeys, Held and OldestHold. A
 //     growing OldestPendingAge is the end-to-end alarm: messages are not
 //     getting out, whichever relay is at fault.
 //

@@ -48,6 +48,12 @@ func (r *Relay) process(ctx, work context.Context, claimed time.Time, batch stor
 				released += len(k.idx) - o.Done - 1
 				continue
 			}
+			if o.Held {
+				// A dead letter holds its key: the key's later rows go
+				// back, and the store keeps them behind it.
+				released += len(k.idx) - o.Done
+				continue
+			}
 			if o.Done < len(k.idx) {
 				next = append(next, key{idx: k.idx[o.Done:], items: k.items[o.Done:]})
 			}
@@ -88,7 +94,7 @@ func keysOf(recs []store.Record) []key {
 
 // failure is the store's record of row seq's failure f.
 func failure(seq int64, f dispatch.Failure) store.Failure {
-	return store.Failure{Seq: seq, Error: f.Err.Error(), Delay: f.Delay, Counted: f.Counted}
+	return store.Failure{Seq: seq, Error: f.Err.Error(), Delay: f.Delay, Counted: f.Counted, Hold: f.Hold}
 }
 
 // noteRetry keeps the earliest retry this relay scheduled, so that it

@@ -50,7 +50,7 @@ func New(st store.RelayStore, pub broker.Publisher, cfg Config) (*Relay, error) 
 	}
 	log := cfg.Logger.With("relay", cfg.Owner)
 	disp := dispatch.New(pub, dispatch.Config{Policy: dispatch.Policy{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff},
-		Clock: cfg.Clock, Logger: log, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider})
+		Clock: cfg.Clock, Logger: log, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider, Holds: dispatch.NewHolds(cfg.HoldKeys)})
 	timer := due.New(st, due.Config{Limit: cfg.BatchSize, Recheck: cfg.ReleaseInterval, Timeout: cfg.LeaseDuration, Clock: cfg.Clock, Logger: log, Released: cfg.Observer.Released})
 	return &Relay{store: st, pub: pub, cfg: cfg, log: log, disp: disp, due: timer, kick: make(chan struct{}, 1)}, nil
 }

@@ -35,6 +35,38 @@ type LogItem struct {
 	History []PublishAttempt
 	// Failed is true once a failure of it was written to the database.
 	Failed bool
+	// Hold, on a dead item, makes its dead letter hold its key
+	// (Failure.Hold).
+	Hold bool
+}
+
+// HoldResult is what holding one LogItem did (see Holding).
+type HoldResult int
+
+// The results of holding a LogItem.
+const (
+	// HeldBehind: a dead letter holds its key; the item waits behind it
+	// in courier_outbox_held (its row moved there, or, table-less,
+	// inserted with an id from courier_outbox's sequence).
+	HeldBehind HoldResult = iota
+	// NotHeld: no dead letter holds its key (any more: it was replayed or
+	// discarded), and its row, if it has one, is still there: publish it.
+	NotHeld
+	// HoldMissing: its row was not found. Holding.Visible tells whether
+	// it is gone (its key was released and its rows put back with new
+	// ids, which the log brings again; or published) or its transaction
+	// is not visible yet (look again).
+	HoldMissing
+)
+
+// Holding is what holding LogItems did, item by item.
+type Holding struct {
+	// Results are the items' results, in their order.
+	Results []HoldResult
+	// Visible reports whether a transaction was visible when the rows
+	// were looked for (as Recorded.Visible); set when a result is
+	// HoldMissing.
+	Visible func(xid uint32) bool
 }
 
 // LogEventKind says what a LogEvent is.

@@ -40,6 +40,7 @@ type relayCmd struct {
 	Concurrency      int           `help:"Batches publishing at once (with --mode cdc: Publish calls in flight, on disjoint keys)." default:"2" env:"COURIER_CONCURRENCY"`
 	Lease            time.Duration `help:"How long claimed messages stay reserved; other relays take over after it." default:"30s" env:"COURIER_LEASE"`
 	MaxAttempts      int           `help:"Failed attempts before a message becomes a dead letter." default:"10" env:"COURIER_MAX_ATTEMPTS"`
+	HoldKeys         []string      `name:"hold-keys" placeholder:"TOPIC" help:"Topics whose dead letters hold their key: the key's later messages wait behind the dead letter (courier dlq shows it) until it is replayed (then they follow it, in order) or discarded (then they go on without it), instead of moving on. Comma-separated, or * for every topic." env:"COURIER_HOLD_KEYS"`
 	PollInterval     time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)." env:"COURIER_POLL_INTERVAL"`
 	KeepPublished    bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it with --cleanup-every and --cleanup-keep-published, or courier cleanup)." env:"COURIER_KEEP_PUBLISHED"`
 	Cleanup          relayCleanup  `embed:"" prefix:"cleanup-" envprefix:"COURIER_CLEANUP_"`
@@ -96,6 +97,7 @@ func (c *relayCmd) check() (relay.Config, error) {
 		LeaseDuration: c.Lease,
 		MaxAttempts:   c.MaxAttempts,
 		PollInterval:  c.PollInterval,
+		HoldKeys:      c.HoldKeys,
 	}
 	if c.Lease <= time.Second {
 		// Publishing a batch must end well within its lease: the relay
@@ -343,6 +345,8 @@ func flagError(err error) error {
 		"relay: Config.LeaseDuration", "--lease",
 		"relay: Config.MaxAttempts", "--max-attempts",
 		"relay: Config.PollInterval", "--poll-interval",
+		"relay: Config.HoldKeys", "--hold-keys",
+		"cdc: Config.HoldKeys", "--hold-keys",
 		"relay: Config.PublishTimeout", "the publish timeout (half of --lease, at most 10s)",
 		"cdc: Config.Slot", "--slot",
 		"cdc: Config.Publication", "--publication",

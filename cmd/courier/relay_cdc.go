@@ -42,7 +42,7 @@ func (c *relayCmd) runCDC(e *env, ops store.Operations, b *brokerurl.Broker) err
 	defer pool.Close()
 	r, err := cdc.New(postgres.NewDriver(pool).CDC(), b, cdc.Config{
 		Slot: c.Slot, Publication: c.Publication, BatchSize: c.BatchSize, Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts,
-		KeepPublished: c.KeepPublished, Logger: e.log,
+		KeepPublished: c.KeepPublished, HoldKeys: c.HoldKeys, Logger: e.log,
 	})
 	if err != nil {
 		return flagError(err)

@@ -93,6 +93,7 @@ func (r *Relay) rejudge(c *call, it *store.LogItem, j *dispatch.Judged, attempts
 		o := &c.outcomes[i]
 		if o.Failed == j {
 			o.Dead = append(o.Dead, dispatch.Judged{Index: j.Index, Failure: f})
+			o.Held = o.Held || f.Hold
 			o.Failed = nil
 			o.Done++
 			return

@@ -29,7 +29,7 @@ const (
 
 // Config tunes a Relay. Zero fields take the defaults; the fields the
 // polling relay has too (BatchSize, Concurrency, PublishTimeout,
-// MaxAttempts, Backoff, Observer, Logger) take its defaults and have its
+// MaxAttempts, Backoff, Observer, Logger, HoldKeys) take its defaults and have its
 // ranges, which package relay/settings holds.
 type Config struct {
 	// Slot is the logical replication slot's name. Default DefaultSlot.
@@ -53,6 +53,12 @@ type Config struct {
 	// Backoff spaces retries and outage pauses. Zero fields take the
 	// polling relay's defaults.
 	Backoff courier.Backoff
+	// HoldKeys names the topics whose dead letters hold their key, as the
+	// polling relay's (package relay, Config.HoldKeys): the key's later
+	// messages, read from the log, move to courier_outbox_held instead of
+	// being published, until the dead letter is replayed or discarded.
+	// settings.AllTopics ("*") alone names every topic. Default: none.
+	HoldKeys []string
 	// KeepPublished moves published rows to courier_outbox_published
 	// instead of deleting them, and keeps published table-less messages
 	// there too.
@@ -84,7 +90,7 @@ var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // shared points at the fields the polling relay has too.
 func (c *Config) shared() dispatch.Settings {
 	return dispatch.Settings{BatchSize: &c.BatchSize, Concurrency: &c.Concurrency, PublishTimeout: &c.PublishTimeout,
-		MaxAttempts: &c.MaxAttempts, Backoff: &c.Backoff, Observer: &c.Observer, Logger: &c.Logger}
+		MaxAttempts: &c.MaxAttempts, Backoff: &c.Backoff, Observer: &c.Observer, Logger: &c.Logger, HoldKeys: &c.HoldKeys}
 }
 
 // setDefaults fills the zero fields.
@@ -160,6 +166,13 @@ type Database interface {
 	// Fail records failed publishes and returns each item's counted
 	// attempts as the database holds them (-1: its row is gone).
 	Fail(ctx context.Context, fs []store.LogFailure) ([]int, error)
+	// Held returns the keys that dead letters hold (Config.HoldKeys),
+	// each with its dead letter's id.
+	Held(ctx context.Context) (map[string]int64, error)
+	// Hold moves items whose key a dead letter holds behind it
+	// (courier_outbox_held), taking its turn with the replays and
+	// discards that release keys, and says what became of each.
+	Hold(ctx context.Context, items []*store.LogItem) (store.Holding, error)
 	// Releaser moves scheduled messages that have fallen due into the
 	// outbox, from where the log brings them.
 	store.Releaser
@@ -189,7 +202,7 @@ func New(db Database, pub broker.Publisher, cfg Config) (*Relay, error) {
 		return nil, errors.New("cdc: New needs a database (postgres.Driver's CDC) and a publisher")
 	}
 	disp := dispatch.New(pub, dispatch.Config{Policy: dispatch.Policy{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff},
-		Clock: cfg.Clock, Logger: cfg.Logger, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider})
+		Clock: cfg.Clock, Logger: cfg.Logger, Observer: cfg.Observer, TracerProvider: cfg.TracerProvider, Holds: dispatch.NewHolds(cfg.HoldKeys)})
 	timer := due.New(db, due.Config{Limit: cfg.BatchSize, Timeout: cfg.PublishTimeout, Clock: cfg.Clock, Logger: cfg.Logger, Released: cfg.Observer.Released})
 	return &Relay{db: db, disp: disp, pipelined: broker.KeepsKeyOrder(pub), cfg: cfg, repl: db.ReplicationConfig(), log: cfg.Logger, due: timer}, nil
 }
@@ -223,7 +236,8 @@ func (r *Relay) Stats() Stats { return r.m.snapshot() }
 // item is one message on its way to the broker.
 type item struct {
 	store.LogItem
-	txn *txn // nil for a row read from the table
+	txn  *txn // nil for a row read from the table
+	held bool // handed to the recorder to hold
 }
 
 // txn is one committed transaction's messages, in commit order.

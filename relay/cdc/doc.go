@@ -40,6 +40,21 @@
 //     the polling relay would see it; for a table-less message in
 //     courier_outbox_log_failures), so a message's attempts and history
 //     survive a relay's restart.
+//   - Held keys are the polling relay's too (Config.HoldKeys; package
+//     relay, Ordering): a dead letter of a topic of HoldKeys holds its
+//     key. The relay keeps the set of held keys, read from the database
+//     as each session starts and grown by the dead letters it makes; a
+//     message of a held key that the log brings is not published but
+//     moved behind its dead letter to courier_outbox_held (a row is moved
+//     there from courier_outbox; a table-less message is inserted there
+//     with an id from courier_outbox's sequence), and counts as done for
+//     the slot's position. Each move checks the key against the database,
+//     taking turns with replays and discards (the claims' lock): a
+//     message is held behind a dead letter still there, never stranded;
+//     once a replay or a discard has released the key, its messages are
+//     published again. A replay inserts the dead letter, then the held
+//     messages, then the key's pending rows into courier_outbox with new
+//     ids, which the log brings in that order.
 //   - One reader at a time: a replication slot has one reader. A second
 //     relay on the same slot waits as a hot standby, trying every Standby,
 //     and takes over when the first one's connection ends.

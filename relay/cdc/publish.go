@@ -26,6 +26,16 @@ type publisher struct {
 	pending int    // items in keys
 	calls   int    // Publish calls in flight
 
+	// Held keys: those a dead letter holds, as the relay believes (read
+	// as the session starts, then those of the dead letters it makes),
+	// and the items of each handed to the recorder to hold and not yet
+	// back. A key's items go to be held while either says so; the
+	// recorder's Hold checks the key against the database (a replay or a
+	// discard may have released it) and hands back the items it found
+	// free.
+	held    map[string]bool
+	holding map[string]int
+
 	// While the slot is made: the rows from the table not yet recorded,
 	// whether the sweep's last page arrived, and recorded, closed (then
 	// nil) once both say every row from the table is recorded.
@@ -66,7 +76,9 @@ func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) e
 		}
 	}()
 	for {
-		p.settle(p.rec.take())
+		written, freed := p.rec.take()
+		p.settle(written)
+		p.requeue(freed)
 		// Take what has arrived, without holding more than a few
 		// batches' worth in memory, waiting to be published or to be
 		// recorded.
@@ -103,12 +115,12 @@ func (r *Relay) publishing(ctx context.Context, in <-chan batch, p *publisher) e
 				timer.Stop()
 				return ctx.Err()
 			}
-			published, dead, retried := p.results(c)
+			published, dead, held, retried := p.results(c)
 			r.m.published.Add(int64(len(published)))
 			r.m.dead.Add(int64(len(dead)))
 			r.m.retried.Add(int64(retried))
 			r.cfg.Observer.Completed(len(published), retried, len(dead))
-			p.rec.hand(published, dead)
+			p.rec.hand(published, dead, p.counted(held))
 		case b := <-from:
 			p.add(b)
 		case <-p.rec.settled:
@@ -130,19 +142,71 @@ func (p *publisher) add(b batch) {
 		p.swept += len(b.items)
 		p.sweptAll = p.sweptAll || b.last
 	}
+	var hold []*item
 	for _, it := range b.items {
-		k := p.keys[it.Message.Key]
-		if k == nil {
-			k = &key{name: it.Message.Key}
-			p.keys[it.Message.Key] = k
+		if p.isHeld(it.Message.Key) {
+			hold = append(hold, it)
+			continue
 		}
-		if len(k.items) == 0 {
-			p.active = append(p.active, k)
-		}
-		k.items = append(k.items, it)
-		p.pending++
+		p.queue(it)
 	}
+	p.hold(hold)
 	p.advance()
+}
+
+// queue puts it at the end of its key's items.
+func (p *publisher) queue(it *item) {
+	k := p.keys[it.Message.Key]
+	if k == nil {
+		k = &key{name: it.Message.Key}
+		p.keys[it.Message.Key] = k
+	}
+	if len(k.items) == 0 {
+		p.active = append(p.active, k)
+	}
+	k.items = append(k.items, it)
+	p.pending++
+}
+
+// isHeld reports whether key's items go to be held.
+func (p *publisher) isHeld(key string) bool { return p.held[key] || p.holding[key] > 0 }
+
+// hold hands items of held keys to the recorder, which moves them behind
+// their dead letters.
+func (p *publisher) hold(items []*item) { p.rec.hand(nil, nil, p.counted(items)) }
+
+// counted counts items of held keys as handed to the recorder to hold,
+// and returns them.
+func (p *publisher) counted(items []*item) []*item {
+	for _, it := range items {
+		it.held = true
+		p.holding[it.Message.Key]++
+	}
+	return items
+}
+
+// unhold counts it, an item of a held key, as back from the recorder.
+func (p *publisher) unhold(it *item) {
+	it.held = false
+	k := it.Message.Key
+	if p.holding[k]--; p.holding[k] <= 0 {
+		delete(p.holding, k)
+	}
+}
+
+// requeue takes back items the recorder found free of a hold: their key
+// was released (its dead letter replayed or discarded), and they are
+// published after the items of the key before them.
+func (p *publisher) requeue(freed []*item) {
+	for _, it := range freed {
+		k := it.Message.Key
+		if p.held[k] {
+			delete(p.held, k)
+			p.r.log.Info("a held key was released; publishing its messages again", "key", k)
+		}
+		p.unhold(it)
+		p.queue(it)
+	}
 }
 
 // round picks the keys of the next round, up to BatchSize messages: every
@@ -192,8 +256,8 @@ func (p *publisher) nextDue(now time.Time) time.Duration {
 
 // results applies a round's outcomes to its keys: published and dead items
 // leave their keys; a failure holds the rest of its key back until its
-// retry.
-func (p *publisher) results(c *call) (published, dead []*item, retried int) {
+// retry; a dead letter that holds its key sends the rest to be held.
+func (p *publisher) results(c *call) (published, dead, held []*item, retried int) {
 	for i, k := range c.keys {
 		o := c.outcomes[i]
 		k.busy = false
@@ -201,7 +265,9 @@ func (p *publisher) results(c *call) (published, dead []*item, retried int) {
 			published = append(published, k.items[j])
 		}
 		for _, f := range o.Dead {
-			dead = append(dead, k.items[f.Index])
+			it := k.items[f.Index]
+			it.Hold = f.Hold
+			dead = append(dead, it)
 		}
 		if f := o.Failed; f != nil {
 			k.notBefore = f.At.Add(f.Delay)
@@ -210,6 +276,14 @@ func (p *publisher) results(c *call) (published, dead []*item, retried int) {
 		clear(k.items[:o.Done])
 		k.items = k.items[o.Done:]
 		p.pending -= o.Done
+		if o.Held {
+			// A dead letter holds the key: its other items wait behind
+			// it, and so do those the log brings later.
+			p.held[k.name] = true
+			held = append(held, k.items...)
+			p.pending -= len(k.items)
+			k.items = nil
+		}
 	}
 	// Keys left empty leave the active list.
 	active := p.active[:0]
@@ -222,13 +296,16 @@ func (p *publisher) results(c *call) (published, dead []*item, retried int) {
 	}
 	clear(p.active[len(active):])
 	p.active = active
-	return published, dead, retried
+	return published, dead, held, retried
 }
 
 // settle counts finished items against their transactions and confirms
 // the position past every leading transaction that is done.
 func (p *publisher) settle(items []*item) {
 	for _, it := range items {
+		if it.held {
+			p.unhold(it)
+		}
 		if it.txn != nil {
 			it.txn.left--
 		} else {

@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,8 +39,10 @@ type recorder struct {
 	mu      sync.Mutex
 	pub     []*item   // published, to write
 	dead    []*item   // dead letters, to write
-	since   time.Time // when the oldest of pub and dead arrived
+	hold    []*item   // items of held keys, to move behind their dead letters
+	since   time.Time // when the oldest of pub, dead and hold arrived
 	written []*item   // written, for the publisher to settle
+	freed   []*item   // items of keys found free of a hold, for the publisher to publish
 	waiting int       // items handed over and not yet taken back
 
 	wake    chan struct{} // tells the recorder something arrived
@@ -61,18 +64,20 @@ func newRecorder(r *Relay) *recorder {
 	return &recorder{r: r, wake: make(chan struct{}, 1), settled: make(chan struct{}, 1)}
 }
 
-// hand gives the recorder the items a Publish call finished.
-func (rc *recorder) hand(published, dead []*item) {
-	if len(published)+len(dead) == 0 {
+// hand gives the recorder the items a Publish call finished, and items of
+// held keys to hold (after the dead letters that hold them are written).
+func (rc *recorder) hand(published, dead, hold []*item) {
+	if len(published)+len(dead)+len(hold) == 0 {
 		return
 	}
 	rc.mu.Lock()
-	if len(rc.pub)+len(rc.dead) == 0 {
+	if rc.queued() == 0 {
 		rc.since = rc.now()
 	}
 	rc.pub = append(rc.pub, published...)
 	rc.dead = append(rc.dead, dead...)
-	rc.waiting += len(published) + len(dead)
+	rc.hold = append(rc.hold, hold...)
+	rc.waiting += len(published) + len(dead) + len(hold)
 	rc.mu.Unlock()
 	signal(rc.wake) // the recorder writes now or sets its timer from since
 }
@@ -80,14 +85,18 @@ func (rc *recorder) hand(published, dead []*item) {
 // now is the relay's clock.
 func (rc *recorder) now() time.Time { return rc.r.cfg.Clock.Now() }
 
-// take returns the items written since the last call.
-func (rc *recorder) take() []*item {
+// queued is how many items wait to be written. rc.mu is held.
+func (rc *recorder) queued() int { return len(rc.pub) + len(rc.dead) + len(rc.hold) }
+
+// take returns the items written since the last call, and those of held
+// keys found free.
+func (rc *recorder) take() (written, freed []*item) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	w := rc.written
-	rc.written = nil
-	rc.waiting -= len(w)
-	return w
+	written, freed = rc.written, rc.freed
+	rc.written, rc.freed = nil, nil
+	rc.waiting -= len(written) + len(freed)
+	return written, freed
 }
 
 // backlog is how many handed items are not yet taken back.
@@ -120,16 +129,21 @@ func (rc *recorder) run(ctx context.Context) error {
 			}
 		}
 		rc.mu.Lock()
-		published, dead := rc.pub, rc.dead
-		rc.pub, rc.dead = nil, nil
+		published, dead, hold := rc.pub, rc.dead, rc.hold
+		rc.pub, rc.dead, rc.hold = nil, nil, nil
 		rc.mu.Unlock()
 		done, err := rc.record(ctx, published, dead)
 		if err != nil {
 			return err
 		}
-		if len(done) > 0 {
+		held, freed, err := rc.holdItems(ctx, hold)
+		if err != nil {
+			return err
+		}
+		if len(done)+len(held)+len(freed) > 0 {
 			rc.mu.Lock()
-			rc.written = append(rc.written, done...)
+			rc.written = append(append(rc.written, done...), held...)
+			rc.freed = append(rc.freed, freed...)
 			rc.mu.Unlock()
 			signal(rc.settled)
 		}
@@ -141,7 +155,7 @@ func (rc *recorder) run(ctx context.Context) error {
 func (rc *recorder) wait() (time.Duration, bool) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	n := len(rc.pub) + len(rc.dead)
+	n := rc.queued()
 	switch {
 	case n >= rc.r.cfg.BatchSize:
 		return 0, true
@@ -178,7 +192,7 @@ func (rc *recorder) sleep(ctx context.Context, d time.Duration) bool {
 func (rc *recorder) due() bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	n := len(rc.pub) + len(rc.dead)
+	n := rc.queued()
 	return n >= rc.r.cfg.BatchSize || (n > 0 && rc.now().Sub(rc.since) >= recordEvery) || len(rc.unseen) > 0
 }
 
@@ -256,4 +270,62 @@ func logItems(items []*item) []*store.LogItem {
 		out[i] = &it.LogItem
 	}
 	return out
+}
+
+// holdItems moves items of held keys behind their dead letters, once no
+// dead letter this relay made is still to be written (the one that holds
+// them may be among those), and returns those held or gone (settled as
+// written) and those whose key it found free (to publish). Those whose
+// rows are not visible yet are looked for again later. It tries twice;
+// the second failure is returned.
+func (rc *recorder) holdItems(ctx context.Context, items []*item) (done, freed []*item, err error) {
+	if len(items) == 0 {
+		return nil, nil, nil
+	}
+	if slices.ContainsFunc(rc.unseen, func(u unseen) bool { return u.dead }) {
+		rc.later(items)
+		return nil, nil, nil
+	}
+	var h store.Holding
+	for attempt := 1; ; attempt++ {
+		if h, err = rc.r.db.Hold(ctx, logItems(items)); err == nil {
+			break
+		}
+		if attempt == 2 {
+			return nil, nil, err
+		}
+		rc.r.log.Warn("could not hold the messages of held keys; retrying", "error", err)
+		if !waits.Sleep(ctx, rc.r.cfg.Backoff.Delay(attempt)) {
+			return nil, nil, ctx.Err()
+		}
+	}
+	var again []*item
+	for i, it := range items {
+		switch h.Results[i] {
+		case store.HeldBehind:
+			done = append(done, it)
+		case store.NotHeld:
+			freed = append(freed, it)
+		default: // its row is missing
+			if it.txn == nil || h.Visible(it.Xid) {
+				done = append(done, it) // gone: its key was released and its rows put back, which the log brings again
+			} else {
+				again = append(again, it)
+			}
+		}
+	}
+	rc.later(again)
+	return done, freed, nil
+}
+
+// later puts items back at the head of those to hold, to be held at the
+// next write (soon: see wait).
+func (rc *recorder) later(items []*item) {
+	if len(items) == 0 {
+		return
+	}
+	rc.mu.Lock()
+	rc.hold = append(items, rc.hold...)
+	rc.since = rc.now().Add(unseenRetry - recordEvery) // due in unseenRetry
+	rc.mu.Unlock()
 }

@@ -197,9 +197,16 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making) 
 	if err != nil {
 		return err
 	}
+	held, err := r.db.Held(ctx)
+	if err != nil {
+		return err
+	}
 	in := make(chan batch, 16)
 	prog := &progress{}
-	p := &publisher{r: r, prog: prog, keys: map[string]*key{}}
+	p := &publisher{r: r, prog: prog, keys: map[string]*key{}, held: map[string]bool{}, holding: map[string]int{}}
+	for k := range held {
+		p.held[k] = true
+	}
 	rd := &reader{r: r, conn: conn, slot: r.cfg.Slot, prog: prog, out: in, decoder: decoder, lastSent: r.cfg.Clock.Now()}
 	var swept chan struct{}
 	if first != nil {

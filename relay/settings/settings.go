@@ -2,8 +2,9 @@
 // polling relay (package relay) and the one that reads PostgreSQL's log
 // (package relay/cdc). Their Config types have fields of the same names
 // (BatchSize, Concurrency, PublishTimeout, MaxAttempts, Backoff, Observer,
-// Logger) that take the defaults and have the ranges given here, and
-// their Observer is the [Observer] here. Package relay names the same
+// Logger, HoldKeys) that take the defaults and have the ranges given here,
+// and their Observer is the [Observer] here. HoldKeys names topics, each
+// once and none empty, or is [AllTopics] alone. Package relay names the same
 // things (relay.Observer, relay.DefaultBatchSize, …), so that programs
 // that use the polling relay alone need not import this package.
 package settings
@@ -34,3 +35,7 @@ const (
 	// MaxConcurrency is the largest Concurrency.
 	MaxConcurrency = 64
 )
+
+// AllTopics, alone in a configuration's HoldKeys, makes the dead letters of
+// every topic hold their key.
+const AllTopics = "*"

@@ -48,6 +48,8 @@ type Store struct {
 	notifiers []*store.LocalNotifier
 	locks     map[string]bool      // maintenance locks held (Operations)
 	members   map[string]time.Time // relay processes' heartbeats (Operations.Beat)
+	holds     map[int64]*hold      // dead letters that hold their key, by id (see hold.go)
+	holding   map[string]int64     // the keys they hold, and the id of each one's dead letter
 }
 
 var (
@@ -194,6 +196,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, d time.Durat
 			delete(s.leases, id)
 		}
 	}
+	s.holdRows(now)
 	pick := claims.NewPicker(s.heldKeys(now), limit)
 	for _, r := range s.rows {
 		if r.retryAt.After(now) {
@@ -219,8 +222,8 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, d time.Durat
 	return batch, nil
 }
 
-// heldKeys returns the keys of live leases and of rows waiting for a retry
-// at now.
+// heldKeys returns the keys of live leases, of rows waiting for a retry at
+// now, and of dead letters that hold their key.
 func (s *Store) heldKeys(now time.Time) map[string]struct{} {
 	held := make(map[string]struct{})
 	for _, l := range s.leases {
@@ -234,6 +237,9 @@ func (s *Store) heldKeys(now time.Time) map[string]struct{} {
 		if r.retryAt.After(now) {
 			held[r.rec.Message.Key] = struct{}{}
 		}
+	}
+	for k := range s.holding {
+		held[k] = struct{}{}
 	}
 	return held
 }
@@ -344,6 +350,7 @@ func (s *Store) bury(f store.Failure, now time.Time) {
 		ContentType: m.ContentType, Payload: m.Payload, Headers: m.Headers, OccurredAt: m.OccurredAt,
 		CreatedAt: r.createdAt.UTC(), Attempts: r.rec.Attempts, LastError: r.lastError,
 		History: r.history, DeadAt: now.UTC(),
+		Holds: f.Hold && s.holdKey(r.rec.Seq, m.Key, now),
 	})
 	s.rows = slices.Delete(s.rows, i, i+1)
 }
@@ -370,6 +377,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	if len(s.rows) > 0 {
 		st.OldestPending = s.rows[0].createdAt.UTC()
 	}
+	s.holdStats(&st)
 	return st, nil
 }
 
@@ -425,6 +433,9 @@ func (s *Store) DeadLetters() []store.DeadLetter {
 	out := slices.Clone(s.dead)
 	for i := range out {
 		out[i].History = slices.Clone(out[i].History)
+		if h, ok := s.holds[out[i].ID]; ok {
+			out[i].Held = int64(len(h.held))
+		}
 	}
 	return out
 }

@@ -74,6 +74,7 @@ func (o memOps) Status(ctx context.Context) (store.Status, error) {
 		topic(d.Topic).DeadLetters++
 	}
 	topics.Fill(&st)
+	s.holdStats(&st.Outbox)
 	for _, r := range relays {
 		st.Relays = append(st.Relays, *r)
 	}
@@ -167,7 +168,9 @@ func (o memOps) Trim(ctx context.Context, t store.Trim) (store.Trimmed, error) {
 		})
 	case store.TableDeadLetters:
 		s.dead = slices.DeleteFunc(s.dead, func(d store.DeadLetter) bool {
-			if n < t.Limit && d.DeadAt.Before(t.Before) {
+			// One that holds its key stays until it is replayed or
+			// discarded: the rows behind it wait for it.
+			if n < t.Limit && d.DeadAt.Before(t.Before) && !d.Holds {
 				n++
 				return true
 			}
@@ -260,6 +263,11 @@ func (o memOps) Locate(ctx context.Context, ids []string) (map[string]store.Plac
 	defer s.mu.Unlock()
 	for _, r := range s.rows {
 		l.Found(r.rec.Message.ID.String(), store.PlacePending)
+	}
+	for _, h := range s.holds {
+		for _, r := range h.held {
+			l.Found(r.rec.Message.ID.String(), store.PlacePending)
+		}
 	}
 	for _, p := range s.published {
 		l.Found(p.Record.Message.ID.String(), store.PlacePublished)

@@ -57,15 +57,15 @@ func lastEntries(h string) string {
 // cdcDeadSQL moves rows to the dead letters, with the history the row
 // holds and what the relay had not written of it yet.
 var cdcDeadSQL = `WITH f AS (
-    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[]) AS f(id, attempts, err, history)
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::jsonb[], $5::bool[]) AS f(id, attempts, err, history, holds)
 ), dead AS (
     DELETE FROM courier_outbox o USING f WHERE o.id = f.id
     RETURNING o.id, ` + columns.List("o.") + `, o.created_at, greatest(o.attempts, f.attempts) AS attempts, coalesce(nullif(f.err, ''), o.last_error) AS err,
-              coalesce(o.history, '[]') || f.history AS history
+              coalesce(o.history, '[]') || f.history AS history, f.holds
 )
 INSERT INTO courier_outbox_dead_letters
-    (id, ` + columns.Names + `, created_at, attempts, last_error, history)
-SELECT id, ` + columns.Names + `, created_at, attempts, err, ` + lastEntries("history") + `
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history, holds)
+SELECT id, ` + columns.Names + `, created_at, attempts, err, ` + lastEntries("history") + `, holds
 FROM dead
 ON CONFLICT DO NOTHING
 RETURNING id`
@@ -77,17 +77,17 @@ RETURNING id`
 // errors and histories.
 var cdcDeadLogSQL = `WITH f AS (
     SELECT * FROM unnest(` + columns.Unnest(1) + `, ` + columns.Param(1, 1) + `::timestamptz[], ` + columns.Param(1, 2) + `::int[],
-                         ` + columns.Param(1, 3) + `::text[], ` + columns.Param(1, 4) + `::jsonb[])
-        AS f(` + columns.Names + `, created_at, attempts, err, history)
+                         ` + columns.Param(1, 3) + `::text[], ` + columns.Param(1, 4) + `::jsonb[], ` + columns.Param(1, 5) + `::bool[])
+        AS f(` + columns.Names + `, created_at, attempts, err, history, holds)
 ), known AS (
     DELETE FROM courier_outbox_log_failures l USING f WHERE l.message_id = f.message_id
     RETURNING l.message_id, l.attempts, l.last_error, l.history
 )
 INSERT INTO courier_outbox_dead_letters
-    (id, ` + columns.Names + `, created_at, attempts, last_error, history)
+    (id, ` + columns.Names + `, created_at, attempts, last_error, history, holds)
 SELECT nextval(pg_get_serial_sequence('courier_outbox', 'id')), ` + columns.List("f.") + `, f.created_at, greatest(f.attempts, k.attempts),
        coalesce(nullif(f.err, ''), k.last_error),
-       ` + lastEntries("coalesce(k.history, '[]') || f.history") + `
+       ` + lastEntries("coalesce(k.history, '[]') || f.history") + `, f.holds
 FROM f LEFT JOIN known k ON k.message_id = f.message_id
 ON CONFLICT (message_id) DO NOTHING`
 
@@ -166,6 +166,7 @@ type recordBatch struct {
 	ids, deadIDs     []int64
 	attempts         []int32
 	errs, histories  []string
+	holds            []bool
 	logDead, logKept logRows
 	forget           [][16]byte
 }
@@ -195,6 +196,7 @@ func newRecordBatch(c CDC, published, dead []*store.LogItem, keep bool) *recordB
 		}
 		w.deadIDs, w.attempts = append(w.deadIDs, it.Seq), append(w.attempts, int32(it.Attempts))
 		w.errs, w.histories = append(w.errs, last), append(w.histories, history(it))
+		w.holds = append(w.holds, it.Hold)
 	}
 	return w
 }
@@ -216,11 +218,11 @@ func (w *recordBatch) batch() (b *pgx.Batch, returning int) {
 		b.Queue(q, w.ids)
 	}
 	if len(w.deadIDs) > 0 {
-		b.Queue(cdcDeadSQL, w.deadIDs, w.attempts, w.errs, w.histories)
+		b.Queue(cdcDeadSQL, w.deadIDs, w.attempts, w.errs, w.histories, w.holds)
 	}
 	returning = b.Len() - 1
 	if l := &w.logDead; len(l.items) > 0 {
-		b.Queue(cdcDeadLogSQL, append(l.arrays(), l.created, l.attempts, l.errs, l.history)...)
+		b.Queue(cdcDeadLogSQL, append(l.arrays(), l.created, l.attempts, l.errs, l.history, l.holds)...)
 	}
 	if l := &w.logKept; len(l.items) > 0 {
 		b.Queue(cdcArchiveLogSQL, append(l.arrays(), l.created, l.attempts)...)
@@ -240,10 +242,12 @@ type logRows struct {
 	attempts []int32
 	history  []*string
 	created  []time.Time
+	holds    []bool
 }
 
 func (d *logRows) add(it *store.LogItem, lastErr, history string, now time.Time) {
 	d.items = append(d.items, it)
+	d.holds = append(d.holds, it.Hold)
 	d.attempts, d.history = append(d.attempts, int32(it.Attempts)), append(d.history, &history)
 	d.created, d.errs = append(d.created, now), append(d.errs, lastErr)
 }

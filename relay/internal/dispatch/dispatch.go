@@ -24,6 +24,8 @@ type Config struct {
 	Observer Observer
 	// TracerProvider makes the send spans.
 	TracerProvider trace.TracerProvider
+	// Holds are the topics whose dead letters hold their key.
+	Holds Holds
 }
 
 // Observer is told of every call to the broker: msgs were sent, errs is the
@@ -84,7 +86,11 @@ type Item struct {
 // it are not stored (sent with it to a publisher that keeps a key's order,
 // which then stores none of them, or not sent). Otherwise the key goes on
 // with its items after Done: a dead letter that was not a refusal for good
-// leaves the rest of its run unsent too, and its key moves on.
+// leaves the rest of its run unsent too, and its key moves on, unless it
+// holds its key (Held): then the key stops after Done, its later items wait
+// behind the dead letter (the items of the run that a publisher keeping a
+// key's order stored after a refusal for good are published, and counted
+// in Done).
 type Outcome struct {
 	// Sent is how many of the key's items the round sent.
 	Sent int
@@ -96,6 +102,9 @@ type Outcome struct {
 	Dead []Judged
 	// Failed is the failure that holds the key back (its Index is Done).
 	Failed *Judged
+	// Held is true when one of Dead holds its key (Failure.Hold): the
+	// key's items after Done are not to be sent; they wait behind it.
+	Held bool
 }
 
 // Judged is one failed item and what its failure means.
@@ -153,6 +162,7 @@ func (d *Dispatcher) Round(ctx context.Context, keys [][]Item, limit int) []Outc
 				holding = !f.Permanent
 				if f.Dead {
 					o.Dead = append(o.Dead, f)
+					o.Held = o.Held || f.Hold
 					o.Done++
 					continue
 				}
@@ -175,13 +185,18 @@ func (d *Dispatcher) run(items []Item, limit int) int {
 }
 
 // Judge applies the policy to a failure of m, which failed attempts times
-// before (counted), at now, and logs what it means.
+// before (counted), at now, and logs what it means. A dead letter of a
+// topic of Config.Holds holds its key (Failure.Hold).
 func (d *Dispatcher) Judge(err error, m courier.Message, attempts int, now time.Time) Failure {
 	d.mu.Lock()
 	outages := d.outage.Rounds + 1
 	d.mu.Unlock()
 	f := d.cfg.Judge(err, attempts, outages, now)
+	f.Hold = f.Dead && d.cfg.Holds.Hold(m.Topic)
 	switch {
+	case f.Hold:
+		d.cfg.Logger.Error("message dead-lettered; its key is held until it is replayed or discarded", "message_id", m.ID, "key", m.Key,
+			"topic", m.Topic, "attempts", f.Attempts, "permanent", f.Permanent, "error", err)
 	case f.Dead:
 		d.cfg.Logger.Error("message dead-lettered", "message_id", m.ID, "key", m.Key,
 			"topic", m.Topic, "attempts", f.Attempts, "permanent", f.Permanent, "error", err)

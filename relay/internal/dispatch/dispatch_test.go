@@ -128,3 +128,55 @@ func TestRoundLimitAndOutage(t *testing.T) {
 		t.Fatalf("after a success: %+v", o)
 	}
 }
+
+// A dead letter holds its key when its topic is one of Holds, and only
+// then; a retry never does, even on such a topic.
+func TestJudgeHolds(t *testing.T) {
+	at := time.Unix(1000, 0)
+	refused := errors.New("refused")
+	for _, c := range []struct {
+		name     string
+		holds    []string
+		topic    string
+		err      error
+		attempts int
+		hold     bool
+	}{
+		{"dead, topic held", []string{"orders"}, "orders", refused, 1, true},
+		{"dead, other topic", []string{"orders"}, "payments", refused, 1, false},
+		{"dead, every topic", []string{"*"}, "payments", refused, 1, true},
+		{"dead, none held", nil, "orders", refused, 1, false},
+		{"rejected, topic held", []string{"orders", "payments"}, "payments", broker.Rejected(refused), 0, true},
+		{"retry, topic held", []string{"orders"}, "orders", refused, 0, false},
+		{"outage, topic held", []string{"*"}, "orders", broker.Unavailable(refused), 1, false},
+	} {
+		d := New(memory.NewPublisher(), Config{Policy: Policy{MaxAttempts: 2, Backoff: courier.Backoff{Initial: time.Second, Max: time.Second}},
+			Logger: slog.New(slog.DiscardHandler), Observer: nopObserver{}, Holds: NewHolds(c.holds)})
+		m := courier.NewMessage(c.topic, "k", "T", nil)
+		if f := d.Judge(c.err, m, c.attempts, at); f.Hold != c.hold || (f.Hold && !f.Dead) {
+			t.Errorf("%s: %+v, want Hold %v", c.name, f, c.hold)
+		}
+	}
+	if (Holds{}).Any() || NewHolds(nil).Any() || !NewHolds([]string{"*"}).Any() || !NewHolds([]string{"a"}).Any() {
+		t.Error("Any is wrong")
+	}
+}
+
+// A round's dead letters of a held topic carry Hold; those of other topics
+// do not.
+func TestRoundHolds(t *testing.T) {
+	pub := memory.NewPublisher()
+	d := New(pub, Config{Policy: Policy{MaxAttempts: 1, Backoff: courier.Backoff{Initial: time.Second, Max: time.Second}},
+		Logger: slog.New(slog.DiscardHandler), Observer: nopObserver{}, Holds: NewHolds([]string{"orders"})})
+	held := Item{Message: courier.NewMessage("orders", "a", "T", nil)}
+	free := Item{Message: courier.NewMessage("payments", "b", "T", nil)}
+	pub.Fail(held.Message.ID, -1)
+	pub.Fail(free.Message.ID, -1)
+	out := d.Round(context.Background(), [][]Item{{held}, {free}}, 10)
+	if len(out[0].Dead) != 1 || !out[0].Dead[0].Hold || !out[0].Held {
+		t.Errorf("orders: %+v, want a dead letter that holds", out[0])
+	}
+	if len(out[1].Dead) != 1 || out[1].Dead[0].Hold || out[1].Held {
+		t.Errorf("payments: %+v, want a dead letter that does not hold", out[1])
+	}
+}

@@ -31,6 +31,10 @@
 //     longer (capped at Backoff.Max), and becomes a dead letter after
 //     MaxAttempts counted failures.
 //
+// A dead letter of a topic the configuration's HoldKeys names holds its
+// key (Failure.Hold, which the source passes on to the store): the key's
+// later messages wait behind it until it is replayed or discarded.
+//
 // Every call to the broker is a send span (see package relay, Tracing) and
 // is reported to the Observer.
 package dispatch

@@ -33,6 +33,9 @@ type Failure struct {
 	Dead bool
 	// Delay is how long until its retry; 0 for a dead letter.
 	Delay time.Duration
+	// Hold is true when the message is a dead letter now that holds its
+	// key: its topic is one of Config.Holds (see Dispatcher.Judge).
+	Hold bool
 }
 
 // Judge returns what err means for a message that failed attempts times

@@ -22,6 +22,7 @@ type Settings struct {
 	Backoff        *courier.Backoff
 	Observer       *settings.Observer
 	Logger         **slog.Logger
+	HoldKeys       *[]string
 }
 
 // SetDefaults fills the zero fields; publishTimeout is the default of
@@ -60,5 +61,8 @@ func (s Settings) Validate(prefix string) error {
 	case *s.MaxAttempts < 1:
 		return fmt.Errorf("%s.MaxAttempts is %d: use 1 or more", prefix, *s.MaxAttempts)
 	}
-	return s.Backoff.Validate(prefix + ".Backoff")
+	if err := s.Backoff.Validate(prefix + ".Backoff"); err != nil {
+		return err
+	}
+	return validateHoldKeys(prefix+".HoldKeys", *s.HoldKeys)
 }

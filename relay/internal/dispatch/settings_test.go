@@ -16,11 +16,12 @@ type fields struct {
 	backoff               courier.Backoff
 	obs                   settings.Observer
 	log                   *slog.Logger
+	hold                  []string
 }
 
 func (f *fields) settings() Settings {
 	return Settings{BatchSize: &f.batch, Concurrency: &f.conc, PublishTimeout: &f.timeout, MaxAttempts: &f.attempts,
-		Backoff: &f.backoff, Observer: &f.obs, Logger: &f.log}
+		Backoff: &f.backoff, Observer: &f.obs, Logger: &f.log, HoldKeys: &f.hold}
 }
 
 // SetDefaults fills the configuration's own fields, leaving those set.
@@ -49,12 +50,27 @@ func TestSettingsValidate(t *testing.T) {
 		{func(f *fields) { f.attempts = -1 }, "x: Config.MaxAttempts is -1: use 1 or more"},
 		{func(f *fields) { f.backoff.Initial = 2 * time.Hour }, "x: Config.Backoff is 2h0m0s..1h0m0s: Initial must be at least 0 and Max at least Initial"},
 		{func(f *fields) { f.backoff.Jitter = 2 }, "x: Config.Backoff.Jitter is 2: use 0 to 1"},
+		{func(f *fields) { f.hold = []string{"orders", ""} }, `x: Config.HoldKeys[1] is empty: name a topic, or "*" alone for every topic`},
+		{func(f *fields) { f.hold = []string{"orders", "*"} }, `x: Config.HoldKeys has "*" among other topics: use "*" alone for every topic, or name the topics`},
+		{func(f *fields) { f.hold = []string{"*", "*"} }, `x: Config.HoldKeys has "*" among other topics: use "*" alone for every topic, or name the topics`},
+		{func(f *fields) { f.hold = []string{"orders", "payments", "orders"} }, `x: Config.HoldKeys names "orders" twice: name each topic once`},
 	} {
 		f := fields{backoff: courier.Backoff{Max: time.Hour}}
 		f.settings().SetDefaults(time.Second)
 		c.change(&f)
 		if err := f.settings().Validate("x: Config"); err == nil || err.Error() != c.want {
 			t.Errorf("%v, want %q", err, c.want)
+		}
+	}
+}
+
+// HoldKeys may be empty, name topics once each, or be "*" alone.
+func TestSettingsValidateHoldKeys(t *testing.T) {
+	for _, hold := range [][]string{nil, {}, {"orders"}, {"orders", "payments"}, {"*"}, {"orders.*"}} {
+		f := fields{hold: hold}
+		f.settings().SetDefaults(time.Second)
+		if err := f.settings().Validate("x: Config"); err != nil {
+			t.Errorf("HoldKeys %q: %v", hold, err)
 		}
 	}
 }
