@@ -56,6 +56,24 @@ type ConsumerConfig struct {
 	// delivery in flight per subscription (broker/nats
 	// SubscriberConfig.MaxAckPending = 1) and scale with more partitions.
 	KeepOrder bool
+	// HoldKeys names the topics whose keys this consumer holds: when a
+	// delivery of one of them is parked (malformed, failed MaxDeliveries
+	// times, newer than the consumer knows), its ordering key stays held
+	// for this consumer, across its instances, and every later delivery of
+	// the key is parked behind it, unprocessed, with reason
+	// store.ReasonHeld, and acknowledged, while other keys go on. Replaying
+	// the parked delivery that holds the key (its cause, courier dlq
+	// replay) applies it, then the deliveries held behind it in order, and
+	// releases the key; a held delivery that fails on replay holds the key
+	// in turn. Discarding the cause passes the hold on to the deliveries
+	// behind it, which are then replayed in order (within ReplayEvery).
+	// Asking to replay a held delivery replays its cause. "*" alone holds
+	// the keys of every topic. It needs KeepOrder, and a consumer store
+	// that holds keys (store.KeyHolds: every SQL dialect's). A delivery
+	// that does not decode has no key and holds none. Topics not named
+	// cost nothing; each delivery of a named topic costs one read of the
+	// consumer's holds (an index lookup). Default: none.
+	HoldKeys []string
 	// MaxDeliveries is how many failed runs of the handler park a message.
 	// Default DefaultMaxDeliveries (5). A run fails when the handler returns an error or panics;
 	// each failure is recorded in the database (store.ConsumerStore
@@ -197,7 +215,19 @@ func (c *ConsumerConfig) validate() error {
 		setting.Positive(cfg+"CleanupEvery", c.CleanupEvery, DefaultCleanupEvery),
 		setting.Positive(cfg+"ReplayEvery", c.ReplayEvery, DefaultReplayEvery),
 		setting.Positive(cfg+"ShutdownTimeout", c.ShutdownTimeout, DefaultShutdownTimeout),
+		c.checkHoldKeys(),
 	)
+}
+
+// checkHoldKeys validates HoldKeys.
+func (c *ConsumerConfig) checkHoldKeys() error {
+	if _, err := setting.TopicSet("inbox: ConsumerConfig.HoldKeys", c.HoldKeys); err != nil {
+		return err
+	}
+	if len(c.HoldKeys) > 0 && !c.KeepOrder {
+		return errors.New("inbox: ConsumerConfig.HoldKeys needs KeepOrder: a key is held in the order its messages come; set KeepOrder: true, or leave HoldKeys empty")
+	}
+	return nil
 }
 
 // Validate reports whether NewConsumer would accept c: nil, or an error
@@ -226,6 +256,9 @@ type ConsumerMetrics struct {
 	Panicked int64
 	// Replayed counts parked messages applied on an operator's request.
 	Replayed int64
+	// Held counts the deliveries parked behind a parked message of their
+	// key (ConsumerConfig.HoldKeys); Parked counts them too.
+	Held int64
 }
 
 // Consumer handles a subscription's messages through an Inbox: each
@@ -246,7 +279,12 @@ type Consumer[TTx any] struct {
 	tracer trace.Tracer
 	system string // messaging.system of sub
 
-	applied, duplicates, retried, parked, replayed, panicked atomic.Int64
+	// holds is cs's holds of keys, nil when it keeps none; holdsTopic
+	// tells the topics of HoldKeys, nil when it is empty.
+	holds      store.KeyHolds
+	holdsTopic func(topic string) bool
+
+	applied, duplicates, retried, parked, replayed, panicked, held atomic.Int64
 }
 
 // NewConsumer returns a consumer that receives from sub and applies messages
@@ -259,10 +297,16 @@ func NewConsumer[TTx any](ib *Inbox[TTx], sub broker.Subscriber, cs store.Consum
 		return nil, err
 	}
 	cfg.setDefaults()
+	holds, _ := cs.(store.KeyHolds)
+	holdsTopic, _ := setting.TopicSet("", cfg.HoldKeys) // validated
+	if holdsTopic != nil && holds == nil {
+		return nil, fmt.Errorf("inbox: ConsumerConfig.HoldKeys needs a consumer store that holds keys (store.KeyHolds); %T does not: use a SQL dialect's ConsumerStore, or leave HoldKeys empty", cs)
+	}
 	return &Consumer[TTx]{
 		ib: ib, sub: sub, cs: cs, h: h, cfg: cfg,
 		log:    cfg.Logger.With("consumer", ib.consumer),
 		tracer: msgtrace.Tracer(cfg.TracerProvider), system: brokerkind.SystemOf(sub),
+		holds: holds, holdsTopic: holdsTopic,
 	}, nil
 }
 
@@ -270,7 +314,7 @@ func NewConsumer[TTx any](ib *Inbox[TTx], sub broker.Subscriber, cs store.Consum
 func (c *Consumer[TTx]) Metrics() ConsumerMetrics {
 	return ConsumerMetrics{
 		Applied: c.applied.Load(), Duplicates: c.duplicates.Load(), Retried: c.retried.Load(),
-		Parked: c.parked.Load(), Replayed: c.replayed.Load(), Panicked: c.panicked.Load(),
+		Parked: c.parked.Load(), Replayed: c.replayed.Load(), Panicked: c.panicked.Load(), Held: c.held.Load(),
 	}
 }
 
@@ -371,6 +415,9 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 		return
 	}
 	work = c.messageContext(work, j.msg)
+	if c.holding(j) && c.heldBehind(ctx, work, j) {
+		return
+	}
 	for runs := 1; ; runs++ {
 		res, err := c.handle(work, d, j.msg)
 		if err == nil {
@@ -608,7 +655,14 @@ func (c *Consumer[TTx]) park(ctx context.Context, j job, reason string, cause er
 	if j.err == nil {
 		p.MessageID = j.msg.ID.String()
 	}
-	if err := c.cs.Park(ctx, p); err != nil {
+	var err error
+	if c.holding(j) {
+		p.Key = j.msg.Key
+		p, _, err = c.holds.ParkHolding(ctx, p, false)
+	} else {
+		err = c.cs.Park(ctx, p)
+	}
+	if err != nil {
 		c.log.Error("could not park message; leaving it for redelivery", "message_id", p.MessageID, "error", err)
 		_ = j.d.Retry(ctx, c.cfg.Backoff.Max)
 		return
@@ -619,11 +673,83 @@ func (c *Consumer[TTx]) park(ctx context.Context, j job, reason string, cause er
 		}
 	}
 	c.parked.Add(1)
-	c.cfg.Observer.Parked(c.ib.consumer, reason)
-	c.log.Error("message parked", "message_id", p.MessageID, "subject", raw.Subject, "reason", reason,
-		"attempts", p.Attempts, "error", p.Error)
+	c.cfg.Observer.Parked(c.ib.consumer, p.Reason)
+	switch {
+	case p.Behind != 0:
+		// Its key was held meanwhile (by an instance that does not share
+		// the keys with this one).
+		c.held.Add(1)
+		c.log.Error("message parked behind the parked message that holds its key", "message_id", p.MessageID,
+			"key", p.Key, "parked_id", p.ID, "behind", p.Behind, "failed", reason, "error", p.Error)
+	case p.Key != "":
+		c.log.Error("message parked; its key is held until it is replayed or discarded", "message_id", p.MessageID,
+			"subject", raw.Subject, "key", p.Key, "parked_id", p.ID, "reason", reason, "attempts", p.Attempts, "error", p.Error)
+	default:
+		c.log.Error("message parked", "message_id", p.MessageID, "subject", raw.Subject, "reason", reason,
+			"attempts", p.Attempts, "error", p.Error)
+	}
 	if err := j.d.Drop(ctx); err != nil {
 		c.log.Warn("could not stop redelivery of a parked message; it will be parked again or skipped", "message_id", p.MessageID, "error", err)
+	}
+}
+
+// holding reports whether the consumer holds the key of j's message
+// (ConsumerConfig.HoldKeys). A delivery that did not decode has no key.
+func (c *Consumer[TTx]) holding(j job) bool {
+	return c.holdsTopic != nil && j.err == nil && j.msg.Key != "" && c.holdsTopic(j.msg.Topic)
+}
+
+// heldBehind parks j behind the parked message that holds its key, if one
+// does, and acknowledges it: true when it did, or when ctx ended before it
+// could tell (the broker redelivers j). A failed read of the holds is
+// retried in place, so the key's later messages keep waiting behind j.
+func (c *Consumer[TTx]) heldBehind(ctx, work context.Context, j job) bool {
+	for failures := 1; ; failures++ {
+		p, ok, err := c.parkBehind(work, j)
+		if err == nil {
+			if ok {
+				c.heldParked(work, j, p)
+			}
+			return ok
+		}
+		if work.Err() != nil {
+			return true
+		}
+		delay := c.cfg.Backoff.Delay(failures)
+		c.log.Warn("could not tell whether the message's key is held; retrying", "message_id", j.msg.ID, "key", j.msg.Key,
+			"retry_in", delay, "error", err)
+		if !c.wait(ctx, j.d, c.cfg.Clock.Now().Add(delay)) {
+			return true
+		}
+	}
+}
+
+// parkBehind parks j behind the parked message that holds its key, if
+// one does: ok is then true.
+func (c *Consumer[TTx]) parkBehind(ctx context.Context, j job) (p store.Parked, ok bool, err error) {
+	cause, err := c.holds.HoldOf(ctx, c.ib.consumer, j.msg.Key)
+	if err != nil || cause == 0 {
+		return p, false, err
+	}
+	raw := j.d.Raw()
+	p = store.Parked{
+		Consumer: c.ib.consumer, MessageID: j.msg.ID.String(), Subject: raw.Subject, Headers: raw.Headers, Payload: raw.Data,
+		Reason: store.ReasonHeld, Error: fmt.Sprintf("key held by parked message %d", cause), Attempts: 0, Key: j.msg.Key,
+	}
+	// The hold may be released meanwhile: then the message is processed.
+	return c.holds.ParkHolding(ctx, p, true)
+}
+
+// heldParked finishes a delivery parked behind the parked message that
+// holds its key: it counts it and acknowledges it.
+func (c *Consumer[TTx]) heldParked(ctx context.Context, j job, p store.Parked) {
+	c.parked.Add(1)
+	c.held.Add(1)
+	c.cfg.Observer.Parked(c.ib.consumer, store.ReasonHeld)
+	c.log.Warn("message held: parked behind the parked message that holds its key", "message_id", p.MessageID,
+		"key", p.Key, "parked_id", p.ID, "behind", p.Behind)
+	if err := j.d.Ack(ctx); err != nil {
+		c.log.Warn("ack of a held message failed; it will come again and be parked again or skipped", "message_id", p.MessageID, "error", err)
 	}
 }
 
@@ -683,13 +809,44 @@ func (c *Consumer[TTx]) cleanup(ctx context.Context) int64 {
 	}
 }
 
+// replay applies the parked messages an operator asked to replay, and
+// those a hold of their key was passed on to (ConsumerConfig.HoldKeys),
+// until none is left.
 func (c *Consumer[TTx]) replay(ctx, work context.Context) {
+	if c.holdsTopic != nil {
+		n, err := c.holds.RepairHolds(work, c.ib.consumer)
+		if err != nil {
+			c.log.Warn("could not pass on the holds of discarded parked messages", "error", err)
+		} else if n > 0 {
+			c.log.Info("holds of discarded parked messages passed on to the messages held behind them", "holds", n)
+		}
+	}
+	for c.replayPass(ctx, work) && ctx.Err() == nil {
+	}
+}
+
+// replayPass replays up to replayBatch parked messages of the consumer
+// whose replay was requested, oldest first, and reports whether another
+// pass has some to replay: a hold passed on, or a replay request moved to
+// a held message's cause.
+func (c *Consumer[TTx]) replayPass(ctx, work context.Context) (again bool) {
 	ps, err := c.cs.ReplayRequested(ctx, c.ib.consumer, replayBatch)
 	if err != nil {
 		c.log.Warn("could not read replay requests", "error", err)
-		return
+		return false
 	}
 	for _, p := range ps {
+		if p.Behind != 0 && c.holds != nil {
+			// A held message is applied after its cause: replay that.
+			if err := c.holds.RequestCause(work, p.ID, p.Behind); err != nil {
+				c.log.Warn("could not request the replay of a held message's cause", "parked_id", p.ID, "cause", p.Behind, "error", err)
+				continue
+			}
+			c.log.Info("replay of a held message requested: replaying the parked message that holds its key first",
+				"parked_id", p.ID, "cause", p.Behind)
+			again = true
+			continue
+		}
 		msg, err := c.sub.Decode(broker.Raw{Subject: p.Subject, Headers: p.Headers, Data: p.Payload})
 		var res Result
 		if err == nil {
@@ -702,7 +859,22 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 			}
 			continue
 		}
-		if err := c.cs.Unpark(work, p.ID); err != nil {
+		if p.Key != "" && c.holds != nil {
+			// Applied: unpark it and pass its key's hold on to the next
+			// message held behind it, or release the key.
+			next, err := c.holds.PassHold(work, c.ib.consumer, p.Key, p.ID)
+			if err != nil {
+				// Applied but still parked: a second replay is a duplicate.
+				c.log.Warn("replayed message could not be unparked", "parked_id", p.ID, "error", err)
+				continue
+			}
+			if next != 0 {
+				again = true
+				c.log.Info("hold of the key passed on to the next message held behind it", "parked_id", p.ID, "key", p.Key, "next", next)
+			} else {
+				c.log.Info("replayed message unparked; no message of its key is held behind it", "parked_id", p.ID, "key", p.Key)
+			}
+		} else if err := c.cs.Unpark(work, p.ID); err != nil {
 			// Applied but still parked: a second replay is a duplicate.
 			c.log.Warn("replayed message could not be unparked", "parked_id", p.ID, "error", err)
 			continue
@@ -717,4 +889,5 @@ func (c *Consumer[TTx]) replay(ctx, work context.Context) {
 		c.cfg.Observer.Replayed(c.ib.consumer, msg)
 		c.log.Info("parked message replayed", "parked_id", p.ID, "message_id", msg.ID)
 	}
+	return again
 }

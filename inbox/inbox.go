@@ -57,6 +57,21 @@
 // which makes the waiting instance retry instead. docs/operations.md,
 // "Consumers that share keys", has the numbers.
 //
+// # Held keys
+//
+// With ConsumerConfig.HoldKeys (topics, and KeepOrder), a parked message
+// holds its key for its consumer: the key's later deliveries are parked
+// behind it, unprocessed (store.ReasonHeld, store.Parked.Behind), while
+// other keys go on. Replaying it (courier dlq replay) applies it, then
+// the messages held behind it in order, then releases the key; a held
+// message that fails on replay holds the key in turn; discarding it
+// passes the hold on to them, and they are replayed in order. Asking to
+// replay a held message replays its cause. Parking behind a hold and
+// passing the hold on take turns on the hold's row in the database
+// (store.KeyHolds), so no delivery is left behind a released key, and a
+// consumer killed mid-replay resumes where it was: the inbox skips what it
+// had applied. docs/operations.md, "Held keys (consumer)", has the rest.
+//
 // ConsumerConfig.Clock is the time the consumer reads (when a run failed,
 // when a retry in place falls due, which markers are past their
 // retention): a test gives it a clock it moves instead of waiting.

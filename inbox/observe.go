@@ -26,7 +26,9 @@ type Observer interface {
 	// included. Runs cut short by shutdown are not reported.
 	Handled(consumer string, msg courier.Message, res Result, err error, d time.Duration)
 	// Parked is called when a delivery is parked as a consume-side dead
-	// letter; reason is store.ReasonMalformed or store.ReasonFailed.
+	// letter; reason is store.ReasonMalformed, store.ReasonFailed,
+	// store.ReasonNewerVersion or store.ReasonHeld (parked behind the
+	// parked message that holds its key: ConsumerConfig.HoldKeys).
 	Parked(consumer, reason string)
 	// Replayed is called when a parked message was applied on an
 	// operator's request (courier dlq replay) and unparked.

@@ -355,7 +355,7 @@ func New(cfg Config) (*Collector, error) {
 	c.replayed = byConsumer("courier_consumer_replayed_messages_total", "Parked messages applied on an operator's request (courier dlq replay) and unparked.")
 	c.parked = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "courier_consumer_parked_messages_total",
-		Help: "Deliveries parked as consume-side dead letters, by reason (malformed, failed, newer_version).",
+		Help: "Deliveries parked as consume-side dead letters, by reason (malformed, failed, newer_version, held: parked behind a parked message of their key).",
 	}, []string{"consumer", "reason"})
 	c.handlerDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "courier_consumer_handler_duration_seconds",

@@ -77,7 +77,8 @@ type Parked struct {
 	Subject string              `json:"subject"`
 	Headers map[string][]string `json:"headers,omitempty"`
 	Payload []byte              `json:"payload"`
-	// Reason is ReasonMalformed, ReasonFailed or ReasonNewerVersion.
+	// Reason is ReasonMalformed, ReasonFailed, ReasonNewerVersion or
+	// ReasonHeld.
 	Reason string `json:"reason"`
 	// Error is the last error.
 	Error string `json:"error"`
@@ -90,6 +91,13 @@ type Parked struct {
 	ParkedAt time.Time `json:"parked_at"`
 	// ReplayRequested is when an operator asked for a replay, if they did.
 	ReplayRequested *time.Time `json:"replay_requested,omitempty"`
+	// Key is the message's ordering key when its consumer holds the keys
+	// of its topic (inbox.ConsumerConfig.HoldKeys); empty otherwise.
+	Key string `json:"key,omitempty"`
+	// Behind is, for a delivery parked with ReasonHeld, the id of the
+	// parked delivery that holds its key (the cause); 0 for the cause
+	// itself and for every delivery that holds no key.
+	Behind int64 `json:"behind,omitempty"`
 }
 
 // Attempt is one failed try.
@@ -128,4 +136,52 @@ const (
 	// consumer's NewerVersionWait. Replay it once the consumer that knows
 	// the version is deployed.
 	ReasonNewerVersion = "newer_version"
+	// ReasonHeld: the delivery's key is held for its consumer by an
+	// earlier parked delivery of that key (Parked.Behind, the cause), so
+	// it was parked behind it unprocessed (inbox.ConsumerConfig.HoldKeys).
+	// Replaying the cause applies it after the cause, in order.
+	ReasonHeld = "held"
 )
+
+// KeyHolds is what a consumer that holds keys (inbox.ConsumerConfig
+// HoldKeys) needs of its ConsumerStore on top of it. A parked delivery of
+// such a consumer holds its key: a row of courier_inbox_holds (consumer,
+// ordering key, cause: the parked delivery's id). The key's later
+// deliveries are parked behind the cause, unprocessed, until the cause's
+// replay passes the hold on to each of them in turn and finally releases
+// the key. Parking behind a hold and passing it on take turns on the
+// hold's row (SELECT … FOR UPDATE on PostgreSQL and MySQL; SQLite runs one
+// writer at a time), so no delivery is ever parked behind a hold that was
+// released.
+type KeyHolds interface {
+	// HoldOf returns the id of the parked delivery that holds key for
+	// consumer, 0 when the key is not held. It reads without locking: a
+	// consumer calls it before each delivery of a topic that holds keys,
+	// and ParkHolding decides.
+	HoldOf(ctx context.Context, consumer, key string) (int64, error)
+	// ParkHolding parks p, a delivery of key p.Key, and holds the key for
+	// p.Consumer. When the key is held already, p is parked behind the
+	// hold's cause, with Reason ReasonHeld and Behind the cause. Otherwise
+	// p is parked as it is and becomes the cause of the key's new hold;
+	// unless behindOnly, when nothing is parked and ok is false (the hold
+	// was released meanwhile: the delivery is processed). A delivery of a
+	// message parked already as the cause or behind it (a redelivery) is
+	// not parked again: ok is true and parked has that one's ID. It
+	// returns p as it was parked, with its ID.
+	ParkHolding(ctx context.Context, p Parked, behindOnly bool) (parked Parked, ok bool, err error)
+	// PassHold unparks the parked delivery id of consumer, of key key,
+	// whose replay was applied (or that an operator discarded), and, when
+	// it holds key, passes the hold on to the oldest delivery parked behind
+	// it: that one becomes the cause (Behind 0, every other one moves
+	// behind it) and is replay-requested. With none behind it, the key is
+	// released. next is the new cause, 0 when there is none.
+	PassHold(ctx context.Context, consumer, key string, id int64) (next int64, err error)
+	// RequestCause withdraws the replay request of the delivery id, held
+	// behind cause, and requests the replay of cause instead: a held
+	// delivery is applied only after its cause.
+	RequestCause(ctx context.Context, id, cause int64) error
+	// RepairHolds passes on, as PassHold does, every hold of consumer
+	// whose cause is no longer parked (Admin.DiscardParked deleted it),
+	// and returns how many it passed on or released.
+	RepairHolds(ctx context.Context, consumer string) (int, error)
+}

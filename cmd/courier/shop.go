@@ -10,6 +10,7 @@ import (
 	courieramqp "github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/broker/kafka"
 	"github.com/courier-go/courier/cmd/courier/internal/shop"
+	"github.com/courier-go/courier/internal/setting"
 	"github.com/courier-go/courier/store/dburl"
 )
 
@@ -28,6 +29,7 @@ type shopFlags struct {
 	Stream        string        `help:"JetStream stream of the shop (NATS only)." default:"SHOP" env:"COURIER_SHOP_STREAM"`
 	SubjectPrefix string        `help:"Prefix that turns a topic into a subject, a Kafka topic or a RabbitMQ routing key, and names the Kafka consumer groups and RabbitMQ queues; a topic_prefix or prefix in --broker-url wins." default:"shop." env:"COURIER_SHOP_SUBJECT_PREFIX"`
 	Partitions    int           `help:"Share the service's keys among its processes over this many partitions (give each process of the service the same number): each key's messages are applied in order, by one process at a time. NATS needs nats-server 2.10 or later (on an older one the processes share the durable consumer, as with 0, and the log says so); RabbitMQ needs the rabbitmq_consistent_hash_exchange plugin; on Kafka the consumer group shares the topics' partitions anyway, and this is how many a topic gets when created. 0: the processes share the durable consumer (NATS) or stand by on the queue (RabbitMQ)." env:"COURIER_SHOP_PARTITIONS"`
+	HoldKeys      []string      `name:"hold-keys" placeholder:"TOPIC" help:"Topics whose keys the service's consumer holds: a message of theirs that is parked holds its key, and the key's later messages are parked behind it (reason held) until courier dlq replay or discard releases them, in order; * alone: every topic. Keeps each key's order in the process. Repeatable, or comma-separated." env:"COURIER_SHOP_HOLD_KEYS"`
 	FailureRate   float64       `help:"Probability that a message handler fails (transient error; the inbox retries)." env:"COURIER_SHOP_FAILURE_RATE"`
 	Latency       time.Duration `help:"Latency added to every message handler." env:"COURIER_SHOP_LATENCY"`
 	DuplicateRate float64       `help:"Probability that a delivery is duplicated." env:"COURIER_SHOP_DUPLICATE_RATE"`
@@ -40,6 +42,9 @@ func (f shopFlags) config(service string, e *env) (shop.Config, error) {
 	if f.Partitions < 0 {
 		return shop.Config{}, fmt.Errorf("--partitions is %d: use 0 (no sharing by partition) or more, the same for every process of the service", f.Partitions)
 	}
+	if _, err := setting.TopicSet("--hold-keys", f.HoldKeys); err != nil {
+		return shop.Config{}, err
+	}
 	url := f.DatabaseURL
 	if url == "" {
 		url = "shop-" + service + ".db"
@@ -49,7 +54,7 @@ func (f shopFlags) config(service string, e *env) (shop.Config, error) {
 		return shop.Config{}, err
 	}
 	return shop.Config{
-		DatabaseURL: url, Transport: tr, Logger: e.log, MetricsAddr: f.MetricsAddr,
+		DatabaseURL: url, Transport: tr, Logger: e.log, MetricsAddr: f.MetricsAddr, HoldKeys: f.HoldKeys,
 		Faults: shop.Faults{FailureRate: f.FailureRate, Latency: f.Latency, DuplicateRate: f.DuplicateRate, ReorderRate: f.ReorderRate, CrashAfter: f.CrashAfter},
 	}, nil
 }

@@ -48,6 +48,7 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		},
 		Times:                times,
 		CheckConsumer:        checkConsumer,
+		HoldKey:              holdKey,
 		Stats:                func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) },
 		MarkSQL:              markSQL,
 		DeleteMarkersSQL:     deleteMarkersSQL,

@@ -36,3 +36,7 @@ WHERE id = ?`
 // deleteMarkersSQL deletes the oldest markers first, along the index on
 // processed_at.
 const deleteMarkersSQL = `DELETE FROM courier_inbox WHERE processed_at < ? ORDER BY processed_at LIMIT ?`
+
+// holdKey selects a key of courier_inbox_holds along its unique key, by
+// the hash of the key (a key may be too long for an index of its own).
+const holdKey = `key_hash = UNHEX(SHA2(?, 256))`

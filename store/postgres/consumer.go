@@ -24,31 +24,43 @@ type consumerStore struct {
 // parkSQL inserts a parked delivery, parked at now() (the store's clock: see
 // clocked).
 const parkSQL = `INSERT INTO courier_inbox_dead_letters
-    (consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now())`
+    (consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, ordering_key, behind, parked_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULLIF($10::text, ''), NULLIF($11::bigint, 0), now())
+RETURNING id`
 
 func (c consumerStore) Park(ctx context.Context, p store.Parked) error {
+	query, args, err := c.park(p)
+	if err != nil {
+		return err
+	}
+	_, err = c.exec(ctx, "park delivery", query, args...)
+	return err
+}
+
+// park returns the statement that parks p, and its arguments.
+func (c consumerStore) park(p store.Parked) (string, []any, error) {
 	// NULL without a history: JSON null would become an entry of its own
 	// when ReplayFailed appends to it.
 	var hist []byte
 	if len(p.History) > 0 {
 		var err error
 		if hist, err = json.Marshal(p.History); err != nil {
-			return fmt.Errorf("postgres: park delivery: encode history: %w", err)
+			return "", nil, fmt.Errorf("postgres: park delivery: encode history: %w", err)
 		}
 	}
-	_, err := c.exec(ctx, "park delivery", parkSQL,
-		p.Consumer, p.MessageID, p.Subject, p.Headers, p.Payload, p.Reason, p.Error, p.Attempts, hist)
-	return err
+	query, args := clocked(c.clock, parkSQL,
+		p.Consumer, p.MessageID, p.Subject, p.Headers, p.Payload, p.Reason, p.Error, p.Attempts, hist, p.Key, p.Behind)
+	return query, args, nil
 }
 
-const parkedColumns = `id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at, replay_requested`
+const parkedColumns = `id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at, replay_requested,
+    coalesce(ordering_key, ''), coalesce(behind, 0)`
 
 func scanParked(row pgx.Row) (store.Parked, error) {
 	var p store.Parked
 	var hist []byte
 	err := row.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &p.Headers, &p.Payload, &p.Reason, &p.Error,
-		&p.Attempts, &hist, &p.ParkedAt, &p.ReplayRequested)
+		&p.Attempts, &hist, &p.ParkedAt, &p.ReplayRequested, &p.Key, &p.Behind)
 	if err != nil {
 		return p, err
 	}

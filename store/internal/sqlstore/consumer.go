@@ -12,14 +12,14 @@ import (
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
-const parkedColumns = `id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at, replay_requested`
+const parkedColumns = `id, consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at, replay_requested, ordering_key, behind`
 
 // ParkSQL inserts a parked delivery; parked_at, its last column, is the
 // dialect's Now.
 func (d Dialect) ParkSQL() string {
 	return `INSERT INTO courier_inbox_dead_letters
-    (consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, parked_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ` + d.Now + `)`
+    (consumer, message_id, subject, headers, payload, reason, last_error, attempts, history, ordering_key, behind, parked_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + d.Now + `)`
 }
 
 func (d Dialect) scanParked(row interface{ Scan(...any) error }) (store.Parked, error) {
@@ -27,13 +27,16 @@ func (d Dialect) scanParked(row interface{ Scan(...any) error }) (store.Parked, 
 		p             store.Parked
 		headers, hist []byte
 		replay        time.Time
+		key           sql.NullString
+		behind        sql.NullInt64
 	)
 	replayed := d.Dest(&replay)
 	err := row.Scan(&p.ID, &p.Consumer, &p.MessageID, &p.Subject, &headers, &p.Payload, &p.Reason, &p.Error,
-		&p.Attempts, &hist, d.Dest(&p.ParkedAt), replayed)
+		&p.Attempts, &hist, d.Dest(&p.ParkedAt), replayed, &key, &behind)
 	if err != nil {
 		return p, err
 	}
+	p.Key, p.Behind = key.String, behind.Int64
 	p.Payload = columns.Payload(p.Payload)
 	if err := columns.DecodeJSON(headers, &p.Headers, "headers of parked delivery", p.ID); err != nil {
 		return p, err
@@ -57,23 +60,33 @@ func (d Dialect) checkConsumer(consumer string) error {
 
 // Park implements store.ConsumerStore.
 func (c Consumers) Park(ctx context.Context, p store.Parked) error {
-	if err := c.d.checkConsumer(p.Consumer); err != nil {
-		return c.d.errorf("park delivery: %w", err)
-	}
-	headers, err := columns.JSONOrNull(p.Headers, len(p.Headers))
+	args, err := c.parkArgs(p)
 	if err != nil {
-		return c.d.errorf("park delivery: encode headers: %w", err)
+		return err
 	}
-	hist, err := columns.JSONOrNull(p.History, len(p.History))
-	if err != nil {
-		return c.d.errorf("park delivery: encode history: %w", err)
-	}
-	args := append([]any{p.Consumer, p.MessageID, p.Subject, headers, columns.Payload(p.Payload),
-		p.Reason, p.Error, p.Attempts, hist}, c.d.now()...)
 	if _, err := c.d.DB.ExecContext(ctx, c.d.ParkSQL(), args...); err != nil {
 		return c.d.errorf("park delivery: %w", err)
 	}
 	return nil
+}
+
+// parkArgs returns the arguments of ParkSQL that park p.
+func (c Consumers) parkArgs(p store.Parked) ([]any, error) {
+	if err := c.d.checkConsumer(p.Consumer); err != nil {
+		return nil, c.d.errorf("park delivery: %w", err)
+	}
+	headers, err := columns.JSONOrNull(p.Headers, len(p.Headers))
+	if err != nil {
+		return nil, c.d.errorf("park delivery: encode headers: %w", err)
+	}
+	hist, err := columns.JSONOrNull(p.History, len(p.History))
+	if err != nil {
+		return nil, c.d.errorf("park delivery: encode history: %w", err)
+	}
+	key := sql.NullString{String: p.Key, Valid: p.Key != ""}
+	behind := sql.NullInt64{Int64: p.Behind, Valid: p.Behind != 0}
+	return append([]any{p.Consumer, p.MessageID, p.Subject, headers, columns.Payload(p.Payload),
+		p.Reason, p.Error, p.Attempts, hist, key, behind}, c.d.now()...), nil
 }
 
 // ReplayRequested implements store.ConsumerStore.

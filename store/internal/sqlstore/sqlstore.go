@@ -61,6 +61,10 @@ type Dialect struct {
 	HeaderValue func(name string) string
 	// Times is the codec of time columns.
 	Times
+	// HoldKey is the condition on courier_inbox_holds that selects the
+	// ordering key given as its one argument, along the table's key;
+	// "ordering_key = ?" when empty.
+	HoldKey string
 	// CheckConsumer refuses a consumer name the schema cannot hold; nil
 	// where any name fits.
 	CheckConsumer func(consumer string) error

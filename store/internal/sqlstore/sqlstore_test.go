@@ -46,8 +46,8 @@ func TestNow(t *testing.T) {
 		t.Errorf("now() = %v, want none", args)
 	}
 	client := Dialect{Now: "?", NowArgs: func() []any { return []any{int64(7)} }}
-	if q := client.ParkSQL(); strings.Count(q, "?") != 10 {
-		t.Errorf("ParkSQL = %s, want 10 placeholders", q)
+	if q := client.ParkSQL(); strings.Count(q, "?") != 12 {
+		t.Errorf("ParkSQL = %s, want 12 placeholders", q)
 	}
 	if args := client.now(); len(args) != 1 || args[0] != int64(7) {
 		t.Errorf("now() = %v", args)

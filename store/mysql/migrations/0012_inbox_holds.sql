@@ -14,3 +14,5 @@ CREATE TABLE IF NOT EXISTS courier_inbox_holds (
     key_hash      BINARY(32)    AS (UNHEX(SHA2(ordering_key, 256))) PERSISTENT,
     UNIQUE KEY courier_inbox_holds_key (consumer, key_hash)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+ALTER TABLE courier_inbox_dead_letters ADD KEY IF NOT EXISTS courier_inbox_dead_letters_behind (behind, id);

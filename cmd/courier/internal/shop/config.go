@@ -62,6 +62,10 @@ type Config struct {
 	// (inbox.ConsumerConfig.NewerVersionWait): as long as the service's
 	// deploy may take. Default: Courier's, 15 minutes.
 	NewerVersionWait time.Duration
+	// HoldKeys names the topics whose keys the service's consumer holds
+	// (inbox.ConsumerConfig.HoldKeys): the consumer then keeps each key's
+	// order. Default: none.
+	HoldKeys []string
 	// Logger receives the service's logs. Default: discard.
 	Logger *slog.Logger
 }

@@ -470,10 +470,10 @@ func (b *base) newConsumer(db *database, link *Link, obs *observability, inc inc
 		return nil, nil, nil, err
 	}
 	ccfg := inbox.ConsumerConfig{
-		Concurrency: 8, KeepOrder: link.KeepOrder || broker.SharesKeys(link.Subscriber), MaxDeliveries: 25,
+		Concurrency: 8, KeepOrder: link.KeepOrder || broker.SharesKeys(link.Subscriber) || len(b.cfg.HoldKeys) > 0, MaxDeliveries: 25,
 		Backoff:     courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: log,
-		NewerVersionWait: b.cfg.NewerVersionWait,
+		NewerVersionWait: b.cfg.NewerVersionWait, HoldKeys: b.cfg.HoldKeys,
 	}
 	var observers teeObserver
 	if obs != nil {
