@@ -63,7 +63,10 @@
 //     show the held keys, and package metrics' Collector the gauges
 //     courier_outbox_held_keys, courier_outbox_held_messages and
 //     courier_outbox_oldest_hold_age_seconds (alert on the last: a held
-//     key waits for an operator).
+//     key waits for an operator). A topic of HoldKeys is published one
+//     message of a key per round trip, even to a broker that keeps a
+//     key's order when several are in flight (broker.OrderKeeper): such a
+//     broker stores the messages sent after one it refuses for good.
 //
 // A scheduled message (outbox.Writer.Schedule) is not in the outbox while
 // it waits, so it holds nothing back: its key's other messages, written

@@ -371,6 +371,8 @@ func TestConfigErrors(t *testing.T) {
 		{cdc.Config{Slot: "Bad-Slot"}, "Config.Slot"},
 		{cdc.Config{Publication: "x y"}, "Config.Publication"},
 		{cdc.Config{BatchSize: 20000}, "Config.BatchSize"},
+		{cdc.Config{HoldKeys: []string{"orders", "orders"}}, `cdc: Config.HoldKeys names "orders" twice`},
+		{cdc.Config{HoldKeys: []string{"*", "orders"}}, "cdc: Config.HoldKeys has \"*\" among other topics"},
 	} {
 		_, err := cdc.New(nil, nil, c.cfg)
 		if err == nil {

@@ -30,7 +30,12 @@
 // ending the lease releases the rows the outcome does not mention.
 // Publishing deletes a row (and copies it to the published rows with
 // Config.KeepPublished); a dead letter keeps the row's attempts and its
-// history of failures, the latest 20 of them.
+// history of failures, the latest 20 of them. A dead letter made by a
+// failure with store.Failure.Hold holds its key: claims leave the key
+// alone and move its rows behind the dead letter (Stats counts them:
+// HeldKeys, Held, OldestHold), and [Store.ReplayDeadLetter] or
+// [Store.DiscardDeadLetter] puts them back, in order, with new Seqs (see
+// package relay, Ordering).
 //
 // Seq is allocated when a row is inserted and the row becomes visible when
 // its transaction commits, so concurrent transactions behave like

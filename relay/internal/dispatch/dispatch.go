@@ -87,10 +87,10 @@ type Item struct {
 // which then stores none of them, or not sent). Otherwise the key goes on
 // with its items after Done: a dead letter that was not a refusal for good
 // leaves the rest of its run unsent too, and its key moves on, unless it
-// holds its key (Held): then the key stops after Done, its later items wait
-// behind the dead letter (the items of the run that a publisher keeping a
-// key's order stored after a refusal for good are published, and counted
-// in Done).
+// holds its key (Held): then the key stops after Done, and its later items
+// wait behind the dead letter. (A topic that holds keys is sent one
+// message of a key per round, never in runs: a publisher that keeps a
+// key's order stores the messages of a run after one it refuses for good.)
 type Outcome struct {
 	// Sent is how many of the key's items the round sent.
 	Sent int
@@ -114,7 +114,8 @@ type Judged struct {
 }
 
 // Round sends each key's next message, or its next run to one topic when
-// the publisher keeps a key's order, in one call (at most limit messages in
+// the publisher keeps a key's order and the topic does not hold keys
+// (Config.Holds), in one call (at most limit messages in
 // all; keys beyond it are not sent), and returns each key's outcome.
 func (d *Dispatcher) Round(ctx context.Context, keys [][]Item, limit int) []Outcome {
 	outcomes := make([]Outcome, len(keys))
@@ -124,7 +125,9 @@ func (d *Dispatcher) Round(ctx context.Context, keys [][]Item, limit int) []Outc
 			continue
 		}
 		n := 1
-		if d.pipelined {
+		if d.pipelined && !d.cfg.Holds.Hold(items[0].Message.Topic) {
+			// Not a topic that holds keys: after a refusal for good of
+			// one message of a run, the broker stores the ones after it.
 			n = d.run(items, limit-len(msgs))
 		}
 		for _, it := range items[:n] {

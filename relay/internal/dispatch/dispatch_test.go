@@ -180,3 +180,26 @@ func TestRoundHolds(t *testing.T) {
 		t.Errorf("payments: %+v, want a dead letter that does not hold", out[1])
 	}
 }
+
+// To a publisher that keeps a key's order, a topic that holds keys is sent
+// one message of a key per round, so that a refusal for good stops the
+// key before the broker stores the next; other topics go in runs.
+func TestRoundHoldsNoRuns(t *testing.T) {
+	pub := memory.NewPublisher()
+	pub.KeepOrder(true)
+	d := New(pub, Config{Policy: Policy{MaxAttempts: 3, Backoff: courier.Backoff{Initial: time.Second, Max: time.Second}},
+		Logger: slog.New(slog.DiscardHandler), Observer: nopObserver{}, Holds: NewHolds([]string{"orders"})})
+	held := []Item{{Message: courier.NewMessage("orders", "a", "T", nil)}, {Message: courier.NewMessage("orders", "a", "T", nil)}}
+	free := items("b", 3) // topic t
+	pub.Reject(held[0].Message.ID, "too large")
+	out := d.Round(context.Background(), [][]Item{held, free}, 10)
+	if o := out[0]; o.Sent != 1 || o.Done != 1 || !o.Held || len(o.Published) != 0 {
+		t.Errorf("orders: %+v, want its head alone sent, a dead letter that holds", o)
+	}
+	if o := out[1]; o.Sent != 3 || o.Done != 3 {
+		t.Errorf("t: %+v, want its run of 3", o)
+	}
+	if pub.Attempts(held[1].Message.ID) != 0 {
+		t.Error("the message after the refused one was sent")
+	}
+}

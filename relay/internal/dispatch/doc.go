@@ -33,7 +33,10 @@
 //
 // A dead letter of a topic the configuration's HoldKeys names holds its
 // key (Failure.Hold, which the source passes on to the store): the key's
-// later messages wait behind it until it is replayed or discarded.
+// later messages wait behind it until it is replayed or discarded. Such a
+// topic is sent one message of a key per round, never in runs: a
+// publisher that keeps a key's order would store the messages of a run
+// after one it refuses for good.
 //
 // Every call to the broker is a send span (see package relay, Tracing) and
 // is reported to the Observer.
