@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,7 +25,9 @@ import (
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/postgres"
 )
 
 // TestHeldKeys runs held keys (relay.Config.HoldKeys, `courier relay
@@ -71,6 +75,8 @@ func TestHeldKeys(t *testing.T) {
 	for _, d := range dialects {
 		t.Run("relay/"+d.name, func(t *testing.T) { t.Parallel(); heldRelays(t, d, s) })
 	}
+	t.Run("relay/cdc", func(t *testing.T) { t.Parallel(); heldRelays(t, dialect{"cdc", setupCDC(false)}, s) })
+	t.Run("relay/cdc-tableless", func(t *testing.T) { t.Parallel(); heldRelays(t, dialect{"cdc-tableless", setupCDC(true)}, s) })
 	for _, d := range dialects {
 		if d.name == "mysql" && !testenv.Long() {
 			continue // the consumer's holds take turns the same way on MariaDB and PostgreSQL: -long runs it
@@ -152,11 +158,11 @@ func heldRelays(t *testing.T, d dialect, s heldSettings) {
 	})
 	var relays []*testenv.Proc
 	for i := range 3 {
-		relays = append(relays, &testenv.Proc{Name: fmt.Sprintf("relay %d", i), Stderr: logs, Cmdline: []string{testenv.CourierBinary(t), "relay",
+		relays = append(relays, &testenv.Proc{Name: fmt.Sprintf("relay %d", i), Stderr: logs, Cmdline: append([]string{testenv.CourierBinary(t), "relay",
 			"--log-format", "text", "--log-level", "warn", "--database-url", r.db.relayURL(i), "--broker-url", natsURL,
 			"--stream", r.stream, "--subject-prefix", r.mapping.SubjectPrefix, "--no-create-stream",
 			"--lease", "2s", "--max-attempts", "3", "--batch-size", "200", "--poll-interval", "100ms",
-			"--hold-keys", heldTopic + "," + lateTopic}})
+			"--hold-keys", heldTopic + "," + lateTopic}, r.db.relayArgs...)})
 	}
 	stop := make(chan struct{})
 	var procs sync.WaitGroup
@@ -165,6 +171,10 @@ func heldRelays(t *testing.T, d dialect, s heldSettings) {
 	}
 	stopRelays := sync.OnceFunc(func() { close(stop); procs.Wait() })
 	t.Cleanup(stopRelays)
+	if r.db.ready != nil {
+		testenv.Eventually(t, 60*time.Second, r.db.ready, "%s: the relays are not ready; log:\n%s", d.name,
+			testenv.Lazy(func() any { return lastLines(logs.Name(), 20) }))
+	}
 	kills := killEvery(relays, 500*time.Millisecond, 2*time.Second)
 	defer kills()
 
@@ -256,6 +266,42 @@ func heldRelays(t *testing.T, d dialect, s heldSettings) {
 	}
 	t.Logf("summary relay/%s: %d messages over %d keys, %d poison (%d replayed, %d discarded), %d relay processes; %s; %d messages of other keys published while held; %s in all",
 		d.name, len(msgs), s.keys, len(r.poisons), len(r.poisons)-len(discarded), len(discarded), runs, res, others, time.Since(began).Round(100*time.Millisecond))
+}
+
+// setupCDC returns the setup of a run of relays with --mode cdc: a
+// PostgreSQL server of the test's own (making a slot waits for every
+// transaction open on the server to end, other tests' too), a slot and
+// publication of the test's, dropped when it ends, and a run that waits
+// for the slot before it writes. Tableless writes the messages to the log
+// only (postgres.LogOnly).
+func setupCDC(tableless bool) func(t *testing.T) *databases {
+	return func(t *testing.T) *databases {
+		pg := testenv.PostgresOwn(t, testenv.Migrate(postgres.NewDriver))
+		consumer := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+		slot := strings.ToLower(testenv.Name("held_"))
+		t.Cleanup(func() { dropSlot(t, pg, slot) })
+		pd := postgres.NewDriver(pg.Pool)
+		producer := stdlib.OpenDBFromPool(pg.Pool)
+		t.Cleanup(func() { producer.Close() })
+		write := writer(pd)
+		if tableless {
+			w := outbox.New(postgres.LogOnly(), outbox.Config{})
+			write = func(ctx context.Context, msgs []courier.Message) error {
+				return pd.InTx(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+			}
+		}
+		return &databases{
+			relayURL: func(int) string { return pg.URL }, consumerURL: func(int) string { return consumer.URL },
+			producer: producer, producerDB: pd, producerAdmin: pd.Admin(), consumerAdmin: postgres.NewDriver(consumer.Pool).Admin(),
+			write:     write,
+			relayArgs: []string{"--mode", "cdc", "--slot", slot, "--publication", slot},
+			ready: func() bool {
+				var n int
+				_ = pg.Admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n)
+				return n > 0
+			},
+		}
+	}
 }
 
 // killEvery SIGKILLs one of procs, at random, every min to max until the
@@ -562,6 +608,25 @@ func checkHeld(t *testing.T, name string, msgs []written, poisons []*heldPoison,
 		last[m.key] = max(last[m.key], m.seq)
 		if p := poisonOf[m.key]; p != nil && m.seq >= p.seq && g.at <= p.mark && !(m.seq == p.seq && p.discard) {
 			report(&early, "key %s held by poison seq %d: seq %d applied at %d, before its release (at %d)", m.key, p.seq, m.seq, g.at, p.mark)
+		}
+	}
+	if disorder+early > 0 {
+		// Each such key's messages as applied, seq@position, and its poison.
+		bad := map[string]bool{}
+		for _, g := range got {
+			if m, ok := byID[g.id]; ok && poisonOf[m.key] != nil {
+				bad[m.key] = true
+			}
+		}
+		for k := range bad {
+			var order []string
+			for _, g := range got {
+				if g.key == k {
+					order = append(order, fmt.Sprintf("%d@%d", g.seq, g.at))
+				}
+			}
+			p := poisonOf[k]
+			t.Logf("%s: key %s, poison seq %d (%s, discarded %t, released at %d), as applied: %v", name, k, p.seq, p.kind, p.discard, p.mark, order)
 		}
 	}
 	lost := 0
