@@ -34,9 +34,11 @@ import (
 // --hold-keys`; inbox.ConsumerConfig.HoldKeys) through kills, on PostgreSQL,
 // MariaDB and SQLite:
 //
-//   - relay/…: three `courier relay --hold-keys orders,late` processes,
-//     one SIGKILLed every 0.5–2s, publish what three writers commit over
-//     1,000 keys. In the middle of some keys the test writes a poison
+//   - relay/postgres, /mysql, /sqlite, and /cdc and /cdc-tableless
+//     (`courier relay --mode cdc` on a PostgreSQL server of its own, the
+//     messages in the table or in the log only): three `courier relay
+//     --hold-keys orders,late` processes, one SIGKILLed every 0.5–2s,
+//     publish what three writers commit over 1,000 keys. In the middle of some keys the test writes a poison
 //     message, with a backlog of its key behind it: one larger than the
 //     stream's maximum message size, or one on topic "late", whose subject
 //     no stream binds (the key then is held across topics). Each becomes a
@@ -65,7 +67,8 @@ import (
 //     published, the held ones only after their cause's release, and
 //     nothing left parked.
 //
-// Each run takes about 30s, or a few minutes with -long.
+// Each run takes about 25s (consumer/mysql runs with -long only), or a few
+// minutes with -long.
 func TestHeldKeys(t *testing.T) {
 	t.Parallel()
 	s := heldSettings{keys: 1000, rate: 300, runFor: 20 * time.Second, poisons: 6, consumerPoisons: 4}
@@ -115,6 +118,8 @@ type heldPoison struct {
 	// release; consumer side, the last effect's number then. Nothing of
 	// its key after it may come before.
 	mark uint64
+	// released is when its release began.
+	released time.Time
 }
 
 // heldRun is one relay run of TestHeldKeys.
@@ -129,13 +134,15 @@ type heldRun struct {
 
 	mu      sync.Mutex
 	written []written // committed, each key's in commit order
-	poisons []*heldPoison
+	// committed is when each message's transaction committed, by id.
+	committed map[string]time.Time
+	poisons   []*heldPoison
 }
 
 func heldRelays(t *testing.T, d dialect, s heldSettings) {
 	began := time.Now()
 	ctx := context.Background()
-	r := &heldRun{t: t, s: s, name: d.name, db: d.setup(t)}
+	r := &heldRun{t: t, s: s, name: d.name, db: d.setup(t), committed: map[string]time.Time{}}
 	natsURL := testenv.NATSOrEmbedded(t)
 	nc := testenv.Connect(t, natsURL)
 	var err error
@@ -245,7 +252,7 @@ func heldRelays(t *testing.T, d dialect, s heldSettings) {
 		t.Errorf("%s: dead letter %d left (message %s, key %s): %s", d.name, dl.ID, dl.MessageID, dl.Key, dl.LastError)
 	}
 	got := r.readStream(ctx)
-	res := checkHeld(t, d.name, msgs, r.poisons, got, true)
+	res := checkHeld(t, d.name, msgs, r.poisons, got, true, r.committed)
 	// The other keys flowed while the poison messages held theirs.
 	poisoned := map[string]bool{}
 	for _, p := range r.poisons {
@@ -382,8 +389,12 @@ func (r *heldRun) write(d time.Duration, poisons <-chan string) <-chan []written
 					msgs, ws, p := build()
 					err := r.db.write(context.Background(), msgs)
 					if err == nil {
+						now := time.Now()
 						r.mu.Lock()
 						r.written = append(r.written, ws...)
+						for _, w := range ws {
+							r.committed[w.id] = now
+						}
 						if p != nil {
 							r.poisons = append(r.poisons, p)
 						}
@@ -476,7 +487,7 @@ func releaseAll(t *testing.T, poisons []*heldPoison, side, url string, admin sto
 	}
 	for _, p := range poisons {
 		time.Sleep(300 * time.Millisecond)
-		p.mark = mark()
+		p.mark, p.released = mark(), time.Now()
 		if !cli[p.discard] {
 			cli[p.discard] = true
 			verb := map[bool]string{false: "replay", true: "discard"}[p.discard]
@@ -565,7 +576,7 @@ func (r *heldRun) readStream(ctx context.Context) []streamed {
 // its id), none unknown, each key in the order written, and nothing of a
 // poison's key after it applied before its release (poison.mark: got's at
 // then). It returns the counts.
-func checkHeld(t *testing.T, name string, msgs []written, poisons []*heldPoison, got []streamed, dedup bool) string {
+func checkHeld(t *testing.T, name string, msgs []written, poisons []*heldPoison, got []streamed, dedup bool, committed map[string]time.Time) string {
 	t.Helper()
 	byID := make(map[string]written, len(msgs))
 	for _, m := range msgs {
@@ -611,7 +622,8 @@ func checkHeld(t *testing.T, name string, msgs []written, poisons []*heldPoison,
 		}
 	}
 	if disorder+early > 0 {
-		// Each such key's messages as applied, seq@position, and its poison.
+		// Each such key's messages as applied, seq@position, and when
+		// it was committed, from its poison's release, and its poison.
 		bad := map[string]bool{}
 		for _, g := range got {
 			if m, ok := byID[g.id]; ok && poisonOf[m.key] != nil {
@@ -622,7 +634,11 @@ func checkHeld(t *testing.T, name string, msgs []written, poisons []*heldPoison,
 			var order []string
 			for _, g := range got {
 				if g.key == k {
-					order = append(order, fmt.Sprintf("%d@%d", g.seq, g.at))
+					e := fmt.Sprintf("%d@%d", g.seq, g.at)
+					if c, ok := committed[g.id]; ok {
+						e += fmt.Sprintf("(%+.3fs)", c.Sub(poisonOf[k].released).Seconds())
+					}
+					order = append(order, e)
 				}
 			}
 			p := poisonOf[k]
@@ -877,7 +893,7 @@ func heldConsumer(t *testing.T, d dialect, s heldSettings) {
 	}
 	testenv.Must(t, rows.Err(), "effects")
 	rows.Close()
-	res := checkHeld(t, d.name, msgs, poisons, got, false)
+	res := checkHeld(t, d.name, msgs, poisons, got, false, nil)
 	poisoned := map[string]bool{}
 	for _, p := range poisons {
 		poisoned[p.key] = true
