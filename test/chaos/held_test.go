@@ -67,11 +67,11 @@ import (
 //     published, the held ones only after their cause's release, and
 //     nothing left parked.
 //
-// Each run takes about 25s (consumer/mysql runs with -long only), or a few
+// Each run takes about 20s (consumer/mysql runs with -long only), or a few
 // minutes with -long.
 func TestHeldKeys(t *testing.T) {
 	t.Parallel()
-	s := heldSettings{keys: 1000, rate: 300, runFor: 20 * time.Second, poisons: 6, consumerPoisons: 4}
+	s := heldSettings{keys: 1000, rate: 300, runFor: 16 * time.Second, poisons: 6, consumerPoisons: 4}
 	if testenv.Long() {
 		s = heldSettings{keys: 1000, rate: 500, runFor: 3 * time.Minute, poisons: 40, consumerPoisons: 30}
 	}
@@ -207,7 +207,7 @@ func heldRelays(t *testing.T, d dialect, s heldSettings) {
 		for _, h := range held {
 			ok = ok && h.Held >= heldBacklog
 		}
-		return ok, held
+		return ok, fmt.Sprint(held)
 	}, "%s: the poison messages' keys do not hold their backlogs (HeldKeys)", d.name)
 	dls, err := r.db.producerAdmin.DeadLetters(ctx, 10000)
 	testenv.Must(t, err, "dead letters")
