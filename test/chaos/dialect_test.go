@@ -60,6 +60,11 @@ type databases struct {
 	terminate func(ctx context.Context) (int, error)
 	// terminated names what terminate does, for the fault counts.
 	terminated string
+	// relayArgs are added to the arguments of the runs' `courier relay`
+	// processes (TestHeldKeys), and ready, when set, tells when they are
+	// ready for the messages.
+	relayArgs []string
+	ready     func() bool
 }
 
 func setupPostgres(t *testing.T) *databases {

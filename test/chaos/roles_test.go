@@ -68,6 +68,7 @@ func runRole() {
 		versionedConsumerRole: runVersionedConsumer,
 		groupConsumerRole:     runGroupConsumer,
 		webhookRelayRole:      runWebhookRelay,
+		heldConsumerRole:      runHeldConsumer,
 	})
 }
 
@@ -75,7 +76,7 @@ func runRole() {
 // whose log is kept in a file, shown when the test fails.
 func roleLogLevel(role string) slog.Level {
 	switch role {
-	case webhookRelayRole, versionedConsumerRole:
+	case webhookRelayRole, versionedConsumerRole, heldConsumerRole:
 		return slog.LevelWarn
 	case groupConsumerRole:
 		return slog.LevelInfo // the partitions it takes and gives up
