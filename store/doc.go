@@ -30,8 +30,13 @@
 // others. Either runs in one transaction that claims wait for, so no
 // message is ever left behind a dead letter that is gone. Releasing a key
 // reads the key's pending rows, which no index serves: a scan of the
-// outbox. Messages written while the release runs go after it or among the
-// released ones, as messages of concurrent writers do (relay, Ordering).
+// outbox. A release is a writer of its key that the application's writers
+// are not serialised with: a message of the key written by a transaction
+// open while the release runs goes after the released ones when it commits
+// before the release reads the key's rows, and may go before them (its id
+// is below their new ones) when it commits after, as messages of
+// concurrent writers do (relay, Ordering). Release a key while its writers
+// are idle where that matters.
 //
 // While no dead letter holds its key the claims cost what they did: one
 // probe of an empty index (partial on PostgreSQL and SQLite, on holds on

@@ -54,7 +54,14 @@
 //     once a replay or a discard has released the key, its messages are
 //     published again. A replay inserts the dead letter, then the held
 //     messages, then the key's pending rows into courier_outbox with new
-//     ids, which the log brings in that order.
+//     ids, which the log brings in that order. A row of the key committed
+//     before the release, which the relay reads after it (it lags, or
+//     restarts), is among those put back: the relay drops the copy it
+//     read. A table-less message (postgres.LogOnly) has no row to put
+//     back: one committed while its key was held, which the relay reads
+//     only after the release committed, is published ahead of the
+//     released messages (the relay logs a warning when it does). Write
+//     table rows on topics that hold their keys.
 //   - One reader at a time: a replication slot has one reader. A second
 //     relay on the same slot waits as a hot standby, trying every Standby,
 //     and takes over when the first one's connection ends.

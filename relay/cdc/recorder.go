@@ -305,6 +305,13 @@ func (rc *recorder) holdItems(ctx context.Context, items []*item) (done, freed [
 		case store.HeldBehind:
 			done = append(done, it)
 		case store.NotHeld:
+			if it.Seq == 0 {
+				// A table-less message of a key released since it was
+				// committed: the log brought the released rows later,
+				// and it goes out before them (see Held keys).
+				rc.r.log.Warn("a table-less message of a held key is published ahead of the messages its release put back; write table rows on topics that hold their keys",
+					"message_id", it.Message.ID, "key", it.Message.Key, "topic", it.Message.Topic)
+			}
 			freed = append(freed, it)
 		default: // its row is missing
 			if it.txn == nil || h.Visible(it.Xid) {
