@@ -357,7 +357,11 @@ func (c *Cluster) StreamMessagesVia(node *NATSProcess, stream string, mapping co
 
 // readStream reads the whole stream on nc in order.
 func readStream(nc *natsgo.Conn, stream string, mapping couriernats.Config) ([]courier.Message, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// The stream's and the consumer's requests get an answer within
+	// seconds from a settled cluster; one that gets none (its node was
+	// still learning the stream's leader) fails this attempt, not the
+	// caller's whole minute, which StreamMessagesVia spends on attempts.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -376,6 +380,7 @@ func readStream(nc *natsgo.Conn, stream string, mapping couriernats.Config) ([]c
 		return nil, err
 	}
 	out := make([]courier.Message, 0, total)
+	lastGot := time.Now()
 	for len(out) < total {
 		batch, err := cons.Fetch(min(1000, total-len(out)), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -393,8 +398,10 @@ func readStream(nc *natsgo.Conn, stream string, mapping couriernats.Config) ([]c
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, natsgo.ErrTimeout) {
 			return nil, err
 		}
-		if got == 0 && ctx.Err() != nil {
-			return nil, fmt.Errorf("read %d of %d messages", len(out), total)
+		if got > 0 {
+			lastGot = time.Now() // reading goes on while messages come
+		} else if time.Since(lastGot) > 15*time.Second {
+			return nil, fmt.Errorf("read %d of %d messages, then none for %s", len(out), total, time.Since(lastGot).Round(time.Second))
 		}
 	}
 	return out, nil
