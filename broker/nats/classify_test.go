@@ -19,12 +19,18 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 )
 
-// countRequests counts the requests published on subject (a plain
-// subscription sees them next to JetStream's own API responder).
-func countRequests(t *testing.T, nc *natsgo.Conn, subject string) *atomic.Int64 {
+// countRequests counts the requests published on subject whose payload
+// contains about (every request when about is empty). A plain subscription
+// sees them next to JetStream's own API responder; about keeps out the
+// requests of other tests sharing the server.
+func countRequests(t *testing.T, nc *natsgo.Conn, subject, about string) *atomic.Int64 {
 	t.Helper()
 	var n atomic.Int64
-	sub, err := nc.Subscribe(subject, func(*natsgo.Msg) { n.Add(1) })
+	sub, err := nc.Subscribe(subject, func(m *natsgo.Msg) {
+		if strings.Contains(string(m.Data), about) {
+			n.Add(1)
+		}
+	})
 	testenv.Must(t, err, "subscribe "+subject)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	testenv.Must(t, nc.Flush(), "flush")
@@ -50,7 +56,7 @@ func TestUnboundSubjectCountsAgainstTheMessage(t *testing.T) {
 			t.Cleanup(func() { deleteStream(nc, stream) })
 			pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping, AckTimeout: 2 * time.Second})
 			testenv.Must(t, err, "publisher")
-			lookups := countRequests(t, nc, "$JS.API.STREAM.NAMES")
+			lookups := countRequests(t, nc, "$JS.API.STREAM.NAMES", stream+".") // only this test's subjects
 
 			msg := func(topic, key string) courier.Message { return courier.NewMessage(topic, key, "T", []byte(key)) }
 			msgs := []courier.Message{msg("bound", "a"), msg("unbound", "b"), msg("bound", "c"), msg("unbound", "d"), msg("elsewhere", "e")}
@@ -172,7 +178,7 @@ func TestNoAnswerWithoutJetStreamIsUnavailable(t *testing.T) {
 
 	t.Run("JetStream API silent", func(t *testing.T) {
 		nc := startPlainNATS(t)
-		asked := countRequests(t, nc, "$JS.API.>") // takes requests, never answers
+		asked := countRequests(t, nc, "$JS.API.>", "") // takes requests, never answers
 		pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{AckTimeout: 300 * time.Millisecond})
 		testenv.Must(t, err, "publisher")
 		wantUnavailable(t, pub.Publish(ctx, msgs), "did not say which stream binds it")
