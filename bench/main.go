@@ -45,7 +45,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled", "consumers", "handover", "tenants"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled", "consumers", "handover", "tenants", "producers"}
 
 // config is the command line.
 type config struct {
@@ -344,6 +344,8 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		b.runConsumers(ctx, try, run)
 	case "handover":
 		b.runHandovers(ctx, try, run)
+	case "producers":
+		b.runProducers(ctx, try, run)
 	case "tenants":
 		if run == 1 { // it repeats itself (-tenants-runs)
 			b.runTenants(ctx, try)
@@ -373,6 +375,13 @@ func (b *Bench) warnSpread() {
 	for _, f := range brokerFigures {
 		for _, br := range b.cfg.brokers {
 			b.warnCell(f, br)
+		}
+	}
+	for _, f := range producerFigures {
+		for _, d := range dialects {
+			for _, lang := range producerLanguages {
+				b.warnCell(f, prodKey(lang, d))
+			}
 		}
 	}
 	for _, f := range scheduledFigures {

@@ -274,6 +274,12 @@ func renderTables(res *Results, cfg config) string {
 		}
 		renderTenants(&sb, fn, res, cfg)
 	}
+	if measured(res, producerFigures) || skippedAny(res, producerFigures) {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		renderProducers(&sb, fn, res, cfg)
+	}
 	if fn.spread || len(fn.list) > 0 {
 		sb.WriteString("\n")
 	}
