@@ -18,9 +18,9 @@ import (
 type expected struct {
 	// messages are the committed messages, in write order.
 	messages []courier.Message
-	// scheduled holds the ids of the committed messages that were
+	// scheduled holds the due times of the committed messages that were
 	// scheduled: they arrive once due, occurring at their due time.
-	scheduled map[uuid.UUID]bool
+	scheduled map[uuid.UUID]due
 	// rolledBack holds the ids of the messages of rolled-back
 	// transactions.
 	rolledBack map[uuid.UUID]bool
@@ -31,7 +31,7 @@ type expected struct {
 // returns what must arrive.
 func committed(t *testing.T, p plan, lines []written) expected {
 	t.Helper()
-	want := expected{scheduled: map[uuid.UUID]bool{}, rolledBack: map[uuid.UUID]bool{}}
+	want := expected{scheduled: map[uuid.UUID]due{}, rolledBack: map[uuid.UUID]bool{}}
 	i := 0
 	for n, tx := range p.Transactions {
 		for _, pm := range tx.Messages {
@@ -46,7 +46,7 @@ func committed(t *testing.T, p plan, lines []written) expected {
 			case !tx.Commit:
 				want.rolledBack[m.ID] = true
 			case tx.Due != nil:
-				want.scheduled[m.ID] = true
+				want.scheduled[m.ID] = dueOf(t, tx.Due)
 				want.messages = append(want.messages, m)
 			default:
 				want.messages = append(want.messages, m)
@@ -142,7 +142,7 @@ func checkStream(t *testing.T, want expected, got []courier.Message) {
 	var inOrder []courier.Message
 	for _, m := range want.messages {
 		byID[m.ID] = m
-		if !want.scheduled[m.ID] {
+		if _, ok := want.scheduled[m.ID]; !ok {
 			inOrder = append(inOrder, m)
 		}
 	}
@@ -166,10 +166,13 @@ func checkStream(t *testing.T, want expected, got []courier.Message) {
 		if !maps.Equal(g.Headers, w.Headers) && (len(g.Headers) > 0 || len(w.Headers) > 0) {
 			t.Errorf("message %s published with headers %v, written %v", g.ID, g.Headers, w.Headers)
 		}
+		d, scheduled := want.scheduled[g.ID]
 		switch {
-		case want.scheduled[g.ID] && g.OccurredAt.Before(w.OccurredAt.Add(-time.Second)):
-			t.Errorf("scheduled message %s published as occurring at %s, before it was written (%s)", g.ID, g.OccurredAt, w.OccurredAt)
-		case !want.scheduled[g.ID] && !g.OccurredAt.Equal(w.OccurredAt):
+		case scheduled && !d.at.IsZero() && !g.OccurredAt.Equal(d.at):
+			t.Errorf("message %s scheduled at %s published as occurring at %s", g.ID, d.at, g.OccurredAt)
+		case scheduled && d.at.IsZero() && g.OccurredAt.Before(w.OccurredAt.Add(d.after-time.Second)):
+			t.Errorf("message %s scheduled %s after its writing (%s) published as occurring at %s", g.ID, d.after, w.OccurredAt, g.OccurredAt)
+		case !scheduled && !g.OccurredAt.Equal(w.OccurredAt):
 			t.Errorf("message %s published as occurring at %s, written %s", g.ID, g.OccurredAt, w.OccurredAt)
 		}
 	}
@@ -199,7 +202,7 @@ func checkApplied(t *testing.T, want expected, got []appliedMessage) {
 			continue
 		}
 		delete(pos, m.ID.String())
-		if want.scheduled[m.ID] {
+		if _, ok := want.scheduled[m.ID]; ok {
 			continue
 		}
 		if prev, ok := last[m.Key]; ok && i < prev {
@@ -210,4 +213,22 @@ func checkApplied(t *testing.T, want expected, got []appliedMessage) {
 	for id := range pos {
 		t.Errorf("message %s was applied but never committed", id)
 	}
+}
+
+// due is a plan's due time: at a moment, or after a while.
+type due struct {
+	at    time.Time
+	after time.Duration
+}
+
+// dueOf decodes a plan's due.
+func dueOf(t *testing.T, d map[string]any) due {
+	t.Helper()
+	if ms, ok := d["after_ms"].(int); ok {
+		return due{after: time.Duration(ms) * time.Millisecond}
+	}
+	s, _ := d["at"].(string)
+	at, err := time.Parse(time.RFC3339Nano, s)
+	testenv.Must(t, err, "plan's due")
+	return due{at: at}
 }
