@@ -29,8 +29,8 @@ class Postgres:
     @classmethod
     def write(cls, cur, msgs):
         q = "SELECT courier_write(" + cls._ARGS + ")"
-        for m in msgs:
-            cls._call(cur, q, cls._args(m))
+        for i, m in enumerate(msgs):
+            cls._call(cur, q, cls._args(m), i + 1, len(msgs))
 
     @classmethod
     def schedule(cls, cur, due, msgs):
@@ -40,8 +40,8 @@ class Postgres:
         else:
             q = "SELECT courier_schedule(%s::timestamptz, " + cls._ARGS + ")"
             first = due
-        for m in msgs:
-            cls._call(cur, q, [first] + cls._args(m))
+        for i, m in enumerate(msgs):
+            cls._call(cur, q, [first] + cls._args(m), i + 1, len(msgs))
 
     @staticmethod
     def _args(m):
@@ -49,15 +49,17 @@ class Postgres:
                 m.version, str(m.id), m.occurred_at]
 
     @staticmethod
-    def _call(cur, q, args):
+    def _call(cur, q, args, index, count):
+        """Run q; an invalid message (SQLSTATE 22023 naming a column: the
+        database's limits are lower than the client's) raises the
+        ValidationError the client would have, for message index of count."""
         try:
             cur.execute(q, args)
         except Exception as e:  # psycopg.Error, which this module does not import
             diag = getattr(e, "diag", None)
             if getattr(e, "sqlstate", None) == "22023" and diag is not None and diag.column_name:
-                err = ValidationError.from_text(diag.message_primary or "", diag.column_name, diag.message_hint or "")
-                if err is not None:
-                    raise err from e
+                raise ValidationError(diag.column_name, diag.message_detail or "", diag.message_hint or "",
+                                      index, count, outbox=True) from e
             raise
 
 

@@ -48,15 +48,3 @@ class ValidationError(ValueError):
     def in_write(self, index, count):
         """The same error as the Writer reports it for message index of count."""
         return ValidationError(self.field, self.problem, self.fix, index, count, outbox=True)
-
-    @classmethod
-    def from_text(cls, text, field, fix, outbox=True):
-        """The error whose validation text is text, with field and fix
-        known (as PostgreSQL's functions report them); None when text is not
-        of that form."""
-        start = _PREFIX + field + " "
-        end = ": " + fix if fix else ""
-        if not text.startswith(start) or not text.endswith(end):
-            return None
-        problem = text[len(start):len(text) - len(end)]
-        return cls(field, problem, fix, 1, 1, outbox=outbox)

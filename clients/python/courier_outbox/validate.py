@@ -105,10 +105,10 @@ def _check_name(field, s, max_bytes, spaces, fix):
         raise ValidationError(field, "is not valid UTF-8", "use UTF-8 text")
     for ch in s:
         r = ord(ch)
-        space = r in _SPACES
-        if r <= 0x1F or 0x7F <= r <= 0x9F or (not spaces and space):
-            what = "white space" if space else "a control character"
-            raise ValidationError(field, "contains %s (U+%04X)" % (what, r), "remove it")
+        if r <= 0x1F or 0x7F <= r <= 0x9F:  # Unicode's Cc; a tab is one too
+            raise ValidationError(field, "contains a control character (U+%04X)" % r, "remove it")
+        if not spaces and r in _SPACES:
+            raise ValidationError(field, "contains white space (U+%04X)" % r, "remove it")
 
 
 def _utf8(s):
