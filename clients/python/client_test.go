@@ -76,3 +76,60 @@ func mysqlURL(t *testing.T, dsn string) string {
 	}
 	return fmt.Sprintf("mysql://%s@%s/%s", user, cfg.Addr, cfg.DBName)
 }
+
+// The README's example places an order and its message on each database:
+// it prints the message's id, and the row is there.
+func TestExample(t *testing.T) {
+	py := testenv.Python(t)
+	run := func(t *testing.T, url string, count func(id string) int) {
+		cmd := exec.Command(py, filepath.Join("examples", "place_order.py"), url, "order-42", "1999")
+		cmd.Env = append(os.Environ(), "PYTHONPATH=.", "PYTHONDONTWRITEBYTECODE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("place_order.py: %v\n%s", err, out)
+		}
+		var id, topic string
+		if _, err := fmt.Sscanf(string(out), "placed order-42: message %s on topic %s", &id, &topic); err != nil || topic != "orders" {
+			t.Fatalf("place_order.py printed %q, want \"placed order-42: message ID on topic orders\"", out)
+		}
+		if n := count(id); n != 1 {
+			t.Fatalf("message %s: %d rows in courier_outbox, want 1", id, n)
+		}
+		cmd = exec.Command(py, filepath.Join("examples", "place_order.py"), url, "order-42", "1999")
+		cmd.Env = append(os.Environ(), "PYTHONPATH=.", "PYTHONDONTWRITEBYTECODE=1")
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Fatalf("placing order-42 twice succeeded: %s", out)
+		}
+		if n := count(id); n != 1 {
+			t.Fatalf("after a failed second order: %d rows of message %s, want 1", n, id)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		path := sqliteDB(t)
+		db, err := sqlite.Open(path)
+		testenv.Must(t, err, "open")
+		defer db.Close()
+		run(t, "sqlite://"+path, func(id string) (n int) {
+			testenv.Must(t, db.QueryRow("SELECT COUNT(*) FROM courier_outbox WHERE message_id = ?", id).Scan(&n), "count")
+			return n
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+		url := os.Getenv(testenv.EnvPostgres) + "&options=-csearch_path%3D" + pg.Schema
+		if !strings.Contains(os.Getenv(testenv.EnvPostgres), "?") {
+			url = strings.Replace(url, "&", "?", 1)
+		}
+		run(t, url, func(id string) (n int) {
+			testenv.Must(t, pg.Pool.QueryRow(context.Background(), "SELECT COUNT(*) FROM courier_outbox WHERE message_id = $1", id).Scan(&n), "count")
+			return n
+		})
+	})
+	t.Run("mysql", func(t *testing.T) {
+		my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
+		run(t, mysqlURL(t, my.DSN), func(id string) (n int) {
+			testenv.Must(t, my.DB.QueryRow("SELECT COUNT(*) FROM courier_outbox WHERE message_id = ?", id).Scan(&n), "count")
+			return n
+		})
+	})
+}
