@@ -153,6 +153,17 @@ class Dialect:
                 outbox.schedule(self.conn, due, self.message())
             self.assertNotIsInstance(raised.exception, outbox.ValidationError)
 
+    def test_many_messages_in_one_call(self):
+        # More than a statement holds on every dialect (500 on MySQL, 1,000
+        # on SQLite), and more than 1 MiB of payloads (MySQL's bound).
+        msgs = [self.message(key="k%d" % (i % 7), payload=b"p" * (i % 3) * 1000 + str(i).encode())
+                for i in range(1201)]
+        outbox.write(self.conn, *msgs)
+        self.conn.commit()
+        rows = self.rows()
+        self.assertEqual([r[0].id for r in rows], [m.id for m in msgs])
+        self.assertEqual([r[0].payload for r in rows], [m.payload for m in msgs])
+
     def test_valid_vectors(self):
         contract = vectors.load("messages.json")
         for case in contract["valid"]:
@@ -201,6 +212,24 @@ class MySQL(Dialect, unittest.TestCase):
     @staticmethod
     def time(v):
         return v.replace(tzinfo=UTC)
+
+
+def _mysqldb():
+    try:
+        import MySQLdb
+        return MySQLdb
+    except ImportError:
+        return None
+
+
+@unittest.skipUnless(os.environ.get("COURIER_PY_MYSQL_URL"), "COURIER_PY_MYSQL_URL is not set")
+@unittest.skipUnless(_mysqldb(), "MySQLdb (mysqlclient) is not installed")
+class MySQLdb(MySQL):
+    def connect(self):
+        u = urllib.parse.urlsplit(os.environ["COURIER_PY_MYSQL_URL"])
+        return _mysqldb().connect(host=u.hostname, port=u.port or 3306, user=urllib.parse.unquote(u.username or ""),
+                                  password=urllib.parse.unquote(u.password or ""), database=u.path.lstrip("/"),
+                                  charset="utf8mb4")
 
 
 @unittest.skipUnless(os.environ.get("COURIER_PY_POSTGRES_URL"), "COURIER_PY_POSTGRES_URL is not set")
