@@ -153,6 +153,17 @@ class Dialect:
                 outbox.schedule(self.conn, due, self.message())
             self.assertNotIsInstance(raised.exception, outbox.ValidationError)
 
+    def test_autocommit_is_refused(self):
+        if not self.autocommit(self.conn):
+            self.skipTest("the driver does not say whether a transaction is open")
+        with self.assertRaises(TypeError) as raised:
+            outbox.write(self.conn, self.message())
+        self.assertIn("autocommit", str(raised.exception))
+        self.begin(self.conn)  # in an explicit transaction, the write is part of it
+        outbox.write(self.conn, self.message())
+        self.conn.rollback()
+        self.assertEqual(self.rows(), [])
+
     def test_many_messages_in_one_call(self):
         # More than a statement holds on every dialect (500 on MySQL, 1,000
         # on SQLite), and more than 1 MiB of payloads (MySQL's bound).
@@ -191,6 +202,15 @@ class SQLite(Dialect, unittest.TestCase):
     def time(v):
         return datetime.datetime(1970, 1, 1, tzinfo=UTC) + datetime.timedelta(microseconds=v)
 
+    @staticmethod
+    def autocommit(conn):
+        conn.isolation_level = None
+        return True
+
+    @staticmethod
+    def begin(conn):
+        conn.execute("BEGIN")
+
     def test_headers_are_gos_json_text(self):
         outbox.write(self.conn, self.message(headers={"x-b": "<&>\u2028", "x-a": "ü\t\x01\x7f"}))
         self.conn.commit()
@@ -212,6 +232,15 @@ class MySQL(Dialect, unittest.TestCase):
     @staticmethod
     def time(v):
         return v.replace(tzinfo=UTC)
+
+    @staticmethod
+    def autocommit(conn):
+        conn.autocommit(True)
+        return hasattr(conn, "server_status")
+
+    @staticmethod
+    def begin(conn):
+        conn.begin()
 
 
 def _mysqldb():
@@ -245,6 +274,15 @@ class Postgres(Dialect, unittest.TestCase):
     @staticmethod
     def time(v):
         return v.astimezone(UTC)
+
+    @staticmethod
+    def autocommit(conn):
+        conn.autocommit = True
+        return True
+
+    @staticmethod
+    def begin(conn):
+        conn.execute("BEGIN")
 
     def test_the_database_checks_too(self):
         # The database's limit is lower than the client's: courier_write
