@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/contract"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
@@ -27,16 +28,30 @@ import (
 	"github.com/courier-go/courier/store/sqlite"
 )
 
-// rowsDue is when the scheduled copies of rowMessages fall due.
+// rowsDue is when the scheduled copies of the messages fall due.
 var rowsDue = time.Date(2031, 5, 6, 7, 8, 9, 654321000, time.UTC)
 
-// rowMessages are messages whose rows the test compares: every kind of
-// payload, headers that JSON escapes (HTML characters, tabs, U+2028), none,
-// text beyond ASCII, an occurrence before 1970.
-func rowMessages() []courier.Message {
+// rowMessages are the messages whose rows the test compares: the
+// contract's valid vectors, and every kind of payload, headers that JSON
+// escapes (HTML characters, tabs, U+2028), none, text beyond ASCII, an
+// occurrence before 1970.
+func rowMessages(t *testing.T) []courier.Message {
+	var vectors contract.Messages
+	testenv.Must(t, contract.Read("messages.json", &vectors), "read the contract's vectors")
+	msgs := ownMessages()
+	for _, v := range vectors.Valid {
+		m, err := v.Message.Courier()
+		testenv.Must(t, err, "vector "+v.Name)
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+// ownMessages are rowMessages beyond the vectors.
+func ownMessages() []courier.Message {
 	at := time.Date(2026, 3, 1, 9, 30, 0, 123456000, time.UTC)
 	msg := func(n int, key string, payload []byte, opts ...courier.Option) courier.Message {
-		opts = append([]courier.Option{courier.WithID(uuid.MustParse(fmt.Sprintf("0195f3a2-7c00-7000-8000-%012d", n))),
+		opts = append([]courier.Option{courier.WithID(uuid.MustParse(fmt.Sprintf("0195f3a2-7c00-7000-9000-%012d", n))),
 			courier.WithOccurredAt(at)}, opts...)
 		return courier.NewMessage("orders", key, "OrderPlaced", payload, opts...)
 	}
@@ -58,27 +73,27 @@ func rowMessages() []courier.Message {
 // due_at is compared too), on each database.
 func TestRowsEqualGos(t *testing.T) {
 	py := testenv.Python(t)
-	msgs := rowMessages()
+	msgs := rowMessages(t)
 	t.Run("sqlite", func(t *testing.T) {
 		pyPath, goPath := sqliteDB(t), sqliteDB(t)
 		pyDB, goDB := openSQLite(t, pyPath), openSQLite(t, goPath)
-		writeWithPython(t, py, map[string]any{"dialect": "sqlite", "database": map[string]string{"path": pyPath}}, pyDB.ExecContext)
+		writeWithPython(t, py, msgs, map[string]any{"dialect": "sqlite", "database": map[string]string{"path": pyPath}}, pyDB.ExecContext)
 		writeWithGo(t, sqlite.NewDriver(goDB), msgs)
-		compareRows(t, sqlRows(t, pyDB), sqlRows(t, goDB))
+		compareRows(t, len(msgs), sqlRows(t, pyDB), sqlRows(t, goDB))
 	})
 	t.Run("mysql", func(t *testing.T) {
 		pyDB, goDB := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver)), testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
-		writeWithPython(t, py, map[string]any{"dialect": "mysql", "database": map[string]string{"url": mysqlURL(t, pyDB.DSN)}}, pyDB.DB.ExecContext)
+		writeWithPython(t, py, msgs, map[string]any{"dialect": "mysql", "database": map[string]string{"url": mysqlURL(t, pyDB.DSN)}}, pyDB.DB.ExecContext)
 		writeWithGo(t, mysql.NewDriver(goDB.DB), msgs)
-		compareRows(t, sqlRows(t, pyDB.DB), sqlRows(t, goDB.DB))
+		compareRows(t, len(msgs), sqlRows(t, pyDB.DB), sqlRows(t, goDB.DB))
 	})
 	t.Run("postgres", func(t *testing.T) {
 		pyPG, goPG := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver)), testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
 		create := func(ctx context.Context, q string, _ ...any) (any, error) { return pyPG.Pool.Exec(ctx, q) }
-		writeWithPython(t, py, map[string]any{"dialect": "postgres",
+		writeWithPython(t, py, msgs, map[string]any{"dialect": "postgres",
 			"database": map[string]string{"url": os.Getenv(testenv.EnvPostgres), "schema": pyPG.Schema}}, create)
 		writeWithGo(t, postgres.NewDriver(goPG.Pool), msgs)
-		compareRows(t, pgRows(t, pyPG.Pool), pgRows(t, goPG.Pool))
+		compareRows(t, len(msgs), pgRows(t, pyPG.Pool), pgRows(t, goPG.Pool))
 	})
 }
 
@@ -89,15 +104,15 @@ func openSQLite(t *testing.T, path string) *sql.DB {
 	return db
 }
 
-// writeWithPython has tests/e2e_writer.py write rowMessages in one
+// writeWithPython has tests/e2e_writer.py write msgs in one
 // transaction and schedule them at rowsDue in another, on the plan's
 // database, after create made the plan's business table.
-func writeWithPython[R any](t *testing.T, py string, p map[string]any, create func(context.Context, string, ...any) (R, error)) {
+func writeWithPython[R any](t *testing.T, py string, msgs []courier.Message, p map[string]any, create func(context.Context, string, ...any) (R, error)) {
 	t.Helper()
 	_, err := create(context.Background(), "CREATE TABLE polyglot_orders (id VARCHAR(64) PRIMARY KEY, note TEXT NOT NULL)")
 	testenv.Must(t, err, "create polyglot_orders")
 	var planned []map[string]any
-	for _, m := range rowMessages() {
+	for _, m := range msgs {
 		pm := map[string]any{"id": m.ID.String(), "topic": m.Topic, "key": m.Key, "type": m.Type, "version": m.Version,
 			"content_type": m.ContentType, "payload_base64": base64.StdEncoding.EncodeToString(m.Payload),
 			"occurred_at": m.OccurredAt.Format(time.RFC3339Nano)}
@@ -180,11 +195,11 @@ func pgRows(t *testing.T, pool interface {
 }
 
 // compareRows fails t for each value of py's rows that differs from go's.
-func compareRows(t *testing.T, py, gos map[string][][]any) {
+func compareRows(t *testing.T, n int, py, gos map[string][][]any) {
 	t.Helper()
 	for table := range rowsQueries {
-		if len(py[table]) != len(rowMessages()) || len(gos[table]) != len(py[table]) {
-			t.Fatalf("%s: %d rows from Python, %d from Go, want %d", table, len(py[table]), len(gos[table]), len(rowMessages()))
+		if len(py[table]) != n || len(gos[table]) != n {
+			t.Fatalf("%s: %d rows from Python, %d from Go, want %d", table, len(py[table]), len(gos[table]), n)
 		}
 		list, _, _ := strings.Cut(strings.TrimPrefix(rowsQueries[table], "SELECT "), " FROM")
 		names := strings.Split(list, ", ")
