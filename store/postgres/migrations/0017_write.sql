@@ -63,11 +63,12 @@ $$;
 
 -- courier_char_problem names the character p_char refused in a name:
 -- "contains white space (U+0020)", "contains a control character
--- (U+0001)".
+-- (U+0009)" (a character that is both, such as a tab, is a control
+-- character).
 CREATE FUNCTION courier_char_problem(p_char text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT format('contains %s (U+%s)',
-                  CASE WHEN ascii(p_char) IN (9, 10, 11, 12, 13, 32, 133, 160) OR ascii(p_char) > 160
-                       THEN 'white space' ELSE 'a control character' END,
+                  CASE WHEN ascii(p_char) < 32 OR ascii(p_char) BETWEEN 127 AND 159
+                       THEN 'a control character' ELSE 'white space' END,
                   upper(lpad(to_hex(ascii(p_char)), 4, '0')))
 $$;
 
@@ -75,9 +76,8 @@ $$;
 -- bytes, without control characters (Unicode's Cc: U+0000–U+001F,
 -- U+007F–U+009F) and, unless p_spaces, without white space (Unicode's
 -- White_Space, as Go's unicode.IsSpace). It returns NULL when p_value
--- passes, else the problem and the fix (NULL: the field's own). The
--- character is named as U+XXXX and called white space when it is, a
--- control character otherwise. A SQL function, which a caller's
+-- passes, else the problem and the fix (NULL: the field's own), the
+-- character named by courier_char_problem. A SQL function, which a caller's
 -- expression inlines: a call of a PL/pgSQL function per field cost the
 -- write a fifth of its time.
 CREATE FUNCTION courier_name_problem(p_value text, p_max integer, p_spaces boolean) RETURNS text[]
