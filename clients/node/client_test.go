@@ -1,0 +1,112 @@
+// Package node_test runs the tests of the Node.js client of the outbox
+// (clients/node, `node --test`) against the contract's vectors and real
+// databases: a PostgreSQL schema, a MySQL or MariaDB database and a SQLite
+// file, each migrated by Courier's Go driver, so that the client writes
+// into exactly the tables Courier's relays read.
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/mysql"
+	"github.com/courier-go/courier/store/postgres"
+	"github.com/courier-go/courier/store/sqlite"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.M(m).Run())
+}
+
+// TestNodeClient runs every test of clients/node/test with node --test,
+// the databases named by the variables test/databases.js reads.
+func TestNodeClient(t *testing.T) {
+	node, modules := testenv.Node(t)
+	env := append(testenv.NodeEnv(modules),
+		"COURIER_NODE_POSTGRES_URL="+nodePostgresURL(t, testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))),
+		"COURIER_NODE_MYSQL_URL="+nodeMySQLURL(t, testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))),
+		"COURIER_NODE_SQLITE_PATH="+sqliteFile(t),
+	)
+	tests, err := filepath.Glob(filepath.Join("test", "*.test.js"))
+	if err != nil || len(tests) == 0 {
+		t.Fatalf("no test/*.test.js: %v", err)
+	}
+	runNode(t, node, env, append([]string{"--test"}, tests...)...)
+}
+
+// runNode runs node with args in this directory, failing the test with
+// its output when it fails, logging its summary otherwise.
+func runNode(t *testing.T, node string, env []string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, args...)
+	cmd.Env = env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	began := time.Now()
+	err := cmd.Run()
+	if err != nil {
+		t.Fatalf("node %v: %v\n%s", args, err, out.String())
+	}
+	summary := regexp.MustCompile(`(?m)^# (tests|pass|fail|skipped) .*$`).FindAll(out.Bytes(), -1)
+	t.Logf("node %v in %s: %s", args, time.Since(began).Round(time.Millisecond), bytes.Join(summary, []byte(", ")))
+	if regexp.MustCompile(`(?m)^# skipped [1-9]`).Match(out.Bytes()) {
+		t.Logf("skipped:\n%s", regexp.MustCompile(`(?m)^.*# SKIP.*$`).FindAll(out.Bytes(), -1))
+	}
+}
+
+// nodePostgresURL returns the URL of db for the pg package: the schema
+// as the connection's search_path, in the options pg sends at startup.
+func nodePostgresURL(t *testing.T, db *testenv.PG) string {
+	t.Helper()
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatalf("parse %s: %v", db.URL, err)
+	}
+	q := u.Query()
+	q.Del("search_path")
+	q.Set("options", "-c search_path="+db.Schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// nodeMySQLURL returns the URL of db for the mysql2 package:
+// mysql://user:password@host:port/database.
+func nodeMySQLURL(t *testing.T, db *testenv.MySQLDB) string {
+	t.Helper()
+	cfg, err := gomysql.ParseDSN(db.DSN)
+	if err != nil {
+		t.Fatalf("parse %s: %v", db.DSN, err)
+	}
+	u := url.URL{Scheme: "mysql", User: url.User(cfg.User), Host: cfg.Addr, Path: "/" + cfg.DBName}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	return u.String()
+}
+
+// sqliteFile returns the path of a new SQLite file with Courier's tables.
+func sqliteFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "courier.db")
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := sqlite.NewDriver(db).Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate %s: %v", path, err)
+	}
+	return path
+}
