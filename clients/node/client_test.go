@@ -8,6 +8,7 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -44,6 +45,75 @@ func TestNodeClient(t *testing.T) {
 	runNode(t, node, env, append([]string{"--test"}, tests...)...)
 }
 
+// TestExample runs examples/place_order.js on each database, as the
+// README shows it: it places order-42 and its message once, and a second
+// time fails (the order exists) and writes no second message.
+func TestExample(t *testing.T) {
+	node, modules := testenv.Node(t)
+	env := testenv.NodeEnv(installed(t) + string(os.PathListSeparator) + modules)
+	placeOrder := func(url string) ([]byte, error) {
+		cmd := exec.Command(node, filepath.Join("examples", "place_order.js"), url, "order-42", "1999")
+		cmd.Env = env
+		return cmd.CombinedOutput()
+	}
+	run := func(t *testing.T, url string, count func(id string) int) {
+		out, err := placeOrder(url)
+		if err != nil {
+			t.Fatalf("place_order.js: %v\n%s", err, out)
+		}
+		var id, topic string
+		if _, err := fmt.Sscanf(string(out), "placed order-42: message %s on topic %s", &id, &topic); err != nil || topic != "orders" {
+			t.Fatalf("place_order.js printed %q, want \"placed order-42: message ID on topic orders\"", out)
+		}
+		if n := count(id); n != 1 {
+			t.Fatalf("message %s: %d rows in courier_outbox, want 1", id, n)
+		}
+		if out, err := placeOrder(url); err == nil {
+			t.Fatalf("placing order-42 twice succeeded: %s", out)
+		}
+		if n := count(""); n != 1 {
+			t.Fatalf("after a failed second order: %d rows in courier_outbox, want 1", n)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		path := sqliteFile(t)
+		db, err := sqlite.Open(path)
+		testenv.Must(t, err, "open")
+		defer db.Close()
+		run(t, "sqlite://"+path, func(id string) (n int) {
+			testenv.Must(t, db.QueryRow("SELECT COUNT(*) FROM courier_outbox WHERE message_id = ? OR ? = ''", id, id).Scan(&n), "count")
+			return n
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+		run(t, nodePostgresURL(t, pg), func(id string) (n int) {
+			testenv.Must(t, pg.Pool.QueryRow(context.Background(), "SELECT COUNT(*) FROM courier_outbox WHERE message_id::text = $1 OR $1 = ''", id).Scan(&n), "count")
+			return n
+		})
+	})
+	t.Run("mysql", func(t *testing.T) {
+		my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
+		run(t, nodeMySQLURL(t, my), func(id string) (n int) {
+			testenv.Must(t, my.DB.QueryRow("SELECT COUNT(*) FROM courier_outbox WHERE message_id = ? OR ? = ''", id, id).Scan(&n), "count")
+			return n
+		})
+	})
+}
+
+// installed returns a node_modules directory in which
+// @courier-go/outbox is this directory, as npm install clients/node
+// makes one.
+func installed(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(".")
+	testenv.Must(t, err, "clients/node")
+	modules := filepath.Join(t.TempDir(), "node_modules")
+	testenv.Must(t, os.MkdirAll(filepath.Join(modules, "@courier-go"), 0o755), "node_modules")
+	testenv.Must(t, os.Symlink(dir, filepath.Join(modules, "@courier-go", "outbox")), "link @courier-go/outbox")
+	return modules
+}
+
 // runNode runs node with args in this directory, failing the test with
 // its output when it fails, logging its summary otherwise.
 func runNode(t *testing.T, node string, env []string, args ...string) {
@@ -62,7 +132,7 @@ func runNode(t *testing.T, node string, env []string, args ...string) {
 	summary := regexp.MustCompile(`(?m)^# (tests|pass|fail|skipped) .*$`).FindAll(out.Bytes(), -1)
 	t.Logf("node %v in %s: %s", args, time.Since(began).Round(time.Millisecond), bytes.Join(summary, []byte(", ")))
 	if regexp.MustCompile(`(?m)^# skipped [1-9]`).Match(out.Bytes()) {
-		t.Logf("skipped:\n%s", regexp.MustCompile(`(?m)^.*# SKIP.*$`).FindAll(out.Bytes(), -1))
+		t.Logf("skipped:\n%s", bytes.Join(regexp.MustCompile(`(?m)^.*# SKIP.*$`).FindAll(out.Bytes(), -1), []byte("\n")))
 	}
 }
 

@@ -116,7 +116,11 @@ function prepare(msgs, limits) {
       throw err;
     }
     const bad = check(row, limits);
-    if (bad) throw new ValidationError(bad.field, bad.problem, bad.fix, prefix);
+    if (bad) {
+      const err = new ValidationError(bad.field, bad.problem, bad.fix, prefix);
+      [err.index, err.count] = [i + 1, msgs.length];
+      throw err;
+    }
     rows.push(row);
   }
   return rows;

@@ -70,6 +70,7 @@ function invalid(err, i, n) {
   if (err.code !== '22023' || !err.column || !err.hint) return null;
   const e = new ValidationError(err.column, err.detail || '', err.hint, n === 1 ? 'outbox: ' : `outbox: message ${i + 1} of ${n}: `);
   e.cause = err;
+  [e.index, e.count] = [i + 1, n];
   return e;
 }
 

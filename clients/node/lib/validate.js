@@ -30,6 +30,10 @@ class ValidationError extends Error {
     this.problem = problem;
     /** What to do about it. */
     this.fix = fix;
+    /** The message's place among those of the call, from 1. */
+    this.index = 1;
+    /** How many messages the call wrote. */
+    this.count = 1;
   }
 }
 

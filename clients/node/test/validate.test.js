@@ -63,8 +63,9 @@ test('headers are checked in the bytewise order of their names, then their total
 });
 
 test('the first invalid message of several is named by its place', () => {
-  refused([msg(), msg({ key: '' })],
-    'outbox: message 2 of 2: courier: message.Key is empty: set the ordering key, usually the aggregate id such as "order-42"', 'Key');
+  refused([msg(), msg({ key: '' }), msg({ topic: '' })],
+    'outbox: message 2 of 3: courier: message.Key is empty: set the ordering key, usually the aggregate id such as "order-42"', 'Key');
+  assert.throws(() => writeSync(sqliteMigrated(Database), msg(), msg(), msg({ version: -1 })), { index: 3, count: 3, problem: 'is -1' });
 });
 
 test('Courier-Correlation-Id and Courier-Causation-Id are the message\'s own', () => {
