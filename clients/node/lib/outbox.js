@@ -76,7 +76,9 @@ function sqliteOnly(db, name) {
 /** split separates the messages from the options object that may end them. */
 function split(rest) {
   const last = rest[rest.length - 1];
-  if (rest.length > 0 && !(last instanceof Message) && last !== null && typeof last === 'object' && !Array.isArray(last)) {
+  const options = rest.length > 0 && !(last instanceof Message) && last !== null && typeof last === 'object' &&
+    !Array.isArray(last) && !('topic' in last); // a message of another kind is refused as one
+  if (options) {
     const { limits, ...unknown } = last;
     const names = Object.keys(unknown);
     if (names.length > 0) throw new TypeError(`outbox: unknown option ${names[0]}: the options are {limits: {maxPayloadBytes, maxHeaderBytes}}`);
