@@ -92,7 +92,11 @@ function check(m, limits) {
 /** The microseconds since the Unix epoch of Go's zero time, 0001-01-01T00:00:00Z. */
 const ZERO_TIME_MICROS = -62135596800000000n;
 
-/** checkName is Go's checkName: a non-empty, bounded, valid UTF-8 name. */
+/**
+ * checkName is Go's checkName: set, at most maxBytes long, UTF-8, without
+ * control characters (Unicode's Cc) and, unless spaces, without white
+ * space (Unicode's White_Space).
+ */
 function checkName(field, s, maxBytes, spaces, fix) {
   if (s === '') return new ValidationError(field, 'is empty', fix);
   const n = Buffer.byteLength(s);
@@ -100,10 +104,9 @@ function checkName(field, s, maxBytes, spaces, fix) {
   if (!s.isWellFormed()) return new ValidationError(field, 'is not valid UTF-8', 'use UTF-8 text');
   for (const ch of s) {
     const r = ch.codePointAt(0);
-    if (isControl(r) || (!spaces && isSpace(r))) {
-      const what = isSpace(r) ? 'white space' : 'a control character';
-      return new ValidationError(field, `contains ${what} (U+${r.toString(16).toUpperCase().padStart(4, '0')})`, 'remove it');
-    }
+    // A character that is both, such as a tab, is a control character.
+    const what = isControl(r) ? 'a control character' : !spaces && isSpace(r) ? 'white space' : '';
+    if (what) return new ValidationError(field, `contains ${what} (U+${r.toString(16).toUpperCase().padStart(4, '0')})`, 'remove it');
   }
   return null;
 }

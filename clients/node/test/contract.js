@@ -47,7 +47,15 @@ function message(m) {
   });
 }
 
-/** messagesOf returns the messages of a vector: its message, or its list of messages. */
+/** vectors returns the contract's messages.json, or null when there is none. */
+function vectors() {
+  const v = load('messages.json');
+  if (!v) return null;
+  if (v.contract !== 1) throw new Error(`messages.json is of contract ${v.contract}: this client implements contract 1`);
+  return v;
+}
+
+/** messagesOf returns the messages of a vector: its message, or its list of messages (a batch). */
 function messagesOf(v) {
   return (v.messages || [v.message]).map(message);
 }
@@ -76,4 +84,4 @@ function sqliteMigrated(Database) {
   return db;
 }
 
-module.exports = { load, message, messagesOf, optionsOf, forNode, sqliteMigrated, ROOT };
+module.exports = { load, vectors, message, messagesOf, optionsOf, forNode, sqliteMigrated, ROOT };

@@ -125,7 +125,7 @@ for (const db of DATABASES) {
     });
 
     test('the contract\'s valid vectors are written and read back', async (t) => {
-      const vectors = contract.load('messages.json');
+      const vectors = contract.vectors();
       if (!vectors) return t.skip('no testdata/contract/v1/messages.json');
       const valid = vectors.valid.filter((v) => contract.forNode(v) && !(v.not_in || []).includes(dialect));
       await d.begin();
@@ -137,10 +137,10 @@ for (const db of DATABASES) {
       rows.forEach((r, i) => assert.equal(r.message_id, want[i].id.toLowerCase()));
     });
 
-    test('the contract\'s invalid vectors get the Go Writer\'s errors', async (t) => {
-      const vectors = contract.load('messages.json');
+    test('the contract\'s invalid vectors and batches get the Go Writer\'s errors', async (t) => {
+      const vectors = contract.vectors();
       if (!vectors) return t.skip('no testdata/contract/v1/messages.json');
-      for (const v of vectors.invalid.filter(contract.forNode)) {
+      for (const v of [...vectors.invalid, ...vectors.batches].filter(contract.forNode)) {
         await assert.rejects(write(d.tx, ...contract.messagesOf(v), contract.optionsOf(v)), (err) => {
           assert.ok(err instanceof ValidationError, `${v.name}: ${err.stack}`);
           assert.equal(err.message, v.error.writer, v.name);

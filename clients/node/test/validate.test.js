@@ -30,8 +30,9 @@ function refused(m, writer, field) {
 test('each check names the field, the problem and the fix', () => {
   refused(msg({ topic: '' }), 'outbox: courier: message.Topic is empty: set a topic such as "orders"', 'Topic');
   refused(msg({ topic: 'a b' }), 'outbox: courier: message.Topic contains white space (U+0020): remove it', 'Topic');
-  refused(msg({ key: 'a\tb' }), 'outbox: courier: message.Key contains white space (U+0009): remove it', 'Key');
-  refused(msg({ key: 'a\u0085b' }), 'outbox: courier: message.Key contains white space (U+0085): remove it', 'Key');
+  refused(msg({ key: 'a\tb' }), 'outbox: courier: message.Key contains a control character (U+0009): remove it', 'Key');
+  refused(msg({ topic: 'a\u0085b' }), 'outbox: courier: message.Topic contains a control character (U+0085): remove it', 'Topic');
+  refused(msg({ topic: 'a\u00a0b' }), 'outbox: courier: message.Topic contains white space (U+00A0): remove it', 'Topic');
   refused(msg({ key: 'a\u0001b' }), 'outbox: courier: message.Key contains a control character (U+0001): remove it', 'Key');
   refused(msg({ type: 'x\u3000' }), 'outbox: courier: message.Type contains white space (U+3000): remove it', 'Type');
   refused(msg({ type: 'x\ud800' }), 'outbox: courier: message.Type is not valid UTF-8: use UTF-8 text', 'Type');

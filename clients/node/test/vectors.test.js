@@ -1,0 +1,57 @@
+'use strict';
+
+// Every case of the contract's vectors (testdata/contract/v1/messages.json)
+// on an in-memory SQLite database, where the checks are this package's
+// alone: valid messages are written, invalid ones and batches holding one
+// get the Go Writer's errors, field, problem and fix, and write nothing.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const Database = require('better-sqlite3');
+const { ValidationError, writeSync } = require('..');
+const contract = require('./contract');
+
+const vectors = contract.vectors();
+const skip = vectors ? false : 'no testdata/contract/v1/messages.json';
+
+/** refuses asserts that writing v's messages fails with v's error and writes nothing. */
+function refuses(db, v) {
+  assert.throws(() => writeSync(db, ...contract.messagesOf(v), contract.optionsOf(v)), (err) => {
+    assert.ok(err instanceof ValidationError, `${v.name}: ${err.stack}`);
+    assert.equal(err.message, v.error.writer, v.name);
+    assert.deepEqual({ field: err.field, problem: err.problem, fix: err.fix }, { field: v.error.field, problem: v.error.problem, fix: v.error.fix }, v.name);
+    assert.equal(err.index, v.index || 1, v.name);
+    return true;
+  });
+  assert.equal(db.prepare('SELECT count(*) AS n FROM courier_outbox').get().n, 0, v.name);
+}
+
+test('every valid vector is written', { skip }, () => {
+  const db = contract.sqliteMigrated(Database);
+  const valid = vectors.valid.filter(contract.forNode);
+  assert.ok(valid.length > 0);
+  for (const v of valid) {
+    const msgs = contract.messagesOf(v);
+    assert.deepEqual(writeSync(db, ...msgs, contract.optionsOf(v)), msgs.map((m) => m.id), v.name);
+  }
+  assert.equal(db.prepare('SELECT count(*) AS n FROM courier_outbox').get().n, valid.length);
+});
+
+test('every invalid vector gets the Go Writer\'s error', { skip }, () => {
+  const db = contract.sqliteMigrated(Database);
+  const invalid = vectors.invalid.filter(contract.forNode);
+  assert.ok(invalid.length > 0);
+  for (const v of invalid) refuses(db, v);
+});
+
+test('a batch is refused at its first invalid message, by its place', { skip }, () => {
+  const db = contract.sqliteMigrated(Database);
+  assert.ok(vectors.batches.length > 0);
+  for (const v of vectors.batches.filter(contract.forNode)) refuses(db, v);
+});
+
+test('the vectors Node cannot express say why', { skip }, () => {
+  for (const v of [...vectors.valid, ...vectors.invalid, ...vectors.batches].filter((v) => !contract.forNode(v))) {
+    assert.ok(v.why, `${v.name} is not_in node without a why`);
+  }
+});
