@@ -119,6 +119,18 @@ for (const db of DATABASES) {
       assert.equal(rows[0].occurred_us, AT_US);
     });
 
+    test('a write of more messages than a statement holds keeps their order', async () => {
+      // MySQL's statements hold 500 messages or 1 MiB of payloads, SQLite's 1,000.
+      const msgs = Array.from({ length: 1201 }, (_, i) => new Message('orders', `order-${i % 7}`, 'Numbered', String(i)));
+      msgs.push(...Array.from({ length: 3 }, (_, i) => new Message('orders', 'big', 'Big', Buffer.alloc(600 << 10, i))));
+      await d.begin();
+      await write(d.tx, ...msgs);
+      await d.commit();
+      const rows = await d.rows('courier_outbox');
+      assert.deepEqual(rows.map((r) => r.message_id), msgs.map((m) => m.id));
+      assert.deepEqual(rows.slice(-3).map((r) => [r.payload.length, r.payload[0]]), [[600 << 10, 0], [600 << 10, 1], [600 << 10, 2]]);
+    });
+
     test('a zero due time is refused', async () => {
       await assert.rejects(schedule(d.tx, { afterMs: 0 }, samples()[0].message), /outbox: schedule: the due time is zero/);
       await assert.rejects(schedule(d.tx, new Date('0001-01-01T00:00:00Z'), samples()[0].message), /the due time is zero/);
