@@ -98,3 +98,11 @@ test('the README\'s error', async () => {
     count: 2,
   });
 });
+
+test('headers are stored as Go encodes them', () => {
+  // Go: json.Marshal(map[string]string{…}) of the same headers.
+  const db = sqliteMigrated(Database);
+  writeSync(db, new Message('t', 'k', 'T', null, { headers: { b: '\x01\x08\x0c\t\x7f\u2028\u2029<>&"\\ é😀\u00a0\ufeff', a: '', Z: "'/" } }));
+  assert.equal(db.prepare('SELECT headers FROM courier_outbox').get().headers,
+    '{"Z":"\'/","a":"","b":"\\u0001\\b\\f\\t\x7f\\u2028\\u2029\\u003c\\u003e\\u0026\\"\\\\ é😀\u00a0\ufeff"}');
+});
