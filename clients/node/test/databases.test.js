@@ -163,13 +163,23 @@ for (const db of DATABASES) {
       assert.equal((await d.rows('courier_outbox')).length, 0);
     });
 
-    test('a pool is refused: it holds no transaction', { skip: dialect === 'sqlite' }, async () => {
+    test('a pool is refused: it holds no transaction; a client taken from it is not', { skip: dialect === 'sqlite' }, async () => {
       const pool = dialect === 'postgres'
         ? new (require('pg').Pool)({ connectionString: process.env.COURIER_NODE_POSTGRES_URL })
         : require('mysql2').createPool(process.env.COURIER_NODE_MYSQL_URL);
       try {
         await assert.rejects(write(pool, samples()[0].message), { name: 'TypeError', message: /pool, which holds no transaction/ });
         await assert.rejects(write(dialect === 'postgres' ? pool : pool.promise(), samples()[0].message), /pool, which holds no transaction/);
+        // A client or connection taken from the pool is what to pass.
+        const conn = dialect === 'postgres' ? await pool.connect() : await pool.promise().getConnection();
+        try {
+          await conn.query('BEGIN');
+          assert.deepEqual(await write(conn, samples()[2].message), [samples()[2].message.id]);
+          await conn.query('COMMIT');
+        } finally {
+          conn.release();
+        }
+        assert.equal((await d.rows('courier_outbox')).length, 1);
       } finally {
         await new Promise((resolve) => pool.end(resolve));
       }
