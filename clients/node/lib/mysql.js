@@ -31,6 +31,19 @@ function isPool(tx) {
   return tx !== null && typeof tx === 'object' && typeof tx.getConnection === 'function';
 }
 
+const SERVER_STATUS_IN_TRANS = 1;
+const SERVER_STATUS_AUTOCOMMIT = 2;
+
+/**
+ * autocommitting reports whether tx commits each statement by itself:
+ * autocommit on and no transaction open, by the server's status flags
+ * of its latest answer.
+ */
+function autocommitting(tx) {
+  const status = connectionOf(tx).serverStatus;
+  return typeof status === 'number' && (status & SERVER_STATUS_AUTOCOMMIT) !== 0 && (status & SERVER_STATUS_IN_TRANS) === 0;
+}
+
 function query(conn, sql, args) {
   return new Promise((resolve, reject) => conn.query(sql, args, (err, res) => (err ? reject(err) : resolve(res))));
 }
@@ -60,4 +73,4 @@ async function insert(tx, msgs, limits, due) {
   }
 }
 
-module.exports = { name: 'mysql', isClient: (tx) => connectionOf(tx) !== null, isPool, insert };
+module.exports = { name: 'mysql', isClient: (tx) => connectionOf(tx) !== null, isPool, autocommitting, begin: 'await conn.beginTransaction()', insert };

@@ -23,7 +23,7 @@ async function write(tx, ...rest) {
   const [msgs, options] = split(rest);
   const dialect = dialectOf(tx);
   const rows = prepare(msgs, options.limits);
-  if (rows.length > 0) await dialect.insert(tx, rows, options.limits, null);
+  if (rows.length > 0) await inTransaction(dialect, tx).insert(tx, rows, options.limits, null);
   return rows.map((r) => r.id);
 }
 
@@ -40,7 +40,7 @@ async function schedule(tx, due, ...rest) {
   const dialect = dialectOf(tx);
   const d = dueOf(due);
   const rows = prepare(msgs, options.limits);
-  if (rows.length > 0) await dialect.insert(tx, rows, options.limits, d);
+  if (rows.length > 0) await inTransaction(dialect, tx).insert(tx, rows, options.limits, d);
   return rows.map((r) => r.id);
 }
 
@@ -53,7 +53,7 @@ function writeSync(db, ...rest) {
   const [msgs, options] = split(rest);
   sqliteOnly(db, 'writeSync');
   const rows = prepare(msgs, options.limits);
-  if (rows.length > 0) sqlite.insertSync(db, rows, options.limits, null);
+  if (rows.length > 0) inTransaction(sqlite, db).insertSync(db, rows, options.limits, null);
   return rows.map((r) => r.id);
 }
 
@@ -63,7 +63,7 @@ function scheduleSync(db, due, ...rest) {
   sqliteOnly(db, 'scheduleSync');
   const d = dueOf(due);
   const rows = prepare(msgs, options.limits);
-  if (rows.length > 0) sqlite.insertSync(db, rows, options.limits, d);
+  if (rows.length > 0) inTransaction(sqlite, db).insertSync(db, rows, options.limits, d);
   return rows.map((r) => r.id);
 }
 
@@ -71,6 +71,19 @@ function sqliteOnly(db, name) {
   if (!sqlite.isClient(db)) {
     throw new TypeError(`outbox: ${name} takes a better-sqlite3 Database; for pg and mysql2 await ${name.replace('Sync', '')}(tx, …)`);
   }
+}
+
+/**
+ * inTransaction returns dialect when tx is in a transaction, and throws
+ * when it commits each statement by itself: the messages would then not
+ * be part of the caller's transaction, nor of each other's.
+ */
+function inTransaction(dialect, tx) {
+  if (dialect.autocommitting(tx)) {
+    throw new TypeError('outbox: the connection commits each statement by itself (autocommit), so the messages would not be part of your transaction: ' +
+      `begin one first (${dialect.begin})`);
+  }
+  return dialect;
 }
 
 /** split separates the messages from the options object that may end them. */

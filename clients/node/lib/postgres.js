@@ -27,6 +27,15 @@ function isPool(tx) {
   return tx !== null && typeof tx === 'object' && typeof tx.connect === 'function' && 'totalCount' in tx;
 }
 
+/**
+ * autocommitting reports whether tx commits each statement by itself:
+ * idle, outside a transaction (pg 8.19 and later say; older ones are
+ * trusted).
+ */
+function autocommitting(tx) {
+  return typeof tx.getTransactionStatus === 'function' && tx.getTransactionStatus() === 'I';
+}
+
 function args(m) {
   return [m.topic, m.key, m.type, m.payload, headersJSON(m.headers), m.contentType, m.version, m.id, formatMicros(m.occurredAtMicros)];
 }
@@ -74,4 +83,4 @@ function invalid(err, i, n) {
   return e;
 }
 
-module.exports = { name: 'postgres', isClient, isPool, insert };
+module.exports = { name: 'postgres', isClient, isPool, autocommitting, begin: "await client.query('BEGIN')", insert };

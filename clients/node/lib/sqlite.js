@@ -56,4 +56,12 @@ function insertSync(db, msgs, limits, due) {
   }
 }
 
-module.exports = { name: 'sqlite', isClient, isPool: () => false, insert: async (...a) => insertSync(...a), insertSync };
+module.exports = {
+  name: 'sqlite',
+  isClient,
+  isPool: () => false,
+  autocommitting: (db) => !db.inTransaction,
+  begin: "writeSync inside db.transaction(…), or db.exec('BEGIN IMMEDIATE')",
+  insert: async (...a) => insertSync(...a),
+  insertSync,
+};

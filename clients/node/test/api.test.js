@@ -53,7 +53,12 @@ test('writeSync writes in a better-sqlite3 transaction, which rolls back with it
   assert.throws(() => place('order-2', true), /payment declined/);
   assert.deepEqual(db.prepare('SELECT ordering_key FROM courier_outbox').all(), [{ ordering_key: 'order-1' }]);
   assert.deepEqual(db.prepare('SELECT id FROM orders').all(), [{ id: 'order-1' }]);
-  scheduleSync(db, { afterMs: 1000 }, new Message('orders', 'order-1', 'Reminder', null));
+  assert.throws(() => scheduleSync(db, { afterMs: 1000 }, new Message('orders', 'order-1', 'Reminder', null)), {
+    name: 'TypeError',
+    message: "outbox: the connection commits each statement by itself (autocommit), so the messages would not be part of your transaction: " +
+      "begin one first (writeSync inside db.transaction(…), or db.exec('BEGIN IMMEDIATE'))",
+  });
+  db.transaction(() => scheduleSync(db, { afterMs: 1000 }, new Message('orders', 'order-1', 'Reminder', null)))();
   const row = db.prepare('SELECT due_at - created_at AS after FROM courier_outbox_scheduled').get();
   assert.equal(row.after, 1000000);
 });
@@ -80,6 +85,7 @@ test('a field of the wrong type is a TypeError naming it', async () => {
 
 test('a database without Courier\'s tables says to migrate', async () => {
   const db = new Database(':memory:');
+  db.exec('BEGIN');
   await assert.rejects(write(db, new Message('t', 'k', 'T', null)), (err) => {
     assert.match(err.message, /^sqlite: insert 1 outbox messages: no such table: courier_outbox .*create Courier's tables first: run `courier migrate`$/);
     assert.ok(err.cause instanceof Error);
@@ -102,7 +108,7 @@ test('the README\'s error', async () => {
 test('headers are stored as Go encodes them', () => {
   // Go: json.Marshal(map[string]string{…}) of the same headers.
   const db = sqliteMigrated(Database);
-  writeSync(db, new Message('t', 'k', 'T', null, { headers: { b: '\x01\x08\x0c\t\x7f\u2028\u2029<>&"\\ é😀\u00a0\ufeff', a: '', Z: "'/" } }));
+  db.transaction(() => writeSync(db, new Message('t', 'k', 'T', null, { headers: { b: '\x01\x08\x0c\t\x7f\u2028\u2029<>&"\\ é😀\u00a0\ufeff', a: '', Z: "'/" } })))();
   assert.equal(db.prepare('SELECT headers FROM courier_outbox').get().headers,
     '{"Z":"\'/","a":"","b":"\\u0001\\b\\f\\t\x7f\\u2028\\u2029\\u003c\\u003e\\u0026\\"\\\\ é😀\u00a0\ufeff"}');
 });

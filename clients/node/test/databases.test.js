@@ -131,6 +131,15 @@ for (const db of DATABASES) {
       assert.deepEqual(rows.slice(-3).map((r) => [r.payload.length, r.payload[0]]), [[600 << 10, 0], [600 << 10, 1], [600 << 10, 2]]);
     });
 
+    test('a connection that commits each statement by itself is refused', async () => {
+      await assert.rejects(write(d.tx, samples()[0].message), { name: 'TypeError', message: /commits each statement by itself \(autocommit\)/ });
+      await assert.rejects(schedule(d.tx, { afterMs: 1 }, samples()[0].message), /autocommit/);
+      assert.equal((await d.rows('courier_outbox')).length, 0);
+      await d.begin();
+      await write(d.tx, samples()[0].message);
+      await d.rollback();
+    });
+
     test('a zero due time is refused', async () => {
       await assert.rejects(schedule(d.tx, { afterMs: 0 }, samples()[0].message), /outbox: schedule: the due time is zero/);
       await assert.rejects(schedule(d.tx, new Date('0001-01-01T00:00:00Z'), samples()[0].message), /the due time is zero/);

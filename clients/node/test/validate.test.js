@@ -71,13 +71,13 @@ test('the first invalid message of several is named by its place', () => {
 
 test('Courier-Correlation-Id and Courier-Causation-Id are the message\'s own', () => {
   const db = sqliteMigrated(Database);
-  writeSync(db, msg({ headers: { 'Courier-Correlation-Id': 'c', 'Courier-Causation-Id': 'd' } }));
+  db.transaction(() => writeSync(db, msg({ headers: { 'Courier-Correlation-Id': 'c', 'Courier-Causation-Id': 'd' } })))();
   assert.equal(db.prepare('SELECT headers FROM courier_outbox').get().headers, '{"Courier-Causation-Id":"d","Courier-Correlation-Id":"c"}');
 });
 
 test('limits raise or lower the payload and header bounds', () => {
   const db = sqliteMigrated(Database);
-  writeSync(db, msg({ payload: Buffer.alloc(2 << 20) }), { limits: { maxPayloadBytes: 2 << 20 } });
+  db.transaction(() => writeSync(db, msg({ payload: Buffer.alloc(2 << 20) }), { limits: { maxPayloadBytes: 2 << 20 } }))();
   assert.throws(() => writeSync(db, msg({ headers: { a: 'bc' } }), { limits: { maxHeaderBytes: 2 } }),
     { message: 'outbox: courier: message.Headers total 3 bytes, over the limit of 2: move bulky metadata into the payload' });
 });
