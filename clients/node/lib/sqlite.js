@@ -36,16 +36,17 @@ function prepared(db, sql) {
  * awaited BEGIN and COMMIT.
  */
 function insertSync(db, msgs, limits, due) {
+  const now = nowMicros();
+  const micros = (us) => us;
   for (const chunk of chunks(msgs, 1000, 0)) {
-    const micros = (us) => us;
     const rows = chunk.map((m) => ({ ...m, version: BigInt(m.version) }));
     let sql;
     let args;
     if (due) {
-      const at = due.atMicros !== undefined ? due.atMicros : nowMicros() + due.afterMicros;
-      [sql, args] = insertSQL('courier_outbox_scheduled', rows, micros, ', due_at, created_at', ', ?, ?', [at, nowMicros()]);
+      const at = due.atMicros !== undefined ? due.atMicros : now + due.afterMicros;
+      [sql, args] = insertSQL('courier_outbox_scheduled', rows, micros, ', due_at, created_at', ', ?, ?', [at, now]);
     } else {
-      [sql, args] = insertSQL('courier_outbox', rows, micros, ', created_at', ', ?', [nowMicros()]);
+      [sql, args] = insertSQL('courier_outbox', rows, micros, ', created_at', ', ?', [now]);
     }
     try {
       prepared(db, sql).run(...args);
