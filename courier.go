@@ -49,7 +49,7 @@ var ErrNewerVersion = errors.New("courier: message version newer than the consum
 // ValidationError describes one bad field of a message and how to fix it.
 type ValidationError struct {
 	// Field is the name of the offending field, for example "Topic" or
-	// "Headers[traceparent]".
+	// `Headers["traceparent"]`.
 	Field string
 	// Problem says what is wrong with the field.
 	Problem string

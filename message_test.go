@@ -147,3 +147,19 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+// A header name is quoted the same way in every language: printable ASCII
+// as it is but for the quote and the backslash, every other byte in hex.
+func TestQuoteHeaderName(t *testing.T) {
+	for name, want := range map[string]string{
+		"":           `""`,
+		"x-bad name": `"x-bad name"`,
+		`a"b\c`:      `"a\"b\\c"`,
+		"naïve\t":    `"na\xc3\xafve\x09"`,
+		"\x7f\xff":   `"\x7f\xff"`,
+	} {
+		if got := courier.QuoteHeaderName(name); got != want {
+			t.Errorf("QuoteHeaderName(%q) = %s, want %s", name, got, want)
+		}
+	}
+}
