@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
+	"github.com/courier-go/courier/internal/contract"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/outbox"
 	"github.com/courier-go/courier/store"
@@ -30,6 +31,7 @@ import (
 // transaction and schedules them at rowsDue in another, Go's Writer does
 // the same in a database of its own, and the two are read back alike.
 func TestRowsEqualGos(t *testing.T) {
+	msgs := rowMessages(t)
 	for _, w := range []writer{python, node} {
 		t.Run(w.name, func(t *testing.T) {
 			for _, db := range []struct {
@@ -42,9 +44,9 @@ func TestRowsEqualGos(t *testing.T) {
 			} {
 				t.Run(db.name, func(t *testing.T) {
 					theirs, gos := db.open(t), db.open(t)
-					carryOut(t, w, plan{Dialect: db.name, Database: theirs.database, Transactions: rowsPlan()})
-					gos.writeWithGo(t, rowMessages())
-					compareRows(t, w.name, theirs.rows(t), gos.rows(t))
+					carryOut(t, w, plan{Dialect: db.name, Database: theirs.database, Transactions: rowsPlan(msgs)})
+					gos.writeWithGo(t, msgs)
+					compareRows(t, w.name, len(msgs), theirs.rows(t), gos.rows(t))
 				})
 			}
 		})
@@ -54,13 +56,27 @@ func TestRowsEqualGos(t *testing.T) {
 // rowsDue is when the scheduled copies of rowMessages fall due.
 var rowsDue = time.Date(2031, 5, 6, 7, 8, 9, 654321000, time.UTC)
 
-// rowMessages are messages whose rows the test compares: every kind of
-// payload, headers that JSON escapes (HTML characters, tabs, U+2028,
-// control characters), none, text beyond ASCII, an occurrence before 1970.
-func rowMessages() []courier.Message {
+// rowMessages are the messages whose rows the test compares: the
+// contract's valid vectors and ownMessages.
+func rowMessages(t *testing.T) []courier.Message {
+	var vectors contract.Messages
+	testenv.Must(t, contract.Read("messages.json", &vectors), "read the contract's vectors")
+	msgs := ownMessages()
+	for _, v := range vectors.Valid {
+		m, err := v.Message.Courier()
+		testenv.Must(t, err, "vector "+v.Name)
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+// ownMessages are messages beyond the vectors: every kind of payload,
+// headers that JSON escapes (HTML characters, tabs, U+2028, control
+// characters), none, text beyond ASCII, an occurrence before 1970.
+func ownMessages() []courier.Message {
 	at := time.Date(2026, 3, 1, 9, 30, 0, 123456000, time.UTC)
 	msg := func(n int, key string, payload []byte, opts ...courier.Option) courier.Message {
-		opts = append([]courier.Option{courier.WithID(uuid.MustParse(fmt.Sprintf("0195f3a2-7c00-7000-8000-%012d", n))),
+		opts = append([]courier.Option{courier.WithID(uuid.MustParse(fmt.Sprintf("0195f3a2-7c00-7000-9000-%012d", n))),
 			courier.WithOccurredAt(at)}, opts...)
 		return courier.NewMessage("orders", key, "OrderPlaced", payload, opts...)
 	}
@@ -76,11 +92,11 @@ func rowMessages() []courier.Message {
 	}
 }
 
-// rowsPlan writes rowMessages in one transaction and schedules them at
-// rowsDue in another.
-func rowsPlan() []planTx {
+// rowsPlan writes msgs in one transaction and schedules them at rowsDue
+// in another.
+func rowsPlan(msgs []courier.Message) []planTx {
 	var planned []planMessage
-	for _, m := range rowMessages() {
+	for _, m := range msgs {
 		payload := base64.StdEncoding.EncodeToString(m.Payload)
 		planned = append(planned, planMessage{ID: m.ID.String(), Topic: m.Topic, Key: m.Key, Type: m.Type, Version: m.Version,
 			ContentType: m.ContentType, PayloadBase64: &payload, Headers: m.Headers, OccurredAt: m.OccurredAt.Format(time.RFC3339Nano)})
@@ -192,9 +208,8 @@ var rowsQueries = map[string]string{
 
 // compareRows fails t for each value of the writer's rows that differs
 // from Go's.
-func compareRows(t *testing.T, lang string, theirs, gos map[string][][]any) {
+func compareRows(t *testing.T, lang string, want int, theirs, gos map[string][][]any) {
 	t.Helper()
-	want := len(rowMessages())
 	for table := range rowsQueries {
 		if len(theirs[table]) != want || len(gos[table]) != want {
 			t.Fatalf("%s: %d rows from %s, %d from Go, want %d", table, len(theirs[table]), lang, len(gos[table]), want)

@@ -47,10 +47,10 @@ function message(m) {
   });
 }
 
-/** vectors returns the contract's messages.json, or null when there is none. */
+/** vectors returns the contract's messages.json. */
 function vectors() {
   const v = load('messages.json');
-  if (!v) return null;
+  if (!v) throw new Error(`no messages.json in ${CONTRACT}: go test ./test/contract -update generates the vectors`);
   if (v.contract !== 1) throw new Error(`messages.json is of contract ${v.contract}: this client implements contract 1`);
   return v;
 }
