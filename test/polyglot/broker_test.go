@@ -55,21 +55,28 @@ func (b *broker) run(what string, fn func(ctx context.Context) error) {
 }
 
 // startRelay runs a relay on st, publishing to the stream, until the test
-// ends.
-func (b *broker) startRelay(st store.RelayStore) {
+// ends. With a notifier it polls once a minute, so that what it publishes
+// sooner it was woken for (a scheduled message, by its due time); without
+// one, every 100ms.
+func (b *broker) startRelay(st store.RelayStore, n store.Notifier) {
 	t := b.t
 	nc, err := couriernats.Connect(b.url)
 	testenv.Must(t, err, "connect publisher")
 	t.Cleanup(nc.Close)
 	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: b.mapping, AckTimeout: 2 * time.Second})
 	testenv.Must(t, err, "publisher")
-	r, err := relay.New(st, pub, relay.Config{
+	cfg := relay.Config{
+		Notifier:       n,
 		BatchSize:      100,
 		LeaseDuration:  5 * time.Second,
 		PublishTimeout: 2 * time.Second,
 		PollInterval:   100 * time.Millisecond,
 		Backoff:        relay.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
-	})
+	}
+	if n != nil {
+		cfg.PollInterval = time.Minute
+	}
+	r, err := relay.New(st, pub, cfg)
 	testenv.Must(t, err, "new relay")
 	b.run("relay", r.Run)
 }

@@ -110,6 +110,9 @@ type target struct {
 	dialect  string
 	database map[string]string
 	relay    store.RelayStore
+	// notifier wakes the relay after a commit, where the database has
+	// wake-ups (PostgreSQL's trigger); nil: the relay polls.
+	notifier store.Notifier
 	// orders reads polyglot_orders: note by id.
 	orders func() map[string]string
 }
@@ -148,7 +151,10 @@ func openPostgres(t *testing.T) target {
 	_, err := pg.Pool.Exec(ctx, ordersTable)
 	testenv.Must(t, err, "create polyglot_orders")
 	d := postgres.NewDriver(pg.Pool)
+	n, err := d.Notifier(nil)
+	testenv.Must(t, err, "notifier")
 	return target{
+		notifier: n,
 		dialect:  "postgres",
 		database: map[string]string{"url": testenv.Need(t, testenv.EnvPostgres), "schema": pg.Schema},
 		relay:    relayStore(t, d),
@@ -218,7 +224,7 @@ func relayStore[TTx any](t *testing.T, d store.Driver[TTx]) store.RelayStore {
 // consumes it, and checks what arrived against what w wrote.
 func run(t *testing.T, w writer, tg target) {
 	b := newBroker(t)
-	b.startRelay(tg.relay)
+	b.startRelay(tg.relay, tg.notifier)
 	applied := b.startConsumer(t)
 
 	p := plan{Dialect: tg.dialect, Database: tg.database, Transactions: standardPlan()}

@@ -21,7 +21,7 @@ message first and writes nothing when one is invalid.
 
 import datetime
 
-from .dialects import dialect_of
+from .dialects import check_transaction, dialect_of
 from .errors import ValidationError
 from .limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_PAYLOAD_BYTES, Limits
 from .message import (CONTENT_TYPE_BINARY, CONTENT_TYPE_JSON, HEADER_CAUSATION_ID, HEADER_CORRELATION_ID,
@@ -51,7 +51,8 @@ def write(tx, *messages, limits=None):
         ValidationError: a message is invalid; nothing was written. Its
             text is the Go Writer's for the same messages.
         TypeError: tx is not a connection or cursor of a supported driver,
-            or a message is not a Message.
+            its connection commits each statement by itself (autocommit
+            outside a transaction), or a message is not a Message.
         The driver's own errors, such as a missing table (run
             ``courier migrate``).
     """
@@ -102,6 +103,7 @@ def _write(tx, due, messages, limits):
             raise e.in_write(i + 1, len(messages)) from None
     cur = tx if is_cursor else tx.cursor()
     try:
+        check_transaction(dialect, cur)
         if due is None:
             dialect.write(cur, list(messages))
         else:

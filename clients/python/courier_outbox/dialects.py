@@ -4,6 +4,7 @@ again and wake the relays; MySQL, MariaDB and SQLite with the INSERTs of
 Go's inserters."""
 
 import datetime
+import inspect
 
 from . import columns
 from .errors import ValidationError
@@ -21,8 +22,28 @@ def dialect_of(tx):
                     % (type(tx).__module__, type(tx).__qualname__))
 
 
+def check_transaction(dialect, cur):
+    """Raise TypeError when cur's connection would commit each statement
+    by itself (autocommit, outside an explicit transaction): the messages
+    would not share the caller's transaction, nor each other's; and when
+    cur is an asyncio cursor, which this client does not drive."""
+    if inspect.iscoroutinefunction(getattr(cur, "execute", None)):
+        raise TypeError("courier_outbox: %s is an asyncio cursor: pass a synchronous connection or cursor"
+                        % type(cur).__qualname__)
+    conn = getattr(cur, "connection", None)
+    if conn is not None and dialect.autocommitting(conn):
+        raise TypeError("courier_outbox: the connection commits each statement by itself (autocommit), so the "
+                        "messages would not be part of your transaction: begin one first (%s)" % dialect.begin)
+
+
 class Postgres:
     """PostgreSQL, by psycopg 3: one function call a message."""
+
+    begin = "with conn.transaction(): …, or autocommit off"
+
+    @staticmethod
+    def autocommitting(conn):
+        return bool(conn.autocommit) and conn.info.transaction_status.name == "IDLE"
 
     _ARGS = "%s, %s, %s, %s, %s::jsonb, %s, %s, %s::uuid, %s::timestamptz"
 
@@ -99,6 +120,13 @@ class MySQL(_Inserts):
     UTC_TIMESTAMP(6); a statement holds at most 500 messages and, beyond
     its first, 1 MiB of payloads and headers."""
 
+    begin = "conn.begin(), or autocommit off, the drivers' default"
+
+    @staticmethod
+    def autocommitting(conn):
+        status = getattr(conn, "server_status", None)  # PyMySQL's; MySQLdb keeps none
+        return bool(conn.get_autocommit()) and status is not None and not status & 1  # SERVER_STATUS_IN_TRANS
+
     rows = 500
     max_bytes = 1 << 20
     time = staticmethod(columns.datetime6)
@@ -117,6 +145,13 @@ class MySQL(_Inserts):
 class SQLite(_Inserts):
     """SQLite, by sqlite3: times are this process's clock in Unix
     microseconds; a statement holds at most 1,000 messages."""
+
+    begin = 'conn.execute("BEGIN"), or the default isolation_level'
+
+    @staticmethod
+    def autocommitting(conn):
+        manual = conn.isolation_level is None or getattr(conn, "autocommit", -1) is True
+        return manual and not conn.in_transaction
 
     mark = "?"
     rows = 1000

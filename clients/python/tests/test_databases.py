@@ -153,6 +153,28 @@ class Dialect:
                 outbox.schedule(self.conn, due, self.message())
             self.assertNotIsInstance(raised.exception, outbox.ValidationError)
 
+    def test_autocommit_is_refused(self):
+        if not self.autocommit(self.conn):
+            self.skipTest("the driver does not say whether a transaction is open")
+        with self.assertRaises(TypeError) as raised:
+            outbox.write(self.conn, self.message())
+        self.assertIn("autocommit", str(raised.exception))
+        self.begin(self.conn)  # in an explicit transaction, the write is part of it
+        outbox.write(self.conn, self.message())
+        self.conn.rollback()
+        self.assertEqual(self.rows(), [])
+
+    def test_many_messages_in_one_call(self):
+        # More than a statement holds on every dialect (500 on MySQL, 1,000
+        # on SQLite), and more than 1 MiB of payloads (MySQL's bound).
+        msgs = [self.message(key="k%d" % (i % 7), payload=b"p" * (i % 3) * 1000 + str(i).encode())
+                for i in range(1201)]
+        outbox.write(self.conn, *msgs)
+        self.conn.commit()
+        rows = self.rows()
+        self.assertEqual([r[0].id for r in rows], [m.id for m in msgs])
+        self.assertEqual([r[0].payload for r in rows], [m.payload for m in msgs])
+
     def test_valid_vectors(self):
         contract = vectors.load("messages.json")
         for case in contract["valid"]:
@@ -180,6 +202,15 @@ class SQLite(Dialect, unittest.TestCase):
     def time(v):
         return datetime.datetime(1970, 1, 1, tzinfo=UTC) + datetime.timedelta(microseconds=v)
 
+    @staticmethod
+    def autocommit(conn):
+        conn.isolation_level = None
+        return True
+
+    @staticmethod
+    def begin(conn):
+        conn.execute("BEGIN")
+
     def test_headers_are_gos_json_text(self):
         outbox.write(self.conn, self.message(headers={"x-b": "<&>\u2028", "x-a": "ü\t\x01\x7f"}))
         self.conn.commit()
@@ -202,6 +233,33 @@ class MySQL(Dialect, unittest.TestCase):
     def time(v):
         return v.replace(tzinfo=UTC)
 
+    @staticmethod
+    def autocommit(conn):
+        conn.autocommit(True)
+        return hasattr(conn, "server_status")
+
+    @staticmethod
+    def begin(conn):
+        conn.begin()
+
+
+def _mysqldb():
+    try:
+        import MySQLdb
+        return MySQLdb
+    except ImportError:
+        return None
+
+
+@unittest.skipUnless(os.environ.get("COURIER_PY_MYSQL_URL"), "COURIER_PY_MYSQL_URL is not set")
+@unittest.skipUnless(_mysqldb(), "MySQLdb (mysqlclient) is not installed")
+class MySQLdb(MySQL):
+    def connect(self):
+        u = urllib.parse.urlsplit(os.environ["COURIER_PY_MYSQL_URL"])
+        return _mysqldb().connect(host=u.hostname, port=u.port or 3306, user=urllib.parse.unquote(u.username or ""),
+                                  password=urllib.parse.unquote(u.password or ""), database=u.path.lstrip("/"),
+                                  charset="utf8mb4")
+
 
 @unittest.skipUnless(os.environ.get("COURIER_PY_POSTGRES_URL"), "COURIER_PY_POSTGRES_URL is not set")
 class Postgres(Dialect, unittest.TestCase):
@@ -216,6 +274,15 @@ class Postgres(Dialect, unittest.TestCase):
     @staticmethod
     def time(v):
         return v.astimezone(UTC)
+
+    @staticmethod
+    def autocommit(conn):
+        conn.autocommit = True
+        return True
+
+    @staticmethod
+    def begin(conn):
+        conn.execute("BEGIN")
 
     def test_the_database_checks_too(self):
         # The database's limit is lower than the client's: courier_write
