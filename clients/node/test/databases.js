@@ -13,7 +13,7 @@
  * transaction tx for write, its text of a time column as Unix
  * microseconds and its text of the headers column.
  */
-function database({ tx, q, us, headersText, close }) {
+function database({ tx, q, us, headersText, vectorTime, close }) {
   return {
     tx,
     query: q,
@@ -32,6 +32,22 @@ function database({ tx, q, us, headersText, close }) {
         `${headersText} AS headers_text${cols} FROM ${table} ${where} ORDER BY id`);
       return rows.map((r) => ({ ...r, payload: Buffer.from(r.payload), version: Number(r.version) }));
     },
+    /**
+     * vectorRows reads table's rows in id order in the form of the
+     * contract's rows.json: the payload as its length and SHA-256, the
+     * headers' text, times as the dialect holds them (text in UTC, or
+     * SQLite's integer microseconds), due_at too when due.
+     */
+    vectorRows: async (table, due = false) => {
+      const times = ['occurred_at', ...(due ? ['due_at'] : [])].map((c) => `, ${vectorTime(c)} AS ${c}`).join('');
+      const rows = await q(`SELECT message_id, topic, ordering_key, type, version, content_type, payload, ` +
+        `${headersText} AS headers${times} FROM ${table} ORDER BY id`);
+      return rows.map((r) => ({
+        ...r,
+        version: Number(r.version),
+        payload: { length: r.payload.length, sha256: require('node:crypto').createHash('sha256').update(r.payload).digest('hex') },
+      }));
+    },
     close,
   };
 }
@@ -49,6 +65,7 @@ async function postgres() {
     },
     us: (col) => `(extract(epoch FROM ${col}) * 1000000)::bigint::text`,
     headersText: 'headers::text',
+    vectorTime: (col) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`,
     close: () => c.end(),
   });
 }
@@ -57,7 +74,7 @@ async function postgres() {
 async function mysql(promise) {
   if (promise) {
     const c = await require('mysql2/promise').createConnection(process.env.COURIER_NODE_MYSQL_URL);
-    return database({ tx: c, q: async (sql, args = []) => (await c.query(sql, args))[0], us: mysqlMicros, headersText: MYSQL_HEADERS, close: () => c.end() });
+    return database({ tx: c, q: async (sql, args = []) => (await c.query(sql, args))[0], us: mysqlMicros, headersText: MYSQL_HEADERS, vectorTime: mysqlText, close: () => c.end() });
   }
   const c = require('mysql2').createConnection(process.env.COURIER_NODE_MYSQL_URL);
   return database({
@@ -65,12 +82,17 @@ async function mysql(promise) {
     q: (sql, args = []) => new Promise((resolve, reject) => c.query(sql, args, (e, r) => (e ? reject(e) : resolve(r)))),
     us: mysqlMicros,
     headersText: MYSQL_HEADERS,
+    vectorTime: mysqlText,
     close: () => new Promise((resolve) => c.end(resolve)),
   });
 }
 
 // The headers column's text: mysql2 would decode a JSON column.
 const MYSQL_HEADERS = 'CAST(headers AS CHAR)';
+
+function mysqlText(col) {
+  return `DATE_FORMAT(${col}, '%Y-%m-%dT%H:%i:%s.%fZ')`;
+}
 
 function mysqlMicros(col) {
   return `CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ${col}) AS CHAR)`;
@@ -91,6 +113,7 @@ async function sqlite() {
     },
     us: (col) => `CAST(${col} AS TEXT)`,
     headersText: 'headers',
+    vectorTime: (col) => col,
     close: async () => db.close(),
   });
 }

@@ -157,6 +157,25 @@ for (const db of DATABASES) {
       rows.forEach((r, i) => assert.equal(r.message_id, want[i].id.toLowerCase()));
     });
 
+    test('the rows of the contract\'s valid vectors are rows.json\'s, written and scheduled', async (t) => {
+      const want = contract.load('rows.json');
+      const name = dialect === 'mysql2' ? (mariadb ? 'mariadb' : null) : dialect;
+      if (!name) return t.skip('rows.json holds MariaDB\'s rows, not MySQL\'s');
+      const valid = contract.vectors().valid.filter(contract.forNode);
+      await d.begin();
+      for (const v of valid) await write(d.tx, ...contract.messagesOf(v));
+      await d.commit();
+      await d.begin();
+      await schedule(d.tx, want.due_at, ...valid.flatMap((v) => contract.messagesOf(v)));
+      await d.commit();
+      for (const [table, part, due] of [['courier_outbox', 'outbox', false], ['courier_outbox_scheduled', 'scheduled', true]]) {
+        const rows = await d.vectorRows(table, due);
+        const byName = new Map(want.dialects[name][part].map((r) => [r.name, r.row]));
+        assert.equal(rows.length, valid.length);
+        rows.forEach((row, i) => assert.deepEqual(row, byName.get(valid[i].name), `${part} ${valid[i].name}`));
+      }
+    });
+
     test('the contract\'s invalid vectors and batches get the Go Writer\'s errors', async () => {
       const vectors = contract.vectors();
       for (const v of [...vectors.invalid, ...vectors.batches].filter(contract.forNode)) {
