@@ -7,7 +7,7 @@
 
 const { Message, uuidv7 } = require('./lib/message');
 const { ValidationError, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_HEADER_BYTES } = require('./lib/validate');
-const { write, schedule, writeSync, scheduleSync } = require('./lib/outbox');
+const { write, schedule, writeSync, scheduleSync, validate, checkHeaderName } = require('./lib/outbox');
 
 /** Header names Courier understands, as Go's courier.Header* constants. */
 const HEADER_TRACE_PARENT = 'traceparent';
@@ -22,6 +22,8 @@ module.exports = {
   schedule,
   writeSync,
   scheduleSync,
+  validate,
+  checkHeaderName,
   uuidv7,
   DEFAULT_MAX_PAYLOAD_BYTES,
   DEFAULT_MAX_HEADER_BYTES,

@@ -1,6 +1,6 @@
 'use strict';
 
-const { ValidationError, check, ZERO_TIME_MICROS } = require('./validate');
+const { ValidationError, check, checkHeaderName: headerNameError, ZERO_TIME_MICROS } = require('./validate');
 const { Message, normalize, micros } = require('./message');
 const postgres = require('./postgres');
 const mysql = require('./mysql');
@@ -86,6 +86,27 @@ function inTransaction(dialect, tx) {
   return dialect;
 }
 
+/**
+ * validate checks message as write would, without writing it: it throws
+ * the ValidationError write would reject with, its message Go's
+ * ValidationError's text ("courier: message.Topic is empty: …", without
+ * the Writer's "outbox: "), or a TypeError for a field of the wrong type.
+ */
+function validate(message, options = {}) {
+  const bad = check(normalize(message), options.limits);
+  if (bad) throw bad;
+}
+
+/**
+ * checkHeaderName throws the ValidationError of a header named name, as
+ * Go's courier.CheckHeaderName returns it, when no message may carry it.
+ */
+function checkHeaderName(name) {
+  if (typeof name !== 'string') throw new TypeError(`courier: a header name must be a string, not ${typeof name}`);
+  const bad = headerNameError(name);
+  if (bad) throw bad;
+}
+
 /** split separates the messages from the options object that may end them. */
 function split(rest) {
   const last = rest[rest.length - 1];
@@ -161,4 +182,4 @@ function dueOf(due) {
   throw new TypeError('outbox: schedule: the due time must be a Date (at) or {afterMs: N} (after N milliseconds)');
 }
 
-module.exports = { write, schedule, writeSync, scheduleSync };
+module.exports = { write, schedule, writeSync, scheduleSync, validate, checkHeaderName };

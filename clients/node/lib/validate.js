@@ -184,6 +184,7 @@ function sortedNames(headers) {
 module.exports = {
   ValidationError,
   check,
+  checkHeaderName,
   sortedNames,
   ZERO_TIME_MICROS,
   NIL_UUID,

@@ -8,7 +8,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const Database = require('better-sqlite3');
-const { ValidationError, writeSync } = require('..');
+const { ValidationError, writeSync, validate, checkHeaderName } = require('..');
 const contract = require('./contract');
 
 const vectors = contract.vectors();
@@ -53,4 +53,20 @@ test('the vectors Node cannot express say why', () => {
   for (const v of [...vectors.valid, ...vectors.invalid, ...vectors.batches].filter((v) => !contract.forNode(v))) {
     assert.ok(v.why, `${v.name} is not_in node without a why`);
   }
+});
+
+test('validate gives each invalid vector\'s ValidationError text, and checkHeaderName a header\'s', () => {
+  for (const v of vectors.invalid.filter(contract.forNode)) {
+    const [m] = contract.messagesOf(v);
+    assert.throws(() => validate(m, contract.optionsOf(v)), { name: 'ValidationError', message: v.error.error, field: v.error.field }, v.name);
+    if (v.error.field.startsWith('Headers[') && v.error.problem !== 'has a line break, NUL or invalid UTF-8 in its value') {
+      // The first bad name in bytewise order is the one named.
+      const names = Object.keys(m.headers).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+      assert.throws(() => names.forEach(checkHeaderName), { message: v.error.error }, v.name);
+    }
+  }
+  for (const v of vectors.valid.filter(contract.forNode)) {
+    for (const m of contract.messagesOf(v)) validate(m);
+  }
+  checkHeaderName('Courier-Correlation-Id');
 });
