@@ -189,7 +189,7 @@ for (const db of DATABASES) {
       assert.equal((await d.rows('courier_outbox')).length, 0);
     });
 
-    test('a pool is refused: it holds no transaction; a client taken from it is not', { skip: dialect === 'sqlite' }, async () => {
+    if (dialect !== 'sqlite') test('a pool is refused: it holds no transaction; a client taken from it is not', async () => {
       const pool = dialect === 'postgres'
         ? new (require('pg').Pool)({ connectionString: process.env.COURIER_NODE_POSTGRES_URL })
         : require('mysql2').createPool(process.env.COURIER_NODE_MYSQL_URL);
