@@ -16,7 +16,7 @@ const CONTENT_TYPE_BINARY = 'application/octet-stream';
  * application/octet-stream), a string (its UTF-8 bytes,
  * application/octet-stream), or any other value, which is encoded as JSON
  * (application/json); null or undefined is an empty payload. options may
- * set headers (an object of strings), id (UUID text; default a new
+ * set headers (an object or Map of strings), id (UUID text; default a new
  * UUIDv7), version (default 1), contentType (overrides the payload's) and
  * occurredAt (a Date, or RFC 3339 text to keep microseconds; default
  * now). The constructor does not validate: write and schedule do.
@@ -135,13 +135,15 @@ function normalize(m) {
   if (!(m.payload instanceof Uint8Array)) throw new TypeError(`courier: message.payload must be a Buffer, not ${describe(m.payload)}`);
   let headers = null;
   if (m.headers !== null && m.headers !== undefined) {
-    if (typeof m.headers !== 'object' || Array.isArray(m.headers)) {
-      throw new TypeError(`courier: message.headers must be an object of strings, not ${describe(m.headers)}`);
+    const given = m.headers instanceof Map ? Object.fromEntries(m.headers) : m.headers;
+    const proto = typeof given === 'object' ? Object.getPrototypeOf(given) : undefined;
+    if (proto !== Object.prototype && proto !== null) {
+      throw new TypeError(`courier: message.headers must be an object (or a Map) of strings, not ${describe(m.headers)}`);
     }
-    for (const [name, value] of Object.entries(m.headers)) {
+    for (const [name, value] of Object.entries(given)) {
       if (typeof value !== 'string') throw new TypeError(`courier: message.headers[${JSON.stringify(name)}] must be a string, not ${describe(value)}`);
     }
-    if (Object.keys(m.headers).length > 0) headers = m.headers;
+    if (Object.keys(given).length > 0) headers = given;
   }
   return {
     id: m.id.toLowerCase(),

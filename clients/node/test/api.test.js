@@ -72,6 +72,8 @@ test('a field of the wrong type is a TypeError naming it', async () => {
     [new Message('t', 'k', 'T', null, { version: 1.5 }), /message\.version must be an integer/],
     [new Message('t', 'k', 'T', null, { occurredAt: 'yesterday' }), /message\.occurredAt "yesterday" is not RFC 3339/],
     [{ topic: 't' }, /expected a Message/],
+    [new Message('t', 'k', 'T', null, { headers: [['a', 'b']] }), /message\.headers must be an object \(or a Map\) of strings, not an array/],
+    [new Message('t', 'k', 'T', null, { headers: new Date() }), /message\.headers must be an object/],
   ];
   for (const [m, want] of cases) {
     await assert.rejects(write(db, m), (err) => err instanceof TypeError && want.test(err.message) && err.message.startsWith('outbox: '));
@@ -103,6 +105,12 @@ test('the README\'s error', async () => {
     index: 2,
     count: 2,
   });
+});
+
+test('headers may be a Map', () => {
+  const db = sqliteMigrated(Database);
+  db.transaction(() => writeSync(db, new Message('t', 'k', 'T', null, { headers: new Map([['b', '2'], ['a', '1']]) })))();
+  assert.equal(db.prepare('SELECT headers FROM courier_outbox').get().headers, '{"a":"1","b":"2"}');
 });
 
 test('headers are stored as Go encodes them', () => {
