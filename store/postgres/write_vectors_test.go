@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -66,23 +67,36 @@ func TestWriteFunctionPassesTheVectors(t *testing.T) {
 	}
 }
 
-// checkRefused calls courier_write with m in tx and checks that it
-// raises want: its text, field, problem and fix, and, after prefix (what a
-// client puts before it), the Writer's text.
+// checkRefused calls courier_write, then courier_schedule, with m in tx
+// and checks that each raises want: its text, field, problem and fix, and,
+// after prefix (what a client puts before it), the Writer's text.
 func checkRefused(t *testing.T, tx pgx.Tx, m courier.Message, want contract.Error, prefix string) {
 	t.Helper()
-	_, err := tx.Exec(context.Background(), writeSQL, writeArgs(m)...)
-	if err == nil {
-		t.Fatalf("courier_write wrote a message the vector refuses: %s", want.Error)
-	}
-	got, text := sqlError(t, err)
-	if text != want.Error {
-		t.Fatalf("courier_write's error\n  %s\nthe vector's\n  %s", text, want.Error)
-	}
-	if *got != (courier.ValidationError{Field: want.Field, Problem: want.Problem, Fix: want.Fix}) {
-		t.Fatalf("courier_write's field, problem and fix %+v, the vector's %+v", *got, want)
-	}
-	if prefix+text != want.Writer {
-		t.Fatalf("a client's error %q, the vector's Writer text %q", prefix+text, want.Writer)
+	ctx := context.Background()
+	_, err := tx.Exec(ctx, "SAVEPOINT refused")
+	testenv.Must(t, err, "savepoint")
+	for _, call := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"courier_write", writeSQL, writeArgs(m)},
+		{"courier_schedule", scheduleSQL, append(writeArgs(m), time.Now())},
+	} {
+		_, err := tx.Exec(ctx, call.sql, call.args...)
+		if err == nil {
+			t.Fatalf("%s wrote a message the vector refuses: %s", call.name, want.Error)
+		}
+		got, text := sqlError(t, err)
+		if text != want.Error {
+			t.Fatalf("%s's error\n  %s\nthe vector's\n  %s", call.name, text, want.Error)
+		}
+		if *got != (courier.ValidationError{Field: want.Field, Problem: want.Problem, Fix: want.Fix}) {
+			t.Fatalf("%s's field, problem and fix %+v, the vector's %+v", call.name, *got, want)
+		}
+		if prefix+text != want.Writer {
+			t.Fatalf("a client's error %q, the vector's Writer text %q", prefix+text, want.Writer)
+		}
+		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT refused")
+		testenv.Must(t, err, "rollback to savepoint")
 	}
 }
