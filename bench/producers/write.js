@@ -13,7 +13,7 @@ const outbox = require(path.join(__dirname, '..', '..', 'clients', 'node'));
 const PAYLOAD = Buffer.from('{"order":"order-0000000","customer":"customer-42","total":12345,"currency":"EUR","lines":3}');
 
 function message(i) {
-  return { topic: 'orders', key: `order-${i % 1000}`, type: 'OrderPlaced', payload: PAYLOAD, contentType: 'application/json' };
+  return new outbox.Message('orders', `order-${i % 1000}`, 'OrderPlaced', PAYLOAD, { contentType: 'application/json' });
 }
 
 async function postgres(spec) {
@@ -48,16 +48,17 @@ async function mysql(spec) {
   return took;
 }
 
-async function sqlite(spec) {
+function sqlite(spec) {
   const Database = require('better-sqlite3');
   const db = new Database(spec.path, { timeout: 30000 });
   const insert = db.prepare('INSERT INTO bench_orders (id, total) VALUES (?, ?)');
   const start = process.hrtime.bigint();
-  for (let i = 0; i < spec.n; i++) {
-    db.exec('BEGIN IMMEDIATE');
+  const placeOrder = db.transaction((i) => {
     insert.run(`o-${i}`, i);
-    await outbox.write(db, message(i));
-    db.exec('COMMIT');
+    outbox.writeSync(db, message(i));
+  });
+  for (let i = 0; i < spec.n; i++) {
+    placeOrder.immediate(i);
   }
   const took = process.hrtime.bigint() - start;
   db.close();
