@@ -10,6 +10,7 @@ sets them); a dialect whose variable is unset is skipped:
 """
 
 import datetime
+import hashlib
 import json
 import os
 import select
@@ -175,6 +176,50 @@ class Dialect:
         self.assertEqual([r[0].id for r in rows], [m.id for m in msgs])
         self.assertEqual([r[0].payload for r in rows], [m.payload for m in msgs])
 
+    headers_sql = "headers"
+
+    def test_rows_are_the_vectors(self):
+        # rows.json: the row each dialect's Go inserters store for each
+        # valid vector, written and scheduled. Read back in the writing
+        # transaction, then rolled back, so the vectors' ids stay free.
+        contract = vectors.load("rows.json")
+        dialect = self.rows_dialect()
+        valid = {c["name"]: vectors.message(c["message"]) for c in vectors.load("messages.json")["valid"]}
+        want = contract["dialects"][dialect]
+        outbox.write(self.conn, *[valid[r["name"]] for r in want["outbox"]])
+        outbox.schedule(self.conn, vectors.when(contract["due_at"]), *[valid[r["name"]] for r in want["scheduled"]])
+        for table, extra in (("outbox", ""), ("scheduled", ", due_at")):
+            self.assertTrue(want[table])
+            for r in want[table]:
+                with self.subTest(table=table, vector=r["name"]):
+                    got = self.query("SELECT message_id, topic, ordering_key, type, version, content_type, payload, "
+                                     "%s, occurred_at%s FROM %s WHERE message_id = %%s"
+                                     % (self.headers_sql, extra, "courier_outbox" + ("_" + table if extra else "")),
+                                     (r["row"]["message_id"],))
+                    self.assertEqual(len(got), 1)
+                    self.assertEqual(self.vector_row(got[0]), r["row"])
+        self.conn.rollback()
+
+    def rows_dialect(self):
+        return type(self).__name__.lower()
+
+    def vector_row(self, values):
+        """A row as rows.json holds it."""
+        names = ["message_id", "topic", "ordering_key", "type", "version", "content_type", "payload", "headers",
+                 "occurred_at", "due_at"]
+        row = dict(zip(names, values))
+        row["message_id"] = str(row["message_id"])
+        payload = bytes(row["payload"])
+        row["payload"] = {"length": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+        for t in ("occurred_at", "due_at"):
+            if t in row:
+                row[t] = self.vector_time(row[t])
+        return row
+
+    @classmethod
+    def vector_time(cls, v):
+        return cls.time(v).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
     def test_valid_vectors(self):
         contract = vectors.load("messages.json")
         for case in contract["valid"]:
@@ -208,6 +253,10 @@ class SQLite(Dialect, unittest.TestCase):
         return True
 
     @staticmethod
+    def vector_time(v):
+        return v
+
+    @staticmethod
     def begin(conn):
         conn.execute("BEGIN")
 
@@ -238,6 +287,12 @@ class MySQL(Dialect, unittest.TestCase):
         conn.autocommit(True)
         return hasattr(conn, "server_status")
 
+    def rows_dialect(self):
+        (version,), = self.query("SELECT VERSION()")
+        if "mariadb" not in str(version).lower():
+            self.skipTest("rows.json holds MariaDB's rows; this is MySQL %s, whose JSON type rewrites headers" % version)
+        return "mariadb"
+
     @staticmethod
     def begin(conn):
         conn.begin()
@@ -263,6 +318,7 @@ class MySQLdb(MySQL):
 
 @unittest.skipUnless(os.environ.get("COURIER_PY_POSTGRES_URL"), "COURIER_PY_POSTGRES_URL is not set")
 class Postgres(Dialect, unittest.TestCase):
+    headers_sql = "headers::text"
 
     def connect(self):
         import psycopg
