@@ -107,6 +107,8 @@ var validVectors = []vector{
 	{name: "header names of every token character", edit: header("Aa0!#$%&'*+-.^_`|~z", "v")},
 	{name: "header values empty, with tabs and unicode", edit: all(
 		header("x-empty", ""), header("x-tab", "a\tb"), header("x-unicode", "Zoë ✓ 😀"))},
+	{name: "header values Go's JSON escapes", edit: all(
+		header("x-html", `<a href="/o?id=1&x=2">`), header("x-controls", "\b\f\x01\x1f\x7f\\"), header("x-separators", "\u2028\u2029"))},
 	{name: "unicode", edit: all(
 		topic("注文"), key("注文-42 with spaces"), typ("Bestellung.Eingegangen"),
 		contentType("text/plain; charset=utf-8"),

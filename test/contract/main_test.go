@@ -48,6 +48,13 @@ func golden(t *testing.T, name string, v any) {
 	if err != nil {
 		t.Fatalf("%v: run go test ./test/contract -update to write it", err)
 	}
+	sameJSON(t, name, got, want)
+}
+
+// sameJSON fails when got, what Go does now, differs from want, the vector
+// file's what, naming the first line that does.
+func sameJSON(t *testing.T, what string, got, want []byte) {
+	t.Helper()
 	if bytes.Equal(got, want) {
 		return
 	}
@@ -61,7 +68,7 @@ func golden(t *testing.T, name string, v any) {
 			w = wl[i]
 		}
 		if g != w {
-			t.Fatalf("%s differs from what Go does now, first at line %d:\n file: %.300s\n   go: %.300s\nIf the change is meant, run go test ./test/contract -update and read docs/contract.md on versions.", name, i+1, w, g)
+			t.Fatalf("%s differs from what Go does now, first at line %d:\n file: %.300s\n   go: %.300s\nIf the change is meant, run go test ./test/contract -update and read docs/contract.md on versions.", what, i+1, w, g)
 		}
 	}
 }

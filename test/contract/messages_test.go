@@ -63,6 +63,9 @@ func generateMessages(t *testing.T) contract.Messages {
 	}
 	w, db := sqliteWriter(t)
 	out := contract.Messages{Contract: contract.Version, Limits: contract.DefaultLimits}
+	// Ids are numbered from 1 for the valid, 1001 for the invalid and 2001
+	// for the batches' messages, so that a new vector leaves the others'
+	// ids as they are.
 	n := 0
 	next := func(edit func(*contract.Message)) contract.Message {
 		n++
@@ -79,6 +82,7 @@ func generateMessages(t *testing.T) contract.Messages {
 		}
 		out.Valid = append(out.Valid, contract.Valid{Name: v.name, Message: m})
 	}
+	n = 1000
 	for _, v := range invalid {
 		m := next(v.edit)
 		cm := courierOf(t, m)[0]
@@ -88,6 +92,7 @@ func generateMessages(t *testing.T) contract.Messages {
 		}
 		out.Invalid = append(out.Invalid, contract.Invalid{Name: v.name, Message: m, Error: e, NotIn: v.notIn, Why: v.why})
 	}
+	n = 2000
 	for _, b := range batches {
 		var ms []contract.Message
 		first := 0
