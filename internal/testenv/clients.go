@@ -10,9 +10,10 @@ import (
 // Environment variables naming the interpreters and drivers of the
 // outbox's clients in other languages (clients/python, clients/node).
 const (
-	// EnvPython is a Python 3 interpreter that imports psycopg (3) and
-	// PyMySQL; sqlite3 is Python's own. On Debian: /usr/bin/python3 with
-	// the packages python3-psycopg and python3-pymysql.
+	// EnvPython is a Python 3 interpreter that imports psycopg (3),
+	// PyMySQL and MySQLdb (whose tests are skipped without it); sqlite3 is
+	// Python's own. On Debian: /usr/bin/python3 with the packages
+	// python3-psycopg, python3-pymysql and python3-mysqldb.
 	EnvPython = "COURIER_TEST_PYTHON"
 	// EnvNodeModules is a node_modules directory holding the npm packages
 	// pg, mysql2 and better-sqlite3 (version 12 on Node.js 20), such as

@@ -139,4 +139,21 @@
 // Serialised claims that see every committed lease leave no such window. A
 // claim takes a few milliseconds, so serialising them costs little; publishing
 // and completing, the slow parts, run in parallel.
+//
+// # Writing from other languages
+//
+// Migration 0017 adds two SQL functions that write what outbox.Writer
+// writes, in the caller's transaction, for services in any language (the
+// clients in clients/ call them):
+//
+//	SELECT courier_write(topic, key, type, payload, headers, content_type, version, message_id, occurred_at);
+//	SELECT courier_schedule(due_at, topic, key, type, payload, headers, …);
+//
+// Each applies Message.Validate's checks in its order and raises its text
+// (SQLSTATE 22023; COLUMN the field, DETAIL the problem, HINT the fix),
+// inserts the row Go's inserter would, and returns the message's id: a new
+// UUIDv7 when message_id is NULL. Headers are a JSON object of strings; the
+// limits are Go's defaults unless courier.max_payload_bytes or
+// courier.max_header_bytes is set. The inserts fire the same wake-up
+// triggers as Go's.
 package postgres
