@@ -13,7 +13,11 @@ import (
 // Limits bounds what Validate accepts. The zero value means the defaults.
 type Limits struct {
 	// MaxPayloadBytes caps the payload size. Default 1 MiB, NATS's default
-	// max_payload; raise it only together with the broker's limit.
+	// max_payload; raise it only together with the broker's limit. A
+	// broker's limit counts more than the payload (NATS's the headers,
+	// Kafka's max.message.bytes the record's framing), so a payload right
+	// at 1 MiB passes this check and is refused there for good, as a dead
+	// letter: keep payloads well under it.
 	MaxPayloadBytes int
 	// MaxHeaderBytes caps the total size of header names and values.
 	// Default 64 KiB.

@@ -84,8 +84,10 @@ var ErrNoTopic = errors.New("kafka: the topic does not exist")
 //   - broker.ErrRejected, for good: a record larger than MaxMessageBytes
 //     (refused by the client) or than the topic's max.message.bytes
 //     (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE), a record the broker calls
-//     invalid (INVALID_RECORD), an invalid topic name
-//     (INVALID_TOPIC_EXCEPTION). Each error names the topic and the fix.
+//     invalid (INVALID_RECORD), a topic name Kafka cannot hold (over 249
+//     characters, or other than letters, digits, '.', '_' and '-'), however
+//     the cluster answers it (INVALID_TOPIC_EXCEPTION, unknown topic or no
+//     answer). Each error names the topic and the fix.
 //   - ErrNoTopic, counted: the topic does not exist (the client asks the
 //     cluster's metadata a few times first, see franz-go's
 //     UnknownTopicRetries).
@@ -106,7 +108,7 @@ var ErrNoTopic = errors.New("kafka: the topic does not exist")
 func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
 	defer cancel()
-	errs := p.produce(ctx, msgs)
+	errs := p.produceLegal(ctx, msgs)
 	type topicKey struct{ topic, key string }
 	var held map[topicKey]error // keys with a message not stored, for KeepsKeyOrder
 	for i, err := range errs {
@@ -134,6 +136,35 @@ func (p *Publisher) Publish(ctx context.Context, msgs []courier.Message) []error
 	}
 	return errs
 }
+
+// produceLegal is produce for the messages whose topic name Kafka can
+// hold; the others fail at once, refused for good (see classify), instead
+// of after the client's metadata retries or the record's timeout.
+func (p *Publisher) produceLegal(ctx context.Context, msgs []courier.Message) []error {
+	legal := make([]courier.Message, 0, len(msgs))
+	for i := range msgs {
+		if legalTopic(p.cfg.Topic(msgs[i].Topic)) {
+			legal = append(legal, msgs[i])
+		}
+	}
+	if len(legal) == len(msgs) {
+		return p.produce(ctx, msgs)
+	}
+	produced := p.produce(ctx, legal)
+	errs := make([]error, len(msgs))
+	for i := range msgs {
+		if legalTopic(p.cfg.Topic(msgs[i].Topic)) {
+			errs[i], produced = produced[0], produced[1:]
+		} else {
+			errs[i] = errIllegalTopic
+		}
+	}
+	return errs
+}
+
+// errIllegalTopic is the error produceLegal gives a message whose topic
+// name Kafka cannot hold.
+var errIllegalTopic = errors.New("not produced")
 
 // KeepsKeyOrder implements broker.OrderKeeper: it is true, so the relay
 // hands the Publisher a key's run of messages at once. Records of one key go
@@ -209,6 +240,13 @@ func (p *Publisher) classify(m *courier.Message, err error) error {
 	var ke *kerr.Error
 	isKafka := errors.As(err, &ke)
 	var netErr net.Error
+	if errors.Is(err, kerr.InvalidTopicException) || !legalTopic(topic) {
+		// A name Kafka never holds: a broker that answers no more than
+		// "unknown topic" for it (or nothing, until the record times out)
+		// must not hold the key back for good as an outage.
+		return broker.Rejected(fmt.Errorf("kafka: topic %q (message topic %q) is not a valid Kafka topic name (%w): use at most 249 characters of letters, digits, '.', '_' and '-', and check the topic prefix",
+			topic, m.Topic, err))
+	}
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries),
@@ -219,9 +257,6 @@ func (p *Publisher) classify(m *courier.Message, err error) error {
 			topic, err, len(m.Payload), p.cfg.MaxMessageBytes))
 	case errors.Is(err, kerr.InvalidRecord):
 		return broker.Rejected(fmt.Errorf("kafka: topic %q: %w: the broker's validation refused the record (a schema or policy check on the topic): fix the message, then replay the dead letter", topic, err))
-	case errors.Is(err, kerr.InvalidTopicException):
-		return broker.Rejected(fmt.Errorf("kafka: topic %q (message topic %q) is not a valid Kafka topic name (%w): use at most 249 characters of letters, digits, '.', '_' and '-', and check the topic prefix",
-			topic, m.Topic, err))
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
 		return fmt.Errorf("%w: %q (message topic %q): create it (kafka-topics.sh --create --topic %s, or EnsureTopic) or check the message's topic and the topic prefix (%v)",
 			ErrNoTopic, topic, m.Topic, topic, err)

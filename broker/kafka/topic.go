@@ -56,3 +56,18 @@ func EnsureTopic(ctx context.Context, cl *kgo.Client, cfg Config, topic string, 
 	}
 	return nil
 }
+
+// legalTopic reports whether Kafka can hold a topic named name: 1 to 249
+// letters, digits, '.', '_' and '-', but not "." or "..".
+func legalTopic(name string) bool {
+	if name == "" || len(name) > 249 || name == "." || name == ".." {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

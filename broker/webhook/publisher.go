@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -300,8 +301,11 @@ func (p *Publisher) rawHeaders(h http.Header, m *courier.Message) error {
 // checkRaw refuses for good a message whose headers raw mode would change
 // or that would change the request: a header name HTTP acts on or that the
 // wire format or CloudEvents sets, a value HTTP does not carry unchanged.
+// The error names the first problem in a fixed order: the headers by name
+// (bytewise), then the topic, key and type.
 func (p *Publisher) checkRaw(m *courier.Message) error {
-	for k, v := range m.Headers {
+	for _, k := range slices.Sorted(maps.Keys(m.Headers)) { // bytewise, so the error names the same header every time
+		v := m.Headers[k]
 		if err := courier.CheckHeaderName(k); err != nil {
 			return broker.Rejected(fmt.Errorf("webhook: header %q cannot be sent: %w", k, err))
 		}
@@ -312,8 +316,8 @@ func (p *Publisher) checkRaw(m *courier.Message) error {
 			return broker.Rejected(fmt.Errorf("webhook: the value of header %q has control characters or white space at an end, which HTTP does not carry unchanged", k))
 		}
 	}
-	for name, v := range map[string]string{HeaderKey: m.Key, HeaderType: m.Type, HeaderTopic: m.Topic} {
-		if !validValue(v) {
+	for _, f := range [...]struct{ name, v string }{{HeaderTopic, m.Topic}, {HeaderKey, m.Key}, {HeaderType, m.Type}} {
+		if name, v := f.name, f.v; !validValue(v) {
 			return broker.Rejected(fmt.Errorf("webhook: the message's %s %q has control characters or white space at an end, which HTTP does not carry unchanged", strings.TrimPrefix(name, "Courier-"), v))
 		}
 	}

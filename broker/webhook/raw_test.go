@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/courier-go/courier"
@@ -43,5 +44,27 @@ func TestRawModeHeaders(t *testing.T) {
 	}
 	if body != string(m.Payload) || r.Header.Get(webhook.HeaderSignature) == "" {
 		t.Errorf("body %q, signature %q", body, r.Header.Get(webhook.HeaderSignature))
+	}
+}
+
+// Raw mode refuses a message it cannot carry with an error that names the
+// same problem every time: the first header by name, then the topic, key
+// and type.
+func TestRawModeRefusalNamesTheFirstProblem(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	p := newPublisher(t, webhook.PublisherConfig{DefaultEndpoint: srv.URL, Body: webhook.BodyRaw})
+	m := courier.NewMessage("orders", "key ", "T", nil,
+		courier.WithHeader("x-c", "\x01"), courier.WithHeader("x-a", "\x01"), courier.WithHeader("x-b", "\x01"))
+	for range 20 {
+		err := publishOne(t, p, m)
+		if err == nil || !strings.Contains(err.Error(), `header "x-a"`) {
+			t.Fatalf("Publish = %v, want the refusal of header x-a", err)
+		}
+	}
+	m.Headers = nil
+	m.Topic = "orders "
+	if err := publishOne(t, p, m); err == nil || !strings.Contains(err.Error(), `Topic "orders "`) {
+		t.Fatalf("Publish = %v, want the refusal of the topic, before the key", err)
 	}
 }

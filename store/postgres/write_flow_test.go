@@ -230,3 +230,29 @@ func TestWriteFunctionsFeedTheRelay(t *testing.T) {
 		}
 	}
 }
+
+// A transaction that writes one message, with headers: through Go's
+// outbox.Writer, and through courier_write as another language calls it.
+// The difference is the function's checks and its call.
+func BenchmarkWriteFunction(b *testing.B) {
+	pg := testenv.Postgres(b, testenv.Migrate(postgres.NewDriver))
+	ctx := context.Background()
+	w := outbox.New(postgres.Pgx(), outbox.Config{})
+	for _, bc := range []struct {
+		name  string
+		write func(tx pgx.Tx, m courier.Message) error
+	}{
+		{"go", func(tx pgx.Tx, m courier.Message) error { return w.Write(ctx, tx, m) }},
+		{"courier_write", func(tx pgx.Tx, m courier.Message) error {
+			_, err := tx.Exec(ctx, writeSQL, writeArgs(m)...)
+			return err
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				m := validMessage()
+				testenv.Must(b, pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error { return bc.write(tx, m) }), "write")
+			}
+		})
+	}
+}

@@ -127,8 +127,17 @@ var validVectors = []vector{
 		m.ContentType = contract.Plain(courier.ContentTypeBinary)
 	}},
 	{name: "headers at the limit", edit: headerText("x-big", contract.Repeat("v", courier.DefaultMaxHeaderBytes-len("x-big")))},
+	{name: "key with every white space character", edit: key(" " + string(whiteSpace) + " ")},
+	{name: "characters next to the refused ones", edit: all(
+		topic("a\u00a1\u00ad\u180e\u200b\u2027\u202a\u205e\u2060\u3001"),
+		typ("\u00a1\u00ad\u180e\u2060\ufeff"))},
 	{name: "occurred at microsecond precision", edit: func(m *contract.Message) { m.OccurredAt = "1999-12-31T23:59:59.999999Z" }},
 }
+
+// whiteSpace are the characters of Unicode's White_Space that are not
+// control characters: what a topic and a type must not hold.
+var whiteSpace = []rune{0x20, 0xa0, 0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006,
+	0x2007, 0x2008, 0x2009, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000}
 
 // reservedHeaders are header names CheckHeaderName refuses although they
 // are tokens: one of each reserved prefix and every reserved name, in
@@ -244,6 +253,12 @@ func invalidVectors() []vector {
 	}
 	for _, name := range reservedNames {
 		vs = append(vs, vector{name: "header HTTP acts on: " + name, edit: header(name, "v")})
+	}
+	for _, r := range whiteSpace {
+		vs = append(vs, vector{name: fmt.Sprintf("type with white space U+%04X", r), edit: typ("Order" + string(r) + "Placed")})
+	}
+	for _, r := range []rune{0x01, 0x1c, 0x1d, 0x1e, 0x80, 0x9f} {
+		vs = append(vs, vector{name: fmt.Sprintf("key with a control character U+%04X", r), edit: key("order" + string(r) + "42")})
 	}
 	return vs
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/courier-go/courier"
@@ -159,5 +161,22 @@ func TestMessagesFromFile(t *testing.T) {
 	}
 	for _, c := range v.Batches {
 		check(c.Name, c.Error, courierOf(t, c.Messages...), c.Index-1)
+	}
+}
+
+// whiteSpace is every character Validate names white space, and no other:
+// the list docs/contract.md gives.
+func TestWhiteSpaceIsTheListed(t *testing.T) {
+	var got []rune
+	for r := rune(0); r <= 0x10ffff; r++ {
+		m := base(1)
+		m.Topic = contract.Plain("a" + string(r))
+		cm := courierOf(t, m)[0]
+		if err := cm.Validate(courier.Limits{}); err != nil && strings.Contains(err.Error(), "white space") {
+			got = append(got, r)
+		}
+	}
+	if !slices.Equal(got, whiteSpace) {
+		t.Fatalf("Validate names white space %U, the vectors list %U", got, whiteSpace)
 	}
 }
