@@ -179,9 +179,8 @@ func QuoteHeaderName(name string) string {
 // header sent as an HTTP header by the webhook publisher must not be one of
 // them. Names are compared without regard to case.
 func CheckHeaderName(name string) error {
-	field := headerField(name)
 	if !isToken(name) {
-		return &ValidationError{Field: field, Problem: "is not a valid header name",
+		return &ValidationError{Field: headerField(name), Problem: "is not a valid header name",
 			Fix: "use letters, digits and !#$%&'*+-.^_`|~ only, no spaces or colons"}
 	}
 	if name == HeaderCorrelationID || name == HeaderCausationID {
@@ -189,11 +188,11 @@ func CheckHeaderName(name string) error {
 	}
 	lower := strings.ToLower(name)
 	if strings.HasPrefix(lower, "courier-") || strings.HasPrefix(lower, "nats-") {
-		return &ValidationError{Field: field, Problem: "uses a reserved prefix (Courier-, Nats-)",
+		return &ValidationError{Field: headerField(name), Problem: "uses a reserved prefix (Courier-, Nats-)",
 			Fix: "choose another name; Courier sets these headers itself and brokers act on them"}
 	}
 	if httpReserved(lower) {
-		return &ValidationError{Field: field, Problem: "is a name HTTP acts on (credentials, routing, framing or a webhook signature)",
+		return &ValidationError{Field: headerField(name), Problem: "is a name HTTP acts on (credentials, routing, framing or a webhook signature)",
 			Fix: "choose another name; sent as a webhook's request header it would change how the request is authenticated, routed or read"}
 	}
 	return nil

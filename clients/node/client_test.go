@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
 	"github.com/courier-go/courier/internal/testenv"
@@ -36,10 +34,10 @@ func TestNodeClient(t *testing.T) {
 	node, modules := testenv.Node(t)
 	env := append(testenv.NodeEnv(modules), "COURIER_NODE_SQLITE_PATH="+sqliteFile(t))
 	if os.Getenv(testenv.EnvPostgres) != "" {
-		env = append(env, "COURIER_NODE_POSTGRES_URL="+nodePostgresURL(t, testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))))
+		env = append(env, "COURIER_NODE_POSTGRES_URL="+testenv.Postgres(t, testenv.Migrate(postgres.NewDriver)).LibpqURL())
 	}
 	if os.Getenv(testenv.EnvMySQL) != "" {
-		env = append(env, "COURIER_NODE_MYSQL_URL="+nodeMySQLURL(t, testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))))
+		env = append(env, "COURIER_NODE_MYSQL_URL="+testenv.MySQL(t, testenv.Migrate(mysql.NewDriver)).PlainURL())
 	}
 	tests, err := filepath.Glob(filepath.Join("test", "*.test.js"))
 	if err != nil || len(tests) == 0 {
@@ -94,14 +92,14 @@ func TestExample(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
-		run(t, nodePostgresURL(t, pg), func(id string) (n int) {
+		run(t, pg.LibpqURL(), func(id string) (n int) {
 			testenv.Must(t, pg.Pool.QueryRow(context.Background(), "SELECT COUNT(*) FROM courier_outbox WHERE message_id::text = $1 OR $1 = ''", id).Scan(&n), "count")
 			return n
 		})
 	})
 	t.Run("mysql", func(t *testing.T) {
 		my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
-		run(t, nodeMySQLURL(t, my), func(id string) (n int) {
+		run(t, my.PlainURL(), func(id string) (n int) {
 			testenv.Must(t, my.DB.QueryRow("SELECT COUNT(*) FROM courier_outbox WHERE message_id = ? OR ? = ''", id, id).Scan(&n), "count")
 			return n
 		})
@@ -139,36 +137,6 @@ func runNode(t *testing.T, node string, env []string, args ...string) []byte {
 	summary := regexp.MustCompile(`(?m)^# (tests|pass|fail|skipped) .*$`).FindAll(out.Bytes(), -1)
 	t.Logf("node %v in %s: %s", args, time.Since(began).Round(time.Millisecond), bytes.Join(summary, []byte(", ")))
 	return out.Bytes()
-}
-
-// nodePostgresURL returns the URL of db for the pg package: the schema
-// as the connection's search_path, in the options pg sends at startup.
-func nodePostgresURL(t *testing.T, db *testenv.PG) string {
-	t.Helper()
-	u, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatalf("parse %s: %v", db.URL, err)
-	}
-	q := u.Query()
-	q.Del("search_path")
-	q.Set("options", "-c search_path="+db.Schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// nodeMySQLURL returns the URL of db for the mysql2 package:
-// mysql://user:password@host:port/database.
-func nodeMySQLURL(t *testing.T, db *testenv.MySQLDB) string {
-	t.Helper()
-	cfg, err := gomysql.ParseDSN(db.DSN)
-	if err != nil {
-		t.Fatalf("parse %s: %v", db.DSN, err)
-	}
-	u := url.URL{Scheme: "mysql", User: url.User(cfg.User), Host: cfg.Addr, Path: "/" + cfg.DBName}
-	if cfg.Passwd != "" {
-		u.User = url.UserPassword(cfg.User, cfg.Passwd)
-	}
-	return u.String()
 }
 
 // sqliteFile returns the path of a new SQLite file with Courier's tables.

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
 	"github.com/courier-go/courier/internal/testenv"
@@ -37,7 +36,7 @@ func TestUnittest(t *testing.T) {
 	}
 	if os.Getenv(testenv.EnvMySQL) != "" {
 		my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
-		env = append(env, "COURIER_PY_MYSQL_URL="+mysqlURL(t, my.DSN))
+		env = append(env, "COURIER_PY_MYSQL_URL="+my.PlainURL())
 	}
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
 	cmd.Env = env
@@ -64,17 +63,6 @@ func sqliteDB(t *testing.T) string {
 	_, err = sqlite.NewDriver(db).Migrate(context.Background())
 	testenv.Must(t, err, "migrate")
 	return path
-}
-
-// mysqlURL returns the mysql:// URL of the go-sql-driver DSN dsn.
-func mysqlURL(t *testing.T, dsn string) string {
-	cfg, err := gomysql.ParseDSN(dsn)
-	testenv.Must(t, err, "parse DSN")
-	user := cfg.User
-	if cfg.Passwd != "" {
-		user += ":" + cfg.Passwd
-	}
-	return fmt.Sprintf("mysql://%s@%s/%s", user, cfg.Addr, cfg.DBName)
 }
 
 // The README's example places an order and its message on each database:
@@ -116,18 +104,14 @@ func TestExample(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
-		url := os.Getenv(testenv.EnvPostgres) + "&options=-csearch_path%3D" + pg.Schema
-		if !strings.Contains(os.Getenv(testenv.EnvPostgres), "?") {
-			url = strings.Replace(url, "&", "?", 1)
-		}
-		run(t, url, func(id string) (n int) {
+		run(t, pg.LibpqURL(), func(id string) (n int) {
 			testenv.Must(t, pg.Pool.QueryRow(context.Background(), "SELECT COUNT(*) FROM courier_outbox WHERE message_id = $1", id).Scan(&n), "count")
 			return n
 		})
 	})
 	t.Run("mysql", func(t *testing.T) {
 		my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
-		run(t, mysqlURL(t, my.DSN), func(id string) (n int) {
+		run(t, my.PlainURL(), func(id string) (n int) {
 			testenv.Must(t, my.DB.QueryRow("SELECT COUNT(*) FROM courier_outbox WHERE message_id = ?", id).Scan(&n), "count")
 			return n
 		})

@@ -34,16 +34,8 @@ func TestOtherLanguagesThroughTheDaemon(t *testing.T) {
 	testenv.Must(t, os.Symlink(filepath.Join(clients, "node"), filepath.Join(linked, "@courier-go", "outbox")), "link the package")
 
 	databases := map[string]func(t *testing.T) string{
-		"sqlite": func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "shop.db") },
-		"postgres": func(t *testing.T) string {
-			pg := testenv.Postgres(t, nil)
-			base := os.Getenv(testenv.EnvPostgres)
-			sep := "?"
-			if strings.Contains(base, "?") {
-				sep = "&"
-			}
-			return base + sep + "options=-csearch_path%3D" + pg.Schema // read by libpq and by pgx alike
-		},
+		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "shop.db") },
+		"postgres": func(t *testing.T) string { return testenv.Postgres(t, nil).LibpqURL() },
 	}
 	for name, database := range databases {
 		t.Run(name, func(t *testing.T) {

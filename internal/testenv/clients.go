@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,4 +59,33 @@ func Node(t testing.TB) (node, modules string) {
 // for running a script that requires the packages installed there.
 func NodeEnv(modules string) []string {
 	return append(os.Environ(), "NODE_PATH="+modules)
+}
+
+// LibpqURL returns the URL of the test's schema in the form libpq and the
+// drivers of other languages (psycopg, pg) read, and Courier's commands
+// too: the server's URL with the schema as the session's search_path in
+// the startup options (options=-csearch_path=SCHEMA), which pgx sends as
+// well.
+func (p *PG) LibpqURL() string {
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		panic(fmt.Sprintf("testenv: a PG's URL does not parse: %v", err)) // Postgres made it
+	}
+	q := u.Query()
+	q.Del("search_path")
+	q.Set("options", "-csearch_path="+p.Schema) // no space: libpq does not read + as one
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// PlainURL returns the test database's mysql:// URL without the Go
+// driver's parameters: mysql://user[:password]@host:port/database, the
+// form PyMySQL, MySQLdb and mysql2 take (and Courier's commands).
+func (m *MySQLDB) PlainURL() string {
+	u, err := url.Parse(m.URL)
+	if err != nil {
+		panic(fmt.Sprintf("testenv: a MySQLDB's URL does not parse: %v", err)) // MySQL made it
+	}
+	u.RawQuery = ""
+	return u.String()
 }

@@ -7,13 +7,11 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
@@ -176,13 +174,7 @@ func openPostgres(t *testing.T) target {
 
 func openMySQL(t *testing.T) target {
 	my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
-	cfg, err := gomysql.ParseDSN(my.DSN)
-	testenv.Must(t, err, "parse DSN")
-	user := cfg.User
-	if cfg.Passwd != "" {
-		user += ":" + cfg.Passwd
-	}
-	url := fmt.Sprintf("mysql://%s@%s/%s", user, cfg.Addr, cfg.DBName)
+	url := my.PlainURL()
 	return sqlTarget(t, "mysql", map[string]string{"url": url}, my.DB, mysql.NewDriver(my.DB))
 }
 

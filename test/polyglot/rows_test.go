@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
 	"github.com/courier-go/courier"
@@ -137,13 +136,7 @@ func sqliteRows(t *testing.T) rowsDatabase {
 
 func mysqlRows(t *testing.T) rowsDatabase {
 	my := testenv.MySQL(t, nil)
-	cfg, err := gomysql.ParseDSN(my.DSN)
-	testenv.Must(t, err, "parse DSN")
-	user := cfg.User
-	if cfg.Passwd != "" {
-		user += ":" + cfg.Passwd
-	}
-	url := fmt.Sprintf("mysql://%s@%s/%s", user, cfg.Addr, cfg.DBName)
+	url := my.PlainURL()
 	return sqlRowsDatabase(t, map[string]string{"url": url}, my.DB, mysql.NewDriver(my.DB))
 }
 

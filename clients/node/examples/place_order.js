@@ -34,6 +34,7 @@ async function connect(url) {
   if (url.startsWith('sqlite:')) {
     const Database = require('better-sqlite3');
     const db = new Database(url.replace(/^sqlite:(\/\/)?/, ''), { timeout: 10000 });
+    db.pragma('synchronous = FULL'); // a commit that returned is on disk (better-sqlite3 builds WAL files with NORMAL)
     return {
       tx: db,
       query: async (sql, args = []) => db.prepare(sql === 'BEGIN' ? 'BEGIN IMMEDIATE' : sql).run(...args),
