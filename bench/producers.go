@@ -318,3 +318,16 @@ func renderProducers(sb *strings.Builder, fn *footnotes, res *Results, cfg confi
 	}
 	sb.WriteString("\nOn PostgreSQL the clients call courier_write, which checks the message in the database; on MySQL/MariaDB and SQLite they check it themselves and insert the row.\n")
 }
+
+// producersSettingsText documents how the producers section is measured.
+func producersSettingsText(config) string {
+	return fmt.Sprintf(`- **Write path from other languages** (Courier alone, every dialect): a fresh database of each dialect (a PostgreSQL
+  schema, a SQLite file, a MySQL/MariaDB database; migrated by Courier) with a table `+"`bench_orders`"+`; one writer commits %s
+  transactions in a row, each one `+"`bench_orders`"+` row and one 91-byte JSON message on 1,000 keys. **Go**: `+"`outbox.Writer`"+`
+  (pgx on PostgreSQL, database/sql elsewhere, in this process); **Go, courier_write**: the same loop calling `+"`courier_write`"+`
+  (PostgreSQL only), which separates the function's cost from the language's; **Python** (`+"`bench/producers/write.py`"+`,
+  psycopg 3, PyMySQL, sqlite3) and **Node.js** (`+"`bench/producers/write.js`"+`, pg, mysql2, better-sqlite3) with the clients in
+  `+"`clients/`"+`, which time their own loop (the interpreter's start is not counted). Every SQLite connection commits with
+  `+"`synchronous = FULL`"+`. No relay runs. The dialects' order turns from run to run.
+`, thousands(producersN))
+}

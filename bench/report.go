@@ -558,7 +558,7 @@ All relays use their own pgx pool (at most 10 connections) and their own NATS co
 		payloadSize, watermillBatch, watermillPoll, riverFetchCooldown, riverFetchPollInterval, riverMaxWorkers,
 		thousands(int64(cfg.drainN)), latencyWriters, cfg.latencyWindow, cfg.latencyWarmup, cfg.latencyDrainTimeout,
 		writeWriters, cfg.writeDuration, cfg.writeWarmup, thousands(int64(cfg.limitsN)), thousands(int64(cfg.limitsN)), thousands(int64(cfg.syncN)), riverMaxWorkers) +
-		dialectSettingsText(cfg) + adversitySettingsText(cfg) + brokerSettingsText(cfg) + cleanupSettingsText(cfg) + scheduledSettingsText(cfg) + consumersSettingsText(cfg) + tenantsSettingsText(cfg)
+		dialectSettingsText(cfg) + adversitySettingsText(cfg) + brokerSettingsText(cfg) + cleanupSettingsText(cfg) + scheduledSettingsText(cfg) + consumersSettingsText(cfg) + tenantsSettingsText(cfg) + producersSettingsText(cfg)
 }
 
 // dialectSettingsText documents how the table of Courier's relay per store
