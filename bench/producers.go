@@ -130,7 +130,9 @@ func (b *Bench) runProducer(ctx context.Context, lang, dialect string) error {
 			return err
 		}
 		target.URL, target.Schema = b.cfg.pgURL, env.Schema
-		goWrite = func(ctx context.Context) (time.Duration, error) { return goProducePostgres(ctx, env, lang == prodGoFunc) }
+		goWrite = func(ctx context.Context) (time.Duration, error) {
+			return goProducePostgres(ctx, env, lang == prodGoFunc)
+		}
 	default:
 		d, err := dialectByName(dialect)
 		if err != nil {
