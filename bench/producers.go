@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -286,10 +285,19 @@ func (b *Bench) scriptProduce(ctx context.Context, lang string, target producerT
 	return time.Duration(res.Seconds * float64(time.Second)), nil
 }
 
-// producersDir is bench/producers, next to this file.
+// producersDir is bench/producers: producers below the working directory
+// (the bench runs in bench/), or bench/producers below it (run from the
+// repository's root), found without source paths (-trimpath drops them).
 func producersDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "producers")
+	for _, dir := range []string{"producers", filepath.Join("bench", "producers")} {
+		if _, err := os.Stat(filepath.Join(dir, "write.py")); err == nil {
+			if abs, err := filepath.Abs(dir); err == nil {
+				return abs
+			}
+			return dir
+		}
+	}
+	return "producers"
 }
 
 // renderProducers renders the producers table: one row per dialect, one

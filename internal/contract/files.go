@@ -6,14 +6,29 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 )
 
 // Dir returns the directory of the vectors: testdata/contract/v1 at the
-// repository's root.
+// repository's root, found from the working directory up (a test runs in
+// its package's directory), so that it is found however the binary was
+// built (-trimpath leaves no source paths in it). It returns the path
+// below the working directory when no directory up holds one.
 func Dir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "contract", fmt.Sprintf("v%d", Version))
+	rel := filepath.Join("testdata", "contract", fmt.Sprintf("v%d", Version))
+	dir, err := os.Getwd()
+	if err != nil {
+		return rel
+	}
+	for {
+		if info, err := os.Stat(filepath.Join(dir, rel)); err == nil && info.IsDir() {
+			return filepath.Join(dir, rel)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return rel
+		}
+		dir = parent
+	}
 }
 
 // Read decodes the vector file name of Dir into v, refusing members v does
