@@ -60,11 +60,21 @@ func startPartitions(ctx context.Context, cfg SubscriberConfig) (*partitions, er
 	if err := p.checkQueues(); err != nil {
 		return nil, err
 	}
+	// The broker answered the check; a loss of the consuming connection
+	// now is what a loss later is: the group's next announcement connects
+	// again (Config.Backoff), so a broker that falls silent for a moment
+	// while the instance starts does not end it.
+	if beforeFirstConnect != nil {
+		beforeFirstConnect()
+	}
 	p.mu.Lock()
 	_, err = p.connectLocked()
 	p.mu.Unlock()
-	if err != nil {
+	if err != nil && !errors.Is(err, broker.ErrUnavailable) {
 		return nil, err
+	}
+	if err != nil {
+		p.log.Warn("amqp: connecting to consume failed; the next announcement tries again", "error", err)
 	}
 	if err := ctx.Err(); err != nil {
 		p.closeConn()
@@ -81,11 +91,20 @@ func startPartitions(ctx context.Context, cfg SubscriberConfig) (*partitions, er
 	return p, nil
 }
 
+// beforeFirstConnect, when set (by tests), runs in startPartitions
+// between the check of the queues and the first connection to consume.
+var beforeFirstConnect func()
+
 // checkQueues fails unless the partition queues of the configured count
 // exist, and no more: instances that disagree with the topology would
 // leave some queues unconsumed.
 func (p *partitions) checkQueues() error {
-	conn, err := p.cfg.dial()
+	// A short session: it takes the default heartbeat, not the consuming
+	// connection's short one (which tells RabbitMQ of a frozen instance),
+	// so that a broker slow to answer for a few seconds does not end it.
+	cfg := p.cfg.Config
+	cfg.Heartbeat = DefaultHeartbeat
+	conn, err := cfg.dial()
 	if err != nil {
 		return broker.Unavailable(err)
 	}

@@ -41,7 +41,10 @@ var (
 
 // NewSubscriber connects and starts consuming cfg.Queue. It fails when cfg
 // is invalid (see SubscriberConfig.Validate), the queue does not exist or
-// the broker cannot be reached.
+// the broker cannot be reached. With Partitions, once the broker has
+// answered the check of the partition queues, a connection lost while the
+// instance starts is one lost later: it connects again (Config.Backoff)
+// instead of failing.
 func NewSubscriber(ctx context.Context, cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
