@@ -65,7 +65,37 @@
 // counted, as after a timeout), and messages that are not Courier's (no
 // message id).
 //
-// # Cost
+// # Watching continuously
+//
+// A [Watcher] audits over and over (`courier audit --watch`, or
+// `courier relay --audit` inside a relay): every WatchConfig.Interval a
+// pass reads what both sides gained since the last pass, and Slack more
+// (the copies recorded, the messages stored), and judges what was
+// published from where the last pass stopped to Slack ago. Each message is
+// judged once, by one pass, so each finding is logged once; a fault is
+// found by the first pass after it is Slack old, within two passes of it.
+// The watch remembers the message ids and each key's last message for
+// WatchConfig.Remember, so a copy stored again or a key's message stored
+// after a later one is found however many passes apart they came. Its
+// state (the range judged, the passes, what it found) goes to an
+// observer (metrics.Collector.Audit: the courier_audit_ metrics), to the
+// database (WatchConfig.Save: `courier status`, the dashboard's Delivery
+// page) and to /readyz ([Watcher.Ready]).
+//
+// A watch checks that the broker stored each message the database says
+// was published, when it read it: a message the broker drops after a pass
+// has read it (a purge, a retention limit, a disk lost later) is found by
+// a one-shot audit ([Run]) of that window, not by the watch.
+//
+// Its cost: each pass reads the database's copies and the broker's
+// messages of its Interval plus Slack (each message is read about
+// 1 + Slack/Interval times; 1.33 with the defaults), one PublishedBetween
+// query per pass, and a Locate for the broker's messages the copies do not
+// hold (rare). It holds the ids and keys of the last Remember in memory:
+// some 150 bytes a message, 90 MB for 10 minutes at 1,000 messages a
+// second. bench/RESULTS.md has the measured figures.
+//
+// # Cost of a one-shot audit
 //
 // Run keeps the window's copies and message ids in memory (some 200 bytes
 // a message): audit an hour of a million messages an hour rather than a
