@@ -250,6 +250,12 @@ type Watcher struct {
 	// broker's messages cannot be judged as phantoms (the relays may
 	// keep no copies).
 	sawCopy bool
+	// resumed is set once the state saved by an earlier run of the
+	// watch was taken up (WatchConfig.Save).
+	resumed bool
+	// memFrom is where this run's first pass started: it remembers
+	// nothing from before.
+	memFrom time.Time
 }
 
 type logOffset struct {
@@ -379,8 +385,12 @@ func (w *Watcher) Pass(ctx context.Context) (Pass, error) {
 
 // pass reads and judges; w.mu is held.
 func (w *Watcher) pass(ctx context.Context, now time.Time) (Pass, error) {
+	note, err := w.resume(ctx)
+	if err != nil {
+		return Pass{Name: w.cfg.Name, From: w.judged}, err
+	}
 	to := now.Add(-w.cfg.Slack)
-	p := Pass{Name: w.cfg.Name, From: w.judged, To: to}
+	p := Pass{Name: w.cfg.Name, From: w.judged, To: to, Note: note}
 	if !to.After(w.judged) {
 		return p, nil
 	}
@@ -409,6 +419,46 @@ func (w *Watcher) pass(ctx context.Context, now time.Time) (Pass, error) {
 	w.judged, w.read = to, now
 	w.prune(to)
 	return p, nil
+}
+
+// resume takes up the state an earlier run of the watch saved, once: its
+// counts and findings stand (a restart clears no alarm: forget the watch,
+// store.Delivery.DeleteWatch or `courier audit --watch --reset`, to
+// start afresh), and the first pass starts where it stopped judging, so
+// that nothing is judged, or logged, twice. When it stopped longer ago
+// than Since, the pass starts Since ago and says what was not judged.
+// w.mu is held.
+func (w *Watcher) resume(ctx context.Context) (string, error) {
+	if w.resumed || w.cfg.Save == nil {
+		return "", nil
+	}
+	watches, err := w.cfg.Save.Watches(ctx)
+	if err != nil {
+		return "", fmt.Errorf("audit: read the watch's saved state: %w", err)
+	}
+	w.resumed = true
+	i := slices.IndexFunc(watches, func(s store.AuditWatch) bool { return s.Name == w.cfg.Name })
+	if i < 0 {
+		return "", nil
+	}
+	saved := watches[i]
+	findings, err := SavedFindings(saved)
+	if err != nil {
+		w.cfg.Logger.Warn("audit: the saved findings are dropped", "watch", w.cfg.Name, "err", err)
+	}
+	s := &w.state
+	s.Passes, s.Failed = saved.Passes, saved.Failed
+	s.Lost, s.Phantoms, s.Duplicates, s.OrderBreaks = saved.Lost, saved.Phantoms, saved.Duplicates, saved.OrderBreaks
+	s.Findings, s.StartedAt = findings, saved.StartedAt
+	switch {
+	case saved.To.IsZero():
+	case saved.To.Before(w.judged):
+		return "the watch stopped judging at " + stamp(saved.To) + ": what was published until " + stamp(w.judged) + " was not judged (run a one-shot audit of it)", nil
+	default:
+		s.From = saved.From
+		w.judged, w.read = saved.To, saved.To
+	}
+	return "", nil
 }
 
 // readCopies reads the copies published from lo to hi.
@@ -604,8 +654,11 @@ func (w *Watcher) record(p Pass) {
 	if s.From.IsZero() {
 		s.From = p.From
 	}
+	if w.memFrom.IsZero() {
+		w.memFrom = p.From
+	}
 	s.To = p.To
-	s.Remembered = min(w.cfg.Remember, p.To.Sub(s.From))
+	s.Remembered = min(w.cfg.Remember, p.To.Sub(w.memFrom))
 	for _, f := range p.Findings {
 		switch f.Kind {
 		case KindLost:
