@@ -53,6 +53,9 @@ type Database interface {
 	Operations() Operations
 	// ReplayRuns returns the record of guarded replays of dead letters.
 	ReplayRuns() ReplayRuns
+	// Delivery returns what watches delivery from end to end: the state
+	// of each continuous audit and the consumers' latency samples.
+	Delivery() Delivery
 	// SerialWrites reports that the database runs one write transaction at
 	// a time (SQLite): a writer waits until the one writing has ended.
 	SerialWrites() bool

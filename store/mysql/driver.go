@@ -74,4 +74,5 @@ var mysqlDialect = sqldriver.Dialect{
 	Idempotency:   idempotency,
 	Operations:    operations,
 	ReplayRuns:    replayRuns,
+	Delivery:      delivery,
 }

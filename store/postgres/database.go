@@ -76,6 +76,10 @@ func (d database) Operations() store.Operations { return operations(d.pool, d.cl
 // driver's clock.
 func (d database) ReplayRuns() store.ReplayRuns { return replayRuns(d.pool, d.clock) }
 
+// Delivery returns the audit watches and latency samples on the pool, on
+// the driver's clock.
+func (d database) Delivery() store.Delivery { return delivery(d.pool, d.clock) }
+
 // SerialWrites reports false: PostgreSQL runs write transactions side by
 // side.
 func (database) SerialWrites() bool { return false }

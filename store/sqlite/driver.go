@@ -78,4 +78,5 @@ var sqliteDialect = sqldriver.Dialect{
 	Idempotency:   idempotency,
 	Operations:    operations,
 	ReplayRuns:    replayRuns,
+	Delivery:      delivery,
 }

@@ -48,6 +48,9 @@ type Dialect struct {
 	Operations func(db *sql.DB, clock store.Clock) store.Operations
 	// ReplayRuns returns the record of guarded replays on db at clock.
 	ReplayRuns func(db *sql.DB, clock store.Clock) store.ReplayRuns
+	// Delivery returns the audit watches and latency samples on db at
+	// clock.
+	Delivery func(db *sql.DB, clock store.Clock) store.Delivery
 }
 
 // Driver is a store.Driver[*sql.Tx] on one database of a Dialect.
@@ -124,6 +127,10 @@ func (d Driver) Operations() store.Operations { return d.dialect.Operations(d.db
 
 // ReplayRuns returns the record of guarded replays, on the driver's clock.
 func (d Driver) ReplayRuns() store.ReplayRuns { return d.dialect.ReplayRuns(d.db, d.clock) }
+
+// Delivery returns the audit watches and latency samples, on the driver's
+// clock.
+func (d Driver) Delivery() store.Delivery { return d.dialect.Delivery(d.db, d.clock) }
 
 // SerialWrites reports whether the database runs one write transaction at
 // a time.
