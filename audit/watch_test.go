@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/audit"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
 const (
@@ -266,3 +268,58 @@ func TestWatchMemoryIsBounded(t *testing.T) {
 		t.Fatalf("holds %d ids and %d keys; want those of the last 30 s", ids, keys)
 	}
 }
+
+// A watch saves its state after each pass; a watch started again under
+// the same name takes it up: its findings stand, and it judges on from
+// where the first stopped, so nothing is found, or logged, twice.
+func TestWatchResumesWhereItStopped(t *testing.T) {
+	s := newShop(t)
+	ctx := context.Background()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "watch.db"))
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { db.Close() })
+	d := sqlite.NewDriver(db)
+	_, err = d.Migrate(ctx)
+	testenv.Must(t, err, "migrate")
+
+	first := s.watch(audit.WatchConfig{Name: "orders", Broker: "memory", Save: d.Delivery()})
+	s.write(messages(10, 2)...)
+	s.relay()
+	phantom := courier.NewMessage("orders", "k1", "OrderPlaced", nil)
+	testenv.Must(t, s.pub.Publish(ctx, []courier.Message{phantom})[0], "phantom")
+	if p := s.pass(first); p.Count(audit.KindPhantom) != 1 {
+		t.Fatalf("pass %+v; want the phantom", p)
+	}
+	saved, err := d.Delivery().Watches(ctx)
+	testenv.Must(t, err, "watches")
+	if len(saved) != 1 || saved[0].Name != "orders" || saved[0].Phantoms != 1 || saved[0].Passes != 1 || !saved[0].Alarms() ||
+		!near(saved[0].To, first.State().To) {
+		t.Fatalf("saved %+v; want the first pass's state", saved)
+	}
+	fs, err := audit.SavedFindings(saved[0])
+	if err != nil || len(fs) != 1 || fs[0].MessageID != phantom.ID.String() {
+		t.Fatalf("saved findings %+v, %v; want the phantom", fs, err)
+	}
+
+	// Started again, with a first pass reaching back further than the
+	// first one judged.
+	again := s.watch(audit.WatchConfig{Name: "orders", Broker: "memory", Save: d.Delivery(), Since: time.Hour})
+	p := s.pass(again)
+	if len(p.Findings) != 0 || !near(p.From, first.State().To) || p.Note != "" {
+		t.Fatalf("pass %+v; want it to start where the first watch stopped, finding nothing again", p)
+	}
+	if st := again.State(); st.Phantoms != 1 || st.Passes != 2 || len(st.Findings) != 1 {
+		t.Fatalf("state %+v; want the first watch's finding to stand", st)
+	}
+
+	// Stopped for longer than Since: the gap is said, not judged.
+	s.clock.Advance(time.Hour)
+	late := s.watch(audit.WatchConfig{Name: "orders", Save: d.Delivery(), Since: time.Minute})
+	if p := s.pass(late); !strings.Contains(p.Note, "was not judged") {
+		t.Fatalf("pass %+v; want it to say what it did not judge", p)
+	}
+}
+
+// near reports whether two times are the same to the microsecond, the
+// precision the databases keep.
+func near(a, b time.Time) bool { return a.Sub(b).Abs() < time.Microsecond }
