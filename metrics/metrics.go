@@ -285,6 +285,8 @@ type Collector struct {
 	// queries
 	queries, queryErrors *prometheus.CounterVec
 	lastSuccess          *prometheus.GaugeVec
+	// continuous audit (Audit)
+	audit *auditMetrics
 
 	descs struct {
 		pending, leased, backoff, deadLetters, oldest  *prometheus.Desc
@@ -369,6 +371,7 @@ func New(cfg Config) (*Collector, error) {
 		Buckets: handlerBuckets,
 	}, []string{"consumer"})
 	c.newTenantMetrics()
+	c.audit = newAuditMetrics(func() time.Time { return c.now() })
 	c.queries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "courier_stats_queries_total",
 		Help: "Queries behind the gauges, by source (outbox, sagas, idempotency, slots); at most one per source per MinInterval.",
@@ -425,6 +428,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.collectors() {
 		m.Describe(ch)
 	}
+	c.audit.describe(ch)
 	if c.cfg.Outbox != nil {
 		for _, d := range []*prometheus.Desc{c.descs.pending, c.descs.leased, c.descs.backoff, c.descs.deadLetters, c.descs.oldest} {
 			ch <- d
@@ -516,6 +520,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.collectors() {
 		m.Collect(ch)
 	}
+	c.audit.collect(ch)
 }
 
 // OldestPendingAge returns the largest oldest-pending age the outbox source
