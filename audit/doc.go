@@ -58,6 +58,9 @@
 //     its key, a copy published again by hand), a Kafka topic whose
 //     partitions were added (the key moved), or another publisher.
 //
+// [Advice] says the same in a few sentences per kind, for the places that
+// show findings (`courier status`, the dashboard's Delivery page).
+//
 // Also counted, not alarms: messages on the broker that are still pending
 // in the outbox (a relay published them and has not recorded it yet, or
 // crashed before it did: they will be published again, a duplicate), those
