@@ -24,10 +24,11 @@ type auditCmd struct {
 	Since            time.Duration `help:"Audit what was published this long before --until." default:"1h" env:"COURIER_AUDIT_SINCE"`
 	From             string        `help:"Start of the window, RFC 3339 (such as 2026-12-03T17:00:00Z); instead of --since." env:"COURIER_AUDIT_FROM"`
 	Until            string        `help:"End of the window, RFC 3339 (default: --slack ago, so that what the broker has just stored has its copy recorded)." env:"COURIER_AUDIT_UNTIL"`
-	Slack            time.Duration `help:"How far beyond the window each side is read: a message's copy is recorded after the broker stored it, on another clock." default:"1m" env:"COURIER_AUDIT_SLACK"`
+	Slack            time.Duration `help:"How far beyond the window each side is read: a message's copy is recorded after the broker stored it, on another clock (default: 1m; 5s with --watch, whose passes read what is new)." env:"COURIER_AUDIT_SLACK"`
 	Examples         int           `help:"Messages listed for each kind of finding (all are counted)." default:"20" env:"COURIER_AUDIT_EXAMPLES"`
 	FailOnDuplicates bool          `name:"fail-on-duplicates" help:"Exit 1 on duplicates too (by default only lost messages, phantoms and order breaks do)." env:"COURIER_AUDIT_FAIL_ON_DUPLICATES"`
 	JSON             bool          `help:"Print JSON instead of tables." env:"COURIER_JSON"`
+	watchCmdFlags
 }
 
 // errAudit is returned when the audit found what it alarms on.
@@ -62,17 +63,17 @@ func (c *auditCmd) Run(e *env) error {
 	if c.Slack < 0 || c.Examples < 0 {
 		return fmt.Errorf("--slack is %s and --examples %d: use 0 or more", c.Slack, c.Examples)
 	}
+	if c.Watch {
+		return c.runWatch(e)
+	}
+	if c.Slack == 0 {
+		c.Slack = audit.DefaultSlack
+	}
 	from, to, err := c.window(time.Now())
 	if err != nil {
 		return err
 	}
-	opts := brokerurl.Options{
-		Flag: "--broker-url", Env: "COURIER_BROKER_URL", Logger: e.log,
-		SubjectPrefix: c.SubjectPrefix, NoPrefix: c.SubjectPrefix == "", KeySubjects: c.KeySubjects,
-		Stream: c.Stream,
-		// An audit reads: it creates no stream and declares nothing.
-		NoCreate: true, ReadBack: true,
-	}
+	opts := c.brokerOptions(e)
 	u, err := brokerurl.Parse(c.BrokerURL, opts)
 	if err != nil {
 		return err

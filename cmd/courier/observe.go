@@ -58,6 +58,9 @@ type observer struct {
 	flags observeFlags
 	col   *metrics.Collector
 	ln    net.Listener
+	// checks are further /readyz checks that say what they found (the
+	// relay's continuous audit).
+	checks map[string]func(context.Context) (string, error)
 }
 
 // listen prepares the endpoints when --metrics-addr is set: it listens
@@ -121,6 +124,12 @@ func (o *observer) serveCDC(e *env, r *cdc.Relay, pool *pgxpool.Pool, b *brokeru
 // its connection) adds it.
 func (o *observer) start(e *env, hcfg health.Config, b *brokerurl.Broker, extra ...prometheus.Collector) (stop func(), err error) {
 	hcfg.AllowedHosts = o.flags.AllowedHost
+	for name, check := range o.checks {
+		if hcfg.StatusChecks == nil {
+			hcfg.StatusChecks = map[string]func(context.Context) (string, error){}
+		}
+		hcfg.StatusChecks[name] = check
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(o.col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(extra...)

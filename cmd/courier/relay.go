@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,8 @@ type relayCmd struct {
 	PollInterval     time.Duration `help:"How often to look for work without a wake-up (default: 1s on PostgreSQL, 250ms on MySQL, 100ms on SQLite)." env:"COURIER_POLL_INTERVAL"`
 	KeepPublished    bool          `help:"Keep a copy of every published message in courier_outbox_published (trim it with --cleanup-every and --cleanup-keep-published, or courier cleanup)." env:"COURIER_KEEP_PUBLISHED"`
 	Cleanup          relayCleanup  `embed:"" prefix:"cleanup-" envprefix:"COURIER_CLEANUP_"`
+	Audit            bool          `help:"Audit continuously what the relays publish, as courier audit --watch does, inside this relay: needs --keep-published and a broker that keeps what it is sent (NATS, Kafka); its state goes to the database (courier status, the dashboard), to /metrics and /readyz." env:"COURIER_RELAY_AUDIT"`
+	AuditWatch       relayAudit    `embed:"" prefix:"audit-" envprefix:"COURIER_RELAY_AUDIT_"`
 }
 
 // check validates every flag, before anything is opened or created, and
@@ -109,6 +112,9 @@ func (c *relayCmd) check() (relay.Config, error) {
 		return relay.Config{}, flagError(err)
 	}
 	if err := c.Cleanup.check(); err != nil {
+		return relay.Config{}, err
+	}
+	if err := c.checkAudit(); err != nil {
 		return relay.Config{}, err
 	}
 	return cfg, nil
@@ -276,19 +282,32 @@ func (c *relayCmd) newRelay(e *env, d *dburl.DB, st store.RelayStore, b *brokeru
 		if r, err = relay.New(st, b, cfg); err != nil {
 			return nil, nil, flagError(err)
 		}
-		return r, func() {}, nil
+		_, stopAudit, err := c.startAudit(e, d, b, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return r, stopAudit, nil
 	}
 	cfg.Observer = obs.col.Relay()
 	if r, err = relay.New(st, b, cfg); err != nil {
 		_ = obs.ln.Close()
 		return nil, nil, flagError(err)
 	}
-	stopServing, err := obs.serve(e, r, cfg, d, b)
+	w, stopAudit, err := c.startAudit(e, d, b, obs.col)
 	if err != nil {
 		_ = obs.ln.Close()
 		return nil, nil, err
 	}
-	return r, func() { stopServing(); _ = obs.ln.Close() }, nil
+	if w != nil {
+		obs.checks = map[string]func(context.Context) (string, error){"audit": w.Ready}
+	}
+	stopServing, err := obs.serve(e, r, cfg, d, b)
+	if err != nil {
+		stopAudit()
+		_ = obs.ln.Close()
+		return nil, nil, err
+	}
+	return r, func() { stopServing(); _ = obs.ln.Close(); stopAudit() }, nil
 }
 
 // logRelaying logs where the relay reads and publishes: the broker adds
