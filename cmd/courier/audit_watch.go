@@ -23,6 +23,7 @@ type watchFlags struct {
 	Interval time.Duration `help:"Time between passes of the continuous audit." default:"15s" env:"INTERVAL"`
 	Remember time.Duration `help:"How long the continuous audit remembers the messages it read, to tell a duplicate or an order break from a first copy (memory: some 150 bytes a message)." default:"10m" env:"REMEMBER"`
 	Name     string        `help:"Name the continuous audit's state is saved under, for courier status and the dashboard (default: nats:STREAM or kafka:TOPICS, from what it reads)." env:"NAME"`
+	Reset    bool          `help:"Forget what the continuous audit saved (its counts, findings and where it stopped judging) and start afresh; without it, a restarted watch takes up its saved state, alarms included." env:"RESET"`
 }
 
 // watchSpec is what a continuous audit is asked, with the names of the
@@ -99,9 +100,17 @@ func deliveryOf(d *dburl.DB) (store.Delivery, error) {
 // startWatch makes the watch of r on d and runs it until the returned
 // stop is called or ctx ends; col, if set, gets its metrics. Ready is its
 // /readyz check.
-func startWatch(ctx context.Context, e *env, d *dburl.DB, r broker.Reader, cfg audit.WatchConfig, col *metrics.Collector) (w *audit.Watcher, stop func(), err error) {
+// With reset it first forgets the watch's saved state.
+func startWatch(ctx context.Context, e *env, d *dburl.DB, r broker.Reader, cfg audit.WatchConfig, reset bool, col *metrics.Collector) (w *audit.Watcher, stop func(), err error) {
 	if cfg.Save, err = deliveryOf(d); err != nil {
 		return nil, nil, err
+	}
+	if reset {
+		had, err := cfg.Save.DeleteWatch(ctx, cfg.Name)
+		if err != nil {
+			return nil, nil, fmt.Errorf("forget the watch %s: %w", cfg.Name, err)
+		}
+		e.log.Info("the watch's saved state is forgotten", "watch", cfg.Name, "had_one", had)
 	}
 	cfg.Logger = e.log
 	if col != nil {
@@ -185,7 +194,7 @@ func (c *auditCmd) runWatch(e *env) error {
 		}
 		defer obs.ln.Close()
 	}
-	w, stop, err := startWatch(e.ctx, e, d, r, cfg, col)
+	w, stop, err := startWatch(e.ctx, e, d, r, cfg, c.Reset, col)
 	if err != nil {
 		return err
 	}

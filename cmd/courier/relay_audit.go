@@ -72,5 +72,5 @@ func (c *relayCmd) startAudit(e *env, d *dburl.DB, b *brokerurl.Broker, col *met
 	if err != nil {
 		return nil, nil, fmt.Errorf("--audit: %w", err)
 	}
-	return startWatch(e.ctx, e, d, r, cfg, col)
+	return startWatch(e.ctx, e, d, r, cfg, c.AuditWatch.Reset, col)
 }
