@@ -26,6 +26,7 @@ type statusCmd struct {
 	FailIfSlotInactive bool          `name:"fail-if-slot-inactive" help:"Exit 1 when a logical replication slot has no reader (no CDC relay runs) or is lost (PostgreSQL)." env:"COURIER_FAIL_IF_SLOT_INACTIVE"`
 	FailIfLate         time.Duration `name:"fail-if-scheduled-late" help:"Exit 1 when a scheduled message's due time passed longer ago than this (e.g. 1m) and no relay released it." env:"COURIER_FAIL_IF_SCHEDULED_LATE"`
 	FailIfHeld         time.Duration `name:"fail-if-held-older-than" help:"Exit 1 when a key has been held (its later messages waiting behind a relay-side dead letter, or a parked message of a consumer, that holds it) longer than this (e.g. 10m), naming the oldest and how to release it." env:"COURIER_FAIL_IF_HELD_OLDER_THAN"`
+	auditStatusFlags
 }
 
 // errChecks is returned when a --fail-if check failed; the status is
@@ -66,7 +67,12 @@ func (c *statusCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	watches, err := readWatches(e.ctx, d, st.Now)
+	if err != nil {
+		return err
+	}
 	failed := append(c.check(st), c.heldChecks(st.Now, holds)...)
+	failed = append(failed, c.auditChecks(watches)...)
 	warned := warnings(st)
 	if c.JSON {
 		nonNil(&st.Topics)
@@ -78,12 +84,13 @@ func (c *statusCmd) Run(e *env) error {
 		if err := writeJSON(e, statusJSON{
 			Pending: st.Outbox.Pending, Leased: st.Outbox.Leased, InBackoff: st.Outbox.InBackoff, DeadLetters: st.Outbox.DeadLetters,
 			OldestPendingAgeS: st.Outbox.OldestPendingAge().Seconds(), HeldKeys: st.Outbox.HeldKeys, Held: st.Outbox.Held,
-			OldestHoldAgeS: st.Outbox.OldestHoldAge().Seconds(), Status: st, Failed: failed, Warnings: warned,
+			OldestHoldAgeS: st.Outbox.OldestHoldAge().Seconds(), Status: st, Watches: watches, Failed: failed, Warnings: warned,
 		}); err != nil {
 			return err
 		}
 	} else {
 		printStatus(e.stdout, st)
+		printWatches(e.stdout, watches)
 		for _, w := range warned {
 			fmt.Fprintln(e.stdout, "\nwarning: "+w)
 		}
@@ -109,6 +116,8 @@ type statusJSON struct {
 	Held           int64   `json:"held"`
 	OldestHoldAgeS float64 `json:"oldest_hold_age_seconds"`
 	store.Status
+	// Watches are the continuous audits (courier audit --watch).
+	Watches []watchStatus `json:"audit_watches"`
 	// Failed lists the --fail-if checks that failed.
 	Failed []string `json:"failed_checks,omitempty"`
 	// Warnings are risks the status shows that no check asked about.
