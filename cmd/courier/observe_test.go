@@ -24,13 +24,16 @@ import (
 	"github.com/courier-go/courier/store/sqlite"
 )
 
-// servedRelay is `courier relay --metrics-addr 127.0.0.1:0` running as a
-// child process.
+// servedRelay is `courier relay --metrics-addr 127.0.0.1:0` (or another
+// command that serves the endpoints) running as a child process.
 type servedRelay struct {
 	addr string // where /metrics, /healthz and /readyz are served
 	mu   sync.Mutex
 	logs bytes.Buffer
 	cmd  *exec.Cmd
+	// stop stops it with SIGTERM, once, and fails the test unless it
+	// exits cleanly.
+	stop func(t *testing.T)
 }
 
 func (s *servedRelay) Logs() string { s.mu.Lock(); defer s.mu.Unlock(); return s.logs.String() }
@@ -67,8 +70,15 @@ func serveRelay(t *testing.T, n int, args ...string) *servedRelay {
 // endpoints; it is stopped with SIGTERM when the test ends.
 func startServedRelay(t *testing.T, env []string, args ...string) *servedRelay {
 	t.Helper()
+	return startServed(t, env, "relay", args...)
+}
+
+// startServed starts `courier command --metrics-addr 127.0.0.1:0 args…`
+// as startServedRelay does.
+func startServed(t *testing.T, env []string, command string, args ...string) *servedRelay {
+	t.Helper()
 	s := &servedRelay{}
-	s.cmd = exec.Command(os.Args[0], append([]string{"relay", "--log-format", "json", "--metrics-addr", "127.0.0.1:0"}, args...)...)
+	s.cmd = exec.Command(os.Args[0], append([]string{command, "--log-format", "json", "--metrics-addr", "127.0.0.1:0"}, args...)...)
 	s.cmd.Env = append(append(os.Environ(), "COURIER_TEST_BE_CLI=1"), env...)
 	stderr, err := s.cmd.StderrPipe()
 	testenv.Must(t, err, "stderr")
@@ -89,14 +99,18 @@ func startServedRelay(t *testing.T, env []string, args ...string) *servedRelay {
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		<-copied // before Wait, which closes the pipe
-		err := s.cmd.Wait()
-		if err != nil {
-			t.Errorf("relay exit after SIGTERM: %v\n%s", err, s.Logs())
-		}
-	})
+	var once sync.Once
+	s.stop = func(t *testing.T) {
+		once.Do(func() {
+			_ = s.cmd.Process.Signal(syscall.SIGTERM)
+			<-copied // before Wait, which closes the pipe
+			err := s.cmd.Wait()
+			if err != nil {
+				t.Errorf("%s exit after SIGTERM: %v\n%s", command, err, s.Logs())
+			}
+		})
+	}
+	t.Cleanup(func() { s.stop(t) })
 	select {
 	case s.addr = <-addr:
 	case <-time.After(30 * time.Second):
