@@ -1,5 +1,11 @@
 package audit
 
+import (
+	"time"
+
+	"github.com/courier-go/courier/store"
+)
+
 // Kinds lists the kinds of a WatchFinding, alarms first.
 var Kinds = []string{KindLost, KindPhantom, KindOrderBreak, KindDuplicate}
 
@@ -37,4 +43,19 @@ func Advice(kind string) string { return advice[kind][1] }
 // inboxes apply a message once.
 func IsAlarm(kind string) bool {
 	return kind == KindLost || kind == KindPhantom || kind == KindOrderBreak
+}
+
+// StoppedAfter is how many of its intervals a watch may go without saving
+// its state before Stopped says it has stopped.
+const StoppedAfter = 3
+
+// Stopped reports whether the saved watch w has stopped by now (the
+// store's clock): it saved nothing for StoppedAfter intervals (its
+// process ended, or its passes cannot save).
+func Stopped(w store.AuditWatch, now time.Time) bool {
+	interval := w.Interval
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	return now.Sub(w.UpdatedAt) > StoppedAfter*interval
 }

@@ -3,8 +3,10 @@ package audit_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/courier-go/courier/audit"
+	"github.com/courier-go/courier/store"
 )
 
 // Every kind a watch finds has a title and advice that says what to do,
@@ -23,5 +25,19 @@ func TestAdvice(t *testing.T) {
 	}
 	if !strings.Contains(audit.Advice(audit.KindLost), "Publish it again") {
 		t.Error("the advice on a lost message does not say to publish it again")
+	}
+}
+
+// A watch has stopped once it saved nothing for three of its intervals
+// (the default interval when it saved none).
+func TestStopped(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		interval, ago time.Duration
+		want          bool
+	}{{time.Second, 3 * time.Second, false}, {time.Second, 3*time.Second + 1, true}, {0, 45 * time.Second, false}, {0, 46 * time.Second, true}} {
+		if got := audit.Stopped(store.AuditWatch{Interval: c.interval, UpdatedAt: now.Add(-c.ago)}, now); got != c.want {
+			t.Errorf("interval %s, saved %s ago: stopped %v, want %v", c.interval, c.ago, got, c.want)
+		}
 	}
 }

@@ -37,6 +37,13 @@
 //     (see Failure groups below), each group with its count, first and
 //     last failure, topics, consumers and members; a whole group replayed,
 //     discarded or exported.
+//   - Delivery: each continuous audit the database keeps (courier audit
+//     --watch, courier relay --audit; store.Delivery.Watches): the range
+//     it has judged, its lag, passes and failed passes, its counts of
+//     lost messages, phantoms, order breaks and duplicates, its latest
+//     findings (newest first) with what to do about each kind
+//     (audit.Advice), and whether it stopped (nothing saved for three of
+//     its intervals) or its last pass failed.
 //   - Scheduled messages that wait: how many, the next due time and those
 //     past it that no relay has released; a page at a time, filtered by
 //     topic and key, next due first; cancelled one or more at a time.

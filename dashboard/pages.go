@@ -67,6 +67,7 @@ func (h *Handler) pageRoutes(mux *http.ServeMux) {
 	h.failureRoutes(mux)
 	h.heldRoutes(mux)
 	h.runRoutes(mux)
+	h.deliveryRoutes(mux)
 	mux.HandleFunc("GET /consumers", h.consumers)
 	mux.HandleFunc("GET /sagas", h.sagas)
 	mux.HandleFunc("GET /sagas/{type}/{id}", h.saga)

@@ -46,7 +46,7 @@ func TestHostHeader(t *testing.T) {
 	f := newFixture(t, []string{"orders"}, []string{"too big"})
 	srv := serve(t, dashboard.Config{Database: f.drv, AllowedHosts: []string{"courier.example.com"}})
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
-	paths := []string{"/", "/dead-letters", "/dead-letters/confirm?action=discard&all=1", "/parked", "/static/style.css", "/login", "/logout", "/dead-letters/discard", "/no-such-page"}
+	paths := []string{"/", "/dead-letters", "/dead-letters/confirm?action=discard&all=1", "/parked", "/delivery", "/static/style.css", "/login", "/logout", "/dead-letters/discard", "/no-such-page"}
 	hostile := []string{"evil.example:" + itoa(port), "evil.example", "127.0.0.1.evil.example", "localhost.evil.example:" + itoa(port),
 		"courier.example.com.evil.example", "EVIL.example", "0x7f000001", "2130706433", "[::ffff:7f00:1].evil", "localhost@evil.example"}
 	for _, host := range hostile {

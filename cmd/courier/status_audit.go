@@ -19,10 +19,6 @@ type auditStatusFlags struct {
 	FailIfAuditStopped bool `name:"fail-if-audit-stopped" help:"Exit 1 when a continuous audit has saved nothing for 3 of its intervals (it stopped) or its last pass failed." env:"COURIER_FAIL_IF_AUDIT_STOPPED"`
 }
 
-// stoppedAfter is how many of its intervals a watch may go without saving
-// its state before it is shown as stopped.
-const stoppedAfter = 3
-
 // watchStatus is one continuous audit as `courier status` shows it.
 type watchStatus struct {
 	store.AuditWatch
@@ -64,11 +60,7 @@ func newWatchStatus(w store.AuditWatch, now time.Time) watchStatus {
 		s.JudgedS = w.To.Sub(w.From).Seconds()
 		s.LagS = max(now.Sub(w.To), 0).Seconds()
 	}
-	interval := w.Interval
-	if interval <= 0 {
-		interval = audit.DefaultInterval
-	}
-	s.Stopped = now.Sub(w.UpdatedAt) > stoppedAfter*interval
+	s.Stopped = audit.Stopped(w, now)
 	return s
 }
 
