@@ -18,30 +18,29 @@ func TestBrowserDelivery(t *testing.T) {
 	ctx := browser(t)
 	f := newFixture(t, []string{"orders"}, []string{"nats: message size exceeds maximum allowed"})
 	lost, phantom := saveWatches(t, f)
-	srv := serve(t, dashboard.Config{Database: f.drv})
+	srv := serve(t, dashboard.Config{Database: f.drv, Clock: minuteLater})
 	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
 
 	do(t, ctx, "overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(css("header")))
-	do(t, ctx, "delivery", chromedp.Click(css(`header a[href="/delivery"]`)), chromedp.WaitVisible(css("#watch-0")))
+	do(t, ctx, "delivery", chromedp.Click(css(`header a[href="/delivery"]`)), chromedp.WaitVisible(css("#watch-1")))
 	if on := get(t, ctx, "nav", chromedp.Evaluate[string](`document.querySelector('header a.on').textContent`)); on != "Delivery" {
 		t.Fatalf("the page's nav marks %q, want Delivery", on)
 	}
 	states := get(t, ctx, "watches", chromedp.Evaluate[[]string](`[...document.querySelectorAll('section.watch h2')].map(h => h.textContent)`))
-	if strings.Join(states, "|") != "kafka:orders stopped|nats:COURIER findings" {
-		t.Fatalf("the page shows the watches %q, want kafka:orders stopped and nats:COURIER findings", states)
+	if strings.Join(states, "|") != "nats:COURIER findings|kafka:orders stopped" {
+		t.Fatalf("the page shows the watches %q, want nats:COURIER findings (alarms first), then kafka:orders stopped", states)
 	}
-	rows := get(t, ctx, "findings", chromedp.Evaluate[[][]string](`[...document.querySelectorAll('#watch-1 table.findings tr')].slice(1).map(r => [...r.cells].map(c => c.textContent))`))
+	rows := get(t, ctx, "findings", chromedp.Evaluate[[][]string](`[...document.querySelectorAll('#watch-0 table.findings tr')].slice(1).map(r => [...r.cells].map(c => c.textContent))`))
 	if len(rows) != 2 || rows[0][0] != "phantom" || rows[0][2] != phantom.MessageID || rows[0][4] != hostileKey+`\x1b[31m` ||
 		rows[1][0] != "lost" || rows[1][2] != lost.MessageID || rows[1][4] != "order-1042" {
 		t.Fatalf("the findings read %q, want the phantom (its key as text), then the lost message", rows)
 	}
-	advice := get(t, ctx, "advice", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#watch-1 dl.advice dd')].map(d => d.textContent)`))
+	advice := get(t, ctx, "advice", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#watch-0 dl.advice dd')].map(d => d.textContent)`))
 	if len(advice) != 3 || advice[0] != audit.Advice(audit.KindLost) || advice[1] != audit.Advice(audit.KindPhantom) || advice[2] != audit.Advice(audit.KindDuplicate) {
 		t.Fatalf("the advice reads %q, want that of lost messages, phantoms and duplicates", advice)
 	}
-	if stopped := get(t, ctx, "stopped", chromedp.Text(css("#watch-0 p.stopped"))); !strings.HasPrefix(stopped, "This watch saved nothing for") {
+	if stopped := get(t, ctx, "stopped", chromedp.Text(css("#watch-1 p.stopped"))); !strings.HasPrefix(stopped, "This watch saved nothing for 1m0s (its interval is 15s)") {
 		t.Fatalf("the stopped watch says %q", stopped)
 	}
-	do(t, ctx, "scroll to the findings", chromedp.ScrollIntoView(css("#watch-1")))
 	shot(t, ctx, "delivery")
 }

@@ -41,7 +41,8 @@ type kindAdvice struct {
 
 // delivery shows each continuous audit the database keeps (courier audit
 // --watch, courier relay --audit): the range judged, its lag, what it
-// found and what to do about it, and whether it stopped or fails. What
+// found and what to do about it, and whether it stopped or fails; those
+// that found alarms first. What
 // the database holds is escaped twice: control characters as the
 // terminal's commands show them (escape.Line), markup by the template.
 func (h *Handler) delivery(w http.ResponseWriter, r *http.Request) {
@@ -88,5 +89,15 @@ func (h *Handler) delivery(w http.ResponseWriter, r *http.Request) {
 		}
 		views = append(views, v)
 	}
+	// Those that found alarms first, then by name.
+	slices.SortStableFunc(views, func(a, b watchView) int {
+		switch {
+		case a.Alarms() == b.Alarms():
+			return 0
+		case a.Alarms():
+			return -1
+		}
+		return 1
+	})
 	h.render(w, r, "delivery", map[string]any{"Title": "Delivery", "Watches": views, "Alarms": alarms})
 }

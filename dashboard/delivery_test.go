@@ -14,10 +14,15 @@ import (
 	"github.com/courier-go/courier/store"
 )
 
+// minuteLater is the clock the Delivery page is looked at by: a minute
+// after the watches of saveWatches saved their state.
+func minuteLater() time.Time { return time.Now().Add(time.Minute) }
+
 // saveWatches saves two continuous audits in f's database: "nats:COURIER",
-// running, which found a lost message and a phantom whose key is markup
-// and a terminal's escape, and "kafka:orders", which saved nothing for
-// three of its intervals and whose last pass failed.
+// running (a pass a minute), which found a lost message and a phantom
+// whose key is markup and a terminal's escape, and "kafka:orders", which
+// by minuteLater saved nothing for three of its intervals (15s) and whose
+// last pass failed.
 func saveWatches(t *testing.T, f *fixture) (lost, phantom audit.WatchFinding) {
 	t.Helper()
 	ctx := context.Background()
@@ -30,10 +35,10 @@ func saveWatches(t *testing.T, f *fixture) (lost, phantom audit.WatchFinding) {
 	testenv.Must(t, err, "findings")
 	d := f.drv.Delivery()
 	testenv.Must(t, d.SaveWatch(ctx, store.AuditWatch{Name: "nats:COURIER", Broker: "nats://127.0.0.1:4222 stream COURIER",
-		From: time.Now().Add(-10 * time.Minute), To: time.Now().Add(-5 * time.Second), Passes: 40, Lost: 1, Phantoms: 1, Duplicates: 2,
-		Interval: time.Hour, Findings: findings, StartedAt: at}), "save the running watch")
+		From: minuteLater().Add(-10 * time.Minute), To: minuteLater().Add(-6 * time.Second), Passes: 40, Lost: 1, Phantoms: 1, Duplicates: 2,
+		Interval: time.Minute, Findings: findings, StartedAt: at}), "save the running watch")
 	testenv.Must(t, d.SaveWatch(ctx, store.AuditWatch{Name: "kafka:orders", Broker: "kafka://127.0.0.1:9092 topics orders",
-		Passes: 3, Failed: 3, Interval: time.Nanosecond, LastError: "audit: read the broker: <b>connection refused</b>", StartedAt: at}), "save the stopped watch")
+		Passes: 3, Failed: 3, Interval: 15 * time.Second, LastError: "audit: read the broker: <b>connection refused</b>", StartedAt: at}), "save the stopped watch")
 	return lost, phantom
 }
 
@@ -50,7 +55,7 @@ func TestDeliveryOverHTTP(t *testing.T) {
 
 func testDeliveryOverHTTP(t *testing.T, dbURL string) {
 	f := newFixtureAt(t, dbURL, []string{"orders"}, []string{"too big"})
-	srv := serve(t, dashboard.Config{Database: f.drv})
+	srv := serve(t, dashboard.Config{Database: f.drv, Clock: minuteLater})
 	cl := newClient(t, srv.URL)
 	code, page := cl.get("/delivery")
 	if code != 200 || !strings.Contains(page, `<p id="none">No continuous audit has saved its state`) || !strings.Contains(page, `href="/delivery" class="on">Delivery</a>`) {
