@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,19 @@ func TestStopped(t *testing.T) {
 	}{{time.Second, 3 * time.Second, false}, {time.Second, 3*time.Second + 1, true}, {0, 45 * time.Second, false}, {0, 46 * time.Second, true}} {
 		if got := audit.Stopped(store.AuditWatch{Interval: c.interval, UpdatedAt: now.Add(-c.ago)}, now); got != c.want {
 			t.Errorf("interval %s, saved %s ago: stopped %v, want %v", c.interval, c.ago, got, c.want)
+		}
+	}
+}
+
+// docs/operations.md gives each kind's advice as Advice says it.
+func TestAdviceInOperations(t *testing.T) {
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range audit.Kinds {
+		if !strings.Contains(string(doc), "| "+strings.ToLower(audit.Title(k))+" | "+audit.Advice(k)+" |") {
+			t.Errorf("docs/operations.md lacks the advice on %s as Advice gives it", k)
 		}
 	}
 }
