@@ -76,6 +76,17 @@
 // observer: CDC returns a collector that reads them (its Stats) at each
 // scrape, under courier_cdc_ names; register it next to the Collector.
 //
+// # Continuous audits
+//
+// Collector.Audit returns the observer a continuous audit reports its
+// passes to (audit.WatchConfig.Observer): what it found, as counters
+// labelled with the watch's name (courier_audit_lost_messages_total,
+// _phantom_messages_total, _duplicate_messages_total, _order_breaks_total),
+// its passes and failed passes, the broker messages it judged, how long a
+// pass took, and gauges of how far back it remembers and how far behind
+// now its judged range ends (courier_audit_lag_seconds, computed at each
+// scrape, so that it grows while the watch fails or has stopped).
+//
 // # Names
 //
 // Every name starts with courier_, counters end in _total, durations are in
