@@ -12,7 +12,6 @@ import (
 	"github.com/courier-go/courier/broker/brokerurl"
 	"github.com/courier-go/courier/health"
 	"github.com/courier-go/courier/metrics"
-	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/dburl"
 )
 
@@ -88,23 +87,12 @@ func (s watchSpec) config() (audit.WatchConfig, error) {
 	return cfg, cfg.Validate()
 }
 
-// deliveryOf returns the database's store.Delivery, where watches save
-// their state.
-func deliveryOf(d *dburl.DB) (store.Delivery, error) {
-	if ds, ok := any(d.Driver).(interface{ Delivery() store.Delivery }); ok {
-		return ds.Delivery(), nil
-	}
-	return nil, fmt.Errorf("the database at %s keeps no audit watches: upgrade Courier, then run courier migrate", d.String())
-}
-
 // startWatch makes the watch of r on d and runs it until the returned
 // stop is called or ctx ends; col, if set, gets its metrics. Ready is its
 // /readyz check.
 // With reset it first forgets the watch's saved state.
 func startWatch(ctx context.Context, e *env, d *dburl.DB, r broker.Reader, cfg audit.WatchConfig, reset bool, col *metrics.Collector) (w *audit.Watcher, stop func(), err error) {
-	if cfg.Save, err = deliveryOf(d); err != nil {
-		return nil, nil, err
-	}
+	cfg.Save = d.Delivery()
 	if reset {
 		had, err := cfg.Save.DeleteWatch(ctx, cfg.Name)
 		if err != nil {

@@ -38,11 +38,7 @@ type watchStatus struct {
 // readWatches reads the continuous audits' saved states, judged at now
 // (the database's clock).
 func readWatches(ctx context.Context, d *dburl.DB, now time.Time) ([]watchStatus, error) {
-	ds, err := deliveryOf(d)
-	if err != nil {
-		return nil, err
-	}
-	ws, err := ds.Watches(ctx)
+	ws, err := d.Delivery().Watches(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the continuous audits: %w", err)
 	}
