@@ -13,6 +13,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/audit"
+	"github.com/courier-go/courier/broker/kafka"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/internal/testenv"
 )
@@ -94,6 +95,35 @@ func TestAuditWatchNATS(t *testing.T) {
 	code, out, errOut = runCLI(t, "status", "--database-url", url, "--fail-if-audit-stopped")
 	if code != 1 || !strings.Contains(errOut, "continuous audit "+name+" saved nothing for") || !strings.Contains(out, "STOPPED") {
 		t.Errorf("status --fail-if-audit-stopped after the watch stopped: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// courier audit --watch on Kafka topics (--topic): named after them, it
+// judges what the relay published, then finds a copy published again
+// (a duplicate, no alarm: --fail-if-audit-finding passes).
+func TestAuditWatchKafka(t *testing.T) {
+	raw, cfg := kafkaOrders(t, 2)
+	url, written := writeOutbox(t)
+	runRelay(t, url, raw, nil, "--keep-published")
+	w := startServed(t, nil, "audit", "--database-url", url, "--broker-url", raw, "--topic", "orders",
+		"--watch", "--interval", "200ms", "--slack", "100ms", "--remember", "1m")
+	series := func(name string) string { return name + `{watch="kafka:orders"} ` }
+	metrics := func() string { _, b := w.get(t, "/metrics"); return b }
+	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(metrics(), series("courier_audit_judged_messages_total")+"100") },
+		"the watch never judged the 100 messages:\n%s", testenv.Lazy(func() any { return metrics() + w.Logs() }))
+
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Config: cfg})
+	testenv.Must(t, err, "publisher")
+	defer pub.Close()
+	testenv.Must(t, pub.Publish(context.Background(), []courier.Message{written[0]})[0], "publish a copy again")
+	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(metrics(), series("courier_audit_duplicate_messages_total")+"1") },
+		"the watch never found the duplicate:\n%s", testenv.Lazy(func() any { return metrics() + w.Logs() }))
+	if body := metrics(); !strings.Contains(body, series("courier_audit_lost_messages_total")+"0") || !strings.Contains(body, series("courier_audit_order_breaks_total")+"0") {
+		t.Errorf("the watch found more than the duplicate:\n%s", body)
+	}
+	if code, out, errOut := runCLI(t, "status", "--database-url", url, "--fail-if-audit-finding"); code != 0 ||
+		!regexp.MustCompile(`kafka:orders\s+ok\s`).MatchString(out) {
+		t.Errorf("status --fail-if-audit-finding with a duplicate only: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
 
