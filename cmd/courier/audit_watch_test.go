@@ -16,6 +16,7 @@ import (
 	"github.com/courier-go/courier/broker/kafka"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/store/postgres"
 )
 
 // courier audit --watch over a stream that `courier relay
@@ -139,6 +140,41 @@ func TestRelayAudit(t *testing.T) {
 	code, body := s.get(t, "/readyz")
 	if code != http.StatusOK || !strings.Contains(body, `"audit": "audit nats:COURIER: judged to`) || !strings.Contains(body, `0 lost, 0 phantoms, 0 order breaks, 0 duplicates`) {
 		t.Fatalf("/readyz: %d\n%s", code, body)
+	}
+}
+
+// courier relay --mode cdc --audit watches what the CDC relay publishes
+// (it records its copies in batches, after the broker stored them: the
+// slack covers that): every message judged, none found wanting, on
+// /metrics and /readyz next to the slot's check.
+func TestRelayCDCAudit(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
+	natsURL := testenv.NATSOrEmbedded(t)
+	nc := testenv.Connect(t, natsURL)
+	stream := testenv.Name("CDCAUDIT")
+	mapping := couriernats.Config{SubjectPrefix: strings.ToLower(stream) + "."}
+	testenv.Must(t, couriernats.EnsureStream(context.Background(), nc, mapping, couriernats.StreamConfig{Name: stream}), "stream")
+	slot := newSlot(t, pg, false)
+	r := serveRelay(t, 0, "--mode", "cdc", "--slot", slot, "--publication", slot, "--database-url", pg.URL,
+		"--broker-url", natsURL, "--stream", stream, "--subject-prefix", mapping.SubjectPrefix,
+		"--keep-published", "--audit", "--audit-interval", "200ms", "--audit-slack", "1s")
+	const n = 40
+	writeMessages(t, pg, n)
+	name := `{watch="nats:` + stream + `"}`
+	var body string
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		_, body = r.get(t, "/metrics")
+		judged, _ := metricValue(body, "courier_audit_judged_messages_total"+name)
+		return judged == n
+	}, "the CDC relay's audit never judged the %d messages:\n%s\n%s", n, testenv.Lazy(func() any { return body }), testenv.Lazy(func() any { return r.Logs() }))
+	for _, series := range []string{"courier_audit_lost_messages_total", "courier_audit_phantom_messages_total", "courier_audit_duplicate_messages_total", "courier_audit_order_breaks_total"} {
+		if v, ok := metricValue(body, series+name); !ok || v != 0 {
+			t.Errorf("%s%s = %v (%v), want 0", series, name, v, ok)
+		}
+	}
+	code, ready := r.get(t, "/readyz")
+	if code != http.StatusOK || !strings.Contains(ready, `"audit": "audit nats:`+stream+`: judged to`) || !strings.Contains(ready, `"cdc": "reading slot `+slot) {
+		t.Fatalf("/readyz: %d %s", code, ready)
 	}
 }
 

@@ -165,7 +165,7 @@ func (c *relayCmd) Run(e *env) error {
 		if c.Cleanup.Every > 0 {
 			defer backgroundCleanup(e, c.Cleanup.retentionFlags, c.Cleanup.tables, d.Operations(), c.Cleanup.Every)()
 		}
-		return c.runCDC(e, d.Operations(), b)
+		return c.runCDC(e, d, b)
 	}
 	r, stopObserving, err := c.newRelay(e, d, st, b, cfg)
 	if err != nil {

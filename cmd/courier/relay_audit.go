@@ -29,8 +29,6 @@ func (c *relayCmd) checkAudit() error {
 	switch {
 	case !c.KeepPublished:
 		return errors.New("--audit needs --keep-published: the audit compares the copies the relay keeps of what it published with what the broker holds (trim them with --cleanup-every and --cleanup-keep-published)")
-	case c.Mode == "cdc":
-		return errors.New("--audit runs in the polling relay: with --mode cdc, run courier audit --watch beside the relay")
 	case c.tenanted():
 		return errors.New("--audit audits one database: with tenants, run courier audit --watch per tenant")
 	}

@@ -1,13 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/broker/brokerurl"
+	"github.com/courier-go/courier/metrics"
 	"github.com/courier-go/courier/relay/cdc"
-	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/dburl"
 	"github.com/courier-go/courier/store/postgres"
 )
 
@@ -33,8 +35,9 @@ func (f cdcFlags) checkCDC(dialect string) error {
 }
 
 // runCDC relays from the log until the command's context ends, serving
-// /metrics, /healthz and /readyz with --metrics-addr; ops gives the gauges.
-func (c *relayCmd) runCDC(e *env, ops store.Operations, b *brokerurl.Broker) error {
+// /metrics, /healthz and /readyz with --metrics-addr (d's Operations give
+// the gauges), and audits what it publishes with --audit.
+func (c *relayCmd) runCDC(e *env, d *dburl.DB, b *brokerurl.Broker) error {
 	pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("--database-url: %w", err)
@@ -47,12 +50,27 @@ func (c *relayCmd) runCDC(e *env, ops store.Operations, b *brokerurl.Broker) err
 	if err != nil {
 		return flagError(err)
 	}
-	obs, err := c.observeFlags.listen(ops)
+	obs, err := c.observeFlags.listen(d.Operations())
 	if err != nil {
 		return err
 	}
+	var col *metrics.Collector
+	if obs != nil {
+		col = obs.col
+	}
+	w, stopAudit, err := c.startAudit(e, d, b, col)
+	if err != nil {
+		if obs != nil {
+			_ = obs.ln.Close()
+		}
+		return err
+	}
+	defer stopAudit()
 	if obs != nil {
 		defer obs.ln.Close()
+		if w != nil {
+			obs.checks = map[string]func(context.Context) (string, error){"audit": w.Ready}
+		}
 		stop, err := obs.serveCDC(e, r, pool, b)
 		if err != nil {
 			return err
