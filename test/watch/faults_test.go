@@ -23,6 +23,7 @@ type watch struct {
 	interval time.Duration
 	last     time.Time
 	passes   []audit.Pass
+	starts   []time.Time // when each pass began
 }
 
 func newWatch(t *testing.T, db *database, b *brokerRig, slack, interval time.Duration) *watch {
@@ -37,6 +38,7 @@ func (wt *watch) pass() audit.Pass {
 	wt.t.Helper()
 	time.Sleep(time.Until(wt.last.Add(wt.interval)))
 	wt.last = time.Now()
+	wt.starts = append(wt.starts, wt.last)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := wt.w.Pass(ctx)
