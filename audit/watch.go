@@ -368,6 +368,7 @@ func (w *Watcher) Pass(ctx context.Context) (Pass, error) {
 		}
 	} else {
 		w.state.LastError = ""
+		w.logFindings(p)
 		w.record(p)
 		if w.cfg.Observer != nil {
 			s := w.state
@@ -539,6 +540,13 @@ func (w *Watcher) judgeStored(ctx context.Context, to time.Time, p *Pass) error 
 			rest = append(rest, s)
 		}
 	}
+	// Look up the messages the copies lack before judging anything: a
+	// pass that fails here leaves the range, and each key's and id's
+	// marks, as they were, for the next pass to judge.
+	places, err := w.locate(ctx, judged)
+	if err != nil {
+		return err
+	}
 	var unplaced []string
 	byID := map[string]broker.Stored{}
 	firsts := map[string]bool{}
@@ -577,10 +585,6 @@ func (w *Watcher) judgeStored(ctx context.Context, to time.Time, p *Pass) error 
 		p.Note = "the database keeps no published copies (relays without KeepPublished): the broker's messages cannot be placed"
 		return nil
 	}
-	places, err := w.db.Locate(ctx, unplaced)
-	if err != nil {
-		return fmt.Errorf("audit: look up the messages the copies lack: %w", err)
-	}
 	for _, id := range unplaced {
 		switch places[id] {
 		case store.PlacePending:
@@ -596,13 +600,42 @@ func (w *Watcher) judgeStored(ctx context.Context, to time.Time, p *Pass) error 
 	return nil
 }
 
-// found adds a finding to p and logs it: each message is judged once, so
-// each finding is logged once.
+// locate returns where the database holds the messages of judged whose
+// copies the watch has not read; nil when there are none, or when the
+// database keeps no copies.
+func (w *Watcher) locate(ctx context.Context, judged []broker.Stored) (map[string]store.Place, error) {
+	var ids []string
+	asked := map[string]bool{}
+	for _, s := range judged {
+		id := s.Message.ID.String()
+		if _, ok := w.copies[id]; !ok && !asked[id] {
+			asked[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 || !w.sawCopy {
+		return nil, nil
+	}
+	places, err := w.db.Locate(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("audit: look up the messages the copies lack: %w", err)
+	}
+	return places, nil
+}
+
+// found adds a finding to p; Pass logs it if p succeeds.
 func (w *Watcher) found(p *Pass, kind string, f Finding) {
-	wf := WatchFinding{Kind: kind, Finding: f, FoundAt: w.cfg.Clock()}
-	p.Findings = append(p.Findings, wf)
-	w.cfg.Logger.Warn("audit found "+kind, "watch", w.cfg.Name, "message_id", f.MessageID, "topic", f.Topic, "key", f.Key,
-		"outbox_id", f.ID, "log", f.Log, "offset", f.Offset, "detail", f.Detail)
+	p.Findings = append(p.Findings, WatchFinding{Kind: kind, Finding: f, FoundAt: w.cfg.Clock()})
+}
+
+// logFindings logs the findings of a pass that succeeded: each message is
+// judged by one such pass (a pass that fails leaves its range to the
+// next), so each finding is logged once.
+func (w *Watcher) logFindings(p Pass) {
+	for _, f := range p.Findings {
+		w.cfg.Logger.Warn("audit found "+f.Kind, "watch", w.cfg.Name, "message_id", f.MessageID, "topic", f.Topic, "key", f.Key,
+			"outbox_id", f.ID, "log", f.Log, "offset", f.Offset, "detail", f.Detail)
+	}
 }
 
 // prune forgets the copies and offsets no later pass reads again, and
