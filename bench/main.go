@@ -45,7 +45,7 @@ import (
 )
 
 // sections are the parts of the benchmark, in the order they run.
-var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled", "consumers", "handover", "tenants", "producers"}
+var sections = []string{"drain", "latency", "write", "limits", "dialects", "adversity", "brokers", "cdc", "cleanup", "scheduled", "consumers", "handover", "tenants", "producers", "audit"}
 
 // config is the command line.
 type config struct {
@@ -346,6 +346,8 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 		b.runHandovers(ctx, try, run)
 	case "producers":
 		b.runProducers(ctx, try, run)
+	case "audit":
+		b.runAudits(ctx, try)
 	case "tenants":
 		if run == 1 { // it repeats itself (-tenants-runs)
 			b.runTenants(ctx, try)
@@ -382,6 +384,11 @@ func (b *Bench) warnSpread() {
 			for _, lang := range producerLanguages {
 				b.warnCell(f, prodKey(lang, d))
 			}
+		}
+	}
+	for _, f := range auditFigures {
+		for _, n := range b.auditNs() {
+			b.warnCell(f, auditKey(n))
 		}
 	}
 	for _, f := range scheduledFigures {

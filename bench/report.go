@@ -280,6 +280,12 @@ func renderTables(res *Results, cfg config) string {
 		}
 		renderProducers(&sb, fn, res, cfg)
 	}
+	if measured(res, auditFigures) {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		renderAudit(&sb, fn, res, cfg)
+	}
 	if fn.spread || len(fn.list) > 0 {
 		sb.WriteString("\n")
 	}
@@ -558,7 +564,7 @@ All relays use their own pgx pool (at most 10 connections) and their own NATS co
 		payloadSize, watermillBatch, watermillPoll, riverFetchCooldown, riverFetchPollInterval, riverMaxWorkers,
 		thousands(int64(cfg.drainN)), latencyWriters, cfg.latencyWindow, cfg.latencyWarmup, cfg.latencyDrainTimeout,
 		writeWriters, cfg.writeDuration, cfg.writeWarmup, thousands(int64(cfg.limitsN)), thousands(int64(cfg.limitsN)), thousands(int64(cfg.syncN)), riverMaxWorkers) +
-		dialectSettingsText(cfg) + adversitySettingsText(cfg) + brokerSettingsText(cfg) + cleanupSettingsText(cfg) + scheduledSettingsText(cfg) + consumersSettingsText(cfg) + tenantsSettingsText(cfg) + producersSettingsText(cfg)
+		dialectSettingsText(cfg) + adversitySettingsText(cfg) + brokerSettingsText(cfg) + cleanupSettingsText(cfg) + scheduledSettingsText(cfg) + consumersSettingsText(cfg) + tenantsSettingsText(cfg) + producersSettingsText(cfg) + auditSettingsText(cfg)
 }
 
 // dialectSettingsText documents how the table of Courier's relay per store

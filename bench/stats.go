@@ -70,7 +70,7 @@ var dialectFigures = []Figure{
 
 // figureByID returns the figure with id.
 func figureByID(id string) Figure {
-	for _, f := range slices.Concat(figures, referenceFigures, dialectFigures, adversityFigures, brokerFigures, cdcFigures, cleanupFigures, scheduledFigures, consumerFigures, handoverFigures, tenantFigures, producerFigures) {
+	for _, f := range slices.Concat(figures, referenceFigures, dialectFigures, adversityFigures, brokerFigures, cdcFigures, cleanupFigures, scheduledFigures, consumerFigures, handoverFigures, tenantFigures, producerFigures, auditFigures) {
 		if f.ID == id {
 			return f
 		}
