@@ -94,9 +94,14 @@
 // messages of its Interval plus Slack (each message is read about
 // 1 + Slack/Interval times; 1.33 with the defaults), one PublishedBetween
 // query per pass, and a Locate for the broker's messages the copies do not
-// hold (rare). It holds the ids and keys of the last Remember in memory:
-// some 150 bytes a message, 90 MB for 10 minutes at 1,000 messages a
-// second. bench/RESULTS.md has the measured figures.
+// hold (rare; it scans every copy kept). On PostgreSQL the query reads
+// its window through a BRIN index, which summarizes a block range only
+// at a VACUUM of the table: every query reads the ranges filled since the
+// last one whole, up to a fifth of the copies kept with autovacuum's
+// defaults, all of them without autovacuum. It holds the ids and keys of
+// the last Remember in memory: some 350 bytes a message, 210 MB for 10
+// minutes at 1,000 messages a second. bench/RESULTS.md has the measured
+// figures.
 //
 // # Cost of a one-shot audit
 //

@@ -50,7 +50,7 @@ type WatchConfig struct {
 	// tell a duplicate or an order break from a first copy: a copy the
 	// broker stores again more than Remember after the first, or a key
 	// whose last message is older than that, is judged as new. Memory
-	// grows with it: some 150 bytes a message. Default DefaultRemember.
+	// grows with it: some 350 bytes a message. Default DefaultRemember.
 	Remember time.Duration
 	// Since is how far back the first pass starts: the watch judges what
 	// was published from Since before it started. Default Remember.
