@@ -12,11 +12,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/audit"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/broker/kafka"
 	couriernats "github.com/courier-go/courier/broker/nats"
 	"github.com/courier-go/courier/relay"
 	"github.com/courier-go/courier/store"
@@ -55,14 +59,18 @@ var auditFigures = []Figure{
 	{ID: "audit_stored", Section: "audit", Label: "Broker messages read per message (with the Slack overlap)", Unit: "msgs", LowerIsBetter: true, Digits: 2},
 	{ID: "audit_cpu_us", Section: "audit", Label: "Watch process CPU (user+sys) per message", Unit: "µs", LowerIsBetter: true, Digits: 1},
 	{ID: "audit_pg_us", Section: "audit", Label: "PostgreSQL backend CPU per message", Unit: "µs", LowerIsBetter: true, Digits: 1},
-	{ID: "audit_nats_us", Section: "audit", Label: "nats-server CPU per message", Unit: "µs", LowerIsBetter: true, Digits: 1},
+	{ID: "audit_broker_us", Section: "audit", Label: "nats-server CPU per message (kfake's is the watch process's)", Unit: "µs", LowerIsBetter: true, Digits: 1},
 	{ID: "audit_mem", Section: "audit", Label: "Heap per remembered message", Unit: "bytes", LowerIsBetter: true, Digits: -1},
 	{ID: "audit_pass_ms", Section: "audit", Label: "Pass time per 1,000 messages judged (wall)", Unit: "ms", LowerIsBetter: true, Digits: 1},
 	{ID: "audit_locate_ms", Section: "audit", Label: "One Locate (a pass that meets one phantom), all copies kept", Unit: "ms", LowerIsBetter: true, Digits: 1},
 }
 
-// auditKey is the results key of n messages on NATS.
-func auditKey(n int) string { return "nats_" + strconv.Itoa(n) }
+// auditBrokers are the brokers of the section: NATS (-nats) and Kafka
+// (kfake, in this process).
+var auditBrokers = []string{"nats", "kafka"}
+
+// auditKey is the results key of n messages on br.
+func auditKey(br string, n int) string { return br + "_" + strconv.Itoa(n) }
 
 // auditNs returns the section's message counts.
 func (b *Bench) auditNs() []int {
@@ -72,11 +80,62 @@ func (b *Bench) auditNs() []int {
 	return auditCounts
 }
 
-// runAudits measures every count once.
-func (b *Bench) runAudits(ctx context.Context, try func(string, func() error)) {
-	for _, n := range b.auditNs() {
-		try(fmt.Sprintf("audit: a watch over %s messages on NATS", thousands(int64(n))), func() error { return b.runAudit(ctx, n) })
+// runAudits measures every count on every broker once, the brokers in
+// an order that turns with run.
+func (b *Bench) runAudits(ctx context.Context, try func(string, func() error), run int) {
+	for _, br := range rotate(auditBrokers, run-1) {
+		for _, n := range b.auditNs() {
+			try(fmt.Sprintf("audit: a watch over %s messages on %s", thousands(int64(n)), br), func() error { return b.runAudit(ctx, br, n) })
+		}
 	}
+}
+
+// auditBroker is where the section's relay publishes and what its watch
+// reads.
+type auditBroker struct {
+	pub    broker.Publisher
+	reader broker.Reader
+	close  func()
+}
+
+// openAuditBroker opens br for env: env's stream on NATS, a fresh kfake
+// cluster with a topic of 4 partitions for Kafka.
+func openAuditBroker(ctx context.Context, env *Env, br string) (*auditBroker, error) {
+	if br == "kafka" {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, Topic))
+		if err != nil {
+			return nil, fmt.Errorf("start kfake: %w", err)
+		}
+		cfg := kafka.Config{Brokers: c.ListenAddrs()}
+		pub, err := kafka.NewPublisher(kafka.PublisherConfig{Config: cfg})
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		r, err := kafka.NewReader(ctx, kafka.ReaderConfig{Config: cfg, Topics: []string{Topic}})
+		if err != nil {
+			pub.Close()
+			c.Close()
+			return nil, err
+		}
+		return &auditBroker{pub: pub, reader: r, close: func() { r.Close(); pub.Close(); c.Close() }}, nil
+	}
+	nc, err := natsgo.Connect(env.NATSURL)
+	if err != nil {
+		return nil, err
+	}
+	mapping := couriernats.Config{SubjectPrefix: env.Prefix}
+	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	r, err := couriernats.NewReader(nc, couriernats.ReaderConfig{Config: mapping, Stream: env.Stream})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &auditBroker{pub: pub, reader: r, close: nc.Close}, nil
 }
 
 // timedDB counts what a watch reads of its database and how long it
@@ -119,13 +178,24 @@ type replayClock struct{ now time.Time }
 
 func (c *replayClock) Now() time.Time { return c.now }
 
-// runAudit measures a watch over n messages.
-func (b *Bench) runAudit(ctx context.Context, n int) error {
-	env, err := newEnv(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, "audit")
+// runAudit measures a watch over n messages on br.
+func (b *Bench) runAudit(ctx context.Context, br string, n int) error {
+	newEnvOf := newEnv
+	if br != "nats" {
+		newEnvOf = func(ctx context.Context, admin *pgxpool.Pool, pgURL, natsURL, system string, _ ...func(*jetstream.StreamConfig)) (*Env, error) {
+			return newSchemaEnv(ctx, admin, pgURL, natsURL, system)
+		}
+	}
+	env, err := newEnvOf(ctx, b.admin, b.cfg.pgURL, b.cfg.natsURL, "audit")
 	if err != nil {
 		return err
 	}
 	defer env.Close()
+	bk, err := openAuditBroker(ctx, env, br)
+	if err != nil {
+		return err
+	}
+	defer bk.close()
 	sys := &courierSystem{}
 	if err := sys.Prepare(ctx, env); err != nil {
 		return fmt.Errorf("prepare: %w", err)
@@ -139,23 +209,12 @@ func (b *Bench) runAudit(ctx context.Context, n int) error {
 	}
 	defer pool.Close()
 	d := postgres.NewDriver(pool)
-	began, ended, err := auditDrain(ctx, env, d, n)
-	if err != nil {
-		return err
-	}
-
-	nc, err := natsgo.Connect(env.NATSURL)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	mapping := couriernats.Config{SubjectPrefix: env.Prefix}
-	nr, err := couriernats.NewReader(nc, couriernats.ReaderConfig{Config: mapping, Stream: env.Stream})
+	began, ended, err := auditDrain(ctx, d, bk.pub, n)
 	if err != nil {
 		return err
 	}
 	db := &timedDB{Database: d.Operations()}
-	reader := &countedReader{Reader: nr}
+	reader := &countedReader{Reader: bk.reader}
 	// A Slack of at least 50ms: the relay records a batch's copies once
 	// the whole batch is acknowledged, milliseconds after the broker
 	// stored its first message (a shorter Slack judges such messages
@@ -175,6 +234,7 @@ func (b *Bench) runAudit(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
+	nats := br == "nats" && b.natsPID != 0
 	natsBefore, _ := procCPU(b.natsPID)
 	cpuBefore := processCPU()
 	start := time.Now()
@@ -205,14 +265,14 @@ func (b *Bench) runAudit(ctx context.Context, n int) error {
 		return fmt.Errorf("the watch judged %d of %d messages", judged, n)
 	}
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
-	k := auditKey(n)
+	k := auditKey(br, n)
 	b.results.Add("audit_db_us", k, per(db.took))
 	b.results.Add("audit_copies", k, float64(db.rows)/float64(n))
 	b.results.Add("audit_stored", k, float64(reader.read)/float64(n))
 	b.results.Add("audit_cpu_us", k, per(cpu))
 	b.results.Add("audit_pg_us", k, per(cpuDelta(pgBefore, pgAfter)))
-	if b.natsPID != 0 {
-		b.results.Add("audit_nats_us", k, per(natsAfter-natsBefore))
+	if nats {
+		b.results.Add("audit_broker_us", k, per(natsAfter-natsBefore))
 	}
 	b.results.Add("audit_mem", k, float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n))
 	b.results.Add("audit_pass_ms", k, float64(took.Milliseconds())/float64(n)*1000)
@@ -248,11 +308,7 @@ func (b *Bench) runAudit(ctx context.Context, n int) error {
 	// A phantom, stored after the replayed time: the next pass looks it up
 	// among every copy kept.
 	time.Sleep(time.Until(clock.now))
-	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: mapping})
-	if err != nil {
-		return err
-	}
-	if err := pub.Publish(ctx, []courier.Message{courier.NewMessage(Topic, "phantom", messageType, nil)})[0]; err != nil {
+	if err := bk.pub.Publish(ctx, []courier.Message{courier.NewMessage(Topic, "phantom", messageType, nil)})[0]; err != nil {
 		return err
 	}
 	clock.now = time.Now().Add(2 * slack)
@@ -269,17 +325,8 @@ func (b *Bench) runAudit(ctx context.Context, n int) error {
 
 // auditDrain drains the outbox's n messages with a relay that keeps their
 // published copies, and returns when it began and ended.
-func auditDrain(ctx context.Context, env *Env, d postgres.Driver, n int) (began, ended time.Time, err error) {
+func auditDrain(ctx context.Context, d postgres.Driver, pub broker.Publisher, n int) (began, ended time.Time, err error) {
 	st, err := d.RelayStore(ctx, store.RelayConfig{KeepPublished: true})
-	if err != nil {
-		return began, ended, err
-	}
-	nc, err := couriernats.Connect(env.NATSURL)
-	if err != nil {
-		return began, ended, err
-	}
-	defer nc.Close()
-	pub, err := couriernats.NewPublisher(nc, couriernats.PublisherConfig{Config: couriernats.Config{SubjectPrefix: env.Prefix}})
 	if err != nil {
 		return began, ended, err
 	}
@@ -363,22 +410,26 @@ func processCPU() time.Duration {
 }
 
 // renderAudit renders the audit section's table: one row per figure, one
-// column per message count.
+// column per broker and message count.
 func renderAudit(sb *strings.Builder, fn *footnotes, res *Results, cfg config) {
 	counts := auditCounts
 	if cfg.quick {
 		counts = auditQuickCounts
 	}
-	sb.WriteString("Continuous audit (audit.Watcher) on PostgreSQL and NATS, per message judged (↓ better):\n\n| Figure |")
-	for _, n := range counts {
-		fmt.Fprintf(sb, " %s messages |", thousands(int64(n)))
+	sb.WriteString("Continuous audit (audit.Watcher) on PostgreSQL, per message judged (↓ better; Kafka is kfake, in the watch's process):\n\n| Figure |")
+	for _, br := range auditBrokers {
+		for _, n := range counts {
+			fmt.Fprintf(sb, " %s, %s messages |", br, thousands(int64(n)))
+		}
 	}
-	sb.WriteString("\n|---|" + strings.Repeat("---:|", len(counts)) + "\n")
+	sb.WriteString("\n|---|" + strings.Repeat("---:|", len(counts)*len(auditBrokers)) + "\n")
 	for _, f := range auditFigures {
 		fmt.Fprintf(sb, "| %s (%s) |", f.Label, f.Unit)
-		for _, n := range counts {
-			c, _, _ := cell(res, fn, f, auditKey(n), cfg.runs)
-			sb.WriteString(" " + c + " |")
+		for _, br := range auditBrokers {
+			for _, n := range counts {
+				c, _, _ := cell(res, fn, f, auditKey(br, n), cfg.runs)
+				sb.WriteString(" " + c + " |")
+			}
 		}
 		sb.WriteString("\n")
 	}

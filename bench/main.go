@@ -347,7 +347,7 @@ func (b *Bench) runSection(ctx context.Context, section string, order []string, 
 	case "producers":
 		b.runProducers(ctx, try, run)
 	case "audit":
-		b.runAudits(ctx, try)
+		b.runAudits(ctx, try, run)
 	case "tenants":
 		if run == 1 { // it repeats itself (-tenants-runs)
 			b.runTenants(ctx, try)
@@ -387,8 +387,10 @@ func (b *Bench) warnSpread() {
 		}
 	}
 	for _, f := range auditFigures {
-		for _, n := range b.auditNs() {
-			b.warnCell(f, auditKey(n))
+		for _, br := range auditBrokers {
+			for _, n := range b.auditNs() {
+				b.warnCell(f, auditKey(br, n))
+			}
 		}
 	}
 	for _, f := range scheduledFigures {
