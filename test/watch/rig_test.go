@@ -43,7 +43,7 @@ const (
 // dupWindow is the NATS stream's duplicate window: short, so that the
 // test can publish a message again after it, yet long enough to drop the
 // relay's copy of a message the test published first (see reorder).
-const dupWindow = 5 * time.Second
+const dupWindow = 10 * time.Second
 
 // database is a migrated database of one dialect, with what the relay,
 // the writer and the watch use of it.
