@@ -20,7 +20,7 @@ import (
 // share; watchSpec.config holds their rules for both.
 type watchFlags struct {
 	Interval time.Duration `help:"Time between passes of the continuous audit." default:"15s" env:"INTERVAL"`
-	Remember time.Duration `help:"How long the continuous audit remembers the messages it read, to tell a duplicate or an order break from a first copy (memory: some 150 bytes a message)." default:"10m" env:"REMEMBER"`
+	Remember time.Duration `help:"How long the continuous audit remembers the messages it read, to tell a duplicate or an order break from a first copy (memory: some 350 bytes a message)." default:"10m" env:"REMEMBER"`
 	Name     string        `help:"Name the continuous audit's state is saved under, for courier status and the dashboard (default: nats:STREAM or kafka:TOPICS, from what it reads)." env:"NAME"`
 	Reset    bool          `help:"Forget what the continuous audit saved (its counts, findings and where it stopped judging) and start afresh; without it, a restarted watch takes up its saved state, alarms included." env:"RESET"`
 }
