@@ -29,6 +29,17 @@
 // relays and consumers; the relays' counts add up, the consumers' are
 // labelled with the consumer's name.
 //
+// Two histograms measure latency from a message's OccurredAt, which its
+// writer sets just before its transaction commits:
+// courier_relay_publish_latency_seconds to the broker's acknowledgement,
+// and courier_consumer_latency_seconds, per consumer and topic, to the
+// commit of a consumer's handler (commit to applied). Each compares the
+// writer's clock with the relay's or the consumer's: a consumer whose
+// clock is behind the writer's by more than a message took counts it as 0
+// and in courier_consumer_clock_skew_messages_total. Package latency keeps
+// the same figures in the database, for `courier status` and the
+// dashboard.
+//
 // The gauges of the outbox (pending messages, oldest pending age, …), of
 // sagas and of idempotency keys need a query. The Collector runs those
 // queries while it is scraped, at most once per Config.MinInterval (10s by
@@ -66,7 +77,9 @@
 // gauge. The first Config.MaxTopics topics (100 by default) a Collector
 // reports keep series of their own for its lifetime; the others are summed
 // under the topic OtherTopics ("other topics", which no topic can be), their
-// oldest pending age the largest. The other labels take values from the
+// oldest pending age the largest. The consumers' latency histogram bounds
+// its topic label by the same rule, with a count of its own: the first
+// MaxTopics topics consumers apply keep series of their own. The other labels take values from the
 // program (consumer names, the consumer held keys' among them, saga types and states, a KeySource's scopes) or
 // from the database's configuration (replication slots).
 //

@@ -43,7 +43,8 @@ type Config struct {
 	// QueryTimeout bounds the queries of one refresh. Default
 	// DefaultQueryTimeout (5s).
 	QueryTimeout time.Duration
-	// MaxTopics bounds the topic label of the outbox gauges: the first
+	// MaxTopics bounds the topic label of the outbox gauges and of the
+	// consumers' latency histogram, each on its own: the first
 	// MaxTopics topics the Collector reports keep series of their own for
 	// its lifetime, and the others are reported together under the topic
 	// OtherTopics (summed; their oldest pending age is the largest).
@@ -277,6 +278,10 @@ type Collector struct {
 	processed, duplicates, failed, replayed *prometheus.CounterVec
 	parked                                  *prometheus.CounterVec
 	handlerDuration                         *prometheus.HistogramVec
+	consumerLatency                         *prometheus.HistogramVec
+	clockSkew                               *prometheus.CounterVec
+	latencyMu                               sync.Mutex
+	latencyTopics                           map[string]bool // the topics with latency series of their own, at most MaxTopics
 	// tenants (Tenant)
 	tenantPublished, tenantRetried, tenantDead *prometheus.CounterVec
 	tenantLatency                              *prometheus.HistogramVec
@@ -329,7 +334,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	c := &Collector{cfg: cfg, now: time.Now, topics: map[string]bool{}, tenants: map[string]bool{}}
+	c := &Collector{cfg: cfg, now: time.Now, topics: map[string]bool{}, latencyTopics: map[string]bool{}, tenants: map[string]bool{}}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
@@ -370,6 +375,7 @@ func New(cfg Config) (*Collector, error) {
 		Help:    "Time one handler run took through the inbox, its transaction included, whatever its outcome.",
 		Buckets: handlerBuckets,
 	}, []string{"consumer"})
+	c.newConsumerLatency()
 	c.newTenantMetrics()
 	c.audit = newAuditMetrics(func() time.Time { return c.now() })
 	c.queries = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -417,7 +423,7 @@ func (c *Collector) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		c.claimedBatches, c.claimedMessages, c.published, c.retried, c.dead, c.leaseLost, c.released, c.publishErrors,
 		c.publishDuration, c.publishLatency,
-		c.processed, c.duplicates, c.failed, c.replayed, c.parked, c.handlerDuration,
+		c.processed, c.duplicates, c.failed, c.replayed, c.parked, c.handlerDuration, c.consumerLatency, c.clockSkew,
 		c.tenantPublished, c.tenantRetried, c.tenantDead, c.tenantLatency,
 		c.queries, c.queryErrors, c.lastSuccess,
 	}

@@ -16,6 +16,10 @@ func (c *Collector) Relay() relay.Observer { return relayObserver{c} }
 
 // Consumer returns the observer that fills the consumer metrics; set it as
 // inbox.ConsumerConfig.Observer. The consumer's name labels its series.
+// Each applied message's latency, from its OccurredAt to now, goes in
+// courier_consumer_latency_seconds by consumer and topic (the topic label
+// bounded by Config.MaxTopics, as the outbox gauges'); the collector's
+// clock is the consumer's, the message's OccurredAt the writer's.
 func (c *Collector) Consumer() inbox.Observer { return consumerObserver{c} }
 
 type relayObserver struct{ c *Collector }
@@ -64,7 +68,7 @@ func (o relayObserver) Released(n int) { o.c.released.Add(float64(n)) }
 
 type consumerObserver struct{ c *Collector }
 
-func (o consumerObserver) Handled(consumer string, _ courier.Message, res inbox.Result, err error, d time.Duration) {
+func (o consumerObserver) Handled(consumer string, msg courier.Message, res inbox.Result, err error, d time.Duration) {
 	o.c.handlerDuration.WithLabelValues(consumer).Observe(d.Seconds())
 	switch {
 	case err != nil:
@@ -73,6 +77,7 @@ func (o consumerObserver) Handled(consumer string, _ courier.Message, res inbox.
 		o.c.duplicates.WithLabelValues(consumer).Inc()
 	default:
 		o.c.processed.WithLabelValues(consumer).Inc()
+		o.observeLatency(consumer, msg)
 	}
 }
 
