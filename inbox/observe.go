@@ -48,6 +48,48 @@ func (NopObserver) Parked(string, string) {}
 // Replayed does nothing.
 func (NopObserver) Replayed(string, courier.Message) {}
 
+// Observers returns an Observer that tells each of obs in turn, leaving
+// out the nil ones: how a consumer feeds several, such as the metrics'
+// (metrics.Collector.Consumer) and the latency recorder
+// (latency.Recorder). It returns NopObserver{} when none is left, and the
+// one left when there is one.
+func Observers(obs ...Observer) Observer {
+	var all observers
+	for _, o := range obs {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	switch len(all) {
+	case 0:
+		return NopObserver{}
+	case 1:
+		return all[0]
+	}
+	return all
+}
+
+// observers tells each of its observers in turn.
+type observers []Observer
+
+func (os observers) Handled(consumer string, msg courier.Message, res Result, err error, d time.Duration) {
+	for _, o := range os {
+		o.Handled(consumer, msg, res, err, d)
+	}
+}
+
+func (os observers) Parked(consumer, reason string) {
+	for _, o := range os {
+		o.Parked(consumer, reason)
+	}
+}
+
+func (os observers) Replayed(consumer string, msg courier.Message) {
+	for _, o := range os {
+		o.Replayed(consumer, msg)
+	}
+}
+
 // traced runs msg's handler through the inbox in a process span linked to
 // the trace context the message carries, and reports the run to the
 // Observer. The handler's context holds the span, so messages it writes to

@@ -36,11 +36,15 @@ type shopFlags struct {
 	ReorderRate   float64       `help:"Probability that a delivery is reordered." env:"COURIER_SHOP_REORDER_RATE"`
 	CrashAfter    time.Duration `help:"Exit abruptly (status 3, nothing drained) this long after starting, for a supervisor to restart the service." env:"COURIER_SHOP_CRASH_AFTER"`
 	MetricsAddr   string        `name:"metrics-addr" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, such as 127.0.0.1:9465. Empty: not served." env:"COURIER_SHOP_METRICS_ADDR"`
+	LatencyEvery  time.Duration `name:"latency-every" help:"Record the consumer's latency, commit to applied per topic, in the service's database this often (table courier_latency; courier status and the dashboard show it). 0: not recorded." default:"10s" env:"COURIER_SHOP_LATENCY_EVERY"`
 }
 
 func (f shopFlags) config(service string, e *env) (shop.Config, error) {
 	if f.Partitions < 0 {
 		return shop.Config{}, fmt.Errorf("--partitions is %d: use 0 (no sharing by partition) or more, the same for every process of the service", f.Partitions)
+	}
+	if f.LatencyEvery < 0 {
+		return shop.Config{}, fmt.Errorf("--latency-every is %s: use 0 (not recorded) or more, such as 10s", f.LatencyEvery)
 	}
 	if _, err := setting.TopicSet("--hold-keys", f.HoldKeys); err != nil {
 		return shop.Config{}, err
@@ -54,7 +58,7 @@ func (f shopFlags) config(service string, e *env) (shop.Config, error) {
 		return shop.Config{}, err
 	}
 	return shop.Config{
-		DatabaseURL: url, Transport: tr, Logger: e.log, MetricsAddr: f.MetricsAddr, HoldKeys: f.HoldKeys,
+		DatabaseURL: url, Transport: tr, Logger: e.log, MetricsAddr: f.MetricsAddr, HoldKeys: f.HoldKeys, LatencyEvery: f.LatencyEvery,
 		Faults: shop.Faults{FailureRate: f.FailureRate, Latency: f.Latency, DuplicateRate: f.DuplicateRate, ReorderRate: f.ReorderRate, CrashAfter: f.CrashAfter},
 	}, nil
 }

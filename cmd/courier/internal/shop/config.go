@@ -50,6 +50,12 @@ type Config struct {
 	// 127.0.0.1:9465: instance 0's (Run's); the other instances of a
 	// service in the same process serve none. Default: not served.
 	MetricsAddr string
+	// LatencyEvery is how often the service's consumer records its
+	// latencies, commit to applied per topic, in its database
+	// (latency.Recorder, table courier_latency), where `courier status`
+	// and the dashboard read them. 0: not recorded. `courier shop`
+	// records every 10s by default.
+	LatencyEvery time.Duration
 	// ChargeVersion is the newest version of ChargeRequested the service
 	// is built with, for the orders service and payment: orders writes it,
 	// payment handles it and turns older versions into it; payment meets a
@@ -83,6 +89,9 @@ func (c *Config) setDefaults(service string) error {
 	}
 	if c.Drain <= 0 {
 		c.Drain = DefaultDrain
+	}
+	if c.LatencyEvery < 0 {
+		return fmt.Errorf("shop %s: Config.LatencyEvery is %s: use 0 (not recorded) or more, such as 10s", service, c.LatencyEvery)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -351,10 +351,15 @@ func (b *base) run(ctx context.Context, in *Instance) error {
 	if obs != nil {
 		defer obs.ln.Close()
 	}
-	cons, chaos, back, err := b.newConsumer(db, link, obs, inc, faults, drain, log)
+	rec, err := b.newRecorder(db.serviceDB, log)
 	if err != nil {
 		return err
 	}
+	cons, chaos, back, err := b.newConsumer(db, link, obs, rec, inc, faults, drain, log)
+	if err != nil {
+		return err
+	}
+	stopRecorder := rec.start(ctx)
 	defer in.track(r, cons, chaos)()
 
 	g := newGroup(life)
@@ -381,6 +386,7 @@ func (b *base) run(ctx context.Context, in *Instance) error {
 	in.once.Do(func() { close(in.started) })
 	b.once.Do(func() { close(b.started) })
 	err = g.Wait()
+	stopRecorder()
 	if back != nil {
 		if n := back.giveBack(context.WithoutCancel(ctx)); n > 0 {
 			log.Info("deliveries left unsettled given back to the broker", "deliveries", n)
@@ -457,7 +463,7 @@ func (b *base) newRelay(in *Instance, db *database, link *Link, wake *store.Loca
 // purpose, which the saga absorbs. Without shared keys (one durable
 // consumer or queue for every instance), the order would hold inside each
 // instance only, and the consumer retries through the broker as before.
-func (b *base) newConsumer(db *database, link *Link, obs *observability, inc incarnation, faults Faults, drain time.Duration, log *slog.Logger) (*inbox.Consumer[*sql.Tx], *Chaos, *handback, error) {
+func (b *base) newConsumer(db *database, link *Link, obs *observability, rec *recorder, inc incarnation, faults Faults, drain time.Duration, log *slog.Logger) (*inbox.Consumer[*sql.Tx], *Chaos, *handback, error) {
 	sub := link.Subscriber
 	var back *handback
 	if link.GiveBack {
@@ -475,16 +481,14 @@ func (b *base) newConsumer(db *database, link *Link, obs *observability, inc inc
 		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: log,
 		NewerVersionWait: b.cfg.NewerVersionWait, HoldKeys: b.cfg.HoldKeys,
 	}
-	var observers teeObserver
+	var observers []inbox.Observer
 	if obs != nil {
 		observers = append(observers, obs.col.Consumer())
 	}
-	if inc.observer != nil {
-		observers = append(observers, inc.observer)
+	if rec != nil {
+		observers = append(observers, rec.Recorder)
 	}
-	if len(observers) > 0 {
-		ccfg.Observer = observers
-	}
+	ccfg.Observer = inbox.Observers(append(observers, inc.observer)...)
 	cons, err := inbox.NewConsumer(ib, chaos, db.ConsumerStore(), withFaults(b.Faults, inc.handler), ccfg)
 	if err != nil {
 		return nil, nil, nil, err

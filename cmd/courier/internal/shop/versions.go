@@ -128,24 +128,3 @@ func (o *chargeObserver) Replayed(_ string, msg courier.Message) {
 	}
 	o.c.replayed[msg.ID] = true
 }
-
-// teeObserver tells every observer of a consumer.
-type teeObserver []inbox.Observer
-
-func (t teeObserver) Handled(consumer string, msg courier.Message, res inbox.Result, err error, d time.Duration) {
-	for _, o := range t {
-		o.Handled(consumer, msg, res, err, d)
-	}
-}
-
-func (t teeObserver) Parked(consumer, reason string) {
-	for _, o := range t {
-		o.Parked(consumer, reason)
-	}
-}
-
-func (t teeObserver) Replayed(consumer string, msg courier.Message) {
-	for _, o := range t {
-		o.Replayed(consumer, msg)
-	}
-}
