@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,38 +16,59 @@ import (
 	"github.com/courier-go/courier/latency"
 	"github.com/courier-go/courier/metrics"
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
-// samples is a store.Delivery that keeps the latency samples recorded, in
-// memory, and fails RecordLatency while fail is set.
+// samples is a SQLite database's store.Delivery, whose RecordLatency
+// fails while fail is set, and signals recorded after each success.
 type samples struct {
-	store.Delivery // the audit's methods: not called
-	mu             sync.Mutex
-	got            []store.LatencySample
-	fail           error
-	recorded       chan struct{}
+	store.Delivery
+	mu       sync.Mutex
+	fail     error
+	recorded chan struct{}
 }
 
-func (s *samples) RecordLatency(_ context.Context, ss []store.LatencySample) error {
+// newSamples returns the Delivery of a new SQLite database whose store
+// reads the time from now.
+func newSamples(t testing.TB, now func() time.Time) *samples {
+	t.Helper()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "latency.db"))
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { db.Close() })
+	_, err = sqlite.Migrate(context.Background(), db)
+	testenv.Must(t, err, "migrate")
+	return &samples{Delivery: sqlite.NewDriver(db).WithClock(now).Delivery(), recorded: make(chan struct{}, 1)}
+}
+
+func (s *samples) RecordLatency(ctx context.Context, ss []store.LatencySample) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.fail != nil {
-		return s.fail
+	fail := s.fail
+	s.mu.Unlock()
+	if fail != nil {
+		return fail
 	}
-	s.got = append(s.got, ss...)
-	if s.recorded != nil {
-		select {
-		case s.recorded <- struct{}{}:
-		default:
-		}
+	if err := s.Delivery.RecordLatency(ctx, ss); err != nil {
+		return err
+	}
+	select {
+	case s.recorded <- struct{}{}:
+	default:
 	}
 	return nil
 }
 
-func (s *samples) all() []store.LatencySample {
+func (s *samples) setFail(err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]store.LatencySample(nil), s.got...)
+	s.fail = err
+	s.mu.Unlock()
+}
+
+// all reads back every sample recorded.
+func (s *samples) all(t testing.TB) []store.LatencySample {
+	t.Helper()
+	got, err := s.Latency(context.Background(), time.Time{}, store.MaxLatencyRows)
+	testenv.Must(t, err, "read the samples")
+	return got
 }
 
 // clock is a time the test moves.
@@ -74,7 +96,7 @@ func msgAt(topic string, at time.Time) courier.Message {
 func TestRecorder(t *testing.T) {
 	ctx := context.Background()
 	clk := &clock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
-	db := &samples{}
+	db := newSamples(t, clk.Now)
 	r, err := latency.NewRecorder(latency.Config{Delivery: db, Clock: clk.Now, MaxTopics: 2})
 	testenv.Must(t, err, "new recorder")
 
@@ -95,7 +117,7 @@ func TestRecorder(t *testing.T) {
 	testenv.Must(t, r.Flush(ctx), "flush")
 
 	got := map[string]store.LatencySample{}
-	for _, s := range db.all() {
+	for _, s := range db.all(t) {
 		got[s.Consumer+"/"+s.Topic] = s
 		if s.Period != 10*time.Second+20*time.Millisecond {
 			t.Errorf("%s/%s: period %s, want the time since the recorder started", s.Consumer, s.Topic, s.Period)
@@ -122,27 +144,23 @@ func TestRecorder(t *testing.T) {
 	// Nothing new: nothing recorded.
 	clk.add(10 * time.Second)
 	testenv.Must(t, r.Flush(ctx), "empty flush")
-	if n := len(db.all()); n != 4 {
+	if n := len(db.all(t)); n != 4 {
 		t.Fatalf("an empty flush recorded: %d samples", n)
 	}
 
 	// A flush that fails keeps its counts, and the next one records them
 	// over both periods.
 	obs.Handled("billing", msgAt("orders", clk.Now().Add(-time.Second)), inbox.Applied, nil, 0)
-	db.mu.Lock()
-	db.fail = errors.New("database is down")
-	db.mu.Unlock()
+	db.setFail(errors.New("database is down"))
 	clk.add(10 * time.Second)
 	if err := r.Flush(ctx); err == nil || !strings.Contains(err.Error(), "database is down") {
 		t.Fatalf("flush to a failing store: %v", err)
 	}
-	db.mu.Lock()
-	db.fail = nil
-	db.mu.Unlock()
+	db.setFail(nil)
 	obs.Handled("billing", msgAt("orders", clk.Now().Add(-time.Second)), inbox.Applied, nil, 0)
 	clk.add(10 * time.Second)
 	testenv.Must(t, r.Flush(ctx), "flush after the failure")
-	last := db.all()[4:]
+	last := db.all(t)[4:]
 	if len(last) != 1 || last[0].Messages != 2 || last[0].Period != 20*time.Second {
 		t.Fatalf("after a failed flush recorded %+v, want one sample of 2 messages over 20s", last)
 	}
@@ -150,7 +168,7 @@ func TestRecorder(t *testing.T) {
 
 // Run flushes every FlushEvery and once more when it stops.
 func TestRecorderRun(t *testing.T) {
-	db := &samples{recorded: make(chan struct{}, 1)}
+	db := newSamples(t, nil)
 	r, err := latency.NewRecorder(latency.Config{Delivery: db, FlushEvery: 10 * time.Millisecond})
 	testenv.Must(t, err, "new recorder")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -166,7 +184,7 @@ func TestRecorderRun(t *testing.T) {
 	cancel()
 	testenv.Must(t, <-done, "run")
 	var n int64
-	for _, s := range db.all() {
+	for _, s := range db.all(t) {
 		n += s.Messages
 	}
 	if n != 2 {
@@ -175,7 +193,7 @@ func TestRecorderRun(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	db := &samples{}
+	db := newSamples(t, nil)
 	for _, c := range []struct {
 		cfg  latency.Config
 		want string
@@ -195,7 +213,7 @@ func TestConfigValidate(t *testing.T) {
 // BenchmarkRecorderHandled is the Recorder's cost per applied message, on
 // a consumer's goroutines, spread over a few topics.
 func BenchmarkRecorderHandled(b *testing.B) {
-	r, err := latency.NewRecorder(latency.Config{Delivery: &samples{}})
+	r, err := latency.NewRecorder(latency.Config{Delivery: newSamples(b, nil)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,9 @@ import (
 	"github.com/courier-go/courier/broker/amqp"
 	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
+	"github.com/courier-go/courier/latency"
+	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/sqlite"
 )
 
 // courier demo runs the whole shop in one process, deploys version 2 of
@@ -263,7 +267,38 @@ func shopProcesses(t *testing.T, brokerURL string, payments int, extra ...string
 		}
 		out[names[i]] = append(out[names[i]], logs[i].String())
 	}
+	checkLatencyRecorded(t, dir)
 	return out
+}
+
+// checkLatencyRecorded checks that each service's consumer recorded its
+// latency in its database (courier shop --latency-every, on by default):
+// the saga's commands and replies, applied once each, at least one sample
+// each, of sane figures, recorded at the latest when it stopped.
+func checkLatencyRecorded(t *testing.T, dir string) {
+	t.Helper()
+	for _, s := range shop.Services {
+		db, err := sqlite.Open(filepath.Join(dir, s+".db"))
+		testenv.Must(t, err, "open "+s)
+		samples, err := sqlite.NewDriver(db).Delivery().Latency(context.Background(), time.Time{}, store.MaxLatencyRows)
+		db.Close()
+		testenv.Must(t, err, "read the latency of "+s)
+		sums, err := latency.Summarize(samples, time.Time{})
+		testenv.Must(t, err, "summarize the latency of "+s)
+		var applied int64
+		for _, sum := range sums {
+			if sum.Consumer != s {
+				t.Errorf("%s's database holds the latency of consumer %q", s, sum.Consumer)
+			}
+			if sum.P99 <= 0 || sum.P99 > time.Minute {
+				t.Errorf("%s applied %s at p99 %s, want a positive figure under a minute", s, sum.Topic, sum.P99)
+			}
+			applied += sum.Messages
+		}
+		if applied == 0 {
+			t.Errorf("%s recorded no latency (courier_latency): %+v", s, samples)
+		}
+	}
 }
 
 // Without --data-dir the demo works in a temporary directory and leaves

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/courier-go/courier/latency"
-	"github.com/courier-go/courier/store"
 )
 
 // recorder is an incarnation's latency recorder (Config.LatencyEvery): it
@@ -21,24 +20,11 @@ func (b *base) newRecorder(db *serviceDB, log *slog.Logger) (*recorder, error) {
 	if b.cfg.LatencyEvery == 0 {
 		return nil, nil
 	}
-	d, err := deliveryOf(db)
-	if err != nil {
-		return nil, fmt.Errorf("shop %s: %w", b.name, err)
-	}
-	r, err := latency.NewRecorder(latency.Config{Delivery: d, FlushEvery: b.cfg.LatencyEvery, Logger: log})
+	r, err := latency.NewRecorder(latency.Config{Delivery: db.Delivery(), FlushEvery: b.cfg.LatencyEvery, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("shop %s: %w", b.name, err)
 	}
 	return &recorder{r}, nil
-}
-
-// deliveryOf returns db's store.Delivery.
-func deliveryOf(db *serviceDB) (store.Delivery, error) {
-	d, ok := any(db.Driver).(interface{ Delivery() store.Delivery })
-	if !ok {
-		return nil, fmt.Errorf("the %s store keeps no latency (store.Delivery): run without recording it (Config.LatencyEvery 0)", db.Dialect())
-	}
-	return d.Delivery(), nil
 }
 
 // start runs the recorder until the function it returns is called, which
