@@ -14,6 +14,7 @@ import (
 
 type statusCmd struct {
 	dbFlags
+	latencyFlags
 	JSON bool `help:"Print JSON instead of tables." env:"COURIER_JSON"`
 
 	FailIfOldest       time.Duration `name:"fail-if-oldest" help:"Exit 1 when the oldest pending message has waited longer than this (e.g. 5m)." env:"COURIER_FAIL_IF_OLDEST"`
@@ -45,6 +46,9 @@ func (c *statusCmd) Run(e *env) error {
 	if c.FailIfPending < 0 {
 		return fmt.Errorf("--fail-if-pending is %d: use a positive count, or leave it out", c.FailIfPending)
 	}
+	if err := c.validateLatency(); err != nil {
+		return err
+	}
 	if err := c.checkTenants(); err != nil {
 		return err
 	}
@@ -71,8 +75,10 @@ func (c *statusCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	lat := c.latency(e.ctx, d.Delivery(), st.Now)
 	failed := append(c.check(st), c.heldChecks(st.Now, holds)...)
 	failed = append(failed, c.auditChecks(watches)...)
+	failed = append(failed, c.latencyChecks(lat)...)
 	warned := warnings(st)
 	if c.JSON {
 		nonNil(&st.Topics)
@@ -84,13 +90,14 @@ func (c *statusCmd) Run(e *env) error {
 		if err := writeJSON(e, statusJSON{
 			Pending: st.Outbox.Pending, Leased: st.Outbox.Leased, InBackoff: st.Outbox.InBackoff, DeadLetters: st.Outbox.DeadLetters,
 			OldestPendingAgeS: st.Outbox.OldestPendingAge().Seconds(), HeldKeys: st.Outbox.HeldKeys, Held: st.Outbox.Held,
-			OldestHoldAgeS: st.Outbox.OldestHoldAge().Seconds(), Status: st, Watches: watches, Failed: failed, Warnings: warned,
+			OldestHoldAgeS: st.Outbox.OldestHoldAge().Seconds(), Status: st, Watches: watches, Latency: &lat, Failed: failed, Warnings: warned,
 		}); err != nil {
 			return err
 		}
 	} else {
 		printStatus(e.stdout, st)
 		printWatches(e.stdout, watches)
+		printLatency(e.stdout, lat)
 		for _, w := range warned {
 			fmt.Fprintln(e.stdout, "\nwarning: "+w)
 		}
@@ -118,6 +125,8 @@ type statusJSON struct {
 	store.Status
 	// Watches are the continuous audits (courier audit --watch).
 	Watches []watchStatus `json:"audit_watches"`
+	// Latency is the consumers' latency over --latency-window.
+	Latency *latencySection `json:"latency,omitempty"`
 	// Failed lists the --fail-if checks that failed.
 	Failed []string `json:"failed_checks,omitempty"`
 	// Warnings are risks the status shows that no check asked about.
