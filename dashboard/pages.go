@@ -97,6 +97,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		"Parked": now.parked, "Dialect": h.cfg.Database.Dialect(), "Topics": st.Topics, "Relays": st.Relays, "Expired": expired,
 		"Published": st.Published, "Scheduled": st.Scheduled, "HoldAge": out.OldestHoldAge(), "ConsumerHolds": consumerHoldsOf(st)}
 	tr := h.trendsOf(h.trend.readings(), r.URL.Query().Get("refresh") == "1")
+	tr.Charts = append(tr.Charts, h.latencyCharts(r.Context(), st.Now)...)
 	data["Trends"] = tr
 	if tr.Refreshing {
 		data["Refresh"] = tr.Refresh
