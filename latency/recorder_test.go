@@ -240,3 +240,25 @@ func BenchmarkRecorderHandled(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkRecorderFlush is one flush of 40 samples (4 consumers, 10
+// topics each) into SQLite: what a Recorder costs its database every
+// FlushEvery.
+func BenchmarkRecorderFlush(b *testing.B) {
+	r, err := latency.NewRecorder(latency.Config{Delivery: newSamples(b, nil)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		for c := range 4 {
+			for tp := range 10 {
+				r.Observe(fmt.Sprintf("consumer-%d", c), fmt.Sprintf("topic-%d", tp), time.Duration(c*tp+1)*time.Millisecond)
+			}
+		}
+		if err := r.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
