@@ -110,6 +110,7 @@ type LatencySample struct {
 	Skewed int64 `json:"skewed"`
 	// Buckets count the messages per latency bucket, as package latency
 	// defines the buckets' bounds; the last bucket counts those above
-	// the highest bound.
+	// the highest bound. Empty buckets at the end may be left out
+	// (package latency leaves them out).
 	Buckets []int64 `json:"buckets"`
 }
