@@ -24,7 +24,7 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/latency"
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/sqlite"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 // courier demo runs the whole shop in one process, deploys version 2 of
@@ -136,7 +136,7 @@ func TestDemoUnreachableRabbitMQ(t *testing.T) {
 // /orders to ShippingReady, then stop cleanly on SIGTERM; the two payment
 // processes split payment's partitions between them.
 func TestShopCommandProcesses(t *testing.T) {
-	logs := shopProcesses(t, testenv.EmbeddedNATS(t).ClientURL(), 2, "--partitions", "4")
+	logs := shopProcesses(t, testenv.EmbeddedNATS(t).ClientURL(), 2, nil, "--partitions", "4")
 	for i, log := range logs[shop.Payment] {
 		shared := false
 		for _, line := range strings.Split(log, "\n") {
@@ -158,14 +158,42 @@ func TestShopCommandProcessesKafka(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(shop.DefaultPartitions))
 	testenv.Must(t, err, "kfake")
 	t.Cleanup(c.Close)
-	shopProcesses(t, "kafka://"+strings.Join(c.ListenAddrs(), ","), 1)
+	shopProcesses(t, "kafka://"+strings.Join(c.ListenAddrs(), ","), 1, nil)
+}
+
+// The four processes on NATS with their databases on PostgreSQL (a schema
+// each), and on Kafka (kfake) with theirs on MySQL/MariaDB: each records
+// its consumer's latency in its own database.
+func TestShopCommandProcessesDialects(t *testing.T) {
+	t.Run("nats-postgres", func(t *testing.T) {
+		urls := map[string]string{}
+		for _, s := range shop.Services {
+			urls[s] = testenv.Postgres(t, nil).URL
+		}
+		shopProcesses(t, testenv.EmbeddedNATS(t).ClientURL(), 1, func(s string) string { return urls[s] })
+	})
+	t.Run("kafka-mysql", func(t *testing.T) {
+		urls := map[string]string{}
+		for _, s := range shop.Services {
+			urls[s] = testenv.MySQL(t, nil).URL
+		}
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(shop.DefaultPartitions))
+		testenv.Must(t, err, "kfake")
+		t.Cleanup(c.Close)
+		shopProcesses(t, "kafka://"+strings.Join(c.ListenAddrs(), ","), 1, func(s string) string { return urls[s] })
+	})
 }
 
 // shopProcesses runs the four services as processes on brokerURL, payment
 // as payments processes, with extra flags, places an order and waits until
-// it is ready to ship, then stops them. It returns their logs, by service.
-func shopProcesses(t *testing.T, brokerURL string, payments int, extra ...string) map[string][]string {
+// it is ready to ship, then stops them. Each service's database is at
+// dbURL(service), or a SQLite file of its own when dbURL is nil. It
+// returns their logs, by service.
+func shopProcesses(t *testing.T, brokerURL string, payments int, dbURL func(service string) string, extra ...string) map[string][]string {
 	dir := t.TempDir()
+	if dbURL == nil {
+		dbURL = func(s string) string { return "sqlite://" + filepath.Join(dir, s+".db") }
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	testenv.Must(t, err, "free port")
 	addr := l.Addr().String()
@@ -181,7 +209,7 @@ func shopProcesses(t *testing.T, brokerURL string, payments int, extra ...string
 			n = payments
 		}
 		for range n {
-			args := append([]string{"shop", s, "--database-url", "sqlite://" + filepath.Join(dir, s+".db"), "--broker-url", brokerURL}, extra...)
+			args := append([]string{"shop", s, "--database-url", dbURL(s), "--broker-url", brokerURL}, extra...)
 			if s == shop.Orders {
 				args = append(args, "--metrics-addr", ordersMetrics, "--http-addr", addr)
 			}
@@ -267,7 +295,7 @@ func shopProcesses(t *testing.T, brokerURL string, payments int, extra ...string
 		}
 		out[names[i]] = append(out[names[i]], logs[i].String())
 	}
-	checkLatencyRecorded(t, dir)
+	checkLatencyRecorded(t, dbURL)
 	return out
 }
 
@@ -275,12 +303,13 @@ func shopProcesses(t *testing.T, brokerURL string, payments int, extra ...string
 // latency in its database (courier shop --latency-every, on by default):
 // the saga's commands and replies, applied once each, at least one sample
 // each, of sane figures, recorded at the latest when it stopped.
-func checkLatencyRecorded(t *testing.T, dir string) {
+func checkLatencyRecorded(t *testing.T, dbURL func(service string) string) {
 	t.Helper()
+	ctx := context.Background()
 	for _, s := range shop.Services {
-		db, err := sqlite.Open(filepath.Join(dir, s+".db"))
+		db, err := dburl.Open(ctx, dbURL(s), dburl.Options{})
 		testenv.Must(t, err, "open "+s)
-		samples, err := sqlite.NewDriver(db).Delivery().Latency(context.Background(), time.Time{}, store.MaxLatencyRows)
+		samples, err := db.Delivery().Latency(ctx, time.Time{}, store.MaxLatencyRows)
 		db.Close()
 		testenv.Must(t, err, "read the latency of "+s)
 		sums, err := latency.Summarize(samples, time.Time{})
