@@ -9,11 +9,11 @@ import (
 )
 
 // Read returns the samples d recorded at or after since, oldest first, at
-// most max of them (at least one page, store.MaxLatencyRows, is asked
-// for; 0 or less: one page). It reads page after page, each from the last
-// one's At, leaving out what the page before returned. full reports that
-// it stopped at max with more left: the newest samples are missing.
-func Read(ctx context.Context, d store.Delivery, since time.Time, max int) (samples []store.LatencySample, full bool, err error) {
+// most most of them (0 or less: store.MaxLatencyRows, one page). It reads
+// page after page of store.MaxLatencyRows, each from the last one's At,
+// leaving out what the page before returned. full reports that it stopped
+// with more left: the newest samples are missing.
+func Read(ctx context.Context, d store.Delivery, since time.Time, most int) (samples []store.LatencySample, full bool, err error) {
 	seen := map[int64]bool{}
 	for {
 		page, err := d.Latency(ctx, since, store.MaxLatencyRows)
@@ -25,7 +25,7 @@ func Read(ctx context.Context, d store.Delivery, since time.Time, max int) (samp
 			if seen[s.ID] {
 				continue
 			}
-			if max > 0 && len(samples) >= max || max <= 0 && len(samples) >= store.MaxLatencyRows {
+			if most > 0 && len(samples) >= most || most <= 0 && len(samples) >= store.MaxLatencyRows {
 				return samples, true, nil
 			}
 			seen[s.ID] = true

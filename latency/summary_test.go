@@ -1,6 +1,8 @@
 package latency_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -104,3 +106,51 @@ func near(d time.Duration) [2]time.Duration {
 }
 
 func in(d time.Duration, r [2]time.Duration) bool { return d >= r[0] && d <= r[1] }
+
+// Read pages through a window's samples, each page from the last one's
+// time, without taking a sample twice, and stops at most.
+func TestRead(t *testing.T) {
+	db := newSamples(t, nil)
+	ctx := context.Background()
+	var ss []store.LatencySample
+	for i := range 5 {
+		ss = append(ss, sample("billing", fmt.Sprintf("t%d", i), time.Time{}, 1, time.Millisecond))
+	}
+	testenv.Must(t, db.RecordLatency(ctx, ss), "record")
+	testenv.Must(t, db.RecordLatency(ctx, ss[:2]), "record")
+	got, full, err := latency.Read(ctx, db, time.Time{}, 0)
+	if err != nil || full || len(got) != 7 {
+		t.Fatalf("read: %d samples, full %t, %v; want 7", len(got), full, err)
+	}
+	got, full, err = latency.Read(ctx, db, time.Time{}, 3)
+	if err != nil || !full || len(got) != 3 {
+		t.Fatalf("read at most 3: %d samples, full %t, %v", len(got), full, err)
+	}
+}
+
+// Past a page (store.MaxLatencyRows), Read asks again from the last
+// sample's time and takes each sample once.
+func TestReadPages(t *testing.T) {
+	db := newSamples(t, nil)
+	ctx := context.Background()
+	n := store.MaxLatencyRows + 50
+	for done := 0; done < n; {
+		var ss []store.LatencySample
+		for range min(1000, n-done) {
+			ss = append(ss, sample("billing", fmt.Sprintf("t%d", done%7), time.Time{}, 1, time.Millisecond))
+			done++
+		}
+		testenv.Must(t, db.RecordLatency(ctx, ss), "record")
+	}
+	got, full, err := latency.Read(ctx, db, time.Time{}, 10*store.MaxLatencyRows)
+	if err != nil || full || len(got) != n {
+		t.Fatalf("read: %d samples, full %t, %v; want %d", len(got), full, err, n)
+	}
+	seen := map[int64]bool{}
+	for _, s := range got {
+		if seen[s.ID] {
+			t.Fatalf("sample %d read twice", s.ID)
+		}
+		seen[s.ID] = true
+	}
+}
