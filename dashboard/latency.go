@@ -35,8 +35,7 @@ func (h *Handler) latencyCharts(ctx context.Context, now time.Time) []chart {
 	if h.cfg.Database == nil {
 		return empty("No database to read the latency from.")
 	}
-	since := now.Add(-hist)
-	samples, err := h.cfg.Database.Delivery().Latency(ctx, since, store.MaxLatencyRows)
+	samples, from, err := h.latencySamples(ctx, now)
 	if err != nil {
 		h.cfg.Logger.Warn("dashboard: read the consumers' latency for the trend charts", "err", err)
 		return empty("The consumers' latency could not be read: " + err.Error())
@@ -44,8 +43,12 @@ func (h *Handler) latencyCharts(ctx context.Context, now time.Time) []chart {
 	if len(samples) == 0 {
 		return empty(fmt.Sprintf("No consumer recorded its latency in the last %s: consumers record it with latency.Recorder (courier shop does, --latency-every).", ago(hist)))
 	}
-	if len(samples) == store.MaxLatencyRows {
-		note := fmt.Sprintf(" The last %s hold more than %d samples: the charts draw the oldest %d, up to %s.", ago(hist), store.MaxLatencyRows, store.MaxLatencyRows, samples[len(samples)-1].At.Format(time.TimeOnly))
+	if !from.Equal(now.Add(-hist)) {
+		note := fmt.Sprintf(" The last %s hold more than %d samples, the most a view reads: the charts draw the last %s.", ago(hist), store.MaxLatencyRows, ago(now.Sub(from)))
+		if len(samples) == store.MaxLatencyRows {
+			note = fmt.Sprintf(" The last %s hold more than %d samples, the most a view reads: the charts draw those from %s to %s.", ago(hist), store.MaxLatencyRows,
+				from.Format(time.TimeOnly), samples[len(samples)-1].At.Format(time.TimeOnly))
+		}
 		p50.Note += note
 		p99.Note += note
 	}
@@ -71,6 +74,28 @@ func (h *Handler) latencyCharts(ctx context.Context, now time.Time) []chart {
 	return []chart{draw(p50, now, hist, ps50), draw(p99, now, hist, ps99)}
 }
 
+// latencySamples reads the samples recorded in the History before now, at
+// most store.MaxLatencyRows of them, and returns them with the time they
+// start from. When the History holds more, the span of the oldest page
+// read says how long a stretch a page holds, and a second read takes the
+// latest nine tenths of such a stretch: the newest figures matter most,
+// and two reads of a page bound a view's cost.
+func (h *Handler) latencySamples(ctx context.Context, now time.Time) ([]store.LatencySample, time.Time, error) {
+	d := h.cfg.Database.Delivery()
+	from := now.Add(-h.cfg.History)
+	samples, err := d.Latency(ctx, from, store.MaxLatencyRows)
+	if err != nil || len(samples) < store.MaxLatencyRows {
+		return samples, from, err
+	}
+	span := samples[len(samples)-1].At.Sub(samples[0].At)
+	if span <= 0 {
+		return samples, from, nil // a page recorded at one time: nothing later fits
+	}
+	from = now.Add(-span * 9 / 10)
+	samples, err = d.Latency(ctx, from, store.MaxLatencyRows)
+	return samples, from, err
+}
+
 // sayLatency says a quantile's newest value: "p99 120ms".
 func sayLatency(q string) func(float64) string {
 	return func(v float64) string {
@@ -83,13 +108,18 @@ func sayLatency(q string) func(float64) string {
 }
 
 // latencyStep is the stretch of time a point of the latency charts sums:
-// History/latencyPoints, or the longest period the samples count if
-// longer (a point shorter than the consumers' flushes would be a gap
-// between two), at most a quarter of History.
+// History/latencyPoints, or the samples' median period if longer (a point
+// shorter than the consumers' flushes would be a gap between two), at
+// most a quarter of History.
 func latencyStep(samples []store.LatencySample, hist time.Duration) time.Duration {
+	periods := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		periods[i] = s.Period
+	}
+	slices.Sort(periods)
 	step := hist / latencyPoints
-	for _, s := range samples {
-		step = max(step, s.Period)
+	if len(periods) > 0 {
+		step = max(step, periods[len(periods)/2])
 	}
 	return max(min(step, hist/4), time.Millisecond)
 }

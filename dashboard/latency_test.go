@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/internal/testenv"
 	"github.com/courier-go/courier/latency"
+	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/sqlite"
 )
 
@@ -128,5 +130,52 @@ func TestLatencyTrends(t *testing.T) {
 	}
 	if !regexp.MustCompile(`<title>orders: p99 3[0-9][0-9]ms</title>`).MatchString(charts["chart-latency-p99"]) {
 		t.Errorf("the p99 line of orders is not titled with its newest figure, about 320ms:\n%s", charts["chart-latency-p99"])
+	}
+}
+
+// A history of more samples than a view reads (store.MaxLatencyRows) is
+// drawn from its newest ones, and the charts say so.
+func TestLatencyTrendsBounded(t *testing.T) {
+	f := newFixture(t, []string{"audit"}, []string{"too big"})
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	var now atomic.Int64
+	now.Store(t0.UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()).UTC() }
+	drv := sqlite.NewDriver(f.db).WithClock(clock)
+	// 11 minutes of 1,000 samples each (100 consumers, 10 topics): orders
+	// take 10ms, then 500ms in the last minute.
+	for m := range 11 {
+		now.Add(int64(time.Minute))
+		var ss []store.LatencySample
+		for c := range 100 {
+			for tp := range 10 {
+				var h latency.Histogram
+				d := 10 * time.Millisecond
+				if m == 10 {
+					d = 500 * time.Millisecond
+				}
+				h.Observe(d)
+				topic := "orders"
+				if tp > 0 {
+					topic = fmt.Sprintf("topic-%d", tp)
+				}
+				ss = append(ss, h.Sample(fmt.Sprintf("consumer-%d", c), topic, time.Minute))
+			}
+		}
+		testenv.Must(t, drv.Delivery().RecordLatency(context.Background(), ss), "record")
+	}
+	h, err := dashboard.New(dashboard.Config{Database: drv})
+	testenv.Must(t, err, "new dashboard")
+	_, page := newClient(t, serveHandler(t, h).URL).get("/")
+	m := regexp.MustCompile(`(?s)<figure class="chart" id="chart-latency-p99">(.*?)</figure>`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no p99 chart:\n%s", page)
+	}
+	if !strings.Contains(m[1], "hold more than 10000 samples, the most a view reads: the charts draw the last") {
+		t.Errorf("the p99 chart does not say it draws the newest samples only:\n%s", m[1])
+	}
+	xs, vs := latencyLine(t, m[1], "orders")
+	if xs[len(xs)-1] != 712 || vs[len(vs)-1] < 0.44 || vs[len(vs)-1] > 0.57 || len(vs) < 5 || len(vs) > 10 {
+		t.Errorf("orders' p99 line ends at x %g with %gs, %d points: want the newest minute, 500ms, at now, and some minutes before", xs[len(xs)-1], vs[len(vs)-1], len(vs))
 	}
 }
