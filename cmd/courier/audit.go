@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/courier-go/courier/audit"
+	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/brokerurl"
 	"github.com/courier-go/courier/internal/escape"
+	"github.com/courier-go/courier/store/dburl"
 )
 
 type auditCmd struct {
@@ -81,23 +83,11 @@ func (c *auditCmd) Run(e *env) error {
 	if err := u.CanReadBack(); err != nil {
 		return fmt.Errorf("cannot audit %s: %w", u.Where, err)
 	}
-	d, err := c.open(e.ctx, false, "")
+	d, b, r, closeSides, err := c.sides(e, opts, splitList(c.Topic))
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := d.CheckSchema(e.ctx); err != nil {
-		return err
-	}
-	b, err := brokerurl.Open(e.ctx, c.BrokerURL, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	r, err := b.Reader(e.ctx, splitList(c.Topic))
-	if err != nil {
-		return err
-	}
+	defer closeSides()
 	rep, err := audit.Run(e.ctx, d.Operations(), r, audit.Config{From: from, To: to, Slack: c.Slack, Examples: c.Examples})
 	if err != nil {
 		return err
@@ -117,6 +107,25 @@ func (c *auditCmd) Run(e *env) error {
 			rep.Lost.Count, rep.Phantoms.Count, rep.OrderBreaks.Count, rep.Duplicates.Count)
 	}
 	return nil
+}
+
+// sides opens what an audit compares: the database, its schema checked,
+// and a reader of the broker's topics (NATS: the stream). closeSides
+// closes both.
+func (c *auditCmd) sides(e *env, opts brokerurl.Options, topics []string) (d *dburl.DB, b *brokerurl.Broker, r broker.Reader, closeSides func(), err error) {
+	if d, err = c.open(e.ctx, false, ""); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if err = d.CheckSchema(e.ctx); err == nil {
+		if b, err = brokerurl.Open(e.ctx, c.BrokerURL, opts); err == nil {
+			if r, err = b.Reader(e.ctx, topics); err == nil {
+				return d, b, r, func() { b.Close(); d.Close() }, nil
+			}
+			b.Close()
+		}
+	}
+	d.Close()
+	return nil, nil, nil, nil, err
 }
 
 // splitList splits the values of a repeatable flag at commas too.

@@ -154,23 +154,11 @@ func (c *auditCmd) runWatch(e *env) error {
 	if err := of.check(); err != nil {
 		return err
 	}
-	d, err := c.open(e.ctx, false, "")
+	d, b, r, closeSides, err := c.sides(e, opts, topics)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := d.CheckSchema(e.ctx); err != nil {
-		return err
-	}
-	b, err := brokerurl.Open(e.ctx, c.BrokerURL, opts)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	r, err := b.Reader(e.ctx, topics)
-	if err != nil {
-		return err
-	}
+	defer closeSides()
 	var col *metrics.Collector
 	var obs *observer
 	if c.MetricsAddr != "" {
