@@ -440,10 +440,13 @@ const (
 	// (without their payloads) so that a cancel can say they were
 	// published, by released_at.
 	TableReleased Table = "released"
+	// TableLatency: the consumers' latency samples (store.Delivery's
+	// RecordLatency, package latency), by the time they were recorded.
+	TableLatency Table = "latency"
 )
 
 // Tables lists every Table, in the order a cleanup trims them.
-var Tables = []Table{TablePublished, TableInboxMarkers, TableInboxFailures, TableKeys, TableSagas, TableDeadLetters, TableParked, TableReleased}
+var Tables = []Table{TablePublished, TableInboxMarkers, TableInboxFailures, TableKeys, TableSagas, TableDeadLetters, TableParked, TableReleased, TableLatency}
 
 // ErrUnknownTable is returned by Trim for a Table not in Tables.
 var ErrUnknownTable = errors.New("unknown table")

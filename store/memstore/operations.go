@@ -151,7 +151,9 @@ func (o memOps) ReleaseLease(ctx context.Context, id int64) (bool, error) {
 func (memOps) ReleaseKey(context.Context, string, string) (bool, error) { return false, nil }
 
 // Trim implements store.Operations: the published copies, the dead letters
-// and the released scheduled messages hold rows to delete.
+// and the released scheduled messages hold rows to delete. The tables the
+// store does not keep (inbox markers and failures, keys, sagas, parked
+// messages, latency samples) have none: their trims delete nothing.
 func (o memOps) Trim(ctx context.Context, t store.Trim) (store.Trimmed, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Trimmed{}, fmt.Errorf("memstore: trim: %w", err)

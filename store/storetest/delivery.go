@@ -272,3 +272,58 @@ func testDeliveryLatencyLimit[TTx any](t *testing.T, h opener[TTx]) {
 		}
 	}
 }
+
+// Trim deletes the latency samples recorded before its time
+// (store.TableLatency), at most Limit a batch, each batch going on from
+// where the previous one ended, and keeps those recorded at or after it.
+func testDeliveryLatencyTrim[TTx any](t *testing.T, h opener[TTx]) {
+	ctx := context.Background()
+	db := open(t, h, true)
+	t0 := db.stopClock()
+	d, ops := db.Delivery(), db.Operations()
+	record := func(at time.Time, consumers ...string) {
+		t.Helper()
+		db.clock.Set(at)
+		samples := make([]store.LatencySample, len(consumers))
+		for i, c := range consumers {
+			samples[i] = store.LatencySample{Consumer: c, Topic: "orders", Period: 10 * time.Second, Messages: 1, SumSeconds: 0.01, Buckets: []int64{1}}
+		}
+		if err := d.RecordLatency(ctx, samples); err != nil {
+			t.Fatalf("record at %s: %v", at, err)
+		}
+	}
+	record(t0, "a", "b", "c")
+	record(t0.Add(time.Minute), "a", "b")
+	recent := t0.Add(time.Hour)
+	record(recent, "a", "b")
+
+	if res, err := ops.Trim(ctx, store.Trim{Table: store.TableLatency, Before: t0}); err != nil || res.Deleted != 0 {
+		t.Fatalf("trim before the oldest sample: %+v, %v; want nothing deleted", res, err)
+	}
+	var batches []int64
+	after := ""
+	for range 10 {
+		res, err := ops.Trim(ctx, store.Trim{Table: store.TableLatency, Before: recent.Add(-30 * time.Minute), After: after, Limit: 2})
+		if err != nil {
+			t.Fatalf("trim batch %d: %v", len(batches)+1, err)
+		}
+		batches = append(batches, res.Deleted)
+		if res.Deleted < 2 {
+			break
+		}
+		after = res.Next
+	}
+	if !slices.Equal(batches, []int64{2, 2, 1}) {
+		t.Fatalf("batches of 2 deleted %v samples, want [2 2 1] (the 5 recorded more than 30 minutes before the last)", batches)
+	}
+	got, err := d.Latency(ctx, time.Time{}, 10)
+	if err != nil || len(got) != 2 || !got[0].At.Equal(recent) || !got[1].At.Equal(recent) {
+		t.Fatalf("samples left: %+v, %v; want the 2 recorded at %s", got, err, recent)
+	}
+	if res, err := ops.Trim(ctx, store.Trim{Table: store.TableLatency, Before: recent}); err != nil || res.Deleted != 0 {
+		t.Fatalf("trim before %s, when the samples left were recorded: %+v, %v; want none deleted", recent, res, err)
+	}
+	if res, err := ops.Trim(ctx, store.Trim{Table: store.TableLatency, Before: recent.Add(time.Microsecond)}); err != nil || res.Deleted != 2 {
+		t.Fatalf("trim a microsecond later: %+v, %v; want the 2 deleted", res, err)
+	}
+}

@@ -68,6 +68,7 @@ func Exercise[TTx any](t *testing.T, open func(t testing.TB, clock store.Clock) 
 		{"DeliveryWatches", testDeliveryWatches[TTx]},
 		{"DeliveryLatency", testDeliveryLatency[TTx]},
 		{"DeliveryLatencyLimit", testDeliveryLatencyLimit[TTx]},
+		{"DeliveryLatencyTrim", testDeliveryLatencyTrim[TTx]},
 		{"IdempotencyClaimAndComplete", testIdempotencyClaim[TTx]},
 		{"IdempotencyTakeoverAndExpiry", testIdempotencyExpiry[TTx]},
 		{"IdempotencyConcurrentClaims", testIdempotencyConcurrent[TTx]},

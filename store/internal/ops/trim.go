@@ -21,6 +21,7 @@ var trimmedTables = map[store.Table]trimmed{
 	store.TableDeadLetters:   {"courier_outbox_dead_letters", "dead_at", "id"},
 	store.TableParked:        {"courier_inbox_dead_letters", "parked_at", "id"},
 	store.TableReleased:      {"courier_outbox_scheduled", "released_at", "id"},
+	store.TableLatency:       {"courier_latency", "recorded_at", "id"},
 }
 
 // Trim implements store.Operations: one statement (one batch) in a
