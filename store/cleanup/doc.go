@@ -1,7 +1,8 @@
 // Package cleanup keeps Courier's growing tables short: it deletes copies
 // of published rows, inbox markers, failed runs left behind, expired
-// Idempotency-Key records, finished sagas with their history and, when
-// asked to, old dead letters, each once it is older than its retention.
+// Idempotency-Key records, finished sagas with their history, released
+// scheduled messages, the consumers' latency samples and, when asked to,
+// old dead letters, each once it is older than its retention.
 //
 // Deletes run in small batches (Cleaner.Batch rows, 1,000 by default), each
 // in a short transaction of its own, so that the application's writers
@@ -16,6 +17,7 @@
 //		store.TablePublished:    7 * 24 * time.Hour,
 //		store.TableInboxMarkers: 30 * 24 * time.Hour,
 //		store.TableKeys:         0, // as soon as they expire
+//		store.TableLatency:      7 * 24 * time.Hour,
 //	}}
 //	g.Go(func() error { return c.Run(ctx, 10*time.Minute) }) // or c.RunOnce(ctx); g: an errgroup.Group
 package cleanup
