@@ -23,6 +23,7 @@ type retentionFlags struct {
 	KeepDeadLetters   time.Duration `name:"keep-dead-letters" help:"Delete relay-side dead letters older than this, unreplayed (0: keep them until discarded)." env:"KEEP_DEAD_LETTERS"`
 	KeepParked        time.Duration `name:"keep-parked" help:"Delete consume-side parked messages older than this, unreplayed (0: keep them until discarded)." env:"KEEP_PARKED"`
 	KeepReleased      time.Duration `name:"keep-released" help:"Delete the records of scheduled messages released longer ago than this; until then cancelling one says it was published (0: keep them)." default:"720h" env:"KEEP_RELEASED"`
+	KeepLatency       time.Duration `name:"keep-latency" help:"Delete consumers' end-to-end latency samples recorded longer ago than this; the dashboard's latency reaches back as far (0: keep them)." default:"168h" env:"KEEP_LATENCY"`
 	Batch             int           `help:"Rows deleted per transaction; small batches keep writers from waiting." default:"1000" env:"BATCH"`
 	Pause             time.Duration `help:"Pause between two batches, giving way to writers (0: none, as fast as it goes)." default:"25ms" env:"PAUSE"`
 }
@@ -43,6 +44,7 @@ func (f retentionFlags) keep(prefix string) (map[store.Table]time.Duration, erro
 		{"keep-dead-letters", store.TableDeadLetters, f.KeepDeadLetters},
 		{"keep-parked", store.TableParked, f.KeepParked},
 		{"keep-released", store.TableReleased, f.KeepReleased},
+		{"keep-latency", store.TableLatency, f.KeepLatency},
 	} {
 		if r.d < 0 {
 			return nil, fmt.Errorf("--%s%s is %s: use a positive duration, or 0 to keep the rows", prefix, r.flag, r.d)

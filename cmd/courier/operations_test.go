@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,7 +75,8 @@ func past() time.Time { return time.Now().Add(-time.Hour) }
 // On SQLite: status reports pending rows, leases and keys; reconcile finds
 // an ended lease, a message failing for long, an overdue saga and a key
 // left in flight, and --repair releases the lease and the key; cleanup
-// deletes old published copies and expired keys in batches.
+// deletes old published copies, expired keys and old latency samples in
+// batches.
 func TestReconcileAndCleanup(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ops.db")
@@ -131,6 +133,13 @@ func TestReconcileAndCleanup(t *testing.T) {
 			Deadline: &deadline, Version: 1, CreatedAt: deadline, UpdatedAt: deadline})
 	}), "create saga")
 
+	// Three latency samples recorded an hour ago, one now.
+	sample := []store.LatencySample{{Consumer: "billing", Topic: "orders", Period: 10 * time.Second, Messages: 1, Buckets: []int64{1}}}
+	for range 3 {
+		testenv.Must(t, d.Delivery().RecordLatency(ctx, sample), "record latency")
+	}
+	testenv.Must(t, sqlite.NewDriver(db).Delivery().RecordLatency(ctx, sample), "record latency")
+
 	code, st, errOut := statusJSONOf(t, "--database-url", url, "--fail-if-oldest", "5m", "--fail-if-expired-leases", "--fail-if-overdue-sagas", "1m")
 	if code != 1 || st.Pending != 2 || st.InBackoff != 1 || st.Published.N != 3 || st.Keys.InFlight != 1 || st.Keys.LockExpired != 1 ||
 		len(st.Relays) != 1 || st.Relays[0].Owner != "relay-dead" || st.Relays[0].Expired != 1 || len(st.OverdueSagas) != 1 || len(st.Failed) != 3 {
@@ -165,24 +174,31 @@ func TestReconcileAndCleanup(t *testing.T) {
 		t.Fatalf("status after the repair: relays %+v, keys %+v", st.Relays, st.Keys)
 	}
 
-	if code, _, errOut := runCLI(t, "cleanup", "--database-url", url, "--no-expired-keys", "--keep-inbox-failures", "0", "--keep-released", "0"); code != 1 ||
+	if code, _, errOut := runCLI(t, "cleanup", "--database-url", url, "--no-expired-keys", "--keep-inbox-failures", "0", "--keep-released", "0",
+		"--keep-latency", "0"); code != 1 ||
 		!strings.Contains(errOut, "nothing to clean up: pass a retention such as --keep-published 168h") {
 		t.Fatalf("cleanup without retentions: exit %d, %s", code, errOut)
 	}
-	if code, _, errOut := runCLI(t, "cleanup", "--database-url", url, "--keep-published=-1s"); code != 1 ||
-		!strings.Contains(errOut, "--keep-published is -1s") {
-		t.Fatalf("cleanup with a negative retention: exit %d, %s", code, errOut)
+	for _, flag := range []string{"--keep-published", "--keep-latency"} {
+		if code, _, errOut := runCLI(t, "cleanup", "--database-url", url, flag+"=-1s"); code != 1 ||
+			!strings.Contains(errOut, flag+" is -1s") {
+			t.Fatalf("cleanup with a negative %s: exit %d, %s", flag, code, errOut)
+		}
 	}
 	code, out, errOut = runCLI(t, "cleanup", "--database-url", url, "--keep-published", "2h", "--json")
-	if code != 0 || !strings.Contains(out, `"published": 0`) || !strings.Contains(out, `"idempotency_keys": 1`) {
-		t.Fatalf("cleanup keeping 2h: exit %d\n%s%s", code, out, errOut)
+	if code != 0 || !strings.Contains(out, `"published": 0`) || !strings.Contains(out, `"idempotency_keys": 1`) || !strings.Contains(out, `"latency": 0`) {
+		t.Fatalf("cleanup keeping 2h (and latency samples a week): exit %d\n%s%s", code, out, errOut)
 	}
+	t.Setenv("COURIER_KEEP_LATENCY", "30m")
 	code, out, errOut = runCLI(t, "cleanup", "--database-url", url, "--keep-published", "30m", "--batch", "2")
-	if code != 0 || !strings.Contains(out, "published") || !strings.Contains(out, " 3") {
+	if code != 0 || !regexp.MustCompile(`published +30m0s +3`).MatchString(out) || !regexp.MustCompile(`latency +30m0s +3`).MatchString(out) {
 		t.Fatalf("cleanup keeping 30m: exit %d\n%s%s", code, out, errOut)
 	}
 	if _, st, _ := statusJSONOf(t, "--database-url", url); st.Published.N != 0 || st.Keys.Completed.N != 0 {
 		t.Fatalf("status after the cleanup: published %+v, keys %+v", st.Published, st.Keys)
+	}
+	if left, err := d.Delivery().Latency(ctx, time.Time{}, 10); err != nil || len(left) != 1 {
+		t.Fatalf("latency samples after the cleanup: %d, %v; want the one recorded now", len(left), err)
 	}
 }
 

@@ -23,7 +23,7 @@ CREATE TABLE courier_audit_watches (
 -- End-to-end latency (package latency): each consumer's histogram of each
 -- topic's latency from commit to effect, a row every few seconds per
 -- consumer and topic, trimmed by age (Operations.Trim, courier cleanup
--- --latency-retention).
+-- --keep-latency).
 CREATE TABLE courier_latency (
     id           bigint           GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     consumer     text             NOT NULL,
