@@ -185,3 +185,21 @@ type KeyHolds interface {
 	// and returns how many it passed on or released.
 	RepairHolds(ctx context.Context, consumer string) (int, error)
 }
+
+// GroupInbox is an Inbox that marks a group of messages in one statement:
+// how package inbox applies several messages in one transaction
+// (inbox.ConsumerConfig.Group) without a round trip per message. An
+// Inbox without it has its messages marked one Mark at a time, in the same
+// transaction.
+type GroupInbox[TTx any] interface {
+	Inbox[TTx]
+	// MarkGroup records in tx that consumer processed each of ids, which
+	// are distinct and in ascending order (uuid bytes), and returns for
+	// each, in the order of ids, whether its marker was new: false for a
+	// duplicate. It is Mark for each id, in one statement where the
+	// dialect allows: it waits for a concurrent transaction marking one
+	// of them (locking markers in ascending order, so that two groups
+	// sharing messages do not deadlock), and deletes in tx the failures
+	// recorded for every one of them, duplicates included.
+	MarkGroup(ctx context.Context, tx TTx, consumer string, ids []uuid.UUID) ([]bool, error)
+}
