@@ -28,8 +28,21 @@ type Router[TTx any] struct {
 	versions  map[typeVersion]Handler[TTx] // one version of a type
 	upcasters map[typeVersion]Upcaster     // one version of a type, into a later one
 	known     map[string][]int             // the versions of each type handled or upcast to
+	batches   map[typeVersion]BatchHandler[TTx]
 	fallback  Handler[TTx]
 }
+
+// BatchHandler applies msgs, messages of one type and version, inside tx,
+// the transaction that also records their inbox markers: for a bulk
+// insert, say, a statement for the lot. Each message is applied once: msgs
+// holds only messages this consumer has not applied, in the order their
+// Consumer received them (with KeepOrder, each key's in its order).
+// Returning an error rolls the whole group back; each of msgs then runs
+// alone (a slice of one), under the usual failure rules, so that the one
+// that fails is found and the others applied. An error wrapping
+// courier.ErrMalformed or courier.ErrNewerVersion means what it means for
+// a Handler.
+type BatchHandler[TTx any] func(ctx context.Context, tx TTx, msgs []courier.Message) error
 
 // typeVersion is one version of a message type.
 type typeVersion struct {
@@ -46,7 +59,38 @@ type Upcaster func(msg courier.Message) (courier.Message, error)
 // NewRouter returns an empty router.
 func NewRouter[TTx any]() *Router[TTx] {
 	return &Router[TTx]{handlers: map[string]Handler[TTx]{}, versions: map[typeVersion]Handler[TTx]{},
-		upcasters: map[typeVersion]Upcaster{}, known: map[string][]int{}}
+		upcasters: map[typeVersion]Upcaster{}, known: map[string][]int{}, batches: map[typeVersion]BatchHandler[TTx]{}}
+}
+
+// HandleBatch registers h for messages of type typ and version version,
+// replacing an earlier handler of them. A Consumer built with
+// NewRouterConsumer hands h the messages of a group (ConsumerConfig.Group)
+// of that type and version at once; a message handled alone, or by the
+// router's Handler, goes to h in a slice of one. It panics if version is
+// below 1.
+func (r *Router[TTx]) HandleBatch(typ string, version int, h BatchHandler[TTx]) {
+	r.HandleVersion(typ, version, func(ctx context.Context, tx TTx, msg courier.Message) error {
+		return h(ctx, tx, []courier.Message{msg})
+	})
+	r.batches[typeVersion{typ, version}] = h
+}
+
+// OnBatch registers fn for the messages of T's type and version
+// (courier.TypeName and courier.VersionOf of a T) as a BatchHandler,
+// decoding each JSON payload into a T first: vs[i] is msgs[i]'s. A payload
+// that does not decode makes its message malformed: alone, it is parked;
+// in a batch, the batch runs again without it.
+func OnBatch[T any, TTx any](r *Router[TTx], fn func(ctx context.Context, tx TTx, msgs []courier.Message, vs []T) error) {
+	var zero T
+	r.HandleBatch(courier.TypeName(zero), courier.VersionOf(zero), func(ctx context.Context, tx TTx, msgs []courier.Message) error {
+		vs := make([]T, len(msgs))
+		for i, msg := range msgs {
+			if err := msg.DecodeJSON(&vs[i]); err != nil {
+				return fmt.Errorf("%w: message %s: %w", courier.ErrMalformed, msg.ID, err)
+			}
+		}
+		return fn(ctx, tx, msgs, vs)
+	})
 }
 
 // Handle registers h for messages of type typ of every version (those a
@@ -59,6 +103,7 @@ func (r *Router[TTx]) Handle(typ string, h Handler[TTx]) { r.handlers[typ] = h }
 func (r *Router[TTx]) HandleVersion(typ string, version int, h Handler[TTx]) {
 	checkVersion("HandleVersion", typ, version)
 	r.versions[typeVersion{typ, version}] = h
+	delete(r.batches, typeVersion{typ, version})
 	r.know(typ, version)
 }
 
@@ -141,6 +186,23 @@ func (r *Router[TTx]) Handler() Handler[TTx] {
 		}
 		return h(ctx, tx, msg)
 	}
+}
+
+// batchOf returns msg as the batch handler of its type and version takes
+// it (upcast), that handler and its type and version, when it has one;
+// ok is false otherwise, or when routing it fails (its run alone returns
+// the error).
+func (r *Router[TTx]) batchOf(msg courier.Message) (out courier.Message, h BatchHandler[TTx], tv typeVersion, ok bool) {
+	if len(r.batches) == 0 {
+		return msg, nil, tv, false
+	}
+	out, _, err := r.route(msg)
+	if err != nil {
+		return msg, nil, tv, false
+	}
+	tv = typeVersion{out.Type, out.Version}
+	h, ok = r.batches[tv]
+	return out, h, tv, ok
 }
 
 // route finds msg's handler, upcasting msg on the way.
