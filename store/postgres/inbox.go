@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courier-go/courier/store"
+	"github.com/courier-go/courier/store/internal/marks"
+	"github.com/courier-go/courier/store/internal/sqlstore"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
@@ -31,6 +33,24 @@ const markAtSQL = clearFailuresWith + `INSERT INTO courier_inbox (consumer, mess
 const clearFailuresWith = `WITH cleared AS (DELETE FROM courier_inbox_failures WHERE consumer = $1 AND message_id = $2)
 `
 
+// markGroupSQL inserts the markers of the messages of array $2 for
+// consumer $1 unless they exist, and deletes the failures recorded for
+// them, in one statement (store.GroupInbox.MarkGroup): it returns the id of
+// each marker it inserted. ORDER BY makes it insert, and so lock, the
+// markers in ascending order, so that two groups sharing messages wait for
+// each other instead of deadlocking.
+const markGroupSQL = clearGroupFailuresWith + `INSERT INTO courier_inbox (consumer, message_id)
+SELECT $1, id FROM unnest($2::uuid[]) AS id ORDER BY id ON CONFLICT DO NOTHING RETURNING message_id`
+
+// markGroupAtSQL is markGroupSQL for an inbox with a clock: processed_at is
+// $3, the clock's time, instead of now().
+const markGroupAtSQL = clearGroupFailuresWith + `INSERT INTO courier_inbox (consumer, message_id, processed_at)
+SELECT $1, id, $3 FROM unnest($2::uuid[]) AS id ORDER BY id ON CONFLICT DO NOTHING RETURNING message_id`
+
+// clearGroupFailuresWith is clearFailuresWith for the messages of array $2.
+const clearGroupFailuresWith = `WITH cleared AS (DELETE FROM courier_inbox_failures WHERE consumer = $1 AND message_id = ANY($2::uuid[]))
+`
+
 // mark returns the statement that marks id consumed by consumer, and its
 // arguments, at clock's time (nil: now()).
 func mark(clock store.Clock, consumer string, id any) (string, []any) {
@@ -39,6 +59,21 @@ func mark(clock store.Clock, consumer string, id any) (string, []any) {
 	}
 	return markAtSQL, []any{consumer, id, clock()}
 }
+
+// markGroup returns the statement that marks ids (an array) consumed by
+// consumer, and its arguments, at clock's time (nil: now()).
+func markGroup(clock store.Clock, consumer string, ids any) (string, []any) {
+	if clock == nil {
+		return markGroupSQL, []any{consumer, ids}
+	}
+	return markGroupAtSQL, []any{consumer, ids, clock()}
+}
+
+// The inboxes mark a group of messages in one statement.
+var (
+	_ store.GroupInbox[pgx.Tx]  = pgxInbox{}
+	_ store.GroupInbox[*sql.Tx] = sqlInbox{}
+)
 
 // pgxInbox is the inbox for handlers that work in pgx transactions on the
 // pool ([Driver.Inbox]).
@@ -60,6 +95,27 @@ func (i pgxInbox) Mark(ctx context.Context, tx pgx.Tx, consumer string, id uuid.
 	return tag.RowsAffected() == 1, nil
 }
 
+func (i pgxInbox) MarkGroup(ctx context.Context, tx pgx.Tx, consumer string, ids []uuid.UUID) ([]bool, error) {
+	arr := make([][16]byte, len(ids)) // uuid.UUID would be encoded through its string form
+	for n, id := range ids {
+		arr[n] = id
+	}
+	q, args := markGroup(i.clock, consumer, arr)
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: inbox markers of %d messages: %w", len(ids), err)
+	}
+	inserted, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (uuid.UUID, error) {
+		var id [16]byte
+		err := row.Scan(&id)
+		return id, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: inbox markers of %d messages: %w", len(ids), err)
+	}
+	return marks.Fresh(ids, inserted), nil
+}
+
 // sqlInbox is the inbox for handlers that work in database/sql
 // transactions on db ([SQLDriver.Inbox]).
 type sqlInbox struct {
@@ -79,4 +135,17 @@ func (i sqlInbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+func (i sqlInbox) MarkGroup(ctx context.Context, tx *sql.Tx, consumer string, ids []uuid.UUID) ([]bool, error) {
+	arr := make([]string, len(ids))
+	for n, id := range ids {
+		arr[n] = id.String()
+	}
+	q, args := markGroup(i.clock, consumer, arr)
+	inserted, err := sqlstore.Column[uuid.UUID](ctx, tx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: inbox markers of %d messages: %w", len(ids), err)
+	}
+	return marks.Fresh(ids, inserted), nil
 }
