@@ -51,6 +51,7 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		HoldKey:              holdKey,
 		Stats:                func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) },
 		MarkSQL:              markSQL,
+		MarkGroupSQL:         markGroupSQL,
 		DeleteMarkersSQL:     deleteMarkersSQL,
 		DeleteFailuresSQL:    `DELETE FROM courier_inbox_failures WHERE failed_at < ? ORDER BY failed_at LIMIT ?`,
 		DeleteExpiredKeysSQL: deleteExpiredKeysSQL,

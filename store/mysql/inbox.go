@@ -25,6 +25,11 @@ func checkConsumer(consumer string) error {
 // the message id is always 36 characters.
 const markSQL = `INSERT IGNORE INTO courier_inbox (consumer, message_id, processed_at) VALUES (?, ?, UTC_TIMESTAMP(6))`
 
+// markGroupSQL begins the statement that inserts the markers of a group,
+// as markSQL does one. MySQL has no RETURNING: the inbox tells the markers
+// it inserted by the transaction's snapshot (sqlstore.Inbox.MarkGroup).
+const markGroupSQL = `INSERT IGNORE INTO courier_inbox (consumer, message_id, processed_at) VALUES `
+
 // replayFailedSQL appends an entry to the history, in the format of the
 // relay's histories.
 const replayFailedSQL = `UPDATE courier_inbox_dead_letters

@@ -44,6 +44,8 @@ func dialect(db *sql.DB, clock store.Clock) sqlstore.Dialect {
 		Times:                times,
 		Stats:                func(ctx context.Context) (store.Stats, error) { return stats(ctx, db, clock) },
 		MarkSQL:              markSQL,
+		MarkGroupSQL:         markGroupSQL,
+		MarkGroupReturning:   markGroupReturning,
 		DeleteMarkersSQL:     deleteMarkersSQL,
 		DeleteFailuresSQL:    deleteFailuresSQL,
 		DeleteExpiredKeysSQL: deleteExpiredKeysSQL,

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -185,7 +186,7 @@ func (i Inbox) Mark(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UU
 // names.
 const clearFailuresBatch = 500
 
-// clearFailures deletes in tx the failures recorded for message id of
+// clearFailures deletes in tx the failures recorded for messages ids of
 // consumer (store.Inbox.Mark). It reads their ids without locking anything
 // and deletes those rows by primary key. A DELETE by consumer and message
 // would, under InnoDB's REPEATABLE READ, lock the gap of the index where the
@@ -195,15 +196,24 @@ const clearFailuresBatch = 500
 // nothing (most messages never failed), and then nothing is deleted. A
 // failure committed after the read is deleted by the next delivery, a
 // duplicate.
-func clearFailures(ctx context.Context, tx *sql.Tx, consumer, id string) error {
-	ids, err := Column[int64](ctx, tx, `SELECT id FROM courier_inbox_failures WHERE consumer = ? AND message_id = ?`, consumer, id)
-	for len(ids) > 0 && err == nil {
-		batch := ids[:min(len(ids), clearFailuresBatch)]
-		ids = ids[len(batch):]
+func clearFailures(ctx context.Context, tx *sql.Tx, consumer string, messages ...string) error {
+	var ids []int64
+	for batch := range slices.Chunk(messages, markGroupBatch) {
 		list, args := placeholders(batch)
-		_, err = tx.ExecContext(ctx, `DELETE FROM courier_inbox_failures WHERE id IN (`+list+`)`, args...)
+		some, err := Column[int64](ctx, tx, `SELECT id FROM courier_inbox_failures WHERE consumer = ? AND message_id IN (`+list+`)`,
+			append([]any{consumer}, args...)...)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, some...)
 	}
-	return err
+	for batch := range slices.Chunk(ids, clearFailuresBatch) {
+		list, args := placeholders(batch)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM courier_inbox_failures WHERE id IN (`+list+`)`, args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteBefore runs query, a DELETE of up to limit rows from before

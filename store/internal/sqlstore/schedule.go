@@ -168,7 +168,7 @@ func (d Dialect) NextDue(ctx context.Context, q sqltx.Querier, now time.Time) (s
 var ErrTurnLost = errors.New("the release's turn ended before it was recorded")
 
 // placeholders returns "?, ?, …" for ids and the ids as arguments.
-func placeholders(ids []int64) (string, []any) {
+func placeholders[T any](ids []T) (string, []any) {
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id

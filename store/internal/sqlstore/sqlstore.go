@@ -73,6 +73,15 @@ type Dialect struct {
 	// MarkSQL inserts an inbox marker (consumer, message_id, then Now's
 	// arguments) unless it exists, affecting one row when it inserts.
 	MarkSQL string
+	// MarkGroupSQL begins the statement that inserts the markers of a group
+	// of messages unless they exist (store.GroupInbox): the rows follow,
+	// each (consumer, message_id, Now), in the group's order.
+	MarkGroupSQL string
+	// MarkGroupReturning ends MarkGroupSQL with the clause that returns the
+	// message_id of each marker it inserted; empty where the dialect has
+	// none (MySQL), and then MarkGroup tells its markers from a concurrent
+	// delivery's by the transaction's snapshot.
+	MarkGroupReturning string
 	// DeleteMarkersSQL deletes up to ?2 markers processed before ?1,
 	// oldest first.
 	DeleteMarkersSQL string
