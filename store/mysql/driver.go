@@ -33,7 +33,13 @@ const DefaultPollInterval = 250 * time.Millisecond
 //     (REPEATABLE READ unless configured otherwise): the marker behaves the
 //     same at every level. A duplicate waits for the first delivery's
 //     transaction at most innodb_lock_wait_timeout (50 s by default), then
-//     fails and is retried by the consumer.
+//     fails and is retried by the consumer. The inbox marks a group of
+//     messages (store.GroupInbox) with one INSERT IGNORE a thousand
+//     messages; MySQL has no RETURNING, so when a concurrent delivery
+//     marked some of them, it tells the markers it inserted by the
+//     transaction's snapshot, which takes REPEATABLE READ: at READ
+//     COMMITTED such a group fails, and its next try finds that delivery's
+//     markers.
 //   - Idempotency compares scopes and keys byte for byte; each may be up to
 //     1024 bytes long.
 //   - Sagas' transitions load the instance with SELECT … FOR UPDATE, so
