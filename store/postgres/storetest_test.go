@@ -1,8 +1,10 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"slices"
 	"testing"
 
 	"github.com/google/uuid"
@@ -75,5 +77,33 @@ func TestInboxMarkersAcrossDrivers(t *testing.T) {
 	}
 	if !viaSQL(b) || viaPgx(b) {
 		t.Fatal("a marker written through database/sql is not seen through pgx")
+	}
+
+	// Groups, on the server's clock, through each driver: the message
+	// marked already is a duplicate, the new one is fresh.
+	group := func(ids ...uuid.UUID) []uuid.UUID {
+		slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
+		return ids
+	}
+	freshOf := func(ids []uuid.UUID, fresh []bool) map[uuid.UUID]bool {
+		m := map[uuid.UUID]bool{}
+		for i, id := range ids {
+			m[id] = fresh[i]
+		}
+		return m
+	}
+	pgxGroups := postgres.NewDriver(pg.Pool).Inbox().(store.GroupInbox[pgx.Tx])
+	sqlGroups := std.Inbox().(store.GroupInbox[*sql.Tx])
+	c, d := uuid.New(), uuid.New()
+	var fresh []bool
+	ids := group(a, c)
+	testenv.Must(t, pgxGroups.InTx(ctx, func(tx pgx.Tx) (err error) { fresh, err = pgxGroups.MarkGroup(ctx, tx, "billing", ids); return err }), "mark a group through pgx")
+	if got := freshOf(ids, fresh); got[a] || !got[c] {
+		t.Fatalf("a group through pgx of a marked and a new message: fresh %v, want only the new one", got)
+	}
+	ids = group(c, d)
+	testenv.Must(t, sqlGroups.InTx(ctx, func(tx *sql.Tx) (err error) { fresh, err = sqlGroups.MarkGroup(ctx, tx, "billing", ids); return err }), "mark a group through database/sql")
+	if got := freshOf(ids, fresh); got[c] || !got[d] {
+		t.Fatalf("a group through database/sql of a marked and a new message: fresh %v, want only the new one", got)
 	}
 }
