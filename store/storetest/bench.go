@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,6 +79,12 @@ func BenchmarkRelayStore[TTx any](b *testing.B, open func(t testing.TB, clock st
 // (what an application costs) or rolled back (what its statements cost,
 // without the commit's flush to disk, which dominates the other and varies
 // with the disk). It reports the time one application takes.
+//
+// Where the inbox marks groups ([store.GroupInbox]), its group cases apply
+// messages that never failed in groups of 1, 10 and 100 a committed
+// transaction: marked by one MarkGroup ("group=n/MarkGroup") and, to
+// compare, by a Mark each ("group=n/Mark"). They report the time a message
+// takes.
 func BenchmarkInbox[TTx any](b *testing.B, open func(t testing.TB, clock store.Clock) Harness[TTx]) {
 	for _, failures := range []int{0, 3} {
 		for _, commit := range []bool{true, false} {
@@ -88,6 +95,61 @@ func BenchmarkInbox[TTx any](b *testing.B, open func(t testing.TB, clock store.C
 			b.Run(name, func(b *testing.B) { benchmarkInbox(b, open, failures, commit) })
 		}
 	}
+	for _, n := range []int{1, 10, 100} {
+		for _, grouped := range []bool{true, false} {
+			name := fmt.Sprintf("group=%d/MarkGroup", n)
+			if !grouped {
+				name = fmt.Sprintf("group=%d/Mark", n)
+			}
+			b.Run(name, func(b *testing.B) { benchmarkInboxGroups(b, open, n, grouped) })
+		}
+	}
+}
+
+// benchmarkInboxGroups applies b.N messages in committed groups of size
+// messages, each group marked by MarkGroup when grouped, else by a Mark a
+// message.
+func benchmarkInboxGroups[TTx any](b *testing.B, open func(t testing.TB, clock store.Clock) Harness[TTx], size int, grouped bool) {
+	db := openDB(b, open, nil, true)
+	ctx := context.Background()
+	gi, ok := db.Inbox().(store.GroupInbox[TTx])
+	if !ok {
+		b.Skipf("the inbox (%T) does not mark groups", db.Inbox())
+	}
+	ids := make([]uuid.UUID, b.N)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	sortIDs(ids)
+	b.ResetTimer()
+	start := time.Now()
+	for group := range slices.Chunk(ids, size) {
+		err := gi.InTx(ctx, func(tx TTx) error {
+			if grouped {
+				fresh, err := gi.MarkGroup(ctx, tx, "bench", group)
+				if err == nil && slices.Contains(fresh, false) {
+					err = fmt.Errorf("a marker of the group is a duplicate: %v", fresh)
+				}
+				return err
+			}
+			for _, id := range group {
+				fresh, err := gi.Mark(ctx, tx, "bench", id)
+				if err != nil {
+					return err
+				}
+				if !fresh {
+					return fmt.Errorf("the marker of %s is a duplicate", id)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatalf("apply a group: %v", err)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N), "ns/message")
 }
 
 func benchmarkInbox[TTx any](b *testing.B, open func(t testing.TB, clock store.Clock) Harness[TTx], failures int, commit bool) {
