@@ -156,8 +156,8 @@ type ConsumerConfig struct {
 	// inbox markers in one statement, each handler's effects, one commit,
 	// then their acknowledgements. It spares a commit (a WAL flush) per
 	// message, the most of what applying a small message costs. See
-	// GroupConfig; Group.MaxMessages 1 applies each delivery in a
-	// transaction of its own.
+	// GroupConfig. Default: off (each delivery in a transaction of its
+	// own); Group.MaxMessages DefaultGroupMessages turns it on.
 	Group GroupConfig
 }
 
@@ -174,14 +174,16 @@ type ConsumerConfig struct {
 // The guarantees are those of a transaction per message. A message is
 // acknowledged only after its group committed. A handler that fails or
 // panics rolls its group back; the group is then applied again without
-// it, and it runs alone, under the usual rules (counted, retried, parked,
-// newer version, held keys), with KeepOrder before its key's later
-// deliveries, which leave the group with it. A run that failed in a group
-// is not counted: only its run alone is. So one poison message costs its
+// it, and it goes on alone under the usual rules, its failed run counted
+// (recorded, retried after the backoff, parked, newer version, held keys),
+// with KeepOrder before its key's later deliveries, which leave the group
+// with it. A batch handler that fails (BatchHandler) fails for all its
+// messages at once: each then runs alone, the batch's run uncounted, so
+// that the one that fails is found. So one poison message costs its
 // neighbours one more run, never their delivery, and a handler may run
 // more than once for a message it applies once, as after any rollback
 // (keep what it does outside the transaction idempotent, or set
-// MaxMessages to 1).
+// MaxMessages to 1). A handler that waits in a group is cut after SlowRun.
 //
 // Redeliveries (broker.Delivery Attempt above 1) are applied alone: a
 // message that comes again may be held by an instance that still applies
@@ -190,7 +192,9 @@ type ConsumerConfig struct {
 // its messages may live in different databases.
 type GroupConfig struct {
 	// MaxMessages is the most deliveries applied in one transaction.
-	// Default DefaultGroupMessages; 1 turns grouping off.
+	// Default 1: each delivery in a transaction of its own, as without
+	// grouping. DefaultGroupMessages (100) is what the bench measured
+	// best (bench/RESULTS.md, "Grouped commits").
 	MaxMessages int
 	// MaxWait is how long a worker that has fewer than MaxMessages
 	// deliveries waits for more before it applies them. Default 0: a
@@ -198,6 +202,16 @@ type GroupConfig struct {
 	// latency. A wait fills groups at moderate load, for fewer commits,
 	// at the cost of up to MaxWait per message.
 	MaxWait time.Duration
+	// SlowRun is how long a handler may run in a group before the group
+	// gives it up: its context is cancelled, the group rolls back and is
+	// applied again without its message, which then runs alone, without
+	// that limit, its cut run uncounted. So a handler that waits (a row
+	// lock another instance holds, a slow call) holds back its group's
+	// other keys for SlowRun at most, not for as long as it waits; a
+	// handler that ignores its context's end is not cut. Make it longer
+	// than the handler's usual runs: each message of a handler that always
+	// runs longer runs twice. Default DefaultGroupSlowRun (1s).
+	SlowRun time.Duration
 }
 
 // The defaults of ConsumerConfig's zero fields.
@@ -214,6 +228,7 @@ const (
 	DefaultReplayEvery      = 5 * time.Second
 	DefaultShutdownTimeout  = 10 * time.Second
 	DefaultGroupMessages    = 100
+	DefaultGroupSlowRun     = time.Second
 )
 
 func (c *ConsumerConfig) setDefaults() {
@@ -245,7 +260,10 @@ func (c *ConsumerConfig) setDefaults() {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Group.MaxMessages == 0 {
-		c.Group.MaxMessages = DefaultGroupMessages
+		c.Group.MaxMessages = 1
+	}
+	if c.Group.SlowRun == 0 {
+		c.Group.SlowRun = DefaultGroupSlowRun
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -265,7 +283,8 @@ func (c *ConsumerConfig) validate() error {
 		setting.Positive(cfg+"CleanupEvery", c.CleanupEvery, DefaultCleanupEvery),
 		setting.Positive(cfg+"ReplayEvery", c.ReplayEvery, DefaultReplayEvery),
 		setting.Positive(cfg+"ShutdownTimeout", c.ShutdownTimeout, DefaultShutdownTimeout),
-		setting.Positive(cfg+"Group.MaxMessages", c.Group.MaxMessages, DefaultGroupMessages),
+		setting.Positive(cfg+"Group.MaxMessages", c.Group.MaxMessages, 1),
+		setting.Positive(cfg+"Group.SlowRun", c.Group.SlowRun, DefaultGroupSlowRun),
 		c.checkGroupWait(),
 		c.checkHoldKeys(),
 	)
@@ -416,26 +435,31 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	wg.Go(func() { c.maintain(ctx, work) })
 	c.log.Info("consumer started", "concurrency", c.cfg.Concurrency, "keep_order", c.cfg.KeepOrder,
 		"keys_shared_by_instances", broker.SharesKeys(c.sub))
+	limit, wait := c.groupMax(), c.cfg.Group.MaxWait
 	if c.cfg.KeepOrder {
-		q := newKeyQueue(keepOrderBuffer * c.cfg.Concurrency)
+		q := newKeyQueue(max(keepOrderBuffer, limit) * c.cfg.Concurrency)
 		stop := context.AfterFunc(ctx, q.close)
 		defer stop()
 		for range c.cfg.Concurrency {
 			wg.Go(func() {
-				for j, ok := q.take(); ok; j, ok = q.take() {
-					c.process(ctx, work, j)
-					q.done(j.msg.Key)
+				for g, ok := q.takeGroup(limit, wait); ok; g, ok = q.takeGroup(limit, wait) {
+					c.processGroup(ctx, work, g, q.done)
 				}
 			})
 		}
 		c.receive(ctx, q.put)
 		q.close()
 	} else {
-		shared := make(chan job)
+		// Grouping needs deliveries waiting: up to a group per worker.
+		var waiting int
+		if limit > 1 {
+			waiting = limit * c.cfg.Concurrency
+		}
+		shared := make(chan job, waiting)
 		for range c.cfg.Concurrency {
 			wg.Go(func() {
 				for j := range shared {
-					c.process(ctx, work, j)
+					c.processGroup(ctx, work, c.collect(shared, j), func(string, int) {})
 				}
 			})
 		}
@@ -490,17 +514,40 @@ func (c *Consumer[TTx]) receive(ctx context.Context, put func(job) bool) {
 // process handles one delivery to the end: acknowledged, scheduled for
 // redelivery or parked.
 func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
+	c.processAfter(ctx, work, j, nil)
+}
+
+// failedRun is a run of a handler that failed in a group
+// (ConsumerConfig.Group): its error, and when it failed.
+type failedRun struct {
+	err error
+	at  time.Time
+}
+
+// processAfter is process for a delivery whose handler may have failed
+// already, in a group: first, when not nil, is that run, its first run
+// here, after which it goes on as a failed run does (its key's hold was
+// told before the group).
+func (c *Consumer[TTx]) processAfter(ctx, work context.Context, j job, first *failedRun) {
 	d := j.d
 	if j.err != nil {
 		c.park(work, j, store.ReasonMalformed, j.err, []store.Attempt{{At: c.cfg.Clock.Now().UTC(), Error: describe(j.err)}})
 		return
 	}
 	work = c.messageContext(work, j.msg)
-	if c.holding(j) && c.heldBehind(ctx, work, j) {
+	if first == nil && c.holding(j) && c.heldBehind(ctx, work, j) {
 		return
 	}
 	for runs := 1; ; runs++ {
-		res, err := c.handle(work, d, j.msg)
+		var res Result
+		var err error
+		var failedAt time.Time
+		if runs == 1 && first != nil {
+			err, failedAt = first.err, first.at
+		} else {
+			res, err = c.handle(work, d, j.msg)
+			failedAt = c.cfg.Clock.Now()
+		}
 		if err == nil {
 			c.succeeded(work, j, res)
 			return
@@ -516,7 +563,6 @@ func (c *Consumer[TTx]) process(ctx, work context.Context, j job) {
 			c.log.Error("handler panicked; its transaction was rolled back", "message_id", j.msg.ID, "type", j.msg.Type,
 				"key", j.msg.Key, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 		}
-		failedAt := c.cfg.Clock.Now()
 		failure := store.Attempt{At: failedAt.UTC(), Error: describe(err), Uncounted: errors.Is(err, courier.ErrNewerVersion)}
 		hist, rerr := c.cs.RecordFailure(work, c.ib.consumer, j.msg.ID, failure)
 		if rerr != nil || len(hist) == 0 {
@@ -682,6 +728,17 @@ func (c *Consumer[TTx]) run(ctx context.Context, tx TTx, msg courier.Message) (e
 		}
 	}()
 	return c.h(ctx, tx, msg)
+}
+
+// runBatch is the batch handler h over msgs, with a panic turned into a
+// *PanicError, inside a group's transaction, which therefore rolls back.
+func (c *Consumer[TTx]) runBatch(ctx context.Context, tx TTx, h BatchHandler[TTx], msgs []courier.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack(), Site: panicSite(3)}
+		}
+	}()
+	return h(ctx, tx, msgs)
 }
 
 // handle runs the handler through the inbox, telling the broker every

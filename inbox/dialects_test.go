@@ -24,7 +24,7 @@ import (
 type dialect[TTx any] struct {
 	name string
 	// open returns a fresh database for the test, migrated, with an effects
-	// table.
+	// table, whose seq numbers the effects in the order inserted.
 	open func(t *testing.T) *database[TTx]
 	// connect reaches a database that open created, from its URL (in a
 	// child process).
@@ -96,7 +96,7 @@ func postgresDialect() dialect[pgx.Tx] {
 		name: "postgres",
 		open: func(t *testing.T) *database[pgx.Tx] {
 			pg := testenv.Postgres(t, testenv.Migrate(postgres.NewDriver))
-			_, err := pg.Pool.Exec(context.Background(), `CREATE TABLE effects (message_id uuid NOT NULL, consumer text NOT NULL, note text)`)
+			_, err := pg.Pool.Exec(context.Background(), `CREATE TABLE effects (seq bigserial PRIMARY KEY, message_id uuid NOT NULL, consumer text NOT NULL, note text)`)
 			testenv.Must(t, err, "effects table")
 			return onPool(t, pg.URL, pg.Pool)
 		},
@@ -126,7 +126,7 @@ func sqliteDialect() dialect[*sql.Tx] {
 			ctx := context.Background()
 			_, err := db.driver.Migrate(ctx)
 			testenv.Must(t, err, "migrate")
-			_, err = db.sql.ExecContext(ctx, `CREATE TABLE effects (message_id TEXT NOT NULL, consumer TEXT NOT NULL, note TEXT)`)
+			_, err = db.sql.ExecContext(ctx, `CREATE TABLE effects (seq INTEGER PRIMARY KEY, message_id TEXT NOT NULL, consumer TEXT NOT NULL, note TEXT)`)
 			testenv.Must(t, err, "effects table")
 			return db
 		},
@@ -140,7 +140,7 @@ func mysqlDialect() dialect[*sql.Tx] {
 		open: func(t *testing.T) *database[*sql.Tx] {
 			my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
 			_, err := my.DB.ExecContext(context.Background(),
-				`CREATE TABLE effects (message_id CHAR(36) NOT NULL, consumer VARCHAR(255) NOT NULL, note TEXT) DEFAULT CHARSET=utf8mb4`)
+				`CREATE TABLE effects (seq BIGINT AUTO_INCREMENT PRIMARY KEY, message_id CHAR(36) NOT NULL, consumer VARCHAR(255) NOT NULL, note TEXT) DEFAULT CHARSET=utf8mb4`)
 			testenv.Must(t, err, "effects table")
 			return on(my.URL, my.DB, store.Driver[*sql.Tx](mysql.NewDriver(my.DB)))
 		},

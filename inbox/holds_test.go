@@ -25,17 +25,19 @@ import (
 
 // poisoned is a handler that records, per key, the order in which it
 // applied messages, and fails, as malformed, on the messages it is told
-// to fail on until it is fixed.
+// to fail on until it is fixed. The order is read from the effects its
+// committed runs inserted: a run whose transaction rolled back (its
+// group's, when another message of the group failed) applied nothing.
 type poisoned[TTx any] struct {
 	db *database[TTx]
 
-	mu      sync.Mutex
-	fail    map[uuid.UUID]bool
-	applied map[string][]uuid.UUID // by key, in the order of the runs that did not fail
+	mu    sync.Mutex
+	fail  map[uuid.UUID]bool
+	keyOf map[uuid.UUID]string // the key of each message run
 }
 
 func newPoisoned[TTx any](db *database[TTx], fail ...courier.Message) *poisoned[TTx] {
-	p := &poisoned[TTx]{db: db, fail: map[uuid.UUID]bool{}, applied: map[string][]uuid.UUID{}}
+	p := &poisoned[TTx]{db: db, fail: map[uuid.UUID]bool{}, keyOf: map[uuid.UUID]string{}}
 	for _, m := range fail {
 		p.fail[m.ID] = true
 	}
@@ -54,24 +56,38 @@ func (p *poisoned[TTx]) fix(ms ...courier.Message) {
 func (p *poisoned[TTx]) handle(ctx context.Context, tx TTx, msg courier.Message) error {
 	p.mu.Lock()
 	fail := p.fail[msg.ID]
+	p.keyOf[msg.ID] = msg.Key
 	p.mu.Unlock()
 	if fail {
 		return fmt.Errorf("%w: poisoned message %s", courier.ErrMalformed, msg.ID)
 	}
-	if err := p.db.insertEffect(ctx, tx, "ledger", msg); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.applied[msg.Key] = append(p.applied[msg.Key], msg.ID)
-	return nil
+	return p.db.insertEffect(ctx, tx, "ledger", msg)
 }
 
-// order returns the ids the handler applied of key, in order.
+// order returns the ids the handler applied of key, in the order their
+// effects committed.
 func (p *poisoned[TTx]) order(key string) []uuid.UUID {
+	rows, err := p.db.sql.QueryContext(context.Background(), "SELECT message_id FROM effects WHERE consumer = 'ledger' ORDER BY seq")
+	if err != nil {
+		panic(err)
+	}
+	defer rows.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.applied[key])
+	var out []uuid.UUID
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			panic(err)
+		}
+		if id := uuid.MustParse(s); p.keyOf[id] == key {
+			out = append(out, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		panic(err)
+	}
+	return out
 }
 
 // ids returns the ids of ms.

@@ -1,6 +1,9 @@
 package inbox
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // keyQueue holds the deliveries a consumer that keeps order has received
 // and not yet handled, a queue per key, and hands them to its workers: any
@@ -53,38 +56,92 @@ func (q *keyQueue) put(j job) bool {
 // marks the key busy until done. After close it returns what is left, then
 // false once nothing is left or being handled.
 func (q *keyQueue) take() (job, bool) {
+	g, ok := q.takeGroup(1, 0)
+	if !ok {
+		return job{}, false
+	}
+	return g[0], true
+}
+
+// takeGroup returns up to max deliveries, the keys' that have waited
+// longest first, each key's consecutive deliveries in the order received,
+// and marks their keys busy until done. It waits for a first delivery;
+// then, while it has fewer than max, up to wait for more (0: it takes what
+// waits and returns), adding the later deliveries of its keys too. After
+// close it returns what is left, then false once nothing is left or being
+// handled.
+func (q *keyQueue) takeGroup(max int, wait time.Duration) ([]job, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for len(q.ready) == 0 && !(q.closed && q.handling == 0) {
 		q.cond.Wait()
 	}
 	if len(q.ready) == 0 {
-		return job{}, false
+		return nil, false
 	}
-	k := q.ready[0]
-	q.ready[0] = ""
-	q.ready = q.ready[1:]
-	js := q.waiting[k]
-	j := js[0]
-	js[0] = job{}
-	if len(js) == 1 {
-		delete(q.waiting, k)
-	} else {
-		q.waiting[k] = js[1:]
+	var g []job
+	var keys []string // the keys of g, in the order taken
+	g, keys = q.fill(g, keys, max)
+	if len(g) < max && wait > 0 {
+		deadline := time.Now().Add(wait)
+		t := time.AfterFunc(wait, func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.cond.Broadcast()
+		})
+		defer t.Stop()
+		for len(g) < max && !q.closed && time.Now().Before(deadline) {
+			q.cond.Wait()
+			g, keys = q.fill(g, keys, max)
+		}
 	}
-	q.busy[k] = true
-	q.handling++
-	return j, true
+	return g, true
 }
 
-// done says the delivery take returned for key was handled: the key's next
-// one may go.
-func (q *keyQueue) done(key string) {
+// fill adds to g, up to max, the deliveries waiting of the keys of g
+// (keys), then those of the ready keys, oldest first, marking those busy.
+func (q *keyQueue) fill(g []job, keys []string, max int) ([]job, []string) {
+	for _, k := range keys {
+		g = q.takeOf(g, k, max)
+	}
+	for len(g) < max && len(q.ready) > 0 {
+		k := q.ready[0]
+		q.ready[0] = ""
+		q.ready = q.ready[1:]
+		q.busy[k] = true
+		keys = append(keys, k)
+		g = q.takeOf(g, k, max)
+	}
+	return g, keys
+}
+
+// takeOf adds to g, up to max, the deliveries waiting of key k, a key g's
+// taker has marked busy.
+func (q *keyQueue) takeOf(g []job, k string, max int) []job {
+	js := q.waiting[k]
+	n := min(len(js), max-len(g))
+	if n <= 0 {
+		return g
+	}
+	g = append(g, js[:n]...)
+	clear(js[:n])
+	if n == len(js) {
+		delete(q.waiting, k)
+	} else {
+		q.waiting[k] = js[n:]
+	}
+	q.handling += n
+	return g
+}
+
+// done says n deliveries takeGroup returned for key were handled: the
+// key's next one may go.
+func (q *keyQueue) done(key string, n int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.busy, key)
-	q.handling--
-	q.held--
+	q.handling -= n
+	q.held -= n
 	if len(q.waiting[key]) > 0 {
 		q.ready = append(q.ready, key)
 	}

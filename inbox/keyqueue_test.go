@@ -38,7 +38,7 @@ func TestKeyQueue(t *testing.T) {
 				mu.Lock()
 				busy[k] = false
 				mu.Unlock()
-				q.done(k)
+				q.done(k, 1)
 			}
 		})
 	}
@@ -81,7 +81,7 @@ func TestKeyQueueFull(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	j, _ := q.take()
-	q.done(j.msg.Key)
+	q.done(j.msg.Key, 1)
 	if !<-put {
 		t.Fatal("put refused once there was room")
 	}

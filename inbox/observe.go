@@ -95,6 +95,21 @@ func (os observers) Replayed(consumer string, msg courier.Message) {
 // Observer. The handler's context holds the span, so messages it writes to
 // an outbox carry it on.
 func (c *Consumer[TTx]) traced(ctx context.Context, d broker.Delivery, msg courier.Message) (Result, error) {
+	ctx, end := c.startSpan(ctx, d, msg)
+	start := c.cfg.Clock.Now()
+	res, err := c.ib.Handle(ctx, msg, c.run)
+	took := c.cfg.Clock.Now().Sub(start)
+	if err == nil || ctx.Err() == nil {
+		c.cfg.Observer.Handled(c.ib.consumer, msg, res, err, took)
+	}
+	end(res, err)
+	return res, err
+}
+
+// startSpan starts the process span of msg's run, linked to the trace
+// context the message carries; the returned context holds it, and end
+// ends it with the run's outcome.
+func (c *Consumer[TTx]) startSpan(ctx context.Context, d broker.Delivery, msg courier.Message) (context.Context, spanEnd) {
 	subject := d.Raw().Subject
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 	if sc := msgtrace.Extract(&msg); sc.IsValid() {
@@ -115,12 +130,46 @@ func (c *Consumer[TTx]) traced(ctx context.Context, d broker.Delivery, msg couri
 			span.SetAttributes(msgtrace.ConversationID.String(corr))
 		}
 	}
-	start := c.cfg.Clock.Now()
-	res, err := c.ib.Handle(ctx, msg, c.run)
-	took := c.cfg.Clock.Now().Sub(start)
-	if err == nil || ctx.Err() == nil {
-		c.cfg.Observer.Handled(c.ib.consumer, msg, res, err, took)
+	return ctx, func(res Result, err error) { endSpan(span, res, err) }
+}
+
+// startBatchSpan starts the process span of a batch handler's run over the
+// deliveries of g at places at, linked to the trace context each message
+// carries. Its end may be called once per message: the first ends it.
+func (c *Consumer[TTx]) startBatchSpan(ctx context.Context, g []job, at []int) (context.Context, spanEnd) {
+	subject := g[at[0]].d.Raw().Subject
+	links := make([]trace.Link, 0, len(at))
+	for _, i := range at {
+		msg := g[i].msg
+		if sc := msgtrace.Extract(&msg); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
 	}
+	ctx, span := c.tracer.Start(ctx, "process "+subject, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...))
+	if span.IsRecording() {
+		span.SetAttributes(
+			msgtrace.System.String(c.system),
+			msgtrace.Destination.String(subject),
+			msgtrace.OperationType.String("process"),
+			msgtrace.OperationName.String("process"),
+			msgtrace.ConsumerGroup.String(c.ib.consumer),
+			msgtrace.BatchCount.Int(len(at)),
+		)
+	}
+	ended := false
+	return ctx, func(res Result, err error) {
+		if !ended {
+			ended = true
+			endSpan(span, res, err)
+		}
+	}
+}
+
+// spanEnd ends a process span with its run's outcome.
+type spanEnd func(res Result, err error)
+
+// endSpan ends span with a run's outcome.
+func endSpan(span trace.Span, res Result, err error) {
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -128,5 +177,4 @@ func (c *Consumer[TTx]) traced(ctx context.Context, d broker.Delivery, msg couri
 		span.SetAttributes(msgtrace.InboxResult.String(res.String()))
 	}
 	span.End()
-	return res, err
 }
