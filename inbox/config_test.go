@@ -44,6 +44,9 @@ func TestConsumerConfigValidate(t *testing.T) {
 		{inbox.ConsumerConfig{CleanupEvery: -time.Second}, "inbox: ConsumerConfig.CleanupEvery is -1s: use more than 0, or 0 for 1h0m0s"},
 		{inbox.ConsumerConfig{ReplayEvery: -time.Second}, "inbox: ConsumerConfig.ReplayEvery is -1s: use more than 0, or 0 for 5s"},
 		{inbox.ConsumerConfig{ShutdownTimeout: -time.Second}, "inbox: ConsumerConfig.ShutdownTimeout is -1s: use more than 0, or 0 for 10s"},
+		{inbox.ConsumerConfig{Group: inbox.GroupConfig{MaxMessages: -1}}, "inbox: ConsumerConfig.Group.MaxMessages is -1: use more than 0, or 0 for 1"},
+		{inbox.ConsumerConfig{Group: inbox.GroupConfig{SlowRun: -time.Second}}, "inbox: ConsumerConfig.Group.SlowRun is -1s: use more than 0, or 0 for 1s"},
+		{inbox.ConsumerConfig{Group: inbox.GroupConfig{MaxWait: -time.Second}}, "inbox: ConsumerConfig.Group.MaxWait is -1s: it must be 0 (a group closes when nothing else waits) or positive"},
 	} {
 		if err := c.cfg.Validate(); err == nil || err.Error() != c.want {
 			t.Errorf("Validate: %v, want %q", err, c.want)

@@ -28,20 +28,9 @@ func (e *env[TTx]) start(consumer string, h inbox.Handler[TTx], cfg inbox.Consum
 	e.t.Helper()
 	ib, err := inbox.New(e.db.inbox, consumer)
 	testenv.Must(e.t, err, "inbox")
-	if cfg.Backoff == (courier.Backoff{}) {
-		cfg.Backoff = courier.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
-	}
-	if cfg.ExtendEvery == 0 {
-		cfg.ExtendEvery = 500 * time.Millisecond // within the subscription's ack wait
-	}
-	c, err := inbox.NewConsumer(ib, e.subscriber(consumer), e.db.cs, h, cfg)
+	c, err := inbox.NewConsumer(ib, e.subscriber(consumer), e.db.cs, h, testConfig(cfg))
 	testenv.Must(e.t, err, "consumer")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	stop := func() { cancel(); <-done }
-	e.t.Cleanup(stop)
-	return c, stop
+	return c, e.launch(c)
 }
 
 func TestPanickingHandlerIsParked(t *testing.T) {

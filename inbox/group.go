@@ -196,17 +196,15 @@ func (c *Consumer[TTx]) applyOnce(work context.Context, g []job) (res []Result, 
 			return err
 		}
 		r := groupRun[TTx]{c: c, tx: tx, g: g, spans: spans}
+		var apply []int // the fresh deliveries, in order
 		for i, j := range g {
 			res[i] = Duplicate
 			if k := at[j.msg.ID]; k.first == i && fresh[k.index] {
 				res[i] = Applied
-				r.add(work, i)
-			}
-			if r.failed != nil {
-				break
+				apply = append(apply, i)
 			}
 		}
-		r.flushAll(work)
+		r.runAll(work, apply)
 		if r.failed != nil {
 			failed = r.failed
 			return fmt.Errorf("%w: %w", errFailedInGroup, r.err)
@@ -279,9 +277,13 @@ func (ib *Inbox[TTx]) markGroup(ctx context.Context, tx TTx, ids []uuid.UUID) ([
 }
 
 // groupRun runs the handlers of a group's fresh messages in one
-// transaction. The messages of a batch handler wait in a pending batch,
-// which runs when the group ends, or before a later message of one of its
-// keys goes to another handler: each key's effects come in its order.
+// transaction, in rounds. In a round, a message goes to its handler at
+// once, or for a batch handler joins the round's batch of its type; but a
+// message of a key that has one waiting in a batch of another type (or
+// for another handler) waits for the next round, with its key's later
+// ones. The round's batches run at its end, in the order of their first
+// messages. So each key's effects come in its order, and a batch takes
+// every key's messages of its type that can go in it.
 type groupRun[TTx any] struct {
 	c     *Consumer[TTx]
 	tx    TTx
@@ -301,38 +303,68 @@ type pendingBatch[TTx any] struct {
 	msgs []courier.Message
 }
 
-// add runs the handler of the group's i-th delivery, or queues it for its
-// batch handler.
-func (r *groupRun[TTx]) add(ctx context.Context, i int) {
+// runAll runs the handlers of the group's deliveries at places apply, in
+// rounds, until one fails.
+func (r *groupRun[TTx]) runAll(ctx context.Context, apply []int) {
+	type routed struct {
+		msg     courier.Message
+		h       BatchHandler[TTx]
+		tv      typeVersion
+		batched bool
+	}
+	route := make(map[int]routed, len(apply))
+	for _, i := range apply {
+		var ro routed
+		ro.msg = r.g[i].msg
+		if r.c.batchOf != nil {
+			ro.msg, ro.h, ro.tv, ro.batched = r.c.batchOf(ro.msg)
+		}
+		route[i] = ro
+	}
+	for len(apply) > 0 && r.failed == nil {
+		var later []int
+		waits := make(map[string]bool) // keys with a message left for a later round
+		for _, i := range apply {
+			key, ro := r.g[i].msg.Key, route[i]
+			if in, ok := r.keyIn[key]; waits[key] || ok && (!ro.batched || in != ro.tv) {
+				waits[key] = true
+				later = append(later, i)
+				continue
+			}
+			if ro.batched {
+				r.queue(i, ro.msg, ro.h, ro.tv)
+				continue
+			}
+			r.run(ctx, i)
+			if r.failed != nil {
+				return
+			}
+		}
+		r.flushAll(ctx)
+		apply = later
+	}
+}
+
+// queue adds the group's i-th delivery, msg as its batch handler h takes
+// it, to the round's batch of tv.
+func (r *groupRun[TTx]) queue(i int, msg courier.Message, h BatchHandler[TTx], tv typeVersion) {
+	if r.pending == nil {
+		r.pending = make(map[typeVersion]*pendingBatch[TTx])
+		r.keyIn = make(map[string]typeVersion)
+	}
+	b := r.pending[tv]
+	if b == nil {
+		b = &pendingBatch[TTx]{h: h}
+		r.pending[tv] = b
+	}
+	b.at = append(b.at, i)
+	b.msgs = append(b.msgs, msg)
+	r.keyIn[r.g[i].msg.Key] = tv
+}
+
+// run runs the handler of the group's i-th delivery.
+func (r *groupRun[TTx]) run(ctx context.Context, i int) {
 	j := r.g[i]
-	var bh BatchHandler[TTx]
-	var tv typeVersion
-	msg := j.msg
-	batched := false
-	if r.c.batchOf != nil {
-		msg, bh, tv, batched = r.c.batchOf(j.msg)
-	}
-	if in, ok := r.keyIn[j.msg.Key]; ok && (!batched || in != tv) {
-		r.flush(ctx, in)
-		if r.failed != nil {
-			return
-		}
-	}
-	if batched {
-		if r.pending == nil {
-			r.pending = make(map[typeVersion]*pendingBatch[TTx])
-			r.keyIn = make(map[string]typeVersion)
-		}
-		b := r.pending[tv]
-		if b == nil {
-			b = &pendingBatch[TTx]{h: bh}
-			r.pending[tv] = b
-		}
-		b.at = append(b.at, i)
-		b.msgs = append(b.msgs, msg)
-		r.keyIn[j.msg.Key] = tv
-		return
-	}
 	sctx, end := r.c.startSpan(ctx, j.d, j.msg)
 	r.spans[i] = end
 	err, slow := r.cut(sctx, func(ctx context.Context) error { return r.c.run(ctx, r.tx, j.msg) })
@@ -349,9 +381,7 @@ func (r *groupRun[TTx]) flush(ctx context.Context, tv typeVersion) {
 	b := r.pending[tv]
 	delete(r.pending, tv)
 	for _, i := range b.at {
-		if r.keyIn[r.g[i].msg.Key] == tv {
-			delete(r.keyIn, r.g[i].msg.Key)
-		}
+		delete(r.keyIn, r.g[i].msg.Key)
 	}
 	sctx, end := r.c.startBatchSpan(ctx, r.g, b.at)
 	for _, i := range b.at {

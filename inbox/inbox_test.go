@@ -160,6 +160,14 @@ func (e *env[TTx]) runOn(sub broker.Subscriber, consumer string, h inbox.Handler
 	e.t.Helper()
 	ib, err := inbox.New(e.db.inbox, consumer)
 	testenv.Must(e.t, err, "inbox")
+	c, err := inbox.NewConsumer(ib, sub, e.db.cs, h, testConfig(cfg))
+	testenv.Must(e.t, err, "consumer")
+	e.launch(c)
+	return c
+}
+
+// testConfig is cfg with the tests' defaults for its zero fields.
+func testConfig(cfg inbox.ConsumerConfig) inbox.ConsumerConfig {
 	if cfg.Backoff == (courier.Backoff{}) {
 		cfg.Backoff = courier.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}
 	}
@@ -178,13 +186,17 @@ func (e *env[TTx]) runOn(sub broker.Subscriber, consumer string, h inbox.Handler
 	if os.Getenv("COURIER_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	c, err := inbox.NewConsumer(ib, sub, e.db.cs, h, cfg)
-	testenv.Must(e.t, err, "consumer")
+	return cfg
+}
+
+// launch runs c until the returned stop is called (or the test ends).
+func (e *env[TTx]) launch(c *inbox.Consumer[TTx]) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
-	e.t.Cleanup(func() { cancel(); <-done })
-	return c
+	stop = func() { cancel(); <-done }
+	e.t.Cleanup(stop)
+	return stop
 }
 
 func TestSameMessageFiveTimesOneEffect(t *testing.T) {
