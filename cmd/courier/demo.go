@@ -47,7 +47,8 @@ type demoCmd struct {
 	StepTimeout         time.Duration  `help:"How long each saga step waits for its reply before it is compensated." default:"30s" env:"COURIER_DEMO_STEP_TIMEOUT"`
 	Deploy              string         `help:"How version 2 of ChargeRequested is deployed once a third of the orders are placed, the shop starting with version 1: producer-first (orders, then payment: version 2 requests wait, uncounted, for payment's deploy), producer-first-late (the same, payment deployed only once one waited --newer-version-wait and was parked; the demo replays what was parked), consumer-first (payment with an upcaster from version 1, then orders) or none (version 2 throughout)." default:"producer-first-late" enum:"producer-first,producer-first-late,consumer-first,none" env:"COURIER_DEMO_DEPLOY"`
 	NewerVersionWait    time.Duration  `help:"How long payment retries a request of a version newer than it knows before parking it." default:"2s" env:"COURIER_DEMO_NEWER_VERSION_WAIT"`
-	Stream              string         `help:"JetStream stream of the demo, created with the demo's mark (its description); a stream of that name without it is refused." default:"COURIER_DEMO" env:"COURIER_DEMO_STREAM"`
+	consumerGroupFlags  `embed:"" envprefix:"COURIER_DEMO_"`
+	Stream              string `help:"JetStream stream of the demo, created with the demo's mark (its description); a stream of that name without it is refused." default:"COURIER_DEMO" env:"COURIER_DEMO_STREAM"`
 }
 
 const demoSubjectPrefix = "courier-demo."
@@ -136,6 +137,9 @@ func (c *demoCmd) validate() error {
 	}
 	if c.Stream == "" || strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") {
 		return fmt.Errorf("--stream %q is not a JetStream stream name: use letters, digits, - and _ (no spaces, '.', '*', '>' or slashes)", c.Stream)
+	}
+	if _, err := c.group(); err != nil {
+		return err
 	}
 	if err := c.checkBrokerURL(); err != nil {
 		return err
@@ -227,11 +231,12 @@ func (c *demoCmd) demoConfig(dbs shop.Databases, tr shop.Transport) shop.DemoCon
 		inFlight = -1
 	}
 	deploy, late := c.deploy()
+	group, _ := c.group() // validate checked it
 	return shop.DemoConfig{
 		Databases: dbs, Transport: tr,
 		Orders: c.Orders, Concurrency: c.Concurrency, InFlight: inFlight, Stock: stock, Faults: perService, ReplayRate: c.ReplayRate,
 		Crash: crash, Timeout: c.Timeout, Timeouts: shop.Timeouts{Step: c.StepTimeout},
-		Deploy: deploy, DeployLate: late, NewerVersionWait: c.NewerVersionWait,
+		Deploy: deploy, DeployLate: late, NewerVersionWait: c.NewerVersionWait, Group: group,
 	}
 }
 

@@ -24,19 +24,20 @@ type shopCmd struct {
 
 // shopFlags are every service's flags.
 type shopFlags struct {
-	DatabaseURL   string        `name:"database-url" help:"The service's own database: a SQLite file, postgres://…?search_path=SCHEMA (created if missing) or mysql://… (default: ./shop-SERVICE.db)." env:"COURIER_SHOP_DATABASE_URL"`
-	BrokerURL     string        `name:"broker-url" help:"Broker shared by the four services: a NATS server with JetStream (courier relay serves one on this address), kafka://host:9092 or amqp://user:password@host:5672/." default:"nats://127.0.0.1:4222" env:"COURIER_BROKER_URL"`
-	Stream        string        `help:"JetStream stream of the shop (NATS only)." default:"SHOP" env:"COURIER_SHOP_STREAM"`
-	SubjectPrefix string        `help:"Prefix that turns a topic into a subject, a Kafka topic or a RabbitMQ routing key, and names the Kafka consumer groups and RabbitMQ queues; a topic_prefix or prefix in --broker-url wins." default:"shop." env:"COURIER_SHOP_SUBJECT_PREFIX"`
-	Partitions    int           `help:"Share the service's keys among its processes over this many partitions (give each process of the service the same number): each key's messages are applied in order, by one process at a time. NATS needs nats-server 2.10 or later (on an older one the processes share the durable consumer, as with 0, and the log says so); RabbitMQ needs the rabbitmq_consistent_hash_exchange plugin; on Kafka the consumer group shares the topics' partitions anyway, and this is how many a topic gets when created. 0: the processes share the durable consumer (NATS) or stand by on the queue (RabbitMQ)." env:"COURIER_SHOP_PARTITIONS"`
-	HoldKeys      []string      `name:"hold-keys" placeholder:"TOPIC" help:"Topics whose keys the service's consumer holds: a message of theirs that is parked holds its key, and the key's later messages are parked behind it (reason held) until courier dlq replay or discard releases them, in order; * alone: every topic. Keeps each key's order in the process. Repeatable, or comma-separated." env:"COURIER_SHOP_HOLD_KEYS"`
-	FailureRate   float64       `help:"Probability that a message handler fails (transient error; the inbox retries)." env:"COURIER_SHOP_FAILURE_RATE"`
-	Latency       time.Duration `help:"Latency added to every message handler." env:"COURIER_SHOP_LATENCY"`
-	DuplicateRate float64       `help:"Probability that a delivery is duplicated." env:"COURIER_SHOP_DUPLICATE_RATE"`
-	ReorderRate   float64       `help:"Probability that a delivery is reordered." env:"COURIER_SHOP_REORDER_RATE"`
-	CrashAfter    time.Duration `help:"Exit abruptly (status 3, nothing drained) this long after starting, for a supervisor to restart the service." env:"COURIER_SHOP_CRASH_AFTER"`
-	MetricsAddr   string        `name:"metrics-addr" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, such as 127.0.0.1:9465. Empty: not served." env:"COURIER_SHOP_METRICS_ADDR"`
-	LatencyEvery  time.Duration `name:"latency-every" help:"Record the consumer's latency, commit to applied per topic, in the service's database this often (table courier_latency; courier status and the dashboard show it). 0: not recorded." default:"10s" env:"COURIER_SHOP_LATENCY_EVERY"`
+	DatabaseURL        string        `name:"database-url" help:"The service's own database: a SQLite file, postgres://…?search_path=SCHEMA (created if missing) or mysql://… (default: ./shop-SERVICE.db)." env:"COURIER_SHOP_DATABASE_URL"`
+	BrokerURL          string        `name:"broker-url" help:"Broker shared by the four services: a NATS server with JetStream (courier relay serves one on this address), kafka://host:9092 or amqp://user:password@host:5672/." default:"nats://127.0.0.1:4222" env:"COURIER_BROKER_URL"`
+	Stream             string        `help:"JetStream stream of the shop (NATS only)." default:"SHOP" env:"COURIER_SHOP_STREAM"`
+	SubjectPrefix      string        `help:"Prefix that turns a topic into a subject, a Kafka topic or a RabbitMQ routing key, and names the Kafka consumer groups and RabbitMQ queues; a topic_prefix or prefix in --broker-url wins." default:"shop." env:"COURIER_SHOP_SUBJECT_PREFIX"`
+	Partitions         int           `help:"Share the service's keys among its processes over this many partitions (give each process of the service the same number): each key's messages are applied in order, by one process at a time. NATS needs nats-server 2.10 or later (on an older one the processes share the durable consumer, as with 0, and the log says so); RabbitMQ needs the rabbitmq_consistent_hash_exchange plugin; on Kafka the consumer group shares the topics' partitions anyway, and this is how many a topic gets when created. 0: the processes share the durable consumer (NATS) or stand by on the queue (RabbitMQ)." env:"COURIER_SHOP_PARTITIONS"`
+	HoldKeys           []string      `name:"hold-keys" placeholder:"TOPIC" help:"Topics whose keys the service's consumer holds: a message of theirs that is parked holds its key, and the key's later messages are parked behind it (reason held) until courier dlq replay or discard releases them, in order; * alone: every topic. Keeps each key's order in the process. Repeatable, or comma-separated." env:"COURIER_SHOP_HOLD_KEYS"`
+	FailureRate        float64       `help:"Probability that a message handler fails (transient error; the inbox retries)." env:"COURIER_SHOP_FAILURE_RATE"`
+	Latency            time.Duration `help:"Latency added to every message handler." env:"COURIER_SHOP_LATENCY"`
+	DuplicateRate      float64       `help:"Probability that a delivery is duplicated." env:"COURIER_SHOP_DUPLICATE_RATE"`
+	ReorderRate        float64       `help:"Probability that a delivery is reordered." env:"COURIER_SHOP_REORDER_RATE"`
+	CrashAfter         time.Duration `help:"Exit abruptly (status 3, nothing drained) this long after starting, for a supervisor to restart the service." env:"COURIER_SHOP_CRASH_AFTER"`
+	MetricsAddr        string        `name:"metrics-addr" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, such as 127.0.0.1:9465. Empty: not served." env:"COURIER_SHOP_METRICS_ADDR"`
+	consumerGroupFlags `embed:"" envprefix:"COURIER_SHOP_"`
+	LatencyEvery       time.Duration `name:"latency-every" help:"Record the consumer's latency, commit to applied per topic, in the service's database this often (table courier_latency; courier status and the dashboard show it). 0: not recorded." default:"10s" env:"COURIER_SHOP_LATENCY_EVERY"`
 }
 
 func (f shopFlags) config(service string, e *env) (shop.Config, error) {
@@ -49,6 +50,10 @@ func (f shopFlags) config(service string, e *env) (shop.Config, error) {
 	if _, err := setting.TopicSet("--hold-keys", f.HoldKeys); err != nil {
 		return shop.Config{}, err
 	}
+	group, err := f.group()
+	if err != nil {
+		return shop.Config{}, err
+	}
 	url := f.DatabaseURL
 	if url == "" {
 		url = "shop-" + service + ".db"
@@ -58,7 +63,7 @@ func (f shopFlags) config(service string, e *env) (shop.Config, error) {
 		return shop.Config{}, err
 	}
 	return shop.Config{
-		DatabaseURL: url, Transport: tr, Logger: e.log, MetricsAddr: f.MetricsAddr, HoldKeys: f.HoldKeys, LatencyEvery: f.LatencyEvery,
+		DatabaseURL: url, Transport: tr, Logger: e.log, MetricsAddr: f.MetricsAddr, HoldKeys: f.HoldKeys, LatencyEvery: f.LatencyEvery, Group: group,
 		Faults: shop.Faults{FailureRate: f.FailureRate, Latency: f.Latency, DuplicateRate: f.DuplicateRate, ReorderRate: f.ReorderRate, CrashAfter: f.CrashAfter},
 	}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/courier-go/courier/inbox"
 )
 
 // Defaults of [Config].
@@ -72,6 +74,10 @@ type Config struct {
 	// (inbox.ConsumerConfig.HoldKeys): the consumer then keeps each key's
 	// order. Default: none.
 	HoldKeys []string
+	// Group is how the service's consumer groups deliveries into one
+	// transaction (inbox.ConsumerConfig.Group). Default: off, each
+	// delivery in a transaction of its own.
+	Group inbox.GroupConfig
 	// Logger receives the service's logs. Default: discard.
 	Logger *slog.Logger
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/courier-go/courier/inbox"
 )
 
 // DemoConfig describes a demo run: the shop in one process, orders placed
@@ -65,6 +67,8 @@ type DemoConfig struct {
 	// DefaultLateNewerVersionWait with DeployLate, Courier's 15 minutes
 	// otherwise.
 	NewerVersionWait time.Duration
+	// Group is every service's consumer's (see Config). Default: off.
+	Group inbox.GroupConfig
 	// Timeout bounds the wait for every saga to end. Default 3 minutes.
 	Timeout time.Duration
 	// Timeouts bound the saga's waits.
@@ -130,6 +134,7 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Report, error) {
 	opts := Options{
 		Databases: cfg.Databases, Transport: cfg.Transport, BrokerURL: cfg.BrokerURL, Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix,
 		Instances: cfg.Instances, Faults: cfg.Faults, Stock: cfg.Stock, Timeouts: cfg.Timeouts, Logger: cfg.Logger, NewerVersionWait: cfg.NewerVersionWait,
+		Group: cfg.Group,
 	}
 	if cfg.Deploy != "" {
 		opts.ChargeVersion = 1 // the shop before version 2

@@ -479,7 +479,7 @@ func (b *base) newConsumer(db *database, link *Link, obs *observability, rec *re
 		Concurrency: 8, KeepOrder: link.KeepOrder || broker.SharesKeys(link.Subscriber) || len(b.cfg.HoldKeys) > 0, MaxDeliveries: 25,
 		Backoff:     courier.Backoff{Initial: 25 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		ExtendEvery: 2 * time.Second, ReplayEvery: time.Second, ShutdownTimeout: drain, Logger: log,
-		NewerVersionWait: b.cfg.NewerVersionWait, HoldKeys: b.cfg.HoldKeys,
+		NewerVersionWait: b.cfg.NewerVersionWait, HoldKeys: b.cfg.HoldKeys, Group: b.cfg.Group,
 	}
 	var observers []inbox.Observer
 	if obs != nil {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/courier-go/courier/inbox"
 	"github.com/courier-go/courier/store/dburl"
 )
 
@@ -154,6 +155,8 @@ type Options struct {
 	ChargeVersion int
 	// NewerVersionWait: see Config. Default: Courier's, 15 minutes.
 	NewerVersionWait time.Duration
+	// Group: see Config. Default: off.
+	Group inbox.GroupConfig
 	// Logger receives every service's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -259,7 +262,7 @@ func (s *Shop) newServices() error {
 		return Config{
 			DatabaseURL: opts.Databases.URL(service), Transport: opts.Transport,
 			Faults: opts.Faults[service], Drain: crashDrain, Logger: opts.Logger,
-			ChargeVersion: opts.ChargeVersion, NewerVersionWait: opts.NewerVersionWait,
+			ChargeVersion: opts.ChargeVersion, NewerVersionWait: opts.NewerVersionWait, Group: opts.Group,
 		}
 	}
 	host, _, err := net.SplitHostPort(opts.HTTPAddr)
