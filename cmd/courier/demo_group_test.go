@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/courier-go/courier/cmd/courier/internal/shop"
 	"github.com/courier-go/courier/internal/testenv"
@@ -43,6 +44,21 @@ func TestDemoCommandConsumerGroup(t *testing.T) {
 			return u
 		})
 	})
+}
+
+// The demo runs on SQLite or PostgreSQL; courier shop's processes take
+// --consumer-group on MySQL/MariaDB too (Kafka, kfake), and take an order
+// to its end.
+func TestShopCommandProcessesConsumerGroup(t *testing.T) {
+	urls := map[string]string{}
+	for _, s := range shop.Services {
+		urls[s] = testenv.MySQL(t, nil).URL
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(shop.DefaultPartitions))
+	testenv.Must(t, err, "kfake")
+	t.Cleanup(c.Close)
+	shopProcesses(t, "kafka://"+strings.Join(c.ListenAddrs(), ","), 1, func(s string) string { return urls[s] },
+		"--consumer-group", "100", "--consumer-group-wait", "5ms")
 }
 
 // runGroupedDemo runs courier demo with args, checks that every invariant
