@@ -212,6 +212,9 @@ func (c *Consumer[TTx]) applyOnce(work context.Context, g []job) (res []Result, 
 		return nil
 	})
 	took := c.cfg.Clock.Now().Sub(start)
+	if err == nil {
+		c.cfg.Observer.Grouped(c.ib.consumer, len(g))
+	}
 	for i, j := range g {
 		first, isFailed := failed[i]
 		if spans[i] != nil {

@@ -18,6 +18,19 @@ import (
 	"github.com/courier-go/courier/internal/testenv"
 )
 
+// groupSizes is an Observer that notes the size of each group committed.
+type groupSizes struct {
+	inbox.NopObserver
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (o *groupSizes) Grouped(_ string, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.sizes = append(o.sizes, n)
+}
+
 // txs counts the transactions a handler ran in and how many messages
 // each applied; it keeps every transaction value, so no two are the same.
 type txs struct {
@@ -120,13 +133,19 @@ func groupsApply[TTx any](keepOrder bool) func(*testing.T, dialect[TTx]) {
 			x.ran(tx)
 			return e.db.insertEffect(ctx, tx, "grouped", msg)
 		}
-		c := e.run("grouped", h, inbox.ConsumerConfig{KeepOrder: keepOrder, Concurrency: 2,
+		var obs groupSizes
+		c := e.run("grouped", h, inbox.ConsumerConfig{KeepOrder: keepOrder, Concurrency: 2, Observer: &obs,
 			Group: inbox.GroupConfig{MaxMessages: most, MaxWait: time.Second}})
 		testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { m := c.Metrics(); return m.Applied == n, m }, "not all applied")
 		largest, count := x.largest()
 		if largest != most || count >= n {
 			t.Fatalf("the largest transaction applied %d messages (%d transactions for %d messages), want %d", largest, count, n, most)
 		}
+		obs.mu.Lock()
+		if slices.Max(obs.sizes) != most {
+			t.Errorf("the observer was told of groups of %v, want some of %d", obs.sizes, most)
+		}
+		obs.mu.Unlock()
 		notes := e.db.committedOrder(t, "grouped")
 		if keepOrder {
 			checkOrder(t, notes, n)

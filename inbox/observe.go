@@ -23,7 +23,10 @@ type Observer interface {
 	// Duplicate when the delivery was skipped because the message had been
 	// applied before, and with the run's error when it failed (it is then
 	// retried or parked). d is how long the run took, its transaction
-	// included. Runs cut short by shutdown are not reported.
+	// included; in a group (ConsumerConfig.Group), how long the group's
+	// transaction took. Runs cut short by shutdown are not reported, nor
+	// runs in a group that rolled back for another message's run (they
+	// are run again).
 	Handled(consumer string, msg courier.Message, res Result, err error, d time.Duration)
 	// Parked is called when a delivery is parked as a consume-side dead
 	// letter; reason is store.ReasonMalformed, store.ReasonFailed,
@@ -33,6 +36,11 @@ type Observer interface {
 	// Replayed is called when a parked message was applied on an
 	// operator's request (courier dlq replay) and unparked.
 	Replayed(consumer string, msg courier.Message)
+	// Grouped is called when a group's transaction committed
+	// (ConsumerConfig.Group): n deliveries applied together, duplicates
+	// included, each also told to Handled. A delivery applied alone is
+	// not told here.
+	Grouped(consumer string, n int)
 }
 
 // NopObserver does nothing. Embed it in an Observer to implement only the
@@ -47,6 +55,9 @@ func (NopObserver) Parked(string, string) {}
 
 // Replayed does nothing.
 func (NopObserver) Replayed(string, courier.Message) {}
+
+// Grouped does nothing.
+func (NopObserver) Grouped(string, int) {}
 
 // Observers returns an Observer that tells each of obs in turn, leaving
 // out the nil ones: how a consumer feeds several, such as the metrics'
@@ -87,6 +98,12 @@ func (os observers) Parked(consumer, reason string) {
 func (os observers) Replayed(consumer string, msg courier.Message) {
 	for _, o := range os {
 		o.Replayed(consumer, msg)
+	}
+}
+
+func (os observers) Grouped(consumer string, n int) {
+	for _, o := range os {
+		o.Grouped(consumer, n)
 	}
 }
 

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,6 +29,10 @@ func (c calls) Replayed(consumer string, msg courier.Message) {
 	*c.log = append(*c.log, c.name+" replayed "+consumer+" "+msg.Topic)
 }
 
+func (c calls) Grouped(consumer string, n int) {
+	*c.log = append(*c.log, c.name+" grouped "+consumer+" "+strconv.Itoa(n))
+}
+
 func errString(err error) string {
 	if err == nil {
 		return "ok"
@@ -45,11 +50,13 @@ func TestObservers(t *testing.T) {
 	o.Handled("billing", msg, 0, errors.New("boom"), time.Millisecond)
 	o.Parked("billing", "failed")
 	o.Replayed("billing", msg)
+	o.Grouped("billing", 3)
 	want := []string{
 		"a handled billing orders applied ok", "b handled billing orders applied ok",
 		"a handled billing orders unknown boom", "b handled billing orders unknown boom",
 		"a parked billing failed", "b parked billing failed",
 		"a replayed billing orders", "b replayed billing orders",
+		"a grouped billing 3", "b grouped billing 3",
 	}
 	if !slices.Equal(log, want) {
 		t.Fatalf("told\n%q\nwant\n%q", log, want)

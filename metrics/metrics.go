@@ -278,6 +278,7 @@ type Collector struct {
 	processed, duplicates, failed, replayed *prometheus.CounterVec
 	parked                                  *prometheus.CounterVec
 	handlerDuration                         *prometheus.HistogramVec
+	groupSize                               *prometheus.HistogramVec
 	consumerLatency                         *prometheus.HistogramVec
 	clockSkew                               *prometheus.CounterVec
 	latencyMu                               sync.Mutex
@@ -375,6 +376,11 @@ func New(cfg Config) (*Collector, error) {
 		Help:    "Time one handler run took through the inbox, its transaction included, whatever its outcome.",
 		Buckets: handlerBuckets,
 	}, []string{"consumer"})
+	c.groupSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "courier_consumer_group_size_messages",
+		Help:    "Deliveries applied in one transaction by a consumer with grouped commits (inbox.ConsumerConfig.Group), per group committed.",
+		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+	}, []string{"consumer"})
 	c.newConsumerLatency()
 	c.newTenantMetrics()
 	c.audit = newAuditMetrics(func() time.Time { return c.now() })
@@ -423,7 +429,7 @@ func (c *Collector) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		c.claimedBatches, c.claimedMessages, c.published, c.retried, c.dead, c.leaseLost, c.released, c.publishErrors,
 		c.publishDuration, c.publishLatency,
-		c.processed, c.duplicates, c.failed, c.replayed, c.parked, c.handlerDuration, c.consumerLatency, c.clockSkew,
+		c.processed, c.duplicates, c.failed, c.replayed, c.parked, c.handlerDuration, c.groupSize, c.consumerLatency, c.clockSkew,
 		c.tenantPublished, c.tenantRetried, c.tenantDead, c.tenantLatency,
 		c.queries, c.queryErrors, c.lastSuccess,
 	}

@@ -88,3 +88,7 @@ func (o consumerObserver) Parked(consumer, reason string) {
 func (o consumerObserver) Replayed(consumer string, _ courier.Message) {
 	o.c.replayed.WithLabelValues(consumer).Inc()
 }
+
+func (o consumerObserver) Grouped(consumer string, n int) {
+	o.c.groupSize.WithLabelValues(consumer).Observe(float64(n))
+}
