@@ -210,7 +210,11 @@ type GroupConfig struct {
 	// other keys for SlowRun at most, not for as long as it waits; a
 	// handler that ignores its context's end is not cut. Make it longer
 	// than the handler's usual runs: each message of a handler that always
-	// runs longer runs twice. Default DefaultGroupSlowRun (1s).
+	// runs longer runs twice. Marking the group's messages is cut after
+	// SlowRun too: a marker another transaction holds (an instance
+	// applying the message still, or frozen with it) makes each of the
+	// group's deliveries go alone, so that only its own waits. Default
+	// DefaultGroupSlowRun (1s).
 	SlowRun time.Duration
 }
 

@@ -89,8 +89,15 @@ func (c *Consumer[TTx]) processGroup(ctx, work context.Context, g []job, release
 			release(k, n)
 		}
 	}
-	for _, a := range alone {
+	// Those waiting their turn are kept alive meanwhile, as a delivery
+	// being handled is.
+	stops := make([]func(), len(alone))
+	for i, a := range alone {
+		stops[i] = c.keepAlive(work, a.d)
+	}
+	for i, a := range alone {
 		c.processAfter(ctx, work, a.job, a.first)
+		stops[i]()
 	}
 	for k := range later {
 		release(k, count[k])
@@ -132,9 +139,9 @@ type aloneJob struct {
 // errFailedInGroup ends a group's transaction whose handler failed.
 var errFailedInGroup = errors.New("inbox: a handler failed in a group")
 
-// errSlowInGroup cuts a handler's run in a group that took longer than
-// Group.SlowRun.
-var errSlowInGroup = errors.New("inbox: the handler ran longer than ConsumerConfig.Group.SlowRun in a group; it runs alone")
+// errSlowInGroup cuts a handler's run, or the marking of a group's
+// messages, that took longer than Group.SlowRun.
+var errSlowInGroup = errors.New("inbox: longer than ConsumerConfig.Group.SlowRun in a group; applied alone")
 
 // applyTogether applies the deliveries of g in one transaction, and
 // returns alone with the deliveries that must be handled alone added, in
@@ -190,8 +197,17 @@ func (c *Consumer[TTx]) applyOnce(work context.Context, g []job) (res []Result, 
 	res = make([]Result, len(g))
 	start := c.cfg.Clock.Now()
 	spans := make([]spanEnd, len(g))
+	markSlow := false
 	err = c.ib.st.InTx(work, func(tx TTx) error {
-		fresh, err := c.ib.markGroup(work, tx, ids)
+		// A marker another transaction holds (an instance still applying
+		// the message, or frozen) would hold the whole group: past
+		// SlowRun, each delivery goes alone.
+		var fresh []bool
+		err, slow := c.cut(work, func(ctx context.Context) (err error) {
+			fresh, err = c.ib.markGroup(ctx, tx, ids)
+			return err
+		})
+		markSlow = slow
 		if err != nil {
 			return err
 		}
@@ -211,6 +227,13 @@ func (c *Consumer[TTx]) applyOnce(work context.Context, g []job) (res []Result, 
 		}
 		return nil
 	})
+	if markSlow && work.Err() == nil {
+		// Which marker is held elsewhere: its delivery goes alone, the
+		// others on together.
+		if i, ok := c.heldElsewhere(work, ids, at); ok {
+			failed = map[int]*failedRun{i: nil}
+		}
+	}
 	took := c.cfg.Clock.Now().Sub(start)
 	if err == nil {
 		c.cfg.Observer.Grouped(c.ib.consumer, len(g))
@@ -238,6 +261,34 @@ func outcome(err error, failed bool) error {
 	}
 	return fmt.Errorf("rolled back with its group: %w", err)
 }
+
+// heldElsewhere finds the first of ids (ascending) whose marker another
+// transaction holds: it marks them one at a time, each cut after
+// Group.SlowRun, in a transaction it rolls back. It returns the place in
+// the group of that id's first delivery; false when none waits (the other
+// transaction ended meanwhile) or the database failed.
+func (c *Consumer[TTx]) heldElsewhere(work context.Context, ids []uuid.UUID, at map[uuid.UUID]idAt) (int, bool) {
+	found := -1
+	_ = c.ib.st.InTx(work, func(tx TTx) error {
+		for _, id := range ids {
+			err, slow := c.cut(work, func(ctx context.Context) error {
+				_, err := c.ib.st.Mark(ctx, tx, c.ib.consumer, id)
+				return err
+			})
+			if slow {
+				found = at[id].first
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return errRollBack
+	})
+	return found, found >= 0
+}
+
+// errRollBack rolls back a transaction that only looked.
+var errRollBack = errors.New("inbox: rolled back")
 
 // idAt is where a message id is in a group: the first delivery of it, and
 // its place in the ids marked.
@@ -370,7 +421,7 @@ func (r *groupRun[TTx]) run(ctx context.Context, i int) {
 	j := r.g[i]
 	sctx, end := r.c.startSpan(ctx, j.d, j.msg)
 	r.spans[i] = end
-	err, slow := r.cut(sctx, func(ctx context.Context) error { return r.c.run(ctx, r.tx, j.msg) })
+	err, slow := r.c.cut(sctx, func(ctx context.Context) error { return r.c.run(ctx, r.tx, j.msg) })
 	if err != nil {
 		r.failed, r.err = map[int]*failedRun{i: nil}, err
 		if !slow {
@@ -390,7 +441,7 @@ func (r *groupRun[TTx]) flush(ctx context.Context, tv typeVersion) {
 	for _, i := range b.at {
 		r.spans[i] = end
 	}
-	err, _ := r.cut(sctx, func(ctx context.Context) error { return r.c.runBatch(ctx, r.tx, b.h, b.msgs) })
+	err, _ := r.c.cut(sctx, func(ctx context.Context) error { return r.c.runBatch(ctx, r.tx, b.h, b.msgs) })
 	if err != nil {
 		r.err = err
 		r.failed = make(map[int]*failedRun, len(b.at))
@@ -402,10 +453,10 @@ func (r *groupRun[TTx]) flush(ctx context.Context, tv typeVersion) {
 
 // cut runs fn with a context that ends after Group.SlowRun; slow says
 // whether fn failed after it ended.
-func (r *groupRun[TTx]) cut(ctx context.Context, fn func(ctx context.Context) error) (err error, slow bool) {
+func (c *Consumer[TTx]) cut(ctx context.Context, fn func(ctx context.Context) error) (err error, slow bool) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	t := time.AfterFunc(r.c.cfg.Group.SlowRun, func() { cancel(errSlowInGroup) })
+	t := time.AfterFunc(c.cfg.Group.SlowRun, func() { cancel(errSlowInGroup) })
 	err = fn(ctx)
 	t.Stop()
 	if err != nil && context.Cause(ctx) == errSlowInGroup {

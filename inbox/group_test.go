@@ -322,3 +322,55 @@ type credit step
 
 // MessageType names credit's type.
 func (credit) MessageType() string { return "Credit" }
+
+// A message whose marker another transaction holds (an instance still
+// applying it, or frozen with its transaction open) holds back only
+// itself: marking its group waits Group.SlowRun at most, then each of the
+// group's deliveries goes alone, and the others are applied while it
+// waits. When that transaction commits, the message is a duplicate. Not
+// on SQLite, where the open transaction holds the database's one write
+// lock, and so every message; nor on MySQL/MariaDB, whose server goes on
+// waiting for the lock after the driver gave the statement up (it closes
+// the connection), holding the group's markers, until
+// innodb_lock_wait_timeout (docs/operations.md, Grouped commits).
+func TestGroupWaitsNotForAMarkerHeldElsewhere(t *testing.T) {
+	onEachDialect(t, testGroupMarkerHeldElsewhere, testGroupMarkerHeldElsewhere)
+}
+
+func testGroupMarkerHeldElsewhere[TTx any](t *testing.T, d dialect[TTx]) {
+	switch d.name {
+	case "sqlite":
+		t.Skip("SQLite has one writer at a time: a transaction left open holds every message")
+	case "mysql":
+		t.Skip("a statement MySQL waits in goes on waiting after its connection closed: a group waits up to innodb_lock_wait_timeout")
+	}
+	e := newEnv(t, d)
+	msgs := steps("Step", 60, 60)
+	held := msgs[10]
+	// The other instance marks held and keeps its transaction open.
+	marked, release := make(chan struct{}), make(chan struct{})
+	other := make(chan error, 1)
+	go func() {
+		other <- e.db.inbox.InTx(context.Background(), func(tx TTx) error {
+			if _, err := e.db.inbox.Mark(context.Background(), tx, "elsewhere", held.ID); err != nil {
+				return err
+			}
+			close(marked)
+			<-release
+			return nil // commits
+		})
+	}()
+	<-marked
+	e.publish(msgs...)
+	c := e.run("elsewhere", recordEffect(e.db, "elsewhere"), inbox.ConsumerConfig{Concurrency: 2,
+		Group: inbox.GroupConfig{MaxMessages: 100, MaxWait: 200 * time.Millisecond, SlowRun: 300 * time.Millisecond}})
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { m := c.Metrics(); return m.Applied == 59, m },
+		"the other messages were not applied while one's marker was held elsewhere")
+	close(release)
+	testenv.Must(t, <-other, "the other instance's transaction")
+	testenv.WhileProgressing(t, 30*time.Second, func() (bool, any) { m := c.Metrics(); return m.Duplicates == 1, m },
+		"the message applied elsewhere was not skipped")
+	if n, distinct := e.totalEffects(); n != 59 || distinct != 59 {
+		t.Fatalf("%d effects of %d messages, want the 59 not applied elsewhere", n, distinct)
+	}
+}
