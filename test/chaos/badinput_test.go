@@ -166,7 +166,7 @@ func badInput[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 	ib, err := inbox.New(d.Inbox(), "reader")
 	testenv.Must(t, err, "inbox")
-	c, err := inbox.NewConsumer(ib, csub, d.ConsumerStore(), router.Handler(), inbox.ConsumerConfig{})
+	c, err := inbox.NewConsumer(ib, csub, d.ConsumerStore(), router.Handler(), inbox.ConsumerConfig{Group: groupedCommits})
 	testenv.Must(t, err, "consumer")
 	cctx, cstop := context.WithCancel(ctx)
 	cdone := make(chan struct{})

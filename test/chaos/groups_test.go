@@ -263,7 +263,7 @@ VALUES (?, ?, ?, ?, ? = 1 OR EXISTS (SELECT 1 FROM effects WHERE k = ? AND seq =
 			msg.ID.String(), msg.Key, seq, pid, seq, msg.Key, seq)
 		return err
 	}
-	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: concurrency, MaxDeliveries: 1000,
+	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: concurrency, MaxDeliveries: 1000, Group: groupedCommits,
 		Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}, Logger: log}
 	if wait, _ := time.ParseDuration(os.Getenv(envGroupAckWait)); wait > 0 {
 		// Told too late that a slow handler is still at work: the broker

@@ -716,7 +716,7 @@ func runHeldConsumer(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	defer db.Close()
-	cfg := inbox.ConsumerConfig{KeepOrder: true, HoldKeys: []string{topic}, Concurrency: 8, MaxDeliveries: 3,
+	cfg := inbox.ConsumerConfig{KeepOrder: true, HoldKeys: []string{topic}, Concurrency: 8, MaxDeliveries: 3, Group: groupedCommits,
 		Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}, ExtendEvery: 500 * time.Millisecond,
 		ReplayEvery: 200 * time.Millisecond, Logger: log}
 	return consume(ctx, db.Inbox(), heldConsumerName, sub, db.ConsumerStore(), poisonedEffect(db), cfg)

@@ -117,7 +117,7 @@ func startRelays(t *testing.T, tgt target, s settings) *relayRun {
 	sub, err := tgt.subscribe(ctx)
 	testenv.Must(t, err, "subscribe")
 	log := slog.New(slog.NewTextHandler(logFile("consumer.log"), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: tgt.concurrency, MaxDeliveries: 1000,
+	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: tgt.concurrency, MaxDeliveries: 1000, Group: groupedCommits,
 		Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}, Logger: log}
 	done := make(chan error, 1)
 	go func() {

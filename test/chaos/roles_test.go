@@ -240,7 +240,7 @@ func runConsumer(ctx context.Context, log *slog.Logger) error {
 	dup, _ := strconv.ParseFloat(os.Getenv(envDup), 64)
 	reorder, _ := strconv.ParseFloat(os.Getenv(envReorder), 64)
 	csub := &chaosSubscriber{Subscriber: sub, dup: dup, reorder: reorder}
-	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: 8, MaxDeliveries: 1000,
+	cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: 8, MaxDeliveries: 1000, Group: groupedCommits,
 		Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}, Logger: log}
 	db, err := openDatabase(ctx, os.Getenv(envDB))
 	if err != nil {
@@ -249,6 +249,14 @@ func runConsumer(ctx context.Context, log *slog.Logger) error {
 	defer db.Close()
 	return consume(ctx, db.Inbox(), topic, csub, db.ConsumerStore(), applyEffect(db), cfg)
 }
+
+// groupedCommits is the Group of every consumer in this package: the
+// suite runs with grouping on, a worker applying up to
+// DefaultGroupMessages deliveries waiting for it in one transaction, so
+// kills between commit and acks, pauses and failing handlers hit whole
+// groups; a group of one is the transaction-per-message path, which the
+// suite runs whenever a single delivery waits.
+var groupedCommits = inbox.GroupConfig{MaxMessages: inbox.DefaultGroupMessages}
 
 func consume[TTx any](ctx context.Context, st store.Inbox[TTx], name string, sub broker.Subscriber, cs store.ConsumerStore,
 	h inbox.Handler[TTx], cfg inbox.ConsumerConfig) error {

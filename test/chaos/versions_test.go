@@ -104,7 +104,7 @@ func runVersionedConsumer(ctx context.Context, log *slog.Logger) error {
 			return apply(ctx, tx, msg, v.Seq, v.Amount.Cents, v.Amount.Currency)
 		})
 	}
-	cfg := inbox.ConsumerConfig{Concurrency: 4, MaxDeliveries: versionsMaxDeliveries, NewerVersionWait: versionsNewerWait,
+	cfg := inbox.ConsumerConfig{Concurrency: 4, MaxDeliveries: versionsMaxDeliveries, NewerVersionWait: versionsNewerWait, Group: groupedCommits,
 		Backoff: courier.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}, Logger: log}
 	return consume(ctx, db.Inbox(), "billing", sub, db.ConsumerStore(), r.Handler(), cfg)
 }
