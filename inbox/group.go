@@ -76,8 +76,11 @@ func (c *Consumer[TTx]) processGroup(ctx, work context.Context, g []job, release
 		release(g[0].msg.Key, 1)
 		return
 	}
-	together, alone := c.split(ctx, work, g)
-	alone = c.applyTogether(work, together, alone)
+	together, apart := c.split(ctx, work, g)
+	// A key's deliveries that leave the group come before those split off
+	// at once (a redelivery and its key's later ones), which follow them in
+	// g.
+	alone := append(c.applyTogether(work, together, nil), apart...)
 	// The keys whose deliveries are all handled go on at once; those with a
 	// delivery left to apply alone, after it.
 	later := make(map[string]bool)
