@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,7 +23,8 @@ import (
 // The consumers section's instances: each with its own broker connection
 // and subscriber, its own inbox.Consumer (KeepOrder) and its own pool, all
 // in the bench process; their handler inserts a row per message into
-// effects, in the inbox's transaction.
+// effects, in the inbox's transaction (a batch handler: a group's rows in
+// one statement).
 
 // prepareEffects migrates Courier's tables into env's schema (the inbox's
 // markers and the consumer store) and creates the effects table: a row per
@@ -59,12 +61,65 @@ func effectHandler(instance int) inbox.Handler[pgx.Tx] {
 	}
 }
 
+// numbered is the bench's payload (payloadFor) as the batch handler
+// decodes it; its message type is the bench messages'.
+type numbered struct {
+	Seq int `json:"seq"`
+}
+
+// MessageType implements courier.Typed.
+func (numbered) MessageType() string { return messageType }
+
+// effectRouter is instance's router with one batch handler for the bench's
+// messages (inbox.OnBatch): a group's rows in effects in one statement,
+// in the order of msgs (each key's in its order), so that the rows' n
+// follows it as effectHandler's one insert per message does.
+func effectRouter(instance int) *inbox.Router[pgx.Tx] {
+	r := inbox.NewRouter[pgx.Tx]()
+	inbox.OnBatch(r, func(ctx context.Context, tx pgx.Tx, msgs []courier.Message, vs []numbered) error {
+		ids := make([][16]byte, len(msgs)) // uuid.UUID would go as its string
+		keys := make([]string, len(msgs))
+		seqs := make([]int32, len(msgs))
+		for i, msg := range msgs {
+			ids[i], keys[i], seqs[i] = msg.ID, msg.Key, int32(vs[i].Seq)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO effects (message_id, k, seq, instance)
+SELECT id, k, seq, $4 FROM unnest($1::uuid[], $2::text[], $3::int[]) WITH ORDINALITY AS m(id, k, seq, i) ORDER BY i`,
+			ids, keys, seqs, instance)
+		return err
+	})
+	return r
+}
+
 // consGroup is the instances of one measurement.
 type consGroup struct {
 	gate      chan struct{} // closed when the instances may receive
 	gateOnce  sync.Once
 	appName   string // the application_name of their pools
 	instances []*consInstance
+	// acked is when each message was first acknowledged, by number.
+	acked *ackStamps
+}
+
+// ackStamps holds when each message of a measurement was first
+// acknowledged (its delivery's Ack called, once its transaction
+// committed), by the number it carries: Unix nanoseconds, 0 until then.
+type ackStamps struct {
+	at []atomic.Int64
+}
+
+// stamp notes that message seq is acknowledged now, unless it was before
+// or seq is out of range.
+func (a *ackStamps) stamp(seq int, now time.Time) {
+	if seq >= 0 && seq < len(a.at) {
+		a.at[seq].CompareAndSwap(0, now.UnixNano())
+	}
+}
+
+// of returns when message seq was first acknowledged; false if it was not.
+func (a *ackStamps) of(seq int) (time.Time, bool) {
+	ns := a.at[seq].Load()
+	return time.Unix(0, ns), ns != 0
 }
 
 // consInstance is one instance of the consumer.
@@ -79,13 +134,14 @@ type consInstance struct {
 // startConsumerGroup starts n instances whose subscribers hold their
 // deliveries back until the group's gate opens (open).
 func startConsumerGroup(ctx context.Context, env *Env, tgt *consTarget, s consSettings, n int) (*consGroup, error) {
-	g := &consGroup{gate: make(chan struct{}), appName: "bench-consumer-" + env.token}
+	g := &consGroup{gate: make(chan struct{}), appName: "bench-consumer-" + env.token,
+		acked: &ackStamps{at: make([]atomic.Int64, s.n+consLatencyTotal(s))}}
 	url, err := withParams(env.URL, "application_name", g.appName, "synchronous_commit", consSyncCommit)
 	if err != nil {
 		return nil, err
 	}
 	for i := range n {
-		in, err := startInstance(ctx, url, tgt, s, i+1, g.gate)
+		in, err := startInstance(ctx, url, tgt, s, i+1, g.gate, g.acked)
 		if err != nil {
 			g.stop()
 			return nil, fmt.Errorf("start instance %d: %w", i+1, err)
@@ -97,9 +153,10 @@ func startConsumerGroup(ctx context.Context, env *Env, tgt *consTarget, s consSe
 
 // startInstance starts instance number i: a pool on url (Concurrency+2
 // connections, synchronous_commit as -consumers-sync-commit says), a
-// subscriber, an inbox consumer keeping order.
-func startInstance(ctx context.Context, url string, tgt *consTarget, s consSettings, i int, gate <-chan struct{}) (*consInstance, error) {
-	pool, err := newPool(ctx, url, int32(s.concurrency+2))
+// subscriber whose acknowledgements are stamped in acked, an inbox
+// consumer keeping order, of s.shape.
+func startInstance(ctx context.Context, url string, tgt *consTarget, s consSettings, i int, gate <-chan struct{}, acked *ackStamps) (*consInstance, error) {
+	pool, err := newPool(ctx, url, int32(s.shape.concurrency+2))
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +169,14 @@ func startInstance(ctx context.Context, url string, tgt *consTarget, s consSetti
 	ib, err := inbox.New(db.Inbox(), consConsumer)
 	var c *inbox.Consumer[pgx.Tx]
 	if err == nil {
-		c, err = inbox.NewConsumer(ib, gatedSubscriber{sub, gate}, db.ConsumerStore(), effectHandler(i),
-			inbox.ConsumerConfig{KeepOrder: true, Concurrency: s.concurrency, Logger: consLogger})
+		gated := gatedSubscriber{sub, gate, acked}
+		cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: s.shape.concurrency, Logger: consLogger,
+			Group: inbox.GroupConfig{MaxMessages: s.shape.group, MaxWait: consGroupWait}}
+		if s.shape.batch {
+			c, err = inbox.NewRouterConsumer(ib, gated, db.ConsumerStore(), effectRouter(i), cfg)
+		} else {
+			c, err = inbox.NewConsumer(ib, gated, db.ConsumerStore(), effectHandler(i), cfg)
+		}
 	}
 	if err != nil {
 		_ = sub.Close()
@@ -224,11 +287,13 @@ func (g *consGroup) waitApplied(ctx context.Context, want int64) (time.Time, err
 	}
 }
 
-// gatedSubscriber holds Next back until its gate is closed; it passes the
+// gatedSubscriber holds Next back until its gate is closed, and stamps
+// each delivery's first acknowledgement in acked; it passes the
 // subscriber's broker.KeySharer on.
 type gatedSubscriber struct {
 	broker.Subscriber
-	gate <-chan struct{}
+	gate  <-chan struct{}
+	acked *ackStamps
 }
 
 // Next implements broker.Subscriber.
@@ -238,7 +303,32 @@ func (g gatedSubscriber) Next(ctx context.Context) (broker.Delivery, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return g.Subscriber.Next(ctx)
+	d, err := g.Subscriber.Next(ctx)
+	if err != nil {
+		return d, err
+	}
+	return stampedDelivery{d, g}, nil
+}
+
+// stampedDelivery stamps its message's number in its subscriber's acked
+// when Ack is called and succeeds.
+type stampedDelivery struct {
+	broker.Delivery
+	g gatedSubscriber
+}
+
+// Ack implements broker.Delivery.
+func (d stampedDelivery) Ack(ctx context.Context) error {
+	now := time.Now()
+	if err := d.Delivery.Ack(ctx); err != nil {
+		return err
+	}
+	if msg, err := d.g.Decode(d.Raw()); err == nil {
+		if seq, err := seqOf(msg.Payload); err == nil {
+			d.g.acked.stamp(seq, now)
+		}
+	}
+	return nil
 }
 
 // SharesKeys implements broker.KeySharer.

@@ -98,9 +98,17 @@ func (b *Bench) consumerDrain(ctx context.Context, env *Env, tgt *consTarget, g 
 type consLatencyResult struct {
 	// total is the messages published (warm-up included).
 	total int
-	// p50 and p99 are from publish to applied, in ms, after the warm-up;
-	// offered is the rate actually published, msg/s.
-	p50, p99, offered float64
+	// p50 and p99 are from publish to applied (the effect row's insert),
+	// ackP50 and ackP99 to acknowledged (the delivery's Ack called, after
+	// the commit), in ms, after the warm-up; offered is the rate actually
+	// published, msg/s.
+	p50, p99, ackP50, ackP99, offered float64
+}
+
+// consLatencyTotal is the messages a latency run of s publishes, its
+// warm-up's included.
+func consLatencyTotal(s consSettings) int {
+	return int(float64(s.rate) * (s.warmup + s.window).Seconds())
 }
 
 // consTick is how often the latency run's publisher publishes what fell
@@ -113,9 +121,13 @@ const consTick = 5 * time.Millisecond
 // consTick, or at once when a call took longer), and each message's
 // publish time is when its call began. Once every one is applied, its
 // latency is its row's applied_at (clock_timestamp() at the insert, in the
-// inbox's transaction) minus its publish time; the warm-up's are left out.
+// inbox's transaction) minus its publish time, and the moment its
+// delivery's Ack was called (after the commit) minus its publish time;
+// the warm-up's are left out. In a group, a row is inserted before the
+// group's other messages are applied and the commit, so the second
+// includes what the first leaves out.
 func consumerLatency(ctx context.Context, env *Env, tgt *consTarget, g *consGroup, s consSettings) (consLatencyResult, error) {
-	total := int(float64(s.rate) * (s.warmup + s.window).Seconds())
+	total := consLatencyTotal(s)
 	warm := int(float64(s.rate) * s.warmup.Seconds())
 	res := consLatencyResult{total: total}
 	pubAt := make([]time.Time, total)
@@ -152,7 +164,39 @@ func consumerLatency(ctx context.Context, env *Env, tgt *consTarget, g *consGrou
 	}
 	slices.Sort(lat)
 	res.p50, res.p99 = quantile(lat, 0.50), quantile(lat, 0.99)
+	acked, err := ackLatencies(ctx, g.acked, s.n+warm, pubAt[warm:])
+	if err != nil {
+		return res, err
+	}
+	slices.Sort(acked)
+	res.ackP50, res.ackP99 = quantile(acked, 0.50), quantile(acked, 0.99)
 	return res, nil
+}
+
+// ackLatencies returns, in ms, when each message numbered from on was
+// first acknowledged minus its publish time pubAt[seq-from], once every
+// one was (a consumer counts a message applied just before it
+// acknowledges it; at most 10 s).
+func ackLatencies(ctx context.Context, acked *ackStamps, from int, pubAt []time.Time) ([]float64, error) {
+	missing := 0
+	err := waitFor(ctx, 10*time.Second, time.Millisecond, func() (bool, error) {
+		missing = 0
+		for i := range pubAt {
+			if _, ok := acked.of(from + i); !ok {
+				missing++
+			}
+		}
+		return missing == 0, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%d of the latency run's %d messages applied were not acknowledged: %w", missing, len(pubAt), err)
+	}
+	lat := make([]float64, len(pubAt))
+	for i, pub := range pubAt {
+		at, _ := acked.of(from + i)
+		lat[i] = ms(at.Sub(pub))
+	}
+	return lat, nil
 }
 
 // latencies returns, in ms, each applied_at of the messages numbered from

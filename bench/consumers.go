@@ -12,6 +12,7 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
+	"github.com/courier-go/courier/inbox"
 )
 
 // The consumers section measures an inbox consumer that keeps each key's
@@ -21,8 +22,10 @@ import (
 // Kafka (kfake) with a consumer group, RabbitMQ with partition queues.
 // Every instance runs in the bench process with a broker connection, a
 // subscriber, an inbox.Consumer and a PostgreSQL pool of its own; its
-// handler inserts one row per message in the inbox's transaction. Per
-// broker and instance count: the drain of a backlog published beforehand,
+// handler inserts one row per message in the inbox's transaction (or, as a
+// batch handler, a group's rows in one statement). Per broker, consumer
+// shape (concurrency, group size, handler) and instance count: the drain
+// of a backlog published beforehand,
 // the latency from publish to applied at a steady rate below what one
 // instance drains, the CPU of PostgreSQL, of the bench process, of the
 // broker and of the whole machine while draining; and whether every
@@ -36,6 +39,15 @@ var (
 	// consConcurrencyList are the inbox.ConsumerConfig.Concurrency values
 	// measured, each with every instance count.
 	consConcurrencyList = []int{8}
+	// consGroupList are the inbox.ConsumerConfig.Group.MaxMessages values
+	// measured, each with every concurrency and instance count; 1 applies
+	// each message in a transaction of its own.
+	consGroupList = []int{inbox.DefaultGroupMessages}
+	// consGroupWait is the instances' Group.MaxWait.
+	consGroupWait time.Duration
+	// consHandlerList are the handlers measured (consHandlers), each with
+	// every group size.
+	consHandlerList = []string{consHandlerMessage}
 	// consN and consKeys are the drain's messages and keys (0: the
 	// defaults, smaller with -quick).
 	consN, consKeys int
@@ -78,6 +90,27 @@ func init() {
 	intListFlag("consumers-instances", "comma-separated instance counts of the consumers section (default 1,2,4)", "instance count", &consInstanceList)
 	intListFlag("consumers-concurrency", "comma-separated inbox.ConsumerConfig.Concurrency values of each instance in the consumers section, each measured with every instance count (default 8)",
 		"Concurrency", &consConcurrencyList)
+	intListFlag("consumers-group", fmt.Sprintf("comma-separated inbox.ConsumerConfig.Group.MaxMessages values of each instance in the consumers section, each measured with every concurrency and instance count; 1 applies each message alone (default %d)", inbox.DefaultGroupMessages),
+		"group size", &consGroupList)
+	flag.DurationVar(&consGroupWait, "consumers-group-wait", 0, "inbox.ConsumerConfig.Group.MaxWait of the consumers section's instances (default 0: a group closes when nothing else waits)")
+	flag.Func("consumers-handlers", "comma-separated handlers of the consumers section: "+consHandlerMessage+" (a Handler inserting one row per message), "+consHandlerBatch+
+		" (inbox.OnBatch with inbox.NewRouterConsumer, a group's rows in one statement) (default "+consHandlerMessage+")",
+		func(s string) error {
+			var list []string
+			for _, h := range splitList(s) {
+				if h != consHandlerMessage && h != consHandlerBatch {
+					return fmt.Errorf("unknown handler %q (want %s or %s)", h, consHandlerMessage, consHandlerBatch)
+				}
+				if !slices.Contains(list, h) {
+					list = append(list, h)
+				}
+			}
+			if len(list) == 0 {
+				return errors.New("no handler given")
+			}
+			consHandlerList = list
+			return nil
+		})
 	flag.IntVar(&consN, "consumers-n", 0, fmt.Sprintf("messages per drain in the consumers section (default %d, %d with -quick)", consDefaultN, consQuickN))
 	flag.IntVar(&consKeys, "consumers-keys", 0, fmt.Sprintf("keys the consumers section's messages are spread over (default %d, %d with -quick)", consDefaultKeys, consQuickKeys))
 	flag.IntVar(&consPartitions, "consumers-partitions", consPartitions, "partitions the consumers section's keys are spread over (NATS and RabbitMQ Partitions, the Kafka topic's)")
@@ -109,18 +142,70 @@ func intListFlag(name, usage, what string, dst *[]int) {
 	})
 }
 
+// The section's handlers (-consumers-handlers).
+const (
+	// consHandlerMessage is a Handler inserting one row per message
+	// (effectHandler).
+	consHandlerMessage = "message"
+	// consHandlerBatch is a batch handler (inbox.OnBatch, with
+	// inbox.NewRouterConsumer) inserting a group's rows in one statement
+	// (effectBatchHandler).
+	consHandlerBatch = "batch"
+)
+
+// consShape is how a measurement's instances apply messages: their
+// inbox.ConsumerConfig.Concurrency and Group.MaxMessages, and the handler.
+type consShape struct {
+	concurrency, group int
+	// batch: the batch handler (consHandlerBatch), else one row per
+	// message (consHandlerMessage).
+	batch bool
+}
+
+// consShapes returns the shapes the flags ask for, in the order of the
+// section's table: by concurrency, then group size, then handler.
+func consShapes() []consShape {
+	var out []consShape
+	for _, c := range consConcurrencyList {
+		for _, g := range consGroupList {
+			for _, h := range consHandlerList {
+				out = append(out, consShape{concurrency: c, group: g, batch: h == consHandlerBatch})
+			}
+		}
+	}
+	return out
+}
+
+// String names the shape in keys and progress lines ("c8/g100",
+// "c8/g100/batch").
+func (sh consShape) String() string {
+	s := fmt.Sprintf("c%d/g%d", sh.concurrency, sh.group)
+	if sh.batch {
+		s += "/" + consHandlerBatch
+	}
+	return s
+}
+
+// handlerName is the shape's handler, as in -consumers-handlers.
+func (sh consShape) handlerName() string {
+	if sh.batch {
+		return consHandlerBatch
+	}
+	return consHandlerMessage
+}
+
 // consSettings are one measurement's settings of the section.
 type consSettings struct {
 	n, keys, partitions, rate int
 	warmup, window            time.Duration
-	// concurrency is the instances' inbox.ConsumerConfig.Concurrency.
-	concurrency int
+	// shape is how the instances apply messages.
+	shape consShape
 	// heartbeat and timeout are the instances' group timing.
 	heartbeat, timeout time.Duration
 }
 
 // consumerSettings returns the section's settings, from the flags and
-// -quick, but for the concurrency.
+// -quick, but for the shape.
 func consumerSettings(cfg config) consSettings {
 	s := consSettings{n: consN, keys: consKeys, partitions: consPartitions, rate: consRate,
 		warmup: time.Second, window: consWindow, heartbeat: consHeartbeat, timeout: consTimeout}
@@ -147,11 +232,13 @@ func consumerSettings(cfg config) consSettings {
 }
 
 // consumerFigures are the section's figures; their cells are keyed by
-// consKey (broker and instance count).
+// consKey (broker, shape and instance count).
 var consumerFigures = []Figure{
 	{ID: "cons_drain", Section: "consumers", Label: "Drain", Unit: "msg/s", Digits: -1},
 	{ID: "cons_p50", Section: "consumers", Label: "Publish→applied p50", Unit: "ms", LowerIsBetter: true, Digits: 2},
 	{ID: "cons_p99", Section: "consumers", Label: "Publish→applied p99", Unit: "ms", LowerIsBetter: true, Digits: 2},
+	{ID: "cons_ack_p50", Section: "consumers", Label: "Publish→acknowledged p50", Unit: "ms", LowerIsBetter: true, Digits: 2},
+	{ID: "cons_ack_p99", Section: "consumers", Label: "Publish→acknowledged p99", Unit: "ms", LowerIsBetter: true, Digits: 2},
 	{ID: "cons_offered", Section: "consumers", Label: "Rate actually offered", Unit: "msg/s", Digits: -1},
 	{ID: "cons_cpu_pg", Section: "consumers", Label: "PostgreSQL backends' CPU, draining", Unit: "cores", Digits: 2},
 	{ID: "cons_cpu_pg_msg", Section: "consumers", Label: "PostgreSQL backends' CPU per message", Unit: "µs/msg", LowerIsBetter: true, Digits: 1},
@@ -161,38 +248,41 @@ var consumerFigures = []Figure{
 	{ID: "cons_cpu_machine", Section: "consumers", Label: "Machine's CPUs busy, draining", Unit: "cores", Digits: 2},
 }
 
-// consKey keys a cell of the section: broker, concurrency and instance
-// count ("nats/c8/i4").
-func consKey(broker string, concurrency, instances int) string {
-	return fmt.Sprintf("%s/c%d/i%d", broker, concurrency, instances)
+// consKey keys a cell of the section: broker, shape and instance count
+// ("nats/c8/g100/i4", "nats/c8/g100/batch/i1").
+func consKey(broker string, sh consShape, instances int) string {
+	return fmt.Sprintf("%s/%s/i%d", broker, sh, instances)
 }
 
 // runConsumers runs the section once: every broker (in an order that
-// rotates from run to run), each with every concurrency and every
-// instance count, fewest first.
+// rotates from run to run), each with every shape and every instance
+// count, fewest first. A broker's shapes run in an order that rotates
+// from run to run too, so that no group size always runs first.
 func (b *Bench) runConsumers(ctx context.Context, try func(string, func() error), run int) {
+	shapes := consShapes()
 	for _, br := range rotate(consBrokerList, run-1) {
-		for _, c := range consConcurrencyList {
+		for _, sh := range rotate(shapes, run-1) {
 			for _, n := range consInstanceList {
-				try(fmt.Sprintf("consumers: %s, %d instance(s) of concurrency %d", br, n, c), func() error { return b.runConsumerGroup(ctx, br, c, n) })
+				try(fmt.Sprintf("consumers: %s, %d instance(s) of concurrency %d, group %d, %s handler", br, n, sh.concurrency, sh.group, sh.handlerName()),
+					func() error { return b.runConsumerGroup(ctx, br, sh, n) })
 			}
 		}
 	}
 }
 
-// runConsumerGroup measures instances instances of one consumer, each of
-// concurrency concurrency, on brokerName: a fresh schema and destination, the instances started and
-// sharing the partitions, then the drain and the latency run; the figures
-// are recorded only if every message was applied once and each key's in
-// order.
-func (b *Bench) runConsumerGroup(ctx context.Context, brokerName string, concurrency, instances int) error {
+// runConsumerGroup measures instances instances of one consumer of shape
+// sh on brokerName: a fresh schema and destination, the instances started
+// and sharing the partitions, then the drain and the latency run; the
+// figures are recorded only if every message was applied once and each
+// key's in order.
+func (b *Bench) runConsumerGroup(ctx context.Context, brokerName string, sh consShape, instances int) error {
 	br, err := consBrokerByName(brokerName)
 	if err != nil {
 		return err
 	}
 	s := consumerSettings(b.cfg)
-	s.concurrency = concurrency
-	key := consKey(brokerName, concurrency, instances)
+	s.shape = sh
+	key := consKey(brokerName, sh, instances)
 	env, tgt, err := b.openConsumers(ctx, br, "consumers", s, "cons_drain", key)
 	if err != nil || tgt == nil {
 		return err
@@ -261,6 +351,8 @@ func (b *Bench) recordConsumers(key string, brokerInProcess bool, s consSettings
 	}
 	b.results.Add("cons_p50", key, lat.p50)
 	b.results.Add("cons_p99", key, lat.p99)
+	b.results.Add("cons_ack_p50", key, lat.ackP50)
+	b.results.Add("cons_ack_p99", key, lat.ackP99)
 	b.results.Add("cons_offered", key, lat.offered)
 	if lat.offered < 0.95*float64(s.rate) {
 		b.results.Flag("cons_p99", key, fmt.Sprintf("offered load not held: %.0f of %d msg/s published", lat.offered, s.rate))

@@ -312,7 +312,7 @@ func (b *Bench) runHandover(ctx context.Context, brokerName, fault string) error
 		return err
 	}
 	key := handoverKey(brokerName, fault)
-	s := consSettings{keys: handoverKeys, partitions: consPartitions, concurrency: handoverConcurrency,
+	s := consSettings{keys: handoverKeys, partitions: consPartitions, shape: consShape{concurrency: handoverConcurrency},
 		heartbeat: handoverHeartbeat, timeout: handoverTimeout}
 	env, tgt, err := b.openConsumers(ctx, br, "handover", s, "ho_first", key)
 	if err != nil || tgt == nil {

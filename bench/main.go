@@ -408,9 +408,9 @@ func (b *Bench) warnSpread() {
 	b.cfg.runs = runs
 	for _, f := range consumerFigures {
 		for _, br := range consBrokerList {
-			for _, c := range consConcurrencyList {
+			for _, sh := range consShapes() {
 				for _, n := range consInstanceList {
-					b.warnCell(f, consKey(br, c, n))
+					b.warnCell(f, consKey(br, sh, n))
 				}
 			}
 		}
@@ -440,7 +440,7 @@ func (b *Bench) warnCell(f Figure, system string) {
 }
 
 // rotate returns s rotated left by k.
-func rotate(s []string, k int) []string {
+func rotate[T any](s []T, k int) []T {
 	if len(s) == 0 {
 		return nil
 	}
