@@ -12,7 +12,6 @@ import (
 
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
-	"github.com/courier-go/courier/inbox"
 )
 
 // The consumers section measures an inbox consumer that keeps each key's
@@ -42,7 +41,7 @@ var (
 	// consGroupList are the inbox.ConsumerConfig.Group.MaxMessages values
 	// measured, each with every concurrency and instance count; 1 applies
 	// each message in a transaction of its own.
-	consGroupList = []int{inbox.DefaultGroupMessages}
+	consGroupList = []int{1}
 	// consGroupWait is the instances' Group.MaxWait.
 	consGroupWait time.Duration
 	// consHandlerList are the handlers measured (consHandlers), each with
@@ -90,7 +89,7 @@ func init() {
 	intListFlag("consumers-instances", "comma-separated instance counts of the consumers section (default 1,2,4)", "instance count", &consInstanceList)
 	intListFlag("consumers-concurrency", "comma-separated inbox.ConsumerConfig.Concurrency values of each instance in the consumers section, each measured with every instance count (default 8)",
 		"Concurrency", &consConcurrencyList)
-	intListFlag("consumers-group", fmt.Sprintf("comma-separated inbox.ConsumerConfig.Group.MaxMessages values of each instance in the consumers section, each measured with every concurrency and instance count; 1 applies each message alone (default %d)", inbox.DefaultGroupMessages),
+	intListFlag("consumers-group", "comma-separated inbox.ConsumerConfig.Group.MaxMessages values of each instance in the consumers section, each measured with every concurrency and instance count; 1 applies each message alone, as the library does by default (default 1)",
 		"group size", &consGroupList)
 	flag.DurationVar(&consGroupWait, "consumers-group-wait", 0, "inbox.ConsumerConfig.Group.MaxWait of the consumers section's instances (default 0: a group closes when nothing else waits)")
 	flag.Func("consumers-handlers", "comma-separated handlers of the consumers section: "+consHandlerMessage+" (a Handler inserting one row per message), "+consHandlerBatch+
