@@ -99,6 +99,29 @@ type consGroup struct {
 	instances []*consInstance
 	// acked is when each message was first acknowledged, by number.
 	acked *ackStamps
+	// grouped counts the instances' groups committed.
+	grouped *groupCounter
+}
+
+// groupCounter counts the groups of several deliveries the instances
+// committed, and the deliveries in them (inbox.Observer.Grouped; a
+// delivery applied alone is not told).
+type groupCounter struct {
+	inbox.NopObserver
+	groups, messages atomic.Int64
+}
+
+// Grouped implements inbox.Observer.
+func (gc *groupCounter) Grouped(_ string, n int) {
+	gc.groups.Add(1)
+	gc.messages.Add(int64(n))
+}
+
+// transactions returns how many transactions applied applied deliveries,
+// by the groups counted: each group one, each delivery outside a group
+// one.
+func (gc *groupCounter) transactions(applied int64) int64 {
+	return gc.groups.Load() + applied - gc.messages.Load()
 }
 
 // ackStamps holds when each message of a measurement was first
@@ -135,13 +158,13 @@ type consInstance struct {
 // deliveries back until the group's gate opens (open).
 func startConsumerGroup(ctx context.Context, env *Env, tgt *consTarget, s consSettings, n int) (*consGroup, error) {
 	g := &consGroup{gate: make(chan struct{}), appName: "bench-consumer-" + env.token,
-		acked: &ackStamps{at: make([]atomic.Int64, s.n+consLatencyTotal(s))}}
+		acked: &ackStamps{at: make([]atomic.Int64, s.n+consLatencyTotal(s))}, grouped: &groupCounter{}}
 	url, err := withParams(env.URL, "application_name", g.appName, "synchronous_commit", consSyncCommit)
 	if err != nil {
 		return nil, err
 	}
 	for i := range n {
-		in, err := startInstance(ctx, url, tgt, s, i+1, g.gate, g.acked)
+		in, err := startInstance(ctx, url, tgt, s, i+1, g)
 		if err != nil {
 			g.stop()
 			return nil, fmt.Errorf("start instance %d: %w", i+1, err)
@@ -153,9 +176,10 @@ func startConsumerGroup(ctx context.Context, env *Env, tgt *consTarget, s consSe
 
 // startInstance starts instance number i: a pool on url (Concurrency+2
 // connections, synchronous_commit as -consumers-sync-commit says), a
-// subscriber whose acknowledgements are stamped in acked, an inbox
-// consumer keeping order, of s.shape.
-func startInstance(ctx context.Context, url string, tgt *consTarget, s consSettings, i int, gate <-chan struct{}, acked *ackStamps) (*consInstance, error) {
+// subscriber gated and stamping its acknowledgements (g.gate, g.acked),
+// an inbox consumer keeping order, of s.shape, whose groups g.grouped
+// counts.
+func startInstance(ctx context.Context, url string, tgt *consTarget, s consSettings, i int, g *consGroup) (*consInstance, error) {
 	pool, err := newPool(ctx, url, int32(s.shape.concurrency+2))
 	if err != nil {
 		return nil, err
@@ -169,8 +193,8 @@ func startInstance(ctx context.Context, url string, tgt *consTarget, s consSetti
 	ib, err := inbox.New(db.Inbox(), consConsumer)
 	var c *inbox.Consumer[pgx.Tx]
 	if err == nil {
-		gated := gatedSubscriber{sub, gate, acked}
-		cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: s.shape.concurrency, Logger: consLogger,
+		gated := gatedSubscriber{sub, g.gate, g.acked}
+		cfg := inbox.ConsumerConfig{KeepOrder: true, Concurrency: s.shape.concurrency, Logger: consLogger, Observer: g.grouped,
 			Group: inbox.GroupConfig{MaxMessages: s.shape.group, MaxWait: consGroupWait}}
 		if s.shape.batch {
 			c, err = inbox.NewRouterConsumer(ib, gated, db.ConsumerStore(), effectRouter(i), cfg)

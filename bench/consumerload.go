@@ -27,6 +27,8 @@ type consDrainResult struct {
 	machineCores          float64
 	machineOK             bool
 	publishing, readiness time.Duration
+	// transactions is how many transactions applied the drain's messages.
+	transactions int64
 }
 
 // consCPU is a reading of the CPU counters a drain records.
@@ -57,7 +59,7 @@ func (b *Bench) readConsCPU(ctx context.Context, appName string, probe cpuProbe)
 // all for the instances, then lets the instances receive and times them
 // until every message is applied (the consumers' Applied counts, which
 // count a message once its transaction committed), reading the CPU
-// counters before and after.
+// counters and the transactions counted before and after.
 func (b *Bench) consumerDrain(ctx context.Context, env *Env, tgt *consTarget, g *consGroup, s consSettings) (consDrainResult, error) {
 	var dr consDrainResult
 	start := time.Now()
@@ -72,6 +74,7 @@ func (b *Bench) consumerDrain(ctx context.Context, env *Env, tgt *consTarget, g 
 	}
 	dr.readiness = time.Since(start) - dr.publishing
 	held := g.partitions()
+	tx0 := g.grouped.transactions(g.metrics().Applied)
 	c0 := b.readConsCPU(ctx, g.appName, tgt.cpu)
 	t0 := time.Now()
 	g.open()
@@ -81,6 +84,7 @@ func (b *Bench) consumerDrain(ctx context.Context, env *Env, tgt *consTarget, g 
 	}
 	c1 := b.readConsCPU(ctx, g.appName, tgt.cpu)
 	dr.elapsed = end.Sub(t0)
+	dr.transactions = g.grouped.transactions(g.metrics().Applied) - tx0
 	dr.moved = !slices.EqualFunc(held, g.partitions(), slices.Equal)
 	dr.pg, dr.pgOK = cpuDelta(c0.pg, c1.pg), c0.pgErr == nil && c1.pgErr == nil
 	dr.bench = cpuDelta(c0.bench, c1.bench)

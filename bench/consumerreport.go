@@ -18,9 +18,9 @@ func renderConsumers(sb *strings.Builder, fn *footnotes, res *Results, cfg confi
 	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
 	w("Inbox consumers keeping each key's order, instances sharing the keys (%s messages over %s keys per drain; %d partitions; one row inserted per message on PostgreSQL, synchronous_commit %s; groups of at most the Group column's messages per transaction, Group.MaxWait %s; latency at %s msg/s; CPU while draining, in cores of the machine's %d):\n\n",
 		thousands(int64(s.n)), thousands(int64(s.keys)), s.partitions, consSyncCommit, consGroupWait, thousands(int64(s.rate)), runtime.NumCPU())
-	w("Publish→applied ends at the effect row's insert, publish→acknowledged when the consumer acknowledges the delivery, after its transaction committed: in a group, the second includes the group's other messages and the commit.\n\n")
-	w("| Broker | Concurrency | Group | Instances | Drain (msg/s, ↑ better) | ÷ 1 instance | ÷ group 1 | Publish→applied p50 (ms, ↓ better) | p99 (ms, ↓ better) | Publish→acknowledged p50 (ms, ↓ better) | p99 (ms, ↓ better) | Rate offered (msg/s) | PostgreSQL backends (cores) | PostgreSQL backends (µs/msg, ↓ better) | Bench process (cores) | Broker (cores) | Those three (µs/msg, ↓ better) | Machine busy (cores) |\n")
-	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("Messages per transaction: the drain's messages over the transactions that applied them (inbox.Observer.Grouped counts the groups). Publish→applied ends at the effect row's insert, publish→acknowledged when the consumer acknowledges the delivery, after its transaction committed: in a group, the second includes the group's other messages and the commit.\n\n")
+	w("| Broker | Concurrency | Group | Instances | Drain (msg/s, ↑ better) | ÷ 1 instance | ÷ group 1 | Messages per transaction | Publish→applied p50 (ms, ↓ better) | p99 (ms, ↓ better) | Publish→acknowledged p50 (ms, ↓ better) | p99 (ms, ↓ better) | Rate offered (msg/s) | PostgreSQL backends (cores) | PostgreSQL backends (µs/msg, ↓ better) | Bench process (cores) | Broker (cores) | Those three (µs/msg, ↓ better) | Machine busy (cores) |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, br := range consBrokerList {
 		label := br
 		if cb, err := consBrokerByName(br); err == nil {
@@ -68,7 +68,7 @@ func consumersRow(res *Results, fn *footnotes, runs int, br string, sh consShape
 		return v
 	}
 	cells := []string{c("cons_drain"), consRatio(res, br, sh, n), groupRatio(res, "cons_drain", br, sh, n)}
-	for _, id := range []string{"cons_p50", "cons_p99", "cons_ack_p50", "cons_ack_p99", "cons_offered", "cons_cpu_pg", "cons_cpu_pg_msg", "cons_cpu_bench", "cons_cpu_broker", "cons_cpu_msg", "cons_cpu_machine"} {
+	for _, id := range []string{"cons_per_tx", "cons_p50", "cons_p99", "cons_ack_p50", "cons_ack_p99", "cons_offered", "cons_cpu_pg", "cons_cpu_pg_msg", "cons_cpu_bench", "cons_cpu_broker", "cons_cpu_msg", "cons_cpu_machine"} {
 		cells = append(cells, c(id))
 	}
 	return strings.Join(cells, " | ")
@@ -209,7 +209,7 @@ func consumersSettingsText(cfg config) string {
   (message i has key i mod %s) are published in calls of at most %s, each call once the previous one was acknowledged, so each holds a key
   once and the broker keeps each key's order; the instances hold their deliveries back (a gate in front of the subscriber's Next) until the
   broker holds every message for them (NATS: the partition stream's count; the subscribers have pulled up to their prefetch meanwhile), then the clock runs until the consumers counted all applied
-  (committed); msg/s. **Latency**: right after, with the same instances, %s msg/s published for %s of warm-up and %s measured (a call every
+  (committed); msg/s, and messages per transaction (the drain's messages over its transactions: the groups `+"`inbox.Observer.Grouped`"+` told, and each message applied alone). **Latency**: right after, with the same instances, %s msg/s published for %s of warm-up and %s measured (a call every
   %s with what fell due); from the moment a message's publish call began to its row's `+"`clock_timestamp()`"+` (the insert, just before
   the commit with one message per transaction; before the group's other messages and the commit in a group), p50 and p99, and to the moment the consumer calls the delivery's `+"`Ack`"+` (after the commit; a wrapper of the delivery notes it), p50 and p99. **Correctness**, or the run fails: every message published has exactly one row, each key's rows in the order
   published, nothing parked or retried. **CPU while draining**, in cores (CPU seconds over the drain's seconds): the PostgreSQL backends

@@ -234,6 +234,7 @@ func consumerSettings(cfg config) consSettings {
 // consKey (broker, shape and instance count).
 var consumerFigures = []Figure{
 	{ID: "cons_drain", Section: "consumers", Label: "Drain", Unit: "msg/s", Digits: -1},
+	{ID: "cons_per_tx", Section: "consumers", Label: "Messages per transaction, draining", Unit: "msg", Digits: 1},
 	{ID: "cons_p50", Section: "consumers", Label: "Publish→applied p50", Unit: "ms", LowerIsBetter: true, Digits: 2},
 	{ID: "cons_p99", Section: "consumers", Label: "Publish→applied p99", Unit: "ms", LowerIsBetter: true, Digits: 2},
 	{ID: "cons_ack_p50", Section: "consumers", Label: "Publish→acknowledged p50", Unit: "ms", LowerIsBetter: true, Digits: 2},
@@ -345,6 +346,9 @@ func (b *Bench) recordConsumers(key string, brokerInProcess bool, s consSettings
 	secs := dr.elapsed.Seconds()
 	cores := func(d time.Duration) float64 { return d.Seconds() / secs }
 	b.results.Add("cons_drain", key, float64(s.n)/secs)
+	if dr.transactions > 0 {
+		b.results.Add("cons_per_tx", key, float64(s.n)/float64(dr.transactions))
+	}
 	if dr.moved {
 		b.results.Flag("cons_drain", key, "partitions moved between instances during the drain")
 	}
