@@ -77,10 +77,12 @@ func (c *Consumer[TTx]) processGroup(ctx, work context.Context, g []job, release
 		return
 	}
 	together, apart := c.split(ctx, work, g)
-	// A key's deliveries that leave the group come before those split off
-	// at once (a redelivery and its key's later ones), which follow them in
-	// g.
-	alone := append(c.applyTogether(work, together, nil), apart...)
+	// Those handled alone go in the order of g, whichever round of the
+	// group sent them: a key's earlier deliveries may leave it after its
+	// later ones did (a later one failed first, then an earlier one's
+	// marker was held elsewhere), and must still run first.
+	alone := c.applyTogether(work, together, apart)
+	slices.SortStableFunc(alone, func(a, b aloneJob) int { return a.at - b.at })
 	// The keys whose deliveries are all handled go on at once; those with a
 	// delivery left to apply alone, after it.
 	later := make(map[string]bool)
@@ -112,30 +114,36 @@ func (c *Consumer[TTx]) processGroup(ctx, work context.Context, g []job, release
 // instance applying it), and with KeepOrder the later deliveries of its
 // key. One that did not decode is parked at once, and those of a held key
 // (ConsumerConfig.HoldKeys) behind the message that holds it.
-func (c *Consumer[TTx]) split(ctx, work context.Context, g []job) (together []job, alone []aloneJob) {
+func (c *Consumer[TTx]) split(ctx, work context.Context, g []job) (together []placedJob, alone []aloneJob) {
 	aloneKeys := make(map[string]bool)
-	for _, j := range g {
+	for i, j := range g {
 		switch {
 		case c.cfg.KeepOrder && aloneKeys[j.msg.Key]:
-			alone = append(alone, aloneJob{job: j})
+			alone = append(alone, aloneJob{placedJob: placedJob{j, i}})
 		case j.err != nil:
 			c.process(ctx, work, j) // parked now: it has no key
 		case j.d.Attempt() > 1:
-			alone = append(alone, aloneJob{job: j})
+			alone = append(alone, aloneJob{placedJob: placedJob{j, i}})
 			aloneKeys[j.msg.Key] = true
 		case c.holding(j) && c.heldBehind(ctx, work, j):
 		default:
-			together = append(together, j)
+			together = append(together, placedJob{j, i})
 		}
 	}
 	return together, alone
+}
+
+// placedJob is a delivery of a group, with its place in the group.
+type placedJob struct {
+	job
+	at int
 }
 
 // aloneJob is a delivery of a group to handle alone, after the group:
 // first is its handler's run that failed in the group, nil when it has not
 // run, or its run is not counted.
 type aloneJob struct {
-	job
+	placedJob
 	first *failedRun
 }
 
@@ -148,17 +156,22 @@ var errSlowInGroup = errors.New("inbox: longer than ConsumerConfig.Group.SlowRun
 
 // applyTogether applies the deliveries of g in one transaction, and
 // returns alone with the deliveries that must be handled alone added, in
-// order: when a handler fails, the transaction rolls back and the others
+// the order they left the group (processGroup puts them back in the
+// group's): when a handler fails, the transaction rolls back and the others
 // are applied again without its delivery, which then runs alone, with
 // KeepOrder followed by its key's later ones; when the transaction fails
 // otherwise (the database), each is handled alone. A delivery left when
 // work ended is neither applied nor acknowledged: the broker redelivers
 // it.
-func (c *Consumer[TTx]) applyTogether(work context.Context, g []job, alone []aloneJob) []aloneJob {
+func (c *Consumer[TTx]) applyTogether(work context.Context, g []placedJob, alone []aloneJob) []aloneJob {
 	for len(g) > 0 {
-		res, failed, err := c.applyOnce(work, g)
+		jobs := make([]job, len(g))
+		for i, p := range g {
+			jobs[i] = p.job
+		}
+		res, failed, err := c.applyOnce(work, jobs)
 		if err == nil {
-			for i, j := range g {
+			for i, j := range jobs {
 				c.succeeded(work, j, res[i])
 			}
 			return alone
@@ -168,19 +181,19 @@ func (c *Consumer[TTx]) applyTogether(work context.Context, g []job, alone []alo
 		}
 		if len(failed) == 0 {
 			c.log.Warn("a group of deliveries could not be applied together; applying each alone", "deliveries", len(g), "error", err)
-			for _, j := range g {
-				alone = append(alone, aloneJob{job: j})
+			for _, p := range g {
+				alone = append(alone, aloneJob{placedJob: p})
 			}
 			return alone
 		}
-		var rest []job
+		var rest []placedJob
 		failedKeys := make(map[string]bool)
-		for i, j := range g {
-			if first, ok := failed[i]; ok || (c.cfg.KeepOrder && failedKeys[j.msg.Key]) {
-				failedKeys[j.msg.Key] = true
-				alone = append(alone, aloneJob{job: j, first: first})
+		for i, p := range g {
+			if first, ok := failed[i]; ok || (c.cfg.KeepOrder && failedKeys[p.msg.Key]) {
+				failedKeys[p.msg.Key] = true
+				alone = append(alone, aloneJob{placedJob: p, first: first})
 			} else {
-				rest = append(rest, j)
+				rest = append(rest, p)
 			}
 		}
 		g = rest

@@ -717,7 +717,49 @@ func (r *groupRun) check(ctx context.Context, db *testenv.PG, applied int) {
 	if lost != 0 || twice != 0 || outOfOrder != 0 || early != 0 {
 		t.Errorf("the promise broke: %d lost, %d applied twice, %d out of key order, %d before their key's previous message", lost, twice, outOfOrder, early)
 	}
+	if outOfOrder != 0 || early != 0 {
+		r.explain(ctx, db)
+	}
 	r.reportRebalances(appliedAt)
+}
+
+// explain logs, for the first keys whose order broke, their effects around
+// the break (who applied each, when) and the consumers' log lines that name
+// those messages.
+func (r *groupRun) explain(ctx context.Context, db *testenv.PG) {
+	rows, err := db.Pool.Query(ctx, `SELECT DISTINCT k FROM effects e WHERE NOT after_previous
+OR seq <> 1 + coalesce((SELECT max(seq) FROM effects p WHERE p.k = e.k AND p.n < e.n), 0) LIMIT 3`)
+	testenv.Must(r.t, err, "broken keys")
+	var keys []string
+	for rows.Next() {
+		var k string
+		testenv.Must(r.t, rows.Scan(&k), "scan")
+		keys = append(keys, k)
+	}
+	testenv.Must(r.t, rows.Err(), "broken keys")
+	log := readFile(r.logs.Name())
+	for _, k := range keys {
+		rows, err := db.Pool.Query(ctx, `SELECT message_id, seq, pid, after_previous, applied_at FROM effects WHERE k = $1 ORDER BY n`, k)
+		testenv.Must(r.t, err, "effects of "+k)
+		var b strings.Builder
+		var ids []string
+		for rows.Next() {
+			var id string
+			var seq, pid int
+			var after bool
+			var at time.Time
+			testenv.Must(r.t, rows.Scan(&id, &seq, &pid, &after, &at), "scan")
+			fmt.Fprintf(&b, "  seq %3d  pid %d  after previous %-5v  at %s  %s\n", seq, pid, after, at.Format("15:04:05.000"), id)
+			ids = append(ids, id)
+		}
+		testenv.Must(r.t, rows.Err(), "effects of "+k)
+		for _, line := range strings.SplitAfter(log, "\n") {
+			if slices.ContainsFunc(ids, func(id string) bool { return strings.Contains(line, id) }) {
+				b.WriteString("  | " + line)
+			}
+		}
+		r.t.Logf("key %s, its effects in the order inserted, and the log lines of its messages:\n%s", k, b.String())
+	}
 }
 
 // reportRebalances logs, for each fault, the longest a message published
