@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -158,5 +160,56 @@ func TestGroupKeepsOrderWhenEarlierDeliveriesLeaveLater(t *testing.T) {
 	}
 	if m := f.c.Metrics(); m.Applied != 3 || m.Retried != 2 {
 		t.Fatalf("metrics %+v: want 3 applied, 2 retries", m)
+	}
+}
+
+// Whatever runs fail, in whatever rounds of a group, each key's messages
+// are applied once each and in order: a sweep over groups of three keys'
+// deliveries (some of them redeliveries) whose handlers fail on random
+// runs.
+func TestGroupKeepsOrderUnderAnyFailures(t *testing.T) {
+	var fails map[string]map[int]bool // per step, the runs that fail
+	var runs map[string]int
+	f := newGroupFixture(t, func(ctx context.Context, tx *sql.Tx, msg courier.Message) error {
+		step := msg.Key + string(msg.Payload)
+		runs[step]++
+		if fails[step][runs[step]] {
+			return errors.New("transient")
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO effects (step) VALUES (?)", step)
+		return err
+	})
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		fails, runs, f.acked = map[string]map[int]bool{}, map[string]int{}, nil
+		if _, err := f.db.Exec("DELETE FROM effects"); err != nil {
+			t.Fatal(err)
+		}
+		var g []job
+		next := map[string]int{}
+		for range 9 {
+			k := string(rune('a' + rng.IntN(3)))
+			next[k]++
+			n := strconv.Itoa(next[k])
+			fails[k+n] = map[int]bool{1: rng.IntN(3) == 0, 2: rng.IntN(3) == 0, 3: rng.IntN(4) == 0}
+			j := f.step(n, 1+rng.IntN(4)/3, courier.NewMessage("orders", k, "Step", []byte(n)))
+			g = append(g, j)
+		}
+		if released := f.process(g); released != len(g) || len(f.acked) != len(g) {
+			t.Fatalf("seed %d: released %d, acknowledged %d of %d", seed, released, len(f.acked), len(g))
+		}
+		got := map[string][]string{}
+		for _, s := range f.steps(t) {
+			got[s[:1]] = append(got[s[:1]], s[1:])
+		}
+		for k, n := range next {
+			want := make([]string, n)
+			for i := range want {
+				want[i] = strconv.Itoa(i + 1)
+			}
+			if !slices.Equal(got[k], want) {
+				t.Fatalf("seed %d: key %s applied %v, want %v (failing runs %v)", seed, k, got[k], want, fails)
+			}
+		}
 	}
 }
