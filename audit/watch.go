@@ -45,6 +45,12 @@ type WatchConfig struct {
 	// how long a pass waits before it judges what was published: a
 	// message's copy is recorded after the broker stored it, on another
 	// clock. Default DefaultWatchSlack; a negative value is refused.
+	// Keep it above the relays' record delay (from the broker's timestamp
+	// to the copy's record; milliseconds, up to a few hundred on a busy
+	// machine): a message the broker stores more than Slack after its
+	// timestamp (Kafka's CreateTime is when the producer sent it) may be
+	// stored just after a pass read up to that time, and be judged lost
+	// by the next though the broker holds it.
 	Slack time.Duration
 	// Remember is how long the watch remembers the messages it read, to
 	// tell a duplicate or an order break from a first copy: a copy the

@@ -31,8 +31,8 @@ type sweepCase struct {
 //
 // Seen here (PostgreSQL, under 500 messages a second): the record delay
 // is under a millisecond at the median, 3ms at the 99th percentile, 15 to
-// 26ms at most. Every watch found every fault within two passes,
-// and none found anything else; with a Slack of 1ms, Kafka's passes
+// 26ms at most on a quiet machine, up to 200ms on a busy one. Every watch
+// found every fault within two passes; with a Slack of 1ms, Kafka's passes
 // judged some twenty messages before their copies were recorded and
 // counted them pending or published elsewhen.
 //
@@ -42,9 +42,18 @@ type sweepCase struct {
 // Pending, Elsewhen): no finding, but their keys' order is not checked.
 // A copy recorded (or committed) more than Slack after the pass that
 // read up to its time is never read: its message, had the broker lost
-// it, would not be found lost. So the sweep requires every fault found
-// and nothing else only of the watches whose Slack covers the delay; of
-// the others it requires no false finding and logs what they found.
+// it, would not be found lost. And a message the broker stores more than
+// Slack after its timestamp (Kafka stamps a record when the producer
+// sends it, CreateTime, and a busy machine may append it tens of
+// milliseconds later) can be stored after the pass that read up to its
+// timestamp, and before its copy is recorded: the next pass reads the
+// copy but not the message, and judges it lost. That takes a record delay
+// longer than Slack (the copy is recorded after the message is stored,
+// after that pass, more than Slack after the timestamp), so the sweep
+// accepts a false "lost" only of a message the broker holds and whose
+// record delay was longer than the watch's Slack, and no other false
+// finding. It requires every fault found only of the watches whose Slack
+// covers the delay.
 func TestWatchSweep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the sweep runs a minute")
@@ -123,17 +132,18 @@ func testSweep(t *testing.T, b *brokerRig, db *database, cases []sweepCase) {
 		w.pass()
 	}
 
-	delays := recordDelays(t, db, b.reader, began)
+	delays, delayOf := recordDelays(t, db, b.reader, began)
 	t.Logf("record delay (copy recorded - broker stored) of %d messages: median %s, 99th %s, max %s", len(delays),
 		delays[len(delays)/2], delays[len(delays)*99/100], delays[len(delays)-1])
 	for i, c := range cases {
-		checkSweep(t, c, watches[i], faults)
+		checkSweep(t, c, watches[i], faults, delayOf)
 	}
 	t.Logf("%d messages written", l.written.Load())
 }
 
-// checkSweep checks and logs what one watch of the sweep found.
-func checkSweep(t *testing.T, c sweepCase, w *watch, faults []injected) {
+// checkSweep checks and logs what one watch of the sweep found. delayOf
+// is each message's record delay.
+func checkSweep(t *testing.T, c sweepCase, w *watch, faults []injected, delayOf map[string]time.Duration) {
 	t.Helper()
 	found, worst := 0, 0
 	for _, f := range faults {
@@ -157,13 +167,23 @@ func checkSweep(t *testing.T, c sweepCase, w *watch, faults []injected) {
 		}
 	}
 	var others []audit.WatchFinding
+	late := 0 // lost, though stored: their record delay was longer than Slack
 	for _, f := range w.findings(0) {
-		if !slices.ContainsFunc(faults, func(i injected) bool { return i.matches(f) }) {
-			others = append(others, f)
+		if slices.ContainsFunc(faults, func(i injected) bool { return i.matches(f) }) {
+			continue
 		}
+		if d, ok := delayOf[f.MessageID]; ok && f.Kind == audit.KindLost && d > c.slack {
+			late++
+			continue
+		}
+		others = append(others, f)
 	}
 	if len(others) > 0 {
 		t.Errorf("slack %s, interval %s: the watch found what the test did not cause: %s", c.slack, c.interval, show(others))
+	}
+	if late > 0 {
+		t.Logf("slack %s, interval %s: %d messages judged lost though the broker holds them, each recorded longer than the slack after the broker's timestamp (the bound above)",
+			c.slack, c.interval, late)
 	}
 	var pending, elsewhen int
 	for _, p := range w.passes {
@@ -216,8 +236,9 @@ func relayCopy(t *testing.T, c store.PublishedCopy) courier.Message {
 }
 
 // recordDelays returns, sorted, how long after the broker stored each
-// message since began the relay recorded its copy.
-func recordDelays(t *testing.T, db *database, r broker.Reader, began time.Time) []time.Duration {
+// message since began the relay recorded its copy, and the same by
+// message id.
+func recordDelays(t *testing.T, db *database, r broker.Reader, began time.Time) ([]time.Duration, map[string]time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	at := map[string]time.Time{}
@@ -229,9 +250,11 @@ func recordDelays(t *testing.T, db *database, r broker.Reader, began time.Time) 
 	})
 	testenv.Must(t, err, "read the broker")
 	var delays []time.Duration
+	delayOf := map[string]time.Duration{}
 	err = db.ops.PublishedBetween(ctx, began.Add(-time.Second), time.Now(), func(c store.PublishedCopy) error {
 		if s, ok := at[c.MessageID]; ok {
 			delays = append(delays, c.PublishedAt.Sub(s))
+			delayOf[c.MessageID] = c.PublishedAt.Sub(s)
 		}
 		return nil
 	})
@@ -240,5 +263,5 @@ func recordDelays(t *testing.T, db *database, r broker.Reader, began time.Time) 
 	if len(delays) == 0 {
 		t.Fatal("no message both published and stored")
 	}
-	return delays
+	return delays, delayOf
 }
