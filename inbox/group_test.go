@@ -200,9 +200,13 @@ func groupPoison[TTx any](keepOrder bool) func(*testing.T, dialect[TTx]) {
 			m := c.Metrics()
 			return m.Applied == n-1 && m.Parked == 1, m
 		}, "not all applied and parked")
+		// Duplicates are not counted: a delivery that waits for a worker
+		// longer than the subscriber's AckWait (2s), as on a busy machine,
+		// comes again and is skipped. The effects, below, show that none
+		// was applied twice.
 		m := c.Metrics()
-		if m.Retried != 3 || m.Panicked != 1 || m.Duplicates != 0 {
-			t.Fatalf("metrics %+v: want the poison's 2 retries and the panic's 1, a panic, no duplicate", m)
+		if m.Retried != 3 || m.Panicked != 1 {
+			t.Fatalf("metrics %+v: want the poison's 2 retries and the panic's 1, a panic", m)
 		}
 		ps := e.parked("poisoned")
 		if len(ps) != 1 || ps[0].MessageID != poison.ID.String() || len(ps[0].History) != 3 {
@@ -210,8 +214,9 @@ func groupPoison[TTx any](keepOrder bool) func(*testing.T, dialect[TTx]) {
 		}
 		notes := e.db.committedOrder(t, "poisoned")
 		if !keepOrder {
-			if len(notes) != n-1 {
-				t.Fatalf("%d effects, want %d", len(notes), n-1)
+			distinct := slices.Compact(slices.Sorted(slices.Values(notes)))
+			if len(notes) != n-1 || len(distinct) != n-1 {
+				t.Fatalf("%d effects of %d messages, want %d of as many", len(notes), len(distinct), n-1)
 			}
 			return
 		}
