@@ -15,6 +15,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/google/uuid"
+
 	"github.com/courier-go/courier"
 	"github.com/courier-go/courier/broker"
 	"github.com/courier-go/courier/broker/brokerkind"
@@ -873,6 +875,12 @@ func (c *Consumer[TTx]) parkBehind(ctx context.Context, j job) (p store.Parked, 
 	if err != nil || cause == 0 {
 		return p, false, err
 	}
+	// A message applied before its key was held that comes again (the
+	// broker redelivers it) is a duplicate, not held: it goes on, and is
+	// skipped.
+	if applied, err := c.isApplied(ctx, j.msg.ID); err != nil || applied {
+		return p, false, err
+	}
 	raw := j.d.Raw()
 	p = store.Parked{
 		Consumer: c.ib.consumer, MessageID: j.msg.ID.String(), Subject: raw.Subject, Headers: raw.Headers, Payload: raw.Data,
@@ -880,6 +888,23 @@ func (c *Consumer[TTx]) parkBehind(ctx context.Context, j job) (p store.Parked, 
 	}
 	// The hold may be released meanwhile: then the message is processed.
 	return c.holds.ParkHolding(ctx, p, true)
+}
+
+// isApplied says whether the inbox holds message id's marker: it marks id in
+// a transaction it rolls back.
+func (c *Consumer[TTx]) isApplied(ctx context.Context, id uuid.UUID) (bool, error) {
+	fresh := true
+	err := c.ib.st.InTx(ctx, func(tx TTx) error {
+		var err error
+		if fresh, err = c.ib.st.Mark(ctx, tx, c.ib.consumer, id); err != nil {
+			return err
+		}
+		return errRollBack
+	})
+	if errors.Is(err, errRollBack) {
+		err = nil
+	}
+	return err == nil && !fresh, err
 }
 
 // heldParked finishes a delivery parked behind the parked message that

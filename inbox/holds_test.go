@@ -638,3 +638,34 @@ func testOnlyTheNamedTopicsHoldKeys[TTx any](t *testing.T, d dialect[TTx]) {
 		})
 	}
 }
+
+// A message applied before its key was held that comes again (the broker
+// redelivers it: its ack came after the ack wait) is skipped as a
+// duplicate, not parked behind the key's cause.
+func TestHeldKeyRedeliveryOfAnAppliedMessage(t *testing.T) {
+	onEachDialect(t, testHeldKeyRedeliveryOfAnAppliedMessage[pgx.Tx], testHeldKeyRedeliveryOfAnAppliedMessage[*sql.Tx])
+}
+
+func testHeldKeyRedeliveryOfAnAppliedMessage[TTx any](t *testing.T, d dialect[TTx]) {
+	e := newEnv(t, d)
+	s := newHoldScene(1)
+	h := newPoisoned(e.db, s.m[1])
+	e.publish(s.all()...)
+	c := e.run("ledger", h.handle, holdConfig())
+	parkScene(t, e, c.Metrics, s)
+	before := c.Metrics()
+	e.publishAgain(t, 1, s.m[0])
+	testenv.Eventually(t, 15*time.Second, func() bool { return c.Metrics().Duplicates > before.Duplicates },
+		"the applied message that came again was not skipped: %v", testenv.Lazy(func() any { return c.Metrics() }))
+	if m := c.Metrics(); m.Parked != before.Parked || m.Held != before.Held {
+		t.Fatalf("metrics %+v after %+v: the applied message was parked", m, before)
+	}
+	for _, p := range e.parked("ledger") {
+		if p.MessageID == s.m[0].ID.String() {
+			t.Fatalf("the applied message was parked: %+v", p)
+		}
+	}
+	if n := e.effects(s.m[0]); n != 1 {
+		t.Fatalf("the applied message's effect committed %d times, want once", n)
+	}
+}
