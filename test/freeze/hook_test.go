@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -21,8 +22,19 @@ type stopOnce struct {
 
 func (s *stopOnce) see(query string) {
 	if s.pattern != "" && strings.Contains(query, s.pattern) && s.done.CompareAndSwap(false, true) {
-		_ = syscall.Kill(syscall.Getpid(), syscall.SIGSTOP)
+		stopHere()
 	}
+}
+
+// stopHere stops this process before the calling goroutine goes on. The
+// SIGSTOP goes to the calling thread, which takes the stop on its way back
+// from the kernel. Sent to the process, it may be taken by another thread,
+// which on a busy machine can wait for a core while this one runs on into
+// the next statements (and, on SQLite, takes the write lock).
+func stopHere() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = syscall.Tgkill(syscall.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
 
 // pgx tracer: statements before they are sent, batch queries after their
