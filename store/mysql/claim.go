@@ -72,7 +72,7 @@ func (s *relayStore) Claim(ctx context.Context, owner string, limit int, lease t
 func (s *relayStore) claim(ctx context.Context, owner string, limit int, lease time.Duration) (store.Batch, error) {
 	// A first look without the turn: a claim that finds nothing writes
 	// nothing (taking and ending a turn are two commits).
-	pick, err := s.look(ctx, limit)
+	pick, expired, err := s.look(ctx, limit)
 	if err != nil || (len(pick.IDs()) == 0 && len(pick.Moves()) == 0) {
 		return store.Batch{}, err
 	}
@@ -82,7 +82,7 @@ func (s *relayStore) claim(ctx context.Context, owner string, limit int, lease t
 	}
 	t := &turn{db: s.db, token: token}
 	defer t.end(ctx)
-	id, ids, err := s.recordLease(ctx, t, owner, limit, lease, pick)
+	id, ids, err := s.recordLease(ctx, t, owner, limit, lease, pick, expired)
 	if err != nil || len(ids) == 0 {
 		return store.Batch{}, err
 	}
@@ -94,6 +94,7 @@ func (s *relayStore) claim(ctx context.Context, owner string, limit int, lease t
 		return store.Batch{}, err
 	}
 	if len(recs) == 0 { // all published meanwhile by a relay whose lease ran out
+		s.takeovers.Delete(id)
 		_, err := s.db.ExecContext(ctx, dropLeaseSQL, id)
 		return store.Batch{}, err
 	}
@@ -101,22 +102,24 @@ func (s *relayStore) claim(ctx context.Context, owner string, limit int, lease t
 }
 
 // look reads the clock and the held keys, drops the expired leases and
-// picks up to limit free rows, without the turn.
-func (s *relayStore) look(ctx context.Context, limit int) (*claims.Picker, error) {
+// picks up to limit free rows, without the turn. It also reports whether
+// any lease had expired.
+func (s *relayStore) look(ctx context.Context, limit int) (*claims.Picker, bool, error) {
 	now, err := s.now(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	held, holding, expired, err := s.heldKeys(ctx, now)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if expired {
 		if err := s.dropExpired(ctx, now); err != nil {
-			return nil, fmt.Errorf("drop expired leases: %w", err)
+			return nil, false, fmt.Errorf("drop expired leases: %w", err)
 		}
 	}
-	return s.scan(ctx, held, holding, limit, now)
+	pick, err := s.scan(ctx, held, holding, limit, now)
+	return pick, expired, err
 }
 
 // recordLease records, during turn t, the lease of pick's rows, and
@@ -132,12 +135,16 @@ func (s *relayStore) look(ctx context.Context, limit int) (*claims.Picker, error
 // The rows met of keys that dead letters still hold move to
 // courier_outbox_held first, during the turn: a replay or discard of their
 // dead letter takes a turn too, so none is moved behind one that is gone.
-func (s *relayStore) recordLease(ctx context.Context, t *turn, owner string, limit int, lease time.Duration, pick *claims.Picker) (int64, []int64, error) {
+//
+// expired says whether the first look met an expired lease. A lease
+// recorded when one has expired is one of the store's takeovers (see
+// lockRowsSQL).
+func (s *relayStore) recordLease(ctx context.Context, t *turn, owner string, limit int, lease time.Duration, pick *claims.Picker, expired bool) (int64, []int64, error) {
 	now, err := s.now(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
-	held, holding, _, err := s.heldKeys(ctx, now)
+	held, holding, expiredNow, err := s.heldKeys(ctx, now)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -170,6 +177,9 @@ func (s *relayStore) recordLease(ctx context.Context, t *turn, owner string, lim
 	id, err := res.LastInsertId()
 	if err != nil {
 		return 0, nil, fmt.Errorf("record lease: %w", err)
+	}
+	if expired || expiredNow {
+		s.takeovers.Store(id, struct{}{})
 	}
 	return id, ids, nil
 }

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/columns"
+	"github.com/courier-go/courier/store/internal/sqlstore"
 	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
@@ -20,6 +22,18 @@ import (
 const leaseLiveSQL = `SELECT id FROM courier_outbox_leases WHERE id = ? AND owner = ? AND until > UTC_TIMESTAMP(6) FOR UPDATE`
 
 const deleteSQL = `DELETE FROM courier_outbox WHERE %s`
+
+// lockRowsSQL locks the batch's rows that no other transaction holds, in
+// the Complete of a lease claimed while another had expired (the store's
+// takeovers). A row another holds is being recorded by the relay whose
+// lease on it ran out, after it published it too, and which may be frozen
+// mid-transaction (a stopped VM, a swapped-out process): waiting for it
+// would stop this batch's other rows for as long as it stays frozen.
+// Leaving the row to it loses nothing: when it rolls back, the row is
+// claimed and published again (a duplicate) once this Complete's lease,
+// kept for the rows left (keepLeaseSQL), has run out. Other leases' rows are held
+// by no one else, and their Complete skips the statement.
+const lockRowsSQL = `SELECT id FROM courier_outbox WHERE %s FOR UPDATE SKIP LOCKED`
 
 var archiveSQL = `INSERT INTO courier_outbox_published
     (id, ` + columns.Names + `, created_at, attempts, published_at)
@@ -55,6 +69,10 @@ SELECT o.id, ` + columns.List("o.") + `, o.created_at, o.attempts + f.counted, f
 FROM courier_outbox AS o JOIN ` + failuresTable + ` ON o.id = f.id`
 
 const endLeaseSQL = `DELETE FROM courier_outbox_leases WHERE id = ? AND owner = ?`
+
+// keepLeaseSQL keeps a lease, until it runs out, for the rows its Complete
+// left to the relay that holds them (see lockRowsSQL).
+const keepLeaseSQL = `UPDATE courier_outbox_leases SET ids = ? WHERE id = ? AND owner = ?`
 
 // failureJSON is one failure as failuresTable reads it.
 type failureJSON struct {
@@ -102,6 +120,7 @@ func (s *relayStore) Complete(ctx context.Context, owner string, lease int64, o 
 	if err := s.complete(ctx, owner, lease, o); err != nil {
 		return fmt.Errorf("mysql: complete batch: %w", err)
 	}
+	s.takeovers.Delete(lease)
 	return nil
 }
 
@@ -116,8 +135,27 @@ func (s *relayStore) complete(ctx context.Context, owner string, lease int64, o 
 		case err != nil:
 			return fmt.Errorf("check lease: %w", err)
 		default:
+			var left []int64
+			if _, ok := s.takeovers.Load(lease); ok {
+				if o, left, err = lockRows(ctx, tx, o); err != nil {
+					return fmt.Errorf("lock the batch's rows: %w", err)
+				}
+			}
 			if err := s.record(ctx, tx, o); err != nil {
 				return err
+			}
+			if len(left) > 0 {
+				// The rows left to the relay that holds them stay leased
+				// until the lease runs out: claimed again at once, they
+				// would be published again and again while it is frozen.
+				b, err := json.Marshal(left)
+				if err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, keepLeaseSQL, string(b), lease, owner); err != nil {
+					return fmt.Errorf("keep the lease of the rows left: %w", err)
+				}
+				return nil
 			}
 		}
 		if _, err := tx.ExecContext(ctx, endLeaseSQL, lease, owner); err != nil {
@@ -125,6 +163,36 @@ func (s *relayStore) complete(ctx context.Context, owner string, lease int64, o 
 		}
 		return nil
 	})
+}
+
+// lockRows locks, in tx, the rows of o that no other transaction holds
+// (see lockRowsSQL). It returns the outcome of those rows, and the ids of
+// the others.
+func lockRows(ctx context.Context, tx *sql.Tx, o store.Outcome) (store.Outcome, []int64, error) {
+	ids := slices.Clone(o.Published)
+	for _, fs := range [][]store.Failure{o.Retry, o.Dead} {
+		for _, f := range fs {
+			ids = append(ids, f.Seq)
+		}
+	}
+	if len(ids) == 0 {
+		return o, nil, nil
+	}
+	locked, err := sqlstore.Column[int64](ctx, tx, fmt.Sprintf(lockRowsSQL, idsIn(ids)))
+	if err != nil || len(locked) == len(ids) {
+		return o, nil, err
+	}
+	mine := make(map[int64]bool, len(locked))
+	for _, id := range locked {
+		mine[id] = true
+	}
+	notMine := func(id int64) bool { return !mine[id] }
+	failedNotMine := func(f store.Failure) bool { return notMine(f.Seq) }
+	return store.Outcome{
+		Published: slices.DeleteFunc(slices.Clone(o.Published), notMine),
+		Retry:     slices.DeleteFunc(slices.Clone(o.Retry), failedNotMine),
+		Dead:      slices.DeleteFunc(slices.Clone(o.Dead), failedNotMine),
+	}, slices.DeleteFunc(ids, func(id int64) bool { return mine[id] }), nil
 }
 
 func (s *relayStore) record(ctx context.Context, tx *sql.Tx, o store.Outcome) error {

@@ -67,11 +67,22 @@
 // statement sees a fresh snapshot under READ COMMITTED). Keys are compared
 // in Go, never in SQL, so no collation can merge two keys.
 //
-// No transaction of a claim spans more than one statement, so a relay
-// frozen at any point of its claim (SIGSTOP, a paused VM, a host gone
-// silent) holds up the other relays' claims only until its turn runs out,
-// 3 seconds after it began, and never holds a lock they wait for. A claim
-// that outlives its turn records nothing and is tried again.
+// No transaction of a claim spans more than one statement (but the move of
+// held keys' rows, below, when there are some), so a relay frozen at any
+// point of its claim (SIGSTOP, a paused VM, a host gone silent) holds up
+// the other relays' claims only until its turn runs out, 3 seconds after it
+// began, and never holds a lock they wait for. A claim that outlives its
+// turn records nothing and is tried again.
+//
+// A relay frozen while it records a batch, between the statements of its
+// Complete, holds the rows it has deleted (published) until it resumes or
+// its connection ends. Another relay that claims them once its lease has
+// run out (a claim that met an expired lease) locks the rows of its own
+// Complete with SKIP LOCKED first, records those and leaves the others to
+// their holder, keeping its lease on them until it runs out: while the
+// holder stays frozen they are published again at most once a lease, and
+// if it rolls back they are claimed again. Duplicates, never a loss, and
+// no relay waits for a frozen one. Other Completes skip that statement.
 //
 // SKIP LOCKED alone is not enough for per-key order, for the reason
 // PostgreSQL's documentation gives: a claimer that skips rows another

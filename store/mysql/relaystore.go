@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/courier-go/courier/store"
 	"github.com/courier-go/courier/store/internal/sqltx"
@@ -24,6 +25,11 @@ type relayStore struct {
 	// compared with and computed from; nil is the server's
 	// UTC_TIMESTAMP(6).
 	clock store.Clock
+	// takeovers are this store's leases claimed while another lease had
+	// expired: their rows may be held by the expired lease's relay, frozen
+	// while it records them, and their Complete locks the rows it can
+	// first (see lockRowsSQL). A lease leaves it when it is recorded.
+	takeovers sync.Map // lease id (int64) → struct{}
 }
 
 var _ store.RelayStore = (*relayStore)(nil)
