@@ -369,11 +369,34 @@ func (r *run) streamMsgs(ctx context.Context) (uint64, bool) {
 }
 
 // pendingWork counts the outbox rows other than the poison key's and the
-// unbound topic's, which the relays can publish.
+// unbound topic's, which the relays can publish. Where rows have locks, it
+// leaves out those another transaction holds: a relay stopped while it
+// records its batch holds that batch's rows, which it has published, until
+// it resumes; the others publish them again and leave them to it (see
+// store/mysql, lockRowsSQL), so they are no work left for the others.
 func (r *run) pendingWork(ctx context.Context) int64 {
+	const rows = ` FROM courier_outbox WHERE topic <> '` + unboundTopic + `' AND ordering_key <> '` + poisonKey + `'`
 	var n int64
-	if err := r.db.producer.QueryRowContext(ctx, `SELECT count(*) FROM courier_outbox WHERE topic <> '`+unboundTopic+
-		`' AND ordering_key <> '`+poisonKey+`'`).Scan(&n); err != nil {
+	err := func() error {
+		if r.db.producerDB.SerialWrites() { // SQLite: no row locks
+			return r.db.producer.QueryRowContext(ctx, `SELECT count(*)`+rows).Scan(&n)
+		}
+		tx, err := r.db.producer.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // it only locked, to count
+		ids, err := tx.QueryContext(ctx, `SELECT id`+rows+` FOR UPDATE SKIP LOCKED`)
+		if err != nil {
+			return err
+		}
+		defer ids.Close()
+		for ids.Next() {
+			n++
+		}
+		return ids.Err()
+	}()
+	if err != nil {
 		r.t.Logf("count pending work: %v", err)
 		return -1
 	}
