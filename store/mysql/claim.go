@@ -212,10 +212,7 @@ func (s *relayStore) moveHeld(ctx context.Context, t *turn, moves []claims.Move)
 	if err != nil {
 		return err
 	}
-	return sqltx.InTx(ctx, s.db, readCommitted(), "", func(tx *sql.Tx) error {
-		if err := ownTurn(ctx, tx, s.clock, t.token); err != nil {
-			return err
-		}
+	return turnTx(ctx, s.db, s.clock, t.token, func(tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, moveSQL, arg); err != nil {
 			return err
 		}

@@ -67,12 +67,15 @@
 // statement sees a fresh snapshot under READ COMMITTED). Keys are compared
 // in Go, never in SQL, so no collation can merge two keys.
 //
-// No transaction of a claim spans more than one statement (but the move of
-// held keys' rows, below, when there are some), so a relay frozen at any
-// point of its claim (SIGSTOP, a paused VM, a host gone silent) holds up
-// the other relays' claims only until its turn runs out, 3 seconds after it
-// began, and never holds a lock they wait for. A claim that outlives its
-// turn records nothing and is tried again.
+// No transaction of a claim spans more than one statement but the move of
+// held keys' rows (below), which locks the turn's row; it runs on a
+// connection whose server waits for a silent client at most a turn
+// (wait_timeout, restored after), as do replays and discards of dead
+// letters that hold their key. So a relay frozen at any point of its claim
+// (SIGSTOP, a paused VM, a host gone silent) holds up the other relays'
+// claims only until its turn runs out, 3 seconds after it began: the server
+// then closes its connection and rolls its transaction back. A claim that
+// outlives its turn records nothing and is tried again.
 //
 // A relay frozen while it records a batch, between the statements of its
 // Complete, holds the rows it has deleted (published) until it resumes or

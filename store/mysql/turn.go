@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/courier-go/courier/store"
-	"github.com/courier-go/courier/store/internal/sqltx"
 )
 
 // A claim's turn: see migration 0005. takeTurnSQL succeeds (one row
@@ -67,12 +67,55 @@ func inTurn(ctx context.Context, db *sql.DB, clock store.Clock, fn func(*sql.Tx)
 	}
 	t := &turn{db: db, token: token}
 	defer t.end(ctx)
-	return sqltx.InTx(ctx, db, readCommitted(), "", func(tx *sql.Tx) error {
-		if err := ownTurn(ctx, tx, clock, token); err != nil {
-			return err
+	return turnTx(ctx, db, clock, token, fn)
+}
+
+// Statements that bound how long the server waits for a silent client: a
+// connection silent for longer is closed, its transaction rolled back.
+const (
+	silenceSQL        = `SET @courier_wait_timeout = @@SESSION.wait_timeout, SESSION wait_timeout = %d`
+	restoreSilenceSQL = `SET SESSION wait_timeout = @courier_wait_timeout`
+)
+
+// turnTx runs fn in a READ COMMITTED transaction that first locks the
+// turn's row while the turn of token lasts (ownTurn), and commits it when
+// fn succeeds. Every claim waits for that lock. MySQL waits for a silent
+// client for hours (wait_timeout) before it ends its transaction, so a
+// process frozen in this one (SIGSTOP, a paused VM) would stop every claim
+// as long: the transaction runs on a connection of its own whose server
+// waits for it at most a turn, and the connection's own wait_timeout is
+// restored after (or it is closed).
+func turnTx(ctx context.Context, db *sql.DB, clock store.Clock, token string, fn func(*sql.Tx) error) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(silenceSQL, int(claimTurn.Seconds()))); err != nil {
+		return fmt.Errorf("bound the transaction's silence: %w", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTurn)
+		defer cancel()
+		if _, err := conn.ExecContext(rctx, restoreSilenceSQL); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // closed, not back to the pool
 		}
-		return fn(tx)
-	})
+	}()
+	tx, err := conn.BeginTx(ctx, readCommitted())
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, sql.ErrTxDone
+	if err := ownTurn(ctx, tx, clock, token); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // ownTurn locks the turn's row in tx, or fails when the turn of token has

@@ -137,6 +137,7 @@ var dialects = []dialect{
 		stops: []string{
 			"FROM courier_outbox FORCE INDEX",   // scanning, during the claim's turn
 			"INSERT INTO courier_outbox_leases", // about to record the lease
+			"INSERT INTO courier_outbox_held",   // moving a held key's rows, the turn's row locked
 			"SELECT id, attempts",               // the rows' contents are about to be read
 		},
 		open: func(t *testing.T) target {
@@ -204,6 +205,7 @@ func frozenMidClaim(t *testing.T, d dialect, stop string) {
 		early = append(early, courier.NewMessage("events", fmt.Sprintf("early-%d", i%10), "T", payload))
 	}
 	testenv.Must(t, tg.write(ctx, early...), "write the claimer's rows")
+	holdKey(t, tg)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envDialect+"="+d.name, envTarget+"="+tg.addr, envStop+"="+stop)
@@ -280,6 +282,20 @@ func frozenMidClaim(t *testing.T, d dialect, stop string) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the claimer did not finish in 30 s after it was resumed")
 	}
+}
+
+// holdKey makes the oldest row a dead letter that holds its key, so that
+// the claimer also moves that key's later rows behind it (see store, Held
+// keys).
+func holdKey(t *testing.T, tg target) {
+	ctx := context.Background()
+	b, err := tg.store.Claim(ctx, "setup", 1, time.Minute)
+	testenv.Must(t, err, "claim the oldest row")
+	if len(b.Records) != 1 {
+		t.Fatalf("claimed %d rows, want 1", len(b.Records))
+	}
+	dead := store.Failure{Seq: b.Records[0].Seq, Error: "rejected", Counted: true, Hold: true}
+	testenv.Must(t, tg.store.Complete(ctx, "setup", b.Lease, store.Outcome{Dead: []store.Failure{dead}}), "make it a dead letter that holds its key")
 }
 
 // stopped reports whether the process is stopped by a signal.
