@@ -113,3 +113,44 @@ func TestCompleteLeavesRowsAFrozenRelayHolds(t *testing.T) {
 		})
 	}
 }
+
+// The move of a held key's rows runs with a wait_timeout of a turn, so a
+// relay frozen in it holds the turn's row no longer; the connection goes
+// back to the pool with its own wait_timeout.
+func TestMoveOfHeldRowsRestoresWaitTimeout(t *testing.T) {
+	ctx := context.Background()
+	my := testenv.MySQL(t, testenv.Migrate(mysql.NewDriver))
+	my.DB.SetMaxOpenConns(1) // every statement on the one connection
+	conn, err := my.DB.Conn(ctx)
+	testenv.Must(t, err, "conn")
+	_, err = conn.ExecContext(ctx, "SET SESSION wait_timeout = 4321")
+	testenv.Must(t, err, "set wait_timeout")
+	testenv.Must(t, conn.Close(), "back to the pool")
+
+	d := mysql.NewDriver(my.DB)
+	w := outbox.New(d.Inserter(), outbox.Config{})
+	msgs := []courier.Message{
+		courier.NewMessage("events", "held", "T", []byte("1")),
+		courier.NewMessage("events", "held", "T", []byte("2")),
+	}
+	testenv.Must(t, d.InTx(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }), "write")
+	st, err := d.RelayStore(ctx, store.RelayConfig{})
+	testenv.Must(t, err, "store")
+	b, err := st.Claim(ctx, "relay", 1, time.Minute)
+	testenv.Must(t, err, "claim")
+	dead := store.Failure{Seq: b.Records[0].Seq, Error: "rejected", Counted: true, Hold: true}
+	testenv.Must(t, st.Complete(ctx, "relay", b.Lease, store.Outcome{Dead: []store.Failure{dead}}), "dead letter that holds its key")
+	if b, err = st.Claim(ctx, "relay", 10, time.Minute); err != nil || len(b.Records) != 0 {
+		t.Fatalf("claim behind the held key: %d rows (%v), want none", len(b.Records), err)
+	}
+	s, err := st.Stats(ctx)
+	testenv.Must(t, err, "stats")
+	if s.Held != 1 {
+		t.Fatalf("%d rows held behind the dead letter, want 1 (the claim moves it)", s.Held)
+	}
+	var timeout int
+	testenv.Must(t, my.DB.QueryRowContext(ctx, "SELECT @@SESSION.wait_timeout").Scan(&timeout), "read wait_timeout")
+	if timeout != 4321 {
+		t.Fatalf("after the move the connection's wait_timeout is %d, want its own 4321", timeout)
+	}
+}
