@@ -101,9 +101,10 @@ type ConsumerConfig struct {
 	// defaults DefaultBackoffInitial (200ms) doubling to DefaultBackoffMax
 	// (30s), jitter DefaultBackoffJitter (0.2).
 	Backoff courier.Backoff
-	// ExtendEvery tells the broker a long handler is still working, so the
-	// message is not redelivered meanwhile. Keep it under the subscription's
-	// ack wait. Default DefaultExtendEvery (10s).
+	// ExtendEvery tells the broker that a message received is still in
+	// hand, waiting for a worker (behind its key, or for a group) or being
+	// handled, so it is not redelivered meanwhile. Keep it under the
+	// subscription's ack wait. Default DefaultExtendEvery (10s).
 	ExtendEvery time.Duration
 	// Retention is how long inbox markers (and the failures recorded of
 	// messages whose record was not cleared) are kept; older ones are
@@ -428,6 +429,21 @@ type job struct {
 	d   broker.Delivery
 	msg courier.Message
 	err error // decoding failed
+	// waiting stops the extensions that keep the delivery while it waits
+	// for a worker (nil when none do); see taken.
+	waiting func()
+}
+
+// taken is g, taken by a worker: the extensions that kept its deliveries
+// while they waited (behind their keys, for a worker or for a group) stop,
+// and the worker's own keep them from here on (keepAlive).
+func taken(g []job) []job {
+	for _, j := range g {
+		if j.waiting != nil {
+			j.waiting()
+		}
+	}
+	return g
 }
 
 // Run consumes until ctx ends, then lets handlers in flight finish (at most
@@ -449,11 +465,11 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		for range c.cfg.Concurrency {
 			wg.Go(func() {
 				for g, ok := q.takeGroup(limit, wait); ok; g, ok = q.takeGroup(limit, wait) {
-					c.processGroup(ctx, work, g, q.done)
+					c.processGroup(ctx, work, taken(g), q.done)
 				}
 			})
 		}
-		c.receive(ctx, q.put)
+		c.receive(ctx, work, q.put)
 		q.close()
 	} else {
 		// Grouping needs deliveries waiting: up to a group per worker.
@@ -465,11 +481,11 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		for range c.cfg.Concurrency {
 			wg.Go(func() {
 				for j := range shared {
-					c.processGroup(ctx, work, c.collect(shared, j), func(string, int) {})
+					c.processGroup(ctx, work, taken(c.collect(shared, j)), func(string, int) {})
 				}
 			})
 		}
-		c.receive(ctx, func(j job) bool {
+		c.receive(ctx, work, func(j job) bool {
 			select {
 			case shared <- j:
 				return true
@@ -493,7 +509,11 @@ const keepOrderBuffer = 32
 var receiveRetry = courier.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 
 // receive hands each delivery to put, until ctx ends or put refuses one.
-func (c *Consumer[TTx]) receive(ctx context.Context, put func(job) bool) {
+// A delivery is extended every ExtendEvery, within work, from the moment
+// it is received: a worker may take it long after (it waits behind its
+// key, for a worker, for a group), and the broker must not bring it again
+// meanwhile.
+func (c *Consumer[TTx]) receive(ctx, work context.Context, put func(job) bool) {
 	failures := 0 // consecutive failed receives
 	for {
 		d, err := c.sub.Next(ctx)
@@ -511,7 +531,9 @@ func (c *Consumer[TTx]) receive(ctx context.Context, put func(job) bool) {
 		}
 		failures = 0
 		msg, derr := c.sub.Decode(d.Raw())
-		if !put(job{d: d, msg: msg, err: derr}) {
+		j := job{d: d, msg: msg, err: derr, waiting: c.keepAlive(work, d)}
+		if !put(j) {
+			j.waiting()
 			return
 		}
 	}

@@ -2,6 +2,8 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,5 +81,67 @@ func testNoExtensionAfterTheRun[TTx any](t *testing.T, d dialect[TTx]) {
 	time.Sleep(100 * time.Millisecond) // a hundred ExtendEvery
 	if n := sub.calls.Load(); n != 1 {
 		t.Fatalf("%d extensions; want the one under way when the run ended", n)
+	}
+}
+
+// receiveCounter counts the deliveries its consumer receives.
+type receiveCounter struct {
+	broker.Subscriber
+	received atomic.Int32
+}
+
+func (s *receiveCounter) Next(ctx context.Context) (broker.Delivery, error) {
+	d, err := s.Subscriber.Next(ctx)
+	if err == nil {
+		s.received.Add(1)
+	}
+	return d, err
+}
+
+func TestWaitingDeliveriesAreExtended(t *testing.T) {
+	for _, keepOrder := range []bool{false, true} {
+		t.Run(fmt.Sprintf("KeepOrder=%t", keepOrder), func(t *testing.T) {
+			// The consumer extends, whatever the dialect: SQLite's is enough.
+			testWaitingDeliveriesAreExtended[*sql.Tx](keepOrder)(t, sqliteDialect())
+		})
+	}
+}
+
+// Deliveries received while the only worker is busy for longer than the
+// subscription's ack wait (2s) wait for it, and are extended meanwhile:
+// the broker brings none of them again.
+func testWaitingDeliveriesAreExtended[TTx any](keepOrder bool) func(t *testing.T, d dialect[TTx]) {
+	return func(t *testing.T, d dialect[TTx]) {
+		e := newEnv(t, d)
+		sub := &receiveCounter{Subscriber: e.subscriber("waiting")}
+		entered, release := make(chan struct{}), make(chan struct{})
+		h := func(ctx context.Context, tx TTx, msg courier.Message) error {
+			if msg.Key == "slow" {
+				close(entered)
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return recordEffect(e.db, "waiting")(ctx, tx, msg)
+		}
+		e.publish(courier.NewMessage("orders", "slow", "OrderPlaced", nil))
+		c := e.runOn(sub, "waiting", h, inbox.ConsumerConfig{Concurrency: 1, KeepOrder: keepOrder})
+		<-entered
+		const waiting = 5
+		for i := range waiting {
+			e.publish(courier.NewMessage("orders", fmt.Sprintf("order-%d", i), "OrderPlaced", nil))
+		}
+		testenv.Eventually(t, 10*time.Second, func() bool { return sub.received.Load() == 1+waiting }, "received %d deliveries", testenv.Lazy(func() any { return sub.received.Load() }))
+		time.Sleep(3 * time.Second) // past the ack wait (2s), the worker still busy
+		close(release)
+		testenv.Eventually(t, 10*time.Second, func() bool { return c.Metrics().Applied == 1+waiting }, "not applied: %v", testenv.Lazy(func() any { return c.Metrics() }))
+		if n := sub.received.Load(); n != 1+waiting {
+			t.Fatalf("%d deliveries received for %d messages: the broker brought back some that waited for the worker", n, 1+waiting)
+		}
+		if n, distinct := e.totalEffects(); n != 1+waiting || distinct != 1+waiting {
+			t.Fatalf("%d effects of %d messages, want %d of %d", n, distinct, 1+waiting, 1+waiting)
+		}
 	}
 }
