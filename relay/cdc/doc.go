@@ -57,7 +57,13 @@
 //     ids, which the log brings in that order. A row of the key committed
 //     before the release, which the relay reads after it (it lags, or
 //     restarts), is among those put back: the relay drops the copy it
-//     read. A table-less message (postgres.LogOnly) has no row to put
+//     read. A relay that lags still holds the key, and its Hold finds the
+//     row gone. A session that begins after the release does not know the
+//     key was held: it checks, as it checks a held key's, every row the log
+//     brings of a transaction committed before the session began, when a
+//     topic holds its keys (HoldKeys) or a key was held as it began. That
+//     check costs a backlog the session finds about a tenth of its drain
+//     (bench/RESULTS.md). A table-less message (postgres.LogOnly) has no row to put
 //     back: one committed while its key was held, which the relay reads
 //     only after the release committed, is published ahead of the
 //     released messages (the relay logs a warning when it does). Write

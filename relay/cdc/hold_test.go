@@ -137,3 +137,44 @@ func (e *env) rowPayloads() []string {
 	testenv.Must(e.t, err, "rows")
 	return got
 }
+
+// A relay that starts after a key's release reads first, from the log, the
+// rows of the key committed before the release, then the rows the release
+// put back with new ids. The first copies' rows are gone: it drops them
+// instead of publishing them ahead of the released messages.
+func TestReleasedWhileStopped(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.MaxAttempts = 1
+	cfg.HoldKeys = []string{"events"}
+	ctx := context.Background()
+	r, stop := e.startMade(e.pub, cfg)
+	poison := msg("p", "poison")
+	e.pub.Fail(poison.ID, 1) // a dead letter; published once replayed
+	e.write(msg("p", "before"), poison, msg("p", "after1"))
+	e.eventually(func() bool { return e.count("courier_outbox") == 0 && len(e.heldPayloads()) == 1 },
+		"rows %d, held %q; stats %+v", e.count("courier_outbox"), testenv.Lazy(func() any { return e.heldPayloads() }), r.Stats())
+	// Stopped once it has confirmed all that: it reads none of it again.
+	var done string
+	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&done), "log position")
+	e.eventually(func() bool {
+		var confirmed bool
+		err := e.pg.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2`, done, e.slot).Scan(&confirmed)
+		return err == nil && confirmed
+	}, "the relay did not confirm the log up to %s", done)
+	stop()
+
+	e.write(msg("p", "after2"), msg("o", "other")) // read by no relay yet
+	var cause int64
+	testenv.Must(t, e.pg.Pool.QueryRow(ctx, `SELECT id FROM courier_outbox_dead_letters WHERE message_id = $1`, poison.ID).Scan(&cause), "dead letter")
+	testenv.Must(t, e.d.Admin().ReplayDeadLetter(ctx, cause), "replay")
+	r, _ = e.startMade(e.pub, cfg)
+	want := []string{"before", "poison", "after1", "after2"}
+	e.eventually(func() bool {
+		return len(payloadsOf(e.pub.Messages(), "p")) >= len(want) && len(payloadsOf(e.pub.Messages(), "o")) == 1 && e.count("courier_outbox") == 0
+	}, "after the replay, the key published %q, want %q; rows %d; stats %+v", testenv.Lazy(func() any { return payloadsOf(e.pub.Messages(), "p") }), want,
+		testenv.Lazy(func() any { return e.count("courier_outbox") }), r.Stats())
+	if got := payloadsOf(e.pub.Messages(), "p"); !slices.Equal(got, want) {
+		t.Fatalf("after a release while no relay ran, the key published %q, want %q", got, want)
+	}
+}

@@ -73,7 +73,7 @@ func (r *Relay) make(ctx context.Context, conn *pgconn.PgConn) error {
 		return err
 	}
 	r.log.Info("making the replication slot: publishing the rows in the table, then the log", "slot", r.cfg.Slot, "from", res.ConsistentPoint)
-	return r.stream(ctx, conn, &making{slot: temp, table: table})
+	return r.stream(ctx, conn, &making{slot: temp, table: table}, 0)
 }
 
 // temporarySlot names the temporary slot that makes slot.

@@ -35,6 +35,16 @@ type publisher struct {
 	// free.
 	held    map[string]bool
 	holding map[string]int
+	// before is the log's position when the session began: the rows of
+	// the transactions that ended there or earlier were committed before
+	// the relay read the held keys, and a key among theirs may have been
+	// released since, its rows put back with new ids that the log brings
+	// later. They go to the recorder like a held key's, whose Hold drops
+	// the copies whose rows are gone (see Held keys in the package
+	// documentation) and hands back the others, in their key's order.
+	// It is 0 (nothing checked) when no topic holds its keys and no key
+	// was held as the session began.
+	before uint64
 
 	// While the slot is made: the rows from the table not yet recorded,
 	// whether the sweep's last page arrived, and recorded, closed (then
@@ -143,8 +153,9 @@ func (p *publisher) add(b batch) {
 		p.sweptAll = p.sweptAll || b.last
 	}
 	var hold []*item
+	early := b.t != nil && b.t.end <= p.before
 	for _, it := range b.items {
-		if p.isHeld(it.Message.Key) {
+		if p.isHeld(it.Message.Key) || (early && it.Seq > 0) {
 			hold = append(hold, it)
 			continue
 		}

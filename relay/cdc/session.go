@@ -108,10 +108,14 @@ func (r *Relay) session(ctx context.Context) error {
 			return err
 		}
 	}
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("cdc: read the log's position: %w", err)
+	}
 	if err := r.start(ctx, conn, r.cfg.Slot); err != nil {
 		return err
 	}
-	return r.stream(ctx, conn, nil)
+	return r.stream(ctx, conn, nil, uint64(sys.XLogPos))
 }
 
 // failoverSlots reports whether a server of version (its server_version,
@@ -189,8 +193,9 @@ func (r *Relay) dropLost(ctx context.Context, err error) error {
 // stream publishes what conn streams (replication started) until ctx ends
 // or a part fails. With first (the session that makes the slot), the rows
 // first reads from the table go before the log's transactions, and the
-// session ends with errMade once the slot is made.
-func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making) error {
+// session ends with errMade once the slot is made. before is the log's
+// position as the session began (see publisher.before).
+func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making, before uint64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	decoder, err := r.db.Decoder(ctx)
@@ -201,9 +206,12 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, first *making) 
 	if err != nil {
 		return err
 	}
+	if len(r.cfg.HoldKeys) == 0 && len(held) == 0 {
+		before = 0 // no key is held, nor was one released: nothing to check
+	}
 	in := make(chan batch, 16)
 	prog := &progress{}
-	p := &publisher{r: r, prog: prog, keys: map[string]*key{}, held: map[string]bool{}, holding: map[string]int{}}
+	p := &publisher{r: r, prog: prog, keys: map[string]*key{}, held: map[string]bool{}, holding: map[string]int{}, before: before}
 	for k := range held {
 		p.held[k] = true
 	}
