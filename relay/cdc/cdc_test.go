@@ -522,3 +522,16 @@ func TestLostSlot(t *testing.T) {
 	checkOrder(t, want, pub.Messages())
 	t.Logf("stats after the slot was lost: %+v", r.Stats())
 }
+
+// Run returns nil once its context ends, also while it is starting (a
+// SIGTERM as the daemon starts is no failure).
+func TestStoppedWhileStarting(t *testing.T) {
+	e := newEnv(t)
+	r, err := cdc.New(postgres.NewDriver(e.pg.Pool).CDC(), e.pub, e.config())
+	testenv.Must(t, err, "new relay")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatalf("Run with its context ended as it started: %v, want nil", err)
+	}
+}

@@ -35,6 +35,9 @@ var errSlotGone = errors.New("cdc: the temporary slot that makes the replication
 // the package documentation).
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.db.Setup(ctx, r.cfg.Publication); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while it started: no failure
+		}
 		return err
 	}
 	var wg sync.WaitGroup
