@@ -778,14 +778,23 @@ func (c *Consumer[TTx]) handle(ctx context.Context, d broker.Delivery, msg couri
 
 // keepAlive tells the broker every ExtendEvery that d is still in
 // progress, until the returned stop is called: an extension under way
-// then is the last. ExtendEvery is real time, as the broker's ack wait is.
+// then is the last, and a timer that fired as it stopped extends no more.
+// ExtendEvery is real time, as the broker's ack wait is.
 func (c *Consumer[TTx]) keepAlive(ctx context.Context, d broker.Delivery) (stop func()) {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
+	isStopped := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return stopped
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	t = time.AfterFunc(c.cfg.ExtendEvery, func() {
+		if isStopped() {
+			return
+		}
 		_ = d.Extend(ctx)
 		mu.Lock()
 		defer mu.Unlock()
